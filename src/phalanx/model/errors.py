@@ -1,0 +1,114 @@
+"""Spec errors that name the field path and the fix, e.g. ``spec.replicas.worker.count: must be >= 1, got 0``.
+
+Pydantic's error records are translated here, so every entry point (CLI, SDK, REST, operator webhook) prints
+the same messages.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    """One problem with a spec: where it is and what to do about it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class SpecError(ValueError):
+    """A spec that cannot be accepted; carries every problem found, not just the first."""
+
+    def __init__(self, errors: Sequence[FieldError], *, source: str | None = None) -> None:
+        self.errors = list(errors)
+        self.source = source
+        where = f"{source}: " if source else ""
+        lines = "\n".join(f"  {error}" for error in self.errors)
+        super().__init__(f"{where}invalid spec ({len(self.errors)} problem(s)):\n{lines}")
+
+
+def join_path(parts: Iterable[Any]) -> str:
+    """``("spec", "replicas", "worker", "count")`` → ``spec.replicas.worker.count``; list items as ``[i]``."""
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _message(error: Any, allowed_fields: Sequence[str]) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    value = error.get("input")
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        field = str(error["loc"][-1])
+        close = difflib.get_close_matches(field, allowed_fields, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; allowed: {', '.join(sorted(allowed_fields))}"
+        return f"unknown field{hint}"
+    bounds = {
+        "greater_than_equal": ">=",
+        "greater_than": ">",
+        "less_than_equal": "<=",
+        "less_than": "<",
+    }
+    if kind in bounds:
+        limit = next(iter(ctx.values())) if ctx else "?"
+        return f"must be {bounds[kind]} {limit}, got {_short(value)}"
+    if kind in ("literal_error", "enum"):
+        return f"must be one of {ctx.get('expected', '?')}, got {_short(value)}"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return f"must be a whole number, got {_short(value)}"
+    if kind in ("float_parsing", "float_type"):
+        return f"must be a number, got {_short(value)}"
+    if kind in ("bool_parsing", "bool_type"):
+        return f"must be true or false, got {_short(value)}"
+    if kind in ("string_type",):
+        return f"must be a string, got {_short(value)}"
+    if kind in ("list_type",):
+        return f"must be a list, e.g. [a, b], got {_short(value)}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be a mapping, got {_short(value)}"
+    if kind == "value_error":
+        return str(ctx.get("error", error["msg"]))
+    return f"{error['msg']}, got {_short(value)}"
+
+
+def from_validation_error(
+    err: ValidationError, *, prefix: Sequence[Any] = (), fields_at: Any = None
+) -> list[FieldError]:
+    """Translate a pydantic error into FieldErrors.
+
+    Args:
+        err: the pydantic error.
+        prefix: path parts to put before each location.
+        fields_at: a callable ``loc -> allowed field names`` used to suggest a field for misspelt keys.
+    """
+    errors: list[FieldError] = []
+    for item in err.errors(include_url=False):
+        loc = [part for part in item["loc"] if not (isinstance(part, str) and "[" in part)]
+        allowed = fields_at(loc[:-1]) if fields_at else []
+        message = _message(item, allowed)
+        # Validators raise "field: problem" when the problem belongs to a sub-field; keep that path.
+        if item["type"] == "value_error" and ": " in message and " " not in message.split(": ", 1)[0]:
+            sub, message = message.split(": ", 1)
+            loc = [*loc, *sub.split(".")]
+        errors.append(FieldError(join_path([*prefix, *loc]), message))
+    return errors

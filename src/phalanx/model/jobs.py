@@ -1,0 +1,255 @@
+"""TrainingJob: the object users write. Spec (what to run) and status (what Phalanx observed and decided).
+
+A job names a JobType (``spec.type``) and gives each of that type's roles a replica count and a template.
+Resources come from, in order: the template's ``resources``, the template's or the job's T-shirt ``size``,
+the JobType role's defaults, then the ``small`` size.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, PlainSerializer, field_validator, model_validator
+
+from phalanx.model.base import API_VERSION, ApiModel
+from phalanx.model.meta import ObjectMeta
+from phalanx.model.resources import (
+    ResourceVector,
+    format_cpu,
+    format_memory,
+    parse_cpu,
+    parse_memory,
+)
+
+MilliCpu = Annotated[int, BeforeValidator(parse_cpu), PlainSerializer(format_cpu, return_type=str)]
+MemoryBytes = Annotated[int, BeforeValidator(parse_memory), PlainSerializer(format_memory, return_type=str)]
+TShirtSize = Literal["small", "medium", "large", "xlarge"]
+
+
+class Phase(StrEnum):
+    """Where a job is in its life, in the user's words (DESIGN §3)."""
+
+    PENDING = "Pending"
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    DOWNLOADING = "Downloading"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    STORING = "Storing"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    PREEMPTED = "Preempted"
+    HALTING = "Halting"
+    HALTED = "Halted"
+
+
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
+class Resources(ApiModel):
+    """What one replica asks for; unset fields are filled by defaulting."""
+
+    cpu: MilliCpu | None = Field(default=None, gt=0)
+    memory: MemoryBytes | None = Field(default=None, gt=0)
+    gpu: int | None = Field(default=None, ge=0)
+    gpu_milli: int | None = Field(default=None, ge=1, le=1000)
+    gpu_model: str | None = None
+
+    @model_validator(mode="after")
+    def _gpu_exclusive_or_shared(self) -> Resources:
+        if self.gpu and self.gpu_milli:
+            raise ValueError(
+                "gpu and gpuMilli are exclusive: ask for whole GPUs (gpu: 2) or a share of one (gpuMilli: 500)"
+            )
+        return self
+
+    def vector(self) -> ResourceVector:
+        """The request as exact integers (unset fields count as zero)."""
+        return ResourceVector(
+            cpu_milli=self.cpu or 0,
+            memory=self.memory or 0,
+            gpu=self.gpu or 0,
+            gpu_milli=self.gpu_milli or 0,
+        )
+
+
+def _env_from_list(value: Any) -> Any:
+    # Kubernetes writes env as [{name, value}]; people write a mapping. Accept both, keep a mapping.
+    if isinstance(value, list):
+        env: dict[str, Any] = {}
+        for position, item in enumerate(value):
+            if not isinstance(item, dict) or "name" not in item:
+                raise ValueError(f"item {position} must be a mapping with 'name' and 'value'")
+            env[str(item["name"])] = item.get("value", "")
+        return env
+    return value
+
+
+def _stringify_env(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: (str(item).lower() if isinstance(item, bool) else str(item)) if item is not None else ""
+            for key, item in value.items()
+        }
+    return value
+
+
+EnvMap = Annotated[dict[str, str], BeforeValidator(_stringify_env), BeforeValidator(_env_from_list)]
+
+
+class ReplicaTemplate(ApiModel):
+    """How to run one replica of a role."""
+
+    image: str | None = None
+    command: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list)
+    env: EnvMap = Field(default_factory=dict)
+    working_dir: str | None = None
+    size: TShirtSize | None = None
+    resources: Resources = Field(default_factory=Resources)
+
+
+class ReplicaSpec(ApiModel):
+    """A role of the job: how many replicas and how each runs."""
+
+    count: int = Field(default=1, ge=1, le=4096)
+    template: ReplicaTemplate = Field(default_factory=ReplicaTemplate)
+
+
+class RestartPolicy(StrEnum):
+    """When a failed replica is restarted."""
+
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+    EXIT_CODE = "ExitCode"
+
+
+class RunPolicy(ApiModel):
+    """Failure handling, deadlines and cleanup."""
+
+    restart_policy: RestartPolicy = RestartPolicy.NEVER
+    retryable_exit_codes: list[int] = Field(
+        default_factory=lambda: [130, 137, 143],
+        description="with restartPolicy ExitCode: exit codes that are retried (default: killed by a signal)",
+    )
+    backoff_limit: int = Field(default=3, ge=0, le=1000)
+    backoff_seconds: float = Field(default=1.0, ge=0, le=3600, description="first retry delay; doubles per retry")
+    max_backoff_seconds: float = Field(default=300.0, ge=0, le=86400)
+    gang_restart: bool = False
+    active_deadline_seconds: int | None = Field(default=None, gt=0)
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    suspend: bool = False
+
+
+class Placement(StrEnum):
+    """How replicas are spread over nodes."""
+
+    PACK = "pack"
+    SPREAD = "spread"
+    BINPACK = "binpack"
+    AUTO = "auto"
+
+
+class SchedulingPolicy(ApiModel):
+    """Queue, priority and placement wishes."""
+
+    queue: str = "default"
+    priority_class: str | None = None
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000_000)
+    min_available: int | None = Field(default=None, ge=1)
+    placement: Placement = Placement.AUTO
+    topology: Literal["none", "preferred", "required"] = "preferred"
+    gpu_model: str | None = None
+
+
+class Outputs(ApiModel):
+    """Where replicas write results, and where Phalanx stores them when the job has run."""
+
+    path: str = "outputs"
+    store_to: str | None = None
+
+
+class TrainingJobSpec(ApiModel):
+    """What to run."""
+
+    type: str = "generic"
+    size: TShirtSize | None = None
+    replicas: dict[str, ReplicaSpec]
+    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    scheduling: SchedulingPolicy = Field(default_factory=SchedulingPolicy)
+    outputs: Outputs = Field(default_factory=Outputs)
+
+    @field_validator("replicas")
+    @classmethod
+    def _at_least_one_role(cls, value: dict[str, ReplicaSpec]) -> dict[str, ReplicaSpec]:
+        if not value:
+            raise ValueError("at least one role is needed, e.g. replicas: {worker: {count: 2, template: ...}}")
+        return value
+
+    def total_replicas(self) -> int:
+        """How many replicas the job runs in all."""
+        return sum(role.count for role in self.replicas.values())
+
+
+class Condition(ApiModel):
+    """One observation about the job, Kubernetes style."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"] = "True"
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime
+
+
+class ReplicaPlacement(ApiModel):
+    """Where one replica was placed and which devices it holds."""
+
+    node: str
+    cpus: list[int] = Field(default_factory=list, description="exclusive CPU ids; empty for shared CPU")
+    gpus: list[int] = Field(default_factory=list)
+    gpu_milli: int = 0
+
+
+class RoleStatus(ApiModel):
+    """Counts per role."""
+
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+class TrainingJobStatus(ApiModel):
+    """What Phalanx observed and decided about the job."""
+
+    phase: Phase = Phase.PENDING
+    reason: str = ""
+    message: str = ""
+    conditions: list[Condition] = Field(default_factory=list)
+    replica_statuses: dict[str, RoleStatus] = Field(default_factory=dict)
+    placements: dict[str, ReplicaPlacement] = Field(default_factory=dict)
+    restarts: int = 0
+    attempt: int = 0
+    next_retry_time: datetime | None = None
+    admitted_time: datetime | None = None
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+    observed_generation: int = 0
+    metrics: dict[str, float] = Field(default_factory=dict)
+    artifacts: str | None = None
+
+
+class TrainingJob(ApiModel):
+    """A distributed training job."""
+
+    api_version: Literal["phalanx.dev/v1alpha1"] = "phalanx.dev/v1alpha1"
+    kind: Literal["TrainingJob"] = "TrainingJob"
+    metadata: ObjectMeta
+    spec: TrainingJobSpec
+    status: TrainingJobStatus = Field(default_factory=TrainingJobStatus)
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, unique among jobs."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"

@@ -1,0 +1,95 @@
+"""Reading and writing API objects as YAML or JSON, including multi-document YAML files.
+
+Errors say which file and, for multi-document files, which document.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from phalanx.model.errors import FieldError, SpecError, from_validation_error
+from phalanx.model.jobtypes import JobType
+from phalanx.model.validation import allowed_fields
+
+
+def read_documents(path: Path) -> list[dict[str, Any]]:
+    """Every YAML/JSON document in a file, as mappings.
+
+    Raises:
+        SpecError: the file is missing, unreadable, not YAML, or a document is not a mapping.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError([FieldError("", f"file not found: {path}")]) from None
+    except OSError as err:
+        raise SpecError([FieldError("", f"cannot read {path}: {err.strerror}")]) from None
+    return parse_documents(text, source=str(path))
+
+
+def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any]]:
+    """Parse YAML (a superset of JSON) text into mappings, skipping empty documents."""
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise SpecError([FieldError("", f"not valid YAML{where}: {problem}")], source=source) from None
+    for position, doc in enumerate(documents):
+        if not isinstance(doc, dict):
+            raise SpecError(
+                [FieldError("", f"document {position + 1} is a {type(doc).__name__}, expected a mapping")],
+                source=source,
+            )
+    if not documents:
+        raise SpecError([FieldError("", "the file holds no document")], source=source)
+    return documents
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML for people: block style, keys in the model's order."""
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def dump_json(data: Any) -> str:
+    """Indented JSON for scripts."""
+    return json.dumps(data, indent=2, default=str)
+
+
+def parse_jobtype(raw: dict[str, Any], *, source: str | None = None) -> JobType:
+    """Validate a JobType document.
+
+    Raises:
+        SpecError: with field paths, e.g. ``spec.env.RANK: unknown template variable 'rnak'``.
+    """
+    try:
+        return JobType.model_validate({k: v for k, v in raw.items() if k != "status"})
+    except ValidationError as err:
+        raise SpecError(
+            from_validation_error(err, fields_at=lambda loc: allowed_fields(JobType, loc)), source=source
+        ) from None
+
+
+def builtin_jobtypes() -> dict[str, JobType]:
+    """The JobTypes shipped with Phalanx: pytorch, tensorflow, mpi, jax, xgboost, generic."""
+    found: dict[str, JobType] = {}
+    folder = resources.files("phalanx.model") / "jobtypes"
+    for entry in sorted(folder.iterdir(), key=lambda item: item.name):
+        if entry.name.endswith(".yaml"):
+            jobtype = parse_jobtype(yaml.safe_load(entry.read_text(encoding="utf-8")), source=entry.name)
+            found[jobtype.metadata.name] = jobtype
+    return found
+
+
+def iter_kinds(documents: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Pairs of (kind, document), defaulting a missing kind to TrainingJob."""
+    for doc in documents:
+        yield str(doc.get("kind", "TrainingJob")), doc

@@ -1,0 +1,86 @@
+"""Node: what a machine has, as observed (never declared by users).
+
+A node lists its logical CPUs with their core, socket and NUMA ids, its memory and its GPUs with model, memory,
+NUMA affinity, health and the link matrix between them. The same shape comes from /sys and NVML on a real
+machine, from a simulated inventory file in tests and demos, and from the node agent on Kubernetes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from phalanx.model.base import API_VERSION, ApiModel
+from phalanx.model.meta import ObjectMeta
+
+# Link kinds between two GPUs, best first, as nvidia-smi topo prints them.
+GpuLink = Literal["NV", "PIX", "PXB", "PHB", "NODE", "SYS"]
+
+
+class CpuInfo(ApiModel):
+    """One logical CPU (a hardware thread)."""
+
+    id: int = Field(ge=0)
+    core: int = Field(default=0, ge=0, description="physical core id, unique within the socket")
+    socket: int = Field(default=0, ge=0)
+    numa: int = Field(default=0, ge=0)
+
+
+class GpuInfo(ApiModel):
+    """One GPU as the driver reports it."""
+
+    index: int = Field(ge=0)
+    uuid: str = ""
+    model: str = "unknown"
+    memory: int = Field(default=0, ge=0, description="bytes of device memory")
+    numa: int = Field(default=0, ge=0)
+    healthy: bool = True
+    nvlinks: dict[int, int] = Field(
+        default_factory=dict, description="peer GPU index -> number of NVLink links to it"
+    )
+
+
+class NodeSpec(ApiModel):
+    """What may be scheduled on the node."""
+
+    unschedulable: bool = False
+    reserved_cpus: list[int] = Field(default_factory=list, description="CPUs never handed to replicas")
+
+
+class NodeStatus(ApiModel):
+    """Inventory and health of the node."""
+
+    cpus: list[CpuInfo] = Field(default_factory=list)
+    memory: int = Field(default=0, ge=0, description="bytes of allocatable memory")
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    source: Literal["sysfs", "nvml", "simulated", "kubernetes"] = "sysfs"
+    heartbeat_time: datetime | None = None
+
+
+class Node(ApiModel):
+    """A machine that runs replicas."""
+
+    api_version: str = API_VERSION
+    kind: Literal["Node"] = "Node"
+    metadata: ObjectMeta
+    spec: NodeSpec = Field(default_factory=NodeSpec)
+    status: NodeStatus = Field(default_factory=NodeStatus)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> Node:
+        cpu_ids = [cpu.id for cpu in self.status.cpus]
+        if len(set(cpu_ids)) != len(cpu_ids):
+            raise ValueError("status.cpus: CPU ids must be unique")
+        gpu_ids = [gpu.index for gpu in self.status.gpus]
+        if len(set(gpu_ids)) != len(gpu_ids):
+            raise ValueError("status.gpus: GPU indices must be unique")
+        return self
+
+    def gpu_link(self, a: int, b: int) -> GpuLink:
+        """The best link between GPUs ``a`` and ``b``: NVLink, same NUMA node, or across sockets."""
+        gpus = {gpu.index: gpu for gpu in self.status.gpus}
+        if gpus[a].nvlinks.get(b, 0) > 0 or gpus[b].nvlinks.get(a, 0) > 0:
+            return "NV"
+        return "NODE" if gpus[a].numa == gpus[b].numa else "SYS"

@@ -1,0 +1,72 @@
+"""Replica: one running copy of a role, the embedded runtime's Pod.
+
+The controller creates Replica objects with a placement; the executor runs them and reports status; deleting a
+replica sets ``deletionTimestamp`` and the executor removes the object once its process group is gone. A name is
+``<job>-<role>-<index>``, so two copies of one replica can never exist at once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from phalanx.model.base import ApiModel
+from phalanx.model.jobs import ReplicaPlacement
+from phalanx.model.meta import ObjectMeta
+
+
+class ReplicaPhase(StrEnum):
+    """What the executor observed of a replica."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+def replica_name(job_name: str, role: str, index: int) -> str:
+    """The stable name of a replica; the same across restarts."""
+    return f"{job_name}-{role}-{index}"
+
+
+class ReplicaObjectSpec(ApiModel):
+    """What to run, fully rendered: the executor needs nothing else."""
+
+    job_name: str
+    job_uid: str
+    role: str
+    index: int = Field(ge=0)
+    attempt: int = Field(default=0, ge=0)
+    command: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    working_dir: str | None = None
+    placement: ReplicaPlacement
+    cpu_milli: int = 0
+    memory: int = 0
+    files: dict[str, str] = Field(default_factory=dict, description="relative path -> content (e.g. hostfile)")
+
+
+class ReplicaObjectStatus(ApiModel):
+    """What the executor saw."""
+
+    phase: ReplicaPhase = ReplicaPhase.PENDING
+    pid: int | None = None
+    process_start_ticks: int | None = Field(default=None, description="guards against pid reuse")
+    exit_code: int | None = None
+    start_time: datetime | None = None
+    finish_time: datetime | None = None
+    message: str = ""
+    log_path: str | None = None
+
+
+class Replica(ApiModel):
+    """One replica of a job."""
+
+    api_version: Literal["phalanx.dev/v1alpha1"] = "phalanx.dev/v1alpha1"
+    kind: Literal["Replica"] = "Replica"
+    metadata: ObjectMeta
+    spec: ReplicaObjectSpec
+    status: ReplicaObjectStatus = Field(default_factory=ReplicaObjectStatus)

@@ -1,0 +1,31 @@
+"""T-shirt sizes: named resource bundles for people who would rather not count millicores (as in FfDL).
+
+A size fills only the resource fields a template leaves unset, so ``size: large`` with ``gpu: 2`` means a large
+replica with two GPUs.
+"""
+
+from __future__ import annotations
+
+from phalanx.model.jobs import Resources, TShirtSize
+
+GIB = 2**30
+
+SIZES: dict[TShirtSize, Resources] = {
+    "small": Resources(cpu=1000, memory=2 * GIB, gpu=0),
+    "medium": Resources(cpu=2000, memory=8 * GIB, gpu=0),
+    "large": Resources(cpu=4000, memory=32 * GIB, gpu=1),
+    "xlarge": Resources(cpu=8000, memory=64 * GIB, gpu=4),
+}
+DEFAULT_SIZE: TShirtSize = "small"
+
+
+def fill_resources(explicit: Resources, *fallbacks: Resources) -> Resources:
+    """Return ``explicit`` with each unset field taken from the first fallback that sets it."""
+    values = explicit.model_dump()
+    for fallback in fallbacks:
+        for field, value in fallback.model_dump().items():
+            if values.get(field) is None and value is not None:
+                values[field] = value
+    if values.get("gpu_milli"):
+        values["gpu"] = 0
+    return Resources.model_validate(values)

@@ -1,0 +1,216 @@
+"""Turning a raw TrainingJob document into a validated, defaulted one — or into a list of field errors.
+
+Validation happens before anything is created. It checks the document's shape (pydantic), then what the shape
+cannot say alone: that the JobType exists, that roles and counts fit it, that every replica has a command,
+that ``minAvailable`` is reachable. Defaulting then fills each role's template from its JobType role and
+T-shirt size, so the stored spec is complete and the scheduler never guesses.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from phalanx.model.errors import FieldError, SpecError, from_validation_error
+from phalanx.model.jobs import ReplicaSpec, ReplicaTemplate, TrainingJob
+from phalanx.model.jobtypes import JobType
+from phalanx.model.sizes import DEFAULT_SIZE, SIZES, fill_resources
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_ENV_PREFIX = "PHALANX_"
+
+
+def allowed_fields(model: type[BaseModel], loc: Sequence[Any]) -> list[str]:
+    """The wire names of the fields allowed at ``loc`` inside ``model`` (for 'did you mean' hints)."""
+    current: Any = model
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = next(
+                (f for name, f in current.model_fields.items() if part in (name, f.alias)),
+                None,
+            )
+            if field is None:
+                return []
+            current = field.annotation
+        elif typing.get_origin(current) in (dict, Mapping):
+            current = typing.get_args(current)[1]
+        elif typing.get_origin(current) in (list, Sequence):
+            current = typing.get_args(current)[0]
+        else:
+            return []
+    current = _unwrap(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [field.alias or name for name, field in current.model_fields.items()]
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+            annotation = args[0] if len(args) == 1 else annotation
+            if len(args) != 1:
+                return annotation
+        else:
+            return annotation
+
+
+def parse_job(raw: Any, *, source: str | None = None) -> TrainingJob:
+    """Check the document's shape only (no JobType lookup, no defaults).
+
+    Raises:
+        SpecError: listing every shape problem with its field path.
+    """
+    if not isinstance(raw, Mapping):
+        raise SpecError([FieldError("", "a TrainingJob must be a mapping with metadata and spec")], source=source)
+    errors: list[FieldError] = []
+    kind = raw.get("kind", "TrainingJob")
+    if kind != "TrainingJob":
+        errors.append(FieldError("kind", f"must be TrainingJob, got {kind!r}"))
+    api_version = raw.get("apiVersion", "phalanx.dev/v1alpha1")
+    if api_version != "phalanx.dev/v1alpha1":
+        errors.append(FieldError("apiVersion", f"must be phalanx.dev/v1alpha1, got {api_version!r}"))
+    body = {key: value for key, value in raw.items() if key not in ("status", "kind", "apiVersion")}
+    try:
+        job = TrainingJob.model_validate(body)
+    except ValidationError as err:
+        errors.extend(from_validation_error(err, fields_at=lambda loc: allowed_fields(TrainingJob, loc)))
+        raise SpecError(errors, source=source) from None
+    if errors:
+        raise SpecError(errors, source=source)
+    return job
+
+
+def validate_job(
+    raw: Any, jobtypes: Mapping[str, JobType], *, source: str | None = None
+) -> TrainingJob:
+    """Validate and default a TrainingJob document against the known JobTypes.
+
+    Returns:
+        The job with every role's template complete (command, env, resources), status reset.
+
+    Raises:
+        SpecError: every problem found, each with its field path and a fix.
+    """
+    job = parse_job(raw, source=source)
+    errors = check_against_jobtype(job, jobtypes)
+    if errors:
+        raise SpecError(errors, source=source)
+    return apply_defaults(job, jobtypes[job.spec.type])
+
+
+def check_against_jobtype(job: TrainingJob, jobtypes: Mapping[str, JobType]) -> list[FieldError]:
+    """What the shape alone cannot tell: the JobType, its roles and counts, commands, names, paths."""
+    spec = job.spec
+    errors: list[FieldError] = []
+    jobtype = jobtypes.get(spec.type)
+    if jobtype is None:
+        close = difflib.get_close_matches(spec.type, list(jobtypes), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known types: {', '.join(sorted(jobtypes))}"
+        return [FieldError("spec.type", f"unknown job type {spec.type!r}; {hint}")]
+    roles = jobtype.spec.roles
+    for role_name, replica in spec.replicas.items():
+        path = f"spec.replicas.{role_name}"
+        if role_name not in roles and not jobtype.spec.allow_other_roles:
+            errors.append(
+                FieldError(path, f"job type {spec.type!r} has no role {role_name!r}; its roles are {sorted(roles)}")
+            )
+            continue
+        definition = roles.get(role_name)
+        if definition and definition.max_count is not None and replica.count > definition.max_count:
+            errors.append(
+                FieldError(
+                    f"{path}.count",
+                    f"role {role_name!r} of {spec.type!r} allows at most {definition.max_count}, "
+                    f"got {replica.count}",
+                )
+            )
+        role_command = definition.template.command if definition else []
+        if not replica.template.command and not role_command:
+            errors.append(
+                FieldError(f"{path}.template.command", "required: the program to run, e.g. [python, train.py]")
+            )
+        errors.extend(_check_env(replica.template.env, f"{path}.template.env"))
+        if replica.template.working_dir is not None and ".." in PurePosixPath(replica.template.working_dir).parts:
+            errors.append(FieldError(f"{path}.template.workingDir", "must not contain '..'"))
+    for role_name, definition in roles.items():
+        if definition.min_count > 0 and role_name not in spec.replicas:
+            errors.append(
+                FieldError(
+                    f"spec.replicas.{role_name}",
+                    f"job type {spec.type!r} needs at least {definition.min_count} {role_name!r} replica(s); "
+                    f"add replicas.{role_name}",
+                )
+            )
+    total = spec.total_replicas()
+    min_available = spec.scheduling.min_available
+    if min_available is not None and min_available > total:
+        errors.append(
+            FieldError(
+                "spec.scheduling.minAvailable",
+                f"must be <= the job's {total} replica(s), got {min_available}",
+            )
+        )
+    outputs = PurePosixPath(spec.outputs.path)
+    if outputs.is_absolute() or ".." in outputs.parts:
+        errors.append(
+            FieldError("spec.outputs.path", f"must be a relative path without '..', got {spec.outputs.path!r}")
+        )
+    if spec.run_policy.max_backoff_seconds < spec.run_policy.backoff_seconds:
+        errors.append(
+            FieldError("spec.runPolicy.maxBackoffSeconds", "must be >= runPolicy.backoffSeconds")
+        )
+    return errors
+
+
+def _check_env(env: Mapping[str, str], path: str) -> list[FieldError]:
+    errors = []
+    for key in env:
+        if not _ENV_NAME.match(key):
+            errors.append(
+                FieldError(f"{path}.{key}", "not a valid variable name: use letters, digits and '_', e.g. MY_VAR")
+            )
+        elif key.startswith(_RESERVED_ENV_PREFIX):
+            errors.append(FieldError(f"{path}.{key}", f"names starting with {_RESERVED_ENV_PREFIX} are reserved"))
+    return errors
+
+
+def apply_defaults(job: TrainingJob, jobtype: JobType) -> TrainingJob:
+    """Complete every role's template from the JobType role and the T-shirt sizes; reset the status."""
+    replicas: dict[str, ReplicaSpec] = {}
+    for role_name, replica in job.spec.replicas.items():
+        definition = jobtype.spec.roles.get(role_name)
+        template = replica.template
+        role_template = definition.template if definition else ReplicaTemplate()
+        size = template.size or job.spec.size
+        fallbacks = [definition.resources] if definition else []
+        if size is not None:
+            fallbacks.insert(0, SIZES[size])
+        fallbacks.append(SIZES[DEFAULT_SIZE])
+        resources = fill_resources(template.resources, role_template.resources, *fallbacks)
+        if resources.gpu_model is None and job.spec.scheduling.gpu_model:
+            resources = resources.model_copy(update={"gpu_model": job.spec.scheduling.gpu_model})
+        completed = template.model_copy(
+            update={
+                "command": template.command or role_template.command,
+                "args": template.args or role_template.args,
+                "env": {**role_template.env, **template.env},
+                "working_dir": template.working_dir or role_template.working_dir,
+                "image": template.image or role_template.image,
+                "resources": resources,
+            }
+        )
+        replicas[role_name] = replica.model_copy(update={"template": completed})
+    spec = job.spec.model_copy(update={"replicas": replicas})
+    return job.model_copy(update={"spec": spec, "status": type(job.status)()})
