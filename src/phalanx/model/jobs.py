@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PlainSerializer, field_validator, model_validator
 
-from phalanx.model.base import API_VERSION, ApiModel
+from phalanx.model.base import ApiModel
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.resources import (
     ResourceVector,
@@ -152,6 +152,9 @@ class Placement(StrEnum):
     AUTO = "auto"
 
 
+PRIORITY_CLASSES: dict[str, int] = {"low": -100, "normal": 0, "high": 100, "critical": 1000}
+
+
 class SchedulingPolicy(ApiModel):
     """Queue, priority and placement wishes."""
 
@@ -162,6 +165,10 @@ class SchedulingPolicy(ApiModel):
     placement: Placement = Placement.AUTO
     topology: Literal["none", "preferred", "required"] = "preferred"
     gpu_model: str | None = None
+
+    def effective_priority(self) -> int:
+        """The priority class's value when a class is named, else ``priority``."""
+        return PRIORITY_CLASSES.get(self.priority_class or "", self.priority)
 
 
 class Outputs(ApiModel):
@@ -238,6 +245,9 @@ class TrainingJobStatus(ApiModel):
     observed_generation: int = 0
     metrics: dict[str, float] = Field(default_factory=dict)
     artifacts: str | None = None
+    endpoints: dict[str, str] = Field(
+        default_factory=dict, description="replica name -> host:port for rendezvous (embedded runtime)"
+    )
 
 
 class TrainingJob(ApiModel):

@@ -64,7 +64,8 @@ class JobTypeSpec(ApiModel):
     description: str = ""
     roles: dict[str, RoleDefinition]
     rank_roles: list[str] | None = Field(
-        default=None, description="roles that get a global rank, in rank order; default: all, in declared order"
+        default=None,
+        description="roles that get a global rank, in rank order; default: all, in declared order",
     )
     success_roles: list[str] = Field(
         default_factory=list,
@@ -137,4 +138,3 @@ class JobType(ApiModel):
     kind: Literal["JobType"] = "JobType"
     metadata: ObjectMeta
     spec: JobTypeSpec
-

@@ -37,9 +37,7 @@ class GpuInfo(ApiModel):
     memory: int = Field(default=0, ge=0, description="bytes of device memory")
     numa: int = Field(default=0, ge=0)
     healthy: bool = True
-    nvlinks: dict[int, int] = Field(
-        default_factory=dict, description="peer GPU index -> number of NVLink links to it"
-    )
+    nvlinks: dict[int, int] = Field(default_factory=dict, description="peer GPU index -> number of NVLink links to it")
 
 
 class NodeSpec(ApiModel):

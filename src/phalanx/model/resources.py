@@ -74,9 +74,7 @@ def parse_memory(value: object) -> int:
     if isinstance(value, str) and (match := _QUANTITY.match(value)):
         suffix = match.group(2)
         if suffix not in _MEMORY_SUFFIXES:
-            raise QuantityError(
-                f"invalid memory unit {suffix!r} in {value!r}; use one of Ki, Mi, Gi, Ti or k, M, G, T"
-            )
+            raise QuantityError(f"invalid memory unit {suffix!r} in {value!r}; use one of Ki, Mi, Gi, Ti or k, M, G, T")
         try:
             return int(Decimal(match.group(1)) * _MEMORY_SUFFIXES[suffix])
         except InvalidOperation as err:  # pragma: no cover - the regex admits only decimals
@@ -142,9 +140,7 @@ class ResourceVector:
 
     def scaled(self, factor: int) -> ResourceVector:
         """Return this vector multiplied by an integer (e.g. a role's replica count)."""
-        return ResourceVector(
-            self.cpu_milli * factor, self.memory * factor, self.gpu * factor, self.gpu_milli * factor
-        )
+        return ResourceVector(self.cpu_milli * factor, self.memory * factor, self.gpu * factor, self.gpu_milli * factor)
 
     def fits_in(self, free: ResourceVector) -> bool:
         """Whether every component is at most the corresponding free amount."""

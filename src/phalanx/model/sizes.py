@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from phalanx.model.jobs import Resources, TShirtSize
 
-GIB = 2**30
-
+# Quantities are given in the wire notation (cores, binary units) and parsed like any spec.
 SIZES: dict[TShirtSize, Resources] = {
-    "small": Resources(cpu=1000, memory=2 * GIB, gpu=0),
-    "medium": Resources(cpu=2000, memory=8 * GIB, gpu=0),
-    "large": Resources(cpu=4000, memory=32 * GIB, gpu=1),
-    "xlarge": Resources(cpu=8000, memory=64 * GIB, gpu=4),
+    "small": Resources.model_validate({"cpu": 1, "memory": "2Gi", "gpu": 0}),
+    "medium": Resources.model_validate({"cpu": 2, "memory": "8Gi", "gpu": 0}),
+    "large": Resources.model_validate({"cpu": 4, "memory": "32Gi", "gpu": 1}),
+    "xlarge": Resources.model_validate({"cpu": 8, "memory": "64Gi", "gpu": 4}),
 }
 DEFAULT_SIZE: TShirtSize = "small"
 

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from phalanx.model.errors import FieldError, SpecError, from_validation_error
-from phalanx.model.jobs import ReplicaSpec, ReplicaTemplate, TrainingJob
+from phalanx.model.jobs import PRIORITY_CLASSES, ReplicaSpec, ReplicaTemplate, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.sizes import DEFAULT_SIZE, SIZES, fill_resources
 
@@ -92,9 +92,7 @@ def parse_job(raw: Any, *, source: str | None = None) -> TrainingJob:
     return job
 
 
-def validate_job(
-    raw: Any, jobtypes: Mapping[str, JobType], *, source: str | None = None
-) -> TrainingJob:
+def validate_job(raw: Any, jobtypes: Mapping[str, JobType], *, source: str | None = None) -> TrainingJob:
     """Validate and default a TrainingJob document against the known JobTypes.
 
     Returns:
@@ -132,8 +130,7 @@ def check_against_jobtype(job: TrainingJob, jobtypes: Mapping[str, JobType]) -> 
             errors.append(
                 FieldError(
                     f"{path}.count",
-                    f"role {role_name!r} of {spec.type!r} allows at most {definition.max_count}, "
-                    f"got {replica.count}",
+                    f"role {role_name!r} of {spec.type!r} allows at most {definition.max_count}, got {replica.count}",
                 )
             )
         role_command = definition.template.command if definition else []
@@ -162,15 +159,21 @@ def check_against_jobtype(job: TrainingJob, jobtypes: Mapping[str, JobType]) -> 
                 f"must be <= the job's {total} replica(s), got {min_available}",
             )
         )
+    priority_class = spec.scheduling.priority_class
+    if priority_class is not None and priority_class not in PRIORITY_CLASSES:
+        errors.append(
+            FieldError(
+                "spec.scheduling.priorityClass",
+                f"unknown priority class {priority_class!r}; use one of {', '.join(PRIORITY_CLASSES)}",
+            )
+        )
     outputs = PurePosixPath(spec.outputs.path)
     if outputs.is_absolute() or ".." in outputs.parts:
         errors.append(
             FieldError("spec.outputs.path", f"must be a relative path without '..', got {spec.outputs.path!r}")
         )
     if spec.run_policy.max_backoff_seconds < spec.run_policy.backoff_seconds:
-        errors.append(
-            FieldError("spec.runPolicy.maxBackoffSeconds", "must be >= runPolicy.backoffSeconds")
-        )
+        errors.append(FieldError("spec.runPolicy.maxBackoffSeconds", "must be >= runPolicy.backoffSeconds"))
     return errors
 
 

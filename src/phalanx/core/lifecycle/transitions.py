@@ -122,9 +122,7 @@ def transition(
         if condition.type == current:
             condition = condition.model_copy(update={"status": "False"})
         conditions.append(condition)
-    conditions.append(
-        Condition(type=target, status="True", reason=reason, message=message, last_transition_time=now)
-    )
+    conditions.append(Condition(type=target, status="True", reason=reason, message=message, last_transition_time=now))
     update: dict[str, object] = {
         "phase": target,
         "reason": reason,

@@ -54,6 +54,7 @@ class ReconcileInput:
         staging_error: why staging failed, if it did.
         outputs: what the Storing phase produced so far.
         now: the current time.
+
     """
 
     job: TrainingJob
@@ -117,6 +118,7 @@ class Plan:
         events: events to record.
         requeue_after: seconds after which the job must be reconciled again even if nothing changes
             (backoff timers, deadlines, TTL); None when only a change can matter.
+
     """
 
     status: TrainingJobStatus

@@ -1,0 +1,42 @@
+"""The local executor: replicas as CPU-pinned process groups, in cgroups where writable, that outlive us.
+
+``shim.py`` is deliberately not imported here: it runs as a separate, standard-library-only program.
+"""
+
+from phalanx.adapters.executor.cgroups import (
+    CgroupError,
+    CgroupLayout,
+    CgroupSetup,
+    create_cgroups,
+    detect_cgroups,
+    remove_cgroups,
+)
+from phalanx.adapters.executor.local import (
+    KILLED_EXIT_CODE,
+    LaunchError,
+    LaunchSpec,
+    LocalExecutor,
+    ProcessHandle,
+    ProcessState,
+    group_members,
+    read_affinity,
+    read_start_ticks,
+)
+
+__all__ = [
+    "KILLED_EXIT_CODE",
+    "CgroupError",
+    "CgroupLayout",
+    "CgroupSetup",
+    "LaunchError",
+    "LaunchSpec",
+    "LocalExecutor",
+    "ProcessHandle",
+    "ProcessState",
+    "create_cgroups",
+    "detect_cgroups",
+    "group_members",
+    "read_affinity",
+    "read_start_ticks",
+    "remove_cgroups",
+]

@@ -1,0 +1,254 @@
+"""The per-replica supervisor, run as ``python -I -S shim.py <run_dir>``: standard library only, no phalanx.
+
+One shim runs per replica, as the leader of a new session and process group that holds the replica's whole
+process tree. It exists so that a replica outlives the control plane that launched it: everything the control
+plane needs to learn later is left in files of ``<run_dir>``, not in the memory of a parent process.
+
+Protocol (the executor in ``local.py`` is the other side):
+
+- reads ``launch.json``: ``command``, ``env`` (the command's whole environment), ``working_dir``, ``cpus``,
+  ``log``, ``cgroup_procs`` (files to write our pid to), ``grace_seconds``;
+- joins the cgroups first, then pins CPUs: joining a v1 cpuset resets the affinity of the joining task, so the
+  other order would lose the pinning;
+- starts the command with stdout and stderr appended to the log, and writes ``started`` (the child's pid);
+- on SIGTERM/SIGINT forwards the signal to the child, unless the executor already signalled the whole
+  group (it leaves a ``terminate`` file first, so the child never gets the same signal twice), and SIGKILLs
+  the child if it is still alive ``grace_seconds`` later, so termination completes with no control plane;
+- when the child exits, SIGKILLs anything left in the group (as a container runtime does when PID 1 exits),
+  notes an OOM kill (``oom_killed``), leaves and removes its cgroups, then writes ``exit_code``: the child's
+  code, or 128+N when signal N killed it, as shells report it.
+
+Files are written to a temporary name and renamed, so a reader never sees half a number. If the shim itself is
+SIGKILLed there is no ``exit_code`` file and the executor reports 137.
+
+``-I -S`` keep start-up fast and immune to the user's ``PYTHONPATH`` and site-packages; the child still gets
+exactly the environment in ``launch.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+LAUNCH_FILE = "launch.json"
+STARTED_FILE = "started"
+EXIT_CODE_FILE = "exit_code"
+TERMINATE_FILE = "terminate"
+OOM_KILLED_FILE = "oom_killed"
+DEFAULT_GRACE_SECONDS = 10.0
+# Exit codes a shell uses when a command cannot be run.
+NOT_EXECUTABLE = 126
+NOT_FOUND = 127
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write a file under a temporary name, then rename it into place (rename is atomic on one filesystem)."""
+    temporary = f"{path}.tmp.{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
+
+
+class Shim:
+    """State shared between the main flow and the signal handlers."""
+
+    def __init__(self, run_dir: str, launch: dict[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.launch = launch
+        self.child: subprocess.Popen[bytes] | None = None
+        self.pending_signal: int | None = None
+        self.escalation_armed = False
+        self.log = open(launch["log"], "ab", buffering=0)  # noqa: SIM115 - lives as long as the shim
+
+    def note(self, message: str) -> None:
+        """Append one line of our own to the replica log (unbuffered, so it is never interleaved mid-line)."""
+        with contextlib.suppress(OSError):
+            self.log.write(f"[phalanx-shim] {message}\n".encode("utf-8", errors="replace"))
+
+    def join_cgroups(self) -> None:
+        """Write our pid to each prepared cgroup; the child inherits membership."""
+        for procs in self.launch.get("cgroup_procs") or []:
+            try:
+                with open(procs, "w", encoding="ascii") as handle:
+                    handle.write(str(os.getpid()))
+            except OSError as err:
+                self.note(f"warning: cannot join cgroup {os.path.dirname(procs)}: {err.strerror}")
+
+    def pin_cpus(self) -> None:
+        """Restrict ourselves (and so the child, which inherits the mask) to the replica's CPUs."""
+        cpus = self.launch.get("cpus")
+        if not cpus:
+            return
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError as err:
+            self.note(f"warning: cannot pin to CPUs {cpus}: {err.strerror}")
+
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        """Pass a termination request on, and arm the SIGKILL that follows the grace period."""
+        grace = float(self.launch.get("grace_seconds") or DEFAULT_GRACE_SECONDS)
+        group_signalled = False
+        try:
+            with open(os.path.join(self.run_dir, TERMINATE_FILE), encoding="utf-8") as handle:
+                grace = float(json.load(handle).get("grace_seconds", grace))
+            group_signalled = True
+        except (OSError, ValueError, AttributeError):
+            pass
+        if self.child is None:
+            self.pending_signal = signum
+        elif not group_signalled:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.child.pid, signum)
+        if not self.escalation_armed:
+            self.escalation_armed = True
+            signal.setitimer(signal.ITIMER_REAL, max(grace, 0.001))
+
+    def on_alarm(self, _signum: int, _frame: FrameType | None) -> None:
+        """End the grace period: SIGKILL the child; the group sweep after it exits gets the rest."""
+        if self.child is not None:
+            self.note("grace period over; sending SIGKILL")
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.child.pid, signal.SIGKILL)
+
+    def start(self) -> int | None:
+        """Start the command; return an exit code instead when it cannot be started."""
+        if self.pending_signal is not None:
+            # Terminated before the command even started: do not start it at all.
+            return 128 + self.pending_signal
+        # The launcher decided the complete environment; our own (the control plane's) is not passed on.
+        env = dict(self.launch.get("env") or {})
+        command = self.launch["command"]
+        try:
+            self.child = subprocess.Popen(
+                command,
+                cwd=self.launch.get("working_dir") or None,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=self.log,
+                stderr=self.log,
+                close_fds=True,
+            )
+        except PermissionError as err:
+            self.note(f"cannot start {command[0]!r}: {err}")
+            return NOT_EXECUTABLE
+        except OSError as err:
+            self.note(f"cannot start {command[0]!r}: {err}")
+            return NOT_FOUND
+        write_atomically(os.path.join(self.run_dir, STARTED_FILE), f"{self.child.pid}\n")
+        if self.pending_signal is not None:
+            # A termination request arrived while the child was being created: deliver it now.
+            os.kill(self.child.pid, self.pending_signal)
+        return None
+
+    def wait(self) -> int:
+        """Wait for the child and return its exit code in shell convention."""
+        assert self.child is not None
+        code = self.child.wait()
+        return 128 - code if code < 0 else code
+
+    def leave_cgroups(self) -> None:
+        """Record an OOM kill, then move back to the launcher's cgroups and remove ours.
+
+        Removing them here means no cgroup leaks even if no control plane ever calls ``cleanup``; a directory
+        that cannot be removed yet (a process still exiting) is left for ``cleanup``.
+        """
+        directories = [str(item) for item in self.launch.get("cgroups") or []]
+        kills = sum(_oom_kills(directory) for directory in directories)
+        if kills:
+            self.note("the command was killed by the OOM killer: it exceeded its memory limit")
+            write_atomically(os.path.join(self.run_dir, OOM_KILLED_FILE), f"{kills}\n")
+        for directory in directories:
+            # Replica cgroups are <launcher's cgroup>/phalanx/<name>: go home two levels up.
+            home = os.path.dirname(os.path.dirname(directory))
+            try:
+                with open(os.path.join(home, "cgroup.procs"), "w", encoding="ascii") as handle:
+                    handle.write(str(os.getpid()))
+            except OSError:
+                continue
+        for directory in directories:
+            for path in (directory, os.path.dirname(directory)):
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    # Busy (a sibling replica, a process still exiting) or already gone: cleanup() retries.
+                    break
+
+    def sweep_group(self, deadline_seconds: float = 5.0) -> None:
+        """SIGKILL every other live process of our group until none is left (or the deadline passes)."""
+        me = os.getpid()
+        deadline = time.monotonic() + deadline_seconds
+        while time.monotonic() < deadline:
+            members = [pid for pid in _group_members(me) if pid != me]
+            if not members:
+                return
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            # Killed processes take a moment to become zombies; look again shortly.
+            time.sleep(0.01)
+
+
+def _oom_kills(directory: str) -> int:
+    """Count OOM kills in a memory cgroup (v1 ``memory.oom_control``, v2 ``memory.events``)."""
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            with open(os.path.join(directory, name), encoding="ascii") as handle:
+                for line in handle:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid``, from /proc."""
+    members: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        # After the command name: state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def main(argv: list[str]) -> int:
+    """Run one replica to completion; returns the shim's own exit status (the child's code)."""
+    if len(argv) != 2:
+        sys.stderr.write("usage: shim.py <run_dir>\n")
+        return 2
+    run_dir = argv[1]
+    with open(os.path.join(run_dir, LAUNCH_FILE), encoding="utf-8") as handle:
+        launch = json.load(handle)
+    shim = Shim(run_dir, launch)
+    signal.signal(signal.SIGTERM, shim.on_signal)
+    signal.signal(signal.SIGINT, shim.on_signal)
+    signal.signal(signal.SIGALRM, shim.on_alarm)
+    shim.join_cgroups()
+    shim.pin_cpus()
+    failed = shim.start()
+    code = failed if failed is not None else shim.wait()
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    shim.sweep_group()
+    shim.leave_cgroups()
+    write_atomically(os.path.join(run_dir, EXIT_CODE_FILE), f"{code}\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

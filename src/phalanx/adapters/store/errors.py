@@ -1,0 +1,62 @@
+"""Errors raised by the state stores.
+
+Every store failure is a ``StoreError`` so callers can catch one type at the edge (CLI, REST) and still tell
+the cases that need different handling apart: a missing object (``NotFoundError``, HTTP 404), a name already
+taken (``AlreadyExistsError``, 409), a lost optimistic-concurrency race (``ConflictError``, 409: re-read and
+retry) and a change feed read from a point that was compacted away (``ChangesExpiredError``, 410: list again).
+Messages name the object as ``Kind namespace/name`` so they can be shown to a user as they are.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """The state store failed or refused an operation."""
+
+
+class NotFoundError(StoreError):
+    """The object does not exist."""
+
+    def __init__(self, kind: str, namespace: str, name: str) -> None:
+        super().__init__(f"{kind} {namespace}/{name} not found")
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+
+
+class AlreadyExistsError(StoreError):
+    """An object of that kind, namespace and name exists already."""
+
+    def __init__(self, kind: str, namespace: str, name: str) -> None:
+        super().__init__(f"{kind} {namespace}/{name} already exists; delete it first or choose another name")
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+
+
+class ConflictError(StoreError):
+    """The object changed since the caller read it (its resourceVersion moved on)."""
+
+    def __init__(self, kind: str, namespace: str, name: str, *, current: str, expected: str | None) -> None:
+        had = expected if expected is not None else "none"
+        super().__init__(
+            f"{kind} {namespace}/{name} was modified (resourceVersion {current}, you had {had}); "
+            "re-read and retry"
+        )
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.current = current
+        self.expected = expected
+
+
+class ChangesExpiredError(StoreError):
+    """The change feed no longer holds the changes after the requested sequence number."""
+
+    def __init__(self, after_seq: int, compacted_through: int) -> None:
+        super().__init__(
+            f"changes after {after_seq} were compacted (the feed starts after {compacted_through}); "
+            "list the objects again and follow the feed from latest_seq()"
+        )
+        self.after_seq = after_seq
+        self.compacted_through = compacted_through

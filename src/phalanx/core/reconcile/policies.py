@@ -1,0 +1,134 @@
+"""The success and restart policies: when a job has succeeded, and what a replica failure leads to.
+
+Both are pure functions of the job's spec, its JobType and the replicas observed, so the planner can ask them
+at any time and get the same answer for the same world.
+
+Success (from the JobType): the first of ``successRoles`` that the job has decides — every placed replica of
+that role must have succeeded; when the job has none of those roles, every placed replica of every role that
+is not a service role must have succeeded. Only placed replicas count, so a job admitted with
+``minAvailable`` succeeds on the replicas it actually ran.
+
+Restart (from ``runPolicy``): ``Never`` fails the job; ``OnFailure`` retries; ``ExitCode`` retries only exit
+codes listed in ``retryableExitCodes`` (a replica with no exit code — lost, never started — is retried, as it
+says nothing about the program). A retry past ``backoffLimit`` restarts fails the job. Several replicas
+failing at once count as one restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from phalanx.core.reconcile.types import ObservedReplica
+from phalanx.model.jobs import RestartPolicy, RunPolicy, TrainingJob
+from phalanx.model.jobtypes import JobType
+from phalanx.model.replicas import ReplicaPhase, replica_name
+
+# 2**60 seconds is far past any maxBackoffSeconds; capping the exponent keeps the float finite.
+_MAX_BACKOFF_EXPONENT = 60
+
+
+def deciding_roles(job: TrainingJob, jobtype: JobType) -> list[str]:
+    """Return the roles whose replicas must all succeed for the job to succeed."""
+    for role in jobtype.spec.success_roles:
+        if role in job.spec.replicas:
+            return [role]
+    workers = [role for role in job.spec.replicas if role not in jobtype.spec.service_roles]
+    return workers or list(job.spec.replicas)
+
+
+def success_message(
+    job: TrainingJob, jobtype: JobType, replicas: Mapping[str, ObservedReplica], placed: Collection[str]
+) -> str | None:
+    """Why the job has succeeded, or None while it has not.
+
+    Args:
+        job: the job.
+        jobtype: its JobType.
+        replicas: the replicas observed, by name.
+        placed: names of the replicas that have a placement.
+
+    """
+    roles = deciding_roles(job, jobtype)
+    deciding = [
+        name
+        for role in roles
+        for index in range(job.spec.replicas[role].count)
+        if (name := replica_name(job.metadata.name, role, index)) in placed
+    ]
+    if not deciding:
+        return None
+    for name in deciding:
+        replica = replicas.get(name)
+        if replica is None or replica.phase != ReplicaPhase.SUCCEEDED:
+            return None
+    return f"every {'/'.join(roles)} replica succeeded ({len(deciding)} of {len(deciding)})"
+
+
+@dataclass(frozen=True, slots=True)
+class RestartDecision:
+    """What a failure leads to.
+
+    Attributes:
+        retry: True to restart, False to fail the job.
+        reason: the condition and event reason.
+        message: one sentence naming the replica and its exit code.
+        culprit: the replica the message names.
+
+    """
+
+    retry: bool
+    reason: str
+    message: str
+    culprit: ObservedReplica
+
+
+def describe_failure(replica: ObservedReplica) -> str:
+    """Say how a replica failed: ``replica q-worker-1 failed with exit code 3`` or its message."""
+    if replica.exit_code is not None:
+        return f"replica {replica.name} failed with exit code {replica.exit_code}"
+    detail = f": {replica.message}" if replica.message else " without an exit code"
+    return f"replica {replica.name} failed{detail}"
+
+
+def decide_restart(policy: RunPolicy, failed: Sequence[ObservedReplica], *, restarts: int) -> RestartDecision:
+    """Whether the job retries after ``failed`` replicas failed (at least one), given the restarts so far."""
+    if not failed:
+        raise ValueError("decide_restart needs at least one failed replica")
+    restart_policy = RestartPolicy(policy.restart_policy)
+    if restart_policy == RestartPolicy.NEVER:
+        culprit = failed[0]
+        return RestartDecision(
+            False, "ReplicaFailed", f"{describe_failure(culprit)}; restartPolicy is Never", culprit
+        )
+    if restart_policy == RestartPolicy.EXIT_CODE:
+        for replica in failed:
+            if replica.exit_code is not None and replica.exit_code not in policy.retryable_exit_codes:
+                codes = ", ".join(str(code) for code in policy.retryable_exit_codes) or "none"
+                return RestartDecision(
+                    False,
+                    "ReplicaFailed",
+                    f"{describe_failure(replica)}, which is not retryable (retryableExitCodes: {codes})",
+                    replica,
+                )
+    culprit = failed[0]
+    if restarts >= policy.backoff_limit:
+        return RestartDecision(
+            False,
+            "BackoffLimitExceeded",
+            f"{describe_failure(culprit)}; {restarts} restarts reached backoffLimit {policy.backoff_limit}",
+            culprit,
+        )
+    return RestartDecision(
+        True,
+        "ReplicaFailed",
+        f"{describe_failure(culprit)}; restart {restarts + 1} of {policy.backoff_limit} "
+        f"in {backoff_delay(policy, restarts):g}s",
+        culprit,
+    )
+
+
+def backoff_delay(policy: RunPolicy, restarts: int) -> float:
+    """Seconds to wait before restart number ``restarts + 1``: doubling from ``backoffSeconds``, capped."""
+    delay = policy.backoff_seconds * 2.0 ** min(restarts, _MAX_BACKOFF_EXPONENT)
+    return float(min(delay, policy.max_backoff_seconds))

@@ -1,0 +1,315 @@
+"""Rendezvous: the environment each replica receives, rendered from its JobType's templates.
+
+This module owns the meaning of the template language declared in ``phalanx.model.jobtypes``
+(``TEMPLATE_VARIABLES``, ``TEMPLATE_FUNCTIONS``, ``TEMPLATE_PATTERN``): ranks, world size, node-local ranks,
+the coordinator, ``TF_CONFIG`` and the MPI hostfile. It is pure: the backend supplies where every replica
+listens (an ``AddressBook``: loopback with one port per replica in the embedded runtime, DNS names with the
+JobType's port on Kubernetes) and on which node each runs, so every backend renders the same environment.
+
+Invariants:
+    - Ranks follow ``JobTypeSpec.ranked_roles()`` restricted to the roles the job has; for a JobType with
+      ``allowOtherRoles`` the job's undeclared roles follow, in the job's order. Indices run within a role.
+    - A value is computed only when a template names it, so an address book only needs the replicas the
+      templates actually refer to.
+    - ``PHALANX_*`` variables are always set by Phalanx and cannot be overridden by the user's env.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from phalanx.model.jobs import TrainingJob
+from phalanx.model.jobtypes import TEMPLATE_PATTERN, JobType
+from phalanx.model.replicas import replica_name
+
+RESERVED_ENV_PREFIX = "PHALANX_"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where one replica listens for its peers."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+AddressBook = Mapping[str, Endpoint]
+"""Replica name -> endpoint, supplied by the backend."""
+
+
+class RendezvousError(ValueError):
+    """A template cannot be rendered for this job (a missing address or node, an absent role)."""
+
+
+def ranked_roles(job: TrainingJob, jobtype: JobType | None) -> list[str]:
+    """Return the job's roles that get a global rank, in rank order.
+
+    Without a JobType every role of the job is ranked, in the job's order.
+    """
+    if jobtype is None:
+        return list(job.spec.replicas)
+    roles = [role for role in jobtype.spec.ranked_roles() if role in job.spec.replicas]
+    if jobtype.spec.allow_other_roles:
+        roles += [role for role in job.spec.replicas if role not in jobtype.spec.roles]
+    return roles
+
+
+def replica_names(job: TrainingJob, jobtype: JobType | None = None) -> list[tuple[str, int, str]]:
+    """Every replica of the job as ``(role, index, name)``: ranked replicas in rank order, then the others.
+
+    Args:
+        job: the job.
+        jobtype: its JobType, which decides the rank order; without it, the job's role order is used.
+
+    """
+    ranked = ranked_roles(job, jobtype)
+    roles = ranked + [role for role in job.spec.replicas if role not in ranked]
+    return [
+        (role, index, replica_name(job.metadata.name, role, index))
+        for role in roles
+        for index in range(job.spec.replicas[role].count)
+    ]
+
+
+def render_replica_env(
+    job: TrainingJob,
+    jobtype: JobType,
+    role: str,
+    index: int,
+    addresses: AddressBook,
+    *,
+    node_of: Mapping[str, str],
+    output_dir: str,
+    hostfile_path: str,
+) -> dict[str, str]:
+    """Render the environment of one replica.
+
+    Layers, later ones winning: the JobType's ``env``, its role's ``env`` (both rendered), the ``PHALANX_*``
+    variables, then the replica template's own env taken literally (without ``PHALANX_*`` keys, which are
+    reserved).
+
+    Args:
+        job: the job (its spec decides roles and counts).
+        jobtype: the job's JobType.
+        role: the replica's role.
+        index: the replica's index within its role.
+        addresses: where replicas listen, by replica name.
+        node_of: replica name -> node name; replicas missing here (not placed yet) are left out of the
+            node-local counts.
+        output_dir: where the replica writes outputs.
+        hostfile_path: where the replica finds the MPI hostfile.
+
+    Raises:
+        RendezvousError: the role or index is not in the job, or a template needs an address or node that
+            was not supplied.
+
+    """
+    if role not in job.spec.replicas or not 0 <= index < job.spec.replicas[role].count:
+        raise RendezvousError(f"the job {job.metadata.name!r} has no replica {role}[{index}]")
+    context = _Context(
+        job=job,
+        jobtype=jobtype,
+        role=role,
+        index=index,
+        addresses=addresses,
+        node_of=node_of,
+        output_dir=output_dir,
+        hostfile_path=hostfile_path,
+    )
+    env: dict[str, str] = {}
+    definition = jobtype.spec.roles.get(role)
+    layers = [("env", jobtype.spec.env)]
+    if definition is not None:
+        layers.append((f"roles.{role}.env", definition.env))
+    for where, templates in layers:
+        for key, template in templates.items():
+            env[key] = context.render(template, where=f"{jobtype.metadata.name}: {where}.{key}")
+    rank = context.rank()
+    env.update(
+        {
+            "PHALANX_JOB_NAME": job.metadata.name,
+            "PHALANX_NAMESPACE": job.metadata.namespace,
+            "PHALANX_JOB_UID": job.metadata.uid or "",
+            "PHALANX_ROLE": role,
+            "PHALANX_REPLICA_INDEX": str(index),
+            "PHALANX_RANK": "" if rank is None else str(rank),
+            "PHALANX_WORLD_SIZE": str(len(context.ranked)),
+            "PHALANX_OUTPUT_DIR": output_dir,
+        }
+    )
+    for key, value in job.spec.replicas[role].template.env.items():
+        if not key.startswith(RESERVED_ENV_PREFIX):
+            env[key] = value
+    return env
+
+
+def render_hostfile(job: TrainingJob, jobtype: JobType, addresses: AddressBook) -> str:
+    """Render an MPI hostfile: ``HOST slots=N`` per host of the replicas of the JobType's ``hostfileRoles``.
+
+    Replicas that share a host (every replica is on 127.0.0.1 in the embedded runtime) are merged into one
+    line whose slots are summed; hosts keep the order of their first replica.
+
+    Raises:
+        RendezvousError: a listed replica has no address.
+
+    """
+    slots: dict[str, int] = {}
+    for role in jobtype.spec.hostfile_roles:
+        replica = job.spec.replicas.get(role)
+        for index in range(replica.count if replica else 0):
+            name = replica_name(job.metadata.name, role, index)
+            endpoint = addresses.get(name)
+            if endpoint is None:
+                raise RendezvousError(f"hostfile: no address for replica {name!r}")
+            slots[endpoint.host] = slots.get(endpoint.host, 0) + jobtype.spec.slots_per_host
+    return "".join(f"{host} slots={count}\n" for host, count in slots.items())
+
+
+class _Context:
+    """The values templates may name, for one replica, computed on first use."""
+
+    def __init__(
+        self,
+        *,
+        job: TrainingJob,
+        jobtype: JobType,
+        role: str,
+        index: int,
+        addresses: AddressBook,
+        node_of: Mapping[str, str],
+        output_dir: str,
+        hostfile_path: str,
+    ) -> None:
+        self.job = job
+        self.role = role
+        self.index = index
+        self.name = replica_name(job.metadata.name, role, index)
+        self.addresses = addresses
+        self.node_of = node_of
+        self.ranked_role_names = ranked_roles(job, jobtype)
+        self.ranked = [
+            (r, i, replica_name(job.metadata.name, r, i))
+            for r in self.ranked_role_names
+            for i in range(job.spec.replicas[r].count)
+        ]
+        self.variables: dict[str, Callable[[], str]] = {
+            "job_name": lambda: job.metadata.name,
+            "namespace": lambda: job.metadata.namespace,
+            "job_uid": lambda: job.metadata.uid or "",
+            "role": lambda: role,
+            "index": lambda: str(index),
+            "rank": lambda: _text(self.rank()),
+            "local_rank": lambda: str(self._local()[0]),
+            "local_world_size": lambda: str(self._local()[1]),
+            "node_rank": lambda: str(self._nodes()[0]),
+            "num_nodes": lambda: str(self._nodes()[1]),
+            "world_size": lambda: str(len(self.ranked)),
+            "host": lambda: self.endpoint(self.name).host,
+            "port": lambda: str(self.endpoint(self.name).port),
+            "coordinator_host": lambda: self.endpoint(self.coordinator()).host,
+            "coordinator_port": lambda: str(self.endpoint(self.coordinator()).port),
+            "tf_config": self.tf_config,
+            "hostfile": lambda: hostfile_path,
+            "output_dir": lambda: output_dir,
+        }
+
+    def render(self, template: str, *, where: str) -> str:
+        """Replace every ``{{ ... }}`` in ``template``."""
+
+        def substitute(match: re.Match[str]) -> str:
+            name, args = match.group(1), match.group(2)
+            try:
+                if args is None:
+                    if name not in self.variables:
+                        raise RendezvousError(f"unknown template variable {name!r}")
+                    return self.variables[name]()
+                return self.function(name, [part.strip() for part in args.split(",")])
+            except RendezvousError as err:
+                raise RendezvousError(f"{where}: {err}") from None
+
+        return TEMPLATE_PATTERN.sub(substitute, template)
+
+    def function(self, name: str, args: list[str]) -> str:
+        """Evaluate ``name(args)``."""
+        role = args[0]
+        count = self.job.spec.replicas[role].count if role in self.job.spec.replicas else 0
+        if name == "count":
+            return str(count)
+        if name == "hosts":
+            return ",".join(
+                str(self.endpoint(replica_name(self.job.metadata.name, role, i))) for i in range(count)
+            )
+        if name in ("host", "port") and len(args) == 2 and args[1].isdigit():
+            index = int(args[1])
+            if index >= count:
+                raise RendezvousError(f"{name}({role}, {index}): the job has {count} {role!r} replica(s)")
+            endpoint = self.endpoint(replica_name(self.job.metadata.name, role, index))
+            return endpoint.host if name == "host" else str(endpoint.port)
+        raise RendezvousError(f"unknown template function {name}({', '.join(args)})")
+
+    def endpoint(self, name: str) -> Endpoint:
+        """Look up the address of a replica, by name."""
+        endpoint = self.addresses.get(name)
+        if endpoint is None:
+            raise RendezvousError(f"no address for replica {name!r}")
+        return endpoint
+
+    def rank(self) -> int | None:
+        """Return the global rank of this replica, or None for a role outside the ranked roles."""
+        for rank, (_, _, name) in enumerate(self.ranked):
+            if name == self.name:
+                return rank
+        return None
+
+    def coordinator(self) -> str:
+        """Return the name of the rank-0 replica."""
+        if not self.ranked:
+            raise RendezvousError("the job has no ranked replica to coordinate it")
+        return self.ranked[0][2]
+
+    def tf_config(self) -> str:
+        """Render TF_CONFIG: the cluster of ranked roles and this replica's task, as compact JSON."""
+        cluster = {
+            role: [
+                str(self.endpoint(replica_name(self.job.metadata.name, role, i)))
+                for i in range(self.job.spec.replicas[role].count)
+            ]
+            for role in self.ranked_role_names
+        }
+        config = {"cluster": cluster, "task": {"type": self.role, "index": self.index}}
+        return json.dumps(config, separators=(",", ":"))
+
+    def _group(self) -> list[str]:
+        # Node-local numbering runs over the ranked replicas for a ranked replica, and over the replica's own
+        # role otherwise (an evaluator counts evaluators), in rank order; unplaced replicas are left out.
+        if self.rank() is not None:
+            names = [name for _, _, name in self.ranked]
+        else:
+            names = [
+                replica_name(self.job.metadata.name, self.role, i)
+                for i in range(self.job.spec.replicas[self.role].count)
+            ]
+        if self.name not in self.node_of:
+            raise RendezvousError(f"no node known for replica {self.name!r}")
+        return [name for name in names if name in self.node_of]
+
+    def _local(self) -> tuple[int, int]:
+        group = self._group()
+        node = self.node_of[self.name]
+        peers = [name for name in group if self.node_of[name] == node]
+        return peers.index(self.name), len(peers)
+
+    def _nodes(self) -> tuple[int, int]:
+        group = self._group()
+        nodes = list(dict.fromkeys(self.node_of[name] for name in group))
+        return nodes.index(self.node_of[self.name]), len(nodes)
+
+
+def _text(value: int | None) -> str:
+    return "" if value is None else str(value)

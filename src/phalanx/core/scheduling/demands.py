@@ -1,0 +1,102 @@
+"""What one replica takes from a node, in the units node accounting uses.
+
+A ``ReplicaRequest`` says ``cpu_milli=2000``; a node cares whether that means two exclusive CPUs or 2000
+millicores from the shared pool. ``Demand`` makes that split once per replica (the kubelet static CPU
+manager rule: a positive whole number of CPUs is exclusive, anything else is shared), so filters, device
+choice and reasons all read the same numbers. ``Demand`` is frozen and hashable: the gang placer uses it as a
+cache key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from phalanx.core.scheduling.types import ReplicaRequest
+
+# Thousandths of a CPU or of a GPU in one whole CPU or GPU.
+MILLI = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """One replica's needs, split the way a node accounts for them.
+
+    Attributes:
+        exclusive_cpus: logical CPUs the replica gets for itself (kubelet static CPU manager semantics).
+        shared_cpu_milli: millicores taken from the node's shared pool (fractional CPU requests).
+        memory: bytes.
+        gpus: whole GPUs.
+        gpu_milli: a share of one GPU in thousandths; 0 when whole GPUs are asked for.
+        gpu_model: the required GPU model, case-folded, or None for any (only set when GPUs are asked for).
+
+    """
+
+    exclusive_cpus: int = 0
+    shared_cpu_milli: int = 0
+    memory: int = 0
+    gpus: int = 0
+    gpu_milli: int = 0
+    gpu_model: str | None = None
+
+    @property
+    def cpu_milli(self) -> int:
+        """All CPU asked for, in millicores, exclusive or shared."""
+        return self.exclusive_cpus * MILLI + self.shared_cpu_milli
+
+    def __add__(self, other: Demand) -> Demand:
+        return Demand(
+            exclusive_cpus=self.exclusive_cpus + other.exclusive_cpus,
+            shared_cpu_milli=self.shared_cpu_milli + other.shared_cpu_milli,
+            memory=self.memory + other.memory,
+            gpus=self.gpus + other.gpus,
+            gpu_milli=self.gpu_milli + other.gpu_milli,
+            gpu_model=_common_model(self, other),
+        )
+
+    @property
+    def wants_gpu(self) -> bool:
+        """Whether any GPU, whole or shared, is asked for."""
+        return bool(self.gpus or self.gpu_milli)
+
+
+def _common_model(a: Demand, b: Demand) -> str | None:
+    # A side that asks for no GPU does not constrain the model; two GPU sides must agree.
+    if not a.wants_gpu:
+        return b.gpu_model
+    if not b.wants_gpu:
+        return a.gpu_model
+    return a.gpu_model if a.gpu_model == b.gpu_model else None
+
+
+def demand_of(replica: ReplicaRequest) -> Demand:
+    """Split a replica's request into exclusive and shared CPU, memory and GPUs.
+
+    ``gpu_milli`` is read only when no whole GPU is asked for (the API forbids both at once). The GPU model is
+    kept only when the replica asks for some GPU: a model wish on a CPU-only replica constrains nothing.
+    """
+    resources = replica.resources
+    cpu_milli = max(0, resources.cpu_milli)
+    exclusive = cpu_milli // MILLI if cpu_milli and cpu_milli % MILLI == 0 else 0
+    gpus = max(0, resources.gpu)
+    gpu_milli = max(0, resources.gpu_milli) if gpus == 0 else 0
+    wants_gpu = bool(gpus or gpu_milli)
+    return Demand(
+        exclusive_cpus=exclusive,
+        shared_cpu_milli=0 if exclusive else cpu_milli,
+        memory=max(0, resources.memory),
+        gpus=gpus,
+        gpu_milli=gpu_milli,
+        gpu_model=replica.gpu_model.casefold() if wants_gpu and replica.gpu_model else None,
+    )
+
+
+def total_demand(demands: Iterable[Demand]) -> Demand:
+    """Add several demands up (the GPU model survives only if every GPU-asking one shares it)."""
+    demands = list(demands)
+    if not demands:
+        return Demand()
+    result = demands[0]
+    for demand in demands[1:]:
+        result = result + demand
+    return result

@@ -1,0 +1,408 @@
+"""The ``phalanx`` command: kubectl-like verbs over the embedded runtime.
+
+Exit codes: 0 success; 1 the job failed (``run``) or an operation failed; 2 invalid input (a spec error,
+an unknown resource); 3 the job was halted while ``run`` followed it.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, follow
+from phalanx.entrypoints.cli.render import (
+    as_wire,
+    jobs_table,
+    jobtypes_table,
+    nodes_table,
+    print_description,
+    styled_phase,
+)
+from phalanx.entrypoints.client import Client
+from phalanx.model.errors import SpecError
+from phalanx.model.jobs import Phase
+from phalanx.model.loading import dump_json, dump_yaml, read_documents
+from phalanx.model.replicas import Replica
+from phalanx.services.daemon import DaemonError, current_leader, start_control_plane
+from phalanx.services.operations import OperationError
+from phalanx.services.scheduler import holdings_of
+
+app = typer.Typer(
+    name="phalanx",
+    help="Run ML training jobs: gang-scheduled, pinned to CPUs and GPUs, with a lifecycle you can read.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+# Pipes and CI logs get wide lines instead of rich's 80-column default, so tables and messages do not fold.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
+
+
+class Output(StrEnum):
+    """Output formats."""
+
+    TABLE = "table"
+    WIDE = "wide"
+    YAML = "yaml"
+    JSON = "json"
+
+
+class Resource(StrEnum):
+    """What `get` lists."""
+
+    JOBS = "jobs"
+    JOB = "job"
+    NODES = "nodes"
+    NODE = "node"
+    JOBTYPES = "jobtypes"
+    JOBTYPE = "jobtype"
+
+
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option("--state-dir", envvar="PHALANX_HOME", help="State directory (default: ~/.local/share/phalanx)."),
+]
+NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Namespace of the job.")]
+OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table, wide, yaml or json.")]
+
+
+def _client(state_dir: Path | None, namespace: str = "default") -> Client:
+    return Client(state_dir=state_dir, namespace=namespace)
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {escape(message)}")
+    raise typer.Exit(code)
+
+
+def _spec_error(err: SpecError) -> NoReturn:
+    where = f"{err.source}: " if err.source else ""
+    err_console.print(f"[bold red]error:[/] {escape(where)}invalid spec, nothing was created:")
+    for item in err.errors:
+        err_console.print(f"  [yellow]{escape(item.path or '(document)')}[/]: {escape(item.message)}")
+    raise typer.Exit(2)
+
+
+def _print_objects(objects: list, output: Output) -> None:  # type: ignore[type-arg]
+    data = as_wire(objects)
+    sys.stdout.write(dump_json(data) + "\n" if output == Output.JSON else dump_yaml(data))
+
+
+@app.command()
+def run(
+    file: Annotated[Path, typer.Argument(help="A TrainingJob YAML/JSON file (JobTypes in it are created too).")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = "default",
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Submit and return at once.")] = False,
+    logs: Annotated[bool, typer.Option("--logs/--no-logs", help="Stream replica logs.")] = True,
+    inventory: Annotated[
+        Path | None, typer.Option(help="Start the control plane on simulated nodes (YAML of Node objects).")
+    ] = None,
+) -> None:
+    """Submit a job, starting the local control plane if needed, and follow it to the end."""
+    with _client(state_dir, namespace) as client:
+        try:
+            documents = read_documents(file)
+            client.ops.validate(documents, source=str(file))
+        except SpecError as err:
+            _spec_error(err)
+        try:
+            leader, started = start_control_plane(client.layout, inventory=inventory)
+        except DaemonError as err:
+            _fail(str(err))
+        console.print(
+            f"[dim]control plane {'started' if started else 'running'} (pid {leader.pid}); "
+            f"state in {client.layout.root}[/]"
+        )
+        try:
+            submitted = client.submit(file, replace_finished=True)
+        except SpecError as err:
+            _spec_error(err)
+        except OperationError as err:
+            _fail(str(err))
+        jobs = [s for s in submitted if s.kind == "TrainingJob"]
+        for item in submitted:
+            verb = "replaced" if item.replaced else "created"
+            console.print(f"{item.kind.lower()}/{item.name} {verb}")
+        if detach or not jobs:
+            return
+        name = jobs[0].name
+        final = follow(client, name, console, show_logs=logs)
+        _summary(client, final)
+        phase = Phase(final.status.phase)
+        raise typer.Exit(0 if phase == Phase.SUCCEEDED else 3 if phase == Phase.HALTED else 1)
+
+
+def _summary(client: Client, job) -> None:  # type: ignore[no-untyped-def]
+    status = job.status
+    started = status.conditions[0].last_transition_time if status.conditions else job.metadata.creation_timestamp
+    took = (status.completion_time - started).total_seconds() if status.completion_time and started else None
+    line = f"job {job.metadata.name} {styled_phase(status.phase)}"
+    if took is not None:
+        line += f" in {took:.1f}s"
+    if status.phase == Phase.FAILED:
+        line += f": {escape(status.message or status.reason)}"
+    console.print(line)
+    if status.metrics:
+        console.print("metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in status.metrics.items()))
+    if status.artifacts:
+        console.print(f"artifacts: {status.artifacts}")
+
+
+@app.command()
+def submit(
+    file: Annotated[Path, typer.Argument(help="A YAML/JSON file of TrainingJobs and JobTypes.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = "default",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate only; print the defaulted spec.")] = False,
+) -> None:
+    """Validate and create jobs without following them (the control plane picks them up)."""
+    with _client(state_dir, namespace) as client:
+        try:
+            documents = read_documents(file)
+            if dry_run:
+                objects = client.ops.validate(documents, source=str(file))
+                _print_objects(objects, Output.YAML)
+                return
+            submitted = client.submit(file)
+        except SpecError as err:
+            _spec_error(err)
+        except OperationError as err:
+            _fail(str(err))
+        for item in submitted:
+            console.print(f"{item.kind.lower()}/{item.name} created")
+        if current_leader(client.store) is None:
+            console.print("[yellow]note:[/] no control plane is running; start one with `phalanx up`")
+
+
+@app.command()
+def get(
+    resource: Annotated[Resource, typer.Argument(help="jobs, nodes or jobtypes")],
+    name: Annotated[str | None, typer.Argument(help="Only this one.")] = None,
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = "default",
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
+    output: OutputOption = Output.TABLE,
+) -> None:
+    """List jobs, nodes or job types."""
+    with _client(state_dir, namespace) as client:
+        try:
+            if resource in (Resource.JOBS, Resource.JOB):
+                jobs = (
+                    [client.ops.get_job(namespace, name)]
+                    if name
+                    else client.ops.list_jobs(None if all_namespaces else namespace)
+                )
+                if output in (Output.YAML, Output.JSON):
+                    _print_objects(jobs, output)
+                elif not jobs:
+                    console.print(f"No jobs in {'any namespace' if all_namespaces else namespace}.")
+                else:
+                    console.print(jobs_table(jobs, wide=output == Output.WIDE or all_namespaces))
+            elif resource in (Resource.NODES, Resource.NODE):
+                nodes = [n for n in client.ops.list_nodes() if name in (None, n.metadata.name)]
+                if output in (Output.YAML, Output.JSON):
+                    _print_objects(nodes, output)
+                elif not nodes:
+                    console.print("No nodes yet: the control plane registers them when it starts (`phalanx up`).")
+                else:
+                    usage: dict[str, dict[str, int]] = {}
+                    for placement, vector in holdings_of(client.ops.list_jobs(), client.store.list(Replica)):
+                        used = usage.setdefault(placement.node, {"cpu_milli": 0, "gpu": 0})
+                        used["cpu_milli"] += vector.cpu_milli
+                        used["gpu"] += len(placement.gpus)
+                    console.print(nodes_table(nodes, usage))
+            else:
+                jobtypes = [jt for n, jt in sorted(client.ops.jobtypes().items()) if name in (None, n)]
+                if name and not jobtypes:
+                    _fail(f"job type {name!r} not found; known: {', '.join(sorted(client.ops.jobtypes()))}")
+                if output in (Output.YAML, Output.JSON):
+                    _print_objects(jobtypes, output)
+                else:
+                    console.print(jobtypes_table(jobtypes))
+        except OperationError as err:
+            _fail(str(err))
+
+
+@app.command()
+def describe(
+    resource: Annotated[str, typer.Argument(help="job")],
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = "default",
+) -> None:
+    """Show a job in detail: roles, placement, replicas, conditions, events."""
+    if resource not in ("job", "jobs"):
+        _fail(f"cannot describe {resource!r}; use `phalanx describe job NAME`", 2)
+    with _client(state_dir, namespace) as client:
+        try:
+            print_description(console, client.describe(name))
+        except OperationError as err:
+            _fail(str(err))
+
+
+@app.command()
+def logs(
+    job: Annotated[str, typer.Argument(help="The job's name.")],
+    replica: Annotated[str | None, typer.Option("--replica", "-r", help="e.g. worker-0")] = None,
+    follow_logs: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = "default",
+) -> None:
+    """Print the logs of a job's replicas (latest attempt of each)."""
+    with _client(state_dir, namespace) as client:
+        try:
+            files = client.ops.log_files(namespace, job, replica)
+            if follow_logs:
+                if replica is None:
+                    follow(client, job, console, show_phases=False)
+                    return
+                tailer = LogTailer()
+                while True:
+                    seq = client.store.latest_seq()
+                    for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
+                        console.print(escape(line), highlight=False)
+                    current = client.get(job)
+                    if Phase(current.status.phase) in (Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED):
+                        for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
+                            console.print(escape(line), highlight=False)
+                        return
+                    client.store.wait_for_change(seq, LOG_POLL_SECONDS)
+            prefix = len(files) > 1
+            for short, path in files:
+                text = path.read_text(errors="replace") if path.exists() else ""
+                for line in text.splitlines():
+                    sys.stdout.write(f"{short:>10} | {line}\n" if prefix else f"{line}\n")
+        except OperationError as err:
+            _fail(str(err))
+
+
+@app.command()
+def halt(
+    job: Annotated[str, typer.Argument(help="The job's name.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = "default",
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until it is Halted.")] = True,
+) -> None:
+    """Stop every replica of a job; it keeps its outputs and can be resumed."""
+    with _client(state_dir, namespace) as client:
+        try:
+            client.halt(job)
+            if wait and current_leader(client.store) is not None:
+                final = client.wait(job, until={Phase.HALTED, Phase.SUCCEEDED, Phase.FAILED}, timeout=120)
+                console.print(f"job/{job} {styled_phase(final.status.phase)}")
+            else:
+                console.print(f"job/{job} halting")
+        except (OperationError, TimeoutError) as err:
+            _fail(str(err))
+
+
+@app.command()
+def resume(
+    job: Annotated[str, typer.Argument(help="The job's name.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = "default",
+) -> None:
+    """Queue a halted job again."""
+    with _client(state_dir, namespace) as client:
+        try:
+            client.resume(job)
+            console.print(f"job/{job} resumed")
+        except OperationError as err:
+            _fail(str(err))
+
+
+@app.command()
+def delete(
+    resource: Annotated[str, typer.Argument(help="job")],
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = "default",
+) -> None:
+    """Delete a job: stop its replicas, then remove it."""
+    if resource not in ("job", "jobs"):
+        _fail(f"cannot delete {resource!r}; use `phalanx delete job NAME`", 2)
+    with _client(state_dir, namespace) as client:
+        try:
+            client.delete(name)
+            console.print(f"job/{name} deleted")
+        except OperationError as err:
+            _fail(str(err))
+
+
+@app.command()
+def explain(
+    job: Annotated[str, typer.Argument(help="The job's name.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = "default",
+) -> None:
+    """Say in one sentence why a job is where it is (why it waits)."""
+    with _client(state_dir, namespace) as client:
+        try:
+            console.print(escape(client.explain(job)))
+        except OperationError as err:
+            _fail(str(err))
+
+
+@app.command()
+def up(
+    state_dir: StateDirOption = None,
+    inventory: Annotated[
+        Path | None, typer.Option(help="Simulated nodes (YAML of Node objects) instead of this machine.")
+    ] = None,
+) -> None:
+    """Start the local control plane in the background (or report the running one)."""
+    with _client(state_dir) as client:
+        try:
+            leader, started = start_control_plane(client.layout, inventory=inventory)
+        except DaemonError as err:
+            _fail(str(err))
+        word = "started" if started else "already running"
+        console.print(f"control plane {word} (pid {leader.pid}); state in {client.layout.root}")
+        console.print(f"log: {client.layout.control_plane_log}")
+
+
+@app.command()
+def down(state_dir: StateDirOption = None) -> None:
+    """Stop the local control plane. Running replicas keep running and are adopted by the next `up`."""
+    with _client(state_dir) as client:
+        try:
+            stopped = client.down()
+        except DaemonError as err:
+            _fail(str(err))
+        console.print("control plane stopped" if stopped else "no control plane was running")
+
+
+@app.command()
+def status(state_dir: StateDirOption = None) -> None:
+    """Is the control plane running, and what does this machine hold?"""
+    with _client(state_dir) as client:
+        leader = current_leader(client.store)
+        if leader is None:
+            console.print("control plane: [yellow]not running[/] (start it with `phalanx up`)")
+        else:
+            console.print(f"control plane: [green]running[/] (pid {leader.pid}, {leader.holder})")
+        console.print(f"state: {client.layout.root}")
+        jobs = client.ops.list_jobs(None)
+        counts: dict[str, int] = {}
+        for job in jobs:
+            counts[job.status.phase] = counts.get(job.status.phase, 0) + 1
+        summary = ", ".join(f"{n} {styled_phase(p)}" for p, n in sorted(counts.items())) or "none"
+        console.print(f"jobs: {summary}")
+        console.print(f"nodes: {len(client.ops.list_nodes())}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

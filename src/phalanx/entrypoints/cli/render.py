@@ -1,0 +1,210 @@
+"""Rendering API objects for people: tables, phase colours, ages, describe sections."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.jobtypes import JobType
+from phalanx.model.nodes import Node
+from phalanx.model.resources import format_cpu, format_memory, human_memory
+from phalanx.services.operations import JobDescription
+
+PHASE_STYLE = {
+    Phase.PENDING: "dim",
+    Phase.QUEUED: "yellow",
+    Phase.ADMITTED: "cyan",
+    Phase.DOWNLOADING: "cyan",
+    Phase.RUNNING: "blue",
+    Phase.RESTARTING: "magenta",
+    Phase.STORING: "cyan",
+    Phase.SUCCEEDED: "green",
+    Phase.FAILED: "bold red",
+    Phase.PREEMPTED: "magenta",
+    Phase.HALTING: "yellow",
+    Phase.HALTED: "yellow",
+}
+
+
+def styled_phase(phase: str) -> str:
+    """The phase name in its colour."""
+    style = PHASE_STYLE.get(Phase(phase), "")
+    return f"[{style}]{phase}[/]" if style else phase
+
+
+def age(when: datetime | None, now: datetime | None = None) -> str:
+    """kubectl-style age: 12s, 5m, 3h, 2d."""
+    if when is None:
+        return "-"
+    seconds = int(((now or datetime.now(UTC)) - when).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def jobs_table(jobs: list[TrainingJob], *, wide: bool = False) -> Table:
+    """NAME TYPE PHASE REPLICAS RESTARTS AGE REASON."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("NAMESPACE", "NAME", "TYPE", "PHASE", "REPLICAS", "RESTARTS", "AGE", "MESSAGE"):
+        if column == "NAMESPACE" and not wide:
+            continue
+        table.add_column(column, overflow="fold" if column == "MESSAGE" else "ellipsis")
+    for job in jobs:
+        total = job.spec.total_replicas()
+        active = sum(s.active for s in job.status.replica_statuses.values())
+        message = job.status.message or job.status.reason
+        row = [
+            job.metadata.name,
+            job.spec.type,
+            styled_phase(job.status.phase),
+            f"{active}/{total}",
+            str(job.status.restarts),
+            age(job.metadata.creation_timestamp),
+            message if wide else (message[:80] + "…" if len(message) > 80 else message),
+        ]
+        table.add_row(*([job.metadata.namespace, *row] if wide else row))
+    return table
+
+
+def nodes_table(nodes: list[Node], usage: dict[str, dict[str, int]]) -> Table:
+    """NAME CPUS MEMORY GPUS (model) SOURCE and what is allocated."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("NAME", "CPUS", "NUMA", "MEMORY", "GPUS", "GPU MODEL", "CPU ALLOC", "GPU ALLOC", "SOURCE"):
+        table.add_column(column)
+    for node in nodes:
+        status = node.status
+        used = usage.get(node.metadata.name, {})
+        models = sorted({g.model for g in status.gpus})
+        table.add_row(
+            node.metadata.name,
+            str(len(status.cpus)),
+            str(len({c.numa for c in status.cpus})),
+            human_memory(status.memory),
+            str(len(status.gpus)),
+            ", ".join(models) or "-",
+            f"{format_cpu(used.get('cpu_milli', 0))}/{len(status.cpus)}",
+            f"{used.get('gpu', 0)}/{len(status.gpus)}",
+            status.source,
+        )
+    return table
+
+
+def jobtypes_table(jobtypes: list[JobType]) -> Table:
+    """NAME ROLES DESCRIPTION."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("NAME")
+    table.add_column("ROLES")
+    table.add_column("SUCCEEDS WHEN")
+    table.add_column("DESCRIPTION", overflow="fold")
+    for jobtype in jobtypes:
+        spec = jobtype.spec
+        succeeds = f"first of {', '.join(spec.success_roles)} succeeds" if spec.success_roles else "all succeed"
+        first_sentence = spec.description.split(". ")[0].rstrip(".")
+        table.add_row(jobtype.metadata.name, ", ".join(spec.roles), succeeds, first_sentence)
+    return table
+
+
+def print_description(console: Console, described: JobDescription) -> None:
+    """`phalanx describe job NAME`."""
+    job = described.job
+    meta, spec, status = job.metadata, job.spec, job.status
+    console.print(f"[bold]Name:[/]        {meta.name}")
+    console.print(f"[bold]Namespace:[/]   {meta.namespace}")
+    console.print(f"[bold]UID:[/]         {meta.uid}")
+    console.print(f"[bold]Type:[/]        {spec.type}")
+    reason = f"  ({status.reason})" if status.reason and status.reason != status.phase else ""
+    console.print(f"[bold]Phase:[/]       {styled_phase(status.phase)}{reason}")
+    if status.message:
+        console.print(f"[bold]Message:[/]     {status.message}")
+    console.print(f"[bold]Created:[/]     {meta.creation_timestamp} ({age(meta.creation_timestamp)} ago)")
+    policy = spec.run_policy
+    console.print(
+        f"[bold]Run policy:[/]  restart={policy.restart_policy} backoffLimit={policy.backoff_limit} "
+        f"gangRestart={str(policy.gang_restart).lower()} suspend={str(policy.suspend).lower()}"
+    )
+    console.print(f"[bold]Restarts:[/]    {status.restarts}")
+    if status.metrics:
+        console.print("[bold]Metrics:[/]     " + ", ".join(f"{k}={v:.4g}" for k, v in status.metrics.items()))
+    if status.artifacts:
+        console.print(f"[bold]Artifacts:[/]   {status.artifacts}")
+    roles = Table(title="Roles", box=None, title_justify="left", header_style="bold")
+    for column in ("ROLE", "COUNT", "CPU", "MEMORY", "GPU", "COMMAND"):
+        roles.add_column(column)
+    for role, replica in spec.replicas.items():
+        res = replica.template.resources
+        gpu = str(res.gpu or 0) if not res.gpu_milli else f"{res.gpu_milli}m"
+        roles.add_row(
+            role,
+            str(replica.count),
+            format_cpu(res.cpu or 0),
+            format_memory(res.memory or 0),
+            gpu,
+            " ".join([*replica.template.command, *replica.template.args]),
+        )
+    console.print(roles)
+    if status.placements:
+        placed = Table(title="Placement", box=None, title_justify="left", header_style="bold")
+        for column in ("REPLICA", "NODE", "EXCLUSIVE CPUS", "GPUS"):
+            placed.add_column(column)
+        for name, placement in sorted(status.placements.items()):
+            placed.add_row(
+                name,
+                placement.node,
+                ",".join(map(str, placement.cpus)) or "shared",
+                ",".join(map(str, placement.gpus)) or ("-" if not placement.gpu_milli else f"{placement.gpu_milli}m"),
+            )
+        console.print(placed)
+    if described.replicas:
+        replica_table = Table(title="Replicas", box=None, title_justify="left", header_style="bold")
+        for column in ("NAME", "PHASE", "ATTEMPT", "PID", "EXIT", "STARTED"):
+            replica_table.add_column(column)
+        for observed in described.replicas:
+            rs = observed.status
+            deleting = " (stopping)" if observed.metadata.deletion_timestamp else ""
+            replica_table.add_row(
+                observed.metadata.name,
+                f"{rs.phase}{deleting}",
+                str(observed.spec.attempt),
+                str(rs.pid or "-"),
+                "-" if rs.exit_code is None else str(rs.exit_code),
+                age(rs.start_time) + " ago" if rs.start_time else "-",
+            )
+        console.print(replica_table)
+    if status.conditions:
+        conditions = Table(title="Conditions", box=None, title_justify="left", header_style="bold")
+        for column in ("TYPE", "STATUS", "REASON", "AGE", "MESSAGE"):
+            conditions.add_column(column, overflow="fold")
+        for condition in status.conditions:
+            conditions.add_row(
+                condition.type,
+                condition.status,
+                condition.reason,
+                age(condition.last_transition_time),
+                condition.message,
+            )
+        console.print(conditions)
+    events = Table(title="Events", box=None, title_justify="left", header_style="bold")
+    for column in ("TYPE", "REASON", "AGE", "MESSAGE"):
+        events.add_column(column, overflow="fold")
+    created = meta.creation_timestamp
+    # Events of an earlier job that had the same name are not this job's story.
+    mine = [e for e in described.events if created is None or e.time >= created]
+    for event in mine[-30:]:
+        style = "red" if event.type == "Warning" else ""
+        events.add_row(
+            f"[{style}]{event.type}[/]" if style else event.type, event.reason, age(event.time), event.message
+        )
+    console.print(events)
+
+
+def as_wire(objects: list[Any]) -> list[dict[str, Any]] | dict[str, Any]:
+    """Wire form for -o yaml/json: one object alone, several as a List."""
+    dicts: list[dict[str, Any]] = [obj.to_dict() for obj in objects]
+    if len(dicts) == 1:
+        return dicts[0]
+    return {"apiVersion": "v1", "kind": "List", "items": dicts}

@@ -1,0 +1,137 @@
+"""The Python SDK: ``phalanx.Client`` with the CLI's verbs, for notebooks and scripts.
+
+from phalanx import Client
+client = Client()
+client.up()
+job = client.submit("examples/quickstart.yaml")[0]
+final = client.wait(job.name)
+print(final.status.phase, final.status.metrics)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from phalanx.adapters.store import SqliteStore
+from phalanx.core.lifecycle import ACTIVE_PHASES
+from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.loading import read_documents
+from phalanx.services.daemon import LeaderInfo, start_control_plane, stop_control_plane
+from phalanx.services.layout import StateLayout, default_state_dir
+from phalanx.services.operations import JobDescription, Operations, Submitted
+
+
+class WaitTimeoutError(TimeoutError):
+    """The job did not reach the awaited state in time."""
+
+
+@dataclass
+class Client:
+    """Talks to the embedded runtime of one state directory."""
+
+    state_dir: Path | None = None
+    namespace: str = "default"
+
+    def __post_init__(self) -> None:
+        self.layout = StateLayout(Path(self.state_dir) if self.state_dir else default_state_dir())
+        self.layout.ensure()
+        self.store = SqliteStore(self.layout.database)
+        self.ops = Operations(self.store, self.layout)
+
+    def close(self) -> None:
+        """Close the store connection."""
+        self.store.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- control plane -----------------------------------------------------------------------------------
+
+    def up(self, *, inventory: Path | None = None) -> LeaderInfo:
+        """Start the local control plane in the background, or reuse the running one."""
+        leader, _ = start_control_plane(self.layout, inventory=inventory)
+        return leader
+
+    def down(self) -> LeaderInfo | None:
+        """Stop the local control plane (running replicas keep running and are adopted on the next `up`)."""
+        return stop_control_plane(self.layout)
+
+    # -- jobs ----------------------------------------------------------------------------------------------
+
+    def submit(
+        self, spec: str | Path | dict[str, Any] | list[dict[str, Any]], *, replace_finished: bool = False
+    ) -> list[Submitted]:
+        """Validate and create the objects in a file or in mappings; nothing is created if any is invalid."""
+        if isinstance(spec, str | Path):
+            path = Path(spec)
+            documents, source = read_documents(path), str(path)
+        else:
+            documents, source = (spec if isinstance(spec, list) else [spec]), None
+        return self.ops.submit(
+            documents,
+            submit_dir=Path(os.getcwd()),
+            namespace=None if self.namespace == "default" else self.namespace,
+            replace_finished=replace_finished,
+            source=source,
+        )
+
+    def get(self, name: str) -> TrainingJob:
+        """One job."""
+        return self.ops.get_job(self.namespace, name)
+
+    def list(self) -> list[TrainingJob]:
+        """The namespace's jobs."""
+        return self.ops.list_jobs(self.namespace)
+
+    def describe(self, name: str) -> JobDescription:
+        """A job with its replicas and events."""
+        return self.ops.describe(self.namespace, name)
+
+    def explain(self, name: str) -> str:
+        """Why the job is where it is, in one sentence."""
+        return self.ops.explain(self.namespace, name)
+
+    def halt(self, name: str) -> TrainingJob:
+        """Stop every replica, keep outputs; the job goes Halting → Halted."""
+        return self.ops.set_suspended(self.namespace, name, True)
+
+    def resume(self, name: str) -> TrainingJob:
+        """Queue a halted job again."""
+        return self.ops.set_suspended(self.namespace, name, False)
+
+    def delete(self, name: str) -> None:
+        """Stop the job's replicas and remove it."""
+        self.ops.delete_job(self.namespace, name)
+
+    def logs(self, name: str, replica: str | None = None) -> dict[str, str]:
+        """The current log text of each replica (latest attempt)."""
+        return {
+            short: path.read_text(errors="replace") if path.exists() else ""
+            for short, path in self.ops.log_files(self.namespace, name, replica)
+        }
+
+    def wait(self, name: str, *, until: set[Phase] | None = None, timeout: float = 600.0) -> TrainingJob:
+        """Block until the job reaches one of ``until`` (default: finished or halted) and return it.
+
+        Raises:
+            WaitTimeoutError: it did not within ``timeout`` seconds.
+        """
+        import time
+
+        targets = until or (set(Phase) - ACTIVE_PHASES) | {Phase.HALTED}
+        deadline = time.monotonic() + timeout
+        while True:
+            seq = self.store.latest_seq()
+            job = self.get(name)
+            if Phase(job.status.phase) in targets:
+                return job
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeoutError(f"job {name} is still {job.status.phase} after {timeout:.0f}s")
+            self.store.wait_for_change(seq, min(remaining, 1.0))

@@ -1,0 +1,51 @@
+"""``python -m phalanx.entrypoints.controlplane``: the embedded control plane as a process.
+
+Runs until SIGTERM or SIGINT, then releases its lease so another control plane can lead at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from phalanx.services.controlplane import ControlPlane, ControlPlaneConfig
+from phalanx.services.layout import default_state_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments and run the control plane in the foreground."""
+    parser = argparse.ArgumentParser(prog="phalanx-controlplane", description=__doc__)
+    parser.add_argument("--state-dir", type=Path, default=default_state_dir())
+    parser.add_argument("--inventory", type=Path, default=None, help="simulated nodes (YAML of Node objects)")
+    parser.add_argument("--node-name", default=None)
+    parser.add_argument("--lease-ttl", type=float, default=5.0)
+    parser.add_argument("--grace-seconds", type=float, default=10.0)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    plane = ControlPlane(
+        ControlPlaneConfig(
+            state_dir=args.state_dir,
+            inventory=args.inventory,
+            node_name=args.node_name,
+            lease_ttl_seconds=args.lease_ttl,
+            grace_seconds=args.grace_seconds,
+        )
+    )
+    plane.run(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""The job controller: for every job, observe → core.reconcile.plan → apply the plan.
+
+Applying is idempotent: creating a replica that exists, deleting one already going, storing outputs already
+stored are all no-ops, so replaying a plan after a crash is safe. Rendezvous endpoints (one loopback port per
+replica) are chosen once per job and kept in ``status.endpoints``, so restarted replicas find each other where
+the others expect them.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.store import AlreadyExistsError, ConflictError, NotFoundError, SqliteStore
+from phalanx.core.reconcile import plan
+from phalanx.core.reconcile.types import (
+    CreateReplica,
+    DeleteJob,
+    DeleteReplica,
+    ObservedReplica,
+    OutputsObservation,
+    Plan,
+    ReconcileInput,
+    StoreOutputs,
+)
+from phalanx.core.rendezvous import Endpoint, render_hostfile, render_replica_env
+from phalanx.model.events import Event
+from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.jobtypes import JobType
+from phalanx.model.meta import ObjectMeta
+from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaPhase, replica_name
+from phalanx.services.layout import StateLayout
+from phalanx.services.storing import observe_outputs, store_outputs
+
+log = logging.getLogger(__name__)
+LOOPBACK = "127.0.0.1"
+HOSTFILE = "hostfile"
+
+
+def allocate_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on loopback (bound together so they cannot collide)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((LOOPBACK, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def observe(replica: Replica) -> ObservedReplica:
+    """The planner's view of a Replica object."""
+    return ObservedReplica(
+        name=replica.metadata.name,
+        role=replica.spec.role,
+        index=replica.spec.index,
+        attempt=replica.spec.attempt,
+        phase=ReplicaPhase(replica.status.phase),
+        exit_code=replica.status.exit_code,
+        deleting=replica.metadata.deletion_timestamp is not None,
+        start_time=replica.status.start_time,
+        finish_time=replica.status.finish_time,
+        message=replica.status.message,
+    )
+
+
+@dataclass
+class JobController:
+    """Reconciles every job in the store."""
+
+    store: SqliteStore
+    layout: StateLayout
+    clock: SystemClock = field(default_factory=SystemClock)
+    identity: str = "controller"
+
+    def sync(self) -> tuple[bool, float | None]:
+        """Reconcile every job once. Returns (something changed, seconds until a timer needs a look)."""
+        jobtypes = {jt.metadata.name: jt for jt in self.store.list(JobType)}
+        by_job: dict[str, list[Replica]] = defaultdict(list)
+        for replica in self.store.list(Replica):
+            by_job[replica.spec.job_uid].append(replica)
+        changed = False
+        wake: float | None = None
+        for job in self.store.list(TrainingJob):
+            try:
+                job_changed, job_wake = self._sync_job(job, jobtypes, by_job.get(job.metadata.uid or "", []))
+            except (ConflictError, NotFoundError):
+                changed = True  # the job changed under us; the next pass sees the new version
+                continue
+            changed |= job_changed
+            if job_wake is not None:
+                wake = job_wake if wake is None else min(wake, job_wake)
+        return changed, wake
+
+    def _sync_job(
+        self, job: TrainingJob, jobtypes: dict[str, JobType], replicas: list[Replica]
+    ) -> tuple[bool, float | None]:
+        if job.metadata.deletion_timestamp is not None:
+            return self._finalize_deletion(job, replicas), None
+        outputs = (
+            observe_outputs(job, self.layout) if Phase(job.status.phase) == Phase.STORING else OutputsObservation()
+        )
+        decided = plan(
+            ReconcileInput(
+                job=job,
+                jobtype=jobtypes.get(job.spec.type),
+                replicas=tuple(observe(r) for r in replicas),
+                now=self.clock.now(),
+                outputs=outputs,
+            )
+        )
+        return self._apply(job, jobtypes.get(job.spec.type), decided), decided.requeue_after
+
+    def _apply(self, job: TrainingJob, jobtype: JobType | None, decided: Plan) -> bool:
+        changed = False
+        status = decided.status
+        creates = [a for a in decided.actions if isinstance(a, CreateReplica)]
+        if creates and not status.endpoints:
+            names = [
+                replica_name(job.metadata.name, role, i)
+                for role, r in job.spec.replicas.items()
+                for i in range(r.count)
+            ]
+            ports = allocate_ports(len(names))
+            status = status.model_copy(
+                update={"endpoints": {n: f"{LOOPBACK}:{p}" for n, p in zip(names, ports, strict=True)}}
+            )
+        if status != job.status:
+            job = self.store.update_status(job.model_copy(update={"status": status}))
+            changed = True
+        for event in decided.events:
+            self.store.record_event(
+                Event(
+                    object_kind="TrainingJob",
+                    object_name=job.metadata.name,
+                    namespace=job.metadata.namespace,
+                    type="Warning" if event.type == "Warning" else "Normal",
+                    reason=event.reason,
+                    message=event.message,
+                    time=self.clock.now(),
+                )
+            )
+            log.info("job %s: %s: %s", job.key, event.reason, event.message)
+        for action in decided.actions:
+            if isinstance(action, CreateReplica):
+                assert jobtype is not None
+                changed |= self._create_replica(job, jobtype, action)
+            elif isinstance(action, DeleteReplica):
+                changed |= self._delete_replica(job.metadata.namespace, action.name)
+            elif isinstance(action, StoreOutputs):
+                store_outputs(job, self.layout)
+                changed = True
+            elif isinstance(action, DeleteJob):
+                log.info("deleting job %s: %s", job.key, action.reason)
+                self.store.delete(TrainingJob, job.metadata.namespace, job.metadata.name)
+                changed = True
+        return changed
+
+    def _create_replica(self, job: TrainingJob, jobtype: JobType, action: CreateReplica) -> bool:
+        name = replica_name(job.metadata.name, action.role, action.index)
+        assert job.metadata.uid is not None
+        endpoints = {
+            replica: Endpoint(host, int(port))
+            for replica, address in job.status.endpoints.items()
+            for host, _, port in [address.rpartition(":")]
+        }
+        node_of = {replica: placement.node for replica, placement in job.status.placements.items()}
+        outputs = self.layout.job_outputs(job.metadata.namespace, job.metadata.name, job.metadata.uid)
+        outputs.mkdir(parents=True, exist_ok=True)
+        run_dir = self.layout.replica_run_dir(
+            job.metadata.namespace, job.metadata.name, job.metadata.uid, name, action.attempt
+        )
+        env = render_replica_env(
+            job,
+            jobtype,
+            action.role,
+            action.index,
+            endpoints,
+            node_of=node_of,
+            output_dir=str(outputs),
+            hostfile_path=str(run_dir / HOSTFILE),
+        )
+        env["PHALANX_ATTEMPT"] = str(action.attempt)
+        placement = action.placement
+        gpus = ",".join(str(g) for g in placement.gpus)
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+        env["NVIDIA_VISIBLE_DEVICES"] = gpus or "void"
+        if placement.gpu_milli:
+            env["PHALANX_GPU_MILLI"] = str(placement.gpu_milli)
+        template = job.spec.replicas[action.role].template
+        files = {}
+        if jobtype.spec.hostfile_roles:
+            files[HOSTFILE] = render_hostfile(job, jobtype, endpoints)
+        replica = Replica(
+            metadata=ObjectMeta(
+                name=name,
+                namespace=job.metadata.namespace,
+                labels={"phalanx.dev/job": job.metadata.name, "phalanx.dev/role": action.role},
+            ),
+            spec=ReplicaObjectSpec(
+                job_name=job.metadata.name,
+                job_uid=job.metadata.uid,
+                role=action.role,
+                index=action.index,
+                attempt=action.attempt,
+                command=[*template.command, *template.args],
+                env=env,
+                working_dir=template.working_dir,
+                placement=placement,
+                cpu_milli=template.resources.cpu or 0,
+                memory=template.resources.memory or 0,
+                files=files,
+            ),
+        )
+        try:
+            self.store.create(replica)
+        except AlreadyExistsError:
+            return False
+        return True
+
+    def _delete_replica(self, namespace: str, name: str) -> bool:
+        try:
+            existing = self.store.get(Replica, namespace, name)
+        except NotFoundError:
+            return False
+        if existing.metadata.deletion_timestamp is not None:
+            return False
+        self.store.mark_deleting(Replica, namespace, name)
+        return True
+
+    def _finalize_deletion(self, job: TrainingJob, replicas: list[Replica]) -> bool:
+        changed = False
+        for replica in replicas:
+            changed |= self._delete_replica(replica.metadata.namespace, replica.metadata.name)
+        if not replicas:
+            self.store.delete(TrainingJob, job.metadata.namespace, job.metadata.name)
+            log.info("deleted job %s", job.key)
+            return True
+        return changed

@@ -1,0 +1,120 @@
+"""Starting, finding and stopping the background control plane of a state directory.
+
+``phalanx run`` and ``phalanx up`` start it when none is running and reuse it otherwise; the lease in the
+store says who leads, so no pid file can go stale.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from phalanx.adapters.store import SqliteStore
+from phalanx.services.layout import StateLayout
+from phalanx.services.leadership import LEASE_NAME, holder_is_dead
+
+
+class DaemonError(RuntimeError):
+    """The control plane could not be started or stopped; the message says where its log is."""
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    """Who leads a state directory."""
+
+    holder: str
+    pid: int | None
+    host: str | None
+
+
+def current_leader(store: SqliteStore) -> LeaderInfo | None:
+    """The live holder of the control-plane lease, or None when nobody leads."""
+    lease = store.get_lease(LEASE_NAME)
+    if lease is None or holder_is_dead(lease):
+        return None
+    if lease.renewed_at.timestamp() + lease.ttl_seconds < time.time():
+        return None
+    info = lease.holder_info or {}
+    pid = info.get("pid")
+    host = info.get("host")
+    return LeaderInfo(lease.holder, pid if isinstance(pid, int) else None, host if isinstance(host, str) else None)
+
+
+def start_control_plane(
+    layout: StateLayout, *, inventory: Path | None = None, timeout: float = 20.0
+) -> tuple[LeaderInfo, bool]:
+    """Reuse the running control plane or start one in the background.
+
+    Returns:
+        (leader, started): who leads, and whether this call started it.
+
+    Raises:
+        DaemonError: it did not take the lead within ``timeout`` seconds.
+    """
+    layout.ensure()
+    store = SqliteStore(layout.database)
+    try:
+        leader = current_leader(store)
+        if leader is not None:
+            return leader, False
+        command = [sys.executable, "-m", "phalanx.entrypoints.controlplane", "--state-dir", str(layout.root)]
+        if inventory is not None:
+            command += ["--inventory", str(inventory.resolve())]
+        with open(layout.control_plane_log, "ab") as log_file:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=str(layout.root),
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leader = current_leader(store)
+            if leader is not None:
+                return leader, True
+            if process.poll() is not None:
+                raise DaemonError(
+                    f"the control plane exited with code {process.returncode}; see {layout.control_plane_log}"
+                )
+            store.wait_for_change(store.latest_seq(), 0.02)
+        raise DaemonError(f"the control plane did not start within {timeout:.0f}s; see {layout.control_plane_log}")
+    finally:
+        store.close()
+
+
+def stop_control_plane(layout: StateLayout, *, timeout: float = 20.0) -> LeaderInfo | None:
+    """Ask the leader to stop (SIGTERM) and wait until it has released the lease.
+
+    Returns:
+        The leader that was stopped, or None if none was running.
+
+    Raises:
+        DaemonError: the leader runs on another host, or did not stop in time.
+    """
+    store = SqliteStore(layout.database)
+    try:
+        leader = current_leader(store)
+        if leader is None:
+            return None
+        if leader.pid is None or leader.host != socket.gethostname():
+            raise DaemonError(f"the control plane is led by {leader.holder} on another host; stop it there")
+        try:
+            os.kill(leader.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return leader
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if current_leader(store) is None:
+                return leader
+            store.wait_for_change(store.latest_seq(), 0.05)
+        raise DaemonError(f"the control plane (pid {leader.pid}) did not stop within {timeout:.0f}s")
+    finally:
+        store.close()

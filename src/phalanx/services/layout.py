@@ -1,0 +1,59 @@
+"""Where the embedded runtime keeps things under its state directory, in one place.
+
+``<state>/phalanx.db`` (SQLite store), ``<state>/controlplane.log``, ``<state>/runs/<ns>/<job>/<uid8>/``
+(per job: ``outputs/`` shared by its replicas, ``replicas/<replica>-a<attempt>/`` per launched replica with
+its log), ``<state>/artifacts/<ns>/<job>/`` (default destination of stored outputs).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE_DIR_ENV = "PHALANX_HOME"
+
+
+def default_state_dir() -> Path:
+    """``$PHALANX_HOME``, else ``$XDG_DATA_HOME/phalanx``, else ``~/.local/share/phalanx``."""
+    if explicit := os.environ.get(STATE_DIR_ENV):
+        return Path(explicit).expanduser()
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "phalanx"
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """Paths inside one state directory."""
+
+    root: Path
+
+    @property
+    def database(self) -> Path:
+        """The SQLite store."""
+        return self.root / "phalanx.db"
+
+    @property
+    def control_plane_log(self) -> Path:
+        """Where the background control plane writes its log."""
+        return self.root / "controlplane.log"
+
+    def job_dir(self, namespace: str, name: str, uid: str) -> Path:
+        """Everything one job (one uid) produced on this machine."""
+        return self.root / "runs" / namespace / name / uid[:8]
+
+    def job_outputs(self, namespace: str, name: str, uid: str) -> Path:
+        """The directory replicas write outputs to (``PHALANX_OUTPUT_DIR``)."""
+        return self.job_dir(namespace, name, uid) / "outputs"
+
+    def replica_run_dir(self, namespace: str, job: str, uid: str, replica: str, attempt: int) -> Path:
+        """One launch of one replica: launch file, log, exit code."""
+        return self.job_dir(namespace, job, uid) / "replicas" / f"{replica}-a{attempt}"
+
+    def default_artifacts(self, namespace: str, name: str) -> Path:
+        """Where outputs are stored when the job does not say ``outputs.storeTo``."""
+        return self.root / "artifacts" / namespace / name
+
+    def ensure(self) -> None:
+        """Create the state directory."""
+        self.root.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,267 @@
+"""The embedded node runtime: runs Replica objects as local process groups, like a kubelet runs Pods.
+
+For each Replica it launches the process group once (adopting one that a previous control plane started
+and left running), reports Running / Succeeded / Failed with exit codes, stops replicas that are being
+deleted (SIGTERM, then SIGKILL after a grace period) and removes their objects once no process of theirs is
+left. Replicas whose job is gone are garbage-collected. Because a replica's name is fixed and a new copy is
+only created after the old object is removed, two copies of one replica never run at the same time, even
+across a crash of the control plane.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.executor import LaunchSpec, LocalExecutor, ProcessHandle
+from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
+from phalanx.model.jobs import TrainingJob
+from phalanx.model.nodes import Node
+from phalanx.model.replicas import Replica, ReplicaPhase
+from phalanx.services.layout import StateLayout
+from phalanx.services.operations import SUBMIT_DIR_ANNOTATION
+
+log = logging.getLogger(__name__)
+
+# Variables a replica must not inherit from the control plane's own environment.
+_NOT_INHERITED_PREFIXES = ("PHALANX_", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+_PYTHON_NAMES = frozenset({"python", "python3", f"python3.{sys.version_info.minor}"})
+
+
+def resolve_command(command: list[str]) -> list[str]:
+    """``python`` in a command means the interpreter that runs Phalanx, so jobs see the same packages."""
+    if command and command[0] in _PYTHON_NAMES:
+        return [sys.executable, *command[1:]]
+    return list(command)
+
+
+def find_shim(run_dir: Path) -> ProcessHandle | None:
+    """A live shim process launched for ``run_dir`` (by this or an earlier control plane), if any."""
+    needle = str(run_dir).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if len(args) >= 2 and needle in args and any(a.endswith(b"shim.py") for a in args):
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] == "Z":
+                continue
+            return ProcessHandle(pid=int(entry.name), start_ticks=int(fields[19]), run_dir=run_dir)
+    return None
+
+
+@dataclass
+class _Stopping:
+    handle: ProcessHandle
+    since: float
+    killed: bool = False
+
+
+@dataclass
+class NodeRuntime:
+    """Runs the replicas placed on this machine's nodes."""
+
+    store: SqliteStore
+    executor: LocalExecutor
+    layout: StateLayout
+    nodes: Mapping[str, Node]
+    grace_seconds: float = 10.0
+    clock: SystemClock = field(default_factory=SystemClock)
+    _stopping: dict[str, _Stopping] = field(default_factory=dict)
+    _pinned: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def sync(self) -> bool:
+        """Bring processes in line with Replica objects once; True when something changed."""
+        changed = False
+        replicas = self.store.list(Replica)
+        jobs = {job.metadata.uid: job for job in self.store.list(TrainingJob)}
+        shared_pools = self._shared_pools(replicas)
+        for replica in replicas:
+            try:
+                changed |= self._sync_one(replica, jobs.get(replica.spec.job_uid), shared_pools)
+            except (ConflictError, NotFoundError):
+                changed = True  # someone else wrote it first; look again next pass
+        return changed
+
+    # -- one replica -------------------------------------------------------------------------------------
+
+    def _sync_one(self, replica: Replica, job: TrainingJob | None, shared_pools: Mapping[str, tuple[int, ...]]) -> bool:
+        meta = replica.metadata
+        if meta.deletion_timestamp is None and job is None:
+            log.info("garbage-collecting replica %s/%s: its job is gone", meta.namespace, meta.name)
+            self.store.mark_deleting(Replica, meta.namespace, meta.name)
+            return True
+        if meta.deletion_timestamp is not None:
+            return self._stop(replica)
+        phase = ReplicaPhase(replica.status.phase)
+        if phase == ReplicaPhase.PENDING:
+            assert job is not None
+            return self._launch(replica, job, shared_pools)
+        if phase == ReplicaPhase.RUNNING:
+            changed = self._observe(replica)
+            if not changed:
+                self._repin_shared(replica, shared_pools)
+            return changed
+        return False
+
+    def _run_dir(self, replica: Replica) -> Path:
+        return self.layout.replica_run_dir(
+            replica.metadata.namespace,
+            replica.spec.job_name,
+            replica.spec.job_uid,
+            replica.metadata.name,
+            replica.spec.attempt,
+        )
+
+    def _handle(self, replica: Replica) -> ProcessHandle | None:
+        status = replica.status
+        if status.pid is None or status.process_start_ticks is None:
+            return find_shim(self._run_dir(replica))
+        return ProcessHandle(pid=status.pid, start_ticks=status.process_start_ticks, run_dir=self._run_dir(replica))
+
+    def _is_real(self, node_name: str) -> bool:
+        node = self.nodes.get(node_name)
+        return node is not None and node.status.source != "simulated"
+
+    def _launch(self, replica: Replica, job: TrainingJob, shared_pools: Mapping[str, tuple[int, ...]]) -> bool:
+        run_dir = self._run_dir(replica)
+        handle = find_shim(run_dir) if run_dir.exists() else None
+        if handle is None:
+            handle = self.executor.launch(self._launch_spec(replica, job, run_dir, shared_pools))
+            log.info("started replica %s (pid %d)", replica.metadata.name, handle.pid)
+        else:
+            log.info(
+                "adopted replica %s (pid %d) started by an earlier control plane",
+                replica.metadata.name,
+                handle.pid,
+            )
+        status = replica.status.model_copy(
+            update={
+                "phase": ReplicaPhase.RUNNING,
+                "pid": handle.pid,
+                "process_start_ticks": handle.start_ticks,
+                "start_time": self.clock.now(),
+                "log_path": str(run_dir / "replica.log"),
+            }
+        )
+        self.store.update_status(replica.model_copy(update={"status": status}))
+        return True
+
+    def _launch_spec(
+        self, replica: Replica, job: TrainingJob, run_dir: Path, shared_pools: Mapping[str, tuple[int, ...]]
+    ) -> LaunchSpec:
+        spec = replica.spec
+        placement = spec.placement
+        real = self._is_real(placement.node)
+        submit_dir = Path(job.metadata.annotations.get(SUBMIT_DIR_ANNOTATION, os.getcwd()))
+        working_dir = submit_dir / spec.working_dir if spec.working_dir else submit_dir
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED_PREFIXES)}
+        env.update(spec.env)
+        exclusive = bool(placement.cpus)
+        if real:
+            cpus: list[int] | None = list(placement.cpus) if exclusive else list(shared_pools.get(placement.node, ()))
+            if not cpus:
+                cpus = None
+        else:
+            cpus = None  # a simulated node's CPU ids need not exist on this machine
+        if cpus is not None:
+            self._pinned[replica.metadata.name] = tuple(cpus)
+            env.setdefault("OMP_NUM_THREADS", str(max(1, spec.cpu_milli // 1000)))
+        return LaunchSpec(
+            name=f"{replica.metadata.namespace}-{replica.metadata.name}-a{spec.attempt}",
+            command=resolve_command(spec.command),
+            env=env,
+            working_dir=working_dir,
+            run_dir=run_dir,
+            cpus=cpus,
+            memory_limit=spec.memory if real and spec.memory else None,
+            cpu_limit_milli=None if exclusive or not real else spec.cpu_milli or None,
+            files=dict(spec.files),
+        )
+
+    def _observe(self, replica: Replica) -> bool:
+        handle = self._handle(replica)
+        exit_code: int | None = 137
+        if handle is None:
+            state_running = False
+        else:
+            state = self.executor.poll(handle)
+            state_running, exit_code = state.running, state.exit_code
+        if state_running:
+            return False
+        code = 137 if exit_code is None else exit_code
+        phase = ReplicaPhase.SUCCEEDED if code == 0 else ReplicaPhase.FAILED
+        message = "" if code == 0 else _describe_exit(code)
+        status = replica.status.model_copy(
+            update={"phase": phase, "exit_code": code, "finish_time": self.clock.now(), "message": message}
+        )
+        self.store.update_status(replica.model_copy(update={"status": status}))
+        self._pinned.pop(replica.metadata.name, None)
+        log.info("replica %s finished with exit code %d", replica.metadata.name, code)
+        return True
+
+    def _stop(self, replica: Replica) -> bool:
+        name = f"{replica.metadata.namespace}/{replica.metadata.name}"
+        handle = self._handle(replica)
+        if handle is None or self.executor.is_gone(handle):
+            if handle is not None:
+                self.executor.poll(handle)  # reap it if it was our child
+                self.executor.cleanup(handle)
+            self._stopping.pop(name, None)
+            self._pinned.pop(replica.metadata.name, None)
+            self.store.delete(Replica, replica.metadata.namespace, replica.metadata.name)
+            return True
+        stopping = self._stopping.get(name)
+        now = self.clock.monotonic()
+        if stopping is None:
+            self.executor.terminate(handle)
+            self._stopping[name] = _Stopping(handle, now)
+        elif not stopping.killed and now - stopping.since >= self.grace_seconds:
+            log.warning("replica %s ignored SIGTERM for %.0fs; killing it", name, self.grace_seconds)
+            self.executor.kill(handle)
+            stopping.killed = True
+        else:
+            self.executor.poll(handle)
+        return False
+
+    # -- shared CPU pool -------------------------------------------------------------------------------
+
+    def _shared_pools(self, replicas: list[Replica]) -> dict[str, tuple[int, ...]]:
+        exclusive: dict[str, set[int]] = {}
+        for replica in replicas:
+            placement = replica.spec.placement
+            exclusive.setdefault(placement.node, set()).update(placement.cpus)
+        pools = {}
+        for name, node in self.nodes.items():
+            reserved = set(node.spec.reserved_cpus)
+            taken = exclusive.get(name, set())
+            pools[name] = tuple(c.id for c in node.status.cpus if c.id not in taken and c.id not in reserved)
+        return pools
+
+    def _repin_shared(self, replica: Replica, shared_pools: Mapping[str, tuple[int, ...]]) -> None:
+        # Exclusive grants shrink the shared pool; replicas already running on it must move off those CPUs.
+        placement = replica.spec.placement
+        if placement.cpus or not self._is_real(placement.node):
+            return
+        pool = shared_pools.get(placement.node, ())
+        if not pool or self._pinned.get(replica.metadata.name) == pool:
+            return
+        handle = self._handle(replica)
+        if handle is not None:
+            self.executor.set_affinity(handle, list(pool))
+            self._pinned[replica.metadata.name] = pool
+
+
+def _describe_exit(code: int) -> str:
+    if code > 128:
+        return f"exited with code {code} (killed by signal {code - 128})"
+    return f"exited with code {code}"

@@ -1,0 +1,283 @@
+"""The operations users call — submit, get, halt, resume, delete, explain, logs — one function each.
+
+The CLI and the Python SDK only translate arguments and render results; every rule lives here. Operations
+work on the store directly, so they work whether or not the control plane is running: a job submitted while
+it is down waits in Pending and is picked up when it starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phalanx.adapters.store import AlreadyExistsError, ConflictError, NotFoundError, SqliteStore
+from phalanx.core.lifecycle import ACTIVE_PHASES, HOLDING_PHASES
+from phalanx.model.errors import FieldError, SpecError
+from phalanx.model.events import Event
+from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.jobtypes import JobType
+from phalanx.model.loading import builtin_jobtypes, parse_jobtype
+from phalanx.model.nodes import Node
+from phalanx.model.replicas import Replica
+from phalanx.model.validation import validate_job
+from phalanx.services.layout import StateLayout
+
+SUBMIT_DIR_ANNOTATION = "phalanx.dev/submit-dir"
+MAX_CONFLICT_RETRIES = 20
+
+
+class OperationError(Exception):
+    """An operation that cannot be done, with a message that says what to do instead."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What a submission created."""
+
+    kind: str
+    namespace: str
+    name: str
+    replaced: bool = False
+
+
+@dataclass
+class JobDescription:
+    """Everything `describe` shows about a job."""
+
+    job: TrainingJob
+    replicas: list[Replica] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+
+def seed_builtin_jobtypes(store: SqliteStore) -> None:
+    """Make sure the built-in JobTypes exist in the store (user-defined ones are left alone)."""
+    for name, jobtype in builtin_jobtypes().items():
+        existing = store.try_get(JobType, "default", name)
+        if existing is None:
+            with contextlib.suppress(AlreadyExistsError):  # another process seeded it first
+                store.create(jobtype)
+        elif existing.spec != jobtype.spec and existing.metadata.labels.get("phalanx.dev/builtin") == "true":
+            store.update(existing.model_copy(update={"spec": jobtype.spec}))
+
+
+class Operations:
+    """User-facing operations on one state directory."""
+
+    def __init__(self, store: SqliteStore, layout: StateLayout) -> None:
+        self.store = store
+        self.layout = layout
+
+    # -- reading -------------------------------------------------------------------------------------------
+
+    def jobtypes(self) -> dict[str, JobType]:
+        """Every JobType by name (built-ins included even before the control plane first ran)."""
+        found = dict(builtin_jobtypes())
+        for jobtype in self.store.list(JobType):
+            found[jobtype.metadata.name] = jobtype
+        return found
+
+    def get_job(self, namespace: str, name: str) -> TrainingJob:
+        """One job.
+
+        Raises:
+            OperationError: no such job, with the names of existing ones.
+        """
+        job = self.store.try_get(TrainingJob, namespace, name)
+        if job is None:
+            names = [j.metadata.name for j in self.store.list(TrainingJob, namespace)]
+            hint = f"; jobs in {namespace}: {', '.join(names[:10])}" if names else f"; {namespace} has no jobs"
+            raise OperationError(f"job {namespace}/{name} not found{hint}")
+        return job
+
+    def list_jobs(self, namespace: str | None = None) -> list[TrainingJob]:
+        """Jobs, newest last."""
+        jobs = self.store.list(TrainingJob, namespace)
+        return sorted(
+            jobs,
+            key=lambda j: (
+                j.metadata.creation_timestamp.timestamp() if j.metadata.creation_timestamp else 0.0,
+                j.metadata.name,
+            ),
+        )
+
+    def list_nodes(self) -> list[Node]:
+        """Nodes the control plane registered."""
+        return self.store.list(Node)
+
+    def replicas_of(self, job: TrainingJob) -> list[Replica]:
+        """The job's current Replica objects."""
+        return [r for r in self.store.list(Replica, job.metadata.namespace) if r.spec.job_uid == job.metadata.uid]
+
+    def describe(self, namespace: str, name: str) -> JobDescription:
+        """The job, its replicas and its events."""
+        job = self.get_job(namespace, name)
+        return JobDescription(
+            job=job,
+            replicas=self.replicas_of(job),
+            events=self.store.list_events("TrainingJob", namespace, name),
+        )
+
+    def explain(self, namespace: str, name: str) -> str:
+        """One sentence: why the job is where it is (why it waits, when it waits)."""
+        job = self.get_job(namespace, name)
+        phase = Phase(job.status.phase)
+        if phase == Phase.PENDING:
+            lease = self.store.get_lease("controlplane")
+            if lease is None:
+                return "Pending: no control plane is running; start one with `phalanx up`."
+            return "Pending: accepted, waiting for the controller to queue it."
+        if phase == Phase.QUEUED:
+            return f"Queued: {job.status.message or job.status.reason or 'waiting for the next scheduling cycle'}"
+        detail = job.status.message or job.status.reason
+        return f"{phase}: {detail}" if detail else str(phase)
+
+    def log_files(self, namespace: str, name: str, replica: str | None = None) -> list[tuple[str, Path]]:
+        """(replica, log path) of the latest attempt of each replica (or of one), in name order."""
+        job = self.get_job(namespace, name)
+        assert job.metadata.uid is not None
+        base = self.layout.job_dir(namespace, name, job.metadata.uid) / "replicas"
+        latest: dict[str, tuple[int, Path]] = {}
+        if base.is_dir():
+            for run_dir in base.iterdir():
+                stem, _, attempt = run_dir.name.rpartition("-a")
+                if not attempt.isdigit():
+                    continue
+                short = stem.removeprefix(f"{name}-")
+                if replica is not None and replica not in (stem, short):
+                    continue
+                if short not in latest or int(attempt) > latest[short][0]:
+                    latest[short] = (int(attempt), run_dir / "replica.log")
+        if replica is not None and not latest:
+            known = ", ".join(f"{role}-{i}" for role, spec in job.spec.replicas.items() for i in range(spec.count))
+            raise OperationError(f"replica {replica!r} of job {name} has no logs yet; replicas: {known}")
+        return [(short, path) for short, (_, path) in sorted(latest.items())]
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def validate(self, documents: Sequence[dict[str, Any]], *, source: str | None = None) -> list[Any]:
+        """Validate every document; nothing is created.
+
+        Raises:
+            SpecError: every problem in every document, each with its field path.
+        """
+        jobtypes = self.jobtypes()
+        # JobTypes in the same submission may be used by jobs in it.
+        parsed: list[Any] = []
+        errors: list[FieldError] = []
+        for position, doc in enumerate(documents):
+            kind = doc.get("kind", "TrainingJob")
+            prefix = f"document {position + 1}: " if len(documents) > 1 else ""
+            try:
+                if kind == "JobType":
+                    jobtype = parse_jobtype(doc)
+                    jobtypes[jobtype.metadata.name] = jobtype
+                    parsed.append(jobtype)
+                elif kind == "TrainingJob":
+                    parsed.append(validate_job(doc, jobtypes))
+                else:
+                    errors.append(FieldError("kind", f"{prefix}unknown kind {kind!r}; use TrainingJob or JobType"))
+            except SpecError as err:
+                errors.extend(FieldError(e.path, prefix + e.message) for e in err.errors)
+        if errors:
+            raise SpecError(errors, source=source)
+        return parsed
+
+    def submit(
+        self,
+        documents: Sequence[dict[str, Any]],
+        *,
+        submit_dir: Path,
+        namespace: str | None = None,
+        replace_finished: bool = False,
+        source: str | None = None,
+    ) -> list[Submitted]:
+        """Validate everything first, then create the objects (JobTypes before jobs).
+
+        Raises:
+            SpecError: invalid documents (nothing is created).
+            OperationError: a job of that name exists (and is active, or replacing was not asked for).
+        """
+        objects = self.validate(documents, source=source)
+        if namespace:
+            objects = [
+                o.model_copy(update={"metadata": o.metadata.model_copy(update={"namespace": namespace})})
+                for o in objects
+            ]
+        replaced: set[str] = set()
+        for obj in objects:
+            if isinstance(obj, TrainingJob):
+                existing = self.store.try_get(TrainingJob, obj.metadata.namespace, obj.metadata.name)
+                if existing is None:
+                    continue
+                if not replace_finished or Phase(existing.status.phase) in ACTIVE_PHASES:
+                    state = f"it is {existing.status.phase}"
+                    raise OperationError(
+                        f"job {obj.key} already exists ({state}); delete it with "
+                        f"`phalanx delete job {obj.metadata.name}` or choose another metadata.name"
+                    )
+                if self.replicas_of(existing):
+                    raise OperationError(f"job {obj.key} is finishing; try again in a moment")
+                self.store.delete(TrainingJob, obj.metadata.namespace, obj.metadata.name)
+                replaced.add(obj.key)
+        created: list[Submitted] = []
+        for obj in sorted(objects, key=lambda o: 0 if isinstance(o, JobType) else 1):
+            if isinstance(obj, JobType):
+                existing_type = self.store.try_get(JobType, obj.metadata.namespace, obj.metadata.name)
+                if existing_type is None:
+                    self.store.create(obj)
+                else:
+                    self.store.update(
+                        obj.model_copy(
+                            update={
+                                "metadata": existing_type.metadata,
+                            }
+                        ).model_copy(update={"spec": obj.spec})
+                    )
+                created.append(Submitted("JobType", obj.metadata.namespace, obj.metadata.name))
+                continue
+            annotations = {**obj.metadata.annotations, SUBMIT_DIR_ANNOTATION: str(submit_dir.resolve())}
+            job = obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"annotations": annotations})})
+            try:
+                self.store.create(job)
+            except AlreadyExistsError:
+                raise OperationError(f"job {job.key} already exists") from None
+            created.append(Submitted("TrainingJob", job.metadata.namespace, job.metadata.name, job.key in replaced))
+        return created
+
+    def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob:
+        """Halt (suspend) or resume a job; level-triggered: the controller does the rest.
+
+        Raises:
+            OperationError: no such job, or the job is finished.
+        """
+        for _ in range(MAX_CONFLICT_RETRIES):
+            job = self.get_job(namespace, name)
+            if Phase(job.status.phase) not in ACTIVE_PHASES:
+                raise OperationError(f"job {job.key} is {job.status.phase}; it cannot be halted or resumed")
+            if job.spec.run_policy.suspend == suspend:
+                return job
+            run_policy = job.spec.run_policy.model_copy(update={"suspend": suspend})
+            spec = job.spec.model_copy(update={"run_policy": run_policy})
+            try:
+                return self.store.update(job.model_copy(update={"spec": spec}))
+            except ConflictError:
+                continue
+        raise OperationError(f"job {namespace}/{name} kept changing; try again")
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete a job: its replicas are stopped first, then the job is removed.
+
+        Raises:
+            OperationError: no such job.
+        """
+        job = self.get_job(namespace, name)
+        if not self.replicas_of(job) and Phase(job.status.phase) not in HOLDING_PHASES:
+            try:
+                self.store.delete(TrainingJob, namespace, name)
+                return
+            except NotFoundError:
+                return
+        self.store.mark_deleting(TrainingJob, namespace, name)

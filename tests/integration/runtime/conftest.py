@@ -1,0 +1,205 @@
+"""Fixtures for the runtime tests: a real control plane process on a temporary state directory, the real CLI,
+and helpers that wait on the store's change feed rather than sleeping."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from phalanx.entrypoints.client import Client
+from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.services.daemon import current_leader
+
+HERE = Path(__file__).parent
+PROGRAM = str(HERE / "replica_program.py")
+REPO = HERE.parents[2]
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of live processes whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, message: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {message}")
+        time.sleep(0.02)
+
+
+@dataclass
+class ControlPlaneProcess:
+    """A control plane running as a real process."""
+
+    state_dir: Path
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def kill9(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class Runtime:
+    """A state directory with helpers to start control planes, run the CLI and inspect jobs."""
+
+    state_dir: Path
+    work_dir: Path
+    planes: list[ControlPlaneProcess] = field(default_factory=list)
+
+    def start_control_plane(self, *, wait_leader: bool = True, extra: list[str] | None = None) -> ControlPlaneProcess:
+        log_path = self.state_dir / f"cp-{len(self.planes)}.log"
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log_file:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "phalanx.entrypoints.controlplane",
+                    "--state-dir",
+                    str(self.state_dir),
+                    "--grace-seconds",
+                    "3",
+                    *(extra or []),
+                ],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                cwd=self.work_dir,
+            )
+        plane = ControlPlaneProcess(self.state_dir, process, log_path)
+        self.planes.append(plane)
+        if wait_leader:
+            with self.client() as client:
+                wait_until(
+                    lambda: (leader := current_leader(client.store)) is not None and leader.pid == process.pid,
+                    message=f"control plane {process.pid} to lead; log:\n{plane.log()}",
+                )
+        return plane
+
+    def client(self) -> Client:
+        return Client(state_dir=self.state_dir)
+
+    def cli(self, *args: str, timeout: float = 120.0, check: bool = False) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PHALANX_HOME": str(self.state_dir), "COLUMNS": "200"}
+        result = subprocess.run(
+            [sys.executable, "-m", "phalanx.entrypoints.cli.main", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=self.work_dir,
+        )
+        if check and result.returncode != 0:
+            pytest.fail(f"phalanx {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def write_job(self, name: str, document: dict[str, Any]) -> Path:
+        path = self.work_dir / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        return path
+
+    def submit(self, document: dict[str, Any]) -> str:
+        with self.client() as client:
+            client.submit(document)
+        return str(document["metadata"]["name"])
+
+    def wait_phase(self, name: str, phases: set[Phase], timeout: float = 60.0) -> TrainingJob:
+        with self.client() as client:
+            try:
+                return client.wait(name, until=phases, timeout=timeout)
+            except TimeoutError:
+                job = client.get(name)
+                logs = "\n".join(p.log()[-3000:] for p in self.planes)
+                pytest.fail(f"job {name} stuck in {job.status.phase} ({job.status.message}); logs:\n{logs}")
+
+    def cleanup(self) -> None:
+        for plane in self.planes:
+            plane.stop()
+        for pid in processes_mentioning(str(self.state_dir)):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    work = tmp_path / "work"
+    work.mkdir()
+    rt = Runtime(state_dir=tmp_path / "state", work_dir=work)
+    try:
+        yield rt
+    finally:
+        rt.cleanup()
+
+
+def generic_job(
+    name: str,
+    *,
+    replicas: int = 1,
+    cpu: str | int = "100m",
+    memory: str = "64Mi",
+    args: list[str] | None = None,
+    run_policy: dict[str, Any] | None = None,
+    job_type: str = "generic",
+    role: str = "worker",
+    extra_roles: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A job running replica_program.py."""
+    roles = {
+        role: {
+            "count": replicas,
+            "template": {
+                "command": ["python", PROGRAM, *(args or [])],
+                "resources": {"cpu": cpu, "memory": memory},
+            },
+        }
+    }
+    roles.update(extra_roles or {})
+    return {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {"type": job_type, "replicas": roles, "runPolicy": run_policy or {}},
+    }

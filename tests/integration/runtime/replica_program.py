@@ -1,0 +1,61 @@
+"""A configurable replica program for the runtime tests: record, wait, crash, exit — as told by its arguments.
+
+python replica_program.py --record FILE     append "<role>-<index> <attempt> <pid> <start>" to FILE
+                          --hold FILE       keep running until FILE exists
+                          --crash-once DIR  exit 3 the first time this replica runs (marker in DIR)
+                          --crash-always    exit with --exit-code
+                          --exit-code N
+                          --sleep S
+                          --progress FILE   append a line every 0.05 s while holding
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--record")
+    parser.add_argument("--hold")
+    parser.add_argument("--crash-once")
+    parser.add_argument("--crash-always", action="store_true")
+    parser.add_argument("--exit-code", type=int, default=3)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--progress")
+    args = parser.parse_args()
+    me = f"{os.environ['PHALANX_ROLE']}-{os.environ['PHALANX_REPLICA_INDEX']}"
+    attempt = os.environ.get("PHALANX_ATTEMPT", "?")
+    if args.record:
+        with open(args.record, "a") as handle:
+            handle.write(f"{me} {attempt} {os.getpid()} {time.time():.6f}\n")
+    print(f"{me} started, pid {os.getpid()}, cpus {sorted(os.sched_getaffinity(0))}", flush=True)
+    if args.crash_always:
+        print(f"{me} failing with exit code {args.exit_code}", flush=True)
+        return args.exit_code
+    if args.crash_once:
+        marker = Path(args.crash_once) / f"crashed-{me}"
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("1")
+            print(f"{me} crashing once", flush=True)
+            return args.exit_code
+    deadline = time.monotonic() + args.sleep
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    if args.hold:
+        while not Path(args.hold).exists():
+            if args.progress:
+                with open(args.progress, "a") as handle:
+                    handle.write(f"{me} {time.time():.3f}\n")
+            time.sleep(0.05)
+    print(f"{me} done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Bad input through the real CLI and store: a field-path error with a fix, exit code 2, nothing created,
+nothing already stored disturbed."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import Runtime, generic_job
+from phalanx.model.jobs import TrainingJob
+
+
+def base() -> dict[str, Any]:
+    return generic_job("bad")
+
+
+def mutate(change: Callable[[dict[str, Any]], None], start: Callable[[], dict[str, Any]] = base) -> dict[str, Any]:
+    document = copy.deepcopy(start())
+    change(document)
+    return document
+
+
+def worker(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["spec"]["replicas"]["worker"]["template"]
+
+
+def pytorch() -> dict[str, Any]:
+    doc = generic_job("bad", job_type="pytorch")
+    doc["spec"]["replicas"]["master"] = copy.deepcopy(doc["spec"]["replicas"]["worker"])
+    return doc
+
+
+CASES: list[tuple[str, dict[str, Any], str, str]] = [
+    (
+        "count-zero",
+        mutate(lambda d: d["spec"]["replicas"]["worker"].update(count=0)),
+        "spec.replicas.worker.count",
+        "must be >= 1, got 0",
+    ),
+    (
+        "unknown-type",
+        mutate(lambda d: d["spec"].update(type="pytorh")),
+        "spec.type",
+        "did you mean 'pytorch'",
+    ),
+    (
+        "misspelt-field",
+        mutate(lambda d: d["spec"]["runPolicy"].update(backofLimit=2)),
+        "spec.runPolicy.backofLimit",
+        "did you mean 'backoffLimit'",
+    ),
+    (
+        "bad-cpu",
+        mutate(lambda d: worker(d)["resources"].update(cpu="2x")),
+        "spec.replicas.worker.template.resources.cpu",
+        "millicores",
+    ),
+    (
+        "bad-memory-unit",
+        mutate(lambda d: worker(d)["resources"].update(memory="4GB")),
+        "spec.replicas.worker.template.resources.memory",
+        "Gi",
+    ),
+    ("name-not-dns", mutate(lambda d: d["metadata"].update(name="My_Job")), "metadata.name", "'my-job'"),
+    (
+        "no-command",
+        mutate(lambda d: worker(d).pop("command")),
+        "spec.replicas.worker.template.command",
+        "the program to run",
+    ),
+    (
+        "role-not-in-type",
+        mutate(lambda d: d["spec"]["replicas"].update(chef=d["spec"]["replicas"].pop("worker")), pytorch),
+        "spec.replicas.chef",
+        "has no role 'chef'",
+    ),
+    (
+        "count-above-max",
+        mutate(lambda d: d["spec"]["replicas"]["master"].update(count=2), pytorch),
+        "spec.replicas.master.count",
+        "at most 1",
+    ),
+    (
+        "gpu-and-gpumilli",
+        mutate(lambda d: worker(d)["resources"].update(gpu=1, gpuMilli=500)),
+        "spec.replicas.worker.template.resources",
+        "exclusive",
+    ),
+    (
+        "gpumilli-too-big",
+        mutate(lambda d: worker(d)["resources"].update(gpuMilli=1500)),
+        "spec.replicas.worker.template.resources.gpuMilli",
+        "<= 1000",
+    ),
+    (
+        "minavailable-too-big",
+        mutate(lambda d: d["spec"].update(scheduling={"minAvailable": 5})),
+        "spec.scheduling.minAvailable",
+        "must be <= the job's 1 replica(s)",
+    ),
+    (
+        "bad-restart-policy",
+        mutate(lambda d: d["spec"]["runPolicy"].update(restartPolicy="Sometimes")),
+        "spec.runPolicy.restartPolicy",
+        "'Never', 'OnFailure' or 'ExitCode'",
+    ),
+    (
+        "outputs-escape",
+        mutate(lambda d: d["spec"].update(outputs={"path": "../elsewhere"})),
+        "spec.outputs.path",
+        "without '..'",
+    ),
+    (
+        "bad-env-name",
+        mutate(lambda d: worker(d).update(env={"MY-VAR": "1"})),
+        "spec.replicas.worker.template.env.MY-VAR",
+        "valid variable name",
+    ),
+    (
+        "reserved-env",
+        mutate(lambda d: worker(d).update(env={"PHALANX_RANK": "1"})),
+        "spec.replicas.worker.template.env.PHALANX_RANK",
+        "reserved",
+    ),
+    (
+        "mpi-without-launcher",
+        mutate(lambda d: d["spec"].update(type="mpi")),
+        "spec.replicas.launcher",
+        "needs at least 1 'launcher'",
+    ),
+    (
+        "unknown-priority-class",
+        mutate(lambda d: d["spec"].update(scheduling={"priorityClass": "urgent"})),
+        "spec.scheduling.priorityClass",
+        "use one of low, normal, high, critical",
+    ),
+    ("no-roles", mutate(lambda d: d["spec"].update(replicas={})), "spec.replicas", "at least one role"),
+    ("wrong-kind", mutate(lambda d: d.update(kind="TrainingJobs")), "kind", "TrainingJob"),
+    (
+        "negative-backoff",
+        mutate(lambda d: d["spec"]["runPolicy"].update(backoffLimit=-1)),
+        "spec.runPolicy.backoffLimit",
+        "must be >= 0, got -1",
+    ),
+    (
+        "bad-placement",
+        mutate(lambda d: d["spec"].update(scheduling={"placement": "dense"})),
+        "spec.scheduling.placement",
+        "'pack'",
+    ),
+    ("missing-metadata", mutate(lambda d: d.pop("metadata")), "metadata", "required field is missing"),
+]
+
+
+@pytest.fixture
+def seeded(runtime: Runtime) -> TrainingJob:
+    """A valid job already in the store, which no bad submission may disturb."""
+    runtime.submit(generic_job("existing"))
+    with runtime.client() as client:
+        return client.get("existing")
+
+
+@pytest.mark.parametrize(("document", "path", "fix"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_invalid_spec_names_the_field_and_creates_nothing(
+    runtime: Runtime, seeded: TrainingJob, document: dict[str, Any], path: str, fix: str
+) -> None:
+    spec_file = runtime.write_job("bad", document)
+    result = runtime.cli("submit", str(spec_file))
+    assert result.returncode == 2, result.stdout + result.stderr
+    flat = " ".join(result.stderr.split())
+    assert f"{path}:" in flat, flat
+    assert fix in flat, flat
+    assert "nothing was created" in flat
+    with runtime.client() as client:
+        jobs = client.list()
+    assert [j.metadata.name for j in jobs] == ["existing"]
+    assert jobs[0].metadata.resource_version == seeded.metadata.resource_version
+
+
+def test_at_least_fifteen_distinct_invalid_specs_are_covered() -> None:
+    assert len({path for _, _, path, _ in CASES}) >= 15
+
+
+def test_one_bad_document_in_a_file_creates_none_of_them(runtime: Runtime, seeded: TrainingJob) -> None:
+    good = generic_job("good")
+    bad = mutate(lambda d: d["spec"]["replicas"]["worker"].update(count=0))
+    path = runtime.work_dir / "two.yaml"
+    path.write_text(yaml.safe_dump_all([good, bad], sort_keys=False))
+    result = runtime.cli("submit", str(path))
+    assert result.returncode == 2
+    assert "document 2" in result.stderr
+    with runtime.client() as client:
+        assert [j.metadata.name for j in client.list()] == ["existing"]
+
+
+def test_text_that_is_not_yaml_is_reported_with_its_line(runtime: Runtime, seeded: TrainingJob) -> None:
+    path = runtime.work_dir / "broken.yaml"
+    path.write_text("metadata:\n  name: x\nspec: [unclosed\n")
+    result = runtime.cli("submit", str(path))
+    assert result.returncode == 2
+    assert "not valid YAML at line" in " ".join(result.stderr.split())
+
+
+def test_a_missing_file_is_a_clear_error(runtime: Runtime) -> None:
+    result = runtime.cli("submit", "no-such-file.yaml")
+    assert result.returncode == 2
+    assert "file not found" in result.stderr
