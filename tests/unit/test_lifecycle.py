@@ -101,9 +101,7 @@ def test_holding_phases_are_the_ones_between_admission_and_release() -> None:
 def walk(*phases: Phase) -> TrainingJobStatus:
     status = TrainingJobStatus()
     for step, phase in enumerate(phases):
-        status = transition(
-            status, phase, reason=f"R{step}", message=f"m{step}", now=T0 + timedelta(seconds=step)
-        )
+        status = transition(status, phase, reason=f"R{step}", message=f"m{step}", now=T0 + timedelta(seconds=step))
     return status
 
 

@@ -1,0 +1,1 @@
+"""Adapters: everything that touches the outside world, each behind a small interface."""

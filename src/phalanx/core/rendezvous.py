@@ -242,9 +242,7 @@ class _Context:
         if name == "count":
             return str(count)
         if name == "hosts":
-            return ",".join(
-                str(self.endpoint(replica_name(self.job.metadata.name, role, i))) for i in range(count)
-            )
+            return ",".join(str(self.endpoint(replica_name(self.job.metadata.name, role, i))) for i in range(count))
         if name in ("host", "port") and len(args) == 2 and args[1].isdigit():
             index = int(args[1])
             if index >= count:

@@ -37,7 +37,7 @@ class ControlPlaneConfig:
     inventory: Path | None = None
     node_name: str | None = None
     lease_ttl_seconds: float = 5.0
-    poll_seconds: float = 0.05
+    poll_seconds: float = 0.02
     grace_seconds: float = 10.0
     max_busy_passes: int = 50
 
@@ -101,7 +101,8 @@ class ControlPlane:
         log.info("leading as %s", self.leadership.holder)
         nodes = self.register_nodes()
         seed_builtin_jobtypes(self.store)
-        executor = LocalExecutor(self.layout.root / "runs")
+        # The loop is single-threaded, so replicas can start by fork: no interpreter start per replica.
+        executor = LocalExecutor(self.layout.root / "runs", start="fork")
         runtime = NodeRuntime(self.store, executor, self.layout, nodes, grace_seconds=self.config.grace_seconds)
         controller = JobController(self.store, self.layout, identity=self.leadership.holder)
         scheduler = SchedulerService(self.store, identity=self.leadership.holder)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phalanx.adapters.clock import SystemClock
-from phalanx.adapters.executor import LaunchSpec, LocalExecutor, ProcessHandle
+from phalanx.adapters.executor import LaunchSpec, LocalExecutor, ProcessHandle, find_shim
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.nodes import Node
@@ -38,25 +38,6 @@ def resolve_command(command: list[str]) -> list[str]:
     if command and command[0] in _PYTHON_NAMES:
         return [sys.executable, *command[1:]]
     return list(command)
-
-
-def find_shim(run_dir: Path) -> ProcessHandle | None:
-    """A live shim process launched for ``run_dir`` (by this or an earlier control plane), if any."""
-    needle = str(run_dir).encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if len(args) >= 2 and needle in args and any(a.endswith(b"shim.py") for a in args):
-            fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] == "Z":
-                continue
-            return ProcessHandle(pid=int(entry.name), start_ticks=int(fields[19]), run_dir=run_dir)
-    return None
 
 
 @dataclass

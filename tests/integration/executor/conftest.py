@@ -54,9 +54,7 @@ class Replicas:
         run_dir = self.tmp_path / "runs" / name
         base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RELEASE": str(run_dir / "release")}
         fields: dict[str, Any] = {"working_dir": self.tmp_path, "run_dir": run_dir, **overrides}
-        return LaunchSpec(
-            name=name, command=[sys.executable, "-c", code], env={**base_env, **(env or {})}, **fields
-        )
+        return LaunchSpec(name=name, command=[sys.executable, "-c", code], env={**base_env, **(env or {})}, **fields)
 
     def launch(self, spec: LaunchSpec) -> ProcessHandle:
         handle = self.executor.launch(spec)

@@ -271,9 +271,7 @@ def test_replica_runs_in_its_cpuset_memory_and_cpu_cgroups(
         assert (cpuset_dir / "cpuset.cpus").read_text().strip() == str(cpu)
         assert int((memory_dir / "memory.limit_in_bytes").read_text()) == 256 * MIB
         if "cpu" in writable_layout.controllers:
-            assert (
-                writable_layout.parents["cpu"] / spec.name / "cpu.cfs_quota_us"
-            ).read_text().strip() == "50000"
+            assert (writable_layout.parents["cpu"] / spec.name / "cpu.cfs_quota_us").read_text().strip() == "50000"
         paths = cgroup_paths(child)
         assert paths["cpuset"].endswith(f"/phalanx/{spec.name}")
         assert paths["memory"].endswith(f"/phalanx/{spec.name}")
@@ -328,9 +326,7 @@ def test_shim_removes_its_cgroups_when_the_command_exits(
     assert not (writable_layout.parents["memory"] / spec.name).exists()
 
 
-def test_set_affinity_moves_the_cpuset_too(
-    writable_layout: CgroupLayout, replicas: Any, wait_until: Any
-) -> None:
+def test_set_affinity_moves_the_cpuset_too(writable_layout: CgroupLayout, replicas: Any, wait_until: Any) -> None:
     usable = sorted(os.sched_getaffinity(0))
     if len(usable) < 2:
         pytest.skip("needs two CPUs")
@@ -341,9 +337,7 @@ def test_set_affinity_moves_the_cpuset_too(
 
     replicas.executor.set_affinity(handle, [usable[1]])
 
-    assert (writable_layout.parents["cpuset"] / spec.name / "cpuset.cpus").read_text().strip() == str(
-        usable[1]
-    )
+    assert (writable_layout.parents["cpuset"] / spec.name / "cpuset.cpus").read_text().strip() == str(usable[1])
     assert read_affinity(int(started.read_text())) == {usable[1]}
     replicas.release(handle)
     assert replicas.finish(handle) == 0

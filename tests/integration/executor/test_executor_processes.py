@@ -383,9 +383,7 @@ def test_finished_shims_are_reaped(replicas: Any, wait_until: Any) -> None:
 # -- surviving the control plane -----------------------------------------------------------------------------
 
 
-def test_new_executor_instance_adopts_a_running_replica(
-    replicas: Any, tmp_path: Path, wait_until: Any
-) -> None:
+def test_new_executor_instance_adopts_a_running_replica(replicas: Any, tmp_path: Path, wait_until: Any) -> None:
     handle = replicas.run(BLOCK, env={"CODE": "4"})
     child_pid(handle, wait_until)
     stored = (handle.pid, handle.start_ticks, str(handle.run_dir))
@@ -413,9 +411,7 @@ print(json.dumps({"pid": handle.pid, "start_ticks": handle.start_ticks, "run_dir
 """
 
 
-def test_replica_outlives_the_control_plane_that_launched_it(
-    replicas: Any, tmp_path: Path, wait_until: Any
-) -> None:
+def test_replica_outlives_the_control_plane_that_launched_it(replicas: Any, tmp_path: Path, wait_until: Any) -> None:
     spec = replicas.spec(BLOCK, env={"CODE": "6"})
     payload = {
         "name": spec.name,
@@ -434,9 +430,7 @@ def test_replica_outlives_the_control_plane_that_launched_it(
         check=True,
     )
     stored = json.loads(result.stdout)
-    handle = ProcessHandle(
-        pid=stored["pid"], start_ticks=stored["start_ticks"], run_dir=Path(stored["run_dir"])
-    )
+    handle = ProcessHandle(pid=stored["pid"], start_ticks=stored["start_ticks"], run_dir=Path(stored["run_dir"]))
     replicas.adopt(handle)
 
     restarted = LocalExecutor(tmp_path / "executor")

@@ -7,6 +7,7 @@ python replica_program.py --record FILE     append "<role>-<index> <attempt> <pi
                           --exit-code N
                           --sleep S
                           --progress FILE   append a line every 0.05 s while holding
+                          --await-lines FILE N  after --record, wait until FILE has N lines
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def main() -> int:
     parser.add_argument("--exit-code", type=int, default=3)
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--progress")
+    parser.add_argument("--await-lines", nargs=2, metavar=("FILE", "N"))
     args = parser.parse_args()
     me = f"{os.environ['PHALANX_ROLE']}-{os.environ['PHALANX_REPLICA_INDEX']}"
     attempt = os.environ.get("PHALANX_ATTEMPT", "?")
@@ -34,6 +36,10 @@ def main() -> int:
         with open(args.record, "a") as handle:
             handle.write(f"{me} {attempt} {os.getpid()} {time.time():.6f}\n")
     print(f"{me} started, pid {os.getpid()}, cpus {sorted(os.sched_getaffinity(0))}", flush=True)
+    if args.await_lines:
+        path, lines = Path(args.await_lines[0]), int(args.await_lines[1])
+        while not path.exists() or len(path.read_text().splitlines()) < lines:
+            time.sleep(0.01)
     if args.crash_always:
         print(f"{me} failing with exit code {args.exit_code}", flush=True)
         return args.exit_code

@@ -43,7 +43,8 @@ def test_gang_restart_restarts_every_replica(runtime: Runtime, tmp_path: Path) -
         "gang",
         replicas=1,
         role="worker",
-        args=["--record", str(record), "--crash-once", str(markers)],
+        # The worker crashes only once the master has started too, so the gang restart has a master to restart.
+        args=["--record", str(record), "--await-lines", str(record), "2", "--crash-once", str(markers)],
         run_policy={
             "restartPolicy": "OnFailure",
             "backoffLimit": 3,

@@ -46,9 +46,7 @@ START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 # --------------------------------------------------------------------------------------------- builders
 
 
-def make_job(
-    name: str = "q", namespace: str = "default", labels: dict[str, str] | None = None
-) -> TrainingJob:
+def make_job(name: str = "q", namespace: str = "default", labels: dict[str, str] | None = None) -> TrainingJob:
     raw = {
         "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
         "spec": {
@@ -97,9 +95,7 @@ def clock() -> VirtualClock:
 @pytest.fixture
 def store(tmp_path: Path, clock: VirtualClock) -> Iterator[SqliteStore]:
     uids = (f"uid-{n}" for n in itertools.count(1))
-    with SqliteStore(
-        tmp_path / "state" / "phalanx.db", now=clock.now, uid_factory=lambda: next(uids)
-    ) as opened:
+    with SqliteStore(tmp_path / "state" / "phalanx.db", now=clock.now, uid_factory=lambda: next(uids)) as opened:
         yield opened
 
 
@@ -444,9 +440,7 @@ def test_change_feed_orders_changes_and_filters_kinds(store: SqliteStore) -> Non
     store.create(make_node())
     job.metadata.labels["x"] = "1"
     store.update(job)
-    store.record_event(
-        Event(object_kind="TrainingJob", object_name="q", reason="Queued", message="m", time=START)
-    )
+    store.record_event(Event(object_kind="TrainingJob", object_name="q", reason="Queued", message="m", time=START))
     store.delete(Node, "default", "local")
 
     changes = store.changes_since(0)

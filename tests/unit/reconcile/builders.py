@@ -144,9 +144,7 @@ class JobBuilder:
         return self
 
     def names(self) -> list[str]:
-        return [
-            replica_name(self._name, role, i) for role, count in self._roles.items() for i in range(count)
-        ]
+        return [replica_name(self._name, role, i) for role, count in self._roles.items() for i in range(count)]
 
     def obj(self) -> TrainingJob:
         roles = self._roles or {"worker": 1}
@@ -170,9 +168,7 @@ class JobBuilder:
         status = job.status.model_copy(
             update={
                 **self._status,
-                "placements": {
-                    name: ReplicaPlacement(node=f"node-{i % 2}", gpus=[i]) for i, name in enumerate(placed)
-                },
+                "placements": {name: ReplicaPlacement(node=f"node-{i % 2}", gpus=[i]) for i, name in enumerate(placed)},
             }
         )
         return job.model_copy(update={"metadata": meta, "status": status})

@@ -87,9 +87,7 @@ CASES = [
         actions=[f"create {W0}@0", f"create {W1}@0"],
         reason="Staging",
     ),
-    case(
-        "admitted-not-staged-yet", two_workers().phase(P.ADMITTED).placed(), phase=P.DOWNLOADING, staged=False
-    ),
+    case("admitted-not-staged-yet", two_workers().phase(P.ADMITTED).placed(), phase=P.DOWNLOADING, staged=False),
     case("admitted-suspend", two_workers().phase(P.ADMITTED).placed().suspend(), phase=P.HALTED),
     case(
         "admitted-deadline",
@@ -435,26 +433,14 @@ CASES = [
     ),
     case(
         "restarting-waits-for-backoff",
-        two_workers()
-        .phase(P.RESTARTING)
-        .placed()
-        .restart("OnFailure")
-        .restarts(1)
-        .attempt(1)
-        .next_retry(at(4)),
+        two_workers().phase(P.RESTARTING).placed().restart("OnFailure").restarts(1).attempt(1).next_retry(at(4)),
         (replica(W0).running(),),
         phase=P.RESTARTING,
         now=at(3),
     ),
     case(
         "restarting-creates-after-backoff",
-        two_workers()
-        .phase(P.RESTARTING)
-        .placed()
-        .restart("OnFailure")
-        .restarts(1)
-        .attempt(1)
-        .next_retry(at(4)),
+        two_workers().phase(P.RESTARTING).placed().restart("OnFailure").restarts(1).attempt(1).next_retry(at(4)),
         (replica(W0).running(),),
         phase=P.RESTARTING,
         actions=[f"create {W1}@1"],
@@ -476,13 +462,7 @@ CASES = [
     ),
     case(
         "restarting-all-running-again",
-        two_workers()
-        .phase(P.RESTARTING)
-        .placed()
-        .restart("OnFailure")
-        .restarts(1)
-        .attempt(1)
-        .next_retry(at(1)),
+        two_workers().phase(P.RESTARTING).placed().restart("OnFailure").restarts(1).attempt(1).next_retry(at(1)),
         (replica(W0).running(), replica(W1).running().attempt(1)),
         phase=P.RUNNING,
         reason="Restarted",
@@ -490,13 +470,7 @@ CASES = [
     ),
     case(
         "restarting-replacement-fails-again-counts",
-        two_workers()
-        .phase(P.RESTARTING)
-        .placed()
-        .restart("OnFailure")
-        .restarts(1)
-        .attempt(1)
-        .next_retry(at(1)),
+        two_workers().phase(P.RESTARTING).placed().restart("OnFailure").restarts(1).attempt(1).next_retry(at(1)),
         (replica(W0).running(), replica(W1).failed(3).attempt(1)),
         phase=P.RESTARTING,
         actions=[f"delete {W1}"],
@@ -520,13 +494,7 @@ CASES = [
     ),
     case(
         "restarting-earlier-attempt-failure-is-folded",
-        two_workers()
-        .phase(P.RESTARTING)
-        .placed()
-        .restart("OnFailure")
-        .restarts(1)
-        .attempt(1)
-        .next_retry(at(1)),
+        two_workers().phase(P.RESTARTING).placed().restart("OnFailure").restarts(1).attempt(1).next_retry(at(1)),
         (replica(W0).failed(3).attempt(0), replica(W1).running().attempt(1)),
         phase=P.RESTARTING,
         actions=[f"delete {W0}"],
@@ -692,12 +660,7 @@ def assert_settled(inp: ReconcileInput, result: Plan) -> None:
 # -- status details ----------------------------------------------------------------------------------------
 def test_restart_updates_counters_and_backoff_timer() -> None:
     result = reconcile(
-        two_workers()
-        .phase(P.RUNNING)
-        .placed()
-        .restart("OnFailure", backoff_seconds=2)
-        .restarts(1)
-        .attempt(1),
+        two_workers().phase(P.RUNNING).placed().restart("OnFailure", backoff_seconds=2).restarts(1).attempt(1),
         (replica(W0).running().attempt(0), replica(W1).failed(3).attempt(1)),
         now=at(100),
     )
@@ -708,18 +671,10 @@ def test_restart_updates_counters_and_backoff_timer() -> None:
 
 def test_backoff_limit_message_names_replica_code_and_limit() -> None:
     result = reconcile(
-        job("q")
-        .role("worker", 2)
-        .phase(P.RUNNING)
-        .placed()
-        .restart("OnFailure", backoff_limit=3)
-        .restarts(3),
+        job("q").role("worker", 2).phase(P.RUNNING).placed().restart("OnFailure", backoff_limit=3).restarts(3),
         (replica(W0).running(), replica(W1).failed(3)),
     )
-    assert (
-        result.status.message
-        == "replica q-worker-1 failed with exit code 3; 3 restarts reached backoffLimit 3"
-    )
+    assert result.status.message == "replica q-worker-1 failed with exit code 3; 3 restarts reached backoffLimit 3"
 
 
 @pytest.mark.parametrize(
@@ -811,9 +766,7 @@ def test_replica_statuses_count_planned_creations_and_deletions() -> None:
 
 
 def test_replica_statuses_are_frozen_once_finished() -> None:
-    failed = reconcile(
-        two_workers().phase(P.RUNNING).placed(), (replica(W0).succeeded(), replica(W1).failed(3))
-    )
+    failed = reconcile(two_workers().phase(P.RUNNING).placed(), (replica(W0).succeeded(), replica(W1).failed(3)))
     assert failed.status.replica_statuses == {"worker": RoleStatus(succeeded=1, failed=1)}
     after_gc = reconcile(two_workers().phase(P.FAILED).obj().model_copy(update={"status": failed.status}))
     assert after_gc.status.replica_statuses == failed.status.replica_statuses
@@ -864,13 +817,7 @@ def test_every_phase_change_records_a_condition() -> None:
 
 def test_restart_during_restarting_records_an_event_without_a_phase_change() -> None:
     result = reconcile(
-        two_workers()
-        .phase(P.RESTARTING)
-        .placed()
-        .restart("OnFailure")
-        .restarts(1)
-        .attempt(1)
-        .next_retry(at(1)),
+        two_workers().phase(P.RESTARTING).placed().restart("OnFailure").restarts(1).attempt(1).next_retry(at(1)),
         (replica(W0).running(), replica(W1).failed(3).attempt(1)),
         now=at(2),
     )
@@ -883,9 +830,7 @@ def test_restart_during_restarting_records_an_event_without_a_phase_change() -> 
 @pytest.mark.parametrize(
     ("job_", "replicas", "now", "expected"),
     [
-        pytest.param(
-            two_workers().phase(P.QUEUED).deadline(60), (), at(20), 40.0, id="deadline-from-creation"
-        ),
+        pytest.param(two_workers().phase(P.QUEUED).deadline(60), (), at(20), 40.0, id="deadline-from-creation"),
         pytest.param(
             two_workers().phase(P.RUNNING).placed().deadline(60).started(at(30)),
             running_pair(),
@@ -1044,19 +989,13 @@ class Executor:
                 r = replace(r, phase=ReplicaPhase.RUNNING)
             elif r.phase == ReplicaPhase.RUNNING and key in self.fail:
                 r = replace(r, phase=ReplicaPhase.FAILED, exit_code=self.fail[key])
-            elif (
-                r.phase == ReplicaPhase.RUNNING
-                and self.age[key] > self.runs_for
-                and r.name not in self.serves
-            ):
+            elif r.phase == ReplicaPhase.RUNNING and self.age[key] > self.runs_for and r.name not in self.serves:
                 r = replace(r, phase=ReplicaPhase.SUCCEEDED, exit_code=0)
             after.append(r)
         return tuple(after)
 
 
-def live_through(
-    builder: JobBuilder, executor: Executor, *, ticks: int = 60
-) -> tuple[list[Phase], list[str]]:
+def live_through(builder: JobBuilder, executor: Executor, *, ticks: int = 60) -> tuple[list[Phase], list[str]]:
     """Run a job from submission to its end: scheduler admits, executor runs, storing stores."""
     inp = build_input(builder)
     phases: list[Phase] = []
@@ -1074,9 +1013,7 @@ def live_through(
             admitted = transition(status, P.ADMITTED, reason="Admitted", message="placed", now=now)
             inp = replace(
                 inp,
-                job=inp.job.model_copy(
-                    update={"status": admitted.model_copy(update={"placements": placements})}
-                ),
+                job=inp.job.model_copy(update={"status": admitted.model_copy(update={"placements": placements})}),
             )
         outputs = STORED if store_asked else OutputsObservation()
         inp = replace(inp, now=now, outputs=outputs, replicas=executor.tick(inp.replicas))
@@ -1092,9 +1029,7 @@ def live_through(
 
 
 def test_life_with_one_restart() -> None:
-    phases, log = live_through(
-        two_workers().restart("OnFailure", backoff_seconds=2), Executor(fail={(W1, 0): 137})
-    )
+    phases, log = live_through(two_workers().restart("OnFailure", backoff_seconds=2), Executor(fail={(W1, 0): 137}))
     assert phases == [P.QUEUED, P.DOWNLOADING, P.RUNNING, P.RESTARTING, P.RUNNING, P.STORING, P.SUCCEEDED]
     assert log.count(f"create {W1}@1") == 1
     assert f"create {W0}@1" not in log  # only the failed replica restarts
@@ -1108,9 +1043,7 @@ def test_life_with_gang_restart() -> None:
 
 def test_life_past_backoff_limit() -> None:
     failures = {(W1, attempt): 1 for attempt in range(5)}
-    phases, _ = live_through(
-        two_workers().restart("OnFailure", backoff_limit=2, backoff_seconds=0), Executor(failures)
-    )
+    phases, _ = live_through(two_workers().restart("OnFailure", backoff_limit=2, backoff_seconds=0), Executor(failures))
     assert phases[-1] == P.FAILED
     assert phases.count(P.RESTARTING) == 2
 

@@ -49,16 +49,12 @@ def make_job(
 
 def dns(job: TrainingJob, jobtype: JobType) -> dict[str, Endpoint]:
     """Kubernetes-style addresses: one DNS name per replica, the JobType's port."""
-    return {
-        name: Endpoint(f"{name}.q.team-a", jobtype.spec.port) for _, _, name in replica_names(job, jobtype)
-    }
+    return {name: Endpoint(f"{name}.q.team-a", jobtype.spec.port) for _, _, name in replica_names(job, jobtype)}
 
 
 def loopback(job: TrainingJob, jobtype: JobType) -> dict[str, Endpoint]:
     """Embedded-style addresses: 127.0.0.1, a distinct port per replica."""
-    return {
-        name: Endpoint("127.0.0.1", 40000 + n) for n, (_, _, name) in enumerate(replica_names(job, jobtype))
-    }
+    return {name: Endpoint("127.0.0.1", 40000 + n) for n, (_, _, name) in enumerate(replica_names(job, jobtype))}
 
 
 def env_of(
@@ -196,14 +192,9 @@ def test_mpi_hostfile_merges_replicas_sharing_a_host() -> None:
 
 
 def test_mpi_hostfile_slots_per_host() -> None:
-    jobtype = JOBTYPES["mpi"].model_copy(
-        update={"spec": JOBTYPES["mpi"].spec.model_copy(update={"slots_per_host": 4})}
-    )
+    jobtype = JOBTYPES["mpi"].model_copy(update={"spec": JOBTYPES["mpi"].spec.model_copy(update={"slots_per_host": 4})})
     addresses = {**dns(MPI, jobtype), "q-worker-2": Endpoint("q-worker-0.q.team-a", 2222)}
-    assert (
-        render_hostfile(MPI, jobtype, addresses)
-        == "q-worker-0.q.team-a slots=8\nq-worker-1.q.team-a slots=4\n"
-    )
+    assert render_hostfile(MPI, jobtype, addresses) == "q-worker-0.q.team-a slots=8\nq-worker-1.q.team-a slots=4\n"
 
 
 def test_hostfile_is_empty_without_hostfile_roles() -> None:
@@ -328,9 +319,7 @@ def test_own_node_unknown_is_a_clear_error() -> None:
         env_of(PYTORCH, "worker", 0, node_of={})
 
 
-@pytest.mark.parametrize(
-    ("role", "index"), [("worker", 2), ("chief", 0)], ids=["index-past-count", "absent-role"]
-)
+@pytest.mark.parametrize(("role", "index"), [("worker", 2), ("chief", 0)], ids=["index-past-count", "absent-role"])
 def test_unknown_replica_is_an_error(role: str, index: int) -> None:
     with pytest.raises(RendezvousError, match="has no replica"):
         env_of(PYTORCH, role, index)

@@ -119,9 +119,7 @@ def test_exclusive_cpus_never_overlap_across_replicas_jobs_and_holdings() -> Non
         pytest.param(63, False, id="would-squeeze-the-shared-pool"),
     ],
 )
-def test_fractional_replicas_share_the_pool_and_exclusive_grants_respect_it(
-    exclusive: int, admitted: bool
-) -> None:
+def test_fractional_replicas_share_the_pool_and_exclusive_grants_respect_it(exclusive: int, admitted: bool) -> None:
     shared = make_job("shared").replicas(3, cpu=500).created(0)
     greedy = make_job("greedy").replicas(1, cpu=1000 * exclusive).created(1)
     decisions = run(snapshot(dgx()), shared, greedy)
@@ -151,9 +149,7 @@ def small_node() -> Node:
         ),
     ],
 )
-def test_exclusive_request_is_refused_when_it_would_overcommit_the_shared_pool(
-    cpu: int, reason: str | None
-) -> None:
+def test_exclusive_request_is_refused_when_it_would_overcommit_the_shared_pool(cpu: int, reason: str | None) -> None:
     snap = snapshot(small_node(), [hold("small", cpu_milli=2500)])
     decisions = run(snap, make_job("job").replicas(1, cpu=cpu))
     if reason is None:

@@ -14,6 +14,7 @@ from scheduling_builders import (
     dgx,
     hold,
     make_job,
+    make_node,
     run,
     snapshot,
     two_nodes,
@@ -47,6 +48,25 @@ def test_nvlink_connected_sets_are_chosen(count: int, held: list[int], expected:
 
 
 @pytest.mark.parametrize(
+    ("links", "numa", "count", "topology", "expected"),
+    [
+        pytest.param([(0, 2), (1, 3)], [0, 0, 1, 1], 2, "preferred", (0, 2), id="nvlink-beats-same-numa"),
+        pytest.param([(0, 2), (1, 3)], [0, 0, 1, 1], 2, "none", (0, 1), id="topology-none-ignores-nvlink"),
+        pytest.param([(1, 2), (2, 3), (1, 3)], [0, 0, 0, 0], 3, "preferred", (1, 2, 3), id="linked-triangle"),
+        pytest.param(
+            [(0, 1), (1, 2), (0, 2)], [0, 0, 1, 1], 3, "required", (0, 1, 2), id="required-linked-across-numa"
+        ),
+    ],
+)
+def test_nvlink_outranks_numa_and_indices(
+    links: list[tuple[int, int]], numa: list[int], count: int, topology: str, expected: tuple[int, ...]
+) -> None:
+    node = make_node("box").cpus(sockets=2, cores=2).gpus(4, numa=numa, links=links).obj()
+    decisions = run(snapshot(node), make_job("job").replicas(1, gpu=count).topology(topology))
+    assert admission(decisions, "job").assignments[0].gpus == expected
+
+
+@pytest.mark.parametrize(
     ("count", "held", "expected"),
     [
         pytest.param(1, [0], (1,), id="single-gpu-goes-to-the-fuller-numa-node"),
@@ -55,9 +75,7 @@ def test_nvlink_connected_sets_are_chosen(count: int, held: list[int], expected:
         pytest.param(3, [0], (1, 2, 3), id="triple-fills-the-broken-quad"),
     ],
 )
-def test_best_fit_keeps_large_free_blocks_whole(
-    count: int, held: list[int], expected: tuple[int, ...]
-) -> None:
+def test_best_fit_keeps_large_free_blocks_whole(count: int, held: list[int], expected: tuple[int, ...]) -> None:
     assert gpus_for(count, held) == expected
 
 
@@ -110,9 +128,7 @@ def test_gpu_model_matches(model: str | None) -> None:
 )
 def test_gpu_model_filter_refuses_other_models(model: str) -> None:
     decisions = run(snapshot(dgx()), make_job("job").replicas(1, gpu=1, gpu_model=model))
-    assert waiting_reason(decisions, "job") == (
-        f"needs GPU model {model}; no node has it (nodes have {DGX_MODEL})"
-    )
+    assert waiting_reason(decisions, "job") == (f"needs GPU model {model}; no node has it (nodes have {DGX_MODEL})")
 
 
 def test_gpu_model_picks_the_node_that_has_it() -> None:

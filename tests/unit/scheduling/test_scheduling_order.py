@@ -17,9 +17,7 @@ from phalanx.core.scheduling.queueing import queue_order
         pytest.param([("negative", -5, 0), ("zero", 0, 9)], "zero", id="negative-priority-goes-last"),
     ],
 )
-def test_the_first_job_in_queue_order_gets_the_only_room(
-    jobs: list[tuple[str, int, int]], winner: str
-) -> None:
+def test_the_first_job_in_queue_order_gets_the_only_room(jobs: list[tuple[str, int, int]], winner: str) -> None:
     # Every job wants all 8 GPUs; only one can have them.
     pending = [make_job(name).priority(rank).created(at).replicas(1, gpu=8) for name, rank, at in jobs]
     decisions = run(snapshot(dgx()), *pending)

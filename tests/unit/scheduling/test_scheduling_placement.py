@@ -115,3 +115,10 @@ def test_replicas_of_a_spread_gang_get_aligned_devices_on_each_node() -> None:
         assert assignment.gpus == (0, 1)
         assert assignment.cpus == (0, 1, 8, 9)
         assert {cpu.numa for cpu in node_a.status.cpus if cpu.id in assignment.cpus} == {0}
+
+
+def test_spread_puts_gang_members_on_different_nodes_before_balancing_load() -> None:
+    # node-b is much busier, but a spread gang still puts its second replica there rather than doubling up.
+    holdings = [hold("node-b", gpus=[0, 1], cpus=[0, 1, 2, 3, 8, 9, 10, 11], memory=64 * 2**30)]
+    assert nodes_of("spread", make_job("job").replicas(2, cpu=1000), holdings) == ["node-a", "node-b"]
+    assert nodes_of("spread", make_job("job").replicas(3, cpu=1000), holdings) == ["node-a", "node-b", "node-a"]

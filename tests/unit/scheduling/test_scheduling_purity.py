@@ -24,8 +24,11 @@ from scheduling_builders import (
     two_nodes,
 )
 
-from phalanx.core.scheduling import ClusterSnapshot, Decisions, PendingJob, schedule
-from phalanx.core.scheduling.gang import needed_replicas
+from phalanx.core.scheduling import Admission, ClusterSnapshot, Decisions, PendingJob, schedule
+from phalanx.core.scheduling.gang import GangPlacement, needed_replicas, place_gang
+from phalanx.core.scheduling.queueing import queue_order
+from phalanx.core.scheduling.reasons import explain
+from phalanx.core.scheduling.working import WorkingCluster
 
 
 def busy_cluster() -> ClusterSnapshot:
@@ -145,9 +148,7 @@ def check_invariants(snap: ClusterSnapshot, jobs: list[PendingJob], decisions: D
     exclusive = {name: set(node.used_exclusive_cpus) for name, node in nodes.items()}
     shared = {name: node.used_shared_cpu_milli for name, node in nodes.items()}
     memory = {name: node.used_memory for name, node in nodes.items()}
-    gpu_use: dict[str, defaultdict[int, int]] = {
-        name: defaultdict(int, node.used_gpus) for name, node in nodes.items()
-    }
+    gpu_use: dict[str, defaultdict[int, int]] = {name: defaultdict(int, node.used_gpus) for name, node in nodes.items()}
     for admission in decisions.admitted:
         job = by_key[admission.key]
         requests = {replica.name: replica for replica in job.replicas}
@@ -195,6 +196,20 @@ def check_invariants(snap: ClusterSnapshot, jobs: list[PendingJob], decisions: D
         assert all(used <= 1000 for used in gpu_use[name].values())
 
 
+def schedule_without_memo(snap: ClusterSnapshot, jobs: list[PendingJob]) -> Decisions:
+    """The cycle recomputed with nothing memoized across gangs: the memo must never change a decision."""
+    cluster = WorkingCluster(snap)
+    admitted: list[Admission] = []
+    waiting: dict[str, str] = {}
+    for job in queue_order(jobs):
+        outcome = place_gang(cluster, job)
+        if isinstance(outcome, GangPlacement):
+            admitted.append(Admission(key=job.key, assignments=outcome.assignments))
+        else:
+            waiting[job.key] = explain(job, outcome, cluster)
+    return Decisions(admitted=tuple(admitted), waiting=waiting)
+
+
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(st.lists(job_shapes, min_size=1, max_size=8))
 def test_invariants_hold_for_any_workload(shapes: list[tuple]) -> None:  # type: ignore[type-arg]
@@ -203,3 +218,4 @@ def test_invariants_hold_for_any_workload(shapes: list[tuple]) -> None:  # type:
     decisions = schedule(snap, jobs, T0)
     check_invariants(snap, jobs, decisions)
     assert schedule(snap, list(reversed(jobs)), T0) == decisions
+    assert schedule_without_memo(snap, jobs) == decisions

@@ -38,9 +38,7 @@ CASES: list[tuple[str, Callable[[], ClusterSnapshot], JobBuilder, str]] = [
     ),
     (
         "none-of-the-gang-fits",
-        lambda: snapshot(
-            make_node("local").cpus(sockets=1, cores=1, threads=2).obj(), [hold("local", cpus=[0, 1])]
-        ),
+        lambda: snapshot(make_node("local").cpus(sockets=1, cores=1, threads=2).obj(), [hold("local", cpus=[0, 1])]),
         make_job("job").replicas(2, cpu=1000, memory=GI),
         "needs 2 replicas (2 CPUs exclusive, 2Gi) as one gang; none fit: node local has 0 of 2 CPUs free",
     ),
@@ -54,8 +52,7 @@ CASES: list[tuple[str, Callable[[], ClusterSnapshot], JobBuilder, str]] = [
         "gpu-gang-with-min-available",
         lambda: snapshot(dgx()),
         make_job("job").replicas(4, gpu=3).min_available(3),
-        "needs 9 GPUs in one gang (at least 3 of 4 replicas); largest free block is 8 on node dgx-0 "
-        "(8 free in total)",
+        "needs 9 GPUs in one gang (at least 3 of 4 replicas); largest free block is 8 on node dgx-0 (8 free in total)",
     ),
     (
         "gpu-model-nobody-has",
@@ -86,8 +83,7 @@ CASES: list[tuple[str, Callable[[], ClusterSnapshot], JobBuilder, str]] = [
         "memory-of-the-gang",
         lambda: snapshot(dgx()),
         make_job("job").replicas(3, memory=200 * GI),
-        "needs 3 replicas (3 CPUs exclusive, 600Gi) as one gang; only 2 fit: "
-        "node dgx-0 has 512Gi of 600Gi memory free",
+        "needs 3 replicas (3 CPUs exclusive, 600Gi) as one gang; only 2 fit: node dgx-0 has 512Gi of 600Gi memory free",
     ),
     (
         "shared-cpu-per-replica",
@@ -110,9 +106,7 @@ CASES: list[tuple[str, Callable[[], ClusterSnapshot], JobBuilder, str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("cluster", "job", "expected"), [pytest.param(*case[1:], id=case[0]) for case in CASES]
-)
+@pytest.mark.parametrize(("cluster", "job", "expected"), [pytest.param(*case[1:], id=case[0]) for case in CASES])
 def test_reason(cluster: Callable[[], ClusterSnapshot], job: JobBuilder, expected: str) -> None:
     assert waiting_reason(run(cluster(), job), "job") == expected
 

@@ -30,9 +30,7 @@ def test_inventory_becomes_a_snapshot() -> None:
     assert node.memory == 512 * GI
     assert node.schedulable
     assert node.labels == {"phalanx.dev/gpu-model": DGX_MODEL}
-    assert node.gpus[0] == GpuSlot(
-        index=0, model=DGX_MODEL, numa=0, healthy=True, nvlink_peers=frozenset({1, 2, 3, 4})
-    )
+    assert node.gpus[0] == GpuSlot(index=0, model=DGX_MODEL, numa=0, healthy=True, nvlink_peers=frozenset({1, 2, 3, 4}))
     assert node.gpus[5].nvlink_peers == frozenset({1, 4, 6, 7})
     assert (node.used_exclusive_cpus, node.used_shared_cpu_milli, node.used_memory, node.used_gpus) == (
         frozenset(),
@@ -139,9 +137,7 @@ def test_holdings_reduce_capacity(holdings: list[Holding], job_cpu: int, expecte
 
 def test_held_gpus_are_not_chosen_again() -> None:
     holdings = [hold("dgx-0", gpus=[0, 1, 2, 3, 4, 5])]
-    decisions = run(
-        snapshot(dgx(), holdings), make_job("a").replicas(1, gpu=2), make_job("b").replicas(1, gpu=1)
-    )
+    decisions = run(snapshot(dgx(), holdings), make_job("a").replicas(1, gpu=2), make_job("b").replicas(1, gpu=1))
     assert admission(decisions, "a").assignments[0].gpus == (6, 7)
     assert waiting_reason(decisions, "b") == (
         "needs 1 GPU on one node; largest free block is 0 on node dgx-0 (0 free in total)"

@@ -62,9 +62,7 @@ def load_inventory(path: Path) -> list[Node]:
 def _parse_node(document: dict[str, Any], *, source: str) -> Node:
     kind = document.get("kind", "Node")
     if kind != "Node":
-        raise SpecError(
-            [FieldError("kind", f"an inventory holds only Node objects, got {kind!r}")], source=source
-        )
+        raise SpecError([FieldError("kind", f"an inventory holds only Node objects, got {kind!r}")], source=source)
     try:
         node = Node.model_validate(document)
     except ValidationError as err:

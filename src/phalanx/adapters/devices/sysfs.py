@@ -183,9 +183,7 @@ def _read_limit(path: Path) -> int | None:
     return value if 0 < value < _UNLIMITED else None
 
 
-def cgroup_memory_limit(
-    proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")
-) -> int | None:
+def cgroup_memory_limit(proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> int | None:
     """Return the smallest memory limit set on this process's cgroup or any of its ancestors, in bytes.
 
     Looks at cgroup v2 (``memory.max``) and v1 (``memory/…/memory.limit_in_bytes``). Inside a container with a

@@ -1,6 +1,7 @@
 """The local executor: replicas as CPU-pinned process groups, in cgroups where writable, that outlive us.
 
-``shim.py`` is deliberately not imported here: it runs as a separate, standard-library-only program.
+``shim.py`` is standard-library-only: it runs as its own program (``start="exec"``) or, forked from the control
+plane, as a function in the child (``start="fork"``).
 """
 
 from phalanx.adapters.executor.cgroups import (
@@ -18,6 +19,7 @@ from phalanx.adapters.executor.local import (
     LocalExecutor,
     ProcessHandle,
     ProcessState,
+    find_shim,
     group_members,
     read_affinity,
     read_start_ticks,
@@ -35,6 +37,7 @@ __all__ = [
     "ProcessState",
     "create_cgroups",
     "detect_cgroups",
+    "find_shim",
     "group_members",
     "read_affinity",
     "read_start_ticks",

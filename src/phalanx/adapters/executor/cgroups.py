@@ -236,9 +236,7 @@ def _plan(
 
 def _prepare_parent_v1(controller: str, parent: Path) -> None:
     created = _mkdir(parent)
-    if controller == "cpuset" and (
-        created or not _read(parent / "cpuset.mems") or not _read(parent / "cpuset.cpus")
-    ):
+    if controller == "cpuset" and (created or not _read(parent / "cpuset.mems") or not _read(parent / "cpuset.cpus")):
         # A fresh v1 cpuset has no CPUs and no memory nodes: inherit both or no task may join it.
         _write(parent / "cpuset.cpus", _read(parent.parent / "cpuset.cpus"))
         _write(parent / "cpuset.mems", _read(parent.parent / "cpuset.mems"))

@@ -42,6 +42,7 @@ STARTED_FILE = "started"
 EXIT_CODE_FILE = "exit_code"
 TERMINATE_FILE = "terminate"
 OOM_KILLED_FILE = "oom_killed"
+SHIM_PID_FILE = "shim.pid"
 DEFAULT_GRACE_SECONDS = 10.0
 # Exit codes a shell uses when a command cannot be run.
 NOT_EXECUTABLE = 126
@@ -233,6 +234,10 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: shim.py <run_dir>\n")
         return 2
     run_dir = argv[1]
+    # First of all, say who we are: a control plane that died before recording our pid finds us by this file.
+    with open("/proc/self/stat", encoding="ascii") as stat:
+        start_ticks = stat.read().rsplit(")", 1)[1].split()[19]
+    write_atomically(os.path.join(run_dir, SHIM_PID_FILE), f"{os.getpid()} {start_ticks}\n")
     with open(os.path.join(run_dir, LAUNCH_FILE), encoding="utf-8") as handle:
         launch = json.load(handle)
     shim = Shim(run_dir, launch)

@@ -23,12 +23,9 @@ def dumps(data: object) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
-def select_object(
-    conn: sqlite3.Connection, kind: str, namespace: str, name: str
-) -> tuple[int, int, str] | None:
+def select_object(conn: sqlite3.Connection, kind: str, namespace: str, name: str) -> tuple[int, int, str] | None:
     row = conn.execute(
-        "SELECT resource_version, generation, body FROM objects "
-        "WHERE kind = ? AND namespace = ? AND name = ?",
+        "SELECT resource_version, generation, body FROM objects WHERE kind = ? AND namespace = ? AND name = ?",
         (kind, namespace, name),
     ).fetchone()
     return None if row is None else (int(row[0]), int(row[1]), str(row[2]))

@@ -113,9 +113,7 @@ def open_connection(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     ``check_same_thread`` is off only so that ``close()`` can close every thread's connection; each
     connection is otherwise used by the one thread that opened it.
     """
-    conn = sqlite3.connect(
-        str(path), timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
-    )
+    conn = sqlite3.connect(str(path), timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         conn.execute("PRAGMA synchronous = NORMAL")

@@ -40,8 +40,7 @@ class ConflictError(StoreError):
     def __init__(self, kind: str, namespace: str, name: str, *, current: str, expected: str | None) -> None:
         had = expected if expected is not None else "none"
         super().__init__(
-            f"{kind} {namespace}/{name} was modified (resourceVersion {current}, you had {had}); "
-            "re-read and retry"
+            f"{kind} {namespace}/{name} was modified (resourceVersion {current}, you had {had}); re-read and retry"
         )
         self.kind = kind
         self.namespace = namespace

@@ -254,9 +254,7 @@ class SqliteStore:
                 raise NotFoundError(kind, namespace, name)
             if resource_version is not None and resource_version != str(row[0]):
                 raise ConflictError(kind, namespace, name, current=str(row[0]), expected=resource_version)
-            conn.execute(
-                "DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?", (kind, namespace, name)
-            )
+            conn.execute("DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?", (kind, namespace, name))
             _rows.append_change(conn, kind, namespace, name, "DELETED")
 
     def mark_deleting(self, cls: type[T], namespace: str, name: str) -> T:
@@ -292,9 +290,7 @@ class SqliteStore:
                 raise NotFoundError(kind, namespace, name)
             current_version, generation, text = row
             if meta.resource_version != str(current_version):
-                raise ConflictError(
-                    kind, namespace, name, current=str(current_version), expected=meta.resource_version
-                )
+                raise ConflictError(kind, namespace, name, current=str(current_version), expected=meta.resource_version)
             stored = json.loads(text)
             if status_only:
                 merged = _with_part(stored, "status", incoming)
@@ -353,9 +349,7 @@ class SqliteStore:
             compacted = _rows.compacted_through(conn)
         if seq < compacted:
             raise ChangesExpiredError(seq, compacted)
-        return [
-            Change(seq=r[0], kind=r[1], namespace=r[2], name=r[3], type=cast(ChangeType, r[4])) for r in rows
-        ]
+        return [Change(seq=r[0], kind=r[1], namespace=r[2], name=r[3], type=cast(ChangeType, r[4])) for r in rows]
 
     def wait_for_change(
         self, after_seq: int, timeout: float, kinds: Collection[str] | None = None
@@ -382,9 +376,7 @@ class SqliteStore:
             if not self._wait_for_commit(conn, version, local_writes, deadline):
                 return []
 
-    def _wait_for_commit(
-        self, conn: sqlite3.Connection, version: int, local_writes: int, deadline: float
-    ) -> bool:
+    def _wait_for_commit(self, conn: sqlite3.Connection, version: int, local_writes: int, deadline: float) -> bool:
         """Wait until some connection commits after ``version``/``local_writes`` (True) or the deadline."""
         while True:
             remaining = deadline - time.monotonic()
@@ -423,9 +415,7 @@ class SqliteStore:
         """
         when = to_micros(event.time)
         key = (event.object_kind, event.namespace, event.object_name)
-        with self._writing(
-            f"record an event for {event.object_kind} {event.namespace}/{event.object_name}"
-        ) as conn:
+        with self._writing(f"record an event for {event.object_kind} {event.namespace}/{event.object_name}") as conn:
             last = conn.execute(
                 "SELECT id, type, reason, message FROM events "
                 "WHERE object_kind = ? AND namespace = ? AND object_name = ? ORDER BY id DESC LIMIT 1",
@@ -444,9 +434,7 @@ class SqliteStore:
                     "first_time, last_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (*key, event.type, event.reason, event.message, when, when),
                 )
-            _rows.append_change(
-                conn, EVENT_KIND, event.namespace, f"{event.object_kind}/{event.object_name}", change
-            )
+            _rows.append_change(conn, EVENT_KIND, event.namespace, f"{event.object_kind}/{event.object_name}", change)
 
     def list_events(self, object_kind: str, namespace: str, name: str) -> builtins.list[Event]:
         """Return the events of one object in time order; a repeated one appears once, at its latest time."""
@@ -512,12 +500,7 @@ class SqliteStore:
         suspect: Lease | None = None
         if is_holder_dead is not None:
             seen = self.get_lease(name)
-            if (
-                seen is not None
-                and seen.holder != holder
-                and not seen.is_expired(now)
-                and is_holder_dead(seen)
-            ):
+            if seen is not None and seen.holder != holder and not seen.is_expired(now) and is_holder_dead(seen):
                 suspect = seen
         with self._writing(f"acquire lease {name}") as conn:
             current = _rows.select_lease(conn, name)
@@ -567,9 +550,7 @@ class SqliteStore:
     def set_meta(self, key: str, value: str) -> None:
         """Set a value of the small key/value state (keys starting with ``_store.`` are the store's own)."""
         if key.startswith(_rows.RESERVED_META_PREFIX):
-            raise ValueError(
-                f"meta keys starting with {_rows.RESERVED_META_PREFIX!r} are reserved for the store"
-            )
+            raise ValueError(f"meta keys starting with {_rows.RESERVED_META_PREFIX!r} are reserved for the store")
         with self._writing(f"write {key!r}") as conn:
             _rows.set_meta(conn, key, value)
 
@@ -672,9 +653,7 @@ class SqliteStore:
             field = cls.model_fields.get("kind")
             default = field.default if field is not None else None
             if not isinstance(default, str) or not default:
-                raise StoreError(
-                    f"{cls.__name__} has no default 'kind' string; the store keys objects by kind"
-                )
+                raise StoreError(f"{cls.__name__} has no default 'kind' string; the store keys objects by kind")
             self._kinds[cls] = kind = default
         return kind
 

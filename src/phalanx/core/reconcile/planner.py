@@ -116,9 +116,7 @@ class _Draft:
         return Phase(self.status.phase)
 
     # -- status -------------------------------------------------------------------------------------------
-    def move(
-        self, target: Phase, reason: str, message: str, *, warning: bool = False, **updates: object
-    ) -> None:
+    def move(self, target: Phase, reason: str, message: str, *, warning: bool = False, **updates: object) -> None:
         """Change phase through the lifecycle table, record an event, then apply ``updates``."""
         status = transition(self.status, target, reason=reason, message=message, now=self.now)
         self.status = status.model_copy(update=updates) if updates else status
@@ -130,9 +128,7 @@ class _Draft:
 
     def note(self, reason: str, message: str, *, warning: bool = False) -> None:
         """Record an event."""
-        self.events.append(
-            EventRecord(reason=reason, message=message, type="Warning" if warning else "Normal")
-        )
+        self.events.append(EventRecord(reason=reason, message=message, type="Warning" if warning else "Normal"))
 
     def update(self, **fields: object) -> None:
         """Change status fields that are not the phase."""
@@ -447,8 +443,7 @@ def _create_missing(d: _Draft) -> None:
 def _all_started(d: _Draft) -> bool:
     placed = d.placed()
     return bool(placed) and all(
-        name in d.world and not d.world[name].deleting and d.world[name].phase in _STARTED
-        for _, _, name in placed
+        name in d.world and not d.world[name].deleting and d.world[name].phase in _STARTED for _, _, name in placed
     )
 
 

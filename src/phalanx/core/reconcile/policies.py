@@ -98,9 +98,7 @@ def decide_restart(policy: RunPolicy, failed: Sequence[ObservedReplica], *, rest
     restart_policy = RestartPolicy(policy.restart_policy)
     if restart_policy == RestartPolicy.NEVER:
         culprit = failed[0]
-        return RestartDecision(
-            False, "ReplicaFailed", f"{describe_failure(culprit)}; restartPolicy is Never", culprit
-        )
+        return RestartDecision(False, "ReplicaFailed", f"{describe_failure(culprit)}; restartPolicy is Never", culprit)
     if restart_policy == RestartPolicy.EXIT_CODE:
         for replica in failed:
             if replica.exit_code is not None and replica.exit_code not in policy.retryable_exit_codes:

@@ -29,7 +29,6 @@ class Demand:
         gpus: whole GPUs.
         gpu_milli: a share of one GPU in thousandths; 0 when whole GPUs are asked for.
         gpu_model: the required GPU model, case-folded, or None for any (only set when GPUs are asked for).
-
     """
 
     exclusive_cpus: int = 0

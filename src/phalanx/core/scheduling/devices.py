@@ -152,9 +152,7 @@ def _grow_set(seed: GpuSlot, free: Sequence[GpuSlot], count: int) -> tuple[GpuSl
     while len(chosen) < count:
 
         def closeness(gpu: GpuSlot) -> tuple[int, int, int]:
-            links = sum(
-                1 for other in chosen if other.index in gpu.nvlink_peers or gpu.index in other.nvlink_peers
-            )
+            links = sum(1 for other in chosen if other.index in gpu.nvlink_peers or gpu.index in other.nvlink_peers)
             return (-links, 0 if gpu.numa == seed.numa else 1, gpu.index)
 
         nearest = min(rest, key=closeness)
@@ -191,7 +189,6 @@ def choose_exclusive_cpus(
         count: how many logical CPUs.
         numa_preference: NUMA nodes to try first, best first (those of the replica's GPUs).
         required: refuse rather than spill across NUMA nodes.
-
     """
     by_numa = node.free_cpus_by_numa()
     if count <= 0 or sum(len(ids) for ids in by_numa.values()) < count:

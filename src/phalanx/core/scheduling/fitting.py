@@ -4,13 +4,20 @@ Filtering by counts is cheap (no device is chosen), so it runs on every node for
 choice (``devices.py``) then runs only on the best-scored nodes, and can still refuse a node for topology.
 A refusal is a ``Shortage``: the gang placer keeps one per node for the replica that did not fit, and
 ``reasons.py`` turns them into the sentence a waiting job shows.
+
+``FitMemo`` remembers, for one cycle, every answer about a node (filter result, allocation score, device
+refusal) together with the node's ``version``; an answer is reused until the node changes. Gangs are mostly
+identical workers and most nodes do not change between two replicas, so this turns the per-replica pass over
+all nodes into dictionary lookups.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 
 from phalanx.core.scheduling.demands import MILLI, Demand
+from phalanx.core.scheduling.scoring import allocation_ppm
 from phalanx.core.scheduling.working import WorkingNode
 
 
@@ -63,3 +70,56 @@ def holds_in_bulk(node: WorkingNode, demand: Demand) -> bool:
         and demand.memory <= node.free_memory
         and demand.gpus <= node.free_gpu_count(demand.gpu_model)
     )
+
+
+class FitMemo:
+    """Answers about nodes for one cycle, each valid while the node's ``version`` is unchanged."""
+
+    __slots__ = ("_devices", "_fits", "_scores")
+
+    def __init__(self) -> None:
+        self._fits: dict[Demand, dict[str, tuple[int, Shortage | None]]] = {}
+        self._scores: dict[Demand, dict[str, tuple[int, int]]] = {}
+        self._devices: dict[tuple[Demand, str], dict[str, tuple[int, Shortage]]] = {}
+
+    def filter(
+        self, nodes: Sequence[WorkingNode], demand: Demand, topology: str
+    ) -> tuple[list[WorkingNode], dict[str, Shortage]]:
+        """Split ``nodes`` into those that may take ``demand`` and, for the others, what they lack.
+
+        A node counts as lacking when the count filter refuses it or when device choice refused it before,
+        for the same demand and topology, at the node's current version.
+        """
+        fits = self._fits.setdefault(demand, {})
+        refusals = self._devices.get((demand, topology), {})
+        fitting: list[WorkingNode] = []
+        shortages: dict[str, Shortage] = {}
+        for node in nodes:
+            known = fits.get(node.name)
+            if known is None or known[0] != node.version:
+                known = fits[node.name] = (node.version, find_shortage(node, demand))
+            shortage = known[1]
+            if shortage is None:
+                refused = refusals.get(node.name)
+                if refused is not None and refused[0] == node.version:
+                    shortage = refused[1]
+            if shortage is None:
+                fitting.append(node)
+            else:
+                shortages[node.name] = shortage
+        return fitting, shortages
+
+    def scores(self, nodes: Sequence[WorkingNode], demand: Demand) -> list[int]:
+        """``allocation_ppm(node, demand)`` for each node, memoized."""
+        known_scores = self._scores.setdefault(demand, {})
+        result: list[int] = []
+        for node in nodes:
+            known = known_scores.get(node.name)
+            if known is None or known[0] != node.version:
+                known = known_scores[node.name] = (node.version, allocation_ppm(node, demand))
+            result.append(known[1])
+        return result
+
+    def refuse_devices(self, node: WorkingNode, demand: Demand, topology: str, shortage: Shortage) -> None:
+        """Remember that device choice refused ``node`` for this demand and topology."""
+        self._devices.setdefault((demand, topology), {})[node.name] = (node.version, shortage)

@@ -7,15 +7,17 @@ placed replica's ``Reservation`` is applied to the working copy at once, so the 
 
 - Without ``min_available`` the first replica that fits nowhere ends the attempt.
 - With it, a replica that fits nowhere is skipped and later ones are still tried ("as many as fit, in replica
-  order"); the gang is admitted when at least ``min_available`` were placed.
+  order"); the gang is admitted when at least ``min_available`` were placed. ``min_available`` is clamped to
+  1..len(replicas), and a job with no replica left to place is admitted with no assignment.
 
 A failed attempt undoes every reservation it made, in reverse, leaving the working copy exactly as before: no
 GPU is ever held by half a gang. The ``GangShortfall`` it returns keeps what ``reasons.py`` needs to explain
 the wait: how many replicas fit and, per node, what the first replica that did not fit lacked there.
 
-Within one attempt capacity only shrinks, so a node that refused a demand keeps refusing it; the attempt
-remembers refusals per demand and skips those nodes for identical replicas (large gangs are usually many
-identical workers).
+Answers about a node (fits or not, score, device refusal) come from a ``FitMemo`` shared by the whole cycle
+and are reused until the node changes, so identical replicas and identical jobs do not re-filter unchanged
+nodes. Under pack, nodes already hosting the gang are ranked first and the rest only if none of them can
+take the replica, which keeps large gangs from re-scoring every node per replica.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from phalanx.core.scheduling.demands import MILLI, Demand, demand_of
-from phalanx.core.scheduling.devices import choose_devices
-from phalanx.core.scheduling.fitting import Shortage, find_shortage, holds_in_bulk
+from phalanx.core.scheduling.devices import DeviceChoice, choose_devices
+from phalanx.core.scheduling.fitting import FitMemo, Shortage, holds_in_bulk
 from phalanx.core.scheduling.policies import BINPACK, SPREAD
-from phalanx.core.scheduling.scoring import OrderKey, order_key
+from phalanx.core.scheduling.scoring import order_key
 from phalanx.core.scheduling.types import DeviceAssignment, PendingJob, ReplicaRequest
 from phalanx.core.scheduling.working import Reservation, WorkingCluster
 
@@ -49,7 +51,6 @@ class GangShortfall:
         placed: how many fit before the attempt gave up (fewer than ``needed``).
         failing: the first replica that fit nowhere.
         shortages: schedulable node name -> what it lacked for ``failing``, at that moment.
-
     """
 
     needed: int
@@ -66,25 +67,26 @@ def needed_replicas(job: PendingJob) -> int:
     return max(1, min(job.min_available, count)) if count else 0
 
 
-def place_gang(cluster: WorkingCluster, job: PendingJob) -> GangPlacement | GangShortfall:
-    """Try to place ``job``'s gang on ``cluster``, keeping the placement or undoing it entirely."""
+def place_gang(cluster: WorkingCluster, job: PendingJob, memo: FitMemo | None = None) -> GangPlacement | GangShortfall:
+    """Try to place ``job``'s gang on ``cluster``, keeping the placement or undoing it entirely.
+
+    Args:
+        cluster: the working copy; changed only when the gang is placed.
+        job: the gang.
+        memo: answers about nodes shared across the cycle (a fresh one when None).
+    """
+    memo = memo if memo is not None else FitMemo()
     demands = [demand_of(replica) for replica in job.replicas]
     needed = needed_replicas(job)
-    rest = _suffix_totals(demands) if job.placement not in (SPREAD, BINPACK) else []
+    packing = job.placement not in (SPREAD, BINPACK)
+    rest = _suffix_totals(demands) if packing else []
     reservations: list[Reservation] = []
     assignments: list[DeviceAssignment] = []
     members: dict[str, int] = {}
-    refused: dict[Demand, dict[str, Shortage]] = {}
     failure: tuple[ReplicaRequest, dict[str, Shortage]] | None = None
     for position, (replica, demand) in enumerate(zip(job.replicas, demands, strict=True)):
         placed = _place_replica(
-            cluster,
-            job,
-            replica,
-            demand,
-            members=members,
-            rest=rest[position] if rest else None,
-            refused=refused.setdefault(demand, {}),
+            cluster, job, replica, demand, memo=memo, members=members, rest=rest[position] if packing else None
         )
         if isinstance(placed, dict):
             failure = failure or (replica, placed)
@@ -111,53 +113,62 @@ def _place_replica(
     replica: ReplicaRequest,
     demand: Demand,
     *,
+    memo: FitMemo,
     members: dict[str, int],
     rest: Demand | None,
-    refused: dict[str, Shortage],
 ) -> tuple[Reservation, DeviceAssignment] | dict[str, Shortage]:
     """Place one replica on the best node, or return what every schedulable node lacked."""
-    shortages: dict[str, Shortage] = {}
-    ranked: list[tuple[OrderKey, int]] = []
-    nodes = cluster.schedulable_nodes
-    for position, node in enumerate(nodes):
-        shortage = refused.get(node.name) or find_shortage(node, demand)
-        if shortage is not None:
-            refused[node.name] = shortages[node.name] = shortage
-            continue
-        key = order_key(
-            node,
-            demand,
-            placement=job.placement,
-            gang_members=members.get(node.name, 0),
-            holds_rest=rest is not None and holds_in_bulk(node, rest),
-        )
-        ranked.append((key, position))
-    heapq.heapify(ranked)
-    while ranked:
-        _, position = heapq.heappop(ranked)
-        node = nodes[position]
-        choice = choose_devices(node, demand, topology=job.topology)
-        if isinstance(choice, Shortage):
-            refused[node.name] = shortages[node.name] = choice
-            continue
-        whole = bool(demand.gpus)
-        reservation = Reservation(
-            node=node.name,
-            cpus=choice.cpus,
-            shared_cpu_milli=demand.shared_cpu_milli,
-            memory=demand.memory,
-            gpus=choice.gpus,
-            gpu_milli=MILLI if whole else demand.gpu_milli,
-        )
-        assignment = DeviceAssignment(
-            replica=replica.name,
-            node=node.name,
-            cpus=choice.cpus,
-            gpus=choice.gpus,
-            gpu_milli=0 if whole else demand.gpu_milli,
-        )
-        return reservation, assignment
+    fitting, shortages = memo.filter(cluster.schedulable_nodes, demand, job.topology)
+    # Under pack, a node already hosting the gang beats every other node (the first tier of its order key),
+    # so the others are ranked only if devices cannot be chosen on any of those.
+    hosting = [node for node in fitting if node.name in members] if rest is not None else []
+    groups = [hosting, [node for node in fitting if node.name not in members]] if hosting else [fitting]
+    for group in groups:
+        ranked = [
+            (
+                order_key(
+                    node.name,
+                    score=score,
+                    placement=job.placement,
+                    gang_members=members.get(node.name, 0),
+                    holds_rest=rest is not None and holds_in_bulk(node, rest),
+                ),
+                node,
+            )
+            for node, score in zip(group, memo.scores(group, demand), strict=True)
+        ]
+        heapq.heapify(ranked)
+        while ranked:
+            _, node = heapq.heappop(ranked)
+            choice = choose_devices(node, demand, topology=job.topology)
+            if isinstance(choice, Shortage):
+                memo.refuse_devices(node, demand, job.topology, choice)
+                shortages[node.name] = choice
+                continue
+            return _reserve(node.name, replica, demand, choice)
     return shortages
+
+
+def _reserve(
+    node: str, replica: ReplicaRequest, demand: Demand, choice: DeviceChoice
+) -> tuple[Reservation, DeviceAssignment]:
+    whole = bool(demand.gpus)
+    reservation = Reservation(
+        node=node,
+        cpus=choice.cpus,
+        shared_cpu_milli=demand.shared_cpu_milli,
+        memory=demand.memory,
+        gpus=choice.gpus,
+        gpu_milli=MILLI if whole else demand.gpu_milli,
+    )
+    assignment = DeviceAssignment(
+        replica=replica.name,
+        node=node,
+        cpus=choice.cpus,
+        gpus=choice.gpus,
+        gpu_milli=0 if whole else demand.gpu_milli,
+    )
+    return reservation, assignment
 
 
 def _suffix_totals(demands: Sequence[Demand]) -> list[Demand]:

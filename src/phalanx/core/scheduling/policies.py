@@ -26,7 +26,6 @@ def check_policies(job: PendingJob) -> None:
 
     Raises:
         ValueError: naming the job, the bad value and the allowed ones.
-
     """
     if job.placement not in PLACEMENTS:
         allowed = ", ".join(sorted(PLACEMENTS))

@@ -40,14 +40,12 @@ def explain(job: PendingJob, shortfall: GangShortfall, cluster: WorkingCluster) 
     if failing.gpu_model is not None:
         candidates = tuple(node for node in candidates if node.usable_gpus(failing.gpu_model))
         if not candidates:
-            return _missing_model(
-                shortfall.failing.gpu_model or failing.gpu_model, failing.gpu_model, cluster
-            )
+            return _missing_model(shortfall.failing.gpu_model or failing.gpu_model, failing.gpu_model, cluster)
     scope = f"no node with {shortfall.failing.gpu_model} GPUs" if failing.gpu_model else "no node"
     too_big = _larger_than_any_node(failing, candidates, scope=scope)
     if too_big is not None:
         return too_big
-    need = _needed_total([demand_of(replica) for replica in job.replicas], shortfall.needed)
+    need = _at_least(_needed_total([demand_of(replica) for replica in job.replicas], shortfall.needed), failing)
     binding = _binding_shortage(shortfall.shortages)
     if binding is Shortage.GPUS:
         return _gpu_blocks(job, shortfall, need, failing, candidates)
@@ -130,9 +128,7 @@ def _larger_than_any_node(demand: Demand, nodes: Sequence[WorkingNode], *, scope
 
 def _binding_shortage(shortages: dict[str, Shortage]) -> Shortage | None:
     counts = Counter(
-        shortage
-        for shortage in shortages.values()
-        if shortage not in (Shortage.UNSCHEDULABLE, Shortage.GPU_MODEL)
+        shortage for shortage in shortages.values() if shortage not in (Shortage.UNSCHEDULABLE, Shortage.GPU_MODEL)
     )
     if not counts:
         return None
@@ -144,10 +140,20 @@ def _needed_total(demands: Sequence[Demand], needed: int) -> Demand:
     """Add up what the ``needed`` replicas ask for (the smallest ones when only some are needed)."""
     if needed >= len(demands):
         return total_demand(demands)
-    smallest = sorted(
-        demands, key=lambda d: (d.gpus, d.gpu_milli, d.exclusive_cpus, d.shared_cpu_milli, d.memory)
-    )
+    smallest = sorted(demands, key=lambda d: (d.gpus, d.gpu_milli, d.exclusive_cpus, d.shared_cpu_milli, d.memory))
     return total_demand(smallest[:needed])
+
+
+def _at_least(need: Demand, failing: Demand) -> Demand:
+    """``need`` raised to at least the failing replica's own demand in every field (mixed-size gangs)."""
+    return Demand(
+        exclusive_cpus=max(need.exclusive_cpus, failing.exclusive_cpus),
+        shared_cpu_milli=max(need.shared_cpu_milli, failing.shared_cpu_milli),
+        memory=max(need.memory, failing.memory),
+        gpus=max(need.gpus, failing.gpus),
+        gpu_milli=max(need.gpu_milli, failing.gpu_milli),
+        gpu_model=failing.gpu_model,
+    )
 
 
 def _gang_phrase(job: PendingJob, shortfall: GangShortfall, need: Demand) -> str:
@@ -187,9 +193,8 @@ def _detail(shortage: Shortage | None, need: Demand, failing: Demand, nodes: Seq
         )
     if shortage is Shortage.SHARED_CPU:
         node, free, total = _most(nodes, lambda node: node.shared_cpu_free())
-        return (
-            f"node {node.name} has {free}m of {need.shared_cpu_milli}m CPU free "
-            f"in the shared pool" + _across(nodes, f"{total}m")
+        return f"node {node.name} has {free}m of {need.shared_cpu_milli}m CPU free in the shared pool" + _across(
+            nodes, f"{total}m"
         )
     if shortage is Shortage.MEMORY:
         node, free, total = _most(nodes, lambda node: node.free_memory)
@@ -224,10 +229,7 @@ def _gpu_share_detail(failing: Demand, nodes: Sequence[WorkingNode]) -> str:
     if best is None:  # pragma: no cover - nodes without usable GPUs were answered earlier
         return "no GPU can take a share"
     room, name, index = best
-    return (
-        f"no GPU has {failing.gpu_milli} milli-GPU free; "
-        f"the most on one GPU is {room} (node {name}, GPU {index})"
-    )
+    return f"no GPU has {failing.gpu_milli} milli-GPU free; the most on one GPU is {room} (node {name}, GPU {index})"
 
 
 # --- helpers --------------------------------------------------------------------------------------------

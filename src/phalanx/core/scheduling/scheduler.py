@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
+from phalanx.core.scheduling.fitting import FitMemo
 from phalanx.core.scheduling.gang import GangPlacement, place_gang
 from phalanx.core.scheduling.policies import check_policies
 from phalanx.core.scheduling.queueing import queue_order
@@ -44,7 +45,6 @@ def schedule(snapshot: ClusterSnapshot, pending: Sequence[PendingJob], now: date
     Raises:
         ValueError: two pending jobs share a key, two nodes share a name, or a job's placement or topology
             is unknown.
-
     """
     del now  # v1 policies do not depend on the time; see the module docstring
     duplicates = sorted(key for key, count in Counter(job.key for job in pending).items() if count > 1)
@@ -53,10 +53,11 @@ def schedule(snapshot: ClusterSnapshot, pending: Sequence[PendingJob], now: date
     for job in pending:
         check_policies(job)
     cluster = WorkingCluster(snapshot)
+    memo = FitMemo()
     admitted: list[Admission] = []
     waiting: dict[str, str] = {}
     for job in queue_order(pending):
-        outcome = place_gang(cluster, job)
+        outcome = place_gang(cluster, job, memo)
         if isinstance(outcome, GangPlacement):
             admitted.append(Admission(key=job.key, assignments=outcome.assignments))
         else:

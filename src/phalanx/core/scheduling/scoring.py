@@ -41,22 +41,18 @@ def allocation_ppm(node: WorkingNode, demand: Demand) -> int:
     return sum(shares) // len(shares) if shares else 0
 
 
-def order_key(
-    node: WorkingNode, demand: Demand, *, placement: str, gang_members: int, holds_rest: bool
-) -> OrderKey:
-    """Sort key of ``node`` for one replica; the smallest key is the best node.
+def order_key(name: str, *, score: int, placement: str, gang_members: int, holds_rest: bool) -> OrderKey:
+    """Sort key of a node for one replica; the smallest key is the best node.
 
     Args:
-        node: a node that passed the filter.
-        demand: the replica's demand.
+        name: the node's name (the last tie-break).
+        score: ``allocation_ppm`` of the node with the replica on it.
         placement: the job's placement policy.
-        gang_members: replicas of the same gang already placed on ``node`` in this attempt.
-        holds_rest: whether ``node`` could hold this replica and every later one of the gang (pack only).
-
+        gang_members: replicas of the same gang already placed on the node in this attempt.
+        holds_rest: whether the node could hold this replica and every later one of the gang (pack only).
     """
-    score = allocation_ppm(node, demand)
     if placement == SPREAD:
-        return (gang_members, score, 0, node.name)
+        return (gang_members, score, 0, name)
     if placement == BINPACK:
-        return (0, 0, -score, node.name)
-    return (-gang_members, 0 if holds_rest else 1, -score, node.name)
+        return (0, 0, -score, name)
+    return (-gang_members, 0 if holds_rest else 1, -score, name)

@@ -48,7 +48,6 @@ def build_snapshot(
 
     Raises:
         ValueError: two nodes share a name.
-
     """
     names = [node.metadata.name for node in nodes]
     if len(set(names)) != len(names):

@@ -33,7 +33,6 @@ class Reservation:
         memory: bytes.
         gpus: GPU indices.
         gpu_milli: milli-GPU taken on each GPU of ``gpus`` (1000 for whole GPUs).
-
     """
 
     node: str
@@ -62,6 +61,7 @@ class WorkingNode:
         "name",
         "shared_cpu_milli",
         "snapshot",
+        "version",
     )
 
     def __init__(self, snapshot: NodeSnapshot) -> None:
@@ -80,6 +80,8 @@ class WorkingNode:
         self._gpu_used_total: int | None = None
         self._core_of: dict[int, tuple[int, int]] | None = None
         self._threads_per_core = 0
+        # Bumped by every apply and undo: memoized answers about this node are valid for one version only.
+        self.version = 0
 
     @property
     def schedulable(self) -> bool:
@@ -170,6 +172,7 @@ class WorkingNode:
         return self._gpu_used_total
 
     def _forget_derived(self) -> None:
+        self.version += 1
         self._free_gpu_counts.clear()
         self._gpu_rooms.clear()
         self._gpu_used_total = None
@@ -182,9 +185,7 @@ class WorkingNode:
         assert cpus <= self.free_cpus, f"CPUs {sorted(cpus - self.free_cpus)} on {self.name} are not free"
         self.free_cpus -= cpus
         self.shared_cpu_milli += reservation.shared_cpu_milli
-        assert self.shared_cpu_milli <= MILLI * len(self.free_cpus), (
-            f"shared pool of {self.name} overcommitted"
-        )
+        assert self.shared_cpu_milli <= MILLI * len(self.free_cpus), f"shared pool of {self.name} overcommitted"
         self.free_memory -= reservation.memory
         for index in reservation.gpus:
             used = self.gpu_used.get(index, 0) + reservation.gpu_milli
@@ -220,9 +221,7 @@ class WorkingCluster:
             WorkingNode(node) for node in sorted(snapshot.nodes, key=lambda node: node.name)
         )
         self.by_name: dict[str, WorkingNode] = {node.name: node for node in self.nodes}
-        self.schedulable_nodes: tuple[WorkingNode, ...] = tuple(
-            node for node in self.nodes if node.schedulable
-        )
+        self.schedulable_nodes: tuple[WorkingNode, ...] = tuple(node for node in self.nodes if node.schedulable)
 
     def apply(self, reservation: Reservation) -> None:
         """Take what ``reservation`` holds on its node."""

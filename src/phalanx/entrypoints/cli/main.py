@@ -31,7 +31,6 @@ from phalanx.model.loading import dump_json, dump_yaml, read_documents
 from phalanx.model.replicas import Replica
 from phalanx.services.daemon import DaemonError, current_leader, start_control_plane
 from phalanx.services.operations import OperationError
-from phalanx.services.scheduler import holdings_of
 
 app = typer.Typer(
     name="phalanx",
@@ -213,6 +212,8 @@ def get(
                 elif not nodes:
                     console.print("No nodes yet: the control plane registers them when it starts (`phalanx up`).")
                 else:
+                    from phalanx.services.scheduler import holdings_of  # only this view needs the scheduler
+
                     usage: dict[str, dict[str, int]] = {}
                     for placement, vector in holdings_of(client.ops.list_jobs(), client.store.list(Replica)):
                         used = usage.setdefault(placement.node, {"cpu_milli": 0, "gpu": 0})
