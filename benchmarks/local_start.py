@@ -68,7 +68,7 @@ def measure_start(client: Client, work: Path, jobs: int) -> tuple[list[float], l
         name = f"start-{i}"
         marker = work / f"{name}.t"
         submitted = time.time()
-        client.submit(job(name, ["python", str(stamp), str(marker)]))
+        client.submit(job(name, ["python", str(stamp), str(marker)], cpu="1"))
         running_at = None
         while running_at is None:
             seq = client.store.latest_seq()

@@ -5,6 +5,7 @@ Errors say which file and, for multi-document files, which document.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from importlib import resources
@@ -17,6 +18,9 @@ from pydantic import ValidationError
 from phalanx.model.errors import FieldError, SpecError, from_validation_error
 from phalanx.model.jobtypes import JobType
 from phalanx.model.validation import allowed_fields
+
+# The C loader when PyYAML was built with libyaml (several times faster), else the pure-Python one; both safe.
+_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def read_documents(path: Path) -> list[dict[str, Any]]:
@@ -37,7 +41,7 @@ def read_documents(path: Path) -> list[dict[str, Any]]:
 def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any]]:
     """Parse YAML (a superset of JSON) text into mappings, skipping empty documents."""
     try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        documents = [doc for doc in yaml.load_all(text, Loader=_SAFE_LOADER) if doc is not None]
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -80,11 +84,18 @@ def parse_jobtype(raw: dict[str, Any], *, source: str | None = None) -> JobType:
 
 def builtin_jobtypes() -> dict[str, JobType]:
     """The JobTypes shipped with Phalanx: pytorch, tensorflow, mpi, jax, xgboost, generic."""
+    return dict(_load_builtin_jobtypes())
+
+
+@functools.cache
+def _load_builtin_jobtypes() -> dict[str, JobType]:
+    # Read once per process: the files ship with the package and do not change under us.
     found: dict[str, JobType] = {}
     folder = resources.files("phalanx.model") / "jobtypes"
     for entry in sorted(folder.iterdir(), key=lambda item: item.name):
         if entry.name.endswith(".yaml"):
-            jobtype = parse_jobtype(yaml.safe_load(entry.read_text(encoding="utf-8")), source=entry.name)
+            raw = yaml.load(entry.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
+            jobtype = parse_jobtype(raw, source=entry.name)
             found[jobtype.metadata.name] = jobtype
     return found
 

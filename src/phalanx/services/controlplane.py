@@ -38,6 +38,7 @@ class ControlPlaneConfig:
     node_name: str | None = None
     lease_ttl_seconds: float = 5.0
     poll_seconds: float = 0.02
+    idle_seconds: float = 1.0
     grace_seconds: float = 10.0
     max_busy_passes: int = 50
 
@@ -125,5 +126,8 @@ class ControlPlane:
                 changed_sched = scheduler.sync()
                 if not (changed_runtime or changed_jobs or changed_sched):
                     break
-            timeout = self.config.poll_seconds if wake is None else max(0.0, min(self.config.poll_seconds, wake))
+            # Process exits are not store writes: poll for them only while processes live. Otherwise sleep
+            # until a write (any process's) wakes us, a timer is due, or the lease needs renewing.
+            period = self.config.poll_seconds if runtime.watching else min(self.config.idle_seconds, renew_every)
+            timeout = period if wake is None else max(0.0, min(period, wake))
             self.store.wait_for_change(seq, timeout)

@@ -59,11 +59,18 @@ class NodeRuntime:
     clock: SystemClock = field(default_factory=SystemClock)
     _stopping: dict[str, _Stopping] = field(default_factory=dict)
     _pinned: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    watching: bool = False
 
     def sync(self) -> bool:
-        """Bring processes in line with Replica objects once; True when something changed."""
+        """Bring processes in line with Replica objects once; True when something changed.
+
+        Afterwards ``watching`` says whether any process is alive that must be polled for its exit.
+        """
         changed = False
         replicas = self.store.list(Replica)
+        self.watching = any(
+            r.status.phase == ReplicaPhase.RUNNING or r.metadata.deletion_timestamp is not None for r in replicas
+        )
         jobs = {job.metadata.uid: job for job in self.store.list(TrainingJob)}
         shared_pools = self._shared_pools(replicas)
         for replica in replicas:

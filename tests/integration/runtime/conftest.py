@@ -4,6 +4,7 @@ and helpers that wait on the store's change feed rather than sleeping."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -86,6 +87,7 @@ class Runtime:
     state_dir: Path
     work_dir: Path
     planes: list[ControlPlaneProcess] = field(default_factory=list)
+    background: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def start_control_plane(self, *, wait_leader: bool = True, extra: list[str] | None = None) -> ControlPlaneProcess:
         log_path = self.state_dir / f"cp-{len(self.planes)}.log"
@@ -133,6 +135,21 @@ class Runtime:
             pytest.fail(f"phalanx {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
         return result
 
+    def cli_background(self, *args: str, output: Path) -> subprocess.Popen[str]:
+        """Start the CLI without waiting for it; its stdout and stderr go to ``output`` as it writes them."""
+        env = {**os.environ, "PHALANX_HOME": str(self.state_dir), "COLUMNS": "200"}
+        with open(output, "w") as sink:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "phalanx.entrypoints.cli.main", *args],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+                cwd=self.work_dir,
+            )
+        self.background.append(process)
+        return process
+
     def write_job(self, name: str, document: dict[str, Any]) -> Path:
         path = self.work_dir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -153,6 +170,10 @@ class Runtime:
                 pytest.fail(f"job {name} stuck in {job.status.phase} ({job.status.message}); logs:\n{logs}")
 
     def cleanup(self) -> None:
+        for process in self.background:
+            if process.poll() is None:
+                process.kill()
+                process.wait(5)
         for plane in self.planes:
             plane.stop()
         for pid in processes_mentioning(str(self.state_dir)):
@@ -203,3 +224,39 @@ def generic_job(
         "metadata": {"name": name},
         "spec": {"type": job_type, "replicas": roles, "runPolicy": run_policy or {}},
     }
+
+
+def program_role(
+    count: int = 1,
+    *,
+    args: list[str] | None = None,
+    cpu: str | int | None = "100m",
+    memory: str | None = "64Mi",
+    gpu: int | None = None,
+) -> dict[str, Any]:
+    """One role of a job running replica_program.py; resources left as None are for defaulting to fill."""
+    resources: dict[str, Any] = {}
+    for key, value in (("cpu", cpu), ("memory", memory), ("gpu", gpu)):
+        if value is not None:
+            resources[key] = value
+    template: dict[str, Any] = {"command": ["python", PROGRAM, *(args or [])]}
+    if resources:
+        template["resources"] = resources
+    return {"count": count, "template": template}
+
+
+def typed_job(name: str, job_type: str, roles: dict[str, dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    """A TrainingJob of ``job_type`` with the given roles (see ``program_role``) and extra spec fields."""
+    return {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {"type": job_type, "replicas": roles, **spec},
+    }
+
+
+def read_envs(directory: Path) -> dict[str, dict[str, str]]:
+    """The environments replicas wrote with ``--env-dir``, by ``<role>-<index>``."""
+    if not directory.is_dir():
+        return {}
+    return {path.stem: json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))}

@@ -8,11 +8,15 @@ python replica_program.py --record FILE     append "<role>-<index> <attempt> <pi
                           --sleep S
                           --progress FILE   append a line every 0.05 s while holding
                           --await-lines FILE N  after --record, wait until FILE has N lines
+                          --env-dir DIR     first write the whole environment as JSON to DIR/<role>-<index>.json
+                          --hostfile-out FILE   copy the hostfile named by $OMPI_MCA_orte_default_hostfile to FILE
+                          --expect-slots N  exit 5 unless that hostfile lists N slots in all
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -29,9 +33,28 @@ def main() -> int:
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--progress")
     parser.add_argument("--await-lines", nargs=2, metavar=("FILE", "N"))
+    parser.add_argument("--env-dir")
+    parser.add_argument("--hostfile-out")
+    parser.add_argument("--expect-slots", type=int)
     args = parser.parse_args()
     me = f"{os.environ['PHALANX_ROLE']}-{os.environ['PHALANX_REPLICA_INDEX']}"
     attempt = os.environ.get("PHALANX_ATTEMPT", "?")
+    if args.env_dir:
+        # Written under a temporary name and renamed, so a reader never sees half a file.
+        target = Path(args.env_dir) / f"{me}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_suffix(f".tmp{os.getpid()}")
+        temporary.write_text(json.dumps(dict(os.environ)))
+        temporary.replace(target)
+    if args.hostfile_out or args.expect_slots is not None:
+        hostfile = Path(os.environ["OMPI_MCA_orte_default_hostfile"]).read_text()  # noqa: SIM112
+        print(f"{me} hostfile:\n{hostfile}", end="", flush=True)
+        if args.hostfile_out:
+            Path(args.hostfile_out).write_text(hostfile)
+        slots = sum(int(word.split("=", 1)[1]) for word in hostfile.split() if word.startswith("slots="))
+        if args.expect_slots is not None and slots != args.expect_slots:
+            print(f"{me}: the hostfile lists {slots} slots, expected {args.expect_slots}", flush=True)
+            return 5
     if args.record:
         with open(args.record, "a") as handle:
             handle.write(f"{me} {attempt} {os.getpid()} {time.time():.6f}\n")

@@ -66,6 +66,7 @@ T = TypeVar("T", bound=BaseModel)
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 DEFAULT_CHANGE_POLL_INTERVAL = 0.002
+MAX_CHANGE_POLL_INTERVAL = 0.02
 
 # Metadata fields (wire names) that only the store sets; whatever a client sends for them is ignored.
 _STORE_OWNED = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp")
@@ -377,14 +378,21 @@ class SqliteStore:
                 return []
 
     def _wait_for_commit(self, conn: sqlite3.Connection, version: int, local_writes: int, deadline: float) -> bool:
-        """Wait until some connection commits after ``version``/``local_writes`` (True) or the deadline."""
+        """Wait until some connection commits after ``version``/``local_writes`` (True) or the deadline.
+
+        The check interval starts at ``change_poll_interval`` and grows while nothing happens, up to
+        ``MAX_CHANGE_POLL_INTERVAL``: a burst of writes is seen within milliseconds, and an idle watcher costs
+        tens of checks per second instead of hundreds.
+        """
+        interval = self._poll_interval
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             with self._cond:
                 if self._local_writes == local_writes:
-                    self._cond.wait(min(remaining, self._poll_interval))
+                    self._cond.wait(min(remaining, interval))
+                    interval = min(interval * 1.5, max(self._poll_interval, MAX_CHANGE_POLL_INTERVAL))
                 if self._local_writes != local_writes:
                     return True
             with self._translated("watch the change feed"):

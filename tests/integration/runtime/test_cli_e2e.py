@@ -1,0 +1,351 @@
+"""The `phalanx` CLI end to end: every verb through the real command, against a real control plane, with the
+exit codes and messages a user (or a script) relies on."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+from conftest import Runtime, generic_job, processes_mentioning, program_role, typed_job, wait_until
+from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.nodes import Node
+from phalanx.model.replicas import Replica
+
+BUILTIN_TYPES = {"generic", "jax", "mpi", "pytorch", "tensorflow", "xgboost"}
+SECTIONS = ("Roles", "Placement", "Replicas", "Conditions", "Events")
+
+
+def flat(text: str) -> str:
+    """Text with every run of whitespace made one space (rich folds long lines)."""
+    return " ".join(text.split())
+
+
+def table(text: str, first_column: str = "NAME") -> list[dict[str, str]]:
+    """Rows of a rich table printed without borders; columns start where the header's words start."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == [first_column])
+    header = lines[start]
+    starts = [m.start() for m in re.finditer(r"(?:^|(?<=  ))\S", header)]
+    names = [header[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip() or line.strip() in SECTIONS:
+            break
+        cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+        if cells[0]:  # a row whose first cell is empty continues the previous one (a folded message)
+            rows.append(dict(zip(names, cells, strict=True)))
+    return rows
+
+
+def section(text: str, title: str) -> str:
+    """One titled table of `describe`, up to the next title."""
+    lines = text.splitlines()
+    begin = next(i for i, line in enumerate(lines) if line.strip() == title)
+    end = next((i for i in range(begin + 1, len(lines)) if lines[i].strip() in SECTIONS), len(lines))
+    return "\n".join(line.removeprefix(" ") for line in lines[begin + 1 : end])
+
+
+def the_node(runtime: Runtime) -> Node:
+    with runtime.client() as client:
+        nodes = client.store.list(Node)
+    assert len(nodes) == 1
+    return nodes[0]
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_get_jobs_as_a_table_and_as_json_or_yaml_that_round_trips(runtime: Runtime, tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    runtime.start_control_plane()
+    runtime.submit(generic_job("listed", replicas=2, args=["--hold", str(hold)]))
+    runtime.wait_phase("listed", {Phase.RUNNING})
+
+    rows = table(runtime.cli("get", "jobs", check=True).stdout)
+    assert [(r["NAME"], r["TYPE"], r["PHASE"], r["REPLICAS"]) for r in rows] == [
+        ("listed", "generic", "Running", "2/2")
+    ]
+
+    as_json = json.loads(runtime.cli("get", "jobs", "listed", "-o", "json", check=True).stdout)
+    as_yaml = yaml.safe_load(runtime.cli("get", "job", "listed", "-o", "yaml", check=True).stdout)
+    with runtime.client() as client:
+        stored = client.get("listed")
+    for data in (as_json, as_yaml):
+        assert data["apiVersion"] == "phalanx.dev/v1alpha1"
+        assert data["kind"] == "TrainingJob"
+        assert data["metadata"]["name"] == "listed"
+        assert data["spec"]["replicas"]["worker"]["count"] == 2
+        assert data["status"]["phase"] == "Running"
+        assert TrainingJob.model_validate(data) == stored  # nothing lost or changed on the way out and back
+    hold.write_text("go")
+    runtime.wait_phase("listed", {Phase.SUCCEEDED})
+
+
+def test_get_nodes_shows_this_machine_and_get_jobtypes_the_builtins(runtime: Runtime, tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    cpus = len(os.sched_getaffinity(0))
+    runtime.start_control_plane()
+    runtime.submit(generic_job("one-core", cpu=1, args=["--hold", str(hold)]))
+    runtime.wait_phase("one-core", {Phase.RUNNING})
+    node = the_node(runtime)
+
+    [row] = table(runtime.cli("get", "nodes", check=True).stdout)
+    assert row["NAME"] == node.metadata.name
+    assert row["CPUS"] == str(cpus)
+    assert row["GPUS"] == str(len(node.status.gpus))
+    assert row["CPU ALLOC"] == f"1/{cpus}"  # the running job's exclusive core
+    assert row["SOURCE"] in ("sysfs", "nvml")
+
+    rows = table(runtime.cli("get", "jobtypes", check=True).stdout)
+    assert {r["NAME"] for r in rows} == BUILTIN_TYPES
+    roles = {r["NAME"]: r["ROLES"] for r in rows}
+    assert roles["mpi"] == "launcher, worker"
+    assert roles["pytorch"] == "master, worker"
+    hold.write_text("go")
+    runtime.wait_phase("one-core", {Phase.SUCCEEDED})
+
+
+def test_describe_shows_placement_conditions_and_events(runtime: Runtime, tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    runtime.start_control_plane()
+    runtime.submit(generic_job("described", cpu=1, args=["--hold", str(hold)]))
+    job = runtime.wait_phase("described", {Phase.RUNNING})
+    [cpu] = job.status.placements["described-worker-0"].cpus
+
+    text = runtime.cli("describe", "job", "described", check=True).stdout
+    assert "Phase:       Running" in text
+    [placed] = table(section(text, "Placement"), "REPLICA")
+    assert placed == {
+        "REPLICA": "described-worker-0",
+        "NODE": the_node(runtime).metadata.name,
+        "EXCLUSIVE CPUS": str(cpu),
+        "GPUS": "-",
+    }
+    conditions = {r["TYPE"]: r for r in table(section(text, "Conditions"), "TYPE")}
+    assert list(conditions) == ["Queued", "Admitted", "Downloading", "Running"]
+    assert conditions["Running"]["STATUS"] == "True"
+    assert f"CPUs {cpu}" in conditions["Admitted"]["MESSAGE"]
+    events = [r["REASON"] for r in table(section(text, "Events"), "TYPE")]
+    assert events == ["Accepted", "Scheduled", "Staging", "Started"]
+    [replica] = table(section(text, "Replicas"), "NAME")
+    assert (replica["NAME"], replica["PHASE"]) == ("described-worker-0", "Running")
+    hold.write_text("go")
+    runtime.wait_phase("described", {Phase.SUCCEEDED})
+
+
+def test_explain_says_with_numbers_why_a_job_that_cannot_fit_stays_queued(runtime: Runtime, tmp_path: Path) -> None:
+    record = tmp_path / "starts.txt"
+    runtime.start_control_plane()
+    node = the_node(runtime)
+    cpus, gpus = len(node.status.cpus), len(node.status.gpus)
+    runtime.submit(generic_job("too-wide", replicas=cpus + 1, cpu=1, args=["--record", str(record)]))
+    gpu_job = generic_job("too-many-gpus", args=["--record", str(record)])
+    gpu_job["spec"]["replicas"]["worker"]["template"]["resources"]["gpu"] = gpus + 1
+    runtime.submit(gpu_job)
+    with runtime.client() as client:
+        for name in ("too-wide", "too-many-gpus"):
+            wait_until(lambda n=name: client.get(n).status.message, message=f"a waiting reason for {name}")
+    # A job that fits runs to the end meanwhile: the scheduler has had cycles enough to start the others.
+    runtime.submit(generic_job("fits"))
+    assert runtime.wait_phase("fits", {Phase.SUCCEEDED, Phase.FAILED}).status.phase == Phase.SUCCEEDED
+
+    wide = flat(runtime.cli("explain", "too-wide", check=True).stdout)
+    assert wide.startswith("Queued: ")
+    assert f"needs {cpus + 1} replicas ({cpus + 1} CPUs exclusive" in wide, wide
+    assert f"only {cpus} fit" in wide, wide
+    assert f"has {cpus} of {cpus + 1} CPUs free" in wide, wide
+    many = flat(runtime.cli("explain", "too-many-gpus", check=True).stdout)
+    if gpus:
+        assert f"a replica needs {gpus + 1} GPUs" in many and f"the largest has {gpus} GPU" in many, many
+    else:
+        assert many == "Queued: needs a GPU; no schedulable node has a healthy one", many
+
+    with runtime.client() as client:
+        for name in ("too-wide", "too-many-gpus"):
+            assert client.get(name).status.phase == Phase.QUEUED
+        assert [r.spec.job_name for r in client.store.list(Replica)] == []
+    assert lines_of(record) == []  # fits did not record; neither did any replica of the two that wait
+
+
+def test_logs_of_one_replica_and_of_all(runtime: Runtime) -> None:
+    runtime.start_control_plane()
+    runtime.submit(generic_job("chatty", replicas=2))
+    runtime.wait_phase("chatty", {Phase.SUCCEEDED})
+
+    one = runtime.cli("logs", "chatty", "--replica", "worker-0", check=True).stdout.splitlines()
+    assert len(one) == 2 and one[0].startswith("worker-0 started, pid ") and one[1] == "worker-0 done", one
+    everything = runtime.cli("logs", "chatty", check=True).stdout
+    for me in ("worker-0", "worker-1"):
+        assert f"{me} | {me} started" in everything and f"{me} | {me} done" in everything, everything
+    missing = runtime.cli("logs", "chatty", "--replica", "worker-7")
+    assert missing.returncode == 1
+    assert "replica 'worker-7' of job chatty has no logs yet; replicas: worker-0, worker-1" in flat(missing.stderr)
+
+
+def test_logs_follow_prints_as_replicas_write_and_returns_when_the_job_ends(runtime: Runtime, tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    runtime.start_control_plane()
+    runtime.submit(generic_job("followed", replicas=2, args=["--hold", str(hold)]))
+    runtime.wait_phase("followed", {Phase.RUNNING})
+    all_out, one_out = tmp_path / "all.txt", tmp_path / "one.txt"
+    follow_all = runtime.cli_background("logs", "-f", "followed", output=all_out)
+    follow_one = runtime.cli_background("logs", "-f", "followed", "--replica", "worker-1", output=one_out)
+    wait_until(
+        lambda: "worker-0 started" in all_out.read_text() and "worker-1 started" in all_out.read_text(),
+        message="`logs -f` to print both replicas' first lines",
+    )
+    wait_until(lambda: "worker-1 started" in one_out.read_text(), message="`logs -f --replica` to print")
+    assert follow_all.poll() is None and follow_one.poll() is None  # still following a running job
+
+    hold.write_text("go")
+    assert follow_all.wait(30) == 0, all_out.read_text()
+    assert follow_one.wait(30) == 0, one_out.read_text()
+    assert runtime.wait_phase("followed", {Phase.SUCCEEDED, Phase.FAILED}).status.phase == Phase.SUCCEEDED
+    text = all_out.read_text()
+    assert "worker-0 | worker-0 done" in text and "worker-1 | worker-1 done" in text, text
+    one = one_out.read_text()
+    assert "worker-1 done" in one and "worker-0" not in one, one
+
+
+def test_submit_dry_run_prints_the_defaulted_spec_and_creates_nothing(runtime: Runtime) -> None:
+    document = generic_job("sized", extra_roles={"helper": program_role(cpu="250m", memory=None)})
+    del document["spec"]["replicas"]["worker"]["template"]["resources"]
+    document["spec"]["size"] = "medium"
+    document["spec"]["replicas"]["helper"]["template"]["size"] = "small"
+    result = runtime.cli("submit", "--dry-run", str(runtime.write_job("sized", document)), check=True)
+
+    printed = yaml.safe_load(result.stdout)
+    assert (printed["kind"], printed["metadata"]["name"]) == ("TrainingJob", "sized")
+    replicas = printed["spec"]["replicas"]
+    # The role without resources gets the job's size (medium); the other keeps its own cpu and takes the rest
+    # from its template's size (small).
+    assert replicas["worker"]["template"]["resources"] == {"cpu": "2", "memory": "8Gi", "gpu": 0}
+    assert replicas["helper"]["template"]["resources"] == {"cpu": "250m", "memory": "2Gi", "gpu": 0}
+    assert printed["spec"]["runPolicy"]["restartPolicy"] == "Never"
+    assert "created" not in result.stdout
+    with runtime.client() as client:
+        assert client.list() == []
+    assert "No jobs in default." in runtime.cli("get", "jobs", check=True).stdout
+
+
+def test_delete_of_a_running_job_stops_its_processes_and_removes_it(runtime: Runtime, tmp_path: Path) -> None:
+    hold, record = tmp_path / "hold", tmp_path / "starts.txt"
+    runtime.start_control_plane()
+    runtime.submit(generic_job("doomed", replicas=2, args=["--hold", str(hold), "--record", str(record)]))
+    runtime.wait_phase("doomed", {Phase.RUNNING})
+    wait_until(lambda: len(lines_of(record)) == 2, message="both replicas to start")
+    assert len(processes_mentioning(str(hold))) == 2
+
+    result = runtime.cli("delete", "job", "doomed", check=True)
+    assert "job/doomed deleted" in result.stdout
+    with runtime.client() as client:
+        wait_until(lambda: client.store.try_get(TrainingJob, "default", "doomed") is None, message="the job to go")
+        assert [r for r in client.store.list(Replica) if r.spec.job_name == "doomed"] == []
+    assert processes_mentioning(str(hold)) == []  # the replicas were stopped before the job was removed
+    gone = runtime.cli("get", "jobs", "doomed")
+    assert gone.returncode == 1 and "job default/doomed not found" in flat(gone.stderr)
+
+
+def test_up_status_down_and_the_next_up_adopts_running_replicas(runtime: Runtime, tmp_path: Path) -> None:
+    hold, record = tmp_path / "hold", tmp_path / "starts.txt"
+    before = runtime.cli("status", check=True).stdout
+    assert "control plane: not running" in before
+    try:
+        started = runtime.cli("up", check=True).stdout
+        first = int(re.search(r"control plane started \(pid (\d+)\)", started).group(1))  # type: ignore[union-attr]
+        again = runtime.cli("up", check=True).stdout
+        assert f"control plane already running (pid {first})" in again
+        assert f"control plane: running (pid {first}" in runtime.cli("status", check=True).stdout
+
+        runtime.submit(generic_job("kept", replicas=2, args=["--hold", str(hold), "--record", str(record)]))
+        runtime.wait_phase("kept", {Phase.RUNNING})
+        wait_until(lambda: len(lines_of(record)) == 2, message="both replicas to start")
+        pids = sorted(int(line.split()[2]) for line in lines_of(record))
+
+        assert "control plane stopped" in runtime.cli("down", check=True).stdout
+        status = runtime.cli("status", check=True).stdout
+        assert "control plane: not running" in status and "jobs: 1 Running" in status
+        wait_until(lambda: not processes_mentioning(f"--state-dir {runtime.state_dir}"), message="it to exit")
+        assert sorted(processes_mentioning(str(hold))) == pids  # the replicas live on without it
+
+        started = runtime.cli("up", check=True).stdout
+        second = int(re.search(r"control plane started \(pid (\d+)\)", started).group(1))  # type: ignore[union-attr]
+        assert second != first
+        hold.write_text("go")
+        final = runtime.wait_phase("kept", {Phase.SUCCEEDED, Phase.FAILED})
+        assert final.status.phase == Phase.SUCCEEDED, final.status.message
+        assert final.status.restarts == 0
+        assert len(lines_of(record)) == 2  # adopted, not started again
+    finally:
+        runtime.cli("down")
+    assert "no control plane was running" in runtime.cli("down", check=True).stdout
+
+
+def test_run_of_a_failing_job_exits_1_with_the_reason(runtime: Runtime) -> None:
+    runtime.start_control_plane()
+    path = runtime.write_job("broken", generic_job("broken", args=["--crash-always", "--exit-code", "4"]))
+    result = runtime.cli("run", str(path), "--no-logs")
+    assert result.returncode == 1, result.stdout + result.stderr
+    output = flat(result.stdout)
+    assert "control plane running" in output  # the one already running was reused
+    assert "job broken Failed" in output
+    assert "replica broken-worker-0 failed with exit code 4; restartPolicy is Never" in output, output
+
+
+def test_run_of_a_job_halted_from_another_shell_exits_3(runtime: Runtime, tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    runtime.start_control_plane()
+    path = runtime.write_job("paused", generic_job("paused", args=["--hold", str(hold)]))
+    out = tmp_path / "run.txt"
+    running = runtime.cli_background("run", str(path), output=out)
+    runtime.wait_phase("paused", {Phase.RUNNING})
+    halted = runtime.cli("halt", "paused", check=True)
+    assert "job/paused Halted" in halted.stdout
+    assert running.wait(30) == 3, out.read_text()
+    assert "job paused Halted" in flat(out.read_text())
+    assert processes_mentioning(str(hold)) == []
+
+
+def test_unknown_job_names_exit_1_and_name_the_jobs_that_exist(runtime: Runtime) -> None:
+    for name in ("alpha", "beta"):
+        runtime.submit(generic_job(name))  # no control plane: they stay Pending, which is enough here
+    known = "job default/nosuch not found; jobs in default: alpha, beta"
+    for args in (
+        ("get", "jobs", "nosuch"),
+        ("describe", "job", "nosuch"),
+        ("logs", "nosuch"),
+        ("explain", "nosuch"),
+        ("halt", "nosuch"),
+        ("resume", "nosuch"),
+        ("delete", "job", "nosuch"),
+    ):
+        result = runtime.cli(*args)
+        assert result.returncode == 1, (args, result.stdout, result.stderr)
+        assert f"error: {known}" in flat(result.stderr), (args, result.stderr)
+        assert result.stdout == "", (args, result.stdout)
+    empty = runtime.cli("describe", "job", "alpha", "-n", "team-b")
+    assert empty.returncode == 1 and "job team-b/alpha not found; team-b has no jobs" in flat(empty.stderr)
+    jobtype = runtime.cli("get", "jobtypes", "nosuch")
+    assert jobtype.returncode == 1
+    assert f"job type 'nosuch' not found; known: {', '.join(sorted(BUILTIN_TYPES))}" in flat(jobtype.stderr)
+    wrong_kind = runtime.cli("describe", "pod", "alpha")
+    assert wrong_kind.returncode == 2 and "use `phalanx describe job NAME`" in flat(wrong_kind.stderr)
+    with runtime.client() as client:
+        assert [j.metadata.name for j in client.list()] == ["alpha", "beta"]  # nothing was touched
+
+
+def test_get_jobs_as_json_of_several_jobs_is_a_list_of_jobs(runtime: Runtime) -> None:
+    runtime.submit(typed_job("ddp", "pytorch", {"master": program_role(), "worker": program_role(2)}))
+    runtime.submit(generic_job("plain"))
+    listed = json.loads(runtime.cli("get", "jobs", "-o", "json", check=True).stdout)
+    assert listed["kind"] == "List"
+    jobs = [TrainingJob.model_validate(item) for item in listed["items"]]
+    assert [(j.metadata.name, j.spec.type, j.spec.total_replicas()) for j in jobs] == [
+        ("ddp", "pytorch", 3),
+        ("plain", "generic", 1),
+    ]
