@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from phalanx.adapters.cgroupfs import own_cgroup_paths
 from phalanx.model.nodes import CpuInfo
 
 _CPU_DIR = re.compile(r"^cpu(\d+)$")
@@ -143,26 +144,6 @@ def discover_cpus(sys_root: Path = Path("/sys"), *, allowed: Iterable[int] | Non
     return found
 
 
-def _own_cgroup_paths(proc_root: Path) -> tuple[str | None, str | None]:
-    """Find our cgroup path in the v1 memory hierarchy and in the v2 hierarchy, if any."""
-    v1_path: str | None = None
-    v2_path: str | None = None
-    try:
-        lines = (proc_root / "self" / "cgroup").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None, None
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        hierarchy_id, controllers, path = parts
-        if hierarchy_id == "0" and controllers == "":
-            v2_path = path
-        elif "memory" in controllers.split(","):
-            v1_path = path
-    return v1_path, v2_path
-
-
 def _ancestors(root: Path, cgroup_path: str) -> list[Path]:
     """``root/a/b``, ``root/a`` and ``root``: a limit anywhere above us applies to us."""
     parts = [part for part in cgroup_path.split("/") if part]
@@ -189,7 +170,8 @@ def cgroup_memory_limit(proc_root: Path = Path("/proc"), cgroup_root: Path = Pat
     Looks at cgroup v2 (``memory.max``) and v1 (``memory/…/memory.limit_in_bytes``). Inside a container with a
     cgroup namespace the own path is ``/`` and the limit sits at the mount root, which the walk covers.
     """
-    v1_path, v2_path = _own_cgroup_paths(proc_root)
+    own_v1, v2_path = own_cgroup_paths(proc_root)
+    v1_path = own_v1.get("memory")
     limits: list[int] = []
     if v2_path is not None:
         for directory in _ancestors(cgroup_root, v2_path):

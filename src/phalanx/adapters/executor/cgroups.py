@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from phalanx.adapters.cgroupfs import own_cgroup_paths
+
 CONTROLLERS = ("cpuset", "memory", "cpu")
 GROUP = "phalanx"
 # The CFS period used for CPU quotas: 100 ms, the kernel's and Kubernetes' default.
@@ -98,27 +100,6 @@ def _mounts(proc_root: Path) -> list[_Mount]:
     return found
 
 
-def _own_paths(proc_root: Path) -> tuple[dict[str, str], str | None]:
-    """Find our cgroup path per v1 controller, and our v2 path."""
-    v1: dict[str, str] = {}
-    v2: str | None = None
-    try:
-        lines = (proc_root / "self" / "cgroup").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return v1, v2
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        hierarchy_id, controllers, path = parts
-        if hierarchy_id == "0" and not controllers:
-            v2 = path
-        else:
-            for controller in controllers.split(","):
-                v1[controller] = path
-    return v1, v2
-
-
 def _own_directory(mount: _Mount, own_path: str) -> Path:
     """Join a mount point and our path in that hierarchy, minus the part of the path above the mount's root.
 
@@ -144,7 +125,7 @@ def detect_cgroups(proc_root: Path = Path("/proc")) -> CgroupLayout | None:
     processes). Returns ``None`` when neither exists.
     """
     mounts = _mounts(proc_root)
-    own_v1, own_v2 = _own_paths(proc_root)
+    own_v1, own_v2 = own_cgroup_paths(proc_root)
     for mount in mounts:
         if mount.fstype != "cgroup2" or own_v2 is None:
             continue

@@ -7,6 +7,8 @@ an unknown resource); 3 the job was halted while ``run`` followed it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -72,8 +74,16 @@ NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Namespa
 OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table, wide, yaml or json.")]
 
 
-def _client(state_dir: Path | None, namespace: str = "default") -> Client:
-    return Client(state_dir=state_dir, namespace=namespace)
+@contextmanager
+def _session(state_dir: Path | None, namespace: str = "default") -> Iterator[Client]:
+    """A client for one command; every expected error becomes a message on stderr and an exit code."""
+    with Client(state_dir=state_dir, namespace=namespace) as client:
+        try:
+            yield client
+        except SpecError as err:
+            _spec_error(err)
+        except (OperationError, DaemonError, TimeoutError) as err:
+            _fail(str(err))
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -106,26 +116,15 @@ def run(
     ] = None,
 ) -> None:
     """Submit a job, starting the local control plane if needed, and follow it to the end."""
-    with _client(state_dir, namespace) as client:
-        try:
-            documents = read_documents(file)
-            client.ops.validate(documents, source=str(file))
-        except SpecError as err:
-            _spec_error(err)
-        try:
-            leader, started = start_control_plane(client.layout, inventory=inventory)
-        except DaemonError as err:
-            _fail(str(err))
+    with _session(state_dir, namespace) as client:
+        # Validate before starting anything: a bad spec must not leave a control plane behind.
+        client.ops.validate(read_documents(file), source=str(file))
+        leader, started = start_control_plane(client.layout, inventory=inventory)
         console.print(
             f"[dim]control plane {'started' if started else 'running'} (pid {leader.pid}); "
             f"state in {client.layout.root}[/]"
         )
-        try:
-            submitted = client.submit(file, replace_finished=True)
-        except SpecError as err:
-            _spec_error(err)
-        except OperationError as err:
-            _fail(str(err))
+        submitted = client.submit(file, replace_finished=True)
         jobs = [s for s in submitted if s.kind == "TrainingJob"]
         for item in submitted:
             verb = "replaced" if item.replaced else "created"
@@ -163,18 +162,13 @@ def submit(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate only; print the defaulted spec.")] = False,
 ) -> None:
     """Validate and create jobs without following them (the control plane picks them up)."""
-    with _client(state_dir, namespace) as client:
-        try:
-            documents = read_documents(file)
-            if dry_run:
-                objects = client.ops.validate(documents, source=str(file))
-                _print_objects(objects, Output.YAML)
-                return
-            submitted = client.submit(file)
-        except SpecError as err:
-            _spec_error(err)
-        except OperationError as err:
-            _fail(str(err))
+    with _session(state_dir, namespace) as client:
+        documents = read_documents(file)
+        if dry_run:
+            objects = client.ops.validate(documents, source=str(file))
+            _print_objects(objects, Output.YAML)
+            return
+        submitted = client.submit(file)
         for item in submitted:
             console.print(f"{item.kind.lower()}/{item.name} created")
         if current_leader(client.store) is None:
@@ -191,45 +185,42 @@ def get(
     output: OutputOption = Output.TABLE,
 ) -> None:
     """List jobs, nodes or job types."""
-    with _client(state_dir, namespace) as client:
-        try:
-            if resource in (Resource.JOBS, Resource.JOB):
-                jobs = (
-                    [client.ops.get_job(namespace, name)]
-                    if name
-                    else client.ops.list_jobs(None if all_namespaces else namespace)
-                )
-                if output in (Output.YAML, Output.JSON):
-                    _print_objects(jobs, output)
-                elif not jobs:
-                    console.print(f"No jobs in {'any namespace' if all_namespaces else namespace}.")
-                else:
-                    console.print(jobs_table(jobs, wide=output == Output.WIDE or all_namespaces))
-            elif resource in (Resource.NODES, Resource.NODE):
-                nodes = [n for n in client.ops.list_nodes() if name in (None, n.metadata.name)]
-                if output in (Output.YAML, Output.JSON):
-                    _print_objects(nodes, output)
-                elif not nodes:
-                    console.print("No nodes yet: the control plane registers them when it starts (`phalanx up`).")
-                else:
-                    from phalanx.services.scheduler import holdings_of  # only this view needs the scheduler
-
-                    usage: dict[str, dict[str, int]] = {}
-                    for placement, vector in holdings_of(client.ops.list_jobs(), client.store.list(Replica)):
-                        used = usage.setdefault(placement.node, {"cpu_milli": 0, "gpu": 0})
-                        used["cpu_milli"] += vector.cpu_milli
-                        used["gpu"] += len(placement.gpus)
-                    console.print(nodes_table(nodes, usage))
+    with _session(state_dir, namespace) as client:
+        if resource in (Resource.JOBS, Resource.JOB):
+            jobs = (
+                [client.ops.get_job(namespace, name)]
+                if name
+                else client.ops.list_jobs(None if all_namespaces else namespace)
+            )
+            if output in (Output.YAML, Output.JSON):
+                _print_objects(jobs, output)
+            elif not jobs:
+                console.print(f"No jobs in {'any namespace' if all_namespaces else namespace}.")
             else:
-                jobtypes = [jt for n, jt in sorted(client.ops.jobtypes().items()) if name in (None, n)]
-                if name and not jobtypes:
-                    _fail(f"job type {name!r} not found; known: {', '.join(sorted(client.ops.jobtypes()))}")
-                if output in (Output.YAML, Output.JSON):
-                    _print_objects(jobtypes, output)
-                else:
-                    console.print(jobtypes_table(jobtypes))
-        except OperationError as err:
-            _fail(str(err))
+                console.print(jobs_table(jobs, wide=output == Output.WIDE or all_namespaces))
+        elif resource in (Resource.NODES, Resource.NODE):
+            nodes = [n for n in client.ops.list_nodes() if name in (None, n.metadata.name)]
+            if output in (Output.YAML, Output.JSON):
+                _print_objects(nodes, output)
+            elif not nodes:
+                console.print("No nodes yet: the control plane registers them when it starts (`phalanx up`).")
+            else:
+                from phalanx.services.scheduler import holdings_of  # only this view needs the scheduler
+
+                usage: dict[str, dict[str, int]] = {}
+                for placement, vector in holdings_of(client.ops.list_jobs(), client.store.list(Replica)):
+                    used = usage.setdefault(placement.node, {"cpu_milli": 0, "gpu": 0})
+                    used["cpu_milli"] += vector.cpu_milli
+                    used["gpu"] += len(placement.gpus)
+                console.print(nodes_table(nodes, usage))
+        else:
+            jobtypes = [jt for n, jt in sorted(client.ops.jobtypes().items()) if name in (None, n)]
+            if name and not jobtypes:
+                _fail(f"job type {name!r} not found; known: {', '.join(sorted(client.ops.jobtypes()))}")
+            if output in (Output.YAML, Output.JSON):
+                _print_objects(jobtypes, output)
+            else:
+                console.print(jobtypes_table(jobtypes))
 
 
 @app.command()
@@ -242,11 +233,8 @@ def describe(
     """Show a job in detail: roles, placement, replicas, conditions, events."""
     if resource not in ("job", "jobs"):
         _fail(f"cannot describe {resource!r}; use `phalanx describe job NAME`", 2)
-    with _client(state_dir, namespace) as client:
-        try:
-            print_description(console, client.describe(name))
-        except OperationError as err:
-            _fail(str(err))
+    with _session(state_dir, namespace) as client:
+        print_description(console, client.describe(name))
 
 
 @app.command()
@@ -258,31 +246,28 @@ def logs(
     namespace: NamespaceOption = "default",
 ) -> None:
     """Print the logs of a job's replicas (latest attempt of each)."""
-    with _client(state_dir, namespace) as client:
-        try:
-            files = client.ops.log_files(namespace, job, replica)
-            if follow_logs:
-                if replica is None:
-                    follow(client, job, console, show_phases=False)
-                    return
-                tailer = LogTailer()
-                while True:
-                    seq = client.store.latest_seq()
+    with _session(state_dir, namespace) as client:
+        files = client.ops.log_files(namespace, job, replica)
+        if follow_logs:
+            if replica is None:
+                follow(client, job, console, show_phases=False)
+                return
+            tailer = LogTailer()
+            while True:
+                seq = client.store.latest_seq()
+                for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
+                    console.print(escape(line), highlight=False)
+                current = client.get(job)
+                if Phase(current.status.phase) in (Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED):
                     for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
                         console.print(escape(line), highlight=False)
-                    current = client.get(job)
-                    if Phase(current.status.phase) in (Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED):
-                        for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
-                            console.print(escape(line), highlight=False)
-                        return
-                    client.store.wait_for_change(seq, LOG_POLL_SECONDS)
-            prefix = len(files) > 1
-            for short, path in files:
-                text = path.read_text(errors="replace") if path.exists() else ""
-                for line in text.splitlines():
-                    sys.stdout.write(f"{short:>10} | {line}\n" if prefix else f"{line}\n")
-        except OperationError as err:
-            _fail(str(err))
+                    return
+                client.store.wait_for_change(seq, LOG_POLL_SECONDS)
+        prefix = len(files) > 1
+        for short, path in files:
+            text = path.read_text(errors="replace") if path.exists() else ""
+            for line in text.splitlines():
+                sys.stdout.write(f"{short:>10} | {line}\n" if prefix else f"{line}\n")
 
 
 @app.command()
@@ -293,16 +278,13 @@ def halt(
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until it is Halted.")] = True,
 ) -> None:
     """Stop every replica of a job; it keeps its outputs and can be resumed."""
-    with _client(state_dir, namespace) as client:
-        try:
-            client.halt(job)
-            if wait and current_leader(client.store) is not None:
-                final = client.wait(job, until={Phase.HALTED, Phase.SUCCEEDED, Phase.FAILED}, timeout=120)
-                console.print(f"job/{job} {styled_phase(final.status.phase)}")
-            else:
-                console.print(f"job/{job} halting")
-        except (OperationError, TimeoutError) as err:
-            _fail(str(err))
+    with _session(state_dir, namespace) as client:
+        client.halt(job)
+        if wait and current_leader(client.store) is not None:
+            final = client.wait(job, until={Phase.HALTED, Phase.SUCCEEDED, Phase.FAILED}, timeout=120)
+            console.print(f"job/{job} {styled_phase(final.status.phase)}")
+        else:
+            console.print(f"job/{job} halting")
 
 
 @app.command()
@@ -312,12 +294,9 @@ def resume(
     namespace: NamespaceOption = "default",
 ) -> None:
     """Queue a halted job again."""
-    with _client(state_dir, namespace) as client:
-        try:
-            client.resume(job)
-            console.print(f"job/{job} resumed")
-        except OperationError as err:
-            _fail(str(err))
+    with _session(state_dir, namespace) as client:
+        client.resume(job)
+        console.print(f"job/{job} resumed")
 
 
 @app.command()
@@ -330,12 +309,9 @@ def delete(
     """Delete a job: stop its replicas, then remove it."""
     if resource not in ("job", "jobs"):
         _fail(f"cannot delete {resource!r}; use `phalanx delete job NAME`", 2)
-    with _client(state_dir, namespace) as client:
-        try:
-            client.delete(name)
-            console.print(f"job/{name} deleted")
-        except OperationError as err:
-            _fail(str(err))
+    with _session(state_dir, namespace) as client:
+        client.delete(name)
+        console.print(f"job/{name} deleted")
 
 
 @app.command()
@@ -345,11 +321,8 @@ def explain(
     namespace: NamespaceOption = "default",
 ) -> None:
     """Say in one sentence why a job is where it is (why it waits)."""
-    with _client(state_dir, namespace) as client:
-        try:
-            console.print(escape(client.explain(job)))
-        except OperationError as err:
-            _fail(str(err))
+    with _session(state_dir, namespace) as client:
+        console.print(escape(client.explain(job)))
 
 
 @app.command()
@@ -360,11 +333,8 @@ def up(
     ] = None,
 ) -> None:
     """Start the local control plane in the background (or report the running one)."""
-    with _client(state_dir) as client:
-        try:
-            leader, started = start_control_plane(client.layout, inventory=inventory)
-        except DaemonError as err:
-            _fail(str(err))
+    with _session(state_dir) as client:
+        leader, started = start_control_plane(client.layout, inventory=inventory)
         word = "started" if started else "already running"
         console.print(f"control plane {word} (pid {leader.pid}); state in {client.layout.root}")
         console.print(f"log: {client.layout.control_plane_log}")
@@ -373,18 +343,15 @@ def up(
 @app.command()
 def down(state_dir: StateDirOption = None) -> None:
     """Stop the local control plane. Running replicas keep running and are adopted by the next `up`."""
-    with _client(state_dir) as client:
-        try:
-            stopped = client.down()
-        except DaemonError as err:
-            _fail(str(err))
+    with _session(state_dir) as client:
+        stopped = client.down()
         console.print("control plane stopped" if stopped else "no control plane was running")
 
 
 @app.command()
 def status(state_dir: StateDirOption = None) -> None:
     """Is the control plane running, and what does this machine hold?"""
-    with _client(state_dir) as client:
+    with _session(state_dir) as client:
         leader = current_leader(client.store)
         if leader is None:
             console.print("control plane: [yellow]not running[/] (start it with `phalanx up`)")
