@@ -154,7 +154,7 @@ def main() -> int:
             f"{max(values):>9.1f}"
         )
     print()
-    print(f"{'10-second job, median of ' + str(args.repeats):<40} {'seconds':>9} {'overhead':>9}")
+    print(f"{f'{args.job_seconds:g}-second job, median of {args.repeats}':<40} {'seconds':>9} {'overhead':>9}")
     print(f"{'  python -c pass (interpreter start)':<40} {interpreter:>9.3f} {'':>9}")
     print(f"{'  python script.py (direct)':<40} {direct:>9.3f} {'':>9}")
     print(f"{'  phalanx run job.yaml (whole command)':<40} {managed:>9.3f} {overhead_pct:>8.2f}%")

@@ -9,8 +9,9 @@ JobType's port on Kubernetes) and on which node each runs, so every backend rend
 Invariants:
     - Ranks follow ``JobTypeSpec.ranked_roles()`` restricted to the roles the job has; for a JobType with
       ``allowOtherRoles`` the job's undeclared roles follow, in the job's order. Indices run within a role.
-    - A value is computed only when a template names it, so an address book only needs the replicas the
-      templates actually refer to.
+    - The address book lists the replicas that run. A job admitted with ``minAvailable`` may run fewer
+      replicas than its spec names; ranks, world size, counts, host lists, ``TF_CONFIG`` and the hostfile
+      then cover the running replicas only, so no framework waits for a rank that will never come.
     - ``PHALANX_*`` variables are always set by Phalanx and cannot be overridden by the user's env.
 """
 
@@ -163,10 +164,9 @@ def render_hostfile(job: TrainingJob, jobtype: JobType, addresses: AddressBook) 
     for role in jobtype.spec.hostfile_roles:
         replica = job.spec.replicas.get(role)
         for index in range(replica.count if replica else 0):
-            name = replica_name(job.metadata.name, role, index)
-            endpoint = addresses.get(name)
+            endpoint = addresses.get(replica_name(job.metadata.name, role, index))
             if endpoint is None:
-                raise RendezvousError(f"hostfile: no address for replica {name!r}")
+                continue  # not running (admitted with minAvailable): not a host mpirun may use
             slots[endpoint.host] = slots.get(endpoint.host, 0) + jobtype.spec.slots_per_host
     return "".join(f"{host} slots={count}\n" for host, count in slots.items())
 
@@ -193,11 +193,7 @@ class _Context:
         self.addresses = addresses
         self.node_of = node_of
         self.ranked_role_names = ranked_roles(job, jobtype)
-        self.ranked = [
-            (r, i, replica_name(job.metadata.name, r, i))
-            for r in self.ranked_role_names
-            for i in range(job.spec.replicas[r].count)
-        ]
+        self.ranked = [(r, i, name) for r in self.ranked_role_names for i, name in self.members(r)]
         self.variables: dict[str, Callable[[], str]] = {
             "job_name": lambda: job.metadata.name,
             "namespace": lambda: job.metadata.namespace,
@@ -221,6 +217,8 @@ class _Context:
 
     def render(self, template: str, *, where: str) -> str:
         """Replace every ``{{ ... }}`` in ``template``."""
+        if self.name not in self.addresses:
+            raise RendezvousError(f"{where}: replica {self.name!r} has no address: it is not among the running")
 
         def substitute(match: re.Match[str]) -> str:
             name, args = match.group(1), match.group(2)
@@ -235,19 +233,29 @@ class _Context:
 
         return TEMPLATE_PATTERN.sub(substitute, template)
 
+    def members(self, role: str) -> list[tuple[int, str]]:
+        """``(index, name)`` of the role's replicas that run (those in the address book), in index order."""
+        replica = self.job.spec.replicas.get(role)
+        names = [(i, replica_name(self.job.metadata.name, role, i)) for i in range(replica.count if replica else 0)]
+        return [(i, name) for i, name in names if name in self.addresses]
+
     def function(self, name: str, args: list[str]) -> str:
         """Evaluate ``name(args)``."""
         role = args[0]
-        count = self.job.spec.replicas[role].count if role in self.job.spec.replicas else 0
+        members = self.members(role)
         if name == "count":
-            return str(count)
+            return str(len(members))
         if name == "hosts":
-            return ",".join(str(self.endpoint(replica_name(self.job.metadata.name, role, i))) for i in range(count))
+            return ",".join(str(self.endpoint(member)) for _, member in members)
         if name in ("host", "port") and len(args) == 2 and args[1].isdigit():
             index = int(args[1])
-            if index >= count:
-                raise RendezvousError(f"{name}({role}, {index}): the job has {count} {role!r} replica(s)")
-            endpoint = self.endpoint(replica_name(self.job.metadata.name, role, index))
+            wanted = replica_name(self.job.metadata.name, role, index)
+            if wanted not in self.addresses:
+                raise RendezvousError(
+                    f"{name}({role}, {index}): replica {wanted!r} does not run "
+                    f"(running {role!r} replicas: {len(members)})"
+                )
+            endpoint = self.endpoint(wanted)
             return endpoint.host if name == "host" else str(endpoint.port)
         raise RendezvousError(f"unknown template function {name}({', '.join(args)})")
 
@@ -274,13 +282,11 @@ class _Context:
     def tf_config(self) -> str:
         """Render TF_CONFIG: the cluster of ranked roles and this replica's task, as compact JSON."""
         cluster = {
-            role: [
-                str(self.endpoint(replica_name(self.job.metadata.name, role, i)))
-                for i in range(self.job.spec.replicas[role].count)
-            ]
-            for role in self.ranked_role_names
+            role: [str(self.endpoint(name)) for _, name in self.members(role)] for role in self.ranked_role_names
         }
-        config = {"cluster": cluster, "task": {"type": self.role, "index": self.index}}
+        # The task index is the position in the role's cluster list, which skips replicas that do not run.
+        position = [name for _, name in self.members(self.role)].index(self.name) if self.name in self.addresses else 0
+        config = {"cluster": cluster, "task": {"type": self.role, "index": position}}
         return json.dumps(config, separators=(",", ":"))
 
     def _group(self) -> list[str]:
@@ -289,10 +295,7 @@ class _Context:
         if self.rank() is not None:
             names = [name for _, _, name in self.ranked]
         else:
-            names = [
-                replica_name(self.job.metadata.name, self.role, i)
-                for i in range(self.job.spec.replicas[self.role].count)
-            ]
+            names = [name for _, name in self.members(self.role)]
         if self.name not in self.node_of:
             raise RendezvousError(f"no node known for replica {self.name!r}")
         return [name for name in names if name in self.node_of]

@@ -13,6 +13,7 @@ import re
 from typing import Literal
 
 from pydantic import Field, model_validator
+from pydantic.alias_generators import to_camel
 
 from phalanx.model.base import ApiModel
 from phalanx.model.jobs import EnvMap, ReplicaTemplate, Resources
@@ -90,7 +91,7 @@ class JobTypeSpec(ApiModel):
         for field in ("rank_roles", "success_roles", "service_roles", "hostfile_roles"):
             for role in getattr(self, field) or []:
                 if role not in self.roles:
-                    raise ValueError(f"{field}: {role!r} is not one of the roles {sorted(self.roles)}")
+                    raise ValueError(f"{to_camel(field)}: {role!r} is not one of the roles {sorted(self.roles)}")
         for name, role in self.roles.items():
             if role.max_count is not None and role.max_count < max(role.min_count, 1):
                 raise ValueError(f"roles.{name}.maxCount must be >= minCount")

@@ -82,6 +82,9 @@ def parse_jobtype(raw: dict[str, Any], *, source: str | None = None) -> JobType:
         ) from None
 
 
+BUILTIN_LABEL = "phalanx.dev/builtin"
+
+
 def builtin_jobtypes() -> dict[str, JobType]:
     """The JobTypes shipped with Phalanx: pytorch, tensorflow, mpi, jax, xgboost, generic."""
     return dict(_load_builtin_jobtypes())
@@ -95,6 +98,7 @@ def _load_builtin_jobtypes() -> dict[str, JobType]:
     for entry in sorted(folder.iterdir(), key=lambda item: item.name):
         if entry.name.endswith(".yaml"):
             raw = yaml.load(entry.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
+            raw.setdefault("metadata", {}).setdefault("labels", {})[BUILTIN_LABEL] = "true"
             jobtype = parse_jobtype(raw, source=entry.name)
             found[jobtype.metadata.name] = jobtype
     return found

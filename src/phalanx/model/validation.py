@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from phalanx.model.errors import FieldError, SpecError, from_validation_error
 from phalanx.model.jobs import PRIORITY_CLASSES, ReplicaSpec, ReplicaTemplate, TrainingJob
-from phalanx.model.jobtypes import JobType
+from phalanx.model.jobtypes import TEMPLATE_PATTERN, JobType, RoleDefinition
 from phalanx.model.sizes import DEFAULT_SIZE, SIZES, fill_resources
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -126,11 +126,19 @@ def check_against_jobtype(job: TrainingJob, jobtypes: Mapping[str, JobType]) -> 
             )
             continue
         definition = roles.get(role_name)
-        if definition and definition.max_count is not None and replica.count > definition.max_count:
+        count = replica_count(replica, definition)
+        if definition and count < definition.min_count:
             errors.append(
                 FieldError(
                     f"{path}.count",
-                    f"role {role_name!r} of {spec.type!r} allows at most {definition.max_count}, got {replica.count}",
+                    f"role {role_name!r} of {spec.type!r} needs at least {definition.min_count}, got {count}",
+                )
+            )
+        if definition and definition.max_count is not None and count > definition.max_count:
+            errors.append(
+                FieldError(
+                    f"{path}.count",
+                    f"role {role_name!r} of {spec.type!r} allows at most {definition.max_count}, got {count}",
                 )
             )
         role_command = definition.template.command if definition else []
@@ -150,7 +158,8 @@ def check_against_jobtype(job: TrainingJob, jobtypes: Mapping[str, JobType]) -> 
                     f"add replicas.{role_name}",
                 )
             )
-    total = spec.total_replicas()
+    errors.extend(_check_template_references(job, jobtype))
+    total = sum(replica_count(r, roles.get(name)) for name, r in spec.replicas.items())
     min_available = spec.scheduling.min_available
     if min_available is not None and min_available > total:
         errors.append(
@@ -174,6 +183,38 @@ def check_against_jobtype(job: TrainingJob, jobtypes: Mapping[str, JobType]) -> 
         )
     if spec.run_policy.max_backoff_seconds < spec.run_policy.backoff_seconds:
         errors.append(FieldError("spec.runPolicy.maxBackoffSeconds", "must be >= runPolicy.backoffSeconds"))
+    return errors
+
+
+def replica_count(replica: ReplicaSpec, definition: RoleDefinition | None) -> int:
+    """The role's count: as written, else the JobType role's ``defaultCount``."""
+    if "count" not in replica.model_fields_set and definition is not None:
+        return definition.default_count
+    return replica.count
+
+
+def _check_template_references(job: TrainingJob, jobtype: JobType) -> list[FieldError]:
+    """``host(ROLE, I)`` / ``port(ROLE, I)`` in the JobType's env must name a replica this job has."""
+    counts = {name: replica_count(r, jobtype.spec.roles.get(name)) for name, r in job.spec.replicas.items()}
+    templates = [(f"env.{key}", value) for key, value in jobtype.spec.env.items()]
+    for role in job.spec.replicas:
+        if definition := jobtype.spec.roles.get(role):
+            templates += [(f"roles.{role}.env.{key}", value) for key, value in definition.env.items()]
+    errors = []
+    for where, template in templates:
+        for match in TEMPLATE_PATTERN.finditer(template):
+            function, args = match.group(1), match.group(2)
+            if function not in ("host", "port") or args is None:
+                continue
+            role, _, index = (part.strip() for part in args.partition(","))
+            if index.isdigit() and int(index) >= counts.get(role, 0):
+                errors.append(
+                    FieldError(
+                        f"spec.replicas.{role}",
+                        f"job type {jobtype.metadata.name!r} uses {function}({role}, {index}) in {where}, so the "
+                        f"job needs at least {int(index) + 1} {role!r} replica(s); it has {counts.get(role, 0)}",
+                    )
+                )
     return errors
 
 
@@ -214,6 +255,7 @@ def apply_defaults(job: TrainingJob, jobtype: JobType) -> TrainingJob:
                 "resources": resources,
             }
         )
-        replicas[role_name] = replica.model_copy(update={"template": completed})
+        count = replica_count(replica, definition)
+        replicas[role_name] = replica.model_copy(update={"template": completed, "count": count})
     spec = job.spec.model_copy(update={"replicas": replicas})
     return job.model_copy(update={"spec": spec, "status": type(job.status)()})

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.store import AlreadyExistsError, ConflictError, NotFoundError, SqliteStore
+from phalanx.core.lifecycle import transition
 from phalanx.core.reconcile import plan
 from phalanx.core.reconcile.types import (
     CreateReplica,
@@ -26,7 +27,7 @@ from phalanx.core.reconcile.types import (
     ReconcileInput,
     StoreOutputs,
 )
-from phalanx.core.rendezvous import Endpoint, render_hostfile, render_replica_env
+from phalanx.core.rendezvous import Endpoint, RendezvousError, render_hostfile, render_replica_env
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
@@ -93,6 +94,15 @@ class JobController:
             except (ConflictError, NotFoundError):
                 changed = True  # the job changed under us; the next pass sees the new version
                 continue
+            except RendezvousError as err:
+                self._fail(job, "InvalidEnvironment", f"cannot render the replicas' environment: {err}")
+                changed = True
+                continue
+            except Exception:
+                # One job's unexpected failure must not stop the others from being reconciled.
+                log.exception("reconciling job %s failed; retrying on the next pass", job.key)
+                wake = 1.0 if wake is None else min(wake, 1.0)
+                continue
             changed |= job_changed
             if job_wake is not None:
                 wake = job_wake if wake is None else min(wake, job_wake)
@@ -122,11 +132,8 @@ class JobController:
         status = decided.status
         creates = [a for a in decided.actions if isinstance(a, CreateReplica)]
         if creates and not status.endpoints:
-            names = [
-                replica_name(job.metadata.name, role, i)
-                for role, r in job.spec.replicas.items()
-                for i in range(r.count)
-            ]
+            # Only placed replicas run, so only they get an address; rendezvous counts exactly these.
+            names = sorted(status.placements)
             ports = allocate_ports(len(names))
             status = status.model_copy(
                 update={"endpoints": {n: f"{LOOPBACK}:{p}" for n, p in zip(names, ports, strict=True)}}
@@ -135,18 +142,10 @@ class JobController:
             job = self.store.update_status(job.model_copy(update={"status": status}))
             changed = True
         for event in decided.events:
-            self.store.record_event(
-                Event(
-                    object_kind="TrainingJob",
-                    object_name=job.metadata.name,
-                    namespace=job.metadata.namespace,
-                    type="Warning" if event.type == "Warning" else "Normal",
-                    reason=event.reason,
-                    message=event.message,
-                    time=self.clock.now(),
-                )
-            )
+            self._event(job, event.reason, event.message, warning=event.type == "Warning")
             log.info("job %s: %s: %s", job.key, event.reason, event.message)
+            if event.reason == "Staging":
+                self._warn_ignored_fields(job)
         for action in decided.actions:
             if isinstance(action, CreateReplica):
                 assert jobtype is not None
@@ -159,6 +158,7 @@ class JobController:
             elif isinstance(action, DeleteJob):
                 log.info("deleting job %s: %s", job.key, action.reason)
                 self.store.delete(TrainingJob, job.metadata.namespace, job.metadata.name)
+                self.layout.remove_job_files(job.metadata.namespace, job.metadata.name, job.metadata.uid)
                 changed = True
         return changed
 
@@ -171,7 +171,9 @@ class JobController:
             for host, _, port in [address.rpartition(":")]
         }
         node_of = {replica: placement.node for replica, placement in job.status.placements.items()}
-        outputs = self.layout.job_outputs(job.metadata.namespace, job.metadata.name, job.metadata.uid)
+        outputs = self.layout.job_outputs(
+            job.metadata.namespace, job.metadata.name, job.metadata.uid, job.spec.outputs.path
+        )
         outputs.mkdir(parents=True, exist_ok=True)
         run_dir = self.layout.replica_run_dir(
             job.metadata.namespace, job.metadata.name, job.metadata.uid, name, action.attempt
@@ -187,6 +189,8 @@ class JobController:
             hostfile_path=str(run_dir / HOSTFILE),
         )
         env["PHALANX_ATTEMPT"] = str(action.attempt)
+        # GPU indices are the driver's (NVML, PCI order); make CUDA number them the same way.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         placement = action.placement
         gpus = ",".join(str(g) for g in placement.gpus)
         env["CUDA_VISIBLE_DEVICES"] = gpus
@@ -234,12 +238,49 @@ class JobController:
         self.store.mark_deleting(Replica, namespace, name)
         return True
 
+    def _warn_ignored_fields(self, job: TrainingJob) -> None:
+        images = sorted({r.template.image for r in job.spec.replicas.values() if r.template.image})
+        if images:
+            self._event(
+                job,
+                "ImageIgnored",
+                f"image {', '.join(images)} is not used: the embedded runtime runs replicas as local processes "
+                "in this machine's environment",
+                warning=True,
+            )
+
+    def _fail(self, job: TrainingJob, reason: str, message: str) -> None:
+        """Move a job to Failed outside the planner, for errors only a backend can meet (bad rendering)."""
+        if Phase(job.status.phase) in (Phase.SUCCEEDED, Phase.FAILED):
+            return
+        try:
+            status = transition(job.status, Phase.FAILED, reason=reason, message=message, now=self.clock.now())
+            self.store.update_status(job.model_copy(update={"status": status}))
+        except (ConflictError, NotFoundError):
+            return
+        self._event(job, reason, message, warning=True)
+        log.warning("job %s failed: %s", job.key, message)
+
+    def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
+        self.store.record_event(
+            Event(
+                object_kind="TrainingJob",
+                object_name=job.metadata.name,
+                namespace=job.metadata.namespace,
+                type="Warning" if warning else "Normal",
+                reason=reason,
+                message=message,
+                time=self.clock.now(),
+            )
+        )
+
     def _finalize_deletion(self, job: TrainingJob, replicas: list[Replica]) -> bool:
         changed = False
         for replica in replicas:
             changed |= self._delete_replica(replica.metadata.namespace, replica.metadata.name)
         if not replicas:
             self.store.delete(TrainingJob, job.metadata.namespace, job.metadata.name)
+            self.layout.remove_job_files(job.metadata.namespace, job.metadata.name, job.metadata.uid)
             log.info("deleted job %s", job.key)
             return True
         return changed

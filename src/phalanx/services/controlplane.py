@@ -12,12 +12,13 @@ import contextlib
 import logging
 import threading
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
-from phalanx.adapters.store import AlreadyExistsError, SqliteStore
+from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError
 from phalanx.model.nodes import Node
 from phalanx.services.controller import JobController
 from phalanx.services.layout import StateLayout
@@ -41,6 +42,9 @@ class ControlPlaneConfig:
     idle_seconds: float = 1.0
     grace_seconds: float = 10.0
     max_busy_passes: int = 50
+    maintenance_seconds: float = 600.0
+    keep_changes: int = 100_000
+    keep_events_days: float = 7.0
 
 
 @dataclass
@@ -79,6 +83,13 @@ class ControlPlane:
                 self.store.update_status(node.model_copy(update={"metadata": updated.metadata}))
         return {node.metadata.name: node for node in nodes}
 
+    def _maintain(self) -> None:
+        """Bound the store's growth: old change-feed entries and events go; objects stay."""
+        dropped = self.store.compact_changes(self.config.keep_changes)
+        pruned = self.store.prune_events(self.clock.now() - timedelta(days=self.config.keep_events_days))
+        if dropped or pruned:
+            log.info("maintenance: dropped %d change-feed entries and %d old events", dropped, pruned)
+
     def run(self, stop: threading.Event) -> None:
         """Lead (or wait to lead) until ``stop`` is set; then release the lease."""
         try:
@@ -108,7 +119,7 @@ class ControlPlane:
         controller = JobController(self.store, self.layout, identity=self.leadership.holder)
         scheduler = SchedulerService(self.store, identity=self.leadership.holder)
         renew_every = self.config.lease_ttl_seconds / 3
-        last_renew = self.clock.monotonic()
+        last_renew = last_maintenance = self.clock.monotonic()
         seq = self.store.latest_seq()
         while not stop.is_set():
             now = self.clock.monotonic()
@@ -119,13 +130,21 @@ class ControlPlane:
                     return
                 last_renew = now
             wake: float | None = None
-            for _ in range(self.config.max_busy_passes):
-                seq = self.store.latest_seq()
-                changed_runtime = runtime.sync()
-                changed_jobs, wake = controller.sync()
-                changed_sched = scheduler.sync()
-                if not (changed_runtime or changed_jobs or changed_sched):
-                    break
+            try:
+                for _ in range(self.config.max_busy_passes):
+                    seq = self.store.latest_seq()
+                    changed_runtime = runtime.sync()
+                    changed_jobs, wake = controller.sync()
+                    changed_sched = scheduler.sync()
+                    if not (changed_runtime or changed_jobs or changed_sched):
+                        break
+                if now - last_maintenance >= self.config.maintenance_seconds:
+                    self._maintain()
+                    last_maintenance = now
+            except StoreError:
+                # The database was busy or briefly unreadable: keep leading and try again shortly.
+                log.exception("a pass failed on the store; retrying")
+                wake = 0.5
             # Process exits are not store writes: poll for them only while processes live. Otherwise sleep
             # until a write (any process's) wakes us, a timer is due, or the lease needs renewing.
             period = self.config.poll_seconds if runtime.watching else min(self.config.idle_seconds, renew_every)

@@ -1,13 +1,14 @@
 """Where the embedded runtime keeps things under its state directory, in one place.
 
 ``<state>/phalanx.db`` (SQLite store), ``<state>/controlplane.log``, ``<state>/runs/<ns>/<job>/<uid8>/``
-(per job: ``outputs/`` shared by its replicas, ``replicas/<replica>-a<attempt>/`` per launched replica with
+(per job: ``<outputs.path>/`` shared by its replicas, ``replicas/<replica>-a<attempt>/`` per launched replica with
 its log), ``<state>/artifacts/<ns>/<job>/`` (default destination of stored outputs).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,13 +43,18 @@ class StateLayout:
         """Everything one job (one uid) produced on this machine."""
         return self.root / "runs" / namespace / name / uid[:8]
 
-    def job_outputs(self, namespace: str, name: str, uid: str) -> Path:
-        """The directory replicas write outputs to (``PHALANX_OUTPUT_DIR``)."""
-        return self.job_dir(namespace, name, uid) / "outputs"
+    def job_outputs(self, namespace: str, name: str, uid: str, path: str = "outputs") -> Path:
+        """The directory replicas write outputs to (``PHALANX_OUTPUT_DIR``): the job's ``outputs.path``."""
+        return self.job_dir(namespace, name, uid) / path
 
     def replica_run_dir(self, namespace: str, job: str, uid: str, replica: str, attempt: int) -> Path:
         """One launch of one replica: launch file, log, exit code."""
         return self.job_dir(namespace, job, uid) / "replicas" / f"{replica}-a{attempt}"
+
+    def remove_job_files(self, namespace: str, name: str, uid: str | None) -> None:
+        """Remove what a deleted job left here: replica logs, launch files, outputs (stored copies stay)."""
+        if uid:
+            shutil.rmtree(self.job_dir(namespace, name, uid), ignore_errors=True)
 
     def default_artifacts(self, namespace: str, name: str) -> Path:
         """Where outputs are stored when the job does not say ``outputs.storeTo``."""

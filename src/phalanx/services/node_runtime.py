@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phalanx.adapters.clock import SystemClock
-from phalanx.adapters.executor import LaunchSpec, LocalExecutor, ProcessHandle, find_shim
+from phalanx.adapters.executor import (
+    LaunchError,
+    LaunchSpec,
+    LocalExecutor,
+    ProcessHandle,
+    find_shim,
+    read_exit_code,
+)
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.nodes import Node
@@ -30,6 +37,8 @@ log = logging.getLogger(__name__)
 
 # Variables a replica must not inherit from the control plane's own environment.
 _NOT_INHERITED_PREFIXES = ("PHALANX_", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+# What a shell reports when a command cannot be started; the replica fails and the restart policy decides.
+CANNOT_START = 127
 _PYTHON_NAMES = frozenset({"python", "python3", f"python3.{sys.version_info.minor}"})
 
 
@@ -78,6 +87,9 @@ class NodeRuntime:
                 changed |= self._sync_one(replica, jobs.get(replica.spec.job_uid), shared_pools)
             except (ConflictError, NotFoundError):
                 changed = True  # someone else wrote it first; look again next pass
+            except Exception:
+                # One replica's unexpected failure must not stop the others from being run and watched.
+                log.exception("handling replica %s failed; retrying on the next pass", replica.metadata.name)
         return changed
 
     # -- one replica -------------------------------------------------------------------------------------
@@ -123,8 +135,16 @@ class NodeRuntime:
     def _launch(self, replica: Replica, job: TrainingJob, shared_pools: Mapping[str, tuple[int, ...]]) -> bool:
         run_dir = self._run_dir(replica)
         handle = find_shim(run_dir) if run_dir.exists() else None
+        if handle is None and run_dir.exists() and (code := read_exit_code(run_dir)) is not None:
+            # Started by a control plane that died before recording it, and already finished: never run twice.
+            log.info("replica %s already ran to exit code %d; recording it", replica.metadata.name, code)
+            return self._record_exit(replica, code)
         if handle is None:
-            handle = self.executor.launch(self._launch_spec(replica, job, run_dir, shared_pools))
+            try:
+                handle = self.executor.launch(self._launch_spec(replica, job, run_dir, shared_pools))
+            except LaunchError as err:
+                log.warning("cannot start replica %s: %s", replica.metadata.name, err)
+                return self._record_exit(replica, CANNOT_START, f"could not start: {err}")
             log.info("started replica %s (pid %d)", replica.metadata.name, handle.pid)
         else:
             log.info(
@@ -187,14 +207,17 @@ class NodeRuntime:
         if state_running:
             return False
         code = 137 if exit_code is None else exit_code
+        log.info("replica %s finished with exit code %d", replica.metadata.name, code)
+        return self._record_exit(replica, code)
+
+    def _record_exit(self, replica: Replica, code: int, message: str | None = None) -> bool:
         phase = ReplicaPhase.SUCCEEDED if code == 0 else ReplicaPhase.FAILED
-        message = "" if code == 0 else _describe_exit(code)
+        text = message or ("" if code == 0 else _describe_exit(code))
         status = replica.status.model_copy(
-            update={"phase": phase, "exit_code": code, "finish_time": self.clock.now(), "message": message}
+            update={"phase": phase, "exit_code": code, "finish_time": self.clock.now(), "message": text}
         )
         self.store.update_status(replica.model_copy(update={"status": status}))
         self._pinned.pop(replica.metadata.name, None)
-        log.info("replica %s finished with exit code %d", replica.metadata.name, code)
         return True
 
     def _stop(self, replica: Replica) -> bool:

@@ -19,10 +19,11 @@ from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.model.loading import builtin_jobtypes, parse_jobtype
+from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes, parse_jobtype
 from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica
 from phalanx.model.validation import validate_job
+from phalanx.services.daemon import current_leader
 from phalanx.services.layout import StateLayout
 
 SUBMIT_DIR_ANNOTATION = "phalanx.dev/submit-dir"
@@ -59,7 +60,8 @@ def seed_builtin_jobtypes(store: SqliteStore) -> None:
         if existing is None:
             with contextlib.suppress(AlreadyExistsError):  # another process seeded it first
                 store.create(jobtype)
-        elif existing.spec != jobtype.spec and existing.metadata.labels.get("phalanx.dev/builtin") == "true":
+        elif existing.spec != jobtype.spec and existing.metadata.labels.get(BUILTIN_LABEL) == "true":
+            # A newer Phalanx ships a changed built-in; a user's own JobType of that name is left alone.
             store.update(existing.model_copy(update={"spec": jobtype.spec}))
 
 
@@ -125,8 +127,8 @@ class Operations:
         job = self.get_job(namespace, name)
         phase = Phase(job.status.phase)
         if phase == Phase.PENDING:
-            lease = self.store.get_lease("controlplane")
-            if lease is None:
+            # A lease left behind by a control plane that was killed (-9) does not make one run.
+            if current_leader(self.store) is None:
                 return "Pending: no control plane is running; start one with `phalanx up`."
             return "Pending: accepted, waiting for the controller to queue it."
         if phase == Phase.QUEUED:
@@ -221,6 +223,7 @@ class Operations:
                 if self.replicas_of(existing):
                     raise OperationError(f"job {obj.key} is finishing; try again in a moment")
                 self.store.delete(TrainingJob, obj.metadata.namespace, obj.metadata.name)
+                self.layout.remove_job_files(obj.metadata.namespace, obj.metadata.name, existing.metadata.uid)
                 replaced.add(obj.key)
         created: list[Submitted] = []
         for obj in sorted(objects, key=lambda o: 0 if isinstance(o, JobType) else 1):
@@ -275,9 +278,8 @@ class Operations:
         """
         job = self.get_job(namespace, name)
         if not self.replicas_of(job) and Phase(job.status.phase) not in HOLDING_PHASES:
-            try:
+            with contextlib.suppress(NotFoundError):
                 self.store.delete(TrainingJob, namespace, name)
-                return
-            except NotFoundError:
-                return
+                self.layout.remove_job_files(namespace, name, job.metadata.uid)
+            return
         self.store.mark_deleting(TrainingJob, namespace, name)

@@ -13,31 +13,31 @@ from dataclasses import dataclass, field
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
 from phalanx.core.lifecycle import HOLDING_PHASES, transition
+from phalanx.core.rendezvous import replica_names
 from phalanx.core.scheduling import build_snapshot, schedule
 from phalanx.core.scheduling.types import Admission, PendingJob, ReplicaRequest
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
+from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
-from phalanx.model.replicas import Replica, replica_name
+from phalanx.model.replicas import Replica
 from phalanx.model.resources import ResourceVector
 
 log = logging.getLogger(__name__)
 
 
-def replica_requests(job: TrainingJob) -> list[ReplicaRequest]:
-    """Every replica of the job as the scheduler sees it, in role then index order."""
+def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[ReplicaRequest]:
+    """Every replica of the job as the scheduler sees it, in rank order (unranked roles last).
+
+    The order matters with ``minAvailable``: the scheduler places replicas in this order and leaves out the
+    last ones when not all fit, so rank 0 (the coordinator) is never the one left out.
+    """
     requests = []
-    for role, spec in job.spec.replicas.items():
-        resources = spec.template.resources
-        for index in range(spec.count):
-            requests.append(
-                ReplicaRequest(
-                    name=replica_name(job.metadata.name, role, index),
-                    role=role,
-                    resources=resources.vector(),
-                    gpu_model=resources.gpu_model,
-                )
-            )
+    for role, _, name in replica_names(job, jobtype):
+        resources = job.spec.replicas[role].template.resources
+        requests.append(
+            ReplicaRequest(name=name, role=role, resources=resources.vector(), gpu_model=resources.gpu_model)
+        )
     return requests
 
 
@@ -105,7 +105,8 @@ class SchedulerService:
         ]
         if not queued:
             return False
-        nodes = [node for node in self.store.list(Node)]
+        nodes = self.store.list(Node)
+        jobtypes = {jobtype.metadata.name: jobtype for jobtype in self.store.list(JobType)}
         snapshot = build_snapshot(nodes, holdings_of(jobs, self.store.list(Replica)))
         pending = [
             PendingJob(
@@ -113,7 +114,7 @@ class SchedulerService:
                 priority=job.spec.scheduling.effective_priority(),
                 created=job.metadata.creation_timestamp or self.clock.now(),
                 queue=job.spec.scheduling.queue,
-                replicas=tuple(replica_requests(job)),
+                replicas=tuple(replica_requests(job, jobtypes.get(job.spec.type))),
                 min_available=job.spec.scheduling.min_available,
                 placement=str(job.spec.scheduling.placement),
                 topology=job.spec.scheduling.topology,

@@ -52,7 +52,7 @@ def store_outputs(job: TrainingJob, layout: StateLayout) -> OutputsObservation:
     if done.stored or done.error:
         return done
     assert job.metadata.uid is not None
-    source = layout.job_outputs(job.metadata.namespace, job.metadata.name, job.metadata.uid)
+    source = layout.job_outputs(job.metadata.namespace, job.metadata.name, job.metadata.uid, job.spec.outputs.path)
     target = destination(job, layout)
     record: dict[str, object]
     try:
@@ -63,7 +63,7 @@ def store_outputs(job: TrainingJob, layout: StateLayout) -> OutputsObservation:
         record = {"stored": True, "location": str(target), "metrics": metrics}
     except (OSError, ValueError) as err:
         record = {"stored": False, "error": f"could not store outputs to {target}: {err}"}
-    marker = source.parent / MARKER
+    marker = layout.job_dir(job.metadata.namespace, job.metadata.name, job.metadata.uid) / MARKER
     marker.parent.mkdir(parents=True, exist_ok=True)
     tmp = marker.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))

@@ -25,7 +25,7 @@ def test_three_replica_job_starts_none_until_all_three_fit(runtime: Runtime, tmp
     runtime.submit(generic_job("gang", replicas=3, cpu="500m", args=["--record", str(record)]))
     with runtime.client() as client:
         waiting = wait_until(
-            lambda: (job := client.get("gang")).status.message and job,
+            lambda: (job := client.get("gang")).status.reason == "Waiting" and job,
             message="the gang to get a waiting reason",
         )
     assert waiting.status.phase == Phase.QUEUED

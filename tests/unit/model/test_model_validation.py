@@ -151,3 +151,57 @@ def test_yaml_errors_name_the_line() -> None:
 
 def test_json_is_accepted_as_yaml() -> None:
     assert parse_documents('{"metadata": {"name": "j"}}') == [{"metadata": {"name": "j"}}]
+
+
+def test_a_role_without_count_gets_the_jobtype_default() -> None:
+    document = {
+        "metadata": {"name": "tf"},
+        "spec": {"type": "tensorflow", "replicas": {"worker": {"template": {"command": ["train"]}}}},
+    }
+    assert validate_job(document, JOBTYPES).spec.replicas["worker"].count == 2  # tensorflow's defaultCount
+
+
+def test_a_count_below_the_roles_minimum_is_refused() -> None:
+    document = {
+        "metadata": {"name": "m"},
+        "spec": {
+            "type": "mpi",
+            "replicas": {
+                "launcher": {"template": {"command": ["mpirun"]}},
+                "worker": {"count": 0, "template": {"command": ["sleep"]}},
+            },
+        },
+    }
+    found = errors_of(document)
+    assert "spec.replicas.worker.count: must be >= 1, got 0" in found
+
+
+def test_a_template_naming_a_replica_the_job_lacks_is_refused_before_anything_runs() -> None:
+    custom = parse_jobtype(
+        {
+            "kind": "JobType",
+            "metadata": {"name": "pair"},
+            "spec": {"roles": {"server": {}, "client": {}}, "env": {"BACKUP": "{{ host(server, 1) }}"}},
+        }
+    )
+    document = {
+        "metadata": {"name": "p"},
+        "spec": {"type": "pair", "replicas": {"server": {"template": {"command": ["s"]}}}},
+    }
+    with pytest.raises(SpecError) as caught:
+        validate_job(document, {"pair": custom})
+    assert [str(e) for e in caught.value.errors] == [
+        "spec.replicas.server: job type 'pair' uses host(server, 1) in env.BACKUP, so the job needs at least 2 "
+        "'server' replica(s); it has 1"
+    ]
+
+
+def test_jobtype_errors_use_wire_field_names() -> None:
+    raw = {"kind": "JobType", "metadata": {"name": "t"}, "spec": {"roles": {"a": {}}, "successRoles": ["b"]}}
+    with pytest.raises(SpecError) as caught:
+        parse_jobtype(raw)
+    assert str(caught.value.errors[0]).startswith("spec.successRoles: 'b' is not one of the roles")
+
+
+def test_builtin_jobtypes_carry_the_builtin_label() -> None:
+    assert all(t.metadata.labels.get("phalanx.dev/builtin") == "true" for t in JOBTYPES.values())

@@ -310,8 +310,27 @@ def test_unplaced_replicas_are_left_out_of_node_counts() -> None:
 
 
 def test_missing_address_is_a_clear_error() -> None:
-    with pytest.raises(RendezvousError, match="q-master-0"):
+    with pytest.raises(RendezvousError, match="q-worker-0"):
         env_of(PYTORCH, "worker", 0, addresses={})
+
+
+def test_a_job_running_fewer_replicas_than_its_spec_gets_a_consistent_world() -> None:
+    # Admitted with minAvailable: the master and one of the two workers run.
+    running = {name: ep for name, ep in dns(PYTORCH, JOBTYPES["pytorch"]).items() if name != "q-worker-1"}
+    master = env_of(PYTORCH, "master", 0, addresses=running)
+    worker = env_of(PYTORCH, "worker", 0, addresses=running)
+    assert (master["WORLD_SIZE"], master["RANK"]) == ("2", "0")
+    assert (worker["WORLD_SIZE"], worker["RANK"]) == ("2", "1")
+    assert worker["MASTER_ADDR"] == running["q-master-0"].host
+
+
+def test_tf_config_lists_only_running_replicas_and_indexes_by_position() -> None:
+    job = make_job("tensorflow", {"chief": 1, "worker": 3, "ps": 1})
+    running = {name: ep for name, ep in dns(job, JOBTYPES["tensorflow"]).items() if name != "q-worker-1"}
+    config = json.loads(env_of(job, "worker", 2, addresses=running)["TF_CONFIG"])
+    assert len(config["cluster"]["worker"]) == 2
+    assert config["task"] == {"type": "worker", "index": 1}
+    assert config["cluster"]["worker"][1] == str(running["q-worker-2"])
 
 
 def test_own_node_unknown_is_a_clear_error() -> None:

@@ -22,6 +22,7 @@ from phalanx.adapters.executor.local import (
     find_shim,
     group_members,
     read_affinity,
+    read_exit_code,
     read_start_ticks,
 )
 
@@ -40,6 +41,7 @@ __all__ = [
     "find_shim",
     "group_members",
     "read_affinity",
+    "read_exit_code",
     "read_start_ticks",
     "remove_cgroups",
 ]

@@ -176,7 +176,8 @@ def _write_atomically(path: Path, text: str, *, mode: int = 0o644) -> None:
     os.replace(temporary, path)
 
 
-def _read_exit_code(run_dir: Path) -> int | None:
+def read_exit_code(run_dir: Path) -> int | None:
+    """The exit code the shim recorded for ``run_dir``, or None while (or if) it has not finished."""
     try:
         return int((run_dir / EXIT_CODE_FILE).read_text(encoding="ascii").strip())
     except (OSError, ValueError):
@@ -410,13 +411,13 @@ class LocalExecutor:
         self._reap()
         self._reap_handle(handle)
         started = (handle.run_dir / STARTED_FILE).exists()
-        exit_code = _read_exit_code(handle.run_dir)
+        exit_code = read_exit_code(handle.run_dir)
         if exit_code is not None:
             return self._finished(handle, exit_code, started)
         if self._shim_alive(handle):
             return ProcessState(running=True, exit_code=None, started=started)
         # The shim may have written its exit code and exited between our two looks: read it again.
-        exit_code = _read_exit_code(handle.run_dir)
+        exit_code = read_exit_code(handle.run_dir)
         started = started or (handle.run_dir / STARTED_FILE).exists()
         return self._finished(handle, KILLED_EXIT_CODE if exit_code is None else exit_code, started)
 
