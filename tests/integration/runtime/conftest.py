@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -169,6 +170,18 @@ class Runtime:
                 logs = "\n".join(p.log()[-3000:] for p in self.planes)
                 pytest.fail(f"job {name} stuck in {job.status.phase} ({job.status.message}); logs:\n{logs}")
 
+    def wait_waiting(self, name: str, timeout: float = 30.0) -> TrainingJob:
+        """Wait until the scheduler has said why the job waits (``status.reason`` Waiting) and return it.
+
+        The controller's own Queued message ("waiting for quota and room") comes first; this waits past it.
+        """
+        with self.client() as client:
+            return wait_until(
+                lambda: (job := client.get(name)).status.reason == "Waiting" and job,
+                timeout=timeout,
+                message=f"the scheduler's waiting reason for {name}",
+            )
+
     def cleanup(self) -> None:
         for process in self.background:
             if process.poll() is None:
@@ -260,3 +273,25 @@ def read_envs(directory: Path) -> dict[str, dict[str, str]]:
     if not directory.is_dir():
         return {}
     return {path.stem: json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))}
+
+
+def parse_table(text: str, first_column: str = "NAME", *, stop_at: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """Rows of a table the CLI printed without borders, as {header: cell}.
+
+    Columns start where the header's words start (headers may hold one space, columns are two apart). Rows
+    end at a blank line or at a line in ``stop_at``; a row whose first cell is empty continues a folded one.
+    """
+    lines = text.splitlines()
+    begin = next(i for i, line in enumerate(lines) if line.split()[:1] == [first_column])
+    header = lines[begin]
+    starts = [m.start() for m in re.finditer(r"(?:^|(?<=  ))\S", header)]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    names = [header[a:b].strip() for a, b in bounds]
+    rows = []
+    for line in lines[begin + 1 :]:
+        if not line.strip() or line.strip() in stop_at:
+            break
+        cells = [line[a:b].strip() for a, b in bounds]
+        if cells[0]:
+            rows.append(dict(zip(names, cells, strict=True)))
+    return rows

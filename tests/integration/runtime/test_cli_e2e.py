@@ -10,7 +10,15 @@ from pathlib import Path
 
 import yaml
 
-from conftest import Runtime, generic_job, processes_mentioning, program_role, typed_job, wait_until
+from conftest import (
+    Runtime,
+    generic_job,
+    parse_table,
+    processes_mentioning,
+    program_role,
+    typed_job,
+    wait_until,
+)
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica
@@ -25,20 +33,7 @@ def flat(text: str) -> str:
 
 
 def table(text: str, first_column: str = "NAME") -> list[dict[str, str]]:
-    """Rows of a rich table printed without borders; columns start where the header's words start."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.split()[:1] == [first_column])
-    header = lines[start]
-    starts = [m.start() for m in re.finditer(r"(?:^|(?<=  ))\S", header)]
-    names = [header[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
-    rows = []
-    for line in lines[start + 1 :]:
-        if not line.strip() or line.strip() in SECTIONS:
-            break
-        cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
-        if cells[0]:  # a row whose first cell is empty continues the previous one (a folded message)
-            rows.append(dict(zip(names, cells, strict=True)))
-    return rows
+    return parse_table(text, first_column, stop_at=SECTIONS)
 
 
 def section(text: str, title: str) -> str:
@@ -50,10 +45,24 @@ def section(text: str, title: str) -> str:
 
 
 def the_node(runtime: Runtime) -> Node:
+    """This machine's node, once the control plane has registered it (it leads first, then registers)."""
     with runtime.client() as client:
-        nodes = client.store.list(Node)
+        nodes = wait_until(lambda: client.store.list(Node), message="the control plane to register this machine")
     assert len(nodes) == 1
     return nodes[0]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def submitted(runtime: Runtime, name: str) -> None:
+    """Wait until a job submitted by another process (`phalanx run` in the background) is in the store."""
+    with runtime.client() as client:
+        wait_until(lambda: client.store.try_get(TrainingJob, "default", name), message=f"job {name} to be submitted")
 
 
 def lines_of(path: Path) -> list[str]:
@@ -147,12 +156,15 @@ def test_explain_says_with_numbers_why_a_job_that_cannot_fit_stays_queued(runtim
     gpu_job = generic_job("too-many-gpus", args=["--record", str(record)])
     gpu_job["spec"]["replicas"]["worker"]["template"]["resources"]["gpu"] = gpus + 1
     runtime.submit(gpu_job)
-    with runtime.client() as client:
-        for name in ("too-wide", "too-many-gpus"):
-            wait_until(lambda n=name: client.get(n).status.message, message=f"a waiting reason for {name}")
+    for name in ("too-wide", "too-many-gpus"):
+        runtime.wait_waiting(name)
     # A job that fits runs to the end meanwhile: the scheduler has had cycles enough to start the others.
     runtime.submit(generic_job("fits"))
     assert runtime.wait_phase("fits", {Phase.SUCCEEDED, Phase.FAILED}).status.phase == Phase.SUCCEEDED
+    with runtime.client() as client:
+        # While its replica still exists it holds room; once it is gone the reasons speak of the whole machine.
+        wait_until(lambda: client.store.list(Replica) == [], message="the finished job's replica to go")
+        wait_until(lambda: f"only {cpus} fit" in client.get("too-wide").status.message, message="the reason to settle")
 
     wide = flat(runtime.cli("explain", "too-wide", check=True).stdout)
     assert wide.startswith("Queued: ")
@@ -270,7 +282,7 @@ def test_up_status_down_and_the_next_up_adopts_running_replicas(runtime: Runtime
         assert "control plane stopped" in runtime.cli("down", check=True).stdout
         status = runtime.cli("status", check=True).stdout
         assert "control plane: not running" in status and "jobs: 1 Running" in status
-        wait_until(lambda: not processes_mentioning(f"--state-dir {runtime.state_dir}"), message="it to exit")
+        wait_until(lambda: not alive(first), message=f"control plane {first} to exit")
         assert sorted(processes_mentioning(str(hold))) == pids  # the replicas live on without it
 
         started = runtime.cli("up", check=True).stdout
@@ -303,6 +315,7 @@ def test_run_of_a_job_halted_from_another_shell_exits_3(runtime: Runtime, tmp_pa
     path = runtime.write_job("paused", generic_job("paused", args=["--hold", str(hold)]))
     out = tmp_path / "run.txt"
     running = runtime.cli_background("run", str(path), output=out)
+    submitted(runtime, "paused")
     runtime.wait_phase("paused", {Phase.RUNNING})
     halted = runtime.cli("halt", "paused", check=True)
     assert "job/paused Halted" in halted.stdout
@@ -349,3 +362,16 @@ def test_get_jobs_as_json_of_several_jobs_is_a_list_of_jobs(runtime: Runtime) ->
         ("ddp", "pytorch", 3),
         ("plain", "generic", 1),
     ]
+
+
+def test_explain_of_a_pending_job_says_no_control_plane_runs_even_after_a_kill_9(runtime: Runtime) -> None:
+    never_started = runtime.submit(generic_job("waiting-for-nobody"))
+    hint = "Pending: no control plane is running; start one with `phalanx up`."
+    assert flat(runtime.cli("explain", never_started, check=True).stdout) == hint
+    # A control plane killed with -9 leaves its lease behind; a dead holder must not count as running.
+    plane = runtime.start_control_plane()
+    runtime.wait_phase(never_started, {Phase.SUCCEEDED})
+    plane.kill9()
+    assert "control plane: not running" in runtime.cli("status", check=True).stdout
+    orphan = runtime.submit(generic_job("after-the-crash"))
+    assert flat(runtime.cli("explain", orphan, check=True).stdout) == hint
