@@ -28,6 +28,7 @@ from phalanx.services.operations import seed_builtin_jobtypes
 from phalanx.services.scheduler import SchedulerService
 
 log = logging.getLogger(__name__)
+STOP_CHECK_SECONDS = 0.1
 
 
 @dataclass
@@ -113,8 +114,7 @@ class ControlPlane:
         log.info("leading as %s", self.leadership.holder)
         nodes = self.register_nodes()
         seed_builtin_jobtypes(self.store)
-        # The loop is single-threaded, so replicas can start by fork: no interpreter start per replica.
-        executor = LocalExecutor(self.layout.root / "runs", start="fork")
+        executor = LocalExecutor(self.layout.root / "runs")
         runtime = NodeRuntime(self.store, executor, self.layout, nodes, grace_seconds=self.config.grace_seconds)
         controller = JobController(self.store, self.layout, identity=self.leadership.holder)
         scheduler = SchedulerService(self.store, identity=self.leadership.holder)
@@ -149,4 +149,12 @@ class ControlPlane:
             # until a write (any process's) wakes us, a timer is due, or the lease needs renewing.
             period = self.config.poll_seconds if runtime.watching else min(self.config.idle_seconds, renew_every)
             timeout = period if wake is None else max(0.0, min(period, wake))
-            self.store.wait_for_change(seq, timeout)
+            self._wait(stop, seq, timeout)
+
+    def _wait(self, stop: threading.Event, seq: int, timeout: float) -> None:
+        """Wait for a store change, in slices short enough that a stop request is honoured at once."""
+        deadline = self.clock.monotonic() + timeout
+        while not stop.is_set():
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0 or self.store.wait_for_change(seq, min(remaining, STOP_CHECK_SECONDS)):
+                return

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phalanx.adapters.store import SqliteStore
+from phalanx.model.nodes import Node
 from phalanx.services.layout import StateLayout
 from phalanx.services.leadership import LEASE_NAME, holder_is_dead
 
@@ -78,7 +79,8 @@ def start_control_plane(
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             leader = current_leader(store)
-            if leader is not None:
+            # Ready once it leads and has registered its nodes (it takes the lease first).
+            if leader is not None and store.list(Node):
                 return leader, True
             if process.poll() is not None:
                 raise DaemonError(

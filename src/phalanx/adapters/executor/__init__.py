@@ -1,7 +1,7 @@
 """The local executor: replicas as CPU-pinned process groups, in cgroups where writable, that outlive us.
 
-``shim.py`` is standard-library-only: it runs as its own program (``start="exec"``) or, forked from the control
-plane, as a function in the child (``start="fork"``).
+``shim.py`` is standard-library-only and runs as its own program (``python -I -S shim.py RUN_DIR``), so the
+process table shows every replica's shim for what it is.
 """
 
 from phalanx.adapters.executor.cgroups import (

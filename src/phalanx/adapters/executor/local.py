@@ -198,9 +198,6 @@ class LocalExecutor:
         root: the executor's directory: the shim is kept here and relative run directories live under it.
         python: the interpreter that runs the shim.
         cgroups: ``"auto"`` to detect cgroups, ``"off"`` for affinity only, or an explicit layout (tests).
-        start: ``"exec"`` runs the shim in a fresh interpreter (``python -I -S shim.py``); ``"fork"`` forks this
-            process and runs the shim's code in the child, skipping an interpreter start (about 100 ms on a
-            slow machine) on every replica start. Fork only from a single-threaded process: the control plane.
 
     """
 
@@ -210,12 +207,10 @@ class LocalExecutor:
         *,
         python: str = sys.executable,
         cgroups: CgroupLayout | Literal["auto", "off"] = "auto",
-        start: Literal["exec", "fork"] = "exec",
     ) -> None:
         # Absolute, so handles and the shim argv mean the same to a control plane started elsewhere.
         self.root = Path(root).absolute()
         self.python = python
-        self.start = start
         if cgroups == "auto":
             self.cgroups: CgroupLayout | None = _detect_cgroups()
         elif cgroups == "off":
@@ -335,11 +330,6 @@ class LocalExecutor:
             target.write_text(content, encoding="utf-8")
 
     def _spawn(self, run_dir: Path, log_path: Path) -> int:
-        if self.start == "fork":
-            pid = _fork_shim(run_dir, log_path)
-            with self._lock:
-                self._children.add(pid)
-            return pid
         # posix_spawn rather than subprocess.Popen: no Popen object that warns when garbage-collected while
         # the replica, by design, keeps running; setsid makes the shim a session and process-group leader.
         file_actions = [
@@ -520,32 +510,6 @@ class LocalExecutor:
         self._reap()
         for problem in cgroups.remove_cgroups(self._cgroup_dirs(handle)):
             _log.warning("%s", problem)
-
-
-def _fork_shim(run_dir: Path, log_path: Path) -> int:
-    """Fork; the child becomes the shim (a new session, stdio to the log) and never returns."""
-    pid = os.fork()
-    if pid != 0:
-        return pid
-    code = 125
-    try:
-        os.setsid()
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(devnull, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(devnull)
-        os.close(log)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)
-        code = shim_program.main(["shim", os.fspath(run_dir)])
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.write(2, f"[phalanx-shim] could not start: {err}\n".encode())
-    finally:
-        os._exit(code)
 
 
 def find_shim(run_dir: Path) -> ProcessHandle | None:

@@ -1,7 +1,8 @@
 """The ``phalanx`` command: kubectl-like verbs over the embedded runtime.
 
-Exit codes: 0 success; 1 the job failed (``run``) or an operation failed; 2 invalid input (a spec error,
-an unknown resource); 3 the job was halted while ``run`` followed it.
+Exit codes: 0 success; 1 the job failed (``run``) or an operation failed (e.g. no such job); 2 invalid input
+(a spec error, a file that cannot be read, an unknown resource kind); 3 the job was halted while ``run``
+followed it.
 """
 
 from __future__ import annotations
