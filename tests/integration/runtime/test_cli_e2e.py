@@ -170,7 +170,7 @@ def test_explain_says_with_numbers_why_a_job_that_cannot_fit_stays_queued(runtim
     assert wide.startswith("Queued: ")
     assert f"needs {cpus + 1} replicas ({cpus + 1} CPUs exclusive" in wide, wide
     assert f"only {cpus} fit" in wide, wide
-    assert f"has {cpus} of {cpus + 1} CPUs free" in wide, wide
+    assert f"has {cpus} CPU{'' if cpus == 1 else 's'} free where {cpus + 1} are needed" in wide, wide
     many = flat(runtime.cli("explain", "too-many-gpus", check=True).stdout)
     if gpus:
         assert f"a replica needs {gpus + 1} GPUs" in many and f"the largest has {gpus} GPU" in many, many

@@ -129,7 +129,7 @@ def test_fractional_replicas_share_the_pool_and_exclusive_grants_respect_it(excl
     else:
         assert waiting_reason(decisions, "greedy") == (
             "needs 1 replica (63 CPUs exclusive, 2Gi); it does not fit: "
-            "node dgx-0 has 62 of 63 CPUs free (2 more kept for the shared pool)"
+            "node dgx-0 has 62 CPUs free where 63 are needed (2 more kept for the shared pool)"
         )
 
 
@@ -144,7 +144,7 @@ def small_node() -> Node:
         pytest.param(
             2000,
             "needs 1 replica (2 CPUs exclusive, 2Gi); it does not fit: "
-            "node small has 1 of 2 CPUs free (3 more kept for the shared pool)",
+            "node small has 1 CPU free where 2 are needed (3 more kept for the shared pool)",
             id="two-cpus-would-overcommit-2500m-shared",
         ),
     ],
@@ -165,7 +165,7 @@ def test_exclusive_request_is_refused_when_it_would_overcommit_the_shared_pool(c
         pytest.param(
             1500,
             "needs 1 replica (1500m CPU shared, 2Gi); it does not fit: "
-            "node small has 1000m of 1500m CPU free in the shared pool",
+            "node small has 1000m CPU free in the shared pool where 1500m is needed",
             id="1500m-does-not",
         ),
     ],

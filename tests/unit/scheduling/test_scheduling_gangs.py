@@ -123,7 +123,7 @@ def test_min_available_reason_says_at_least() -> None:
     reason = waiting_reason(run(snapshot(dgx()), job), "gang")
     assert reason == (
         "needs at least 3 of 4 replicas (120 CPUs exclusive, 6Gi) together; only 1 fit: "
-        "node dgx-0 has 64 of 120 CPUs free"
+        "node dgx-0 has 64 CPUs free where 120 are needed"
     )
 
 

@@ -104,7 +104,7 @@ def test_cpu_reason_across_nodes() -> None:
     decisions = run(snapshot(two_nodes()), make_job("job").replicas(5, cpu=7000))
     assert waiting_reason(decisions, "job") == (
         "needs 5 replicas (35 CPUs exclusive, 10Gi) as one gang; only 4 fit: "
-        "node node-a has 16 of 35 CPUs free; 32 free on 2 nodes in all"
+        "node node-a has 16 CPUs free where 35 are needed; 32 free on 2 nodes in all"
     )
 
 

@@ -34,13 +34,14 @@ CASES: list[tuple[str, Callable[[], ClusterSnapshot], JobBuilder, str]] = [
         "gang-of-cpus-on-a-small-machine",
         local_two_cpus,
         make_job("job").replicas(3, cpu=1000),
-        "needs 3 replicas (3 CPUs exclusive, 6Gi) as one gang; only 2 fit: node local has 2 of 3 CPUs free",
+        "needs 3 replicas (3 CPUs exclusive, 6Gi) as one gang; only 2 fit: node local has 2 CPUs free "
+        "where 3 are needed",
     ),
     (
         "none-of-the-gang-fits",
         lambda: snapshot(make_node("local").cpus(sockets=1, cores=1, threads=2).obj(), [hold("local", cpus=[0, 1])]),
         make_job("job").replicas(2, cpu=1000, memory=GI),
-        "needs 2 replicas (2 CPUs exclusive, 2Gi) as one gang; none fit: node local has 0 of 2 CPUs free",
+        "needs 2 replicas (2 CPUs exclusive, 2Gi) as one gang; none fit: node local has 0 CPUs free where 2 are needed",
     ),
     (
         "gang-bigger-than-the-gpus",
@@ -83,7 +84,8 @@ CASES: list[tuple[str, Callable[[], ClusterSnapshot], JobBuilder, str]] = [
         "memory-of-the-gang",
         lambda: snapshot(dgx()),
         make_job("job").replicas(3, memory=200 * GI),
-        "needs 3 replicas (3 CPUs exclusive, 600Gi) as one gang; only 2 fit: node dgx-0 has 512Gi of 600Gi memory free",
+        "needs 3 replicas (3 CPUs exclusive, 600Gi) as one gang; only 2 fit: node dgx-0 has 512Gi memory free "
+        "where 600Gi is needed",
     ),
     (
         "shared-cpu-per-replica",
@@ -101,7 +103,7 @@ CASES: list[tuple[str, Callable[[], ClusterSnapshot], JobBuilder, str]] = [
         "single-replica-odd-memory",
         lambda: snapshot(dgx(), [hold("dgx-0", memory=512 * GI - 1536 * 2**20 - 123)]),
         make_job("job").replicas(1, memory=2 * GI),
-        "needs 1 replica (1 CPU exclusive, 2Gi); it does not fit: node dgx-0 has 1.5Gi of 2Gi memory free",
+        "needs 1 replica (1 CPU exclusive, 2Gi); it does not fit: node dgx-0 has 1.5Gi memory free where 2Gi is needed",
     ),
 ]
 
@@ -123,7 +125,7 @@ def test_every_waiting_job_gets_its_own_reason() -> None:
         "default/gpus": "needs 4 GPUs on one node; largest free block is 2 on node dgx-0 (2 free in total)",
         "default/model": f"needs GPU model H100; no node has it (nodes have {DGX_MODEL})",
         "default/cpus": "needs 2 replicas (80 CPUs exclusive, 4Gi) as one gang; only 1 fit: "
-        "node dgx-0 has 63 of 80 CPUs free",
+        "node dgx-0 has 63 CPUs free where 80 are needed",
     }
 
 

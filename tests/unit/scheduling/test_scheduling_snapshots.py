@@ -109,20 +109,21 @@ def test_duplicate_node_names_are_refused() -> None:
         pytest.param(
             [hold("dgx-0", cpus=range(60))],
             8000,
-            "needs 1 replica (8 CPUs exclusive, 2Gi); it does not fit: node dgx-0 has 4 of 8 CPUs free",
+            "needs 1 replica (8 CPUs exclusive, 2Gi); it does not fit: node dgx-0 has 4 CPUs free where 8 are needed",
             id="held-exclusive-cpus-leave-four",
         ),
         pytest.param(
             [hold("dgx-0", cpu_milli=59500)],
             8000,
             "needs 1 replica (8 CPUs exclusive, 2Gi); it does not fit: "
-            "node dgx-0 has 4 of 8 CPUs free (60 more kept for the shared pool)",
+            "node dgx-0 has 4 CPUs free where 8 are needed (60 more kept for the shared pool)",
             id="held-shared-millicores-keep-sixty",
         ),
         pytest.param(
             [hold("dgx-0", memory=511 * GI)],
             8000,
-            "needs 1 replica (8 CPUs exclusive, 2Gi); it does not fit: node dgx-0 has 1Gi of 2Gi memory free",
+            "needs 1 replica (8 CPUs exclusive, 2Gi); it does not fit: node dgx-0 has 1Gi memory free "
+            "where 2Gi is needed",
             id="held-memory",
         ),
     ],

@@ -7,7 +7,8 @@ what the cluster has, e.g.
 - ``needs GPU model V100; no node has it (nodes have NVIDIA-A100-SXM4-80GB)``
 - ``a replica needs 16 GPUs but no node has that many: the largest has 8 GPUs (node dgx-0)``
 - ``needs 16 GPUs in one gang; largest free block is 8 on node dgx-0 (8 free in total)``
-- ``needs 3 replicas (3 CPUs exclusive, 6Gi) as one gang; only 2 fit: node local has 2 of 3 CPUs free``
+- ``needs 3 replicas (3 CPUs exclusive, 6Gi) as one gang; only 2 fit: node local has 2 CPUs free where 3 are
+  needed``
 
 The checks go from the most basic to the most specific: no node at all, no node with the GPU model, a single
 replica larger than any empty node, then the shortage most nodes reported for the first replica that did not
@@ -156,6 +157,12 @@ def _at_least(need: Demand, failing: Demand) -> Demand:
     )
 
 
+def _needed(amount: int, unit: str = "") -> str:
+    """`` where 3 are needed`` / `` where 1500m is needed``: free amounts read against the need."""
+    verb = "is" if amount == 1 or unit else "are"
+    return f" where {amount}{unit} {verb} needed"
+
+
 def _gang_phrase(job: PendingJob, shortfall: GangShortfall, need: Demand) -> str:
     summary = describe_demand(need)
     count = len(job.replicas)
@@ -188,17 +195,16 @@ def _detail(shortage: Shortage | None, need: Demand, failing: Demand, nodes: Seq
         node, free, total = _most(nodes, lambda node: node.grantable_cpus())
         held = len(node.free_cpus) - free
         kept = f" ({held} more kept for the shared pool)" if held else ""
-        return f"node {node.name} has {free} of {_count(need.exclusive_cpus, 'CPU')} free{kept}" + _across(
+        return f"node {node.name} has {_count(free, 'CPU')} free{_needed(need.exclusive_cpus)}{kept}" + _across(
             nodes, str(total)
         )
     if shortage is Shortage.SHARED_CPU:
         node, free, total = _most(nodes, lambda node: node.shared_cpu_free())
-        return f"node {node.name} has {free}m of {need.shared_cpu_milli}m CPU free in the shared pool" + _across(
-            nodes, f"{total}m"
-        )
+        needed = _needed(need.shared_cpu_milli, "m")
+        return f"node {node.name} has {free}m CPU free in the shared pool{needed}" + _across(nodes, f"{total}m")
     if shortage is Shortage.MEMORY:
         node, free, total = _most(nodes, lambda node: node.free_memory)
-        return f"node {node.name} has {_memory(free)} of {_memory(need.memory)} memory free" + _across(
+        return f"node {node.name} has {_memory(free)} memory free where {_memory(need.memory)} is needed" + _across(
             nodes, _memory(total)
         )
     if shortage is Shortage.GPU_SHARE:

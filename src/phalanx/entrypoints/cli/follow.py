@@ -74,6 +74,7 @@ def follow(
     started = time.monotonic()
     started_wall = time.time()
     seen: set[tuple[str, str]] = set()
+    said_waiting = ""
     tailer = LogTailer()
     colours: dict[str, str] = {}
     status_line = console.status("", spinner="dots") if console.is_terminal and show_phases else None
@@ -102,6 +103,11 @@ def follow(
                         f"[dim]{elapsed:7.2f}s[/]  {phase_label(condition.type)} {escape(detail)}",
                         highlight=False,
                     )
+                if phase == Phase.QUEUED and job.status.reason == "Waiting" and job.status.message != said_waiting:
+                    # Why it waits is not a phase change; say it whenever the scheduler's sentence changes.
+                    said_waiting = job.status.message
+                    elapsed = time.monotonic() - started
+                    console.print(f"[dim]{elapsed:7.2f}s[/]  {phase_label('Queued')} {escape(said_waiting)}")
             if status_line is not None:
                 status_line.update(f"{styled_phase(phase)}  {time.monotonic() - started:.1f}s")
             finished = phase not in ACTIVE_PHASES or phase == Phase.HALTED
