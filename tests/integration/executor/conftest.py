@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,20 +17,9 @@ from typing import Any
 import pytest
 
 from phalanx.adapters.executor import LaunchSpec, LocalExecutor, ProcessHandle
+from support.waiting import wait_until as _wait_until
 
 WaitUntil = Callable[..., Any]
-
-
-def _wait_until(predicate: Callable[[], Any], timeout: float = 20.0, message: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {message}")
-        time.sleep(0.01)
 
 
 @pytest.fixture

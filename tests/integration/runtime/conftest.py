@@ -10,8 +10,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import yaml
 from phalanx.entrypoints.client import Client
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.services.daemon import current_leader
+from support.waiting import wait_until
 
 HERE = Path(__file__).parent
 PROGRAM = str(HERE / "replica_program.py")
@@ -42,18 +42,6 @@ def processes_mentioning(text: str) -> list[int]:
         if text in cmdline and state != "Z":
             found.append(int(entry.name))
     return found
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, message: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {message}")
-        time.sleep(0.02)
 
 
 @dataclass
