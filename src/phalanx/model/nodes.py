@@ -8,7 +8,7 @@ machine, from a simulated inventory file in tests and demos, and from the node a
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -20,12 +20,23 @@ GpuLink = Literal["NV", "PIX", "PXB", "PHB", "NODE", "SYS"]
 
 
 class CpuInfo(ApiModel):
-    """One logical CPU (a hardware thread)."""
+    """One logical CPU (a hardware thread).
+
+    A CPU listed without ``core`` is its own physical core: an inventory that does not describe
+    hyperthreads must not make every CPU look like a sibling of core 0.
+    """
 
     id: int = Field(ge=0)
-    core: int = Field(default=0, ge=0, description="physical core id, unique within the socket")
+    core: int = Field(default=0, ge=0, description="physical core id, unique within the socket; default: the id")
     socket: int = Field(default=0, ge=0)
     numa: int = Field(default=0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_core_by_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "core" not in data and "id" in data:
+            return {**data, "core": data["id"]}
+        return data
 
 
 class GpuInfo(ApiModel):
