@@ -20,6 +20,7 @@ from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
 from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError
 from phalanx.model.nodes import Node
+from phalanx.services.api_server import LocalApiServer
 from phalanx.services.controller import JobController
 from phalanx.services.layout import StateLayout
 from phalanx.services.leadership import Leadership
@@ -112,8 +113,17 @@ class ControlPlane:
             return
         self.is_leader = True
         log.info("leading as %s", self.leadership.holder)
-        nodes = self.register_nodes()
-        seed_builtin_jobtypes(self.store)
+        # Serve the API before registering nodes: clients treat "leads and has nodes" as ready.
+        api = LocalApiServer(self.layout)
+        api.start()
+        try:
+            nodes = self.register_nodes()
+            seed_builtin_jobtypes(self.store)
+            self._lead(stop, nodes)
+        finally:
+            api.stop()
+
+    def _lead(self, stop: threading.Event, nodes: dict[str, Node]) -> None:
         executor = LocalExecutor(self.layout.root / "runs")
         runtime = NodeRuntime(self.store, executor, self.layout, nodes, grace_seconds=self.config.grace_seconds)
         controller = JobController(self.store, self.layout, identity=self.leadership.holder)

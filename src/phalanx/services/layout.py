@@ -35,6 +35,11 @@ class StateLayout:
         return self.root / "phalanx.db"
 
     @property
+    def api_socket(self) -> Path:
+        """The control plane's local API (a Unix socket)."""
+        return self.root / "api.sock"
+
+    @property
     def control_plane_log(self) -> Path:
         """Where the background control plane writes its log."""
         return self.root / "controlplane.log"

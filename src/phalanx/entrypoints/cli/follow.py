@@ -1,32 +1,37 @@
-"""Following a job: phase transitions as they happen, and its replicas' logs, interleaved.
+"""Following a job: phase transitions as they happen, why it waits, and its replicas' logs, interleaved.
 
-Waiting is driven by the store's change feed (any write wakes us) with a short poll for log files, which
-are written by the replicas, not through the store.
+The follower works on the job's wire form (a dict) from a ``JobSource``: the control plane's local API (the
+fast path of ``phalanx run``, which loads no model code) or the store directly. Waiting is a long poll on the
+job's resourceVersion with a short timeout, because log files are written by the replicas, not the store.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.markup import escape
 
-from phalanx.core.lifecycle import ACTIVE_PHASES
-from phalanx.entrypoints.cli.render import PHASE_STYLE, styled_phase
-from phalanx.entrypoints.client import Client
-from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, phase_label, styled_phase
 
 LOG_POLL_SECONDS = 0.1
 ROLE_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
 
 
-def phase_label(phase: str, width: int = 12) -> str:
-    """The phase padded to a column, then coloured (markup must not count towards the width)."""
-    style = PHASE_STYLE.get(Phase(phase), "")
-    padded = phase.ljust(width)
-    return f"[{style}]{padded}[/]" if style else padded
+class JobSource(Protocol):
+    """Where the follower reads a job and its log files."""
+
+    def job(self, *, after: str, wait: float) -> dict[str, Any]:
+        """The job's wire form, once its resourceVersion differs from ``after`` or ``wait`` has passed."""
+        ...
+
+    def log_files(self) -> list[tuple[str, Path]]:
+        """(replica, log path) of the latest attempt of each replica."""
+        ...
 
 
 @dataclass
@@ -54,23 +59,20 @@ class LogTailer:
             lines.extend((replica, line.decode(errors="replace")) for line in complete)
         return lines
 
-    def flush(self) -> list[tuple[str, str]]:
-        """Unterminated last lines, once the job is over."""
-        rest = [(str(path.parent.name), data.decode(errors="replace")) for path, data in self.partial.items() if data]
-        self.partial.clear()
-        return rest
+
+def _timestamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def follow(
-    client: Client,
-    name: str,
+    source: JobSource,
     console: Console,
     *,
     show_logs: bool = True,
     show_phases: bool = True,
     until_finished: bool = True,
-) -> TrainingJob:
-    """Print phase changes and logs until the job finishes (or is halted); return the final job."""
+) -> dict[str, Any]:
+    """Print phase changes, waiting reasons and logs until the job finishes (or is halted); return it."""
     started = time.monotonic()
     started_wall = time.time()
     seen: set[tuple[str, str]] = set()
@@ -80,43 +82,82 @@ def follow(
     status_line = console.status("", spinner="dots") if console.is_terminal and show_phases else None
     if status_line is not None:
         status_line.start()
+    version = ""
     try:
         while True:
-            seq = client.store.latest_seq()
-            job = client.get(name)
-            phase = Phase(job.status.phase)
+            job = source.job(after=version, wait=LOG_POLL_SECONDS if version else 0.0)
+            version = job["metadata"].get("resourceVersion", "")
+            status = job.get("status", {})
+            phase = status.get("phase", "Pending")
             if show_logs:
-                for replica, line in tailer.read(client.ops.log_files(job.metadata.namespace, name)):
+                for replica, line in tailer.read(source.log_files()):
                     colour = colours.setdefault(replica, ROLE_COLOURS[len(colours) % len(ROLE_COLOURS)])
                     console.print(f"[{colour}]{replica:>10}[/] | {escape(line)}", highlight=False)
             if show_phases:
                 # Every condition records when its phase was last entered; a phase passed through between
                 # two looks is still printed, in order.
-                for condition in sorted(job.status.conditions, key=lambda c: c.last_transition_time):
-                    key = (condition.type, condition.last_transition_time.isoformat())
+                conditions = sorted(status.get("conditions", []), key=lambda c: _timestamp(c["lastTransitionTime"]))
+                for condition in conditions:
+                    key = (condition["type"], condition["lastTransitionTime"])
                     if key in seen:
                         continue
                     seen.add(key)
-                    elapsed = max(0.0, (condition.last_transition_time.timestamp() - started_wall))
-                    detail = condition.message or condition.reason
-                    console.print(
-                        f"[dim]{elapsed:7.2f}s[/]  {phase_label(condition.type)} {escape(detail)}",
-                        highlight=False,
-                    )
-                if phase == Phase.QUEUED and job.status.reason == "Waiting" and job.status.message != said_waiting:
+                    elapsed = max(0.0, _timestamp(condition["lastTransitionTime"]) - started_wall)
+                    detail = condition.get("message") or condition.get("reason", "")
+                    console.print(f"[dim]{elapsed:7.2f}s[/]  {phase_label(condition['type'])} {escape(detail)}")
+                message = status.get("message", "")
+                if phase == "Queued" and status.get("reason") == "Waiting" and message != said_waiting:
                     # Why it waits is not a phase change; say it whenever the scheduler's sentence changes.
-                    said_waiting = job.status.message
+                    said_waiting = message
                     elapsed = time.monotonic() - started
-                    console.print(f"[dim]{elapsed:7.2f}s[/]  {phase_label('Queued')} {escape(said_waiting)}")
+                    console.print(f"[dim]{elapsed:7.2f}s[/]  {phase_label('Queued')} {escape(message)}")
             if status_line is not None:
                 status_line.update(f"{styled_phase(phase)}  {time.monotonic() - started:.1f}s")
-            finished = phase not in ACTIVE_PHASES or phase == Phase.HALTED
-            if finished or not until_finished:
+            if phase in STOP_FOLLOWING or not until_finished:
                 if show_logs:
-                    for replica, line in tailer.read(client.ops.log_files(job.metadata.namespace, name)):
+                    for replica, line in tailer.read(source.log_files()):
                         console.print(f"{replica:>10} | {escape(line)}", highlight=False)
                 return job
-            client.store.wait_for_change(seq, LOG_POLL_SECONDS)
     finally:
         if status_line is not None:
             status_line.stop()
+
+
+@dataclass
+class ApiJobSource:
+    """A job followed through the control plane's local API."""
+
+    api: Any  # LocalApi; typed loosely so this module stays free of the client's imports
+    namespace: str
+    name: str
+
+    def job(self, *, after: str, wait: float) -> dict[str, Any]:
+        """See JobSource."""
+        return dict(self.api.job(self.namespace, self.name, after=after, wait=wait))
+
+    def log_files(self) -> list[tuple[str, Path]]:
+        """See JobSource."""
+        return list(self.api.log_files(self.namespace, self.name))
+
+
+@dataclass
+class StoreJobSource:
+    """A job followed by reading the store directly (when no control plane serves the API)."""
+
+    client: Any  # phalanx.entrypoints.client.Client
+    name: str
+
+    def job(self, *, after: str, wait: float) -> dict[str, Any]:
+        """See JobSource."""
+        deadline = time.monotonic() + wait
+        while True:
+            seq = self.client.store.latest_seq()
+            job = self.client.get(self.name)
+            remaining = deadline - time.monotonic()
+            if job.metadata.resource_version != after or remaining <= 0:
+                return dict(job.to_dict())
+            self.client.store.wait_for_change(seq, remaining)
+
+    def log_files(self) -> list[tuple[str, Path]]:
+        """See JobSource."""
+        return list(self.client.ops.log_files(self.client.namespace, self.name))

@@ -3,37 +3,33 @@
 Exit codes: 0 success; 1 the job failed (``run``) or an operation failed (e.g. no such job); 2 invalid input
 (a spec error, a file that cannot be read, an unknown resource kind); 3 the job was halted while ``run``
 followed it.
+
+Imports of the model, store and services happen inside the commands: ``phalanx run`` talks to a running
+control plane through its local API and loads none of them, which keeps its own start-up to the cost of
+typer and rich.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, follow
-from phalanx.entrypoints.cli.render import (
-    as_wire,
-    jobs_table,
-    jobtypes_table,
-    nodes_table,
-    print_description,
-    styled_phase,
-)
-from phalanx.entrypoints.client import Client
-from phalanx.model.errors import SpecError
-from phalanx.model.jobs import Phase
-from phalanx.model.loading import dump_json, dump_yaml, read_documents
-from phalanx.model.replicas import Replica
-from phalanx.services.daemon import DaemonError, current_leader, start_control_plane
-from phalanx.services.operations import OperationError
+from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, ApiJobSource, LogTailer, StoreJobSource, follow
+from phalanx.entrypoints.cli.local_api import ApiError, LocalApi
+from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, styled_phase
+from phalanx.services.layout import StateLayout, default_state_dir
+
+if TYPE_CHECKING:
+    from phalanx.entrypoints.client import Client
 
 app = typer.Typer(
     name="phalanx",
@@ -78,11 +74,16 @@ OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table, wid
 @contextmanager
 def _session(state_dir: Path | None, namespace: str = "default") -> Iterator[Client]:
     """A client for one command; every expected error becomes a message on stderr and an exit code."""
+    from phalanx.entrypoints.client import Client
+    from phalanx.model.errors import SpecError
+    from phalanx.services.daemon import DaemonError
+    from phalanx.services.operations import OperationError
+
     with Client(state_dir=state_dir, namespace=namespace) as client:
         try:
             yield client
         except SpecError as err:
-            _spec_error(err)
+            _spec_errors(err.source, [(e.path, e.message) for e in err.errors])
         except (OperationError, DaemonError, TimeoutError) as err:
             _fail(str(err))
 
@@ -92,17 +93,32 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _spec_error(err: SpecError) -> NoReturn:
-    where = f"{err.source}: " if err.source else ""
+def _spec_errors(source: str | None, errors: Sequence[tuple[str, str]]) -> NoReturn:
+    where = f"{source}: " if source else ""
     err_console.print(f"[bold red]error:[/] {escape(where)}invalid spec, nothing was created:")
-    for item in err.errors:
-        err_console.print(f"  [yellow]{escape(item.path or '(document)')}[/]: {escape(item.message)}")
+    for path, message in errors:
+        err_console.print(f"  [yellow]{escape(path or '(document)')}[/]: {escape(message)}")
     raise typer.Exit(2)
 
 
-def _print_objects(objects: list, output: Output) -> None:  # type: ignore[type-arg]
+def _print_objects(objects: list[Any], output: Output) -> None:
+    from phalanx.entrypoints.cli.render import as_wire
+    from phalanx.model.loading import dump_json, dump_yaml
+
     data = as_wire(objects)
     sys.stdout.write(dump_json(data) + "\n" if output == Output.JSON else dump_yaml(data))
+
+
+def _read_documents_fast(file: Path) -> list[dict[str, Any]] | None:
+    """The file's documents with PyYAML alone, or None when anything is off (the full path then reports it)."""
+    import yaml
+
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        documents = [d for d in yaml.load_all(file.read_text(encoding="utf-8"), Loader=loader) if d is not None]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return documents if documents and all(isinstance(d, dict) for d in documents) else None
 
 
 @app.command()
@@ -117,42 +133,65 @@ def run(
     ] = None,
 ) -> None:
     """Submit a job, starting the local control plane if needed, and follow it to the end."""
-    with _session(state_dir, namespace) as client:
-        # Validate before starting anything: a bad spec must not leave a control plane behind.
-        client.ops.validate(read_documents(file), source=str(file))
-        leader, started = start_control_plane(client.layout, inventory=inventory)
-        console.print(
-            f"[dim]control plane {'started' if started else 'running'} (pid {leader.pid}); "
-            f"state in {client.layout.root}[/]"
+    layout = StateLayout(state_dir or default_state_dir())
+    api = LocalApi(layout.api_socket)
+    documents = _read_documents_fast(file)
+    if documents is None or not api.available():
+        # No control plane yet (or a file only the full parser can explain): validate here first, so that a
+        # bad spec never leaves a control plane behind, then start one.
+        with _session(state_dir, namespace) as client:
+            from phalanx.model.loading import read_documents
+            from phalanx.services.daemon import start_control_plane
+
+            documents = read_documents(file)
+            client.ops.validate(documents, source=str(file))
+            leader, started = start_control_plane(client.layout, inventory=inventory)
+            word = "started" if started else "running"
+            console.print(f"[dim]control plane {word} (pid {leader.pid}); state in {client.layout.root}[/]")
+    else:
+        console.print(f"[dim]control plane running; state in {layout.root}[/]")
+    try:
+        submitted = api.submit(
+            documents,
+            submit_dir=Path(os.getcwd()),
+            namespace=None if namespace == "default" else namespace,
+            replace_finished=True,
+            source=str(file),
         )
-        submitted = client.submit(file, replace_finished=True)
-        jobs = [s for s in submitted if s.kind == "TrainingJob"]
-        for item in submitted:
-            verb = "replaced" if item.replaced else "created"
-            console.print(f"{item.kind.lower()}/{item.name} {verb}")
-        if detach or not jobs:
-            return
-        name = jobs[0].name
-        final = follow(client, name, console, show_logs=logs)
-        _summary(client, final)
-        phase = Phase(final.status.phase)
-        raise typer.Exit(0 if phase == Phase.SUCCEEDED else 3 if phase == Phase.HALTED else 1)
+    except ApiError as err:
+        if err.status == 422:
+            _spec_errors(err.body.get("source"), [(e["path"], e["message"]) for e in err.body["errors"]])
+        _fail(str(err))
+    jobs = [s for s in submitted if s["kind"] == "TrainingJob"]
+    for item in submitted:
+        verb = "replaced" if item["replaced"] else "created"
+        console.print(f"{item['kind'].lower()}/{item['name']} {verb}")
+    if detach or not jobs:
+        return
+    final = follow(ApiJobSource(api, jobs[0]["namespace"], jobs[0]["name"]), console, show_logs=logs)
+    _summary(final)
+    phase = final["status"]["phase"]
+    raise typer.Exit(0 if phase == "Succeeded" else 3 if phase == "Halted" else 1)
 
 
-def _summary(client: Client, job) -> None:  # type: ignore[no-untyped-def]
-    status = job.status
-    started = status.conditions[0].last_transition_time if status.conditions else job.metadata.creation_timestamp
-    took = (status.completion_time - started).total_seconds() if status.completion_time and started else None
-    line = f"job {job.metadata.name} {styled_phase(status.phase)}"
-    if took is not None:
+def _summary(job: dict[str, Any]) -> None:
+    from datetime import datetime
+
+    status = job.get("status", {})
+    conditions = status.get("conditions", [])
+    first = conditions[0]["lastTransitionTime"] if conditions else job["metadata"].get("creationTimestamp")
+    done = status.get("completionTime")
+    line = f"job {job['metadata']['name']} {styled_phase(status.get('phase', ''))}"
+    if first and done:
+        took = datetime.fromisoformat(done).timestamp() - datetime.fromisoformat(first).timestamp()
         line += f" in {took:.1f}s"
-    if status.phase == Phase.FAILED:
-        line += f": {escape(status.message or status.reason)}"
+    if status.get("phase") == "Failed":
+        line += f": {escape(status.get('message') or status.get('reason', ''))}"
     console.print(line)
-    if status.metrics:
-        console.print("metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in status.metrics.items()))
-    if status.artifacts:
-        console.print(f"artifacts: {status.artifacts}")
+    if metrics := status.get("metrics"):
+        console.print("metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+    if artifacts := status.get("artifacts"):
+        console.print(f"artifacts: {artifacts}")
 
 
 @app.command()
@@ -163,6 +202,9 @@ def submit(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate only; print the defaulted spec.")] = False,
 ) -> None:
     """Validate and create jobs without following them (the control plane picks them up)."""
+    from phalanx.model.loading import read_documents
+    from phalanx.services.daemon import current_leader
+
     with _session(state_dir, namespace) as client:
         documents = read_documents(file)
         if dry_run:
@@ -186,6 +228,9 @@ def get(
     output: OutputOption = Output.TABLE,
 ) -> None:
     """List jobs, nodes or job types."""
+    from phalanx.entrypoints.cli.render import jobs_table, jobtypes_table, nodes_table
+    from phalanx.model.replicas import Replica
+
     with _session(state_dir, namespace) as client:
         if resource in (Resource.JOBS, Resource.JOB):
             jobs = (
@@ -232,6 +277,8 @@ def describe(
     namespace: NamespaceOption = "default",
 ) -> None:
     """Show a job in detail: roles, placement, replicas, conditions, events."""
+    from phalanx.entrypoints.cli.render import print_description
+
     if resource not in ("job", "jobs"):
         _fail(f"cannot describe {resource!r}; use `phalanx describe job NAME`", 2)
     with _session(state_dir, namespace) as client:
@@ -251,7 +298,7 @@ def logs(
         files = client.ops.log_files(namespace, job, replica)
         if follow_logs:
             if replica is None:
-                follow(client, job, console, show_phases=False)
+                follow(StoreJobSource(client, job), console, show_phases=False)
                 return
             tailer = LogTailer()
             while True:
@@ -259,7 +306,7 @@ def logs(
                 for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
                     console.print(escape(line), highlight=False)
                 current = client.get(job)
-                if Phase(current.status.phase) in (Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED):
+                if current.status.phase in STOP_FOLLOWING:
                     for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
                         console.print(escape(line), highlight=False)
                     return
@@ -279,6 +326,9 @@ def halt(
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until it is Halted.")] = True,
 ) -> None:
     """Stop every replica of a job; it keeps its outputs and can be resumed."""
+    from phalanx.model.jobs import Phase
+    from phalanx.services.daemon import current_leader
+
     with _session(state_dir, namespace) as client:
         client.halt(job)
         if wait and current_leader(client.store) is not None:
@@ -334,6 +384,8 @@ def up(
     ] = None,
 ) -> None:
     """Start the local control plane in the background (or report the running one)."""
+    from phalanx.services.daemon import start_control_plane
+
     with _session(state_dir) as client:
         leader, started = start_control_plane(client.layout, inventory=inventory)
         word = "started" if started else "already running"
@@ -352,6 +404,8 @@ def down(state_dir: StateDirOption = None) -> None:
 @app.command()
 def status(state_dir: StateDirOption = None) -> None:
     """Is the control plane running, and what does this machine hold?"""
+    from phalanx.services.daemon import current_leader
+
     with _session(state_dir) as client:
         leader = current_leader(client.store)
         if leader is None:
@@ -368,9 +422,54 @@ def status(state_dir: StateDirOption = None) -> None:
         console.print(f"nodes: {len(client.ops.list_nodes())}")
 
 
+@app.command()
+def install(
+    print_yaml: Annotated[
+        bool, typer.Option("--print", help="Print the manifests as YAML, e.g. for `| kubectl apply -f -`.")
+    ] = False,
+    crds_only: Annotated[
+        bool, typer.Option("--crds-only", help="Only the CustomResourceDefinitions (TrainingJob, JobType, Queue).")
+    ] = False,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Namespace of the components (default: phalanx-system).")
+    ] = None,
+    image: Annotated[str | None, typer.Option(help="Image the components run (default: phalanx:<version>).")] = None,
+) -> None:
+    """Install Phalanx on Kubernetes: CRDs, RBAC, operator, scheduler and node agent."""
+    if not print_yaml:
+        _fail(
+            "nothing is applied by phalanx itself yet; print the manifests and apply them with kubectl: "
+            "phalanx install --print | kubectl apply -f -",
+            2,
+        )
+    from phalanx.services.install import InstallRequest, render_install
+
+    request = InstallRequest(image=image, crds_only=crds_only)
+    if namespace is not None:
+        request = InstallRequest(namespace=namespace, image=image, crds_only=crds_only)
+    try:
+        text = render_install(request)
+    except ValueError as err:
+        _fail(str(err), 2)
+    sys.stdout.write(text)
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point.
+
+    Exits without the interpreter's finalisation (tens of milliseconds of module teardown): every command has
+    closed what it opened by the time it returns, so only the output buffers need flushing.
+    """
+    try:
+        app()
+        code = 0
+    except SystemExit as exit_:
+        if isinstance(exit_.code, str):
+            err_console.print(exit_.code)
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

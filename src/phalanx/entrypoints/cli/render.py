@@ -8,32 +8,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.entrypoints.cli.styles import styled_phase
+from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
 from phalanx.model.resources import format_cpu, format_memory, human_memory
 from phalanx.services.operations import JobDescription
-
-PHASE_STYLE = {
-    Phase.PENDING: "dim",
-    Phase.QUEUED: "yellow",
-    Phase.ADMITTED: "cyan",
-    Phase.DOWNLOADING: "cyan",
-    Phase.RUNNING: "blue",
-    Phase.RESTARTING: "magenta",
-    Phase.STORING: "cyan",
-    Phase.SUCCEEDED: "green",
-    Phase.FAILED: "bold red",
-    Phase.PREEMPTED: "magenta",
-    Phase.HALTING: "yellow",
-    Phase.HALTED: "yellow",
-}
-
-
-def styled_phase(phase: str) -> str:
-    """The phase name in its colour."""
-    style = PHASE_STYLE.get(Phase(phase), "")
-    return f"[{style}]{phase}[/]" if style else phase
 
 
 def age(when: datetime | None, now: datetime | None = None) -> str:

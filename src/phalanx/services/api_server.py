@@ -1,0 +1,189 @@
+"""The embedded control plane's local API: JSON over HTTP on a Unix socket in the state directory.
+
+It lets thin clients (``phalanx run``) submit and follow jobs without loading the model layer themselves: the
+control plane, which has it loaded already, validates, creates and reads. Every request gets its own store
+connection (the store keeps one per thread). Routes:
+
+- ``POST /v1/submit`` ``{documents, submitDir, namespace?, replaceFinished?}`` → ``200 {created: [...]}``,
+  ``422 {errors: [{path, message}], source}`` (nothing created), ``409 {message}``.
+- ``GET /v1/namespaces/NS/trainingjobs/NAME?after=RV&wait=S`` → ``200`` the job (wire form) once its
+  resourceVersion differs from ``RV`` or ``S`` seconds have passed; ``404 {message}``.
+- ``GET /v1/namespaces/NS/trainingjobs/NAME/logs`` → ``200 {logs: [[replica, path], ...]}``.
+
+The socket is created with mode 0600: only the owner of the state directory may talk to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import socketserver
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from phalanx.adapters.store import SqliteStore
+from phalanx.model.errors import SpecError
+from phalanx.model.jobs import TrainingJob
+from phalanx.services.layout import StateLayout
+from phalanx.services.operations import OperationError, Operations
+
+log = logging.getLogger(__name__)
+MAX_BODY_BYTES = 16 * 2**20
+MAX_WAIT_SECONDS = 30.0
+
+
+class _UnixHttpServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, path: Path, layout: StateLayout) -> None:
+        self.layout = layout
+        self.stores = threading.local()
+        path.unlink(missing_ok=True)
+        super().__init__(str(path), _Handler)
+        os.chmod(path, 0o600)
+
+    def operations(self) -> Operations:
+        ops: Operations | None = getattr(self.stores, "ops", None)
+        if ops is None:
+            ops = Operations(SqliteStore(self.layout.database), self.layout)
+            self.stores.ops = ops
+        return ops
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _UnixHttpServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("api: " + format, *args)
+
+    def address_string(self) -> str:
+        return "local"
+
+    def _reply(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        if urlparse(self.path).path != "/v1/submit":
+            self._reply(404, {"message": f"no route {self.path}"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self._reply(413, {"message": f"request larger than {MAX_BODY_BYTES} bytes"})
+            return
+        try:
+            request = json.loads(self.rfile.read(length) or b"{}")
+            documents = request["documents"]
+            submit_dir = Path(request["submitDir"])
+        except (ValueError, KeyError, TypeError) as err:
+            self._reply(400, {"message": f"bad request: {err}"})
+            return
+        try:
+            created = self.server.operations().submit(
+                documents,
+                submit_dir=submit_dir,
+                namespace=request.get("namespace"),
+                replace_finished=bool(request.get("replaceFinished")),
+                source=request.get("source"),
+            )
+        except SpecError as err:
+            errors = [{"path": e.path, "message": e.message} for e in err.errors]
+            self._reply(422, {"errors": errors, "source": err.source})
+            return
+        except OperationError as err:
+            self._reply(409, {"message": str(err)})
+            return
+        items = [{"kind": c.kind, "namespace": c.namespace, "name": c.name, "replaced": c.replaced} for c in created]
+        self._reply(200, {"created": items})
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        parts = url.path.strip("/").split("/")
+        if len(parts) in (5, 6) and parts[:2] == ["v1", "namespaces"] and parts[3] == "trainingjobs":
+            namespace, name = parts[2], parts[4]
+            ops = self.server.operations()
+            try:
+                if len(parts) == 6 and parts[5] == "logs":
+                    files = ops.log_files(namespace, name)
+                    self._reply(200, {"logs": [[replica, str(path)] for replica, path in files]})
+                    return
+                if len(parts) == 5:
+                    query = parse_qs(url.query)
+                    after = query.get("after", [""])[0]
+                    wait = min(float(query.get("wait", ["0"])[0] or 0), MAX_WAIT_SECONDS)
+                    self._reply(200, _job_after(ops, namespace, name, after, wait).to_dict())
+                    return
+            except OperationError as err:
+                self._reply(404, {"message": str(err)})
+                return
+            except ValueError as err:
+                self._reply(400, {"message": f"bad request: {err}"})
+                return
+        self._reply(404, {"message": f"no route {self.path}"})
+
+
+def _job_after(ops: Operations, namespace: str, name: str, after: str, wait: float) -> TrainingJob:
+    """The job once its resourceVersion is not ``after`` (a long poll), or as it is when ``wait`` runs out."""
+    deadline = time.monotonic() + wait
+    while True:
+        seq = ops.store.latest_seq()
+        job = ops.get_job(namespace, name)
+        remaining = deadline - time.monotonic()
+        if job.metadata.resource_version != after or remaining <= 0:
+            return job
+        ops.store.wait_for_change(seq, remaining)
+
+
+class LocalApiServer:
+    """Serves the local API from a background thread while the control plane leads."""
+
+    def __init__(self, layout: StateLayout) -> None:
+        self.layout = layout
+        self._server: _UnixHttpServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Bind the socket and serve in a daemon thread."""
+        path = self.layout.api_socket
+        if len(str(path).encode()) >= 104:
+            log.warning("state directory path too long for a Unix socket; the local API is off")
+            return
+        try:
+            self._server = _UnixHttpServer(path, self.layout)
+        except OSError as err:
+            log.warning("cannot serve the local API on %s: %s", path, err)
+            return
+        self._thread = threading.Thread(target=self._server.serve_forever, name="local-api", daemon=True)
+        self._thread.start()
+        log.info("local API on %s", path)
+
+    def stop(self) -> None:
+        """Stop serving and remove the socket."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self.layout.api_socket.unlink(missing_ok=True)
+            self._server = None
+
+
+def socket_accepts(path: Path, timeout: float = 0.5) -> bool:
+    """Whether something listens on the Unix socket at ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(timeout)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
