@@ -11,11 +11,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, PlainSerializer, field_validator, model_validator
+from pydantic import BeforeValidator, Field, JsonValue, PlainSerializer, field_validator, model_validator
 
 from phalanx.model.base import ApiModel
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.resources import (
+    CPU_QUANTITY_PATTERN,
+    MEMORY_QUANTITY_PATTERN,
     ResourceVector,
     format_cpu,
     format_memory,
@@ -23,8 +25,23 @@ from phalanx.model.resources import (
     parse_memory,
 )
 
-MilliCpu = Annotated[int, BeforeValidator(parse_cpu), PlainSerializer(format_cpu, return_type=str)]
-MemoryBytes = Annotated[int, BeforeValidator(parse_memory), PlainSerializer(format_memory, return_type=str)]
+# Quantities are held as integers (millicores, bytes) but written as numbers or Kubernetes quantity strings.
+# ``json_schema_input_type`` makes the JSON schema say what may be written, not the integer held; the CRD
+# schemas are generated from it (int-or-string fields).
+MilliCpu = Annotated[
+    int,
+    BeforeValidator(
+        parse_cpu, json_schema_input_type=int | float | Annotated[str, Field(pattern=CPU_QUANTITY_PATTERN)]
+    ),
+    PlainSerializer(format_cpu, return_type=str),
+]
+MemoryBytes = Annotated[
+    int,
+    BeforeValidator(
+        parse_memory, json_schema_input_type=int | float | Annotated[str, Field(pattern=MEMORY_QUANTITY_PATTERN)]
+    ),
+    PlainSerializer(format_memory, return_type=str),
+]
 TShirtSize = Literal["small", "medium", "large", "xlarge"]
 
 
@@ -111,10 +128,22 @@ class ReplicaTemplate(ApiModel):
     resources: Resources = Field(default_factory=Resources)
 
 
+def _no_schema_default(schema: dict[str, JsonValue]) -> None:
+    # For fields whose absence means something (ReplicaSpec.count: "take the JobType's defaultCount"): a schema
+    # default, which a Kubernetes API server would write into every stored object, must not hide it.
+    schema.pop("default", None)
+
+
 class ReplicaSpec(ApiModel):
     """A role of the job: how many replicas and how each runs."""
 
-    count: int = Field(default=1, ge=1, le=4096)
+    count: int = Field(
+        default=1,
+        ge=1,
+        le=4096,
+        description="replicas of this role; default: the JobType role's defaultCount",
+        json_schema_extra=_no_schema_default,
+    )
     template: ReplicaTemplate = Field(default_factory=ReplicaTemplate)
 
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from phalanx.model.errors import FieldError, SpecError, from_validation_error
 from phalanx.model.jobtypes import JobType
+from phalanx.model.queues import Queue
 from phalanx.model.validation import allowed_fields
 
 # The C loader when PyYAML was built with libyaml (several times faster), else the pure-Python one; both safe.
@@ -79,6 +80,20 @@ def parse_jobtype(raw: dict[str, Any], *, source: str | None = None) -> JobType:
     except ValidationError as err:
         raise SpecError(
             from_validation_error(err, fields_at=lambda loc: allowed_fields(JobType, loc)), source=source
+        ) from None
+
+
+def parse_queue(raw: dict[str, Any], *, source: str | None = None) -> Queue:
+    """Validate a Queue document (its status, written by Phalanx, is ignored).
+
+    Raises:
+        SpecError: with field paths, e.g. ``spec.priorityClasses[1]: unknown priority class 'urgent'; ...``.
+    """
+    try:
+        return Queue.model_validate({k: v for k, v in raw.items() if k != "status"})
+    except ValidationError as err:
+        raise SpecError(
+            from_validation_error(err, fields_at=lambda loc: allowed_fields(Queue, loc)), source=source
         ) from None
 
 

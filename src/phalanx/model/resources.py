@@ -27,6 +27,12 @@ _MEMORY_SUFFIXES: dict[str, int] = {
 }
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 
+# The strings parse_cpu and parse_memory accept, as regular expressions that JSON schema (and so a Kubernetes
+# CRD, whose API server checks them with Go's RE2) can carry. They check the notation only: parse_cpu also
+# rejects amounts finer than a millicore.
+CPU_QUANTITY_PATTERN = r"^\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*m?\s*$"
+MEMORY_QUANTITY_PATTERN = r"^\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*([KMGTP]i|[kKMGTP])?\s*$"
+
 
 class QuantityError(ValueError):
     """A quantity string that cannot be parsed; the message says what a valid one looks like."""

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from phalanx.model.resources import (
+    CPU_QUANTITY_PATTERN,
+    MEMORY_QUANTITY_PATTERN,
     QuantityError,
     ResourceVector,
     format_cpu,
@@ -85,3 +89,27 @@ def test_vectors_add_subtract_scale_and_fit() -> None:
     assert b.fits_in(a + b)
     assert not a.fits_in(b)
     assert a.describe() == "cpu=1500m memory=1Gi gpu=1"
+
+
+# The quantity patterns carried by the JSON schema (and so by the CRDs) must accept what the parsers accept.
+QUANTITY_TEXT = st.text(alphabet="0123456789.mkKMGTPiE ", max_size=8)
+
+
+@given(QUANTITY_TEXT)
+def test_the_cpu_pattern_accepts_exactly_the_notation_parse_cpu_accepts(text: str) -> None:
+    try:
+        parse_cpu(text)
+        parsed = True
+    except QuantityError as err:
+        parsed = "finer than one millicore" in str(err)  # notation fine; the amount is refused by the parser
+    assert parsed == bool(re.search(CPU_QUANTITY_PATTERN, text))
+
+
+@given(QUANTITY_TEXT)
+def test_the_memory_pattern_accepts_exactly_the_notation_parse_memory_accepts(text: str) -> None:
+    try:
+        parse_memory(text)
+        parsed = True
+    except QuantityError:
+        parsed = False
+    assert parsed == bool(re.search(MEMORY_QUANTITY_PATTERN, text))

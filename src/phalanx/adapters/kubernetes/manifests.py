@@ -1,0 +1,318 @@
+"""The manifests that install Phalanx on a cluster: namespace, CRDs, identities with least privilege, workloads.
+
+Three identities, each with its own ServiceAccount and only the verbs its loop needs (docs/kubernetes.md has
+the table):
+
+- the **operator** turns TrainingJobs into Pods, a headless Service and ConfigMaps, and writes job and queue
+  status;
+- the **scheduler** binds pending Pods whose ``schedulerName`` is ``phalanx-scheduler`` through the binding
+  subresource, whole gangs at once, explains why a job waits in its status, and holds a Lease in the install
+  namespace so that one replica leads;
+- the **node agent** (a DaemonSet) discovers each node's GPUs and topology and writes them to its Node's labels
+  and status, and watches the Pods on its node.
+
+RBAC cannot say "only the Pods of my node" or "only my Node": the agent asks for them with a field selector
+(``spec.nodeName``) and its own name from the downward API, and RBAC grants the verbs on the kind.
+
+The operator, scheduler and node agent are being built in issue 3: these manifests fix their API and
+permissions now. The containers run ``phalanx-operator``, ``phalanx-scheduler`` and ``phalanx-node-agent``,
+entry points of the Phalanx image that do not exist yet, and are expected to serve ``/healthz`` and
+``/readyz`` on port 8081. The image is a parameter (``phalanx:<version>`` unless told otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from phalanx.adapters.kubernetes.crds import KINDS, custom_resource_definitions
+from phalanx.model.base import API_GROUP
+
+DEFAULT_NAMESPACE = "phalanx-system"
+SCHEDULER_NAME = "phalanx-scheduler"
+SCHEDULER_LEASE = "phalanx-scheduler"
+HEALTH_PORT = 8081
+NONROOT_UID = 65532
+READ = ["get", "list", "watch"]
+
+
+@dataclass(frozen=True, slots=True)
+class InstallParameters:
+    """What may change between installs.
+
+    Attributes:
+        image: the Phalanx image every component runs, e.g. ``phalanx:0.1.0``.
+        namespace: where the components, their ServiceAccounts and the scheduler's Lease live.
+    """
+
+    image: str
+    namespace: str = DEFAULT_NAMESPACE
+
+
+@dataclass(frozen=True, slots=True)
+class _Component:
+    name: str  # operator | scheduler | node-agent
+    command: str
+    cpu: str
+    memory: str
+    memory_limit: str
+
+    @property
+    def account(self) -> str:
+        return f"phalanx-{self.name}"
+
+    @property
+    def selector(self) -> dict[str, str]:
+        return {"app.kubernetes.io/name": "phalanx", "app.kubernetes.io/component": self.name}
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {**self.selector, "app.kubernetes.io/part-of": "phalanx"}
+
+
+OPERATOR = _Component("operator", "phalanx-operator", cpu="100m", memory="128Mi", memory_limit="512Mi")
+SCHEDULER = _Component("scheduler", "phalanx-scheduler", cpu="250m", memory="256Mi", memory_limit="1Gi")
+NODE_AGENT = _Component("node-agent", "phalanx-node-agent", cpu="50m", memory="64Mi", memory_limit="256Mi")
+COMPONENTS = (OPERATOR, SCHEDULER, NODE_AGENT)
+
+
+def install_manifests(parameters: InstallParameters) -> list[dict[str, Any]]:
+    """Every object of an install, in the order ``kubectl apply`` needs them.
+
+    The namespace and CRDs come first, then ServiceAccounts and RBAC, then the workloads.
+    """
+    return [
+        namespace(parameters.namespace),
+        *custom_resource_definitions(),
+        *(service_account(component, parameters.namespace) for component in COMPONENTS),
+        *rbac(parameters.namespace),
+        operator_deployment(parameters),
+        scheduler_deployment(parameters),
+        node_agent_daemonset(parameters),
+    ]
+
+
+def render_yaml(documents: list[dict[str, Any]], *, header: str = "") -> str:
+    """Multi-document YAML: ``---`` between documents, keys in the order given, an optional comment header."""
+    body = "---\n".join(
+        yaml.dump(document, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120)
+        for document in documents
+    )
+    comment = "".join(f"# {line}\n".replace("# \n", "#\n") for line in header.splitlines())
+    return comment + body
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML without anchors and aliases: each manifest reads on its own, as kubectl users expect."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def namespace(name: str) -> dict[str, Any]:
+    """The install namespace. Its Pods keep the ``restricted`` Pod Security Standard, and it enforces it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "app.kubernetes.io/part-of": "phalanx",
+                "pod-security.kubernetes.io/enforce": "restricted",
+            },
+        },
+    }
+
+
+def service_account(component: _Component, namespace: str) -> dict[str, Any]:
+    """The identity one component runs as."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": component.account, "namespace": namespace, "labels": component.labels},
+    }
+
+
+def _rule(groups: list[str], resources: list[str], verbs: list[str], names: list[str] | None = None) -> dict[str, Any]:
+    rule: dict[str, Any] = {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
+    if names:
+        rule["resourceNames"] = list(names)
+    return rule
+
+
+def cluster_rules() -> dict[str, list[dict[str, Any]]]:
+    """The cluster-wide rules of each identity, by ServiceAccount name."""
+    plurals = [kind.plural for kind in KINDS]
+    with_status = [f"{kind.plural}/status" for kind in KINDS if kind.has_status]
+    events = _rule([""], ["events"], ["create", "patch"])
+    return {
+        OPERATOR.account: [
+            _rule([API_GROUP], plurals, [*READ, "patch", "update"]),
+            _rule([API_GROUP], with_status, ["update", "patch"]),
+            _rule([""], ["pods"], ["create", "delete", *READ]),
+            _rule([""], ["services", "configmaps"], ["create", "delete", *READ]),
+            events,
+        ],
+        SCHEDULER.account: [
+            _rule([""], ["pods"], READ),
+            _rule([""], ["pods/binding"], ["create"]),
+            _rule([""], ["pods/status"], ["patch"]),
+            _rule([""], ["nodes"], READ),
+            # Quota and node fit are decided in one cycle (DESIGN §4), so the scheduler reads queues too.
+            _rule([API_GROUP], ["trainingjobs", "queues"], READ),
+            _rule([API_GROUP], ["trainingjobs/status"], ["patch"]),
+            events,
+        ],
+        NODE_AGENT.account: [
+            _rule([""], ["nodes"], ["get", "patch"]),
+            _rule([""], ["nodes/status"], ["patch"]),
+            _rule([""], ["pods"], READ),
+        ],
+    }
+
+
+def rbac(namespace: str) -> list[dict[str, Any]]:
+    """ClusterRoles and bindings for the three identities, and the scheduler's Role for its Lease."""
+    documents: list[dict[str, Any]] = []
+    for account, rules in cluster_rules().items():
+        documents.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": account, "labels": {"app.kubernetes.io/part-of": "phalanx"}},
+                "rules": rules,
+            }
+        )
+        documents.append(_binding("ClusterRoleBinding", "ClusterRole", account, namespace))
+    lease_role = f"{SCHEDULER.account}-leader-election"
+    documents.append(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {
+                "name": lease_role,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/part-of": "phalanx"},
+            },
+            "rules": [
+                # create cannot be limited to a name (the object does not exist yet); get and update can.
+                _rule(["coordination.k8s.io"], ["leases"], ["create"]),
+                _rule(["coordination.k8s.io"], ["leases"], ["get", "update"], [SCHEDULER_LEASE]),
+            ],
+        }
+    )
+    documents.append(_binding("RoleBinding", "Role", lease_role, namespace, account=SCHEDULER.account))
+    return documents
+
+
+def _binding(kind: str, role_kind: str, role: str, namespace: str, *, account: str | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": role}
+    if kind == "RoleBinding":
+        metadata["namespace"] = namespace
+    metadata["labels"] = {"app.kubernetes.io/part-of": "phalanx"}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": metadata,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": account or role, "namespace": namespace}],
+    }
+
+
+def _field_env(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def _pod_spec(component: _Component, image: str, extra_env: list[dict[str, Any]]) -> dict[str, Any]:
+    probe = {"httpGet": {"path": "/healthz", "port": "health"}, "periodSeconds": 10, "failureThreshold": 3}
+    container = {
+        "name": component.name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [component.command],
+        "env": [_field_env("POD_NAME", "metadata.name"), _field_env("POD_NAMESPACE", "metadata.namespace"), *extra_env],
+        "ports": [{"name": "health", "containerPort": HEALTH_PORT, "protocol": "TCP"}],
+        "livenessProbe": {**probe, "initialDelaySeconds": 15},
+        "readinessProbe": {**probe, "httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 5},
+        "resources": {
+            "requests": {"cpu": component.cpu, "memory": component.memory},
+            "limits": {"memory": component.memory_limit},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    return {
+        "serviceAccountName": component.account,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": NONROOT_UID,
+            "runAsGroup": NONROOT_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+    }
+
+
+def _deployment(
+    component: _Component, parameters: InstallParameters, env: list[dict[str, Any]], *, strategy: str
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": component.account, "namespace": parameters.namespace, "labels": component.labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": component.selector},
+            "strategy": {"type": strategy},
+            "template": {
+                "metadata": {"labels": component.labels},
+                "spec": _pod_spec(component, parameters.image, env),
+            },
+        },
+    }
+
+
+def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
+    """The operator: one replica, replaced (never doubled) on update, as it holds no leader lease."""
+    env = [{"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME}]
+    return _deployment(OPERATOR, parameters, env, strategy="Recreate")
+
+
+def scheduler_deployment(parameters: InstallParameters) -> dict[str, Any]:
+    """The scheduler: the replica holding the Lease ``phalanx-scheduler`` leads; others wait."""
+    env = [
+        {"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME},
+        {"name": "PHALANX_LEASE_NAME", "value": SCHEDULER_LEASE},
+    ]
+    return _deployment(SCHEDULER, parameters, env, strategy="RollingUpdate")
+
+
+def node_agent_daemonset(parameters: InstallParameters) -> dict[str, Any]:
+    """The node agent: one Pod per node, GPU nodes and tainted nodes included.
+
+    It reads CPU and NUMA topology from the container's ``/sys`` (which shows the host's) and GPUs through NVML;
+    ``NVIDIA_VISIBLE_DEVICES=all`` asks the NVIDIA container runtime, where there is one, to expose every GPU
+    for inspection only: the agent's Pod requests none.
+    """
+    env = [
+        _field_env("NODE_NAME", "spec.nodeName"),
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+    ]
+    spec = _pod_spec(NODE_AGENT, parameters.image, env)
+    spec["tolerations"] = [{"operator": "Exists"}]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": NODE_AGENT.account, "namespace": parameters.namespace, "labels": NODE_AGENT.labels},
+        "spec": {
+            "selector": {"matchLabels": NODE_AGENT.selector},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            "template": {"metadata": {"labels": NODE_AGENT.labels}, "spec": spec},
+        },
+    }

@@ -1,0 +1,111 @@
+"""Installing Phalanx on Kubernetes: the YAML ``phalanx install --print`` prints and ``deploy/`` holds.
+
+``deploy/`` is generated, never edited: ``scripts/generate-deploy`` calls ``write_deploy``, and a unit test
+regenerates the files and fails when the committed ones differ, so they never drift from the models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from phalanx.adapters.kubernetes.crds import KINDS, custom_resource_definition, custom_resource_definitions
+from phalanx.adapters.kubernetes.manifests import (
+    DEFAULT_NAMESPACE,
+    InstallParameters,
+    install_manifests,
+    render_yaml,
+)
+from phalanx.model.base import API_GROUP
+from phalanx.model.meta import check_dns_label
+
+GENERATED_NOTE = "Generated from the Phalanx models by scripts/generate-deploy; do not edit."
+
+
+def phalanx_version() -> str:
+    """The installed Phalanx version, e.g. ``0.1.0``."""
+    return metadata.version("phalanx")
+
+
+def default_image() -> str:
+    """The image the install runs unless told otherwise: ``phalanx:<version>``, a placeholder to build or retag."""
+    return f"phalanx:{phalanx_version()}"
+
+
+@dataclass(frozen=True, slots=True)
+class InstallRequest:
+    """What to print.
+
+    Attributes:
+        namespace: where the components run.
+        image: the image they run; None for ``default_image()``.
+        crds_only: only the CustomResourceDefinitions (cluster-wide; no namespace, RBAC or workloads).
+    """
+
+    namespace: str = DEFAULT_NAMESPACE
+    image: str | None = None
+    crds_only: bool = False
+
+
+def render_install(request: InstallRequest) -> str:
+    """The install as multi-document YAML, ready for ``kubectl apply -f -``.
+
+    Raises:
+        ValueError: the namespace is not a DNS-1123 label, or the image name is empty or has spaces.
+    """
+    if request.crds_only:
+        return render_yaml(custom_resource_definitions(), header=_crds_header())
+    check_dns_label(request.namespace, "namespace")
+    image = request.image if request.image is not None else default_image()
+    if not image or any(character.isspace() for character in image):
+        raise ValueError(
+            f"image {image!r} is not an image reference; use e.g. phalanx:0.1.0 or my-registry/phalanx:0.1.0"
+        )
+    parameters = InstallParameters(image=image, namespace=request.namespace)
+    return render_yaml(install_manifests(parameters), header=_install_header())
+
+
+def deploy_files() -> dict[str, str]:
+    """The contents of ``deploy/`` by relative path: one file per CRD and the whole install."""
+    files = {
+        f"crds/{API_GROUP}_{kind.plural}.yaml": render_yaml(
+            [custom_resource_definition(kind)], header=f"CustomResourceDefinition of {kind.kind}.\n{GENERATED_NOTE}"
+        )
+        for kind in KINDS
+    }
+    files["install.yaml"] = render_install(InstallRequest())
+    return files
+
+
+def write_deploy(directory: Path) -> list[Path]:
+    """Write ``deploy_files()`` under ``directory``, removing generated CRD files of kinds that are gone.
+
+    Returns:
+        The files written.
+    """
+    files = deploy_files()
+    crds = directory / "crds"
+    if crds.is_dir():
+        for stale in crds.glob("*.yaml"):
+            if f"crds/{stale.name}" not in files:
+                stale.unlink()
+    written = []
+    for relative, text in files.items():
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def _crds_header() -> str:
+    return f"Phalanx CustomResourceDefinitions ({', '.join(kind.kind for kind in KINDS)}).\n{GENERATED_NOTE}"
+
+
+def _install_header() -> str:
+    return (
+        f"Phalanx {phalanx_version()} on Kubernetes: namespace, CRDs, RBAC, operator, scheduler, node agent.\n"
+        f"{GENERATED_NOTE}\n"
+        "Apply with: phalanx install --print | kubectl apply -f -   (docs/kubernetes.md)"
+    )

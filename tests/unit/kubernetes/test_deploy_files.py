@@ -1,0 +1,35 @@
+"""deploy/ is generated from the models and committed; it must never drift from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from phalanx.services.install import InstallRequest, deploy_files, render_install
+
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
+FIX = "deploy/ is stale: run scripts/generate-deploy and commit the result"
+
+
+@pytest.mark.parametrize("relative", sorted(deploy_files()))
+def test_the_committed_file_is_what_the_models_generate(relative: str) -> None:
+    path = DEPLOY / relative
+    assert path.is_file(), f"{relative} is missing; {FIX}"
+    assert path.read_text(encoding="utf-8") == deploy_files()[relative], FIX
+
+
+def test_no_generated_crd_file_is_left_over_from_a_removed_kind() -> None:
+    committed = {f"crds/{path.name}" for path in (DEPLOY / "crds").glob("*")}
+    assert committed == {name for name in deploy_files() if name.startswith("crds/")}, FIX
+
+
+def test_install_yaml_is_what_install_print_prints() -> None:
+    assert deploy_files()["install.yaml"] == render_install(InstallRequest())
+
+
+def test_the_crd_files_hold_the_crds_of_the_install() -> None:
+    install = [d for d in yaml.safe_load_all(deploy_files()["install.yaml"]) if d["kind"] == "CustomResourceDefinition"]
+    singles = [yaml.safe_load(text) for name, text in sorted(deploy_files().items()) if name.startswith("crds/")]
+    assert sorted(install, key=lambda d: d["metadata"]["name"]) == sorted(singles, key=lambda d: d["metadata"]["name"])
