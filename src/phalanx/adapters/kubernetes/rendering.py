@@ -1,0 +1,314 @@
+"""Rendering a TrainingJob into the Kubernetes objects that run it: Pods, a headless Service, a hostfile ConfigMap.
+
+Pure functions from a validated, defaulted job (``model.validation.validate_job``) and its JobType to plain
+dicts, ready to POST; no I/O. The operator (issue 3) decides *when* to create what; this module only decides
+*what*.
+
+Decisions:
+    - **Names.** A Pod is named like a Replica of the embedded runtime, ``<job>-<role>-<index>``
+      (``model.replicas.replica_name``), the same across attempts, so two copies of one replica cannot exist at
+      once. The headless Service is named after the job; every Pod sets ``hostname`` (its own name) and
+      ``subdomain`` (the Service), so each replica has the stable DNS name ``<pod>.<job>.<namespace>.svc``.
+    - **Rendezvous.** The environment comes from ``core.rendezvous.render_replica_env``, the same templates as
+      the embedded runtime, with an address book of DNS names and the JobType's port. Every replica of the spec
+      is in it: Pods get DNS names before they are placed, so there is no "running subset" as there is for a
+      job admitted with ``minAvailable`` on the embedded runtime (``dns_addresses`` is the one place to change
+      when the operator learns to start fewer replicas than the spec names).
+    - **Node-local values.** Placement is not known at render time, so every replica is rendered as if on a
+      node of its own (``node_of`` maps each replica to itself): ``LOCAL_RANK`` is 0, ``LOCAL_WORLD_SIZE`` 1,
+      ``GROUP_RANK``/``node_rank`` equals the replica's rank and ``num_nodes`` the world size. That is right for
+      one process per Pod with its own GPUs (a container numbers its GPUs from 0), which is how Phalanx runs
+      replicas; it is *not* the embedded runtime's "replicas sharing a host" numbering, and a framework that
+      uses node rank to group Pods on one machine sees every Pod as its own machine.
+    - **Restarts.** ``restartPolicy: Never``: Phalanx's reconciler decides retries (backoff, gang restarts) and
+      creates a new Pod, with a new ``phalanx.dev/attempt`` label.
+    - **Resources.** Requests equal limits (a predictable, Guaranteed-class Pod when every resource is set):
+      cpu in Kubernetes' form (``"2"``, ``"500m"``), memory in bytes, whole GPUs as ``nvidia.com/gpu``. A
+      share of a GPU (``gpuMilli``) has no extended resource: it is annotated ``phalanx.dev/gpu-milli`` for
+      Phalanx's scheduler and node agent.
+    - **Files.** The MPI hostfile is a ConfigMap (``<job>-hostfile``) mounted read-only at ``/etc/phalanx``
+      when the JobType has ``hostfileRoles``; outputs go to an ``emptyDir`` at ``/phalanx/<outputs.path>``
+      (``PHALANX_OUTPUT_DIR``), one per Pod: collecting them (``outputs.storeTo``) is the operator's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phalanx.adapters.kubernetes.crds import VERSION
+from phalanx.core.rendezvous import Endpoint, RendezvousError, render_hostfile, render_replica_env, replica_names
+from phalanx.model.base import API_GROUP
+from phalanx.model.jobs import TrainingJob
+from phalanx.model.jobtypes import JobType
+from phalanx.model.meta import check_dns_label
+from phalanx.model.replicas import replica_name
+from phalanx.model.resources import format_cpu
+
+DEFAULT_SCHEDULER_NAME = "phalanx-scheduler"
+LABEL_JOB = "phalanx.dev/job"
+LABEL_ROLE = "phalanx.dev/role"
+LABEL_INDEX = "phalanx.dev/replica-index"
+LABEL_ATTEMPT = "phalanx.dev/attempt"
+ANNOTATION_JOB_UID = "phalanx.dev/job-uid"
+ANNOTATION_RANK = "phalanx.dev/rank"
+ANNOTATION_GPU_MILLI = "phalanx.dev/gpu-milli"
+ANNOTATION_GPU_MODEL = "phalanx.dev/gpu-model"
+GPU_RESOURCE = "nvidia.com/gpu"
+CONTAINER_NAME = "replica"
+PORT_NAME = "rendezvous"
+HOSTFILE_DIR = "/etc/phalanx"
+HOSTFILE_KEY = "hostfile"
+HOSTFILE_VOLUME = "hostfile"
+OUTPUTS_ROOT = "/phalanx"
+OUTPUTS_VOLUME = "outputs"
+
+
+class RenderError(ValueError):
+    """The job cannot be rendered into Kubernetes objects; the message names the field to fix."""
+
+
+def job_owner_reference(job: TrainingJob) -> dict[str, Any]:
+    """The ownerReference that makes an object belong to the job: deleting the job garbage-collects it.
+
+    Raises:
+        RenderError: the job has no uid (it was not read back from the API server).
+
+    """
+    if not job.metadata.uid:
+        raise RenderError(
+            f"the job {job.metadata.name!r} has no metadata.uid: render objects for a job read from the API server"
+        )
+    return {
+        "apiVersion": f"{API_GROUP}/{VERSION}",
+        "kind": "TrainingJob",
+        "name": job.metadata.name,
+        "uid": job.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def service_name(job: TrainingJob) -> str:
+    """The headless Service of a job: named after the job (and the Pods' ``subdomain``)."""
+    return job.metadata.name
+
+
+def hostfile_configmap_name(job: TrainingJob) -> str:
+    """The ConfigMap holding a job's MPI hostfile."""
+    return f"{job.metadata.name}-hostfile"
+
+
+def replica_host(job: TrainingJob, name: str) -> str:
+    """The stable DNS name of a replica's Pod through the job's headless Service."""
+    return f"{name}.{service_name(job)}.{job.metadata.namespace}.svc"
+
+
+def dns_addresses(job: TrainingJob, jobtype: JobType) -> dict[str, Endpoint]:
+    """The address book on Kubernetes: every replica of the spec, by DNS name, on the JobType's port."""
+    return {name: Endpoint(replica_host(job, name), jobtype.spec.port) for _, _, name in replica_names(job, jobtype)}
+
+
+def output_dir(job: TrainingJob) -> str:
+    """Where replicas write outputs inside their container (``PHALANX_OUTPUT_DIR``)."""
+    return f"{OUTPUTS_ROOT}/{job.spec.outputs.path.strip('/')}"
+
+
+def render_pod(
+    job: TrainingJob,
+    jobtype: JobType,
+    role: str,
+    index: int,
+    attempt: int,
+    *,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+    image: str | None = None,
+) -> dict[str, Any]:
+    """Render the Pod of one replica, for one attempt.
+
+    Args:
+        job: the validated, defaulted job, read from the API server (it has a uid).
+        jobtype: its JobType.
+        role: the replica's role.
+        index: the replica's index within its role.
+        attempt: the attempt number (``status.attempt``); labelled, and in ``PHALANX_ATTEMPT``.
+        scheduler_name: the scheduler that binds the Pod.
+        image: the image for a replica whose template names none (e.g. the operator's default).
+
+    Raises:
+        RenderError: no image, no uid, a name that is not a DNS label, or a template that cannot be rendered.
+
+    """
+    if role not in job.spec.replicas or not 0 <= index < job.spec.replicas[role].count:
+        raise RenderError(f"the job {job.metadata.name!r} has no replica {role}[{index}]")
+    if attempt < 0:
+        raise RenderError(f"attempt must be >= 0, got {attempt}")
+    template = job.spec.replicas[role].template
+    chosen_image = template.image or image
+    if not chosen_image:
+        raise RenderError(
+            f"spec.replicas.{role}.template.image: no image for role {role!r}; set it in the job or in the "
+            f"JobType {jobtype.metadata.name!r} (roles.{role}.template.image), e.g. image: pytorch/pytorch:2.5.1"
+        )
+    name = replica_name(job.metadata.name, role, index)
+    try:
+        check_dns_label(name, f"pod name (<job>-<role>-<index>) {name!r}")
+    except ValueError as error:
+        raise RenderError(f"{error}; shorten metadata.name or the role name") from None
+    owner = job_owner_reference(job)
+    addresses = dns_addresses(job, jobtype)
+    try:
+        env = render_replica_env(
+            job,
+            jobtype,
+            role,
+            index,
+            addresses,
+            node_of={replica: replica for replica in addresses},  # one node per Pod: see the module docstring
+            output_dir=output_dir(job),
+            hostfile_path=f"{HOSTFILE_DIR}/{HOSTFILE_KEY}",
+        )
+    except RendezvousError as error:
+        raise RenderError(str(error)) from None
+    env["PHALANX_ATTEMPT"] = str(attempt)
+    resources = template.resources
+    if resources.gpu_milli:
+        env["PHALANX_GPU_MILLI"] = str(resources.gpu_milli)
+
+    annotations = {ANNOTATION_JOB_UID: owner["uid"]}
+    if env.get("PHALANX_RANK"):
+        annotations[ANNOTATION_RANK] = env["PHALANX_RANK"]
+    if resources.gpu_milli:
+        annotations[ANNOTATION_GPU_MILLI] = str(resources.gpu_milli)
+    if resources.gpu_model:
+        annotations[ANNOTATION_GPU_MODEL] = resources.gpu_model
+
+    mounts: list[dict[str, Any]] = [{"name": OUTPUTS_VOLUME, "mountPath": output_dir(job)}]
+    volumes: list[dict[str, Any]] = [{"name": OUTPUTS_VOLUME, "emptyDir": {}}]
+    if jobtype.spec.hostfile_roles:
+        mounts.append({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": True})
+        volumes.append({"name": HOSTFILE_VOLUME, "configMap": {"name": hostfile_configmap_name(job)}})
+
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": chosen_image,
+        "env": [{"name": key, "value": value} for key, value in env.items()],
+        "ports": [{"name": PORT_NAME, "containerPort": jobtype.spec.port, "protocol": "TCP"}],
+        "resources": _resources(job, role),
+        "volumeMounts": mounts,
+    }
+    if template.command:
+        container["command"] = list(template.command)
+    if template.args:
+        container["args"] = list(template.args)
+    if template.working_dir:
+        container["workingDir"] = template.working_dir
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job.metadata.namespace,
+            "labels": {
+                LABEL_JOB: job.metadata.name,
+                LABEL_ROLE: role,
+                LABEL_INDEX: str(index),
+                LABEL_ATTEMPT: str(attempt),
+                "app.kubernetes.io/managed-by": "phalanx",
+            },
+            "annotations": annotations,
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "schedulerName": scheduler_name,
+            "restartPolicy": "Never",
+            "hostname": name,
+            "subdomain": service_name(job),
+            "enableServiceLinks": False,  # one Service per job: its env variables would only grow every Pod's env
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
+
+
+def _resources(job: TrainingJob, role: str) -> dict[str, Any]:
+    resources = job.spec.replicas[role].template.resources
+    quantities: dict[str, str] = {}
+    if resources.cpu:
+        quantities["cpu"] = format_cpu(resources.cpu)
+    if resources.memory:
+        quantities["memory"] = str(resources.memory)
+    if resources.gpu:
+        quantities[GPU_RESOURCE] = str(resources.gpu)
+    if not quantities:
+        return {}
+    return {"requests": dict(quantities), "limits": dict(quantities)}
+
+
+def render_headless_service(job: TrainingJob, jobtype: JobType) -> dict[str, Any]:
+    """Render the job's headless Service: stable DNS names for its Pods, ready or not.
+
+    ``publishNotReadyAddresses`` publishes a Pod's name as soon as it has an IP, so replicas can rendezvous
+    before any readiness probe passes (they have none).
+
+    Raises:
+        RenderError: the job has no uid.
+
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(job),
+            "namespace": job.metadata.namespace,
+            "labels": {LABEL_JOB: job.metadata.name, "app.kubernetes.io/managed-by": "phalanx"},
+            "ownerReferences": [job_owner_reference(job)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {LABEL_JOB: job.metadata.name},
+            "publishNotReadyAddresses": True,
+            "ports": [
+                {"name": PORT_NAME, "port": jobtype.spec.port, "targetPort": jobtype.spec.port, "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def render_hostfile_configmap(job: TrainingJob, jobtype: JobType) -> dict[str, Any] | None:
+    """Render the ConfigMap with the MPI hostfile, or None when the JobType has no ``hostfileRoles``.
+
+    Every replica of the ``hostfileRoles`` is listed by its DNS name, ``slotsPerHost`` slots each.
+
+    Raises:
+        RenderError: the job has no uid.
+
+    """
+    if not jobtype.spec.hostfile_roles:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": hostfile_configmap_name(job),
+            "namespace": job.metadata.namespace,
+            "labels": {LABEL_JOB: job.metadata.name, "app.kubernetes.io/managed-by": "phalanx"},
+            "ownerReferences": [job_owner_reference(job)],
+        },
+        "data": {HOSTFILE_KEY: render_hostfile(job, jobtype, dns_addresses(job, jobtype))},
+    }
+
+
+def render_pods(
+    job: TrainingJob,
+    jobtype: JobType,
+    attempt: int,
+    *,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+    image: str | None = None,
+) -> list[dict[str, Any]]:
+    """Render the Pods of every replica of the job, in rank order (ranked roles first)."""
+    return [
+        render_pod(job, jobtype, role, index, attempt, scheduler_name=scheduler_name, image=image)
+        for role, index, _ in replica_names(job, jobtype)
+    ]
