@@ -106,7 +106,7 @@ def measure_overhead(
         direct.append(time.monotonic() - began)
         began = time.monotonic()
         subprocess.run(
-            [sys.executable, "-m", "phalanx.entrypoints.cli.main", "run", str(spec), "--no-logs"],
+            [sys.executable, "-m", "phalanx.entrypoints.cli", "run", str(spec), "--no-logs"],
             check=True,
             env=env,
             cwd=work,

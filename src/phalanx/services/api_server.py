@@ -1,10 +1,11 @@
 """The embedded control plane's local API: JSON over HTTP on a Unix socket in the state directory.
 
 It lets thin clients (``phalanx run``) submit and follow jobs without loading the model layer themselves: the
-control plane, which has it loaded already, validates, creates and reads. Every request gets its own store
-connection (the store keeps one per thread). Routes:
+control plane, which has it loaded already, validates, creates and reads. Requests share one store, which keeps a
+connection per thread. Routes:
 
-- ``POST /v1/submit`` ``{documents, submitDir, namespace?, replaceFinished?}`` → ``200 {created: [...]}``,
+- ``POST /v1/submit`` ``{documents | text, submitDir, namespace?, replaceFinished?, source?}`` (``text``: the
+  YAML/JSON file's content, parsed here) → ``200 {created: [...]}``,
   ``422 {errors: [{path, message}], source}`` (nothing created), ``409 {message}``.
 - ``GET /v1/namespaces/NS/trainingjobs/NAME?after=RV&wait=S`` → ``200`` the job (wire form) once its
   resourceVersion differs from ``RV`` or ``S`` seconds have passed; ``404 {message}``.
@@ -30,6 +31,7 @@ from urllib.parse import parse_qs, urlparse
 from phalanx.adapters.store import SqliteStore
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
+from phalanx.model.loading import parse_documents
 from phalanx.services.layout import StateLayout
 from phalanx.services.operations import OperationError, Operations
 
@@ -44,17 +46,15 @@ class _UnixHttpServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
 
     def __init__(self, path: Path, layout: StateLayout) -> None:
         self.layout = layout
-        self.stores = threading.local()
+        # One store for every request thread: it keeps a connection per thread itself, and opening it once
+        # spares each request the schema check.
+        self.ops = Operations(SqliteStore(layout.database), layout)
         path.unlink(missing_ok=True)
         super().__init__(str(path), _Handler)
         os.chmod(path, 0o600)
 
     def operations(self) -> Operations:
-        ops: Operations | None = getattr(self.stores, "ops", None)
-        if ops is None:
-            ops = Operations(SqliteStore(self.layout.database), self.layout)
-            self.stores.ops = ops
-        return ops
+        return self.ops
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -85,12 +85,16 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             request = json.loads(self.rfile.read(length) or b"{}")
-            documents = request["documents"]
             submit_dir = Path(request["submitDir"])
+            text = request.get("text")
+            documents = request["documents"] if text is None else None
         except (ValueError, KeyError, TypeError) as err:
             self._reply(400, {"message": f"bad request: {err}"})
             return
         try:
+            if documents is None:
+                # Parsing here spares thin clients the YAML library; errors name the line, as locally.
+                documents = parse_documents(str(text), source=request.get("source") or "<input>")
             created = self.server.operations().submit(
                 documents,
                 submit_dir=submit_dir,

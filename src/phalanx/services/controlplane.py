@@ -40,7 +40,7 @@ class ControlPlaneConfig:
     inventory: Path | None = None
     node_name: str | None = None
     lease_ttl_seconds: float = 5.0
-    poll_seconds: float = 0.02
+    poll_seconds: float = 0.01
     idle_seconds: float = 1.0
     grace_seconds: float = 10.0
     max_busy_passes: int = 50

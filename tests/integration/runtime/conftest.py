@@ -113,7 +113,7 @@ class Runtime:
     def cli(self, *args: str, timeout: float = 120.0, check: bool = False) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "PHALANX_HOME": str(self.state_dir), "COLUMNS": "200"}
         result = subprocess.run(
-            [sys.executable, "-m", "phalanx.entrypoints.cli.main", *args],
+            [sys.executable, "-m", "phalanx.entrypoints.cli", *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -129,7 +129,7 @@ class Runtime:
         env = {**os.environ, "PHALANX_HOME": str(self.state_dir), "COLUMNS": "200"}
         with open(output, "w") as sink:
             process = subprocess.Popen(
-                [sys.executable, "-m", "phalanx.entrypoints.cli.main", *args],
+                [sys.executable, "-m", "phalanx.entrypoints.cli", *args],
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 text=True,

@@ -84,16 +84,19 @@ class LocalApi:
 
     def submit(
         self,
-        documents: list[dict[str, Any]],
+        documents: list[dict[str, Any]] | str,
         *,
         submit_dir: Path,
         namespace: str | None,
         replace_finished: bool,
         source: str | None,
     ) -> list[dict[str, Any]]:
-        """Validate and create; raises ApiError 422 with ``errors`` when a document is invalid."""
+        """Validate and create; raises ApiError 422 with ``errors`` when a document is invalid.
+
+        ``documents`` is a list of mappings, or the text of a YAML/JSON file that the control plane parses.
+        """
         body = {
-            "documents": documents,
+            "documents" if not isinstance(documents, str) else "text": documents,
             "submitDir": str(submit_dir),
             "namespace": namespace,
             "replaceFinished": replace_finished,

@@ -11,25 +11,21 @@ typer and rich.
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, ApiJobSource, LogTailer, StoreJobSource, follow
-from phalanx.entrypoints.cli.local_api import ApiError, LocalApi
+from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, StoreJobSource, follow
+from phalanx.entrypoints.cli.output import console, fail
+from phalanx.entrypoints.cli.running import run_job, session
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, styled_phase
-from phalanx.services.layout import StateLayout, default_state_dir
 
 if TYPE_CHECKING:
-    from phalanx.entrypoints.client import Client
+    pass
 
 app = typer.Typer(
     name="phalanx",
@@ -38,9 +34,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-# Pipes and CI logs get wide lines instead of rich's 80-column default, so tables and messages do not fold.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
 
 
 class Output(StrEnum):
@@ -71,54 +64,12 @@ NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Namespa
 OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table, wide, yaml or json.")]
 
 
-@contextmanager
-def _session(state_dir: Path | None, namespace: str = "default") -> Iterator[Client]:
-    """A client for one command; every expected error becomes a message on stderr and an exit code."""
-    from phalanx.entrypoints.client import Client
-    from phalanx.model.errors import SpecError
-    from phalanx.services.daemon import DaemonError
-    from phalanx.services.operations import OperationError
-
-    with Client(state_dir=state_dir, namespace=namespace) as client:
-        try:
-            yield client
-        except SpecError as err:
-            _spec_errors(err.source, [(e.path, e.message) for e in err.errors])
-        except (OperationError, DaemonError, TimeoutError) as err:
-            _fail(str(err))
-
-
-def _fail(message: str, code: int = 1) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {escape(message)}")
-    raise typer.Exit(code)
-
-
-def _spec_errors(source: str | None, errors: Sequence[tuple[str, str]]) -> NoReturn:
-    where = f"{source}: " if source else ""
-    err_console.print(f"[bold red]error:[/] {escape(where)}invalid spec, nothing was created:")
-    for path, message in errors:
-        err_console.print(f"  [yellow]{escape(path or '(document)')}[/]: {escape(message)}")
-    raise typer.Exit(2)
-
-
 def _print_objects(objects: list[Any], output: Output) -> None:
     from phalanx.entrypoints.cli.render import as_wire
     from phalanx.model.loading import dump_json, dump_yaml
 
     data = as_wire(objects)
     sys.stdout.write(dump_json(data) + "\n" if output == Output.JSON else dump_yaml(data))
-
-
-def _read_documents_fast(file: Path) -> list[dict[str, Any]] | None:
-    """The file's documents with PyYAML alone, or None when anything is off (the full path then reports it)."""
-    import yaml
-
-    try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        documents = [d for d in yaml.load_all(file.read_text(encoding="utf-8"), Loader=loader) if d is not None]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    return documents if documents and all(isinstance(d, dict) for d in documents) else None
 
 
 @app.command()
@@ -133,65 +84,9 @@ def run(
     ] = None,
 ) -> None:
     """Submit a job, starting the local control plane if needed, and follow it to the end."""
-    layout = StateLayout(state_dir or default_state_dir())
-    api = LocalApi(layout.api_socket)
-    documents = _read_documents_fast(file)
-    if documents is None or not api.available():
-        # No control plane yet (or a file only the full parser can explain): validate here first, so that a
-        # bad spec never leaves a control plane behind, then start one.
-        with _session(state_dir, namespace) as client:
-            from phalanx.model.loading import read_documents
-            from phalanx.services.daemon import start_control_plane
-
-            documents = read_documents(file)
-            client.ops.validate(documents, source=str(file))
-            leader, started = start_control_plane(client.layout, inventory=inventory)
-            word = "started" if started else "running"
-            console.print(f"[dim]control plane {word} (pid {leader.pid}); state in {client.layout.root}[/]")
-    else:
-        console.print(f"[dim]control plane running; state in {layout.root}[/]")
-    try:
-        submitted = api.submit(
-            documents,
-            submit_dir=Path(os.getcwd()),
-            namespace=None if namespace == "default" else namespace,
-            replace_finished=True,
-            source=str(file),
-        )
-    except ApiError as err:
-        if err.status == 422:
-            _spec_errors(err.body.get("source"), [(e["path"], e["message"]) for e in err.body["errors"]])
-        _fail(str(err))
-    jobs = [s for s in submitted if s["kind"] == "TrainingJob"]
-    for item in submitted:
-        verb = "replaced" if item["replaced"] else "created"
-        console.print(f"{item['kind'].lower()}/{item['name']} {verb}")
-    if detach or not jobs:
-        return
-    final = follow(ApiJobSource(api, jobs[0]["namespace"], jobs[0]["name"]), console, show_logs=logs)
-    _summary(final)
-    phase = final["status"]["phase"]
-    raise typer.Exit(0 if phase == "Succeeded" else 3 if phase == "Halted" else 1)
-
-
-def _summary(job: dict[str, Any]) -> None:
-    from datetime import datetime
-
-    status = job.get("status", {})
-    conditions = status.get("conditions", [])
-    first = conditions[0]["lastTransitionTime"] if conditions else job["metadata"].get("creationTimestamp")
-    done = status.get("completionTime")
-    line = f"job {job['metadata']['name']} {styled_phase(status.get('phase', ''))}"
-    if first and done:
-        took = datetime.fromisoformat(done).timestamp() - datetime.fromisoformat(first).timestamp()
-        line += f" in {took:.1f}s"
-    if status.get("phase") == "Failed":
-        line += f": {escape(status.get('message') or status.get('reason', ''))}"
-    console.print(line)
-    if metrics := status.get("metrics"):
-        console.print("metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
-    if artifacts := status.get("artifacts"):
-        console.print(f"artifacts: {artifacts}")
+    raise typer.Exit(
+        run_job(file, state_dir=state_dir, namespace=namespace, detach=detach, logs=logs, inventory=inventory)
+    )
 
 
 @app.command()
@@ -205,7 +100,7 @@ def submit(
     from phalanx.model.loading import read_documents
     from phalanx.services.daemon import current_leader
 
-    with _session(state_dir, namespace) as client:
+    with session(state_dir, namespace) as client:
         documents = read_documents(file)
         if dry_run:
             objects = client.ops.validate(documents, source=str(file))
@@ -231,7 +126,7 @@ def get(
     from phalanx.entrypoints.cli.render import jobs_table, jobtypes_table, nodes_table
     from phalanx.model.replicas import Replica
 
-    with _session(state_dir, namespace) as client:
+    with session(state_dir, namespace) as client:
         if resource in (Resource.JOBS, Resource.JOB):
             jobs = (
                 [client.ops.get_job(namespace, name)]
@@ -262,7 +157,7 @@ def get(
         else:
             jobtypes = [jt for n, jt in sorted(client.ops.jobtypes().items()) if name in (None, n)]
             if name and not jobtypes:
-                _fail(f"job type {name!r} not found; known: {', '.join(sorted(client.ops.jobtypes()))}")
+                fail(f"job type {name!r} not found; known: {', '.join(sorted(client.ops.jobtypes()))}")
             if output in (Output.YAML, Output.JSON):
                 _print_objects(jobtypes, output)
             else:
@@ -280,8 +175,8 @@ def describe(
     from phalanx.entrypoints.cli.render import print_description
 
     if resource not in ("job", "jobs"):
-        _fail(f"cannot describe {resource!r}; use `phalanx describe job NAME`", 2)
-    with _session(state_dir, namespace) as client:
+        fail(f"cannot describe {resource!r}; use `phalanx describe job NAME`", 2)
+    with session(state_dir, namespace) as client:
         print_description(console, client.describe(name))
 
 
@@ -294,7 +189,7 @@ def logs(
     namespace: NamespaceOption = "default",
 ) -> None:
     """Print the logs of a job's replicas (latest attempt of each)."""
-    with _session(state_dir, namespace) as client:
+    with session(state_dir, namespace) as client:
         files = client.ops.log_files(namespace, job, replica)
         if follow_logs:
             if replica is None:
@@ -329,7 +224,7 @@ def halt(
     from phalanx.model.jobs import Phase
     from phalanx.services.daemon import current_leader
 
-    with _session(state_dir, namespace) as client:
+    with session(state_dir, namespace) as client:
         client.halt(job)
         if wait and current_leader(client.store) is not None:
             final = client.wait(job, until={Phase.HALTED, Phase.SUCCEEDED, Phase.FAILED}, timeout=120)
@@ -345,7 +240,7 @@ def resume(
     namespace: NamespaceOption = "default",
 ) -> None:
     """Queue a halted job again."""
-    with _session(state_dir, namespace) as client:
+    with session(state_dir, namespace) as client:
         client.resume(job)
         console.print(f"job/{job} resumed")
 
@@ -359,8 +254,8 @@ def delete(
 ) -> None:
     """Delete a job: stop its replicas, then remove it."""
     if resource not in ("job", "jobs"):
-        _fail(f"cannot delete {resource!r}; use `phalanx delete job NAME`", 2)
-    with _session(state_dir, namespace) as client:
+        fail(f"cannot delete {resource!r}; use `phalanx delete job NAME`", 2)
+    with session(state_dir, namespace) as client:
         client.delete(name)
         console.print(f"job/{name} deleted")
 
@@ -372,7 +267,7 @@ def explain(
     namespace: NamespaceOption = "default",
 ) -> None:
     """Say in one sentence why a job is where it is (why it waits)."""
-    with _session(state_dir, namespace) as client:
+    with session(state_dir, namespace) as client:
         console.print(escape(client.explain(job)))
 
 
@@ -386,7 +281,7 @@ def up(
     """Start the local control plane in the background (or report the running one)."""
     from phalanx.services.daemon import start_control_plane
 
-    with _session(state_dir) as client:
+    with session(state_dir) as client:
         leader, started = start_control_plane(client.layout, inventory=inventory)
         word = "started" if started else "already running"
         console.print(f"control plane {word} (pid {leader.pid}); state in {client.layout.root}")
@@ -396,7 +291,7 @@ def up(
 @app.command()
 def down(state_dir: StateDirOption = None) -> None:
     """Stop the local control plane. Running replicas keep running and are adopted by the next `up`."""
-    with _session(state_dir) as client:
+    with session(state_dir) as client:
         stopped = client.down()
         console.print("control plane stopped" if stopped else "no control plane was running")
 
@@ -406,7 +301,7 @@ def status(state_dir: StateDirOption = None) -> None:
     """Is the control plane running, and what does this machine hold?"""
     from phalanx.services.daemon import current_leader
 
-    with _session(state_dir) as client:
+    with session(state_dir) as client:
         leader = current_leader(client.store)
         if leader is None:
             console.print("control plane: [yellow]not running[/] (start it with `phalanx up`)")
@@ -437,7 +332,7 @@ def install(
 ) -> None:
     """Install Phalanx on Kubernetes: CRDs, RBAC, operator, scheduler and node agent."""
     if not print_yaml:
-        _fail(
+        fail(
             "nothing is applied by phalanx itself yet; print the manifests and apply them with kubectl: "
             "phalanx install --print | kubectl apply -f -",
             2,
@@ -450,26 +345,15 @@ def install(
     try:
         text = render_install(request)
     except ValueError as err:
-        _fail(str(err), 2)
+        fail(str(err), 2)
     sys.stdout.write(text)
 
 
 def main() -> None:
-    """Console-script entry point.
+    """Entry point of ``python -m phalanx.entrypoints.cli.main`` (the console script uses the launcher)."""
+    from phalanx.entrypoints.cli.launcher import main as launch
 
-    Exits without the interpreter's finalisation (tens of milliseconds of module teardown): every command has
-    closed what it opened by the time it returns, so only the output buffers need flushing.
-    """
-    try:
-        app()
-        code = 0
-    except SystemExit as exit_:
-        if isinstance(exit_.code, str):
-            err_console.print(exit_.code)
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    launch()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,79 @@
+"""The ``phalanx`` console script: `phalanx run FILE` on a fast path, every other command through typer.
+
+`run` is the command people time against running their script directly, and typer alone costs about
+120 ms to start here (it imports pydantic to coerce parameters). The launcher parses `run`'s few options
+with argparse and calls ``running.run_job``, the very function the typer command calls. Anything it does not
+recognise (``--help``, a typo, another command) goes to the typer app, which owns the documentation and the
+error messages. ``tests/unit/cli/test_launcher.py`` checks that both accept the same options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+RUN_OPTIONS = ("--state-dir", "--namespace", "-n", "--detach", "-d", "--logs", "--no-logs", "--inventory")
+
+
+class _DeclinedError(Exception):
+    """The arguments are not a plain `run`; typer takes them."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _DeclinedError(message)
+
+
+def parse_run(argv: list[str]) -> argparse.Namespace:
+    """Parse `run FILE [options]` exactly as the typer command does, or raise _DeclinedError.
+
+    Raises:
+        _DeclinedError: help was asked for, or the arguments are not a valid `run` invocation.
+    """
+    if not argv or argv[0] != "run" or any(a in ("--help", "-h") for a in argv):
+        raise _DeclinedError("not a plain run")
+    parser = _Parser(prog="phalanx run", add_help=False)
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--state-dir", type=Path, default=os.environ.get("PHALANX_HOME") or None)
+    parser.add_argument("--namespace", "-n", default="default")
+    parser.add_argument("--detach", "-d", action="store_true")
+    parser.add_argument("--logs", dest="logs", action="store_true", default=True)
+    parser.add_argument("--no-logs", dest="logs", action="store_false")
+    parser.add_argument("--inventory", type=Path, default=None)
+    return parser.parse_args(argv[1:])
+
+
+def main() -> None:
+    """Dispatch, then exit without interpreter finalisation once output is flushed."""
+    code: int
+    try:
+        try:
+            args = parse_run(sys.argv[1:])
+        except _DeclinedError:
+            from phalanx.entrypoints.cli.main import app
+
+            app()
+            code = 0
+        else:
+            from phalanx.entrypoints.cli.running import run_job
+
+            state_dir = Path(args.state_dir) if args.state_dir else None
+            code = run_job(
+                args.file,
+                state_dir=state_dir,
+                namespace=args.namespace,
+                detach=args.detach,
+                logs=args.logs,
+                inventory=args.inventory,
+            )
+    except SystemExit as exit_:
+        if isinstance(exit_.code, str):
+            sys.stderr.write(exit_.code + "\n")
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except KeyboardInterrupt:
+        code = 130
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

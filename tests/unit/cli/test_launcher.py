@@ -1,0 +1,67 @@
+"""The fast `phalanx run` parser accepts exactly what the typer `run` command accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from phalanx.entrypoints.cli import launcher
+from phalanx.entrypoints.cli.main import app
+
+
+def typer_run_options() -> set[str]:
+    command = typer.main.get_command(app)
+    run = command.commands["run"]  # type: ignore[attr-defined]
+    names: set[str] = set()
+    for param in run.params:
+        names.update(o for o in (*param.opts, *param.secondary_opts) if o.startswith("-"))
+    return names
+
+
+def test_both_parsers_know_the_same_run_options() -> None:
+    assert typer_run_options() == set(launcher.RUN_OPTIONS)
+
+
+def test_a_full_run_invocation_is_parsed_like_typer_would() -> None:
+    args = launcher.parse_run(
+        ["run", "job.yaml", "-n", "team-a", "--no-logs", "-d", "--state-dir", "s", "--inventory", "inv.yaml"]
+    )
+    assert args.file == Path("job.yaml")
+    assert (args.namespace, args.logs, args.detach) == ("team-a", False, True)
+    assert (Path(args.state_dir), args.inventory) == (Path("s"), Path("inv.yaml"))
+
+
+def test_defaults_match_the_typer_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PHALANX_HOME", raising=False)
+    args = launcher.parse_run(["run", "job.yaml"])
+    assert (args.namespace, args.logs, args.detach, args.state_dir, args.inventory) == (
+        "default",
+        True,
+        False,
+        None,
+        None,
+    )
+
+
+def test_the_state_directory_comes_from_the_environment_like_typer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHALANX_HOME", "from-env")
+    assert launcher.parse_run(["run", "job.yaml"]).state_dir == Path("from-env")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--help"],
+        ["run"],
+        ["run", "a.yaml", "b.yaml"],
+        ["run", "job.yaml", "--bogus"],
+        ["get", "jobs"],
+        [],
+    ],
+    ids=["help", "no-file", "two-files", "unknown-option", "other-command", "nothing"],
+)
+def test_anything_else_is_left_to_typer(argv: list[str]) -> None:
+    with pytest.raises(launcher._DeclinedError):
+        launcher.parse_run(argv)
