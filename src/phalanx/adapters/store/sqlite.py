@@ -81,6 +81,7 @@ class SqliteStore:
         uid_factory: makes object uids (default: random UUID4 strings).
         busy_timeout_ms: how long a writer waits for another process's write lock before failing.
         change_poll_interval: seconds between ``PRAGMA data_version`` checks in ``wait_for_change``.
+        max_change_poll_interval: how far that interval grows while nothing changes.
 
     Raises:
         StoreError: the file cannot be created or opened, is not a SQLite database, or has a newer schema.
@@ -95,12 +96,14 @@ class SqliteStore:
         uid_factory: Callable[[], str] | None = None,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         change_poll_interval: float = DEFAULT_CHANGE_POLL_INTERVAL,
+        max_change_poll_interval: float = MAX_CHANGE_POLL_INTERVAL,
     ) -> None:
         self._path = Path(path)
         self._now = now or _utc_now
         self._uid_factory = uid_factory or _random_uid
         self._busy_timeout_ms = busy_timeout_ms
         self._poll_interval = change_poll_interval
+        self._max_poll_interval = max(change_poll_interval, max_change_poll_interval)
         self._kinds: dict[type[BaseModel], str] = {}
         self._closed = False
         self._start_process_state()
@@ -392,7 +395,7 @@ class SqliteStore:
             with self._cond:
                 if self._local_writes == local_writes:
                     self._cond.wait(min(remaining, interval))
-                    interval = min(interval * 1.5, max(self._poll_interval, MAX_CHANGE_POLL_INTERVAL))
+                    interval = min(interval * 1.5, self._max_poll_interval)
                 if self._local_writes != local_writes:
                     return True
             with self._translated("watch the change feed"):
