@@ -64,6 +64,12 @@ NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Namespa
 OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table, wide, yaml or json.")]
 
 
+def _require_jobs(resource: str, verb: str) -> None:
+    """Verbs that act on one job take ``job NAME``, kubectl-style; anything else is a usage error (exit 2)."""
+    if resource not in ("job", "jobs"):
+        fail(f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`", 2)
+
+
 def _print_objects(objects: list[Any], output: Output) -> None:
     from phalanx.entrypoints.cli.render import as_wire
     from phalanx.model.loading import dump_json, dump_yaml
@@ -174,8 +180,7 @@ def describe(
     """Show a job in detail: roles, placement, replicas, conditions, events."""
     from phalanx.entrypoints.cli.render import print_description
 
-    if resource not in ("job", "jobs"):
-        fail(f"cannot describe {resource!r}; use `phalanx describe job NAME`", 2)
+    _require_jobs(resource, "describe")
     with session(state_dir, namespace) as client:
         print_description(console, client.describe(name))
 
@@ -253,8 +258,7 @@ def delete(
     namespace: NamespaceOption = "default",
 ) -> None:
     """Delete a job: stop its replicas, then remove it."""
-    if resource not in ("job", "jobs"):
-        fail(f"cannot delete {resource!r}; use `phalanx delete job NAME`", 2)
+    _require_jobs(resource, "delete")
     with session(state_dir, namespace) as client:
         client.delete(name)
         console.print(f"job/{name} deleted")
