@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 import k8s_testenv
+from components import component_logs, components, phalanx_installed  # noqa: F401 - fixtures
 from support.waiting import wait_until
 
 STAGES = Path(__file__).parent / "stages"
@@ -151,3 +152,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     env = item.config.stash.get(_ENV, None)
     if report.failed and env is not None and item.get_closest_marker("e2e"):
         report.sections.append(("control plane logs (last 30 lines each)", env.log_tails(30)))
+        logs = component_logs(item)
+        if logs:
+            report.sections.append(("Phalanx component logs", logs))

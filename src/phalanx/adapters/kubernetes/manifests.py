@@ -150,6 +150,8 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
     return {
         OPERATOR.account: [
             _rule([API_GROUP], plurals, [*READ, "patch", "update"]),
+            # The built-in JobTypes (pytorch, mpi...) are created at start when a cluster lacks them.
+            _rule([API_GROUP], ["jobtypes"], ["create"]),
             _rule([API_GROUP], with_status, ["update", "patch"]),
             _rule([""], ["pods"], ["create", "delete", *READ]),
             _rule([""], ["services", "configmaps"], ["create", "delete", *READ]),
@@ -161,7 +163,8 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([""], ["pods/status"], ["patch"]),
             _rule([""], ["nodes"], READ),
             # Quota and node fit are decided in one cycle (DESIGN §4), so the scheduler reads queues too.
-            _rule([API_GROUP], ["trainingjobs", "queues"], READ),
+            # JobTypes name the ranked roles, which decide the order replicas are placed in.
+            _rule([API_GROUP], ["trainingjobs", "queues", "jobtypes"], READ),
             _rule([API_GROUP], ["trainingjobs/status"], ["patch"]),
             events,
         ],

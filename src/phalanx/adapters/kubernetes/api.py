@@ -1,0 +1,368 @@
+"""A small, dict-level client for the Kubernetes API: what the operator, scheduler, node agent and CLI need.
+
+Connection, authentication and TLS come from lightkube (kubeconfig files, contexts, exec plugins, in-cluster
+service accounts); the requests themselves are plain JSON dicts over its httpx client. Phalanx renders its
+manifests as dicts (``rendering.py``) and reads its own kinds into pydantic models (``objects.py``), so a
+typed object layer in between would only add a conversion; and the scheduler's bind loop is hot.
+
+Errors are ``KubeApiError`` with the HTTP status and the API's reason; ``NotFoundError`` (404),
+``ConflictError`` (409: a stale resourceVersion *or* an object that already exists — ``already_exists`` tells
+which) and ``GoneError`` (410: a watch's resourceVersion is too old, list again) are the ones callers branch on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from lightkube.config import client_adapter
+from lightkube.config.client_adapter import ConnectionParams
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ConfigError
+
+from phalanx.model.base import API_GROUP
+
+PHALANX_VERSION = "v1alpha1"
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A kind the client talks to: where it lives in the API."""
+
+    kind: str
+    plural: str
+    group: str = ""
+    version: str = "v1"
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        """``v1`` or ``group/version``, as in an object's ``apiVersion``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        """The URL path; ``namespace`` None on a namespaced kind means every namespace (lists and watches)."""
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        parts = [root]
+        if self.namespaced and namespace is not None:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(name)
+            if subresource:
+                parts.append(subresource)
+        return "/".join(parts)
+
+
+PODS = Resource("Pod", "pods")
+NODES = Resource("Node", "nodes", namespaced=False)
+SERVICES = Resource("Service", "services")
+CONFIGMAPS = Resource("ConfigMap", "configmaps")
+EVENTS = Resource("Event", "events")
+NAMESPACES = Resource("Namespace", "namespaces", namespaced=False)
+LEASES = Resource("Lease", "leases", group="coordination.k8s.io")
+TRAININGJOBS = Resource("TrainingJob", "trainingjobs", group=API_GROUP, version=PHALANX_VERSION)
+JOBTYPES = Resource("JobType", "jobtypes", group=API_GROUP, version=PHALANX_VERSION, namespaced=False)
+QUEUES = Resource("Queue", "queues", group=API_GROUP, version=PHALANX_VERSION, namespaced=False)
+CRDS = Resource("CustomResourceDefinition", "customresourcedefinitions", group="apiextensions.k8s.io", namespaced=False)
+
+
+class KubeApiError(Exception):
+    """The API server refused a request (or could not be reached: ``status`` 0)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"HTTP {status} {reason}: {message}" if status else message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class NotFoundError(KubeApiError):
+    """404: the object (or its namespace, or its kind) does not exist."""
+
+
+class ConflictError(KubeApiError):
+    """409: a stale resourceVersion, or creating an object that already exists."""
+
+    @property
+    def already_exists(self) -> bool:
+        """True when the object exists (a create), False for an update against a stale resourceVersion."""
+        return self.reason == "AlreadyExists"
+
+
+class GoneError(KubeApiError):
+    """410: the resourceVersion a watch started from is too old; list again."""
+
+
+class KubeConfigError(KubeApiError):
+    """No usable kubeconfig or in-cluster service account."""
+
+
+_ERRORS: dict[int, type[KubeApiError]] = {404: NotFoundError, 409: ConflictError, 410: GoneError}
+
+
+def error_from(status: int, body: Any) -> KubeApiError:
+    """The exception for a failed response (``body`` is its decoded ``Status`` object, if any)."""
+    if isinstance(body, Mapping):
+        reason = str(body.get("reason") or "")
+        message = str(body.get("message") or body)
+    else:
+        reason, message = "", str(body)
+    return _ERRORS.get(status, KubeApiError)(status, reason, message)
+
+
+def load_kubeconfig(path: str | os.PathLike[str] | None = None, context: str | None = None) -> Any:
+    """Select a kubeconfig context: ``path`` if given, else in-cluster, else ``$KUBECONFIG``, else ``~/.kube/config``.
+
+    Raises:
+        KubeConfigError: nothing usable was found, or ``context`` is not in the file.
+    """
+    try:
+        config = KubeConfig.from_file(path) if path is not None else KubeConfig.from_env()
+        selected = config.get(context_name=context)
+    except (ConfigError, OSError) as error:
+        where = str(path) if path is not None else os.environ.get("KUBECONFIG", "~/.kube/config")
+        raise KubeConfigError(0, "NoConfig", f"cannot load a kubeconfig from {where}: {error}") from error
+    if selected is None:
+        raise KubeConfigError(0, "NoContext", f"the kubeconfig has no context {context!r}")
+    return selected
+
+
+class KubeApi:
+    """JSON requests against one API server. Thread-safe (httpx clients are)."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+
+    @classmethod
+    def from_kubeconfig(
+        cls, path: str | os.PathLike[str] | None = None, context: str | None = None, *, timeout: float = 30.0
+    ) -> KubeApi:
+        """Connect as the kubeconfig's (or the in-cluster service account's) user."""
+        selected = load_kubeconfig(path, context)
+        params = ConnectionParams(timeout=httpx.Timeout(timeout), trust_env=False)
+        return cls(client_adapter.Client(selected, params))
+
+    @classmethod
+    def with_token(cls, server: str, token: str, ca_file: Path, *, timeout: float = 30.0) -> KubeApi:
+        """Connect with a bearer token (e.g. a ServiceAccount's, from the TokenRequest API)."""
+        http = httpx.Client(
+            base_url=server,
+            verify=str(ca_file),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            trust_env=False,
+        )
+        return cls(http)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self.http.close()
+
+    # -- plain verbs --------------------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """One request; the decoded JSON response. Raises the ``KubeApiError`` subclass for the status."""
+        content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        headers = {"Content-Type": content_type} if content is not None else None
+        try:
+            response = self.http.request(method, path, content=content, params=params, headers=headers)
+        except httpx.HTTPError as error:
+            raise KubeApiError(0, "Unreachable", f"{method} {path}: {error}") from error
+        if response.status_code >= 400:
+            try:
+                decoded = response.json()
+            except ValueError:
+                decoded = response.text
+            raise error_from(response.status_code, decoded)
+        return response.json() if response.content else None
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        """One object."""
+        result: dict[str, Any] = self.request("GET", resource.path(namespace, name))
+        return result
+
+    def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every matching object (paged), and the list's resourceVersion to start a watch from."""
+        items: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": page_size}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        while True:
+            page = self.request("GET", resource.path(namespace), params=params)
+            for item in page.get("items") or []:
+                # List items carry no kind/apiVersion; add them so an item looks like a GET's answer.
+                item.setdefault("kind", resource.kind)
+                item.setdefault("apiVersion", resource.api_version)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            if not meta.get("continue"):
+                return items, str(meta.get("resourceVersion") or "")
+            params["continue"] = meta["continue"]
+
+    def watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Stream ``(type, object)`` changes after ``resource_version`` until the server ends the watch.
+
+        Types are ADDED, MODIFIED, DELETED and BOOKMARK (the object then carries only a resourceVersion).
+
+        Raises:
+            GoneError: ``resource_version`` is too old (list again).
+        """
+        params: dict[str, Any] = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_seconds,
+        }
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        timeout = httpx.Timeout(30.0, read=timeout_seconds + 30.0)
+        try:
+            with self.http.stream("GET", resource.path(namespace), params=params, timeout=timeout) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise error_from(response.status_code, _decode(response.text))
+                for line in response.iter_lines():
+                    if not line:
+                        continue
+                    event = json.loads(line)
+                    kind, obj = event.get("type", ""), event.get("object") or {}
+                    if kind == "ERROR":
+                        raise error_from(int(obj.get("code") or 500), obj)
+                    yield kind, obj
+        except httpx.HTTPError as error:
+            raise KubeApiError(0, "Unreachable", f"watch {resource.plural}: {error}") from error
+
+    def create(self, resource: Resource, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        """Create an object (``namespace`` defaults to the body's)."""
+        namespace = namespace or (body.get("metadata") or {}).get("namespace")
+        result: dict[str, Any] = self.request("POST", resource.path(namespace), body=body)
+        return result
+
+    def replace(self, resource: Resource, body: Mapping[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+        """PUT the object (with its resourceVersion: a stale one raises ``ConflictError``)."""
+        meta = body["metadata"]
+        path = resource.path(meta.get("namespace"), meta["name"], subresource)
+        result: dict[str, Any] = self.request("PUT", path, body=body)
+        return result
+
+    def replace_status(self, resource: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT the status subresource (optimistic: the body's resourceVersion must be current)."""
+        return self.replace(resource, body, subresource="status")
+
+    def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        kind: str = "merge",
+    ) -> dict[str, Any]:
+        """Patch an object: ``kind`` is ``merge`` (RFC 7386), ``strategic`` or ``json`` (RFC 6902)."""
+        content_type = {
+            "merge": "application/merge-patch+json",
+            "strategic": "application/strategic-merge-patch+json",
+            "json": "application/json-patch+json",
+        }[kind]
+        path = resource.path(namespace, name, subresource)
+        result: dict[str, Any] = self.request("PATCH", path, body=patch, content_type=content_type)
+        return result
+
+    def delete(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        propagation: str = "Background",
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """Delete an object; with ``uid``, only that incarnation of the name (a newer one is left alone)."""
+        options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        self.request("DELETE", resource.path(namespace, name), body=options)
+
+    # -- special verbs ------------------------------------------------------------------------------------------
+
+    def bind(self, namespace: str, pod: str, node: str, *, uid: str | None = None) -> None:
+        """Bind a pending Pod to a node through its ``binding`` subresource (what a scheduler does)."""
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod, "namespace": namespace, **({"uid": uid} if uid else {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self.request("POST", PODS.path(namespace, pod, "binding"), body=body)
+
+    def create_token(self, namespace: str, service_account: str, *, seconds: int = 3600) -> str:
+        """A bearer token for a ServiceAccount (the TokenRequest API, as ``kubectl create token``)."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds},
+        }
+        path = Resource("ServiceAccount", "serviceaccounts").path(namespace, service_account, "token")
+        answer = self.request("POST", path, body=body)
+        return str(answer["status"]["token"])
+
+    def logs(self, namespace: str, pod: str, *, container: str | None = None, tail_lines: int | None = None) -> str:
+        """A Pod's log text."""
+        params: dict[str, Any] = {}
+        if container:
+            params["container"] = container
+        if tail_lines is not None:
+            params["tailLines"] = tail_lines
+        try:
+            response = self.http.get(PODS.path(namespace, pod, "log"), params=params)
+        except httpx.HTTPError as error:
+            raise KubeApiError(0, "Unreachable", f"logs of {pod}: {error}") from error
+        if response.status_code >= 400:
+            raise error_from(response.status_code, _decode(response.text))
+        return response.text
+
+
+def _decode(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

@@ -1,0 +1,288 @@
+"""Translating between Kubernetes objects (API dicts) and Phalanx's models, in both directions.
+
+- **Jobs and JobTypes.** Kubernetes metadata has keys the models do not know (``managedFields``,
+  ``ownerReferences``, ``finalizers``…) and the models refuse unknown keys, so metadata is reduced to the
+  fields ``ObjectMeta`` has before a document is validated; the spec is validated exactly as the embedded
+  runtime validates it (``model.validation``), so a bad spec fails with the same field-path error in both.
+- **Pods as replicas.** A Pod of a job is the planner's ``ObservedReplica``: its role, index and attempt come
+  from labels the renderer set, its phase and exit code from the Pod's status.
+- **Nodes.** A Kubernetes Node becomes a ``model.nodes.Node`` for ``core.scheduling``: allocatable CPUs,
+  memory and ``nvidia.com/gpu``; the GPU model from ``nvidia.com/gpu.product``; NUMA and NVLink from the
+  ``phalanx.dev/gpu-topology`` annotation (written by the node agent, or by hand for fake nodes); GPUs the
+  node agent found unhealthy from ``phalanx.dev/unhealthy-gpus``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from phalanx.core.reconcile.types import ObservedReplica
+from phalanx.model.jobs import TrainingJob, TrainingJobStatus
+from phalanx.model.jobtypes import JobType
+from phalanx.model.loading import parse_jobtype
+from phalanx.model.meta import ObjectMeta
+from phalanx.model.nodes import CpuInfo, GpuInfo, Node, NodeSpec, NodeStatus
+from phalanx.model.replicas import ReplicaPhase
+from phalanx.model.resources import QuantityError, parse_cpu, parse_memory
+from phalanx.model.validation import validate_job
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_TOPOLOGY_ANNOTATION = "phalanx.dev/gpu-topology"
+UNHEALTHY_GPUS_ANNOTATION = "phalanx.dev/unhealthy-gpus"
+LABEL_JOB = "phalanx.dev/job"
+LABEL_ROLE = "phalanx.dev/role"
+LABEL_INDEX = "phalanx.dev/replica-index"
+LABEL_ATTEMPT = "phalanx.dev/attempt"
+_META_KEYS = {
+    "name": "name",
+    "namespace": "namespace",
+    "labels": "labels",
+    "annotations": "annotations",
+    "uid": "uid",
+    "resourceVersion": "resourceVersion",
+    "generation": "generation",
+    "creationTimestamp": "creationTimestamp",
+    "deletionTimestamp": "deletionTimestamp",
+}
+_POD_PHASES = {
+    "Pending": ReplicaPhase.PENDING,
+    "Running": ReplicaPhase.RUNNING,
+    "Succeeded": ReplicaPhase.SUCCEEDED,
+    "Failed": ReplicaPhase.FAILED,
+}
+
+
+def model_metadata(obj: Mapping[str, Any], *, cluster_scoped: bool = False) -> dict[str, Any]:
+    """The object's metadata reduced to what ``ObjectMeta`` holds."""
+    meta = obj.get("metadata") or {}
+    reduced = {ours: meta[theirs] for theirs, ours in _META_KEYS.items() if meta.get(theirs) is not None}
+    if cluster_scoped:
+        reduced.pop("namespace", None)
+    return reduced
+
+
+def job_document(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The TrainingJob as a document ``model.validation`` accepts (status left out: it is ours, not the user's)."""
+    return {
+        "apiVersion": obj.get("apiVersion", "phalanx.dev/v1alpha1"),
+        "kind": obj.get("kind", "TrainingJob"),
+        "metadata": model_metadata(obj),
+        "spec": obj.get("spec") or {},
+    }
+
+
+def job_status(obj: Mapping[str, Any]) -> TrainingJobStatus:
+    """The job's stored status; an empty or unreadable one is a new job's (Pending)."""
+    raw = obj.get("status")
+    if not raw:
+        return TrainingJobStatus()
+    try:
+        return TrainingJobStatus.model_validate(raw)
+    except ValueError:
+        return TrainingJobStatus()
+
+
+def job_from_object(obj: Mapping[str, Any], jobtypes: Mapping[str, JobType]) -> TrainingJob:
+    """The validated, defaulted job with its stored status.
+
+    Raises:
+        SpecError: the spec is invalid (field paths as the embedded runtime reports them).
+    """
+    job = validate_job(job_document(obj), jobtypes, source=f"trainingjob/{(obj.get('metadata') or {}).get('name')}")
+    return job.model_copy(update={"status": job_status(obj)})
+
+
+def status_body(obj: Mapping[str, Any], status: TrainingJobStatus) -> dict[str, Any]:
+    """The body of a PUT to ``trainingjobs/<name>/status``: the object as read, with the new status.
+
+    The object's resourceVersion rides along, so a write against a job that changed since it was read fails with
+    409 instead of overwriting the newer version.
+    """
+    body = {key: value for key, value in obj.items() if key != "status"}
+    body["status"] = status.to_dict()
+    return body
+
+
+def jobtype_from_object(obj: Mapping[str, Any]) -> JobType:
+    """A JobType read from the API server.
+
+    Raises:
+        SpecError: the JobType is invalid.
+    """
+    metadata = model_metadata(obj, cluster_scoped=True)
+    document = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": "JobType",
+        "metadata": metadata,
+        "spec": obj.get("spec") or {},
+    }
+    return parse_jobtype(document, source=f"jobtype/{metadata.get('name')}")
+
+
+# -- pods ----------------------------------------------------------------------------------------------------------
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def pod_exit(pod: Mapping[str, Any]) -> tuple[int | None, datetime | None, str]:
+    """The first terminated container's exit code, finish time and reason; ``(None, None, '')`` while running."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated:
+            return (
+                int(terminated.get("exitCode", 0)),
+                _timestamp(terminated.get("finishedAt")),
+                str(terminated.get("reason") or ""),
+            )
+    return None, None, ""
+
+
+def observe_pod(pod: Mapping[str, Any]) -> ObservedReplica | None:
+    """The planner's view of a job's Pod; None for a Pod without the labels the operator renders."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    try:
+        role = labels[LABEL_ROLE]
+        index = int(labels[LABEL_INDEX])
+        attempt = int(labels.get(LABEL_ATTEMPT, 0))
+    except (KeyError, ValueError):
+        return None
+    status = pod.get("status") or {}
+    phase = _POD_PHASES.get(str(status.get("phase") or "Pending"), ReplicaPhase.PENDING)
+    exit_code, finished, reason = pod_exit(pod)
+    if phase in (ReplicaPhase.SUCCEEDED, ReplicaPhase.FAILED) and exit_code is None:
+        exit_code = 0 if phase == ReplicaPhase.SUCCEEDED else 1
+    message = str(status.get("message") or reason or "")
+    return ObservedReplica(
+        name=str(meta.get("name")),
+        role=role,
+        index=index,
+        attempt=attempt,
+        phase=phase,
+        exit_code=exit_code,
+        deleting=meta.get("deletionTimestamp") is not None,
+        start_time=_timestamp(status.get("startTime")),
+        finish_time=finished,
+        message=message,
+    )
+
+
+def pod_is_bound(pod: Mapping[str, Any]) -> bool:
+    """True once a scheduler bound the Pod to a node."""
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def pod_holds_resources(pod: Mapping[str, Any]) -> bool:
+    """True while a bound Pod's containers may still run (kubelet frees a finished Pod's resources)."""
+    phase = (pod.get("status") or {}).get("phase")
+    return pod_is_bound(pod) and phase not in ("Succeeded", "Failed")
+
+
+# -- nodes ---------------------------------------------------------------------------------------------------------
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def unhealthy_gpus(obj: Mapping[str, Any]) -> set[int]:
+    """GPU indices the node agent marked unhealthy (annotation ``phalanx.dev/unhealthy-gpus``: '1,3')."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(UNHEALTHY_GPUS_ANNOTATION, "")
+    return {int(part) for part in str(raw).split(",") if part.strip().isdigit()}
+
+
+def _topology(obj: Mapping[str, Any]) -> dict[str, Any]:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(GPU_TOPOLOGY_ANNOTATION)
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _cpu_list(value: Any) -> list[int]:
+    """'0-3,8' or [0, 1] -> ids."""
+    if isinstance(value, list):
+        return [int(v) for v in value]
+    ids: list[int] = []
+    for part in str(value or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        start, _, end = part.partition("-")
+        ids.extend(range(int(start), int(end or start) + 1))
+    return ids
+
+
+def node_from_object(obj: Mapping[str, Any]) -> Node:
+    """The scheduler's view of a Kubernetes Node (allocatable resources, GPU topology, health)."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    capacity = status.get("capacity") or {}
+    try:
+        cpu_count = parse_cpu(allocatable.get("cpu", "0")) // 1000
+        memory = parse_memory(allocatable.get("memory", "0"))
+    except QuantityError:
+        cpu_count, memory = 0, 0
+    topology = _topology(obj)
+    numa_nodes = [entry for entry in topology.get("numaNodes") or [] if isinstance(entry, dict)]
+    numa_of_gpu: dict[int, int] = {}
+    numa_of_cpu: dict[int, int] = {}
+    for entry in numa_nodes:
+        numa = _count(entry.get("id"))
+        for gpu in entry.get("gpus") or []:
+            numa_of_gpu[int(gpu)] = numa
+        for cpu in _cpu_list(entry.get("cpus")):
+            numa_of_cpu[cpu] = numa
+    per_numa = max(1, -(-cpu_count // max(1, len(numa_nodes))))
+    numa_count = max(1, len(numa_nodes))
+    cpus = []
+    for cpu_id in range(cpu_count):
+        numa = numa_of_cpu.get(cpu_id, min(cpu_id // per_numa, numa_count - 1))
+        cpus.append(CpuInfo(id=cpu_id, socket=numa, numa=numa))
+    gpu_count = _count(capacity.get(GPU_RESOURCE, allocatable.get(GPU_RESOURCE, 0)))
+    sick = unhealthy_gpus(obj)
+    # A GPU gone from allocatable without an annotation (e.g. a device plugin's health check) is unhealthy too;
+    # the highest indices are assumed lost, since the API does not say which one went.
+    missing = max(0, gpu_count - len(sick) - _count(allocatable.get(GPU_RESOURCE, gpu_count)))
+    healthy_left = [index for index in range(gpu_count) if index not in sick]
+    sick |= set(healthy_left[len(healthy_left) - missing :]) if missing else set()
+    links: dict[int, dict[int, int]] = {index: {} for index in range(gpu_count)}
+    for pair in (topology.get("nvlink") or {}).get("pairs") or []:
+        a, b = int(pair[0]), int(pair[1])
+        if a in links and b in links:
+            links[a][b] = links[b][a] = 1
+    model = str((meta.get("labels") or {}).get(GPU_PRODUCT_LABEL, "unknown"))
+    gpus = [
+        GpuInfo(
+            index=index, model=model, numa=numa_of_gpu.get(index, 0), healthy=index not in sick, nvlinks=links[index]
+        )
+        for index in range(gpu_count)
+    ]
+    return Node(
+        metadata=ObjectMeta(name=str(meta.get("name")), namespace="default", labels=dict(meta.get("labels") or {})),
+        spec=NodeSpec(unschedulable=bool((obj.get("spec") or {}).get("unschedulable")) or not node_ready(obj)),
+        status=NodeStatus(cpus=cpus, memory=memory, gpus=gpus, source="kubernetes"),
+    )
+
+
+def node_ready(obj: Mapping[str, Any]) -> bool:
+    """True unless the node's Ready condition says otherwise (a node with no conditions yet counts as ready)."""
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return True

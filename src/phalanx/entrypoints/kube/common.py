@@ -1,0 +1,108 @@
+"""What the three cluster components share: options, logging, the API connection and the health endpoint.
+
+Options come from flags first, then from the environment the manifests in ``deploy/`` set (``POD_NAME``,
+``POD_NAMESPACE``, ``KUBECONFIG``), then defaults; outside a cluster, ``--kubeconfig`` (or ``$KUBECONFIG``)
+selects the API server. ``/healthz`` and ``/readyz`` answer on ``--health-port`` for the kubelet's probes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from phalanx.adapters.kubernetes.api import KubeApi
+from phalanx.adapters.kubernetes.manifests import HEALTH_PORT
+
+DEFAULT_NAMESPACE = "phalanx-system"
+
+
+@dataclass(frozen=True)
+class ComponentOptions:
+    """Options every component takes."""
+
+    kubeconfig: str | None
+    context: str | None
+    namespace: str
+    identity: str
+    health_port: int
+    log_level: str
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    """Add the shared flags to a component's parser."""
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig file (default: in-cluster service account, then $KUBECONFIG)",
+    )
+    parser.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", DEFAULT_NAMESPACE),
+        help="the namespace Phalanx is installed in (Leases live there)",
+    )
+    parser.add_argument(
+        "--identity",
+        default=os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
+        help="this process's name in Leases and events",
+    )
+    parser.add_argument("--health-port", type=int, default=HEALTH_PORT, help="port for /healthz and /readyz (0: none)")
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("PHALANX_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    )
+
+
+def common_options(args: argparse.Namespace) -> ComponentOptions:
+    """The shared options out of parsed arguments."""
+    return ComponentOptions(
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        namespace=args.namespace,
+        identity=args.identity,
+        health_port=args.health_port,
+        log_level=args.log_level,
+    )
+
+
+def setup(options: ComponentOptions, component: str) -> KubeApi:
+    """Configure logging and connect to the API server."""
+    logging.basicConfig(
+        level=options.log_level,
+        format=f"%(asctime)s %(levelname)s {component} %(name)s: %(message)s",
+    )
+    # httpx logs every request at INFO; a scheduler makes thousands.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    return KubeApi.from_kubeconfig(options.kubeconfig, options.context)
+
+
+def serve_health(port: int, ready: Callable[[], bool]) -> ThreadingHTTPServer | None:
+    """Answer the kubelet's probes in a daemon thread: /healthz while the process lives, /readyz when ``ready()``."""
+    if not port:
+        return None
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = self.path == "/healthz" or (self.path == "/readyz" and ready())
+            self.send_response(200 if ok else 503)
+            self.end_headers()
+            self.wfile.write(b"ok\n" if ok else b"not ready\n")
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+    return server
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv`` (None: the process's arguments)."""
+    return parser.parse_args(list(argv) if argv is not None else None)

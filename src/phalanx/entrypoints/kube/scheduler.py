@@ -1,0 +1,81 @@
+"""``phalanx-scheduler``: run the Phalanx scheduler against a cluster until SIGTERM.
+
+Options beyond the common ones: ``--scheduler-name`` (the ``schedulerName`` of the Pods it binds),
+``--lease-name`` and ``--lease-duration`` (leader election; one scheduler leads, others stand by).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from collections.abc import Sequence
+
+from phalanx.adapters.kubernetes.api import KubeApiError
+from phalanx.entrypoints.kube.common import add_common_options, common_options, parse, serve_health, setup
+from phalanx.services.kube_scheduler import KubeScheduler, SchedulerSettings
+
+log = logging.getLogger("phalanx.scheduler")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(prog="phalanx-scheduler", description="Gang-schedule Phalanx jobs on Kubernetes.")
+    add_common_options(parser)
+    parser.add_argument(
+        "--scheduler-name",
+        default=os.environ.get("PHALANX_SCHEDULER_NAME", "phalanx-scheduler"),
+        help="bind Pods whose spec.schedulerName is this",
+    )
+    parser.add_argument(
+        "--lease-name",
+        default=os.environ.get("PHALANX_LEASE_NAME", "phalanx-scheduler"),
+        help="the Lease (in --namespace) whose holder schedules",
+    )
+    parser.add_argument(
+        "--lease-duration",
+        type=float,
+        default=15.0,
+        help="seconds a silent leader keeps the Lease before another may take it",
+    )
+    parser.add_argument("--workers", type=int, default=8, help="concurrent API writes (admissions, bindings)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run until SIGTERM or SIGINT; exit 0 on a clean stop, 1 when the API is unusable."""
+    args = parse(build_parser(), argv)
+    options = common_options(args)
+    try:
+        api = setup(options, "scheduler")
+    except KubeApiError as error:
+        logging.getLogger(__name__).error("%s", error)
+        return 1
+    settings = SchedulerSettings(
+        scheduler_name=args.scheduler_name,
+        namespace=options.namespace,
+        lease_name=args.lease_name,
+        identity=options.identity,
+        lease_duration_s=args.lease_duration,
+        renew_interval_s=max(0.2, args.lease_duration / 5),
+        workers=args.workers,
+    )
+    scheduler = KubeScheduler(api, settings)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    serve_health(options.health_port, scheduler.ready.is_set)
+    try:
+        scheduler.start()
+    except KubeApiError as error:
+        log.error("cannot start: %s", error)
+        return 1
+    log.info("scheduler %s ready (scheduler name %s)", options.identity, settings.scheduler_name)
+    scheduler.run(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,227 @@
+"""Phalanx's cluster components in the e2e tier: installed from deploy/, run as real processes under their RBAC.
+
+``phalanx_installed`` (session) applies ``deploy/install.yaml`` — namespace, CRDs, ServiceAccounts, ClusterRoles
+and bindings — except the Deployments and the DaemonSet: there is no image to run here, so the components run
+as local processes instead, each authenticated with a token of *its own* ServiceAccount (TokenRequest API), so
+a missing permission in deploy/ fails the tests as it would fail on a cluster.
+
+``components`` (per test) starts them: ``components.operator()``, ``components.scheduler()``,
+``components.node_agent(node, ...)``; each is a ``Component`` you can ``kill()`` (SIGKILL) and ``restart()``;
+every process is killed at the end of the test and its log is attached to a failing test's report.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import k8s_testenv
+from support.waiting import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALL = ROOT / "deploy" / "install.yaml"
+NAMESPACE = "phalanx-system"
+_WORKLOAD_KINDS = {"Deployment", "DaemonSet"}
+_COLLECTIONS = {
+    "Namespace": "/api/v1/namespaces",
+    "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+}
+
+
+def install_documents() -> list[dict[str, Any]]:
+    """deploy/install.yaml without the workloads (which need an image)."""
+    documents = [doc for doc in yaml.safe_load_all(INSTALL.read_text()) if doc]
+    return [doc for doc in documents if doc["kind"] not in _WORKLOAD_KINDS]
+
+
+def apply_install(kube: Any) -> None:
+    """Create (or replace) every install document, then wait for the CRDs to be served."""
+    for doc in install_documents():
+        collection = _COLLECTIONS[doc["kind"]].format(ns=doc["metadata"].get("namespace", NAMESPACE))
+        response = kube.http.post(collection, json=doc)
+        if response.status_code == 409:
+            current = kube.get(f"{collection}/{doc['metadata']['name']}")
+            doc = {**doc, "metadata": {**doc["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
+            response = kube.http.put(f"{collection}/{doc['metadata']['name']}", json=doc)
+        if response.status_code not in (200, 201):
+            raise AssertionError(f"applying {doc['kind']} {doc['metadata']['name']}: {response.text}")
+    for doc in install_documents():
+        if doc["kind"] == "CustomResourceDefinition":
+            kube.wait_for(
+                f"{_COLLECTIONS['CustomResourceDefinition']}/{doc['metadata']['name']}",
+                lambda crd: any(
+                    c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", [])
+                ),
+                message=f"CRD {doc['metadata']['name']} established",
+            )
+
+
+def service_account_kubeconfig(kube: Any, account: str, path: Path, namespace: str = NAMESPACE) -> Path:
+    """A kubeconfig that authenticates as ``account`` with a fresh token (valid for an hour)."""
+    response = kube.http.post(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )
+    response.raise_for_status()
+    token = response.json()["status"]["token"]
+    env: k8s_testenv.TestEnv = kube.env
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {"server": env.server, "certificate-authority": str(env.directory / "ca.crt")}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": {"cluster": "test", "user": account}}],
+        "current-context": account,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@dataclass
+class Component:
+    """One component process (``phalanx-operator``...), restartable with the same arguments."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self) -> Component:
+        self.starts += 1
+        log = self.log_path.open("ab")
+        log.write(f"\n===== start #{self.starts}: {' '.join(self.argv)}\n".encode())
+        log.flush()
+        self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        log.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL, as a node failure or an OOM kill would: nothing gets to clean up."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after 10 s; the exit code."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        return self.process.returncode
+
+    def restart(self) -> Component:
+        self.kill()
+        return self.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class Components:
+    """Starts components as their ServiceAccounts; stops them all at the end of the test."""
+
+    kube: Any
+    directory: Path
+    started: list[Component] = field(default_factory=list)
+
+    def _start(self, name: str, account: str, extra: list[str]) -> Component:
+        kubeconfig = service_account_kubeconfig(self.kube, account, self.directory / f"{name}.kubeconfig")
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env["PHALANX_LOG_LEVEL"] = "DEBUG"
+        argv = [
+            sys.executable,
+            "-m",
+            f"phalanx.entrypoints.kube.{name.replace('-', '_')}",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            NAMESPACE,
+            "--health-port",
+            "0",
+            "--identity",
+            f"{name}-{len(self.started)}",
+            *extra,
+        ]
+        component = Component(name, argv, self.directory / f"{name}-{len(self.started)}.log", env).start()
+        self.started.append(component)
+        return component
+
+    def operator(self, *extra: str) -> Component:
+        return self._start("operator", "phalanx-operator", list(extra))
+
+    def scheduler(self, *extra: str) -> Component:
+        return self._start("scheduler", "phalanx-scheduler", list(extra))
+
+    def node_agent(self, node: str, *extra: str) -> Component:
+        return self._start("node-agent", "phalanx-node-agent", ["--node-name", node, *extra])
+
+    def stop_all(self) -> None:
+        for component in self.started:
+            component.kill()
+
+    def logs(self, lines: int = 60) -> str:
+        parts = []
+        for component in self.started:
+            tail = "\n".join(component.log().splitlines()[-lines:])
+            parts.append(f"----- {component.log_path.name} (alive={component.alive})\n{tail}")
+        return "\n".join(parts)
+
+
+@pytest.fixture(scope="session")
+def phalanx_installed(kube: Any) -> Any:
+    """deploy/install.yaml (less the workloads) applied to the session's control plane."""
+    apply_install(kube)
+    return kube
+
+
+_COMPONENTS = pytest.StashKey[Components]()
+
+
+@pytest.fixture
+def components(
+    phalanx_installed: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Components]:
+    """Start Phalanx components for one test; all are killed afterwards."""
+    started = Components(phalanx_installed, tmp_path)
+    request.node.stash[_COMPONENTS] = started
+    try:
+        yield started
+    finally:
+        started.stop_all()
+
+
+def component_logs(item: pytest.Item) -> str | None:
+    """The logs of the components a test started (for the failure report), if it started any."""
+    started = item.stash.get(_COMPONENTS, None)
+    return started.logs() if started is not None and started.started else None
+
+
+def wait_alive(component: Component, timeout: float = 10) -> None:
+    """Fail fast with the component's log if it exits."""
+    wait_until(lambda: component.alive, timeout, f"{component.name} running")
