@@ -116,9 +116,21 @@ def _stringify_env(value: Any) -> Any:
 EnvMap = Annotated[dict[str, str], BeforeValidator(_stringify_env), BeforeValidator(_env_from_list)]
 
 
+class TemplateMetadata(ApiModel):
+    """Labels and annotations for the replica's Pod on Kubernetes (what a PodTemplateSpec's metadata holds).
+
+    The embedded runtime has no Pods and ignores them; on Kubernetes, Phalanx's own ``phalanx.dev/`` keys win
+    over these.
+    """
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
 class ReplicaTemplate(ApiModel):
     """How to run one replica of a role."""
 
+    metadata: TemplateMetadata = Field(default_factory=TemplateMetadata)
     image: str | None = None
     command: list[str] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)

@@ -219,6 +219,18 @@ def test_a_gpu_share_is_annotated_not_requested() -> None:
     assert env_of(pod)["PHALANX_GPU_MILLI"] == "500"
 
 
+def test_template_labels_and_annotations_reach_the_pod_but_phalanx_keys_win() -> None:
+    metadata = {
+        "labels": {"team": "vision", "phalanx.dev/job": "spoofed"},
+        "annotations": {"phalanx.dev/sim-duration-ms": "2000", "phalanx.dev/job-uid": "spoofed"},
+    }
+    job, jobtype = make_job("pytorch", {"master": {"template": template(metadata=metadata)}})
+    meta = render_pod(job, jobtype, "master", 0, 0)["metadata"]
+    assert meta["labels"]["team"] == "vision" and meta["labels"]["phalanx.dev/job"] == "train"
+    assert meta["annotations"]["phalanx.dev/sim-duration-ms"] == "2000"
+    assert meta["annotations"]["phalanx.dev/job-uid"] == UID
+
+
 def test_missing_image_names_the_field_and_the_fallback_is_used() -> None:
     job, jobtype = make_job("pytorch", {"worker": {"count": 2, "template": {"command": ["python", "t.py"]}}})
     with pytest.raises(RenderError, match=r"^spec\.replicas\.worker\.template\.image: "):

@@ -174,7 +174,9 @@ def render_pod(
     if resources.gpu_milli:
         env["PHALANX_GPU_MILLI"] = str(resources.gpu_milli)
 
-    annotations = {ANNOTATION_JOB_UID: owner["uid"]}
+    # The template's own labels and annotations first, so Phalanx's keys (which the operator and the scheduler
+    # rely on) always win.
+    annotations = {**template.metadata.annotations, ANNOTATION_JOB_UID: owner["uid"]}
     if env.get("PHALANX_RANK"):
         annotations[ANNOTATION_RANK] = env["PHALANX_RANK"]
     if resources.gpu_milli:
@@ -210,6 +212,7 @@ def render_pod(
             "name": name,
             "namespace": job.metadata.namespace,
             "labels": {
+                **template.metadata.labels,
                 LABEL_JOB: job.metadata.name,
                 LABEL_ROLE: role,
                 LABEL_INDEX: str(index),
