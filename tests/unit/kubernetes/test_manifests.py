@@ -102,6 +102,8 @@ def test_the_operator_runs_jobs_but_does_not_bind_pods() -> None:
     assert {("", "events", "create"), ("", "events", "patch")} <= rules
     assert not {r for _, r, _ in rules} & {"pods/binding", "nodes", "leases", "jobtypes/status"}
     assert ("phalanx.dev", "trainingjobs", "create") not in rules  # users create jobs, not the operator
+    assert ("phalanx.dev", "trainingjobs", "delete") in rules  # ttlSecondsAfterFinished
+    assert ("phalanx.dev", "jobtypes", "create") in rules  # the built-in JobTypes, at start
 
 
 def test_the_scheduler_binds_and_explains_but_never_creates_pods() -> None:
@@ -133,11 +135,12 @@ def test_the_scheduler_lease_is_the_only_namespaced_grant_and_is_limited_by_name
     assert binding["subjects"][0]["name"] == "phalanx-scheduler"
 
 
-def test_the_node_agent_writes_only_nodes_and_reads_pods() -> None:
+def test_the_node_agent_writes_only_nodes_and_events_and_reads_pods() -> None:
     assert granted("phalanx-node-agent") == {
         ("", "nodes", "get"),
         ("", "nodes", "patch"),
         ("", "nodes/status", "patch"),
+        ("", "events", "create"),
         ("", "pods", "get"),
         ("", "pods", "list"),
         ("", "pods", "watch"),

@@ -1,4 +1,4 @@
-"""GPUs of this machine through NVML: model, memory, NUMA node, NVLink peers and health.
+"""GPUs of this machine through NVML: model, memory, NUMA node, NVLink peers, health and critical XID errors.
 
 Owns every call into ``pynvml`` (the ``nvidia-ml-py`` package). NVML is optional: Phalanx must install and run
 on a laptop with no NVIDIA driver, so ``pynvml`` is imported lazily, inside the functions, and any failure to
@@ -247,3 +247,133 @@ def _discover(pynvml: ModuleType, sys_root: Path) -> list[GpuInfo]:
                 nvlinks[peer] = nvlinks.get(peer, 0) + min(links, peer_links)
         gpus[index] = gpus[index].model_copy(update={"nvlinks": nvlinks})
     return [gpus[index] for index in sorted(gpus)]
+
+
+# XIDs that report a fault of the application (an illegal memory access, a page fault, a preempted or hung
+# context), not of the GPU: the NVIDIA device plugin's default list of XIDs that leave a GPU healthy.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+# NVML's nvmlEventTypeXidCriticalError.
+_XID_CRITICAL_ERROR = 0x8
+# The most events one poll drains; a GPU flooding events must not stall the caller.
+_MAX_EVENTS_PER_POLL = 1000
+_XID_MEANINGS = {
+    48: "double-bit ECC error",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failed",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
+def describe_xid(xid: int) -> str:
+    """``"XID 79 (GPU has fallen off the bus)"``; the number alone for XIDs without a well-known meaning."""
+    meaning = _XID_MEANINGS.get(xid)
+    return f"XID {xid} ({meaning})" if meaning else f"XID {xid}"
+
+
+class XidWatcher:
+    """Critical XID errors per GPU, from NVML's event API, as the NVIDIA device plugin watches them.
+
+    ``start`` registers every GPU that supports it for ``XidCriticalError`` events; each ``poll`` drains what
+    arrived since (without waiting) and returns every XID seen since ``start``, per GPU index. A GPU that
+    reported a critical XID stays listed until the watcher is closed: the errors it reports need a GPU reset,
+    after which the watcher's owner restarts. XIDs in ``ignored`` (by default :data:`APPLICATION_XIDS`) are
+    dropped. NVML stays initialised between ``start`` and ``close``.
+    """
+
+    def __init__(self, ignored: frozenset[int] = APPLICATION_XIDS) -> None:
+        self.ignored = ignored
+        self.watched: set[int] = set()
+        self.seen: dict[int, list[int]] = {}
+        self._pynvml: ModuleType | None = None
+        self._event_set: Any = None
+
+    @property
+    def started(self) -> bool:
+        """True between a successful ``start`` and ``close``."""
+        return self._event_set is not None
+
+    def start(self) -> str | None:
+        """Register for events; returns why XIDs cannot be watched here (None when they can, on some GPU)."""
+        if self.started:
+            return None
+        try:
+            pynvml = _load_pynvml()
+        except NvmlUnavailableError as err:
+            return str(err)
+        try:
+            pynvml.nvmlInit()
+        except (pynvml.NVMLError, OSError) as err:
+            return f"NVML not available: {_text(err)}"
+        try:
+            event_set = pynvml.nvmlEventSetCreate()
+        except (pynvml.NVMLError, AttributeError) as err:
+            with suppress(pynvml.NVMLError):
+                pynvml.nvmlShutdown()
+            return f"NVML events not available: {_text(err)}"
+        self._pynvml, self._event_set = pynvml, event_set
+        mask = int(getattr(pynvml, "nvmlEventTypeXidCriticalError", _XID_CRITICAL_ERROR))
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        except pynvml.NVMLError as err:
+            self.close()
+            return f"NVML cannot count GPUs: {_text(err)}"
+        for index in range(count):
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                if not int(pynvml.nvmlDeviceGetSupportedEventTypes(handle)) & mask:
+                    continue
+                pynvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
+            except pynvml.NVMLError:
+                # Unsupported (some virtual GPUs) or a broken GPU, which the other checks report.
+                continue
+            self.watched.add(index)
+        if not self.watched:
+            self.close()
+            return "no GPU supports XID events"
+        return None
+
+    def poll(self) -> dict[int, list[int]]:
+        """Drain the events that arrived; every critical XID seen since ``start``, by GPU index."""
+        pynvml = self._pynvml
+        if pynvml is None or self._event_set is None:
+            return {index: list(xids) for index, xids in self.seen.items()}
+        mask = int(getattr(pynvml, "nvmlEventTypeXidCriticalError", _XID_CRITICAL_ERROR))
+        for _ in range(_MAX_EVENTS_PER_POLL):
+            try:
+                data = pynvml.nvmlEventSetWait_v2(self._event_set, 0)
+            except pynvml.NVMLError:
+                # Timeout: nothing (more) to read. Any other failure is retried at the next poll.
+                break
+            if not int(data.eventType) & mask:
+                continue
+            xid = int(data.eventData)
+            if xid in self.ignored:
+                continue
+            try:
+                indices = [int(pynvml.nvmlDeviceGetIndex(data.device))]
+            except pynvml.NVMLError:
+                # An event NVML cannot attribute: every watched GPU is suspect, as the device plugin decides.
+                indices = sorted(self.watched)
+            for index in indices:
+                xids = self.seen.setdefault(index, [])
+                if xid not in xids:
+                    xids.append(xid)
+        return {index: list(xids) for index, xids in self.seen.items()}
+
+    def close(self) -> None:
+        """Free the event set and release NVML; what was seen is kept."""
+        pynvml, event_set = self._pynvml, self._event_set
+        self._pynvml = self._event_set = None
+        if pynvml is None:
+            return
+        if event_set is not None:
+            with suppress(pynvml.NVMLError):
+                pynvml.nvmlEventSetFree(event_set)
+        with suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()

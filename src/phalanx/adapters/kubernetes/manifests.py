@@ -8,8 +8,9 @@ the table):
 - the **scheduler** binds pending Pods whose ``schedulerName`` is ``phalanx-scheduler`` through the binding
   subresource, whole gangs at once, explains why a job waits in its status, and holds a Lease in the install
   namespace so that one replica leads;
-- the **node agent** (a DaemonSet) discovers each node's GPUs and topology and writes them to its Node's labels
-  and status, and watches the Pods on its node.
+- the **node agent** (a DaemonSet) discovers each node's GPUs, their health and topology and writes them to its
+  Node's labels, annotations and status, records an Event on its Node when a GPU fails or recovers, and may read
+  the Pods on its node.
 
 RBAC cannot say "only the Pods of my node" or "only my Node": the agent asks for them with a field selector
 (``spec.nodeName``) and its own name from the downward API, and RBAC grants the verbs on the kind.
@@ -152,6 +153,8 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([API_GROUP], plurals, [*READ, "patch", "update"]),
             # The built-in JobTypes (pytorch, mpi...) are created at start when a cluster lacks them.
             _rule([API_GROUP], ["jobtypes"], ["create"]),
+            # A finished job is deleted once its ttlSecondsAfterFinished has passed.
+            _rule([API_GROUP], ["trainingjobs"], ["delete"]),
             _rule([API_GROUP], with_status, ["update", "patch"]),
             _rule([""], ["pods"], ["create", "delete", *READ]),
             _rule([""], ["services", "configmaps"], ["create", "delete", *READ]),
@@ -172,6 +175,8 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([""], ["nodes"], ["get", "patch"]),
             _rule([""], ["nodes/status"], ["patch"]),
             _rule([""], ["pods"], READ),
+            # Warning/Normal Events on its Node when a GPU turns unhealthy or recovers.
+            _rule([""], ["events"], ["create"]),
         ],
     }
 

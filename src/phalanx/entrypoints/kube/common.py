@@ -80,6 +80,7 @@ def setup(options: ComponentOptions, component: str) -> KubeApi:
     )
     # httpx logs every request at INFO; a scheduler makes thousands.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
     return KubeApi.from_kubeconfig(options.kubeconfig, options.context)
 
 

@@ -1,0 +1,155 @@
+"""``phalanx-node-agent``: keep one Node's GPUs, GPU health and CPU/NUMA topology current, until SIGTERM.
+
+Options beyond the common ones: ``--node-name`` (``$NODE_NAME``, from the downward API in the DaemonSet),
+``--inventory`` (a simulated inventory file instead of NVML and ``/sys``), ``--fault-file``
+(``$PHALANX_FAULT_FILE``: GPU indices to treat as unhealthy), ``--interval``, ``--heartbeat-interval``,
+``--no-gpu-resource`` (leave ``nvidia.com/gpu`` to the NVIDIA device plugin), ``--ignored-xids`` and ``--once``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from phalanx.adapters.devices.nvml import APPLICATION_XIDS
+from phalanx.adapters.kubernetes.api import KubeApiError
+from phalanx.entrypoints.kube.common import add_common_options, common_options, parse, serve_health, setup
+from phalanx.model.errors import SpecError
+from phalanx.services.kube_node_agent import AgentSettings, HostDiscovery, InventoryDiscovery, NodeAgent
+
+log = logging.getLogger("phalanx.node_agent")
+
+
+def _xids(text: str) -> frozenset[int]:
+    try:
+        return frozenset(int(part) for part in text.replace(",", " ").split())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of XID numbers: {text!r}") from None
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0: {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        prog="phalanx-node-agent",
+        description="Report this node's GPUs, their health and its CPU/NUMA topology on its Kubernetes Node.",
+    )
+    add_common_options(parser)
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME"),
+        help="the Node to write (default: $NODE_NAME; required)",
+    )
+    parser.add_argument(
+        "--inventory",
+        type=Path,
+        default=None,
+        help="report a node of this simulated inventory file instead of discovering NVML and /sys",
+    )
+    parser.add_argument(
+        "--fault-file",
+        type=Path,
+        default=Path(os.environ["PHALANX_FAULT_FILE"]) if os.environ.get("PHALANX_FAULT_FILE") else None,
+        help="a file of GPU indices to treat as unhealthy, read every cycle (default: $PHALANX_FAULT_FILE)",
+    )
+    parser.add_argument("--interval", type=_positive, default=10.0, help="seconds between checks (default 10)")
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=_positive,
+        default=60.0,
+        help="seconds between heartbeat annotations when nothing changes (default 60)",
+    )
+    parser.add_argument(
+        "--gpu-resource",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write nvidia.com/gpu capacity and allocatable (--no-gpu-resource: the NVIDIA device plugin does)",
+    )
+    parser.add_argument(
+        "--ignored-xids",
+        type=_xids,
+        default=APPLICATION_XIDS,
+        help=f"XID errors that leave a GPU healthy (default: {','.join(map(str, sorted(APPLICATION_XIDS)))})",
+    )
+    parser.add_argument("--once", action="store_true", help="run one check, write the Node and exit")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run until SIGTERM or SIGINT (or one cycle with ``--once``); exit 0 when done, 1 when the API is unusable.
+
+    Exits 2 for a bad command line or an invalid inventory.
+    """
+    parser = build_parser()
+    args = parse(parser, argv)
+    if not args.node_name:
+        parser.error("--node-name (or $NODE_NAME) is required")
+    options = common_options(args)
+    try:
+        api = setup(options, "node-agent")
+    except KubeApiError as error:
+        logging.getLogger(__name__).error("%s", error)
+        return 1
+    discover: InventoryDiscovery | HostDiscovery
+    if args.inventory is not None:
+        discover = InventoryDiscovery(args.inventory, args.node_name)
+        try:
+            discover()
+        except SpecError as error:
+            log.error("%s", error)
+            api.close()
+            return 2
+        log.info("reporting node %s from the simulated inventory %s", args.node_name, args.inventory)
+    else:
+        discover = HostDiscovery(ignored_xids=args.ignored_xids)
+    settings = AgentSettings(
+        node_name=args.node_name,
+        identity=options.identity,
+        interval_s=args.interval,
+        heartbeat_interval_s=args.heartbeat_interval,
+        fault_file=args.fault_file,
+        manage_gpu_resource=args.gpu_resource,
+    )
+    agent = NodeAgent(api, settings, discover)
+    try:
+        if args.once:
+            try:
+                agent.cycle()
+            except (KubeApiError, SpecError) as error:
+                log.error("node %s not updated: %s", args.node_name, error)
+                return 1
+            return 0
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        serve_health(options.health_port, agent.ready.is_set)
+        log.info(
+            "node agent %s for node %s: every %.1fs%s",
+            options.identity,
+            args.node_name,
+            args.interval,
+            f", fault file {args.fault_file}" if args.fault_file else "",
+        )
+        agent.run(stop)
+        return 0
+    finally:
+        discover.close()
+        api.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,311 @@
+"""The node agent's discovery and GPU health check, through a fake ``pynvml`` and a fake /sys: failing queries,
+pending page retirement, critical XID events (sticky; application XIDs ignored), no driver, inventories."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx.adapters.devices.nvml import XidWatcher, describe_xid
+from phalanx.model.errors import SpecError
+from phalanx.services.kube_node_agent import HostDiscovery, InventoryDiscovery, node_report
+
+ROOT = Path(__file__).resolve().parents[3]
+XID_CRITICAL = 0x8
+
+
+class NVMLError(Exception):
+    pass
+
+
+class FakeTimeoutError(NVMLError):
+    pass
+
+
+class FakeNotSupportedError(NVMLError):
+    pass
+
+
+class FakeGpuIsLostError(NVMLError):
+    pass
+
+
+@dataclass
+class FakeGpu:
+    bus: int
+    lost: bool = False
+    retired_pending: bool = False
+    xid_events: bool = True
+
+
+@dataclass
+class FakeNvml:
+    """The subset of pynvml the discovery, health check and XID watcher use; ``events`` are (gpu, type, xid)."""
+
+    gpus: list[FakeGpu]
+    events: deque[tuple[int, int, int]] = field(default_factory=deque)
+    initialised: int = 0
+    sets: int = 0
+    init_error: Exception | None = None
+
+    def module(self) -> types.ModuleType:
+        module = types.ModuleType("pynvml")
+
+        def device(handle: int) -> FakeGpu:
+            gpu = self.gpus[handle]
+            if gpu.lost:
+                raise FakeGpuIsLostError("GPU is lost")
+            return gpu
+
+        def init() -> None:
+            if self.init_error is not None:
+                raise self.init_error
+            self.initialised += 1
+
+        def shutdown() -> None:
+            self.initialised -= 1
+
+        def wait(event_set: object, timeout_ms: int) -> Any:
+            assert timeout_ms == 0  # never blocks the agent's cycle
+            if not self.events:
+                raise FakeTimeoutError("Timeout")
+            gpu, kind, xid = self.events.popleft()
+            return types.SimpleNamespace(device=gpu, eventType=kind, eventData=xid)
+
+        def index_of(handle: int) -> int:
+            if handle < 0:
+                raise FakeNotSupportedError("unknown device")
+            return handle
+
+        def register(handle: int, mask: int, event_set: object) -> None:
+            if not device(handle).xid_events:
+                raise FakeNotSupportedError("Not Supported")
+
+        def create_set() -> object:
+            self.sets += 1
+            return object()
+
+        def free_set(event_set: object) -> None:
+            self.sets -= 1
+
+        def not_supported(*args: Any) -> Any:
+            raise FakeNotSupportedError("Not Supported")
+
+        module.__dict__.update(
+            NVMLError=NVMLError,
+            NVMLError_GpuIsLost=FakeGpuIsLostError,
+            NVML_FEATURE_ENABLED=1,
+            NVML_NVLINK_MAX_LINKS=2,
+            nvmlEventTypeXidCriticalError=XID_CRITICAL,
+            nvmlInit=init,
+            nvmlShutdown=shutdown,
+            nvmlDeviceGetCount=lambda: len(self.gpus),
+            nvmlDeviceGetHandleByIndex=lambda index: index,
+            nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=f"00000000:{self.gpus[h].bus:02X}:00.0"),
+            nvmlDeviceGetUUID=lambda h: f"GPU-{device(h).bus}",
+            nvmlDeviceGetName=lambda h: (device(h), "NVIDIA H100 80GB HBM3")[1],
+            nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=(device(h), 80 << 30)[1]),
+            nvmlDeviceGetNvLinkState=not_supported,
+            nvmlDeviceGetNvLinkRemotePciInfo=not_supported,
+            nvmlDeviceGetRetiredPagesPendingStatus=lambda h: int(device(h).retired_pending),
+            nvmlDeviceGetTotalEccErrors=lambda h, *args: (device(h), 0)[1],
+            nvmlDeviceGetRemappedRows=not_supported,
+            nvmlDeviceGetSupportedEventTypes=lambda h: (device(h), XID_CRITICAL | 0x4)[1],
+            nvmlDeviceRegisterEvents=register,
+            nvmlEventSetCreate=create_set,
+            nvmlEventSetFree=free_set,
+            nvmlEventSetWait_v2=wait,
+            nvmlDeviceGetIndex=index_of,
+        )
+        return module
+
+
+@pytest.fixture
+def fake_sys(tmp_path: Path) -> Path:
+    """Two NUMA nodes of two CPUs each; GPU 0 (bus 0x07) on node 0, GPUs 1-2 (0x47, 0x4E) on node 1."""
+    root = tmp_path / "sys"
+    cpu_root = root / "devices" / "system" / "cpu"
+    for cpu in range(4):
+        topology = cpu_root / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "core_id").write_text(f"{cpu % 2}\n")
+        (topology / "physical_package_id").write_text(f"{cpu // 2}\n")
+    (cpu_root / "present").write_text("0-3\n")
+    (cpu_root / "online").write_text("0-3\n")
+    for numa, cpus in ((0, "0-1"), (1, "2-3")):
+        node = root / "devices" / "system" / "node" / f"node{numa}"
+        node.mkdir(parents=True)
+        (node / "cpulist").write_text(cpus + "\n")
+    for bus, numa in ((0x07, 0), (0x47, 1), (0x4E, 1)):
+        device = root / "bus" / "pci" / "devices" / f"0000:{bus:02x}:00.0"
+        device.mkdir(parents=True)
+        (device / "numa_node").write_text(f"{numa}\n")
+    return root
+
+
+def install(monkeypatch: pytest.MonkeyPatch, nvml: FakeNvml | None) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", nvml.module() if nvml else None)
+
+
+def three_gpus() -> FakeNvml:
+    return FakeNvml([FakeGpu(0x07), FakeGpu(0x47), FakeGpu(0x4E)])
+
+
+# -- discovery ------------------------------------------------------------------------------------------------------
+
+
+def test_host_discovery_finds_gpus_and_every_host_cpu(monkeypatch: pytest.MonkeyPatch, fake_sys: Path) -> None:
+    install(monkeypatch, three_gpus())
+    # The agent's own affinity is one CPU; the Node's topology is still the machine's four.
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+
+    found = HostDiscovery(fake_sys)()
+
+    assert found.note is None and found.problems == {}
+    assert [(gpu.index, gpu.numa, gpu.model) for gpu in found.node.status.gpus] == [
+        (0, 0, "NVIDIA-H100-80GB-HBM3"),
+        (1, 1, "NVIDIA-H100-80GB-HBM3"),
+        (2, 1, "NVIDIA-H100-80GB-HBM3"),
+    ]
+    assert [(cpu.id, cpu.socket, cpu.numa) for cpu in found.node.status.cpus] == [
+        (0, 0, 0),
+        (1, 0, 0),
+        (2, 1, 1),
+        (3, 1, 1),
+    ]
+    assert found.node.status.source == "nvml"
+
+
+def test_no_driver_means_no_gpus_and_a_reason(monkeypatch: pytest.MonkeyPatch, fake_sys: Path) -> None:
+    nvml = FakeNvml([], init_error=NVMLError("NVML Shared Library Not Found"))
+    install(monkeypatch, nvml)
+
+    discovery = HostDiscovery(fake_sys)
+    found = discovery()
+
+    assert found.node.status.gpus == []
+    assert found.note == "NVML not available: NVML Shared Library Not Found"
+    assert len(found.node.status.cpus) == 4
+    assert not discovery.xids.started  # nothing to watch without GPUs
+
+
+def test_no_pynvml_module_means_no_gpus(monkeypatch: pytest.MonkeyPatch, fake_sys: Path) -> None:
+    install(monkeypatch, None)
+
+    found = HostDiscovery(fake_sys)()
+
+    assert found.node.status.gpus == [] and found.note and "pynvml" in found.note
+
+
+def test_a_gpu_whose_queries_fail_is_unhealthy_with_the_reason(monkeypatch: pytest.MonkeyPatch, fake_sys: Path) -> None:
+    nvml = three_gpus()
+    nvml.gpus[1].lost = True
+    nvml.gpus[2].retired_pending = True
+    install(monkeypatch, nvml)
+
+    found = HostDiscovery(fake_sys)()
+    report = node_report(found.node, found.problems)
+
+    assert report.unhealthy == {1, 2}
+    assert report.problems[1] == ["GPU has fallen off the bus (NVML: GPU is lost)"]
+    assert report.problems[2] == ["retired memory pages are pending; the GPU needs a reset"]
+    assert report.healthy_gpus == 1
+
+
+# -- critical XIDs --------------------------------------------------------------------------------------------------
+
+
+def test_a_critical_xid_makes_its_gpu_unhealthy_until_restart(monkeypatch: pytest.MonkeyPatch, fake_sys: Path) -> None:
+    nvml = three_gpus()
+    install(monkeypatch, nvml)
+    discovery = HostDiscovery(fake_sys)
+    assert discovery().problems == {}
+    assert discovery.xids.watched == {0, 1, 2}
+
+    nvml.events.extend([(2, XID_CRITICAL, 79), (0, XID_CRITICAL, 13), (1, 0x4, 48)])  # 13: the app's fault
+    first = discovery()
+    later = discovery()
+
+    assert first.problems == {2: ["XID 79 (GPU has fallen off the bus)"]}
+    assert [gpu.healthy for gpu in first.node.status.gpus] == [True, True, False]
+    assert later.problems == first.problems  # sticky: a reset GPU comes back when the agent restarts
+    discovery.close()
+    assert nvml.sets == 0 and nvml.initialised == 0
+
+
+def test_an_xid_nvml_cannot_attribute_marks_every_watched_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = three_gpus()
+    nvml.gpus[1].xid_events = False  # a GPU that cannot report events is not blamed for one
+    install(monkeypatch, nvml)
+    watcher = XidWatcher()
+    assert watcher.start() is None
+
+    nvml.events.append((-1, XID_CRITICAL, 48))
+
+    assert watcher.poll() == {0: [48], 2: [48]}
+    watcher.close()
+
+
+def test_ignored_xids_are_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = three_gpus()
+    install(monkeypatch, nvml)
+    watcher = XidWatcher(ignored=frozenset({79}))
+    watcher.start()
+    nvml.events.extend([(0, XID_CRITICAL, 79), (1, XID_CRITICAL, 13), (1, XID_CRITICAL, 13)])
+
+    assert watcher.poll() == {1: [13]}
+    watcher.close()
+
+
+def test_xids_cannot_be_watched_without_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, FakeNvml([], init_error=NVMLError("Driver Not Loaded")))
+    watcher = XidWatcher()
+
+    assert watcher.start() == "NVML not available: Driver Not Loaded"
+    assert watcher.poll() == {}
+    watcher.close()
+
+
+def test_xids_cannot_be_watched_when_no_gpu_supports_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = FakeNvml([FakeGpu(0x07, xid_events=False)])
+    install(monkeypatch, nvml)
+    watcher = XidWatcher()
+
+    assert watcher.start() == "no GPU supports XID events"
+    assert nvml.initialised == 0 and nvml.sets == 0
+
+
+def test_xids_are_described() -> None:
+    assert describe_xid(79) == "XID 79 (GPU has fallen off the bus)"
+    assert describe_xid(1234) == "XID 1234"
+
+
+# -- inventories ------------------------------------------------------------------------------------------------------
+
+
+def test_the_inventory_node_of_our_name_or_the_only_one(tmp_path: Path) -> None:
+    dgx = ROOT / "examples" / "inventories" / "dgx-2socket-8gpu.yaml"
+    two = ROOT / "examples" / "inventories" / "two-nodes-4gpu.yaml"
+
+    assert len(InventoryDiscovery(dgx, "any-name")().node.status.gpus) == 8
+    with pytest.raises(SpecError, match="no node 'gpu-9' in the inventory"):
+        InventoryDiscovery(two, "gpu-9")()
+
+
+def test_gpus_marked_unhealthy_in_the_inventory_are_reported(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yaml"
+    path.write_text(
+        "kind: Node\nmetadata: {name: sim-0}\nstatus:\n  cpus: [{id: 0}]\n"
+        "  gpus: [{index: 0}, {index: 1, healthy: false}]\n"
+    )
+
+    found = InventoryDiscovery(path, "sim-0")()
+
+    assert found.problems == {1: ["marked unhealthy in the simulated inventory"]}
+    assert found.node.status.source == "simulated"
