@@ -313,6 +313,10 @@ def node_agent_daemonset(parameters: InstallParameters) -> dict[str, Any]:
         {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
     ]
     spec = _pod_spec(NODE_AGENT, parameters.image, env)
+    # On a real node the kubelet resets allocatable to capacity at every status update and the NVIDIA device
+    # plugin owns nvidia.com/gpu, so the agent leaves that resource alone there; phalanx-scheduler avoids a
+    # failed GPU through the phalanx.dev/unhealthy-gpus annotation instead.
+    spec["containers"][0]["args"] = ["--no-gpu-resource"]
     spec["tolerations"] = [{"operator": "Exists"}]
     return {
         "apiVersion": "apps/v1",
