@@ -64,7 +64,8 @@ def apply_install(kube: Any) -> None:
             kube.wait_for(
                 f"{_COLLECTIONS['CustomResourceDefinition']}/{doc['metadata']['name']}",
                 lambda crd: any(
-                    c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", [])
+                    c["type"] == "Established" and c["status"] == "True"
+                    for c in crd.get("status", {}).get("conditions", [])
                 ),
                 message=f"CRD {doc['metadata']['name']} established",
             )
@@ -82,7 +83,9 @@ def service_account_kubeconfig(kube: Any, account: str, path: Path, namespace: s
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {"server": env.server, "certificate-authority": str(env.directory / "ca.crt")}}],
+        "clusters": [
+            {"name": "test", "cluster": {"server": env.server, "certificate-authority": str(env.directory / "ca.crt")}}
+        ],
         "users": [{"name": account, "user": {"token": token}}],
         "contexts": [{"name": account, "context": {"cluster": "test", "user": account}}],
         "current-context": account,
@@ -165,7 +168,7 @@ class Components:
             "--health-port",
             "0",
             "--identity",
-            f"{name}-{len(self.started)}",
+            self.kube.unique(name),  # unique in the session: a Lease may still name an earlier test's process
             *extra,
         ]
         component = Component(name, argv, self.directory / f"{name}-{len(self.started)}.log", env).start()
@@ -204,9 +207,7 @@ _COMPONENTS = pytest.StashKey[Components]()
 
 
 @pytest.fixture
-def components(
-    phalanx_installed: Any, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[Components]:
+def components(phalanx_installed: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Components]:
     """Start Phalanx components for one test; all are killed afterwards."""
     started = Components(phalanx_installed, tmp_path)
     request.node.stash[_COMPONENTS] = started

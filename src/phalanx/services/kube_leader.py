@@ -119,7 +119,7 @@ class LeaseElector:
             spec["holderIdentity"] = self.identity
             spec["acquireTime"] = now
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
-            spec["leaseDurationSeconds"] = round(self.duration_s)
+        spec["leaseDurationSeconds"] = round(self.duration_s)
         spec["renewTime"] = now
         self.api.replace(LEASES, {**lease, "spec": spec})
         if not renewing:

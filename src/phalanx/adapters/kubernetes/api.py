@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from lightkube.core.exceptions import ConfigError
 from phalanx.model.base import API_GROUP
 
 PHALANX_VERSION = "v1alpha1"
+_THROTTLE_RETRIES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,10 +180,15 @@ class KubeApi:
         """One request; the decoded JSON response. Raises the ``KubeApiError`` subclass for the status."""
         content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = {"Content-Type": content_type} if content is not None else None
-        try:
-            response = self.http.request(method, path, content=content, params=params, headers=headers)
-        except httpx.HTTPError as error:
-            raise KubeApiError(0, "Unreachable", f"{method} {path}: {error}") from error
+        for attempt in range(_THROTTLE_RETRIES + 1):
+            try:
+                response = self.http.request(method, path, content=content, params=params, headers=headers)
+            except httpx.HTTPError as error:
+                raise KubeApiError(0, "Unreachable", f"{method} {path}: {error}") from error
+            if response.status_code != 429 or attempt == _THROTTLE_RETRIES:
+                break
+            # Throttled (API priority and fairness, or a CRD not served yet): wait as told, briefly, and retry.
+            time.sleep(min(_retry_after(response), 2.0))
         if response.status_code >= 400:
             try:
                 decoded = response.json()
@@ -359,6 +366,13 @@ class KubeApi:
         if response.status_code >= 400:
             raise error_from(response.status_code, _decode(response.text))
         return response.text
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return max(0.05, float(response.headers.get("Retry-After", "0.2")))
+    except ValueError:
+        return 0.2
 
 
 def _decode(text: str) -> Any:

@@ -26,6 +26,10 @@ Decisions:
       cpu in Kubernetes' form (``"2"``, ``"500m"``), memory in bytes, whole GPUs as ``nvidia.com/gpu``. A
       share of a GPU (``gpuMilli``) has no extended resource: it is annotated ``phalanx.dev/gpu-milli`` for
       Phalanx's scheduler and node agent.
+    - **Placement.** The operator passes the scheduler's placement (``status.placements``): it is copied into
+      annotations (``phalanx.dev/node``, ``phalanx.dev/gpus``, ``phalanx.dev/cpus``, ``phalanx.dev/gpu-milli``)
+      for the node agent and for people, never into ``nodeName``: the phalanx-scheduler binds the Pod once its
+      whole gang exists.
     - **Files.** The MPI hostfile is a ConfigMap (``<job>-hostfile``) mounted read-only at ``/etc/phalanx``
       when the JobType has ``hostfileRoles``; outputs go to an ``emptyDir`` at ``/phalanx/<outputs.path>``
       (``PHALANX_OUTPUT_DIR``), one per Pod: collecting them (``outputs.storeTo``) is the operator's.
@@ -38,7 +42,7 @@ from typing import Any
 from phalanx.adapters.kubernetes.crds import VERSION
 from phalanx.core.rendezvous import Endpoint, RendezvousError, render_hostfile, render_replica_env, replica_names
 from phalanx.model.base import API_GROUP
-from phalanx.model.jobs import TrainingJob
+from phalanx.model.jobs import ReplicaPlacement, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import check_dns_label
 from phalanx.model.replicas import replica_name
@@ -53,6 +57,9 @@ ANNOTATION_JOB_UID = "phalanx.dev/job-uid"
 ANNOTATION_RANK = "phalanx.dev/rank"
 ANNOTATION_GPU_MILLI = "phalanx.dev/gpu-milli"
 ANNOTATION_GPU_MODEL = "phalanx.dev/gpu-model"
+ANNOTATION_NODE = "phalanx.dev/node"
+ANNOTATION_GPUS = "phalanx.dev/gpus"
+ANNOTATION_CPUS = "phalanx.dev/cpus"
 GPU_RESOURCE = "nvidia.com/gpu"
 CONTAINER_NAME = "replica"
 PORT_NAME = "rendezvous"
@@ -122,6 +129,7 @@ def render_pod(
     *,
     scheduler_name: str = DEFAULT_SCHEDULER_NAME,
     image: str | None = None,
+    placement: ReplicaPlacement | None = None,
 ) -> dict[str, Any]:
     """Render the Pod of one replica, for one attempt.
 
@@ -133,6 +141,8 @@ def render_pod(
         attempt: the attempt number (``status.attempt``); labelled, and in ``PHALANX_ATTEMPT``.
         scheduler_name: the scheduler that binds the Pod.
         image: the image for a replica whose template names none (e.g. the operator's default).
+        placement: where the scheduler placed the replica (``status.placements``); annotated on the Pod, never
+            put in ``nodeName``.
 
     Raises:
         RenderError: no image, no uid, a name that is not a DNS label, or a template that cannot be rendered.
@@ -171,18 +181,24 @@ def render_pod(
         raise RenderError(str(error)) from None
     env["PHALANX_ATTEMPT"] = str(attempt)
     resources = template.resources
-    if resources.gpu_milli:
-        env["PHALANX_GPU_MILLI"] = str(resources.gpu_milli)
+    # The placement's share is what the scheduler reserved and the node agent enforces.
+    gpu_milli = (placement.gpu_milli if placement is not None else 0) or resources.gpu_milli
+    if gpu_milli:
+        env["PHALANX_GPU_MILLI"] = str(gpu_milli)
 
     # The template's own labels and annotations first, so Phalanx's keys (which the operator and the scheduler
     # rely on) always win.
     annotations = {**template.metadata.annotations, ANNOTATION_JOB_UID: owner["uid"]}
     if env.get("PHALANX_RANK"):
         annotations[ANNOTATION_RANK] = env["PHALANX_RANK"]
-    if resources.gpu_milli:
-        annotations[ANNOTATION_GPU_MILLI] = str(resources.gpu_milli)
+    if gpu_milli:
+        annotations[ANNOTATION_GPU_MILLI] = str(gpu_milli)
     if resources.gpu_model:
         annotations[ANNOTATION_GPU_MODEL] = resources.gpu_model
+    if placement is not None:
+        annotations[ANNOTATION_NODE] = placement.node
+        annotations[ANNOTATION_GPUS] = ",".join(str(gpu) for gpu in placement.gpus)
+        annotations[ANNOTATION_CPUS] = ",".join(str(cpu) for cpu in placement.cpus)
 
     mounts: list[dict[str, Any]] = [{"name": OUTPUTS_VOLUME, "mountPath": output_dir(job)}]
     volumes: list[dict[str, Any]] = [{"name": OUTPUTS_VOLUME, "emptyDir": {}}]

@@ -1,0 +1,89 @@
+"""``phalanx-operator``: parse options, connect, run ``services.kube_operator`` until SIGTERM or SIGINT.
+
+Besides the options every component takes (``common.py``): ``--scheduler-name`` (``$PHALANX_SCHEDULER_NAME``),
+the scheduler that binds the Pods it creates, and ``--image`` (``$PHALANX_DEFAULT_IMAGE``), the image of replicas
+whose job and JobType name none. Exits 0 after a signal, 1 when it cannot reach the API server or fill its
+caches (the Deployment restarts it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from phalanx.adapters.kubernetes.api import KubeApiError
+from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME
+from phalanx.entrypoints.kube.common import add_common_options, common_options, parse, serve_health, setup
+from phalanx.services.kube_operator import KubeOperator, OperatorSettings
+
+log = logging.getLogger("phalanx.operator")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The operator's command line."""
+    parser = argparse.ArgumentParser(
+        prog="phalanx-operator",
+        description="Reconcile Phalanx TrainingJobs into Pods, a headless Service and a hostfile ConfigMap.",
+    )
+    add_common_options(parser)
+    parser.add_argument(
+        "--scheduler-name",
+        default=os.environ.get("PHALANX_SCHEDULER_NAME") or DEFAULT_SCHEDULER_NAME,
+        help="schedulerName of the Pods it creates (default: $PHALANX_SCHEDULER_NAME, else phalanx-scheduler)",
+    )
+    parser.add_argument(
+        "--image",
+        default=os.environ.get("PHALANX_DEFAULT_IMAGE") or None,
+        help="image for replicas whose job and JobType name none (default: $PHALANX_DEFAULT_IMAGE; none)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the operator until SIGTERM or SIGINT; the exit code."""
+    args = parse(build_parser(), argv)
+    options = common_options(args)
+    try:
+        api = setup(options, "phalanx-operator")
+    except KubeApiError as error:
+        logging.getLogger(__name__).error("%s", error)
+        return 1
+    # Every request at DEBUG would bury the operator's own lines.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    operator = KubeOperator(
+        api,
+        OperatorSettings(scheduler_name=args.scheduler_name, image=args.image, identity=options.identity),
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        operator.signal.set()  # end the loop's wait at once
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server = serve_health(options.health_port, operator.ready.is_set)
+    try:
+        operator.start(stop=stop)
+        log.info("operator %s running (scheduler %s)", options.identity, args.scheduler_name)
+        operator.run(stop)
+    except KubeApiError as error:
+        log.error("operator stopped: %s", error)
+        return 1
+    finally:
+        if server is not None:
+            server.shutdown()
+        api.close()
+    log.info("operator %s stopped", options.identity)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,668 @@
+"""phalanx-operator: the embedded runtime's job controller on a Kubernetes cluster.
+
+For every TrainingJob it does what ``services/controller.py`` does for the embedded store — observe, call the
+same pure ``core.reconcile.plan``, apply the plan — with Pods for replicas and the API server for the store:
+
+- **Observe** from informer caches (TrainingJobs, JobTypes, and the Pods, Services and ConfigMaps labelled
+  ``phalanx.dev/job``): one LIST each at start, then WATCH; never a LIST per pass. A job's Pods are the ones
+  whose ``phalanx.dev/job-uid`` annotation names its uid, so a job re-created under an old name never adopts
+  the old one's Pods. The job is validated and defaulted against the cluster's JobTypes
+  (``objects.job_from_object``); an invalid spec fails the job (reason InvalidSpec, the field-path errors as
+  message) through ``core.lifecycle.transition`` instead of stopping the loop.
+- **Plan** with ``core.reconcile.plan``: phases, restarts and backoff, gang restarts, halting
+  (``spec.runPolicy.suspend``), deadlines, TTL. Outputs are observed as stored: on Kubernetes v1 they stay in
+  the Pods' volumes (a Warning event says so when ``outputs.storeTo`` is set).
+- **Apply**: the status first (a PUT of the status subresource carrying the resourceVersion the plan was made
+  from; a 409 means the job changed, so the pass drops the plan and the next pass plans again from the newer
+  version), then events, then the actions: Pods from ``rendering.render_pod`` with the scheduler's placement
+  in annotations (``schedulerName`` names the phalanx-scheduler, which binds them), the headless Service and
+  the hostfile ConfigMap before them, deletions with the Pod's uid as a precondition, and TTL deletion of the
+  job. Every write is idempotent (409 AlreadyExists is success, 404 on delete is success), and each is put into
+  the cache at once (``Informer.observe``) or remembered (Pods being deleted), so the next pass does not act
+  on the state from before it.
+- **Collect orphans**: a Pod whose job uid names no job (confirmed with one GET) is deleted at once;
+  ownerReferences alone would leave it to kube-controller-manager's garbage collector, tens of seconds later.
+
+One loop thread reconciles the jobs that changed (an informer event about the job, its Pods or any JobType),
+the jobs whose plan asked to be looked at again (``requeue_after``: backoff, deadlines, TTL), and every job
+every ``resync_s``. Each reconcile reads only the caches, so it is level-triggered: which event woke it does
+not matter. Nothing lives only in this process: phases, attempts and placements are in the job's status, and
+Pod names are deterministic (``<job>-<role>-<index>``), so a ``kill -9`` at any point followed by a restart
+converges without duplicates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.kubernetes.api import (
+    CONFIGMAPS,
+    EVENTS,
+    JOBTYPES,
+    PHALANX_VERSION,
+    PODS,
+    SERVICES,
+    TRAININGJOBS,
+    ConflictError,
+    KubeApi,
+    KubeApiError,
+    NotFoundError,
+)
+from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key, wait_all_synced
+from phalanx.adapters.kubernetes.objects import (
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    job_from_object,
+    job_status,
+    jobtype_from_object,
+    model_metadata,
+    status_body,
+)
+from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME, RenderError
+from phalanx.core.lifecycle import can_transition, transition
+from phalanx.core.reconcile import (
+    CreateReplica,
+    DeleteJob,
+    DeleteReplica,
+    OutputsObservation,
+    Plan,
+    ReconcileInput,
+    StoreOutputs,
+    plan,
+)
+from phalanx.model.base import API_GROUP
+from phalanx.model.errors import SpecError
+from phalanx.model.jobs import TERMINAL_PHASES, Phase, TrainingJob, TrainingJobStatus
+from phalanx.model.jobtypes import JobType
+from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
+from phalanx.model.meta import ObjectMeta
+from phalanx.services.kube_apply import (
+    PodSettings,
+    check_renderable,
+    event_body,
+    invalid_spec_message,
+    job_uid_of,
+    observe_job_pods,
+    orphan_pods,
+    pod_uid,
+    render_children,
+    render_creates,
+)
+
+log = logging.getLogger(__name__)
+JobKey = tuple[str, str]  # (namespace, name)
+# On Kubernetes v1 outputs stay in the Pods' volumes: there is nothing to store, so Storing ends at once.
+_OUTPUTS_STAY = OutputsObservation(stored=True)
+# Phases in which a job's Pods run or are about to, so the Service and hostfile they use must exist.
+_CHILDREN_PHASES = frozenset({Phase.DOWNLOADING, Phase.RUNNING, Phase.RESTARTING})
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """How the operator renders Pods, names itself and paces its work."""
+
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    image: str | None = None
+    identity: str = "phalanx-operator"
+    component: str = "phalanx-operator"
+    resync_s: float = 30.0
+    retry_s: float = 1.0
+    workers: int = 8
+    seed_jobtypes: bool = True
+
+    @property
+    def pods(self) -> PodSettings:
+        """The settings Pods are rendered with."""
+        return PodSettings(scheduler_name=self.scheduler_name, image=self.image)
+
+
+@dataclass
+class _Parsed:
+    """A job's spec as validated last time, reused while its generation and JobType stay the same."""
+
+    generation: int
+    jobtype_version: str
+    job: TrainingJob | None
+    error: str = ""
+
+
+@dataclass
+class _Outcome:
+    """What reconciling one job asks of the loop: look again after ``requeue_after`` seconds (None: no timer)."""
+
+    requeue_after: float | None = None
+
+
+@dataclass
+class OperatorCounters:
+    """What the operator did, for logs, tests and benchmarks."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, what: str, amount: int = 1) -> None:
+        """Count ``amount`` more of ``what`` (thread-safe: actions run in a pool)."""
+        with self.lock:
+            self.counts[what] += amount
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far."""
+        with self.lock:
+            return dict(self.counts)
+
+
+class KubeOperator:
+    """The operator's caches, reconcile and loop."""
+
+    def __init__(self, api: KubeApi, settings: OperatorSettings, clock: SystemClock | None = None) -> None:
+        self.api = api
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.signal = Signal()
+        self.jobs = Informer(api, TRAININGJOBS, signal=self.signal, on_change=self._job_changed)
+        self.pods = Informer(api, PODS, label_selector=LABEL_JOB, signal=self.signal, on_change=self._pod_changed)
+        self.jobtypes = Informer(api, JOBTYPES, signal=self.signal, on_change=self._jobtype_changed)
+        self.services = Informer(api, SERVICES, label_selector=LABEL_JOB, signal=self.signal)
+        self.configmaps = Informer(api, CONFIGMAPS, label_selector=LABEL_JOB, signal=self.signal)
+        self.counters = OperatorCounters()
+        self.ready = threading.Event()
+        self._pool = ThreadPoolExecutor(max(1, settings.workers), thread_name_prefix="operator-api")
+        self._lock = threading.Lock()
+        self._dirty: set[JobKey] = set()
+        self._everything = True  # the first pass looks at every job
+        self._next_resync = 0.0
+        self._timers: dict[JobKey, float] = {}  # job -> monotonic time its plan asked to be looked at again
+        self._deleting: set[str] = set()  # uids of Pods deleted by this process, until the cache drops them
+        self._parsed: dict[str, _Parsed] = {}  # job uid -> its last validation
+        self._parsed_jobtypes: dict[str, tuple[str, JobType | None]] = {}  # name -> (resourceVersion, parsed)
+        self._warned: set[tuple[str, str]] = set()  # (job uid, warning) given once per job
+        self._posting: set[Future[None]] = set()  # events being recorded in the background
+
+    @property
+    def informers(self) -> list[Informer]:
+        """Every cache the operator reads."""
+        return [self.jobs, self.pods, self.jobtypes, self.services, self.configmaps]
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0, stop: threading.Event | None = None) -> None:
+        """Start the informers, wait for their first lists, then create the built-in JobTypes the cluster lacks.
+
+        Raises:
+            KubeApiError: the caches did not fill within ``timeout`` (the API server is unreachable, or a
+                permission is missing).
+        """
+        for informer in self.informers:
+            informer.start()
+        deadline = self.clock.monotonic() + timeout
+        while not wait_all_synced(self.informers, 0.5):
+            if stop is not None and stop.is_set():
+                return
+            if self.clock.monotonic() > deadline:
+                missing = [informer.resource.plural for informer in self.informers if not informer.synced]
+                raise KubeApiError(0, "NotSynced", f"the caches of {', '.join(missing)} did not fill in {timeout:.0f}s")
+        if self.settings.seed_jobtypes:
+            self.seed_jobtypes()
+        self.ready.set()
+
+    def run(self, stop: threading.Event) -> None:
+        """Reconcile until ``stop`` is set (set ``signal`` too, to end the wait at once)."""
+        try:
+            while not stop.is_set():
+                try:
+                    wait = self.sync()
+                except Exception:
+                    # A bug in one pass must not end the operator: the next pass starts from the caches again.
+                    log.exception("reconcile pass failed; retrying")
+                    wait = self.settings.retry_s
+                if stop.is_set():
+                    break
+                self.signal.wait(wait)
+        finally:
+            for informer in self.informers:
+                informer.stop()
+            self._pool.shutdown(wait=True)
+            log.info("operator stopped after %s", self.counters.snapshot())
+
+    def seed_jobtypes(self) -> None:
+        """Create the built-in JobTypes missing from the cluster; update built-ins an older Phalanx created.
+
+        As ``operations.seed_builtin_jobtypes`` does for the embedded store: a JobType of the same name that a
+        user made (without the ``phalanx.dev/builtin`` label) is left alone.
+        """
+        for name, builtin in builtin_jobtypes().items():
+            body: dict[str, Any] = {
+                "apiVersion": f"{API_GROUP}/{PHALANX_VERSION}",
+                "kind": "JobType",
+                "metadata": {"name": name, "labels": dict(builtin.metadata.labels)},
+                "spec": builtin.spec.to_dict(),
+            }
+            existing = self.jobtypes.get(None, name)
+            try:
+                if existing is None:
+                    self.jobtypes.observe(self.api.create(JOBTYPES, body))
+                    log.info("created the built-in JobType %s", name)
+                    continue
+                labels = (existing.get("metadata") or {}).get("labels") or {}
+                current = self._jobtype(existing)
+                if labels.get(BUILTIN_LABEL) == "true" and (current is None or current.spec != builtin.spec):
+                    body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+                    self.jobtypes.observe(self.api.replace(JOBTYPES, body))
+                    log.info("updated the built-in JobType %s", name)
+            except ConflictError:
+                continue  # created or changed by someone else meanwhile: theirs stands
+            except KubeApiError as error:
+                log.warning("cannot seed the built-in JobType %s: %s", name, error)
+
+    # -- what changed -------------------------------------------------------------------------------------------
+
+    def _job_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            self._dirty.add(object_key(obj))
+
+    def _pod_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        job = (meta.get("labels") or {}).get(LABEL_JOB)
+        if job:
+            with self._lock:
+                self._dirty.add((str(meta.get("namespace") or ""), str(job)))
+
+    def _jobtype_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            self._everything = True  # any job may use it; JobTypes change rarely
+
+    def mark_all(self) -> None:
+        """Reconcile every job on the next pass."""
+        with self._lock:
+            self._everything = True
+        self.signal.set()
+
+    # -- one pass -----------------------------------------------------------------------------------------------
+
+    def sync(self) -> float:
+        """Reconcile the jobs that need it and collect orphans; return the seconds until a timer is due."""
+        now = self.clock.monotonic()
+        with self._lock:
+            if self._everything or now >= self._next_resync:
+                keys = {object_key(obj) for obj in self.jobs.items()}
+                self._everything = False
+                self._next_resync = now + self.settings.resync_s
+            else:
+                keys = set(self._dirty)
+            self._dirty.clear()
+            for key, due in list(self._timers.items()):
+                if due <= now:
+                    keys.add(key)
+                    del self._timers[key]
+        jobtypes = self._current_jobtypes()
+        pods_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        all_pods = self.pods.items()
+        for pod in all_pods:
+            pods_of[job_uid_of(pod)].append(pod)
+        self._forget_deleted(all_pods)
+        for key in sorted(keys):
+            obj = self.jobs.get(*key)
+            if obj is None:
+                continue
+            uid = str(obj["metadata"].get("uid") or "")
+            try:
+                outcome = self._reconcile(obj, jobtypes, pods_of.get(uid, []))
+            except KubeApiError as error:
+                log.warning("reconciling job %s/%s failed: %s; retrying", key[0], key[1], error)
+                outcome = _Outcome(requeue_after=self.settings.retry_s)
+            except Exception:
+                # One job's unexpected failure must not stop the others from being reconciled.
+                log.exception("reconciling job %s/%s failed; retrying", key[0], key[1])
+                outcome = _Outcome(requeue_after=self.settings.retry_s)
+            self.counters.add("reconciles")
+            with self._lock:
+                if outcome.requeue_after is None:
+                    self._timers.pop(key, None)
+                else:
+                    self._timers[key] = self.clock.monotonic() + outcome.requeue_after
+        self._collect_orphans(all_pods)
+        self._forget_parsed()
+        self.counters.add("passes")
+        with self._lock:
+            due = min([*self._timers.values(), self._next_resync])
+        return max(0.0, due - self.clock.monotonic())
+
+    def _reconcile(self, obj: dict[str, Any], jobtypes: dict[str, JobType], pods: list[dict[str, Any]]) -> _Outcome:
+        parsed = self._parse_job(obj, jobtypes)
+        if parsed.job is None:
+            return self._fail(obj, "InvalidSpec", parsed.error, pods)
+        job = parsed.job.model_copy(
+            update={"metadata": ObjectMeta.model_validate(model_metadata(obj)), "status": job_status(obj)}
+        )
+        jobtype = jobtypes.get(job.spec.type)
+        with self._lock:
+            deleting = set(self._deleting)
+        decided = plan(
+            ReconcileInput(
+                job=job,
+                jobtype=jobtype,
+                replicas=observe_job_pods(pods, deleting),
+                now=self.clock.now(),
+                outputs=_OUTPUTS_STAY,
+            )
+        )
+        return self._apply(obj, job, jobtype, decided, pods)
+
+    def _apply(
+        self,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        jobtype: JobType | None,
+        decided: Plan,
+        pods: list[dict[str, Any]],
+    ) -> _Outcome:
+        creates: list[dict[str, Any]] = []
+        if jobtype is not None and any(isinstance(action, CreateReplica) for action in decided.actions):
+            try:
+                creates = render_creates(job, jobtype, decided, self.settings.pods)
+            except RenderError as error:
+                return self._fail(obj, "InvalidSpec", str(error), pods)
+        outcome = _Outcome(requeue_after=decided.requeue_after)
+        if decided.status != job.status:
+            written = self._write_status(obj, decided.status)
+            if written is None:
+                return _Outcome(requeue_after=self.settings.retry_s)
+            obj = written
+        for event in decided.events:
+            self._event(obj, event.reason, event.message, warning=event.type == "Warning")
+            log.info("job %s: %s: %s", job.key, event.reason, event.message)
+        before, after = Phase(job.status.phase), Phase(decided.status.phase)
+        entered_storing = after in (Phase.STORING, Phase.SUCCEEDED) and before not in (Phase.STORING, Phase.SUCCEEDED)
+        if entered_storing or any(isinstance(action, StoreOutputs) for action in decided.actions):
+            self._warn_outputs_not_collected(obj, job)
+        if jobtype is not None and after in _CHILDREN_PHASES:
+            self._ensure_children(job, jobtype)
+        by_name = {str(pod["metadata"].get("name")): pod for pod in pods}
+        tasks: list[Callable[[], bool]] = [functools.partial(self._create_pod, obj, body) for body in creates]
+        for action in decided.actions:
+            if isinstance(action, DeleteReplica) and action.name in by_name:
+                tasks.append(functools.partial(self._delete_pod, by_name[action.name], action.reason))
+        if not all(list(self._pool.map(lambda task: task(), tasks))):
+            outcome.requeue_after = self.settings.retry_s * 5  # a create the API refused: try again later
+        for action in decided.actions:
+            if isinstance(action, DeleteJob):
+                self._delete_job(obj, action.reason)
+        return outcome
+
+    # -- writes -------------------------------------------------------------------------------------------------
+
+    def _write_status(self, obj: dict[str, Any], status: TrainingJobStatus) -> dict[str, Any] | None:
+        """PUT the status on the resourceVersion it was planned from; None when the job changed or is gone."""
+        namespace, name = object_key(obj)
+        try:
+            written = self.api.replace_status(TRAININGJOBS, status_body(obj, status))
+        except ConflictError:
+            self.counters.add("conflicts")
+            log.debug("job %s/%s changed since it was read; planning again", namespace, name)
+            return None
+        except NotFoundError:
+            self.jobs.forget(namespace, name)
+            return None
+        self.counters.add("status_writes")
+        written.setdefault("kind", TRAININGJOBS.kind)
+        written.setdefault("apiVersion", TRAININGJOBS.api_version)
+        self.jobs.observe(written)
+        return written
+
+    def _fail(self, obj: dict[str, Any], reason: str, message: str, pods: list[dict[str, Any]]) -> _Outcome:
+        """Fail a job the planner cannot plan (its spec is invalid) and stop its Pods, as Failed does."""
+        namespace, name = object_key(obj)
+        status = job_status(obj)
+        phase = Phase(status.phase)
+        outcome = _Outcome()
+        if phase not in TERMINAL_PHASES:
+            if can_transition(phase, Phase.FAILED):
+                failed = transition(status, Phase.FAILED, reason=reason, message=message, now=self.clock.now())
+                generation = int((obj.get("metadata") or {}).get("generation") or 0)
+                written = self._write_status(obj, failed.model_copy(update={"observed_generation": generation}))
+                if written is None:
+                    return _Outcome(requeue_after=self.settings.retry_s)
+                self._event(written, reason, message, warning=True)
+                log.warning("job %s/%s failed: %s: %s", namespace, name, reason, message)
+            elif self._first_time(obj, f"{reason}:{message}"):
+                # Halting and Preempted only wait for Pods to stop: stop them; the job waits for a valid spec.
+                log.warning("job %s/%s (%s) cannot be planned: %s", namespace, name, phase, message)
+                self._event(obj, reason, f"{message}; stopping every replica", warning=True)
+        with self._lock:
+            deleting = set(self._deleting)
+        live = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp") and pod_uid(pod) not in deleting]
+        list(self._pool.map(lambda pod: self._delete_pod(pod, reason), live))
+        return outcome
+
+    def _create_pod(self, job: dict[str, Any], body: dict[str, Any]) -> bool:
+        meta = body["metadata"]
+        try:
+            created = self.api.create(PODS, body)
+        except ConflictError as error:
+            if error.already_exists:
+                return True  # created before (a pass replayed after a restart); the cache will show it
+            raise
+        except KubeApiError as error:
+            if error.status in (0, 500, 503, 504, 429):
+                raise
+            # Refused for good (invalid, forbidden, over a ResourceQuota): say so once; retried on later passes.
+            if self._first_time(job, f"CreatePodFailed:{meta['name']}:{error.message}"):
+                self._event(job, "CreatePodFailed", f"cannot create pod {meta['name']}: {error}", warning=True)
+            log.warning("cannot create pod %s/%s: %s", meta["namespace"], meta["name"], error)
+            return False
+        self.pods.observe(created)
+        self.counters.add("pods_created")
+        log.debug("created pod %s/%s (attempt %s)", meta["namespace"], meta["name"], meta["labels"][LABEL_ATTEMPT])
+        return True
+
+    def _delete_pod(self, pod: Mapping[str, Any], reason: str) -> bool:
+        meta = pod.get("metadata") or {}
+        uid = pod_uid(pod)
+        # 404: already gone; 409: the name now belongs to a newer Pod, which is not this deletion's to remove.
+        with contextlib.suppress(NotFoundError, ConflictError):
+            self.api.delete(PODS, str(meta.get("name")), str(meta.get("namespace")), uid=uid or None)
+        with self._lock:
+            self._deleting.add(uid)
+        self.counters.add("pods_deleted")
+        log.debug("deleted pod %s/%s: %s", meta.get("namespace"), meta.get("name"), reason)
+        return True
+
+    def _ensure_children(self, job: TrainingJob, jobtype: JobType) -> None:
+        """Create the headless Service and hostfile ConfigMap if the cache lacks them (409 is success)."""
+        for body in render_children(job, jobtype):
+            informer = self.services if body["kind"] == "Service" else self.configmaps
+            meta = body["metadata"]
+            current = informer.get(meta["namespace"], meta["name"])
+            if current is not None:
+                owners = {ref.get("uid") for ref in (current.get("metadata") or {}).get("ownerReferences") or []}
+                if job.metadata.uid in owners or current["metadata"].get("deletionTimestamp"):
+                    continue
+                # Left by an earlier job of the same name, awaiting garbage collection: replace it now.
+                resource = SERVICES if informer is self.services else CONFIGMAPS
+                with contextlib.suppress(NotFoundError, ConflictError):
+                    self.api.delete(resource, meta["name"], meta["namespace"], uid=current["metadata"].get("uid"))
+                informer.forget(meta["namespace"], meta["name"])
+            try:
+                informer.observe(self.api.create(SERVICES if informer is self.services else CONFIGMAPS, body))
+                self.counters.add("children_created")
+            except ConflictError as error:
+                if not error.already_exists:
+                    raise
+
+    def _delete_job(self, obj: dict[str, Any], reason: str) -> None:
+        namespace, name = object_key(obj)
+        with contextlib.suppress(NotFoundError, ConflictError):
+            self.api.delete(TRAININGJOBS, name, namespace, uid=obj["metadata"].get("uid"))
+        self.jobs.forget(namespace, name)
+        log.info("deleted job %s/%s: %s", namespace, name, reason)
+
+    def _event(self, job: dict[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
+        """Record a core/v1 Event on the job, in the background: events are best effort."""
+        body = event_body(
+            job,
+            reason,
+            message,
+            warning=warning,
+            now=self.clock.now(),
+            component=self.settings.component,
+            instance=self.settings.identity,
+        )
+
+        def post() -> None:
+            try:
+                self.api.create(EVENTS, body)
+            except KubeApiError as error:
+                log.debug("event %s on %s not recorded: %s", reason, object_key(job), error)
+
+        future = self._pool.submit(post)
+        with self._lock:
+            self._posting.add(future)
+        future.add_done_callback(self._posted)
+
+    def _posted(self, future: Future[None]) -> None:
+        with self._lock:
+            self._posting.discard(future)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until the events recorded so far have been sent (or failed)."""
+        with self._lock:
+            pending = set(self._posting)
+        wait(pending, timeout)
+
+    def _warn_outputs_not_collected(self, obj: dict[str, Any], job: TrainingJob) -> None:
+        store_to = job.spec.outputs.store_to
+        if store_to and self._first_time(obj, "OutputsNotCollected"):
+            self._event(
+                obj,
+                "OutputsNotCollected",
+                f"outputs.storeTo ({store_to}) is not supported on Kubernetes yet: outputs stay in each pod's "
+                f"{job.spec.outputs.path} volume and go away with the pod",
+                warning=True,
+            )
+
+    def _first_time(self, obj: Mapping[str, Any], what: str) -> bool:
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        with self._lock:
+            if (uid, what) in self._warned:
+                return False
+            self._warned.add((uid, what))
+            return True
+
+    # -- orphans ------------------------------------------------------------------------------------------------
+
+    def _collect_orphans(self, pods: list[dict[str, Any]]) -> None:
+        """Delete Pods whose job is gone (confirmed by a GET: the job cache may lag behind the Pod cache)."""
+        live = {str(obj["metadata"].get("uid")) for obj in self.jobs.items()}
+        with self._lock:
+            deleting = set(self._deleting)
+        for pod in orphan_pods(pods, live):
+            if pod_uid(pod) in deleting:
+                continue
+            meta = pod["metadata"]
+            namespace, job_name = str(meta.get("namespace")), str(meta["labels"][LABEL_JOB])
+            try:
+                try:
+                    current = self.api.get(TRAININGJOBS, job_name, namespace)
+                except NotFoundError:
+                    current = None
+                if current is not None and current["metadata"].get("uid") == job_uid_of(pod):
+                    self.jobs.observe(current)  # the cache was behind
+                    continue
+                log.info("deleting orphan pod %s/%s (its job %s is gone)", namespace, meta.get("name"), job_name)
+                self._delete_pod(pod, "Orphaned")
+                self.counters.add("orphans_deleted")
+            except KubeApiError as error:
+                log.warning("orphan pod %s/%s not deleted yet: %s", namespace, meta.get("name"), error)
+
+    def _forget_deleted(self, pods: list[dict[str, Any]]) -> None:
+        """Stop remembering deletions the cache has caught up with (the Pod is gone)."""
+        present = {pod_uid(pod) for pod in pods}
+        with self._lock:
+            self._deleting &= present
+
+    # -- parsing ------------------------------------------------------------------------------------------------
+
+    def _jobtype(self, obj: dict[str, Any]) -> JobType | None:
+        meta = obj.get("metadata") or {}
+        name, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
+        cached = self._parsed_jobtypes.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        try:
+            jobtype: JobType | None = jobtype_from_object(obj)
+        except SpecError as error:
+            log.warning("ignoring the invalid JobType %s: %s", name, error)
+            jobtype = None
+        self._parsed_jobtypes[name] = (version, jobtype)
+        return jobtype
+
+    def _current_jobtypes(self) -> dict[str, JobType]:
+        found = {}
+        for obj in self.jobtypes.items():
+            jobtype = self._jobtype(obj)
+            if jobtype is not None:
+                found[jobtype.metadata.name] = jobtype
+        return found
+
+    def _jobtype_version(self, name: str) -> str:
+        obj = self.jobtypes.get(None, name)
+        return str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
+
+    def _parse_job(self, obj: dict[str, Any], jobtypes: dict[str, JobType]) -> _Parsed:
+        """The job validated and defaulted against the cluster's JobTypes, or why it cannot be."""
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        generation = int(meta.get("generation") or 0)
+        type_name = str((obj.get("spec") or {}).get("type") or "generic")
+        if type_name not in jobtypes and Phase(job_status(obj).phase) not in TERMINAL_PHASES:
+            self._read_jobtype(type_name, jobtypes)
+        version = self._jobtype_version(type_name)
+        cached = self._parsed.get(uid)
+        if cached is not None and cached.generation == generation and cached.jobtype_version == version:
+            return cached
+        try:
+            job = job_from_object(obj, jobtypes)
+            check_renderable(job, jobtypes[job.spec.type], self.settings.pods)
+            parsed = _Parsed(generation, version, job)
+        except SpecError as error:
+            parsed = _Parsed(generation, version, None, invalid_spec_message(error))
+        except RenderError as error:
+            parsed = _Parsed(generation, version, None, str(error))
+        except ValueError as error:  # what validation did not word as a field error (pydantic's, in metadata)
+            parsed = _Parsed(generation, version, None, f"invalid TrainingJob: {error}")
+        self._parsed[uid] = parsed
+        return parsed
+
+    def _read_jobtype(self, name: str, jobtypes: dict[str, JobType]) -> None:
+        """Look a JobType up in the API before calling a job invalid: its watch event may still be on the way.
+
+        ``kubectl apply`` of a JobType and a job using it creates both at once, and the two caches are filled by
+        separate watches; the job's event can come first.
+        """
+        try:
+            obj = self.api.get(JOBTYPES, name)
+        except NotFoundError:
+            return
+        obj.setdefault("kind", JOBTYPES.kind)
+        obj.setdefault("apiVersion", JOBTYPES.api_version)
+        self.jobtypes.observe(obj)
+        jobtype = self._jobtype(obj)
+        if jobtype is not None:
+            jobtypes[name] = jobtype
+
+    def _forget_parsed(self) -> None:
+        if len(self._parsed) <= len(self.jobs) * 2 + 64:
+            return
+        live = {str(obj["metadata"].get("uid")) for obj in self.jobs.items()}
+        self._parsed = {uid: parsed for uid, parsed in self._parsed.items() if uid in live}
+        with self._lock:
+            self._warned = {entry for entry in self._warned if entry[0] in live}

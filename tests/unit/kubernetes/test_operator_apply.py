@@ -1,0 +1,216 @@
+"""The operator's pure pieces: the planner's view of Pods, what a plan creates, orphans, events, spec errors."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from phalanx.adapters.kubernetes.rendering import RenderError, render_pod
+from phalanx.core.reconcile import CreateReplica, DeleteReplica, Plan
+from phalanx.model.errors import FieldError, SpecError
+from phalanx.model.jobs import ReplicaPlacement, TrainingJob, TrainingJobStatus
+from phalanx.model.jobtypes import JobType
+from phalanx.model.loading import builtin_jobtypes
+from phalanx.model.replicas import ReplicaPhase
+from phalanx.model.validation import validate_job
+from phalanx.services.kube_apply import (
+    PodSettings,
+    check_renderable,
+    event_body,
+    invalid_spec_message,
+    observe_job_pods,
+    orphan_pods,
+    render_children,
+    render_creates,
+)
+
+UID = "0b5e6f3c-1111-2222-3333-444455556666"
+JOBTYPES = builtin_jobtypes()
+
+
+def make_job(kind: str, replicas: dict[str, Any], *, name: str = "train") -> tuple[TrainingJob, JobType]:
+    raw = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "team-a", "uid": UID},
+        "spec": {"type": kind, "replicas": replicas},
+    }
+    return validate_job(raw, JOBTYPES), JOBTYPES[kind]
+
+
+def template(**extra: Any) -> dict[str, Any]:
+    return {"image": "example.org/trainer:1", "command": ["python", "train.py"], **extra}
+
+
+def pod(
+    name: str,
+    *,
+    role: str = "worker",
+    index: int = 0,
+    attempt: int = 0,
+    phase: str = "Running",
+    uid: str = "pod-uid",
+    job_uid: str | None = UID,
+    deleting: bool = False,
+    exit_code: int | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "team-a",
+        "uid": uid,
+        "labels": {
+            "phalanx.dev/job": "train",
+            "phalanx.dev/role": role,
+            "phalanx.dev/replica-index": str(index),
+            "phalanx.dev/attempt": str(attempt),
+        },
+        "annotations": {"phalanx.dev/job-uid": job_uid} if job_uid else {},
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: dict[str, Any] = {"phase": phase}
+    if exit_code is not None:
+        status["containerStatuses"] = [
+            {"name": "replica", "state": {"terminated": {"exitCode": exit_code, "finishedAt": "2026-01-01T00:00:05Z"}}}
+        ]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {}, "status": status}
+
+
+# -- observing ---------------------------------------------------------------------------------------------------
+
+
+def test_pods_become_replicas_with_role_index_attempt_phase_and_exit_code() -> None:
+    replicas = observe_job_pods(
+        [
+            pod("train-worker-1", index=1, attempt=2, phase="Failed", uid="b", exit_code=3),
+            pod("train-worker-0", uid="a"),
+        ],
+        deleting=set(),
+    )
+    assert [(r.name, r.role, r.index, r.attempt, r.phase, r.exit_code) for r in replicas] == [
+        ("train-worker-0", "worker", 0, 0, ReplicaPhase.RUNNING, None),
+        ("train-worker-1", "worker", 1, 2, ReplicaPhase.FAILED, 3),
+    ]
+
+
+def test_a_pod_this_process_deleted_counts_as_deleting_before_the_watch_says_so() -> None:
+    [replica] = observe_job_pods([pod("train-worker-0", uid="a")], deleting={"a"})
+    assert replica.deleting
+    [other] = observe_job_pods([pod("train-worker-0", uid="a", deleting=True)], deleting=set())
+    assert other.deleting
+
+
+def test_a_pod_without_the_operator_labels_is_not_a_replica() -> None:
+    foreign = pod("train-worker-0")
+    del foreign["metadata"]["labels"]["phalanx.dev/role"]
+    assert observe_job_pods([foreign], deleting=set()) == ()
+
+
+# -- creating ----------------------------------------------------------------------------------------------------
+
+
+def test_a_plan_creates_pods_with_its_attempt_the_placement_annotations_and_the_scheduler_name() -> None:
+    job, jobtype = make_job(
+        "pytorch", {"master": {"template": template()}, "worker": {"count": 2, "template": template()}}
+    )
+    placement = ReplicaPlacement(node="gpu-3", cpus=[4, 5], gpus=[0, 1])
+    decided = Plan(
+        status=TrainingJobStatus(),
+        actions=(
+            CreateReplica(role="worker", index=1, attempt=2, placement=placement),
+            DeleteReplica(name="train-worker-0", reason="ReplicaFailed"),
+        ),
+    )
+    [created] = render_creates(job, jobtype, decided, PodSettings(scheduler_name="my-scheduler"))
+    meta, spec = created["metadata"], created["spec"]
+    assert meta["name"] == "train-worker-1"
+    assert meta["labels"]["phalanx.dev/attempt"] == "2"
+    assert meta["annotations"]["phalanx.dev/node"] == "gpu-3"
+    assert meta["annotations"]["phalanx.dev/gpus"] == "0,1"
+    assert meta["annotations"]["phalanx.dev/cpus"] == "4,5"
+    assert meta["annotations"]["phalanx.dev/job-uid"] == UID
+    assert spec["schedulerName"] == "my-scheduler"
+    assert "nodeName" not in spec, "the scheduler binds the pod; the operator never picks its node"
+    env = {item["name"]: item["value"] for item in spec["containers"][0]["env"]}
+    assert env["RANK"] == "2"
+    assert env["PHALANX_ATTEMPT"] == "2"
+
+
+def test_a_shared_gpu_placement_is_annotated_and_in_the_env() -> None:
+    job, jobtype = make_job("generic", {"worker": {"template": template(resources={"gpuMilli": 250})}})
+    placement = ReplicaPlacement(node="gpu-0", gpus=[3], gpu_milli=250)
+    created = render_pod(job, jobtype, "worker", 0, 0, placement=placement)
+    assert created["metadata"]["annotations"]["phalanx.dev/gpu-milli"] == "250"
+    assert created["metadata"]["annotations"]["phalanx.dev/gpus"] == "3"
+    assert {"name": "PHALANX_GPU_MILLI", "value": "250"} in created["spec"]["containers"][0]["env"]
+
+
+def test_without_a_placement_a_pod_has_no_placement_annotations() -> None:
+    job, jobtype = make_job("generic", {"worker": {"template": template()}})
+    annotations = render_pod(job, jobtype, "worker", 0, 0)["metadata"]["annotations"]
+    assert not {"phalanx.dev/node", "phalanx.dev/gpus", "phalanx.dev/cpus"} & set(annotations)
+
+
+def test_an_mpi_job_needs_a_service_and_a_hostfile_a_pytorch_job_only_a_service() -> None:
+    mpi, mpi_type = make_job(
+        "mpi", {"launcher": {"template": template()}, "worker": {"count": 2, "template": template()}}
+    )
+    assert [child["kind"] for child in render_children(mpi, mpi_type)] == ["Service", "ConfigMap"]
+    ddp, ddp_type = make_job("pytorch", {"worker": {"count": 2, "template": template()}})
+    [service] = render_children(ddp, ddp_type)
+    assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+
+
+def test_a_role_without_an_image_is_found_before_admission_and_the_operator_default_fills_it() -> None:
+    job, jobtype = make_job("pytorch", {"worker": {"template": {"command": ["python", "train.py"]}}})
+    with pytest.raises(RenderError, match=r"spec\.replicas\.worker\.template\.image"):
+        check_renderable(job, jobtype, PodSettings())
+    check_renderable(job, jobtype, PodSettings(image="example.org/default:1"))
+
+
+def test_a_pod_name_longer_than_a_dns_label_is_found_before_admission() -> None:
+    job, jobtype = make_job("pytorch", {"worker": {"template": template()}}, name="j" * 60)
+    with pytest.raises(RenderError, match=r"shorten metadata\.name"):
+        check_renderable(job, jobtype, PodSettings())
+
+
+# -- orphans, events, errors -------------------------------------------------------------------------------------
+
+
+def test_orphans_are_pods_whose_job_uid_names_no_live_job() -> None:
+    mine = pod("train-worker-0", uid="a")
+    orphan = pod("old-worker-0", uid="b", job_uid="gone")
+    foreign = pod("other-0", uid="c", job_uid=None)
+    going = pod("old-worker-1", uid="d", job_uid="gone", deleting=True)
+    assert orphan_pods([mine, orphan, foreign, going], live_job_uids={UID}) == [orphan]
+
+
+def test_an_event_names_the_job_by_uid() -> None:
+    job = {"apiVersion": "phalanx.dev/v1alpha1", "metadata": {"name": "train", "namespace": "team-a", "uid": UID}}
+    body = event_body(
+        job,
+        "Started",
+        "x" * 5000,
+        warning=True,
+        now=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        component="phalanx-operator",
+        instance="op-1",
+    )
+    assert body["involvedObject"] == {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "name": "train",
+        "namespace": "team-a",
+        "uid": UID,
+    }
+    assert body["type"] == "Warning"
+    assert body["metadata"] == {"generateName": "train.", "namespace": "team-a"}
+    assert body["firstTimestamp"] == "2026-01-02T03:04:05Z"
+    assert len(body["message"]) == 1024
+
+
+def test_a_spec_error_becomes_one_line_of_field_paths() -> None:
+    error = SpecError([FieldError("spec.type", "unknown job type 'x'"), FieldError("spec.size", "bad")])
+    assert invalid_spec_message(error) == "spec.type: unknown job type 'x'; spec.size: bad"
