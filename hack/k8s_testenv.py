@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -739,6 +739,26 @@ class _Starter:
         )
 
 
+def _flag_map(values: Mapping[str, bool] | Mapping[str, str] | None) -> str:
+    """``{"A": True, "b/v1": "true"}`` as a Kubernetes map flag value: ``A=true,b/v1=true`` (sorted)."""
+    parts = []
+    for key, value in sorted((values or {}).items()):
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        parts.append(f"{key}={text}")
+    return ",".join(parts)
+
+
+def parse_flag_map(text: str) -> dict[str, str]:
+    """``A=true,B=false`` into ``{"A": "true", "B": "false"}`` (for the command line's map options)."""
+    result = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise TestEnvError(f"expected KEY=VALUE in {text!r}, got {item!r}")
+        result[key] = value
+    return result
+
+
 def stage_files(stages: Path) -> list[Path]:
     """The kwok Stage files: one file, or every *.yaml in a directory."""
     files = sorted(stages.glob("*.yaml")) if stages.is_dir() else [stages]
@@ -756,11 +776,21 @@ def start(
     out: TextIO = sys.stdout,
     versions: Versions | None = None,
     die_with_parent: bool = False,
+    feature_gates: Mapping[str, bool] | None = None,
+    runtime_config: Mapping[str, str] | None = None,
+    apiserver_args: Sequence[str] = (),
+    scheduler_args: Sequence[str] = (),
 ) -> TestEnv:
     """Start etcd, kube-apiserver, kube-controller-manager and kwok (and kube-scheduler) with state in ``directory``.
 
     With ``die_with_parent`` the components are killed if this process dies without calling ``stop`` (a test run
     killed mid-way); without it (the command line) they outlive the process that started them.
+
+    ``feature_gates`` (e.g. ``{"GenericWorkload": True, "GangScheduling": True}``) go to every Kubernetes
+    component (``--feature-gates``: kube-apiserver, kube-controller-manager, kube-scheduler); ``runtime_config``
+    (e.g. ``{"scheduling.k8s.io/v1alpha2": "true"}``) to kube-apiserver (``--runtime-config``), to serve alpha API
+    versions. ``apiserver_args`` and ``scheduler_args`` are appended to those components' command lines as given
+    (e.g. ``--max-requests-inflight=0``, ``--kube-api-qps=1000``).
 
     Returns once every component answers its health check. On failure everything already started is stopped
     and the error carries the failing component's log tail. Starting again in the same directory (once stopped)
@@ -777,6 +807,7 @@ def start(
     # A fresh cluster every time: the state of a previous run in this directory is thrown away.
     for stale in ("etcd", "kwok"):
         shutil.rmtree(directory / stale, ignore_errors=True)
+    gates = [f"--feature-gates={_flag_map(feature_gates)}"] if feature_gates else []
     env = TestEnv(directory=directory, versions=versions)
     starter = _Starter(env, out, die_with_parent)
     files = stage_files(stages)
@@ -827,6 +858,9 @@ def start(
                 "--disable-admission-plugins=ServiceAccount",  # pods need no default ServiceAccount to exist first
                 "--allow-privileged=true",
                 "--profiling=false",
+                *gates,
+                *([f"--runtime-config={_flag_map(runtime_config)}"] if runtime_config else []),
+                *apiserver_args,
             ],
             api_port,
             f"{env.server}/readyz",
@@ -850,6 +884,7 @@ def start(
                 f"--root-ca-file={directory / 'ca.crt'}",
                 f"--service-account-private-key-file={directory / 'sa.key'}",
                 "--profiling=false",
+                *gates,
             ],
             kcm_port,
             f"https://127.0.0.1:{kcm_port}/healthz",
@@ -884,6 +919,8 @@ def start(
                         f"--secure-port={scheduler_port}",
                         *serving,
                         "--profiling=false",
+                        *gates,
+                        *scheduler_args,
                     ],
                     scheduler_port,
                     f"https://127.0.0.1:{scheduler_port}/healthz",
@@ -1046,6 +1083,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_cmd.add_argument("--stages", type=Path, default=DEFAULT_STAGES, help="kwok Stage YAML file or directory")
     start_cmd.add_argument("--timeout", type=float, default=180, help="seconds each component may take to be ready")
     start_cmd.add_argument("--build", action="store_true", help="build (or reuse) the binaries first")
+    start_cmd.add_argument(
+        "--feature-gates",
+        default="",
+        help="Kubernetes feature gates for every component, e.g. GenericWorkload=true,GangScheduling=true",
+    )
+    start_cmd.add_argument(
+        "--runtime-config", default="", help="API versions kube-apiserver serves, e.g. scheduling.k8s.io/v1alpha2=true"
+    )
     for name, text in (("stop", "stop the control plane recorded in DIR"), ("status", "report its components")):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--dir", type=Path, required=True)
@@ -1072,7 +1117,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "start":
             if args.build:
                 build()
-            env = start(args.dir, scheduler=args.scheduler, stages=args.stages, timeout=args.timeout)
+            gates = {key: value.lower() == "true" for key, value in parse_flag_map(args.feature_gates).items()}
+            env = start(
+                args.dir,
+                scheduler=args.scheduler,
+                stages=args.stages,
+                timeout=args.timeout,
+                feature_gates=gates,
+                runtime_config=parse_flag_map(args.runtime_config),
+            )
             print(env.kubeconfig)
         elif args.command == "stop":
             stop(TestEnv.load(args.dir.resolve()))

@@ -117,6 +117,7 @@ class OperatorSettings:
     resync_s: float = 30.0
     retry_s: float = 1.0
     workers: int = 8
+    job_workers: int = 8
     seed_jobtypes: bool = True
 
     @property
@@ -176,6 +177,8 @@ class KubeOperator:
         self.counters = OperatorCounters()
         self.ready = threading.Event()
         self._pool = ThreadPoolExecutor(max(1, settings.workers), thread_name_prefix="operator-api")
+        # A separate pool: a job's reconcile submits its API writes to ``_pool`` and waits for them.
+        self._jobs_pool = ThreadPoolExecutor(max(1, settings.job_workers), thread_name_prefix="operator-job")
         self._lock = threading.Lock()
         self._dirty: set[JobKey] = set()
         self._everything = True  # the first pass looks at every job
@@ -230,6 +233,7 @@ class KubeOperator:
         finally:
             for informer in self.informers:
                 informer.stop()
+            self._jobs_pool.shutdown(wait=True)
             self._pool.shutdown(wait=True)
             log.info("operator stopped after %s", self.counters.snapshot())
 
@@ -309,32 +313,38 @@ class KubeOperator:
         for pod in all_pods:
             pods_of[job_uid_of(pod)].append(pod)
         self._forget_deleted(all_pods)
-        for key in sorted(keys):
-            obj = self.jobs.get(*key)
-            if obj is None:
-                continue
-            uid = str(obj["metadata"].get("uid") or "")
-            try:
-                outcome = self._reconcile(obj, jobtypes, pods_of.get(uid, []))
-            except KubeApiError as error:
-                log.warning("reconciling job %s/%s failed: %s; retrying", key[0], key[1], error)
-                outcome = _Outcome(requeue_after=self.settings.retry_s)
-            except Exception:
-                # One job's unexpected failure must not stop the others from being reconciled.
-                log.exception("reconciling job %s/%s failed; retrying", key[0], key[1])
-                outcome = _Outcome(requeue_after=self.settings.retry_s)
-            self.counters.add("reconciles")
-            with self._lock:
-                if outcome.requeue_after is None:
-                    self._timers.pop(key, None)
-                else:
-                    self._timers[key] = self.clock.monotonic() + outcome.requeue_after
+        # Jobs are independent and their reconciles wait mostly on the API server (status PUTs of tens of ms
+        # each), so a pass reconciles several at once; one job is only ever in one worker within a pass.
+        list(self._jobs_pool.map(lambda key: self._reconcile_key(key, jobtypes, pods_of), sorted(keys)))
         self._collect_orphans(all_pods)
         self._forget_parsed()
         self.counters.add("passes")
         with self._lock:
             due = min([*self._timers.values(), self._next_resync])
         return max(0.0, due - self.clock.monotonic())
+
+    def _reconcile_key(
+        self, key: JobKey, jobtypes: dict[str, JobType], pods_of: Mapping[str, list[dict[str, Any]]]
+    ) -> None:
+        obj = self.jobs.get(*key)
+        if obj is None:
+            return
+        uid = str(obj["metadata"].get("uid") or "")
+        try:
+            outcome = self._reconcile(obj, jobtypes, pods_of.get(uid, []))
+        except KubeApiError as error:
+            log.warning("reconciling job %s/%s failed: %s; retrying", key[0], key[1], error)
+            outcome = _Outcome(requeue_after=self.settings.retry_s)
+        except Exception:
+            # One job's unexpected failure must not stop the others from being reconciled.
+            log.exception("reconciling job %s/%s failed; retrying", key[0], key[1])
+            outcome = _Outcome(requeue_after=self.settings.retry_s)
+        self.counters.add("reconciles")
+        with self._lock:
+            if outcome.requeue_after is None:
+                self._timers.pop(key, None)
+            else:
+                self._timers[key] = self.clock.monotonic() + outcome.requeue_after
 
     def _reconcile(self, obj: dict[str, Any], jobtypes: dict[str, JobType], pods: list[dict[str, Any]]) -> _Outcome:
         parsed = self._parse_job(obj, jobtypes)

@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("PHALANX_DEFAULT_IMAGE") or None,
         help="image for replicas whose job and JobType name none (default: $PHALANX_DEFAULT_IMAGE; none)",
     )
+    parser.add_argument("--workers", type=int, default=8, help="concurrent API writes within one job's reconcile")
+    parser.add_argument("--job-workers", type=int, default=8, help="jobs reconciled at once")
     return parser
 
 
@@ -59,7 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     operator = KubeOperator(
         api,
-        OperatorSettings(scheduler_name=args.scheduler_name, image=args.image, identity=options.identity),
+        OperatorSettings(
+            scheduler_name=args.scheduler_name,
+            image=args.image,
+            identity=options.identity,
+            workers=args.workers,
+            job_workers=args.job_workers,
+        ),
     )
     stop = threading.Event()
 
