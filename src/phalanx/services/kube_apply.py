@@ -9,12 +9,15 @@ tests can check them without a cluster:
   and the headless Service and hostfile ConfigMap the Pods need;
 - ``orphan_pods``: Pods of jobs that no longer exist;
 - ``event_body``: a core/v1 Event about a TrainingJob;
-- ``invalid_spec_message``: a spec error as one line of field-path errors.
+- ``invalid_spec_message``: a spec error as one line of field-path errors;
+- ``EventBudget``: how many Normal events may be posted under a burst (Warnings always are).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -129,6 +132,37 @@ def orphan_pods(pods: Iterable[Mapping[str, Any]], live_job_uids: Collection[str
 def invalid_spec_message(error: SpecError) -> str:
     """Every problem of a spec on one line: ``spec.replicas.worker.count: must be >= 1, got 0; ...``."""
     return "; ".join(str(problem) for problem in error.errors) or str(error)
+
+
+class EventBudget:
+    """A token bucket for Normal events, as client-go's event spam filter keeps bursts from flooding the API.
+
+    Every Event is a write the API server stores (with a lease), so a burst of thousands of jobs would spend as
+    many writes on Normal events as on the jobs themselves. ``burst`` Normal events pass at once, then
+    ``per_s`` a second; the rest are dropped (the job's status says the same thing). Warning events always
+    pass: they are what ``kubectl describe`` must show.
+    """
+
+    def __init__(self, burst: int = 50, per_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.burst = float(burst)
+        self.per_s = per_s
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+        self._lock = threading.Lock()
+
+    def allow(self, *, warning: bool) -> bool:
+        """True when an event may be posted now (always for a Warning; a Normal one takes a token)."""
+        if warning:
+            return True
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.per_s)
+            self._at = now
+            if self._tokens < 1.0:
+                return False
+            self._tokens -= 1.0
+            return True
 
 
 def event_body(

@@ -37,7 +37,7 @@ import contextlib
 import functools
 import logging
 import threading
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -86,6 +86,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
 from phalanx.model.meta import ObjectMeta
 from phalanx.services.kube_apply import (
+    EventBudget,
     PodSettings,
     check_renderable,
     event_body,
@@ -104,6 +105,10 @@ JobKey = tuple[str, str]  # (namespace, name)
 _OUTPUTS_STAY = OutputsObservation(stored=True)
 # Phases in which a job's Pods run or are about to, so the Service and hostfile they use must exist.
 _CHILDREN_PHASES = frozenset({Phase.DOWNLOADING, Phase.RUNNING, Phase.RESTARTING})
+# After a wake-up the loop waits this long before its pass, so a burst of watch events makes one pass.
+_COALESCE_S = 0.05
+# Orphan collection and forgetting read every Pod and job; the loop does them at most this often.
+_HOUSEKEEPING_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,9 @@ class KubeOperator:
         self.clock = clock or SystemClock()
         self.signal = Signal()
         self.jobs = Informer(api, TRAININGJOBS, signal=self.signal, on_change=self._job_changed)
-        self.pods = Informer(api, PODS, label_selector=LABEL_JOB, signal=self.signal, on_change=self._pod_changed)
+        self.pods = Informer(
+            api, PODS, label_selector=LABEL_JOB, signal=self.signal, on_change=self._pod_changed, index=job_uid_of
+        )
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal, on_change=self._jobtype_changed)
         self.services = Informer(api, SERVICES, label_selector=LABEL_JOB, signal=self.signal)
         self.configmaps = Informer(api, CONFIGMAPS, label_selector=LABEL_JOB, signal=self.signal)
@@ -181,14 +188,19 @@ class KubeOperator:
         self._jobs_pool = ThreadPoolExecutor(max(1, settings.job_workers), thread_name_prefix="operator-job")
         self._lock = threading.Lock()
         self._dirty: set[JobKey] = set()
+        self._queued: set[JobKey] = set()  # submitted to the job workers, not started: it will read the newest
+        self._running: set[JobKey] = set()  # being reconciled now
+        self._again: set[JobKey] = set()  # changed while being reconciled: reconcile once more after
         self._everything = True  # the first pass looks at every job
         self._next_resync = 0.0
+        self._next_housekeeping = 0.0
         self._timers: dict[JobKey, float] = {}  # job -> monotonic time its plan asked to be looked at again
         self._deleting: set[str] = set()  # uids of Pods deleted by this process, until the cache drops them
         self._parsed: dict[str, _Parsed] = {}  # job uid -> its last validation
         self._parsed_jobtypes: dict[str, tuple[str, JobType | None]] = {}  # name -> (resourceVersion, parsed)
         self._warned: set[tuple[str, str]] = set()  # (job uid, warning) given once per job
         self._posting: set[Future[None]] = set()  # events being recorded in the background
+        self.events = EventBudget()
 
     @property
     def informers(self) -> list[Informer]:
@@ -222,14 +234,16 @@ class KubeOperator:
         try:
             while not stop.is_set():
                 try:
-                    wait = self.sync()
+                    wait = self.sync(wait=False)
                 except Exception:
                     # A bug in one pass must not end the operator: the next pass starts from the caches again.
                     log.exception("reconcile pass failed; retrying")
                     wait = self.settings.retry_s
                 if stop.is_set():
                     break
-                self.signal.wait(wait)
+                if self.signal.wait(wait):
+                    # Coalesce: under load every watch event sets the signal; one pass per burst is enough.
+                    stop.wait(_COALESCE_S)
         finally:
             for informer in self.informers:
                 informer.stop()
@@ -292,8 +306,14 @@ class KubeOperator:
 
     # -- one pass -----------------------------------------------------------------------------------------------
 
-    def sync(self) -> float:
-        """Reconcile the jobs that need it and collect orphans; return the seconds until a timer is due."""
+    def sync(self, *, wait: bool = True) -> float:
+        """Reconcile the jobs that need it and collect orphans; return the seconds until a timer is due.
+
+        With ``wait`` the pass returns once every job it picked is reconciled. Without it (the loop) the jobs are
+        handed to the job workers and the pass returns at once: a slow job does not hold back the next pass,
+        and a job already waiting for a worker is not queued twice (it reads the caches when it starts). A job
+        that changes while a worker reconciles it is reconciled once more afterwards.
+        """
         now = self.clock.monotonic()
         with self._lock:
             if self._everything or now >= self._next_resync:
@@ -307,31 +327,57 @@ class KubeOperator:
                 if due <= now:
                     keys.add(key)
                     del self._timers[key]
+            self._again |= keys & self._running
+            keys -= self._running | self._queued
+            self._queued |= keys
         jobtypes = self._current_jobtypes()
-        pods_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        all_pods = self.pods.items()
-        for pod in all_pods:
-            pods_of[job_uid_of(pod)].append(pod)
-        self._forget_deleted(all_pods)
+        # Housekeeping reads every Pod and job: each pass when waiting (tests, one-shot), else once per interval.
+        housekeeping = wait or now >= self._next_housekeeping
+        all_pods = self.pods.items() if housekeeping else []
+        if housekeeping:
+            self._next_housekeeping = now + _HOUSEKEEPING_S
+            self._forget_deleted(all_pods)
         # Jobs are independent and their reconciles wait mostly on the API server (status PUTs of tens of ms
-        # each), so a pass reconciles several at once; one job is only ever in one worker within a pass.
-        list(self._jobs_pool.map(lambda key: self._reconcile_key(key, jobtypes, pods_of), sorted(keys)))
-        self._collect_orphans(all_pods)
-        self._forget_parsed()
+        # each), so several are reconciled at once; one job is only ever in one worker.
+        futures = [self._jobs_pool.submit(self._reconcile_key, key, jobtypes) for key in sorted(keys)]
+        if wait:
+            for future in futures:
+                future.result()
+        if housekeeping:
+            self._collect_orphans(all_pods)
+            self._forget_parsed()
         self.counters.add("passes")
         with self._lock:
             due = min([*self._timers.values(), self._next_resync])
+            if not wait:
+                due = min(due, self._next_housekeeping)
+            if self._dirty:
+                due = now  # changed while this pass ran (a job reconciled again): look again at once
         return max(0.0, due - self.clock.monotonic())
 
-    def _reconcile_key(
-        self, key: JobKey, jobtypes: dict[str, JobType], pods_of: Mapping[str, list[dict[str, Any]]]
-    ) -> None:
+    def _reconcile_key(self, key: JobKey, jobtypes: dict[str, JobType]) -> None:
+        with self._lock:
+            self._queued.discard(key)
+            self._running.add(key)
+        try:
+            self._reconcile_one(key, jobtypes)
+        finally:
+            with self._lock:
+                self._running.discard(key)
+                again = key in self._again
+                self._again.discard(key)
+                if again:
+                    self._dirty.add(key)
+            if again:
+                self.signal.set()
+
+    def _reconcile_one(self, key: JobKey, jobtypes: dict[str, JobType]) -> None:
         obj = self.jobs.get(*key)
         if obj is None:
             return
         uid = str(obj["metadata"].get("uid") or "")
         try:
-            outcome = self._reconcile(obj, jobtypes, pods_of.get(uid, []))
+            outcome = self._reconcile(obj, jobtypes, self.pods.indexed(uid) if uid else [])
         except KubeApiError as error:
             log.warning("reconciling job %s/%s failed: %s; retrying", key[0], key[1], error)
             outcome = _Outcome(requeue_after=self.settings.retry_s)
@@ -394,10 +440,13 @@ class KubeOperator:
         entered_storing = after in (Phase.STORING, Phase.SUCCEEDED) and before not in (Phase.STORING, Phase.SUCCEEDED)
         if entered_storing or any(isinstance(action, StoreOutputs) for action in decided.actions):
             self._warn_outputs_not_collected(obj, job)
+        tasks: list[Callable[[], bool]] = []
         if jobtype is not None and after in _CHILDREN_PHASES:
-            self._ensure_children(job, jobtype)
+            # The Service and hostfile are created alongside the Pods, not before: a Pod only needs them once
+            # its containers start, long after its create call returns.
+            tasks.extend(functools.partial(self._ensure_child, job, body) for body in render_children(job, jobtype))
         by_name = {str(pod["metadata"].get("name")): pod for pod in pods}
-        tasks: list[Callable[[], bool]] = [functools.partial(self._create_pod, obj, body) for body in creates]
+        tasks.extend(functools.partial(self._create_pod, obj, body) for body in creates)
         for action in decided.actions:
             if isinstance(action, DeleteReplica) and action.name in by_name:
                 tasks.append(functools.partial(self._delete_pod, by_name[action.name], action.reason))
@@ -486,27 +535,27 @@ class KubeOperator:
         log.debug("deleted pod %s/%s: %s", meta.get("namespace"), meta.get("name"), reason)
         return True
 
-    def _ensure_children(self, job: TrainingJob, jobtype: JobType) -> None:
-        """Create the headless Service and hostfile ConfigMap if the cache lacks them (409 is success)."""
-        for body in render_children(job, jobtype):
-            informer = self.services if body["kind"] == "Service" else self.configmaps
-            meta = body["metadata"]
-            current = informer.get(meta["namespace"], meta["name"])
-            if current is not None:
-                owners = {ref.get("uid") for ref in (current.get("metadata") or {}).get("ownerReferences") or []}
-                if job.metadata.uid in owners or current["metadata"].get("deletionTimestamp"):
-                    continue
-                # Left by an earlier job of the same name, awaiting garbage collection: replace it now.
-                resource = SERVICES if informer is self.services else CONFIGMAPS
-                with contextlib.suppress(NotFoundError, ConflictError):
-                    self.api.delete(resource, meta["name"], meta["namespace"], uid=current["metadata"].get("uid"))
-                informer.forget(meta["namespace"], meta["name"])
-            try:
-                informer.observe(self.api.create(SERVICES if informer is self.services else CONFIGMAPS, body))
-                self.counters.add("children_created")
-            except ConflictError as error:
-                if not error.already_exists:
-                    raise
+    def _ensure_child(self, job: TrainingJob, body: dict[str, Any]) -> bool:
+        """Create the headless Service or hostfile ConfigMap if the cache lacks it (409 is success)."""
+        informer = self.services if body["kind"] == "Service" else self.configmaps
+        resource = SERVICES if informer is self.services else CONFIGMAPS
+        meta = body["metadata"]
+        current = informer.get(meta["namespace"], meta["name"])
+        if current is not None:
+            owners = {ref.get("uid") for ref in (current.get("metadata") or {}).get("ownerReferences") or []}
+            if job.metadata.uid in owners or current["metadata"].get("deletionTimestamp"):
+                return True
+            # Left by an earlier job of the same name, awaiting garbage collection: replace it now.
+            with contextlib.suppress(NotFoundError, ConflictError):
+                self.api.delete(resource, meta["name"], meta["namespace"], uid=current["metadata"].get("uid"))
+            informer.forget(meta["namespace"], meta["name"])
+        try:
+            informer.observe(self.api.create(resource, body))
+            self.counters.add("children_created")
+        except ConflictError as error:
+            if not error.already_exists:
+                raise
+        return True
 
     def _delete_job(self, obj: dict[str, Any], reason: str) -> None:
         namespace, name = object_key(obj)
@@ -516,7 +565,10 @@ class KubeOperator:
         log.info("deleted job %s/%s: %s", namespace, name, reason)
 
     def _event(self, job: dict[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
-        """Record a core/v1 Event on the job, in the background: events are best effort."""
+        """Record a core/v1 Event on the job, in the background: events are best effort (Normal ones budgeted)."""
+        if not self.events.allow(warning=warning):
+            self.counters.add("events_dropped")
+            return
         body = event_body(
             job,
             reason,

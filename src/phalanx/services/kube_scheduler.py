@@ -63,6 +63,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.nodes import Node
 from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, parse_memory
+from phalanx.services.kube_apply import EventBudget
 from phalanx.services.kube_leader import LeaseElector
 from phalanx.services.scheduler import describe_admission, replica_requests
 
@@ -140,6 +141,7 @@ class KubeScheduler:
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
         self._lock = threading.Lock()
+        self.events = EventBudget()
         self.ready = threading.Event()
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
@@ -450,6 +452,8 @@ class KubeScheduler:
         return True
 
     def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
+        if not self.events.allow(warning=warning):
+            return  # a burst: Normal events are budgeted (the job's status says the same)
         now = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1",

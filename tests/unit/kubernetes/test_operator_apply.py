@@ -214,3 +214,36 @@ def test_an_event_names_the_job_by_uid() -> None:
 def test_a_spec_error_becomes_one_line_of_field_paths() -> None:
     error = SpecError([FieldError("spec.type", "unknown job type 'x'"), FieldError("spec.size", "bad")])
     assert invalid_spec_message(error) == "spec.type: unknown job type 'x'; spec.size: bad"
+
+
+def test_normal_events_are_budgeted_under_a_burst_and_warnings_never_are() -> None:
+    from phalanx.services.kube_apply import EventBudget
+
+    now = [0.0]
+    budget = EventBudget(burst=3, per_s=2.0, clock=lambda: now[0])
+    assert [budget.allow(warning=False) for _ in range(4)] == [True, True, True, False]
+    assert budget.allow(warning=True)
+    now[0] = 0.5  # one token back
+    assert [budget.allow(warning=False) for _ in range(2)] == [True, False]
+
+
+def test_an_informer_index_follows_writes_and_deletions() -> None:
+    from phalanx.adapters.kubernetes.api import PODS
+    from phalanx.adapters.kubernetes.informer import Informer
+    from phalanx.services.kube_apply import job_uid_of
+
+    informer = Informer(None, PODS, index=job_uid_of)  # type: ignore[arg-type]
+
+    def pod(name: str, job_uid: str, version: str) -> dict[str, Any]:
+        meta = {"name": name, "namespace": "ns", "resourceVersion": version}
+        return {"metadata": {**meta, "annotations": {"phalanx.dev/job-uid": job_uid}}}
+
+    informer.observe(pod("a", "u1", "1"))
+    informer.observe(pod("b", "u1", "2"))
+    informer.observe(pod("c", "u2", "3"))
+    assert sorted(p["metadata"]["name"] for p in informer.indexed("u1")) == ["a", "b"]
+    informer.observe(pod("b", "u2", "4"))  # a new Pod of the same name, for another job
+    assert [p["metadata"]["name"] for p in informer.indexed("u1")] == ["a"]
+    informer.forget("ns", "a")
+    assert informer.indexed("u1") == []
+    assert sorted(p["metadata"]["name"] for p in informer.indexed("u2")) == ["b", "c"]

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from lightkube.config import client_adapter
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ConfigError
@@ -30,6 +29,10 @@ from phalanx.model.base import API_GROUP
 
 PHALANX_VERSION = "v1alpha1"
 _THROTTLE_RETRIES = 5
+# Keep-alive connections the pool holds: every worker thread's request and every watch (one connection each,
+# held open) at once. httpx keeps 20 by default; past that, connections are closed after each request and the
+# next one pays a TLS handshake, on the client and on the API server, where it costs more than the request.
+POOL_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=128, keepalive_expiry=30.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +151,7 @@ class KubeApi:
         """Connect as the kubeconfig's (or the in-cluster service account's) user."""
         selected = load_kubeconfig(path, context)
         params = ConnectionParams(timeout=httpx.Timeout(timeout), trust_env=False)
-        return cls(client_adapter.Client(selected, params))
+        return cls(httpx.Client(**params.httpx_params(selected), limits=POOL_LIMITS))
 
     @classmethod
     def with_token(cls, server: str, token: str, ca_file: Path, *, timeout: float = 30.0) -> KubeApi:
@@ -159,6 +162,7 @@ class KubeApi:
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout,
             trust_env=False,
+            limits=POOL_LIMITS,
         )
         return cls(http)
 

@@ -22,6 +22,7 @@ from phalanx.adapters.kubernetes.api import GoneError, KubeApi, KubeApiError, Re
 
 log = logging.getLogger(__name__)
 ChangeHandler = Callable[[str, dict[str, Any]], None]
+IndexFunc = Callable[[dict[str, Any]], str]
 _RETRY_DELAYS = (0.1, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -62,6 +63,7 @@ class Informer:
         signal: Signal | None = None,
         on_change: ChangeHandler | None = None,
         watch_timeout_s: int = 60,
+        index: IndexFunc | None = None,
     ) -> None:
         self.api = api
         self.resource = resource
@@ -72,6 +74,10 @@ class Informer:
         self.on_change = on_change
         self.watch_timeout_s = watch_timeout_s
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}
+        # An optional secondary index (e.g. a Pod's job uid): value -> the keys of the objects it names, so a
+        # reader asks for one job's Pods without scanning every Pod.
+        self._index_func = index
+        self._index: dict[str, set[tuple[str, str]]] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stopped = threading.Event()
@@ -112,9 +118,38 @@ class Informer:
         with self._lock:
             return list(self._cache.values())
 
+    def indexed(self, value: str) -> list[dict[str, Any]]:
+        """The cached objects whose index value is ``value`` (the informer must have been given ``index``)."""
+        with self._lock:
+            return [self._cache[key] for key in self._index.get(value, ()) if key in self._cache]
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._cache)
+
+    def _put(self, key: tuple[str, str], obj: dict[str, Any]) -> None:
+        """Store ``obj`` under ``key`` (the lock held), keeping the index current."""
+        if self._index_func is not None:
+            old = self._cache.get(key)
+            if old is not None:
+                self._unindex(key, old)
+            self._index.setdefault(self._index_func(obj), set()).add(key)
+        self._cache[key] = obj
+
+    def _pop(self, key: tuple[str, str]) -> None:
+        """Drop ``key`` (the lock held), keeping the index current."""
+        old = self._cache.pop(key, None)
+        if old is not None and self._index_func is not None:
+            self._unindex(key, old)
+
+    def _unindex(self, key: tuple[str, str], obj: dict[str, Any]) -> None:
+        assert self._index_func is not None
+        value = self._index_func(obj)
+        keys = self._index.get(value)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._index[value]
 
     # -- writing through (a controller's own writes, seen before their watch event) -----------------------------
 
@@ -129,13 +164,13 @@ class Informer:
             current = self._cache.get(key)
             if current is not None and _newer(current, obj):
                 return
-            self._cache[key] = obj
+            self._put(key, obj)
         self.signal.set()
 
     def forget(self, namespace: str | None, name: str) -> None:
         """Drop an object this process just deleted (its DELETED event may come later)."""
         with self._lock:
-            self._cache.pop((namespace or "", name), None)
+            self._pop((namespace or "", name))
         self.signal.set()
 
     # -- the loop -----------------------------------------------------------------------------------------------
@@ -172,6 +207,10 @@ class Informer:
             gone = [obj for key, obj in self._cache.items() if key not in fresh]
             changed = [obj for key, obj in fresh.items() if self._cache.get(key) != obj]
             self._cache = fresh
+            if self._index_func is not None:
+                self._index = {}
+                for key, obj in fresh.items():
+                    self._index.setdefault(self._index_func(obj), set()).add(key)
             self.resource_version = version
             self.relists += 1
         for obj in gone:
@@ -199,9 +238,9 @@ class Informer:
             key = object_key(obj)
             with self._lock:
                 if kind == "DELETED":
-                    self._cache.pop(key, None)
+                    self._pop(key)
                 else:
-                    self._cache[key] = obj
+                    self._put(key, obj)
                 self.resource_version = version or self.resource_version
             self._notify(kind, obj)
             self.signal.set()
