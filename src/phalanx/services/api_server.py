@@ -12,6 +12,10 @@ connection per thread. Routes:
 - ``GET /v1/namespaces/NS/trainingjobs/NAME/logs`` → ``200 {logs: [[replica, path], ...]}``.
 
 The socket is created with mode 0600: only the owner of the state directory may talk to it.
+
+The control plane hands the server its own store: a long poll then wakes the moment the control plane writes
+(the store wakes same-process waiters through a condition variable), not at the next check of the file. In
+turn the server calls ``on_write`` after it has written, so the control plane wakes for a submitted job at once.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ import socket
 import socketserver
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from phalanx.adapters.store import SqliteStore
+from phalanx.adapters.store import SqliteStore, StoreError
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import parse_documents
@@ -44,12 +49,15 @@ class _UnixHttpServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, path: Path, layout: StateLayout) -> None:
+    def __init__(
+        self, path: Path, layout: StateLayout, store: SqliteStore | None, on_write: Callable[[], None]
+    ) -> None:
         self.layout = layout
+        self.on_write = on_write
         # One store for every request thread: it keeps a connection per thread itself, and opening it once
-        # spares each request the schema check.
-        # Someone waits on every long poll, so it checks for changes every 2-5 ms rather than backing off to 20.
-        self.ops = Operations(SqliteStore(layout.database, max_change_poll_interval=0.005), layout)
+        # spares each request the schema check. A store of our own (no control plane's to share) checks for
+        # changes every 2-5 ms rather than backing off to 20: someone waits on every long poll.
+        self.ops = Operations(store or SqliteStore(layout.database, max_change_poll_interval=0.005), layout)
         path.unlink(missing_ok=True)
         super().__init__(str(path), _Handler)
         os.chmod(path, 0o600)
@@ -110,6 +118,11 @@ class _Handler(BaseHTTPRequestHandler):
         except OperationError as err:
             self._reply(409, {"message": str(err)})
             return
+        except StoreError as err:
+            self._reply(503, {"message": f"the state store failed: {err}"})
+            return
+        finally:
+            self.server.on_write()  # even a failed submit may have written some of its documents
         items = [{"kind": c.kind, "namespace": c.namespace, "name": c.name, "replaced": c.replaced} for c in created]
         self._reply(200, {"created": items})
 
@@ -136,6 +149,10 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError as err:
                 self._reply(400, {"message": f"bad request: {err}"})
                 return
+            except StoreError as err:
+                # Typically the control plane stopping under a long poll: its store is closed.
+                self._reply(503, {"message": f"the state store failed: {err}"})
+                return
         self._reply(404, {"message": f"no route {self.path}"})
 
 
@@ -152,10 +169,25 @@ def _job_after(ops: Operations, namespace: str, name: str, after: str, wait: flo
 
 
 class LocalApiServer:
-    """Serves the local API from a background thread while the control plane leads."""
+    """Serves the local API from a background thread while the control plane leads.
 
-    def __init__(self, layout: StateLayout) -> None:
+    Args:
+        layout: the state directory.
+        store: the store to serve from (the control plane's own); by default one of the server's.
+        on_write: called after a request that may have written to the store.
+
+    """
+
+    def __init__(
+        self,
+        layout: StateLayout,
+        *,
+        store: SqliteStore | None = None,
+        on_write: Callable[[], None] | None = None,
+    ) -> None:
         self.layout = layout
+        self.store = store
+        self.on_write = on_write or (lambda: None)
         self._server: _UnixHttpServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -166,7 +198,7 @@ class LocalApiServer:
             log.warning("state directory path too long for a Unix socket; the local API is off")
             return
         try:
-            self._server = _UnixHttpServer(path, self.layout)
+            self._server = _UnixHttpServer(path, self.layout, self.store, self.on_write)
         except OSError as err:
             log.warning("cannot serve the local API on %s: %s", path, err)
             return

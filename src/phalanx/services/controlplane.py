@@ -1,15 +1,22 @@
 """The embedded control plane: node registration, then controller, scheduler and node runtime in one loop.
 
 Only the lease holder acts. The loop is level-triggered: each pass reads the store and processes, acts, and
-sleeps until the store changes (a write by any process), a timer is due, or the poll interval passes (process
-exits are noticed by polling). A pass that changed something is followed at once by another, so a submitted
-job runs through Queued → Admitted → Downloading → Running within a few passes.
+sleeps until something may have changed: the store (a write by any process), a replica's process (its shim
+exited), a timer that is due. A pass that changed something is followed at once by another, so a submitted job
+runs through Queued → Admitted → Downloading → Running within a few passes.
+
+The sleep is one ``poll(2)`` on the shims' exit descriptors (pidfds, see ``NodeRuntime``) and on a ``Bell``
+that the local API rings when it writes, so neither a finished replica nor a job submitted through the API
+waits for a polling interval. Writes by other processes (the SDK, other CLI verbs) are seen by checking the
+store between slices of that sleep, every 2 ms at first and every 20 ms after a while without any.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import select
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -30,6 +37,43 @@ from phalanx.services.scheduler import SchedulerService
 
 log = logging.getLogger(__name__)
 STOP_CHECK_SECONDS = 0.1
+# How often the sleep looks for other processes' writes: at first, and at most after a quiet while (as the
+# store's own wait_for_change does).
+STORE_CHECK_SECONDS = 0.002
+MAX_STORE_CHECK_SECONDS = 0.02
+
+
+class Bell:
+    """Wakes the control plane's sleep from another thread of this process (the local API, after a write).
+
+    A non-blocking pipe: ringing writes a byte, the sleeper polls the read end. A full pipe means a ring is
+    pending already, so ringing never blocks. A ring after ``close`` does nothing: a request thread of the API
+    may outlive the loop, and its ring must not reach whatever file reuses the descriptor's number.
+    """
+
+    def __init__(self) -> None:
+        self.fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def ring(self) -> None:
+        """Wake the sleeper (now or at its next sleep)."""
+        with self._lock, contextlib.suppress(BlockingIOError):
+            if not self._closed:
+                os.write(self._write_fd, b"\0")
+
+    def silence(self) -> None:
+        """Forget the rings so far."""
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.fd, 4096):
+                pass
+
+    def close(self) -> None:
+        """Close both ends; later rings are ignored."""
+        with self._lock:
+            self._closed = True
+            os.close(self.fd)
+            os.close(self._write_fd)
 
 
 @dataclass
@@ -113,19 +157,28 @@ class ControlPlane:
             return
         self.is_leader = True
         log.info("leading as %s", self.leadership.holder)
-        # Serve the API before registering nodes: clients treat "leads and has nodes" as ready.
-        api = LocalApiServer(self.layout)
+        # Serve the API before registering nodes: clients treat "leads and has nodes" as ready. It shares our
+        # store, so that its long polls wake at once on our writes, and rings the bell on its own writes.
+        bell = Bell()
+        api = LocalApiServer(self.layout, store=self.store, on_write=bell.ring)
         api.start()
         try:
             nodes = self.register_nodes()
             seed_builtin_jobtypes(self.store)
-            self._lead(stop, nodes)
+            self._lead(stop, nodes, bell)
         finally:
             api.stop()
+            bell.close()
 
-    def _lead(self, stop: threading.Event, nodes: dict[str, Node]) -> None:
+    def _lead(self, stop: threading.Event, nodes: dict[str, Node], bell: Bell) -> None:
         executor = LocalExecutor(self.layout.root / "runs")
         runtime = NodeRuntime(self.store, executor, self.layout, nodes, grace_seconds=self.config.grace_seconds)
+        try:
+            self._loop(stop, runtime, bell)
+        finally:
+            runtime.close()
+
+    def _loop(self, stop: threading.Event, runtime: NodeRuntime, bell: Bell) -> None:
         controller = JobController(self.store, self.layout, identity=self.leadership.holder)
         scheduler = SchedulerService(self.store, identity=self.leadership.holder)
         renew_every = self.config.lease_ttl_seconds / 3
@@ -155,16 +208,36 @@ class ControlPlane:
                 # The database was busy or briefly unreadable: keep leading and try again shortly.
                 log.exception("a pass failed on the store; retrying")
                 wake = 0.5
-            # Process exits are not store writes: poll for them only while processes live. Otherwise sleep
-            # until a write (any process's) wakes us, a timer is due, or the lease needs renewing.
-            period = self.config.poll_seconds if runtime.watching else min(self.config.idle_seconds, renew_every)
+            # Sleep until a write (any process's) or a replica's exit wakes us, a timer is due, or the lease
+            # needs renewing. Exits that nothing announces (see NodeRuntime.polling) are polled for.
+            period = self.config.poll_seconds if runtime.polling else min(self.config.idle_seconds, renew_every)
             timeout = period if wake is None else max(0.0, min(period, wake))
-            self._wait(stop, seq, timeout)
+            runtime.exits_noticed(self._wait(stop, seq, timeout, bell, runtime.exit_fds()))
 
-    def _wait(self, stop: threading.Event, seq: int, timeout: float) -> None:
-        """Wait for a store change, in slices short enough that a stop request is honoured at once."""
+    def _wait(self, stop: threading.Event, seq: int, timeout: float, bell: Bell, exit_fds: list[int]) -> set[int]:
+        """Sleep until the store moves past ``seq``, the bell rings, an exit descriptor is readable, or ``timeout``.
+
+        Slices are short enough that other processes' writes are seen within ``MAX_STORE_CHECK_SECONDS`` and a
+        stop request within ``STOP_CHECK_SECONDS``.
+
+        Returns:
+            The descriptors that are readable, the bell's included; empty when the store moved or time ran out.
+        """
+        bell.silence()  # rung for writes made before ``seq``, which this pass has seen
+        poller = select.poll()
+        poller.register(bell.fd, select.POLLIN)
+        for fd in exit_fds:
+            poller.register(fd, select.POLLIN)
         deadline = self.clock.monotonic() + timeout
+        interval = STORE_CHECK_SECONDS
         while not stop.is_set():
+            if self.store.wait_for_change(seq, 0):
+                return set()
             remaining = deadline - self.clock.monotonic()
-            if remaining <= 0 or self.store.wait_for_change(seq, min(remaining, STOP_CHECK_SECONDS)):
-                return
+            if remaining <= 0:
+                return set()
+            ready = poller.poll(max(1, round(min(remaining, interval, STOP_CHECK_SECONDS) * 1000)))
+            if ready:
+                return {fd for fd, _events in ready}
+            interval = min(interval * 1.5, MAX_STORE_CHECK_SECONDS)
+        return set()

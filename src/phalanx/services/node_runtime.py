@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,8 +57,23 @@ class _Stopping:
 
 
 @dataclass
+class _ExitWatch:
+    """How the exit of one running replica's shim is noticed."""
+
+    fd: int | None  # readable once the shim exits (a pidfd); None: by polling only
+    fired: bool = False  # it became readable; whatever happens next, it is not waited on again
+
+
+@dataclass
 class NodeRuntime:
-    """Runs the replicas placed on this machine's nodes."""
+    """Runs the replicas placed on this machine's nodes.
+
+    Process exits are not store writes. The runtime keeps, for every running replica, a descriptor that becomes
+    readable when its shim exits (``exit_fds``), so the control plane can sleep until one does instead of
+    polling; ``polling`` says when some process can only be polled for (no descriptor for it, or one that
+    fired without the replica being seen to finish, or a replica being stopped, whose grace period is timed
+    by polling).
+    """
 
     store: SqliteStore
     executor: LocalExecutor
@@ -68,18 +83,18 @@ class NodeRuntime:
     clock: SystemClock = field(default_factory=SystemClock)
     _stopping: dict[str, _Stopping] = field(default_factory=dict)
     _pinned: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    watching: bool = False
+    _exit_watches: dict[ProcessHandle, _ExitWatch] = field(default_factory=dict)
+    polling: bool = False
 
     def sync(self) -> bool:
         """Bring processes in line with Replica objects once; True when something changed.
 
-        Afterwards ``watching`` says whether any process is alive that must be polled for its exit.
+        Afterwards ``exit_fds`` says which descriptors announce the end of a running replica, and ``polling``
+        whether some process must be polled for instead.
         """
         changed = False
         replicas = self.store.list(Replica)
-        self.watching = any(
-            r.status.phase == ReplicaPhase.RUNNING or r.metadata.deletion_timestamp is not None for r in replicas
-        )
+        self._watch_exits(replicas)
         jobs = {job.metadata.uid: job for job in self.store.list(TrainingJob)}
         shared_pools = self._shared_pools(replicas)
         for replica in replicas:
@@ -91,6 +106,45 @@ class NodeRuntime:
                 # One replica's unexpected failure must not stop the others from being run and watched.
                 log.exception("handling replica %s failed; retrying on the next pass", replica.metadata.name)
         return changed
+
+    def exit_fds(self) -> list[int]:
+        """Descriptors that become readable when a running replica's shim exits (those not yet fired)."""
+        return [watch.fd for watch in self._exit_watches.values() if watch.fd is not None and not watch.fired]
+
+    def exits_noticed(self, fds: Collection[int]) -> None:
+        """Record that these descriptors fired, so they are not waited on again (they stay readable)."""
+        for watch in self._exit_watches.values():
+            if watch.fd in fds:
+                watch.fired = True
+                self.polling = True  # until the next pass has seen the replica finish
+
+    def close(self) -> None:
+        """Close every exit descriptor (the processes are not touched)."""
+        for watch in self._exit_watches.values():
+            if watch.fd is not None:
+                os.close(watch.fd)
+        self._exit_watches.clear()
+
+    def _watch_exits(self, replicas: list[Replica]) -> None:
+        """Open an exit descriptor for each running replica not watched yet; close those of the others."""
+        running: set[ProcessHandle] = set()
+        polling = False
+        for replica in replicas:
+            if replica.metadata.deletion_timestamp is not None:
+                polling = True  # stopping: the grace period before SIGKILL is timed by polling
+            elif replica.status.phase == ReplicaPhase.RUNNING:
+                handle = self._handle(replica)
+                if handle is None:
+                    polling = True  # its shim is gone already; the pass about to run records that
+                    continue
+                running.add(handle)
+                if handle not in self._exit_watches:
+                    self._exit_watches[handle] = _ExitWatch(self.executor.exit_fd(handle))
+        for handle in [h for h in self._exit_watches if h not in running]:
+            watch = self._exit_watches.pop(handle)
+            if watch.fd is not None:
+                os.close(watch.fd)
+        self.polling = polling or any(w.fd is None or w.fired for w in self._exit_watches.values())
 
     # -- one replica -------------------------------------------------------------------------------------
 
@@ -139,6 +193,7 @@ class NodeRuntime:
             # Started by a control plane that died before recording it, and already finished: never run twice.
             log.info("replica %s already ran to exit code %d; recording it", replica.metadata.name, code)
             return self._record_exit(replica, code)
+        launched = handle is None
         if handle is None:
             try:
                 handle = self.executor.launch(self._launch_spec(replica, job, run_dir, shared_pools))
@@ -162,6 +217,9 @@ class NodeRuntime:
             }
         )
         self.store.update_status(replica.model_copy(update={"status": status}))
+        if launched:
+            # While the shim's interpreter starts: its cgroup join, done here, is off the replica's path.
+            self.executor.move_into_cgroups(handle)
         return True
 
     def _launch_spec(

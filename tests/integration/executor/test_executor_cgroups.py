@@ -22,6 +22,7 @@ from phalanx.adapters.executor import (
     CgroupLayout,
     LaunchSpec,
     LocalExecutor,
+    ProcessHandle,
     create_cgroups,
     detect_cgroups,
     read_affinity,
@@ -288,6 +289,38 @@ def test_replica_runs_in_its_cpuset_memory_and_cpu_cgroups(
     replicas.executor.cleanup(handle)
     assert not cpuset_dir.exists()
     assert not memory_dir.exists()
+
+
+def test_a_shim_moved_in_by_the_launcher_runs_the_command_in_its_cgroups(
+    writable_layout: CgroupLayout, replicas: Any, wait_until: Any
+) -> None:
+    cpu = max(os.sched_getaffinity(0))
+    spec = replicas.spec(BLOCK, cpus=[cpu], memory_limit=256 * MIB)
+    handle = replicas.launch(spec)
+
+    replicas.executor.move_into_cgroups(handle)  # while the shim starts; it then finds itself a member
+
+    started = handle.run_dir / "started"
+    wait_until(started.exists, message="the started file")
+    child = int(started.read_text())
+    assert str(child) in (writable_layout.parents["cpuset"] / spec.name / "cgroup.procs").read_text().split()
+    assert read_affinity(child) == {cpu}
+    assert "warning" not in handle.log_path.read_text()
+    replicas.release(handle)
+    assert replicas.finish(handle) == 0
+
+
+def test_a_pid_that_is_not_the_shim_is_never_moved(writable_layout: CgroupLayout, replicas: Any) -> None:
+    handle = replicas.run(BLOCK, cpus=[min(os.sched_getaffinity(0))])
+    # Our own pid with another start time: what a reused pid looks like. Moving it would move this test.
+    impostor = ProcessHandle(pid=os.getpid(), start_ticks=handle.start_ticks + 1, run_dir=handle.run_dir)
+    before = cgroup_paths(os.getpid())
+
+    replicas.executor.move_into_cgroups(impostor)
+
+    assert cgroup_paths(os.getpid()) == before
+    replicas.release(handle)
+    assert replicas.finish(handle) == 0
 
 
 def test_root_cpuset_path_on_a_host_in_the_root_cpuset(writable_layout: CgroupLayout, replicas: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -156,6 +157,49 @@ def test_relaunch_into_the_same_run_dir_ignores_the_previous_exit(replicas: Any)
     assert replicas.executor.poll(handle).running
     replicas.release(handle)
     assert replicas.finish(handle) == 0
+
+
+def test_the_command_inherits_no_descriptor_but_stdin_stdout_and_stderr(replicas: Any) -> None:
+    # An inheritable descriptor of the launching process reaches the shim, but never the command.
+    read_end, write_end = os.pipe()
+    os.set_inheritable(read_end, True)
+    try:
+        handle = replicas.run("import os; print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))")
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+    assert replicas.finish(handle) == 0
+    # The fourth is the descriptor listdir itself opened.
+    assert json.loads(handle.log_path.read_text()) == [0, 1, 2, 3]
+
+
+def test_a_bare_command_is_looked_up_in_the_commands_own_path(replicas: Any, tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    program = tools / "phalanx-test-tool"
+    program.write_text("#!/bin/sh\necho tool ran with $1\n")
+    program.chmod(0o755)
+    spec = replicas.spec("", env={"PATH": f"{tools}:/usr/bin:/bin"})
+    spec.command = ["phalanx-test-tool", "x"]
+
+    handle = replicas.launch(spec)
+
+    assert replicas.finish(handle) == 0
+    assert handle.log_path.read_text() == "tool ran with x\n"
+
+
+def test_a_found_program_that_is_not_executable_exits_126(replicas: Any, tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "phalanx-test-tool").write_text("#!/bin/sh\n")
+    spec = replicas.spec("", env={"PATH": str(tools)})
+    spec.command = ["phalanx-test-tool"]
+
+    handle = replicas.launch(spec)
+
+    assert replicas.finish(handle) == 126
+    assert "cannot start 'phalanx-test-tool'" in handle.log_path.read_text()
 
 
 def test_empty_command_is_refused(replicas: Any) -> None:
@@ -366,6 +410,30 @@ def test_executor_kill(replicas: Any, wait_until: Any) -> None:
 
     wait_until(lambda: replicas.executor.is_gone(handle), message="the group to be gone")
     assert replicas.executor.poll(handle).exit_code == 137
+
+
+def test_the_exit_descriptor_becomes_readable_once_the_exit_code_is_there(replicas: Any) -> None:
+    handle = replicas.run(BLOCK, env={"CODE": "5"})
+    fd = replicas.executor.exit_fd(handle)
+    if fd is None:
+        pytest.skip("no pidfd on this kernel")
+    try:
+        assert select.select([fd], [], [], 0)[0] == []
+        replicas.release(handle)
+
+        assert select.select([fd], [], [], 30)[0] == [fd]
+        assert replicas.executor.poll(handle) == ProcessState(running=False, exit_code=5, started=True)
+    finally:
+        os.close(fd)
+
+
+def test_no_exit_descriptor_for_a_process_that_is_not_the_shim(replicas: Any, tmp_path: Path) -> None:
+    real = replicas.run(BLOCK)
+    impostor = ProcessHandle(pid=real.pid, start_ticks=real.start_ticks + 1, run_dir=tmp_path)
+
+    assert replicas.executor.exit_fd(impostor) is None
+    replicas.release(real)
+    replicas.finish(real)
 
 
 def test_finished_shims_are_reaped(replicas: Any, wait_until: Any) -> None:

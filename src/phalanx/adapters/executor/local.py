@@ -411,6 +411,50 @@ class LocalExecutor:
         started = started or (handle.run_dir / STARTED_FILE).exists()
         return self._finished(handle, KILLED_EXIT_CODE if exit_code is None else exit_code, started)
 
+    def move_into_cgroups(self, handle: ProcessHandle) -> None:
+        """Move a just-launched shim into its cgroups from here, while its interpreter is still starting.
+
+        The shim joins them itself before it starts the command, and a cgroup move can take milliseconds (v1
+        waits for an RCU grace period); done here, in parallel, that wait is off the replica's path and the
+        shim finds itself a member already. Optional: without it the shim joins on its own. Call it right
+        after :meth:`launch`, before anything reaps the shim; a failure is left to the shim, which reports it.
+        """
+        if read_start_ticks(handle.pid) != handle.start_ticks:
+            return  # gone already (and possibly reused): nothing to move
+        procs_files = self._launch_record(handle).get("cgroup_procs")
+        for procs in procs_files if isinstance(procs_files, list) else []:
+            try:
+                with open(str(procs), "w", encoding="ascii") as target:
+                    target.write(str(handle.pid))
+            except OSError as err:
+                _log.debug("cannot move %d into %s yet: %s", handle.pid, procs, err)
+
+    def exit_fd(self, handle: ProcessHandle) -> int | None:
+        """A file descriptor that becomes readable when the replica's shim exits; the caller closes it.
+
+        A pidfd (Linux 5.3 and later): it works for a shim this process did not start, so an adopted replica
+        is waited on like our own, and it names one process, never a later one with a reused pid. The shim
+        writes ``exit_code`` before it exits, so once the descriptor is readable, :meth:`poll` reports the end.
+
+        Returns:
+            The descriptor, or None where there is none to give (no pidfd on this kernel, or the shim is
+            gone already): then :meth:`poll` is the only way to notice the exit.
+
+        """
+        pidfd_open = getattr(os, "pidfd_open", None)
+        if pidfd_open is None:
+            return None
+        try:
+            descriptor: int = pidfd_open(handle.pid)
+        except OSError:
+            return None  # ESRCH: gone already; ENOSYS, EPERM: no pidfds here
+        # Opened after a pid reuse, it would name someone else's process: keep it only if the pid still has
+        # our shim's start time (a pidfd opened before the check cannot change process afterwards).
+        if read_start_ticks(handle.pid) != handle.start_ticks:
+            os.close(descriptor)
+            return None
+        return descriptor
+
     @staticmethod
     def _finished(handle: ProcessHandle, exit_code: int, started: bool) -> ProcessState:
         oom_killed = (handle.run_dir / OOM_KILLED_FILE).exists()

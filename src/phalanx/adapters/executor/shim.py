@@ -8,14 +8,15 @@ Protocol (the executor in ``local.py`` is the other side):
 
 - reads ``launch.json``: ``command``, ``env`` (the command's whole environment), ``working_dir``, ``cpus``,
   ``log``, ``cgroup_procs`` (files to write our pid to), ``grace_seconds``;
-- joins the cgroups first, then pins CPUs: joining a v1 cpuset resets the affinity of the joining task, so the
-  other order would lose the pinning;
-- starts the command with stdout and stderr appended to the log, and writes ``started`` (the child's pid);
+- joins the cgroups first (the executor has usually moved it in already), then pins CPUs: joining a v1 cpuset
+  resets the affinity of the joining task, so the other order would lose the pinning;
+- starts the command with stdout and stderr appended to the log, and writes ``started`` (the child's pid); then
+  moves itself back to the launcher's cgroups: the command, and all it starts, stays in the replica's;
 - on SIGTERM/SIGINT forwards the signal to the child, unless the executor already signalled the whole
   group (it leaves a ``terminate`` file first, so the child never gets the same signal twice), and SIGKILLs
   the child if it is still alive ``grace_seconds`` later, so termination completes with no control plane;
 - when the child exits, SIGKILLs anything left in the group (as a container runtime does when PID 1 exits),
-  notes an OOM kill (``oom_killed``), leaves and removes its cgroups, then writes ``exit_code``: the child's
+  notes an OOM kill (``oom_killed``), removes the cgroups, then writes ``exit_code``: the child's
   code, or 128+N when signal N killed it, as shells report it.
 
 Files are written to a temporary name and renamed, so a reader never sees half a number. If the shim itself is
@@ -23,19 +24,30 @@ SIGKILLed there is no ``exit_code`` file and the executor reports 137.
 
 ``-I -S`` keep start-up fast and immune to the user's ``PYTHONPATH`` and site-packages; the child still gets
 exactly the environment in ``launch.json``.
+
+The shim's start-up is on the path of every replica's start, so it imports next to nothing: its interpreter
+alone takes about 10 ms, and the usual modules would more than double that. ``os.posix_spawn`` starts the
+command (``subprocess`` costs 15 ms of CPU to import); the C modules under ``signal`` and ``json`` do their work
+(the Python wrappers import ``enum`` and ``re`` for conveniences the shim does not use, another 10 ms);
+nothing imports ``typing``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
-import subprocess
 import sys
 import time
-from types import FrameType
-from typing import Any
+
+try:
+    # signal's own C module: the same functions and constants, as plain ints rather than enum members.
+    import _signal as signal  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # not CPython
+    import signal  # type: ignore[no-redef,unused-ignore]
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (mypy reads the name the same way)
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any
 
 LAUNCH_FILE = "launch.json"
 STARTED_FILE = "started"
@@ -47,6 +59,40 @@ DEFAULT_GRACE_SECONDS = 10.0
 # Exit codes a shell uses when a command cannot be run.
 NOT_EXECUTABLE = 126
 NOT_FOUND = 127
+
+
+class _ScanContext:
+    """What the C JSON scanner reads from its decoder: json.loads' defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.__getitem__
+
+
+def load_json(text: str) -> Any:
+    """``json.loads``, through the C scanner that ``json`` itself uses, without importing ``json``.
+
+    Raises:
+        ValueError: ``text`` is not one JSON value.
+
+    """
+    try:
+        from _json import make_scanner
+    except ImportError:  # not CPython
+        import json
+
+        return json.loads(text)
+    text = text.strip()
+    try:
+        value, end = make_scanner(_ScanContext())(text, 0)  # type: ignore[arg-type]  # any object with the attributes
+    except StopIteration:
+        raise ValueError("not a JSON value") from None
+    if end != len(text):
+        raise ValueError(f"extra data after the JSON value at character {end}")
+    return value
 
 
 def write_atomically(path: str, text: str) -> None:
@@ -63,22 +109,38 @@ class Shim:
     def __init__(self, run_dir: str, launch: dict[str, Any]) -> None:
         self.run_dir = run_dir
         self.launch = launch
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: int | None = None  # the command's pid
         self.pending_signal: int | None = None
         self.escalation_armed = False
+        self.home = False  # back in the launcher's cgroups
         self.log = open(launch["log"], "ab", buffering=0)  # noqa: SIM115 - lives as long as the shim
 
     def note(self, message: str) -> None:
         """Append one line of our own to the replica log (unbuffered, so it is never interleaved mid-line)."""
-        with contextlib.suppress(OSError):
+        # Not contextlib.suppress: contextlib is a module more to import (see the module docstring).
+        try:
             self.log.write(f"[phalanx-shim] {message}\n".encode("utf-8", errors="replace"))
+        except OSError:
+            return  # a full disk must not stop the shim from supervising
 
     def join_cgroups(self) -> None:
-        """Write our pid to each prepared cgroup; the child inherits membership."""
+        """Make sure we are in each prepared cgroup (the child inherits membership), joining where we are not.
+
+        The launcher moves us in while this interpreter starts, so usually there is nothing left to do: a
+        cgroup move can take milliseconds (v1 waits for an RCU grace period) and is better spent in parallel.
+        We check rather than trust it, since a launcher may die or fail between starting us and moving us.
+        """
+        me = str(os.getpid())
         for procs in self.launch.get("cgroup_procs") or []:
             try:
+                with open(procs, encoding="ascii") as handle:
+                    if me in handle.read().split():
+                        continue
+            except OSError:
+                pass  # unreadable: write, which says what is wrong
+            try:
                 with open(procs, "w", encoding="ascii") as handle:
-                    handle.write(str(os.getpid()))
+                    handle.write(me)
             except OSError as err:
                 self.note(f"warning: cannot join cgroup {os.path.dirname(procs)}: {err.strerror}")
 
@@ -98,15 +160,14 @@ class Shim:
         group_signalled = False
         try:
             with open(os.path.join(self.run_dir, TERMINATE_FILE), encoding="utf-8") as handle:
-                grace = float(json.load(handle).get("grace_seconds", grace))
+                grace = float(load_json(handle.read()).get("grace_seconds", grace))
             group_signalled = True
         except (OSError, ValueError, AttributeError):
             pass
         if self.child is None:
             self.pending_signal = signum
         elif not group_signalled:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.child.pid, signum)
+            _kill(self.child, signum)
         if not self.escalation_armed:
             self.escalation_armed = True
             signal.setitimer(signal.ITIMER_REAL, max(grace, 0.001))
@@ -115,8 +176,7 @@ class Shim:
         """End the grace period: SIGKILL the child; the group sweep after it exits gets the rest."""
         if self.child is not None:
             self.note("grace period over; sending SIGKILL")
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.child.pid, signal.SIGKILL)
+            _kill(self.child, signal.SIGKILL)
 
     def start(self) -> int | None:
         """Start the command; return an exit code instead when it cannot be started."""
@@ -125,16 +185,24 @@ class Shim:
             return 128 + self.pending_signal
         # The launcher decided the complete environment; our own (the control plane's) is not passed on.
         env = dict(self.launch.get("env") or {})
-        command = self.launch["command"]
+        command = [str(arg) for arg in self.launch["command"]]
         try:
-            self.child = subprocess.Popen(
+            if self.launch.get("working_dir"):
+                # posix_spawn has no working directory of its own: the child inherits ours. Every path the
+                # shim itself uses is absolute.
+                os.chdir(self.launch["working_dir"])
+            self.child = os.posix_spawn(
+                _find_program(command[0], env),
                 command,
-                cwd=self.launch.get("working_dir") or None,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=self.log,
-                stderr=self.log,
-                close_fds=True,
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, self.log.fileno(), 1),
+                    (os.POSIX_SPAWN_DUP2, self.log.fileno(), 2),
+                ],
+                # Python ignores these two at start-up; a command must get them with their default action,
+                # as subprocess.Popen's restore_signals gives it.
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
             )
         except PermissionError as err:
             self.note(f"cannot start {command[0]!r}: {err}")
@@ -142,20 +210,42 @@ class Shim:
         except OSError as err:
             self.note(f"cannot start {command[0]!r}: {err}")
             return NOT_FOUND
-        write_atomically(os.path.join(self.run_dir, STARTED_FILE), f"{self.child.pid}\n")
+        write_atomically(os.path.join(self.run_dir, STARTED_FILE), f"{self.child}\n")
         if self.pending_signal is not None:
             # A termination request arrived while the child was being created: deliver it now.
-            os.kill(self.child.pid, self.pending_signal)
+            os.kill(self.child, self.pending_signal)
+        self.go_home()  # the child was created in the replica's cgroups and stays there
         return None
 
     def wait(self) -> int:
         """Wait for the child and return its exit code in shell convention."""
         assert self.child is not None
-        code = self.child.wait()
+        _pid, status = os.waitpid(self.child, 0)  # retried by Python when a signal handler interrupts it
+        # The child is reaped: its pid may be reused, so no signal handler may send to it any more.
+        self.child = None
+        code = os.waitstatus_to_exitcode(status)
         return 128 - code if code < 0 else code
 
+    def go_home(self) -> None:
+        """Move back to the launcher's cgroups, leaving the command (and what it starts) in the replica's.
+
+        Done as soon as the command runs: a cgroup move can wait milliseconds (v1 waits for an RCU grace
+        period), better spent while the command works than between its exit and our exit code. It also keeps
+        the supervisor's own memory out of the replica's limit. Whatever fails here is tried again at the end.
+        """
+        moved = True
+        for directory in self.launch.get("cgroups") or []:
+            # Replica cgroups are <launcher's cgroup>/phalanx/<name>: go home two levels up.
+            home = os.path.dirname(os.path.dirname(str(directory)))
+            try:
+                with open(os.path.join(home, "cgroup.procs"), "w", encoding="ascii") as handle:
+                    handle.write(str(os.getpid()))
+            except OSError:
+                moved = False
+        self.home = moved
+
     def leave_cgroups(self) -> None:
-        """Record an OOM kill, then move back to the launcher's cgroups and remove ours.
+        """Record an OOM kill, then remove our cgroups (moving back to the launcher's first, if not done yet).
 
         Removing them here means no cgroup leaks even if no control plane ever calls ``cleanup``; a directory
         that cannot be removed yet (a process still exiting) is left for ``cleanup``.
@@ -165,14 +255,8 @@ class Shim:
         if kills:
             self.note("the command was killed by the OOM killer: it exceeded its memory limit")
             write_atomically(os.path.join(self.run_dir, OOM_KILLED_FILE), f"{kills}\n")
-        for directory in directories:
-            # Replica cgroups are <launcher's cgroup>/phalanx/<name>: go home two levels up.
-            home = os.path.dirname(os.path.dirname(directory))
-            try:
-                with open(os.path.join(home, "cgroup.procs"), "w", encoding="ascii") as handle:
-                    handle.write(str(os.getpid()))
-            except OSError:
-                continue
+        if not self.home:
+            self.go_home()
         for directory in directories:
             for path in (directory, os.path.dirname(directory)):
                 try:
@@ -190,10 +274,35 @@ class Shim:
             if not members:
                 return
             for pid in members:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+                _kill(pid, signal.SIGKILL)
             # Killed processes take a moment to become zombies; look again shortly.
             time.sleep(0.01)
+
+
+def _kill(pid: int, signum: int) -> None:
+    """Send a signal to a process that may have exited meanwhile."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return
+
+
+def _find_program(name: str, env: dict[str, str]) -> str:
+    """The file ``name`` runs, looked up in the command's own ``PATH`` (as execvpe and Popen do, not ours).
+
+    The first executable match wins; failing that, the first file of that name, so that starting it fails with
+    "permission denied" (126) rather than "not found" (127); failing that, ``name`` itself (127).
+    """
+    if os.sep in name:
+        return name
+    found = None
+    for directory in os.get_exec_path(env):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return candidate
+            found = found or candidate
+    return found or name
 
 
 def _oom_kills(directory: str) -> int:
@@ -228,6 +337,19 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+def close_inherited_fds() -> None:
+    """Close every descriptor above stderr that the launcher let us inherit: none is the command's business.
+
+    posix_spawn passes on whatever is inheritable, where subprocess.Popen closed it (``close_fds``).
+    """
+    for entry in os.listdir("/proc/self/fd"):
+        if int(entry) > 2:
+            try:
+                os.close(int(entry))
+            except OSError:
+                continue  # the descriptor listdir itself used, closed already
+
+
 def main(argv: list[str]) -> int:
     """Run one replica to completion; returns the shim's own exit status (the child's code)."""
     if len(argv) != 2:
@@ -238,8 +360,9 @@ def main(argv: list[str]) -> int:
     with open("/proc/self/stat", encoding="ascii") as stat:
         start_ticks = stat.read().rsplit(")", 1)[1].split()[19]
     write_atomically(os.path.join(run_dir, SHIM_PID_FILE), f"{os.getpid()} {start_ticks}\n")
+    close_inherited_fds()
     with open(os.path.join(run_dir, LAUNCH_FILE), encoding="utf-8") as handle:
-        launch = json.load(handle)
+        launch = load_json(handle.read())
     shim = Shim(run_dir, launch)
     signal.signal(signal.SIGTERM, shim.on_signal)
     signal.signal(signal.SIGINT, shim.on_signal)
@@ -256,4 +379,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    status = main(sys.argv)
+    sys.stderr.flush()
+    # Every file is written and closed: skip the interpreter's clean-up, which would only delay the moment a
+    # control plane waiting on our exit (pidfd) learns of it.
+    os._exit(status)

@@ -2,23 +2,27 @@
 
 The follower works on the job's wire form (a dict) from a ``JobSource``: the control plane's local API (the
 fast path of ``phalanx run``, which loads no model code) or the store directly. Waiting is a long poll on the
-job's resourceVersion with a short timeout, because log files are written by the replicas, not the store.
+job's resourceVersion; while logs are shown its timeout is short, because log files are written by the
+replicas, not the store. It prints through a rich console or, to a pipe, a ``PlainConsole`` (see ``output``),
+and imports neither rich nor dataclasses itself: ``phalanx run`` pays for what it uses.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rich.console import Console
-from rich.markup import escape
-
+from phalanx.entrypoints.cli.output import Writer, escape
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, phase_label, styled_phase
 
+if TYPE_CHECKING:
+    from rich.status import Status
+
 LOG_POLL_SECONDS = 0.1
+# Without logs to tail, only the job's own changes matter: a long poll may wait as long as the API allows.
+PHASE_POLL_SECONDS = 30.0
 ROLE_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
 
 
@@ -34,12 +38,12 @@ class JobSource(Protocol):
         ...
 
 
-@dataclass
 class LogTailer:
     """Reads new complete lines from each replica's latest log file."""
 
-    offsets: dict[Path, int] = field(default_factory=dict)
-    partial: dict[Path, bytes] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, bytes] = {}
 
     def read(self, files: list[tuple[str, Path]]) -> list[tuple[str, str]]:
         """New (replica, line) pairs since the last call."""
@@ -66,7 +70,7 @@ def _timestamp(text: str) -> float:
 
 def follow(
     source: JobSource,
-    console: Console,
+    console: Writer,
     *,
     show_logs: bool = True,
     show_phases: bool = True,
@@ -79,13 +83,16 @@ def follow(
     said_waiting = ""
     tailer = LogTailer()
     colours: dict[str, str] = {}
-    status_line = console.status("", spinner="dots") if console.is_terminal and show_phases else None
-    if status_line is not None:
+    status_line: Status | None = None
+    if console.is_terminal and show_phases and hasattr(console, "status"):
+        status_line = console.status("", spinner="dots")
         status_line.start()
     version = ""
+    # The live status line shows the time passed, so it wants answers as often as the log tail does.
+    poll_seconds = LOG_POLL_SECONDS if show_logs or status_line is not None else PHASE_POLL_SECONDS
     try:
         while True:
-            job = source.job(after=version, wait=LOG_POLL_SECONDS if version else 0.0)
+            job = source.job(after=version, wait=poll_seconds if version else 0.0)
             version = job["metadata"].get("resourceVersion", "")
             status = job.get("status", {})
             phase = status.get("phase", "Pending")
@@ -123,13 +130,13 @@ def follow(
             status_line.stop()
 
 
-@dataclass
 class ApiJobSource:
     """A job followed through the control plane's local API."""
 
-    api: Any  # LocalApi; typed loosely so this module stays free of the client's imports
-    namespace: str
-    name: str
+    def __init__(self, api: Any, namespace: str, name: str) -> None:
+        self.api = api  # LocalApi; typed loosely so this module stays free of the client's imports
+        self.namespace = namespace
+        self.name = name
 
     def job(self, *, after: str, wait: float) -> dict[str, Any]:
         """See JobSource."""
@@ -140,12 +147,12 @@ class ApiJobSource:
         return list(self.api.log_files(self.namespace, self.name))
 
 
-@dataclass
 class StoreJobSource:
     """A job followed by reading the store directly (when no control plane serves the API)."""
 
-    client: Any  # phalanx.entrypoints.client.Client
-    name: str
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client  # phalanx.entrypoints.client.Client
+        self.name = name
 
     def job(self, *, after: str, wait: float) -> dict[str, Any]:
         """See JobSource."""

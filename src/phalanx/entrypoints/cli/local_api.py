@@ -3,16 +3,21 @@
 ``phalanx run`` uses it so that submitting and following a job does not load the model layer in the CLI
 process: the control plane validates and reads on its behalf. Responses are plain JSON (the wire form of the
 API objects).
+
+It speaks just the HTTP/1.1 that server speaks (one kept-alive connection, requests and answers with a
+``Content-Length``) over a plain socket rather than through ``http.client``, whose import (``email``, ``ssl``)
+costs ``phalanx run`` more than all its requests together.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote
+
+MAX_HEADER_LINE = 65536
 
 
 class ApiError(Exception):
@@ -24,16 +29,55 @@ class ApiError(Exception):
         self.body = body
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = path
+class RemoteDisconnectedError(ConnectionResetError):
+    """The server closed the connection without answering (it closes kept-alive connections it is done with)."""
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(str(self.socket_path))
-        self.sock = sock
+
+class _Connection:
+    """One kept-alive connection to the Unix socket."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.settimeout(timeout)
+            self.sock.connect(str(path))
+        except BaseException:
+            self.sock.close()
+            raise
+        self.reader: BinaryIO = self.sock.makefile("rb")
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
+
+    def exchange(self, method: str, path: str, payload: bytes | None) -> tuple[int, bytes, bool]:
+        """Send one request and read its answer: (status, body, whether the server keeps the connection)."""
+        head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {len(payload or b'')}\r\n"
+        if payload is not None:
+            head += "Content-Type: application/json\r\n"
+        self.sock.sendall(head.encode("ascii") + b"\r\n" + (payload or b""))
+        status_line = self.reader.readline(MAX_HEADER_LINE + 1)
+        if not status_line:
+            raise RemoteDisconnectedError("the local API closed the connection without an answer")
+        version, code, *_ = [*status_line.split(None, 2), b"", b""]
+        if not version.startswith(b"HTTP/") or not code.isdigit():
+            raise ConnectionError(f"not an HTTP answer from the local API: {status_line[:80]!r}")
+        headers: dict[str, str] = {}
+        while True:
+            line = self.reader.readline(MAX_HEADER_LINE + 1)
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        keep = version != b"HTTP/1.0" and headers.get("connection", "").lower() != "close"
+        if "content-length" in headers:
+            length = int(headers["content-length"])
+            body = self.reader.read(length)
+            if len(body) < length:
+                raise RemoteDisconnectedError("the local API closed the connection in the middle of an answer")
+        else:
+            body, keep = self.reader.read(), False  # delimited by the end of the connection
+        return int(code), body, keep
 
 
 class LocalApi:
@@ -42,14 +86,12 @@ class LocalApi:
     def __init__(self, socket_path: Path, timeout: float = 60.0) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
-        self._connection: _UnixConnection | None = None
+        self._connection: _Connection | None = None
 
     def available(self) -> bool:
-        """Whether a control plane answers on the socket."""
+        """Whether a control plane listens on the socket (it serves the API only while it leads)."""
         try:
-            self._request("GET", "/v1/ping")
-        except ApiError:
-            return True  # it answered, even if with "no route"
+            self._connect()
         except OSError:
             return False
         return True
@@ -60,27 +102,30 @@ class LocalApi:
             self._connection.close()
             self._connection = None
 
+    def _connect(self) -> _Connection:
+        if self._connection is None:
+            self._connection = _Connection(self.socket_path, self.timeout)
+        return self._connection
+
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         payload = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if payload is not None else {}
         for attempt in (1, 2):
-            if self._connection is None:
-                self._connection = _UnixConnection(self.socket_path, self.timeout)
             try:
-                self._connection.request(method, path, body=payload, headers=headers)
-                response = self._connection.getresponse()
-                data = json.loads(response.read() or b"{}")
+                status, data, keep = self._connect().exchange(method, path, payload)
                 break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            except (RemoteDisconnectedError, BrokenPipeError, ConnectionResetError):
                 self.close()  # a kept-alive connection the server closed: reconnect once
                 if attempt == 2:
                     raise
             except BaseException:
                 self.close()  # never reuse a connection left half-way through a request
                 raise
-        if response.status >= 400:
-            raise ApiError(response.status, data)
-        return dict(data)
+        if not keep:
+            self.close()
+        answer = json.loads(data or b"{}")
+        if status >= 400:
+            raise ApiError(status, answer)
+        return dict(answer)
 
     def submit(
         self,

@@ -1,20 +1,144 @@
 """Where the CLI writes, and how it fails: consoles, error messages and exit codes (no typer here).
 
+Messages are written in rich's console markup (``[dim]...[/]``). To a terminal they go through rich: colours,
+the live status line of ``phalanx run``. To a pipe or a file, where rich would only remove the tags, a
+``PlainConsole`` removes them itself and writes each line as it is: importing rich costs about 25 ms, a fair
+share of what ``phalanx run`` adds to a job, and a log line is worth more unfolded than folded to a width.
+Tables (the typer commands' ``console``) always go through rich.
+
 ``Failure`` carries an exit code; the launcher and the typer app both turn it into the process's exit.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
 
-from rich.console import Console
-from rich.markup import escape
+if TYPE_CHECKING:
+    from rich.console import Console
 
-# Pipes and CI logs get wide lines instead of rich's 80-column default, so tables and messages do not fold.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
+    # The consoles for tables, made on first use by __getattr__ below (rich is imported then).
+    console: Console
+    err_console: Console
+
+# Rich's markup grammar (rich.markup): a tag is "[" + a letter, "#", "/" or "@" + anything but "[" + "]",
+# preceded by backslashes, an odd number of which escape it.
+_TAG = re.compile(r"((\\*)\[([a-z#/@][^[]*?)])")
+_ESCAPABLE = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+
+
+def escape(text: str) -> str:
+    """Escape ``text`` so that no part of it is read as markup; the same result as ``rich.markup.escape``."""
+    text = _ESCAPABLE.sub(lambda match: f"{match[1]}{match[1]}\\{match[2]}", text)
+    if text.endswith("\\") and not text.endswith("\\\\"):
+        return text + "\\"
+    return text
+
+
+def strip_markup(markup: str) -> str:
+    """The text rich shows for ``markup``, without its styles: tags dropped, escapes resolved."""
+    if "[" not in markup:
+        return markup
+    parts: list[str] = []
+    position = 0
+    for match in _TAG.finditer(markup):
+        whole, backslashes = match[1], match[2]
+        # Like rich, an escaped bracket outside any tag loses its backslash too.
+        parts.append(markup[position : match.start()].replace("\\[", "["))
+        position = match.end()
+        literal, escaped = divmod(len(backslashes), 2)
+        parts.append("\\" * literal)
+        if escaped:
+            parts.append(whole[len(backslashes) :])
+    parts.append(markup[position:].replace("\\[", "["))
+    return "".join(parts)
+
+
+class Writer(Protocol):
+    """What the CLI prints through: a rich ``Console`` or a ``PlainConsole``."""
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the output is a terminal (rich then draws a live status line)."""
+        ...
+
+    def print(self, *objects: Any, highlight: bool | None = None) -> None:
+        """Print markup, one line."""
+        ...
+
+
+class PlainConsole:
+    """Writes markup as plain text, one flushed line per call, to the process's current stdout or stderr.
+
+    The stream is looked up at every call, as rich does, so a test that swaps ``sys.stdout`` sees the output.
+    """
+
+    is_terminal = False
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self.stderr = stderr
+
+    @property
+    def file(self) -> TextIO:
+        """The stream written to."""
+        return sys.stderr if self.stderr else sys.stdout
+
+    def print(self, *objects: Any, highlight: bool | None = None) -> None:
+        """Print ``objects`` (markup strings), separated by spaces, as one line."""
+        del highlight  # there are no colours to highlight with
+        stream = self.file
+        stream.write(" ".join(strip_markup(str(item)) for item in objects) + "\n")
+        # Flushed per line, as rich does: a follower's lines must reach a pipe while the job runs.
+        stream.flush()
+
+
+def wants_terminal(stream: TextIO) -> bool:
+    """Whether rich would treat ``stream`` as a terminal: its ``TTY_COMPATIBLE`` and ``FORCE_COLOR``, or isatty."""
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    force_colour = os.environ.get("FORCE_COLOR")
+    if force_colour is not None:
+        return force_colour != ""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _rich_console(stderr: bool) -> Console:
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # Pipes and CI logs get wide lines instead of rich's 80-column default, so tables do not fold.
+    return Console(stderr=stderr, highlight=False, width=None if stream.isatty() else 160)
+
+
+_consoles: dict[bool, Console] = {}
+
+
+def rich_console(*, stderr: bool = False) -> Console:
+    """The rich console of stdout (or stderr), made once."""
+    if stderr not in _consoles:
+        _consoles[stderr] = _rich_console(stderr)
+    return _consoles[stderr]
+
+
+def writer(*, stderr: bool = False) -> Writer:
+    """Where messages go: rich's console to a terminal, a ``PlainConsole`` elsewhere (rich is not imported)."""
+    if wants_terminal(sys.stderr if stderr else sys.stdout):
+        return rich_console(stderr=stderr)
+    return PlainConsole(stderr=stderr)
+
+
+def __getattr__(name: str) -> Any:
+    # ``console`` and ``err_console``, the rich consoles of the typer commands, cost rich's import: made on use.
+    if name in ("console", "err_console"):
+        return rich_console(stderr=name == "err_console")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Failure(SystemExit):
@@ -23,14 +147,15 @@ class Failure(SystemExit):
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}")
+    writer(stderr=True).print(f"[bold red]error:[/] {escape(message)}")
     raise Failure(code)
 
 
 def spec_errors(source: str | None, errors: Sequence[tuple[str, str]]) -> NoReturn:
     """Print every field error of an invalid spec and exit 2."""
     where = f"{source}: " if source else ""
-    err_console.print(f"[bold red]error:[/] {escape(where)}invalid spec, nothing was created:")
+    err = writer(stderr=True)
+    err.print(f"[bold red]error:[/] {escape(where)}invalid spec, nothing was created:")
     for path, message in errors:
-        err_console.print(f"  [yellow]{escape(path or '(document)')}[/]: {escape(message)}")
+        err.print(f"  [yellow]{escape(path or '(document)')}[/]: {escape(message)}")
     raise Failure(2)

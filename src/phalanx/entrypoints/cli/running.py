@@ -1,8 +1,9 @@
 """`phalanx run`: submit a job through the control plane's local API and follow it to the end.
 
 Free of typer and of the model layer on its fast path (a control plane is up): the launcher calls
-``run_job`` directly for ``phalanx run``, so the command costs an interpreter, rich and a socket, nothing
-more. Without a control plane it validates locally, starts one, then takes the same path.
+``run_job`` directly for ``phalanx run``, so the command costs an interpreter and a socket (and rich, when it
+writes to a terminal), nothing more. Without a control plane it validates locally, starts one, then takes the
+same path.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-
 from phalanx.entrypoints.cli.follow import ApiJobSource, follow
 from phalanx.entrypoints.cli.local_api import ApiError, LocalApi
-from phalanx.entrypoints.cli.output import console, fail, spec_errors
+from phalanx.entrypoints.cli.output import Writer, escape, fail, spec_errors, writer
 from phalanx.entrypoints.cli.styles import styled_phase
 from phalanx.services.layout import StateLayout, default_state_dir
 
@@ -54,6 +53,7 @@ def run_job(
     """Submit, follow and summarise; return the exit code (0 succeeded, 1 failed, 3 halted)."""
     layout = StateLayout(state_dir or default_state_dir())
     api = LocalApi(layout.api_socket)
+    console = writer()
     documents: list[dict[str, Any]] | str
     try:
         documents = file.read_text(encoding="utf-8")  # the control plane parses it
@@ -70,9 +70,10 @@ def run_job(
             client.ops.validate(documents, source=str(file))
             leader, started = start_control_plane(client.layout, inventory=inventory)
             word = "started" if started else "running"
-            console.print(f"[dim]control plane {word} (pid {leader.pid}); state in {client.layout.root}[/]")
+            where = escape(str(client.layout.root))
+            console.print(f"[dim]control plane {word} (pid {leader.pid}); state in {where}[/]")
     else:
-        console.print(f"[dim]control plane running; state in {layout.root}[/]")
+        console.print(f"[dim]control plane running; state in {escape(str(layout.root))}[/]")
     try:
         submitted = api.submit(
             documents,
@@ -92,12 +93,12 @@ def run_job(
     if detach or not jobs:
         return 0
     final = follow(ApiJobSource(api, jobs[0]["namespace"], jobs[0]["name"]), console, show_logs=logs)
-    summary(final)
+    summary(final, console)
     phase = final["status"]["phase"]
     return 0 if phase == "Succeeded" else 3 if phase == "Halted" else 1
 
 
-def summary(job: dict[str, Any]) -> None:
+def summary(job: dict[str, Any], console: Writer) -> None:
     """The closing lines of `run`: result, duration, metrics, artifacts."""
     from datetime import datetime
 
@@ -115,4 +116,4 @@ def summary(job: dict[str, Any]) -> None:
     if metrics := status.get("metrics"):
         console.print("metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
     if artifacts := status.get("artifacts"):
-        console.print(f"artifacts: {artifacts}")
+        console.print(f"artifacts: {escape(str(artifacts))}")
