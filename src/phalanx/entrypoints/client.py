@@ -6,6 +6,9 @@ client.up()
 job = client.submit("examples/quickstart.yaml")[0]
 final = client.wait(job.name)
 print(final.status.phase, final.status.metrics)
+
+``Client()`` is the embedded runtime of a state directory; ``Client.kubernetes(context=...)`` is a cluster, with
+the same verbs (``entrypoints.kube_client``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.adapters.store import SqliteStore
 from phalanx.core.lifecycle import ACTIVE_PHASES
@@ -21,7 +24,12 @@ from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.loading import read_documents
 from phalanx.services.daemon import LeaderInfo, start_control_plane, stop_control_plane
 from phalanx.services.layout import StateLayout, default_state_dir
-from phalanx.services.operations import JobDescription, Operations, Submitted
+from phalanx.services.operations import JobDescription, OperationError, Operations, Submitted
+
+if TYPE_CHECKING:
+    from phalanx.entrypoints.kube_client import KubernetesClient
+
+KUBERNETES_EXTRA_HINT = "the kubernetes backend needs lightkube: pip install 'phalanx[kubernetes]'"
 
 
 class WaitTimeoutError(TimeoutError):
@@ -40,6 +48,34 @@ class Client:
         self.layout.ensure()
         self.store = SqliteStore(self.layout.database)
         self.ops = Operations(self.store, self.layout)
+
+    @staticmethod
+    def kubernetes(
+        *,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        namespace: str | None = None,
+        timeout: float = 30.0,
+    ) -> KubernetesClient:
+        """A client for the Phalanx of a Kubernetes cluster, with the same verbs (``up`` and ``down`` excepted).
+
+        Args:
+            kubeconfig: the kubeconfig file (default: in-cluster service account, ``$KUBECONFIG``, then
+                ``~/.kube/config``).
+            context: the kubeconfig context, which selects the cluster (default: the current one).
+            namespace: the jobs' namespace (default: the context's, else ``default``).
+            timeout: seconds one request may take.
+
+        Raises:
+            OperationError: lightkube is not installed, or the kubeconfig or context cannot be used.
+        """
+        try:
+            from phalanx.entrypoints.kube_client import KubernetesClient
+        except ModuleNotFoundError as error:
+            if error.name and error.name.split(".")[0] in ("lightkube", "httpx"):
+                raise OperationError(KUBERNETES_EXTRA_HINT) from None
+            raise
+        return KubernetesClient(kubeconfig=kubeconfig, context=context, namespace=namespace, timeout=timeout)
 
     def close(self) -> None:
         """Close the store connection."""

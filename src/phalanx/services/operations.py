@@ -8,7 +8,7 @@ it is down waits in Pending and is picked up when it starts.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,40 @@ def seed_builtin_jobtypes(store: SqliteStore) -> None:
         elif existing.spec != jobtype.spec and existing.metadata.labels.get(BUILTIN_LABEL) == "true":
             # A newer Phalanx ships a changed built-in; a user's own JobType of that name is left alone.
             store.update(existing.model_copy(update={"spec": jobtype.spec}))
+
+
+def validate_documents(
+    documents: Sequence[dict[str, Any]], jobtypes: Mapping[str, JobType], *, source: str | None = None
+) -> list[Any]:
+    """Validate TrainingJobs and JobTypes against ``jobtypes`` (and the JobTypes of the same submission).
+
+    The one validation of every backend: the embedded runtime and the Kubernetes backend call it with their own
+    JobTypes, so a spec fails with the same field paths in both.
+
+    Raises:
+        SpecError: every problem in every document, each with its field path.
+    """
+    jobtypes = dict(jobtypes)
+    # JobTypes in the same submission may be used by jobs in it.
+    parsed: list[Any] = []
+    errors: list[FieldError] = []
+    for position, doc in enumerate(documents):
+        kind = doc.get("kind", "TrainingJob")
+        prefix = f"document {position + 1}: " if len(documents) > 1 else ""
+        try:
+            if kind == "JobType":
+                jobtype = parse_jobtype(doc)
+                jobtypes[jobtype.metadata.name] = jobtype
+                parsed.append(jobtype)
+            elif kind == "TrainingJob":
+                parsed.append(validate_job(doc, jobtypes))
+            else:
+                errors.append(FieldError("kind", f"{prefix}unknown kind {kind!r}; use TrainingJob or JobType"))
+        except SpecError as err:
+            errors.extend(FieldError(e.path, prefix + e.message) for e in err.errors)
+    if errors:
+        raise SpecError(errors, source=source)
+    return parsed
 
 
 class Operations:
@@ -165,27 +199,7 @@ class Operations:
         Raises:
             SpecError: every problem in every document, each with its field path.
         """
-        jobtypes = self.jobtypes()
-        # JobTypes in the same submission may be used by jobs in it.
-        parsed: list[Any] = []
-        errors: list[FieldError] = []
-        for position, doc in enumerate(documents):
-            kind = doc.get("kind", "TrainingJob")
-            prefix = f"document {position + 1}: " if len(documents) > 1 else ""
-            try:
-                if kind == "JobType":
-                    jobtype = parse_jobtype(doc)
-                    jobtypes[jobtype.metadata.name] = jobtype
-                    parsed.append(jobtype)
-                elif kind == "TrainingJob":
-                    parsed.append(validate_job(doc, jobtypes))
-                else:
-                    errors.append(FieldError("kind", f"{prefix}unknown kind {kind!r}; use TrainingJob or JobType"))
-            except SpecError as err:
-                errors.extend(FieldError(e.path, prefix + e.message) for e in err.errors)
-        if errors:
-            raise SpecError(errors, source=source)
-        return parsed
+        return validate_documents(documents, self.jobtypes(), source=source)
 
     def submit(
         self,

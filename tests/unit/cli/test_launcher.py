@@ -8,6 +8,7 @@ import pytest
 import typer.main
 
 from phalanx.entrypoints.cli import launcher
+from phalanx.entrypoints.cli.backends import KUBERNETES_OPTIONS
 from phalanx.entrypoints.cli.main import app
 
 
@@ -21,7 +22,15 @@ def typer_run_options() -> set[str]:
 
 
 def test_both_parsers_know_the_same_run_options() -> None:
-    assert typer_run_options() == set(launcher.RUN_OPTIONS)
+    # The backend options are typer's alone: with any of them the launcher declines (an unknown option), and
+    # typer's `run` takes the kubernetes path.
+    assert typer_run_options() - set(KUBERNETES_OPTIONS) == set(launcher.RUN_OPTIONS)
+
+
+@pytest.mark.parametrize("option", ["--backend=kubernetes", "--context=prod", "--kubeconfig=k.yaml"])
+def test_a_backend_option_is_left_to_typer(option: str) -> None:
+    with pytest.raises(launcher._DeclinedError):
+        launcher.parse_run(["run", "job.yaml", option])
 
 
 def test_a_full_run_invocation_is_parsed_like_typer_would() -> None:
@@ -65,3 +74,11 @@ def test_the_state_directory_comes_from_the_environment_like_typer(monkeypatch: 
 def test_anything_else_is_left_to_typer(argv: list[str]) -> None:
     with pytest.raises(launcher._DeclinedError):
         launcher.parse_run(argv)
+
+
+def test_phalanx_backend_kubernetes_in_the_environment_leaves_run_to_typer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHALANX_BACKEND", "kubernetes")
+    with pytest.raises(launcher._DeclinedError):
+        launcher.parse_run(["run", "job.yaml"])
+    monkeypatch.setenv("PHALANX_BACKEND", "embedded")
+    assert launcher.parse_run(["run", "job.yaml"]).file.name == "job.yaml"

@@ -1,5 +1,8 @@
 """The ``phalanx`` console script: `phalanx run FILE` on a fast path, every other command through typer.
 
+The fast path is for the embedded runtime only; a run on a cluster (``--backend kubernetes``,
+``PHALANX_BACKEND=kubernetes``, ``--context``/``--kubeconfig``) goes to the typer command.
+
 `run` is the command people time against running their script directly, and typer alone costs about
 120 ms to start here (it imports pydantic to coerce parameters). The launcher parses `run`'s few options
 with argparse and calls ``running.run_job``, the very function the typer command calls. Anything it does not
@@ -34,6 +37,10 @@ def parse_run(argv: list[str]) -> argparse.Namespace:
     """
     if not argv or argv[0] != "run" or any(a in ("--help", "-h") for a in argv):
         raise _DeclinedError("not a plain run")
+    from phalanx.entrypoints.cli.backends import wants_kubernetes  # standard library only: cheap
+
+    if wants_kubernetes(argv[1:], os.environ):
+        raise _DeclinedError("a run on a cluster: the typer command handles the kubernetes backend")
     parser = _Parser(prog="phalanx run", add_help=False)
     parser.add_argument("file", type=Path)
     parser.add_argument("--state-dir", type=Path, default=os.environ.get("PHALANX_HOME") or None)

@@ -1,4 +1,9 @@
-"""The ``phalanx`` command: kubectl-like verbs over the embedded runtime.
+"""The ``phalanx`` command: kubectl-like verbs over the embedded runtime or a Kubernetes cluster.
+
+Every job verb takes ``--backend embedded|kubernetes`` (default: ``$PHALANX_BACKEND``, else kubernetes when
+``--context`` or ``--kubeconfig`` names a cluster, else embedded; ``backends.choose_backend``). On Kubernetes the
+verbs talk to the API server (``cluster.py``, ``services.kube_operations``) and the phalanx-operator and
+phalanx-scheduler run the jobs; ``up``, ``down`` and ``status`` are the embedded control plane's only.
 
 Exit codes: 0 success; 1 the job failed (``run``) or an operation failed (e.g. no such job); 2 invalid input
 (a spec error, a file that cannot be read, an unknown resource kind); 3 the job was halted while ``run``
@@ -11,7 +16,10 @@ typer and rich.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,13 +27,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
+from phalanx.entrypoints.cli.backends import Backend, BackendChoice, BackendError, choose_backend
 from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, StoreJobSource, follow
 from phalanx.entrypoints.cli.output import console, fail
 from phalanx.entrypoints.cli.running import run_job, session
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, styled_phase
 
 if TYPE_CHECKING:
-    pass
+    from phalanx.entrypoints.client import Client
+    from phalanx.entrypoints.kube_client import KubernetesClient
 
 app = typer.Typer(
     name="phalanx",
@@ -60,14 +70,79 @@ StateDirOption = Annotated[
     Path | None,
     typer.Option("--state-dir", envvar="PHALANX_HOME", help="State directory (default: ~/.local/share/phalanx)."),
 ]
-NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Namespace of the job.")]
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--namespace", "-n", help="Namespace of the job (default: default; on Kubernetes, the context's namespace)."
+    ),
+]
+BackendOption = Annotated[
+    Backend | None,
+    typer.Option(
+        "--backend",
+        help="embedded or kubernetes (default: $PHALANX_BACKEND, else kubernetes when --context or --kubeconfig "
+        "is given, else embedded).",
+        case_sensitive=False,
+        show_default=False,
+    ),
+]
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        help="kubeconfig file of the cluster (kubernetes backend; default: $KUBECONFIG, ~/.kube/config).",
+    ),
+]
+ContextOption = Annotated[
+    str | None,
+    typer.Option("--context", help="kubeconfig context: the cluster to use (selects the kubernetes backend)."),
+]
 OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table, wide, yaml or json.")]
+_INSTALL = "phalanx install --print | kubectl apply -f -"
 
 
 def _require_jobs(resource: str, verb: str) -> None:
     """Verbs that act on one job take ``job NAME``, kubectl-style; anything else is a usage error (exit 2)."""
     if resource not in ("job", "jobs"):
         fail(f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`", 2)
+
+
+def _choose(backend: Backend | None, kubeconfig: Path | None, context: str | None) -> BackendChoice:
+    """The command's backend (``backends.choose_backend``); a contradiction is a usage error (exit 2)."""
+    try:
+        return choose_backend(backend, os.environ, kubeconfig=kubeconfig, context=context)
+    except BackendError as err:
+        fail(str(err), 2)
+
+
+@contextmanager
+def _session(
+    choice: BackendChoice, state_dir: Path | None, namespace: str | None
+) -> Iterator[Client | KubernetesClient]:
+    """A client of the chosen backend for one command; expected errors become messages and exit codes."""
+    if choice.kubernetes:
+        from phalanx.entrypoints.cli.cluster import cluster_session
+
+        with cluster_session(choice, namespace) as cluster:
+            yield cluster
+    else:
+        with session(state_dir, namespace or "default") as client:
+            yield client
+
+
+def _placed_jobs(client: Client | KubernetesClient) -> list[Any]:
+    """Every job, for what its placements hold; none on a cluster where Phalanx is not installed (yet)."""
+    from phalanx.services.operations import OperationError
+
+    try:
+        return client.ops.list_jobs(None)
+    except OperationError:
+        return []
+
+
+def _embedded_only(choice: BackendChoice, verb: str, instead: str) -> None:
+    if choice.kubernetes:
+        fail(f"`phalanx {verb}` is for the embedded backend's local control plane; on Kubernetes, {instead}", 2)
 
 
 def _print_objects(objects: list[Any], output: Output) -> None:
@@ -82,16 +157,30 @@ def _print_objects(objects: list[Any], output: Output) -> None:
 def run(
     file: Annotated[Path, typer.Argument(help="A TrainingJob YAML/JSON file (JobTypes in it are created too).")],
     state_dir: StateDirOption = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Submit and return at once.")] = False,
     logs: Annotated[bool, typer.Option("--logs/--no-logs", help="Stream replica logs.")] = True,
     inventory: Annotated[
         Path | None, typer.Option(help="Start the control plane on simulated nodes (YAML of Node objects).")
     ] = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
 ) -> None:
     """Submit a job, starting the local control plane if needed, and follow it to the end."""
+    choice = _choose(backend, kubeconfig, context)
+    if choice.kubernetes:
+        if inventory is not None:
+            fail("--inventory simulates nodes for the embedded backend; a cluster has its own nodes", 2)
+        from phalanx.entrypoints.cli.cluster import cluster_session, run_on_cluster
+
+        with cluster_session(choice, namespace) as cluster:
+            code = run_on_cluster(cluster, file, detach=detach, logs=logs)
+        raise typer.Exit(code)
     raise typer.Exit(
-        run_job(file, state_dir=state_dir, namespace=namespace, detach=detach, logs=logs, inventory=inventory)
+        run_job(
+            file, state_dir=state_dir, namespace=namespace or "default", detach=detach, logs=logs, inventory=inventory
+        )
     )
 
 
@@ -99,14 +188,29 @@ def run(
 def submit(
     file: Annotated[Path, typer.Argument(help="A YAML/JSON file of TrainingJobs and JobTypes.")],
     state_dir: StateDirOption = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate only; print the defaulted spec.")] = False,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
 ) -> None:
     """Validate and create jobs without following them (the control plane picks them up)."""
     from phalanx.model.loading import read_documents
+
+    choice = _choose(backend, kubeconfig, context)
+    if choice.kubernetes:
+        from phalanx.entrypoints.cli.cluster import cluster_session
+
+        with cluster_session(choice, namespace) as cluster:
+            if dry_run:
+                _print_objects(cluster.ops.validate(read_documents(file), source=str(file)), Output.YAML)
+                return
+            for item in cluster.submit(file):
+                console.print(f"{item.kind.lower()}/{item.name} created")
+        return
     from phalanx.services.daemon import current_leader
 
-    with session(state_dir, namespace) as client:
+    with session(state_dir, namespace or "default") as client:
         documents = read_documents(file)
         if dry_run:
             objects = client.ops.validate(documents, source=str(file))
@@ -124,15 +228,20 @@ def get(
     resource: Annotated[Resource, typer.Argument(help="jobs, nodes or jobtypes")],
     name: Annotated[str | None, typer.Argument(help="Only this one.")] = None,
     state_dir: StateDirOption = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
     output: OutputOption = Output.TABLE,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
 ) -> None:
     """List jobs, nodes or job types."""
     from phalanx.entrypoints.cli.render import jobs_table, jobtypes_table, nodes_table
     from phalanx.model.replicas import Replica
 
-    with session(state_dir, namespace) as client:
+    choice = _choose(backend, kubeconfig, context)
+    with _session(choice, state_dir, namespace) as client:
+        namespace = client.namespace
         if resource in (Resource.JOBS, Resource.JOB):
             jobs = (
                 [client.ops.get_job(namespace, name)]
@@ -150,12 +259,18 @@ def get(
             if output in (Output.YAML, Output.JSON):
                 _print_objects(nodes, output)
             elif not nodes:
-                console.print("No nodes yet: the control plane registers them when it starts (`phalanx up`).")
+                console.print(
+                    "No nodes in the cluster."
+                    if choice.kubernetes
+                    else "No nodes yet: the control plane registers them when it starts (`phalanx up`)."
+                )
             else:
                 from phalanx.services.scheduler import holdings_of  # only this view needs the scheduler
 
                 usage: dict[str, dict[str, int]] = {}
-                for placement, vector in holdings_of(client.ops.list_jobs(), client.store.list(Replica)):
+                # On a cluster, what admitted jobs were placed on; locally, every replica that still exists too.
+                replicas = [] if choice.kubernetes else client.store.list(Replica)  # type: ignore[union-attr]
+                for placement, vector in holdings_of(_placed_jobs(client), replicas):
                     used = usage.setdefault(placement.node, {"cpu_milli": 0, "gpu": 0})
                     used["cpu_milli"] += vector.cpu_milli
                     used["gpu"] += len(placement.gpus)
@@ -175,14 +290,18 @@ def describe(
     resource: Annotated[str, typer.Argument(help="job")],
     name: Annotated[str, typer.Argument(help="The job's name.")],
     state_dir: StateDirOption = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
 ) -> None:
     """Show a job in detail: roles, placement, replicas, conditions, events."""
     from phalanx.entrypoints.cli.render import print_description
 
     _require_jobs(resource, "describe")
-    with session(state_dir, namespace) as client:
-        print_description(console, client.describe(name))
+    choice = _choose(backend, kubeconfig, context)
+    with _session(choice, state_dir, namespace) as client:
+        print_description(console, client.describe(name), pods=choice.kubernetes)
 
 
 @app.command()
@@ -191,9 +310,22 @@ def logs(
     replica: Annotated[str | None, typer.Option("--replica", "-r", help="e.g. worker-0")] = None,
     follow_logs: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
     state_dir: StateDirOption = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
 ) -> None:
     """Print the logs of a job's replicas (latest attempt of each)."""
+    choice = _choose(backend, kubeconfig, context)
+    if choice.kubernetes:
+        from phalanx.entrypoints.cli.cluster import cluster_session, print_logs
+
+        with cluster_session(choice, namespace) as cluster:
+            code = print_logs(cluster, job, replica, follow_logs=follow_logs)
+        if code:
+            raise typer.Exit(code)
+        return
+    namespace = namespace or "default"
     with session(state_dir, namespace) as client:
         files = client.ops.log_files(namespace, job, replica)
         if follow_logs:
@@ -222,16 +354,21 @@ def logs(
 def halt(
     job: Annotated[str, typer.Argument(help="The job's name.")],
     state_dir: StateDirOption = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until it is Halted.")] = True,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
 ) -> None:
     """Stop every replica of a job; it keeps its outputs and can be resumed."""
     from phalanx.model.jobs import Phase
     from phalanx.services.daemon import current_leader
 
-    with session(state_dir, namespace) as client:
+    choice = _choose(backend, kubeconfig, context)
+    with _session(choice, state_dir, namespace) as client:
         client.halt(job)
-        if wait and current_leader(client.store) is not None:
+        # Locally, nothing moves the job while no control plane runs; on a cluster the operator always runs.
+        if wait and (choice.kubernetes or current_leader(client.store) is not None):  # type: ignore[union-attr]
             final = client.wait(job, until={Phase.HALTED, Phase.SUCCEEDED, Phase.FAILED}, timeout=120)
             console.print(f"job/{job} {styled_phase(final.status.phase)}")
         else:
@@ -242,10 +379,14 @@ def halt(
 def resume(
     job: Annotated[str, typer.Argument(help="The job's name.")],
     state_dir: StateDirOption = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
 ) -> None:
     """Queue a halted job again."""
-    with session(state_dir, namespace) as client:
+    choice = _choose(backend, kubeconfig, context)
+    with _session(choice, state_dir, namespace) as client:
         client.resume(job)
         console.print(f"job/{job} resumed")
 
@@ -255,11 +396,15 @@ def delete(
     resource: Annotated[str, typer.Argument(help="job")],
     name: Annotated[str, typer.Argument(help="The job's name.")],
     state_dir: StateDirOption = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
 ) -> None:
     """Delete a job: stop its replicas, then remove it."""
     _require_jobs(resource, "delete")
-    with session(state_dir, namespace) as client:
+    choice = _choose(backend, kubeconfig, context)
+    with _session(choice, state_dir, namespace) as client:
         client.delete(name)
         console.print(f"job/{name} deleted")
 
@@ -268,10 +413,14 @@ def delete(
 def explain(
     job: Annotated[str, typer.Argument(help="The job's name.")],
     state_dir: StateDirOption = None,
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
 ) -> None:
     """Say in one sentence why a job is where it is (why it waits)."""
-    with session(state_dir, namespace) as client:
+    choice = _choose(backend, kubeconfig, context)
+    with _session(choice, state_dir, namespace) as client:
         console.print(escape(client.explain(job)))
 
 
@@ -281,9 +430,14 @@ def up(
     inventory: Annotated[
         Path | None, typer.Option(help="Simulated nodes (YAML of Node objects) instead of this machine.")
     ] = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
 ) -> None:
     """Start the local control plane in the background (or report the running one)."""
     from phalanx.services.daemon import start_control_plane
+
+    _embedded_only(_choose(backend, kubeconfig, context), "up", f"install Phalanx once: {_INSTALL}")
 
     with session(state_dir) as client:
         leader, started = start_control_plane(client.layout, inventory=inventory)
@@ -293,17 +447,34 @@ def up(
 
 
 @app.command()
-def down(state_dir: StateDirOption = None) -> None:
+def down(
+    state_dir: StateDirOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
     """Stop the local control plane. Running replicas keep running and are adopted by the next `up`."""
+    _embedded_only(_choose(backend, kubeconfig, context), "down", "Phalanx runs in the cluster; nothing to stop")
     with session(state_dir) as client:
         stopped = client.down()
         console.print("control plane stopped" if stopped else "no control plane was running")
 
 
 @app.command()
-def status(state_dir: StateDirOption = None) -> None:
+def status(
+    state_dir: StateDirOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
     """Is the control plane running, and what does this machine hold?"""
     from phalanx.services.daemon import current_leader
+
+    _embedded_only(
+        _choose(backend, kubeconfig, context),
+        "status",
+        "see the components with `kubectl -n phalanx-system get pods` and the jobs with `phalanx get jobs`",
+    )
 
     with session(state_dir) as client:
         leader = current_leader(client.store)

@@ -89,8 +89,14 @@ def jobtypes_table(jobtypes: list[JobType]) -> Table:
     return table
 
 
-def print_description(console: Console, described: JobDescription) -> None:
-    """`phalanx describe job NAME`."""
+def print_description(console: Console, described: JobDescription, *, pods: bool = False) -> None:
+    """`phalanx describe job NAME`.
+
+    Args:
+        console: where to print.
+        described: the job, its replicas and its events.
+        pods: the replicas are a cluster's Pods (the kubernetes backend): show each one's node instead of a pid.
+    """
     job = described.job
     meta, spec, status = job.metadata, job.spec, job.status
     console.print(f"[bold]Name:[/]        {meta.name}")
@@ -141,7 +147,7 @@ def print_description(console: Console, described: JobDescription) -> None:
         console.print(placed)
     if described.replicas:
         replica_table = Table(title="Replicas", box=None, title_justify="left", header_style="bold")
-        for column in ("NAME", "PHASE", "ATTEMPT", "PID", "EXIT", "STARTED"):
+        for column in ("NAME", "PHASE", "ATTEMPT", "NODE" if pods else "PID", "EXIT", "STARTED"):
             replica_table.add_column(column)
         for observed in described.replicas:
             rs = observed.status
@@ -150,7 +156,7 @@ def print_description(console: Console, described: JobDescription) -> None:
                 observed.metadata.name,
                 f"{rs.phase}{deleting}",
                 str(observed.spec.attempt),
-                str(rs.pid or "-"),
+                (observed.spec.placement.node or "-") if pods else str(rs.pid or "-"),
                 "-" if rs.exit_code is None else str(rs.exit_code),
                 age(rs.start_time) + " ago" if rs.start_time else "-",
             )

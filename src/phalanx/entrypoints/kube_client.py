@@ -1,0 +1,163 @@
+"""The Python SDK against a Kubernetes cluster: ``phalanx.Client.kubernetes()``, the same verbs as ``Client()``.
+
+from phalanx import Client
+with Client.kubernetes(context="my-cluster", namespace="team-a") as client:
+    client.submit("examples/quickstart.yaml")
+    job = client.wait("quickstart")
+    print(job.status.phase)
+
+The phalanx-operator and phalanx-scheduler on the cluster run the jobs; this client only talks to the API server
+(``services.kube_operations``). It needs the ``kubernetes`` extra (``pip install 'phalanx[kubernetes]'``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from phalanx.adapters.kubernetes.api import KubeApi, KubeApiError, load_kubeconfig
+from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.loading import read_documents
+from phalanx.services.kube_operations import KubeOperations
+from phalanx.services.operations import JobDescription, OperationError, Submitted
+
+FINISHED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED})
+
+
+class KubernetesClient:
+    """Talks to the Phalanx of one cluster: the kubeconfig's context selects it."""
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        namespace: str | None = None,
+        timeout: float = 30.0,
+        poll_seconds: float = 0.5,
+    ) -> None:
+        """Connect (lazily: nothing is requested until a verb is called).
+
+        Args:
+            kubeconfig: the kubeconfig file (default: in-cluster service account, ``$KUBECONFIG``, then
+                ``~/.kube/config``).
+            context: the kubeconfig context, which selects the cluster and user (default: the current one).
+            namespace: the jobs' namespace (default: the context's namespace, else ``default``).
+            timeout: seconds one request may take.
+            poll_seconds: how often ``wait`` looks at the job.
+
+        Raises:
+            OperationError: no usable kubeconfig, or no such context.
+        """
+        try:
+            selected = load_kubeconfig(kubeconfig, context)
+            self.api = KubeApi.from_kubeconfig(kubeconfig, context, timeout=timeout)
+        except KubeApiError as error:
+            raise OperationError(f"{error.message}; pass --kubeconfig FILE and --context NAME") from None
+        self.kubeconfig = kubeconfig
+        self.context: str = str(selected.context_name)
+        self.server: str = str(selected.cluster.server)
+        self.namespace: str = namespace or str(selected.namespace) or "default"
+        self.poll_seconds = poll_seconds
+        self.ops = KubeOperations(self.api, server=self.server, poll_seconds=poll_seconds)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self.api.close()
+
+    def __enter__(self) -> KubernetesClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- control plane -----------------------------------------------------------------------------------
+
+    def up(self, **_: Any) -> None:
+        """There is no local control plane to start on a cluster.
+
+        Raises:
+            OperationError: always; install Phalanx on the cluster instead.
+        """
+        raise OperationError(
+            "up is for the embedded backend; on Kubernetes: phalanx install --print | kubectl apply -f -"
+        )
+
+    def down(self) -> None:
+        """There is no local control plane to stop on a cluster.
+
+        Raises:
+            OperationError: always.
+        """
+        raise OperationError("down is for the embedded backend; the cluster's Phalanx keeps running")
+
+    # -- jobs ----------------------------------------------------------------------------------------------
+
+    def submit(
+        self, spec: str | Path | dict[str, Any] | list[dict[str, Any]], *, replace_finished: bool = False
+    ) -> list[Submitted]:
+        """Validate and create the objects in a file or in mappings; nothing is created if any is invalid."""
+        if isinstance(spec, str | Path):
+            path = Path(spec)
+            documents, source = read_documents(path), str(path)
+        else:
+            documents, source = (spec if isinstance(spec, list) else [spec]), None
+        return self.ops.submit(
+            documents,
+            namespace=None if self.namespace == "default" else self.namespace,
+            replace_finished=replace_finished,
+            source=source,
+        )
+
+    def get(self, name: str) -> TrainingJob:
+        """One job."""
+        return self.ops.get_job(self.namespace, name)
+
+    def list(self) -> list[TrainingJob]:
+        """The namespace's jobs."""
+        return self.ops.list_jobs(self.namespace)
+
+    def describe(self, name: str) -> JobDescription:
+        """A job with its Pods (as replicas) and events."""
+        return self.ops.describe(self.namespace, name)
+
+    def explain(self, name: str) -> str:
+        """Why the job is where it is, in one sentence."""
+        return self.ops.explain(self.namespace, name)
+
+    def halt(self, name: str) -> TrainingJob:
+        """Stop every replica, keep outputs; the job goes Halting → Halted."""
+        return self.ops.set_suspended(self.namespace, name, True)
+
+    def resume(self, name: str) -> TrainingJob:
+        """Queue a halted job again."""
+        return self.ops.set_suspended(self.namespace, name, False)
+
+    def delete(self, name: str) -> None:
+        """Delete the job; its Pods go with it."""
+        self.ops.delete_job(self.namespace, name)
+
+    def logs(self, name: str, replica: str | None = None) -> dict[str, str]:
+        """The current log text of each replica's Pod (latest attempt)."""
+        return {log.replica: log.text for log in self.ops.logs(self.namespace, name, replica)}
+
+    def wait(self, name: str, *, until: set[Phase] | None = None, timeout: float = 600.0) -> TrainingJob:
+        """Block until the job reaches one of ``until`` (default: finished or halted) and return it.
+
+        Raises:
+            TimeoutError: it did not within ``timeout`` seconds (``phalanx.entrypoints.client.WaitTimeoutError``).
+        """
+        from phalanx.entrypoints.client import WaitTimeoutError
+
+        targets = until or set(FINISHED)
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.get(name)
+            if Phase(job.status.phase) in targets:
+                return job
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeoutError(f"job {name} is still {job.status.phase} after {timeout:.0f}s")
+            time.sleep(min(remaining, self.poll_seconds))

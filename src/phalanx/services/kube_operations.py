@@ -1,0 +1,609 @@
+"""The operations users call, against a Kubernetes cluster: the embedded ``Operations`` surface over the API server.
+
+The CLI's kubernetes backend and ``phalanx.Client.kubernetes`` call these; the phalanx-operator and
+phalanx-scheduler do the rest, as the embedded control plane does for ``Operations``:
+
+- **Submitting** validates every document first with the embedded runtime's validation
+  (``operations.validate_documents``, against the built-in JobTypes and the cluster's), so a spec error creates
+  nothing and names the same field paths on both backends. Then JobTypes are created (or updated), then
+  TrainingJobs. A job name in use is checked before anything is created.
+- **Halt and resume** are a merge patch of ``spec.runPolicy.suspend``, conditional on the resourceVersion that
+  was read, exactly the embedded runtime's update of the same field; the operator moves the phases.
+- **Delete** removes the TrainingJob; its Pods, Service and ConfigMap are garbage-collected through their
+  ownerReferences.
+- **Replicas** are the job's Pods (``<job>-<role>-<index>``, labelled ``phalanx.dev/job``), **events** the
+  core/v1 Events whose ``involvedObject.uid`` is the job's, and **logs** the Pods' logs (a Pod of an earlier
+  attempt is deleted before the next is created, so the Pod that exists is the latest attempt).
+
+Every failure of the API becomes an ``OperationError`` that says what to do: an unreachable server, Phalanx not
+installed (its API group is not served), a missing permission (the verb and the resource).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from phalanx.adapters.kubernetes.api import (
+    EVENTS,
+    JOBTYPES,
+    NODES,
+    PODS,
+    TRAININGJOBS,
+    ConflictError,
+    KubeApi,
+    KubeApiError,
+    KubeConfigError,
+    NotFoundError,
+    Resource,
+)
+from phalanx.adapters.kubernetes.objects import (
+    LABEL_ATTEMPT,
+    LABEL_INDEX,
+    LABEL_JOB,
+    LABEL_ROLE,
+    job_document,
+    job_from_object,
+    job_status,
+    jobtype_from_object,
+    node_from_object,
+    pod_exit,
+)
+from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, CONTAINER_NAME
+from phalanx.core.lifecycle import ACTIVE_PHASES
+from phalanx.model.errors import SpecError
+from phalanx.model.events import Event
+from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
+from phalanx.model.jobtypes import JobType
+from phalanx.model.loading import builtin_jobtypes
+from phalanx.model.meta import ObjectMeta
+from phalanx.model.nodes import Node
+from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
+from phalanx.model.validation import parse_job
+from phalanx.services.operations import (
+    MAX_CONFLICT_RETRIES,
+    JobDescription,
+    OperationError,
+    Submitted,
+    validate_documents,
+)
+
+INSTALL_HINT = "phalanx install --print | kubectl apply -f -"
+NOT_INSTALLED = f"Phalanx is not installed on this cluster: {INSTALL_HINT}"
+DELETE_WAIT_SECONDS = 60.0
+_POD_PHASES = {phase.value: phase for phase in ReplicaPhase}
+
+
+@dataclass(frozen=True)
+class ReplicaLog:
+    """The log of one replica's Pod (its latest attempt)."""
+
+    replica: str  # e.g. worker-0
+    pod: str
+    attempt: int
+    phase: str
+    text: str
+    error: str = ""  # why the log could not be read, when it could not
+
+
+def resource_name(resource: Resource) -> str:
+    """``trainingjobs.phalanx.dev``, ``pods``: how kubectl and RBAC name a resource."""
+    return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
+
+
+def job_body(job: TrainingJob) -> dict[str, Any]:
+    """The TrainingJob to POST: the validated, defaulted spec; metadata the user may set; no status."""
+    data = job.to_dict()
+    data.pop("status", None)
+    meta = job.metadata
+    metadata: dict[str, Any] = {"name": meta.name, "namespace": meta.namespace}
+    if meta.labels:
+        metadata["labels"] = dict(meta.labels)
+    if meta.annotations:
+        metadata["annotations"] = dict(meta.annotations)
+    data["metadata"] = metadata
+    return data
+
+
+def jobtype_body(jobtype: JobType) -> dict[str, Any]:
+    """The JobType to POST (cluster-scoped: no namespace)."""
+    data = jobtype.to_dict()
+    meta = jobtype.metadata
+    metadata: dict[str, Any] = {"name": meta.name}
+    if meta.labels:
+        metadata["labels"] = dict(meta.labels)
+    if meta.annotations:
+        metadata["annotations"] = dict(meta.annotations)
+    data["metadata"] = metadata
+    return data
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not value:
+        return None
+    with contextlib.suppress(ValueError):
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return None
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return default
+
+
+def replica_from_pod(pod: Mapping[str, Any], job: TrainingJob) -> Replica:
+    """A job's Pod as a ``Replica``, the embedded runtime's object, so ``describe`` shows both alike."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    name = str(meta.get("name"))
+    containers = spec.get("containers") or [{}]
+    container = next((c for c in containers if c.get("name") == CONTAINER_NAME), containers[0])
+    planned = job.status.placements.get(name)
+    node = str(spec.get("nodeName") or "")
+    placement = (
+        planned.model_copy(update={"node": node or planned.node})
+        if planned is not None
+        else ReplicaPlacement(node=node or "-")
+    )
+    exit_code, finished, reason = pod_exit(pod)
+    phase = _POD_PHASES.get(str(status.get("phase") or "Pending"), ReplicaPhase.PENDING)
+    return Replica(
+        metadata=ObjectMeta(
+            name=name,
+            namespace=str(meta.get("namespace") or job.metadata.namespace),
+            uid=meta.get("uid"),
+            creation_timestamp=_timestamp(meta.get("creationTimestamp")),
+            deletion_timestamp=_timestamp(meta.get("deletionTimestamp")),
+        ),
+        spec=ReplicaObjectSpec(
+            job_name=job.metadata.name,
+            job_uid=job.metadata.uid or "",
+            role=str(labels.get(LABEL_ROLE, "")),
+            index=max(0, _int(labels.get(LABEL_INDEX))),
+            attempt=max(0, _int(labels.get(LABEL_ATTEMPT))),
+            command=[*(container.get("command") or []), *(container.get("args") or [])],
+            placement=placement,
+        ),
+        status=ReplicaObjectStatus(
+            phase=phase,
+            exit_code=exit_code,
+            start_time=_timestamp(status.get("startTime")),
+            finish_time=finished,
+            message=str(status.get("message") or reason or ""),
+        ),
+    )
+
+
+def event_from_object(obj: Mapping[str, Any]) -> Event:
+    """A core/v1 Event about a job as the model's ``Event``."""
+    involved = obj.get("involvedObject") or {}
+    meta = obj.get("metadata") or {}
+    when = (
+        _timestamp(obj.get("lastTimestamp"))
+        or _timestamp(obj.get("eventTime"))
+        or _timestamp(obj.get("firstTimestamp"))
+        or _timestamp(meta.get("creationTimestamp"))
+        or datetime.now(UTC)
+    )
+    count = _int(obj.get("count"), 1)
+    message = str(obj.get("message") or "")
+    return Event(
+        object_kind=str(involved.get("kind") or "TrainingJob"),
+        object_name=str(involved.get("name") or ""),
+        namespace=str(involved.get("namespace") or meta.get("namespace") or "default"),
+        type="Warning" if obj.get("type") == "Warning" else "Normal",
+        reason=str(obj.get("reason") or ""),
+        message=f"{message} (x{count})" if count > 1 else message,
+        time=when,
+    )
+
+
+class KubeOperations:
+    """User-facing operations on one cluster (one kubeconfig context)."""
+
+    def __init__(self, api: KubeApi, *, server: str = "", poll_seconds: float = 0.5) -> None:
+        self.api = api
+        self.server = server
+        self.poll_seconds = poll_seconds
+        self._installed: bool | None = None
+
+    # -- errors --------------------------------------------------------------------------------------------------
+
+    def installed(self) -> bool:
+        """True when the API server serves Phalanx's TrainingJobs (the CRDs are installed)."""
+        if self._installed is None:
+            path = f"/apis/{TRAININGJOBS.group}/{TRAININGJOBS.version}"
+            try:
+                served = self.api.request("GET", path) or {}
+            except NotFoundError:
+                self._installed = False
+            except KubeApiError:
+                return True  # cannot tell (e.g. discovery refused): let the request's own error speak
+            else:
+                plurals = {str(r.get("name")) for r in served.get("resources") or []}
+                self._installed = TRAININGJOBS.plural in plurals
+        return self._installed
+
+    def error(self, error: KubeApiError, verb: str, resource: Resource, namespace: str | None = None) -> OperationError:
+        """A failed request as a message that says what to do about it."""
+        what = resource_name(resource)
+        where = f" in namespace {namespace}" if namespace and resource.namespaced else ""
+        if isinstance(error, KubeConfigError):
+            return OperationError(f"{error.message}; pass --kubeconfig FILE and --context NAME")
+        if error.status == 0:
+            at = f" at {self.server}" if self.server else ""
+            return OperationError(
+                f"cannot reach the Kubernetes API server{at}: {error.message}; is the cluster up, and do "
+                "--kubeconfig and --context point at it?"
+            )
+        if error.status == 401:
+            return OperationError(
+                "the Kubernetes API server did not accept your credentials (401 Unauthorized); refresh them "
+                "(e.g. log in again) or pick another --context"
+            )
+        if error.status == 403:
+            return OperationError(
+                f"forbidden: you may not {verb} {what}{where} ({error.message}); ask a cluster administrator for "
+                "that permission"
+            )
+        if error.status == 404 and resource.group == TRAININGJOBS.group and not self.installed():
+            return OperationError(NOT_INSTALLED)
+        return OperationError(f"cannot {verb} {what}{where}: {error.message}")
+
+    @contextmanager
+    def calling(self, verb: str, resource: Resource, namespace: str | None = None) -> Iterator[None]:
+        """Turn any ``KubeApiError`` raised inside into an ``OperationError`` naming ``verb`` and ``resource``."""
+        try:
+            yield
+        except KubeApiError as error:
+            raise self.error(error, verb, resource, namespace) from None
+
+    def _require_installed(self) -> None:
+        if not self.installed():
+            raise OperationError(NOT_INSTALLED)
+
+    # -- reading -------------------------------------------------------------------------------------------------
+
+    def jobtypes(self) -> dict[str, JobType]:
+        """Every JobType by name: the built-ins, and the cluster's (which win; invalid ones are left out)."""
+        found = dict(builtin_jobtypes())
+        try:
+            objects, _ = self.api.list(JOBTYPES)
+        except KubeApiError as error:
+            if error.status == 403:
+                return found  # may not list JobTypes: validate against the built-ins, the server checks the rest
+            raise self.error(error, "list", JOBTYPES) from None
+        for obj in objects:
+            with contextlib.suppress(SpecError, ValueError):
+                jobtype = jobtype_from_object(obj)
+                found[jobtype.metadata.name] = jobtype
+        return found
+
+    def job_object(self, namespace: str, name: str) -> dict[str, Any]:
+        """The job as the API server stores it.
+
+        Raises:
+            OperationError: no such job (with the names of existing ones), or the API failed.
+        """
+        with self.calling("get", TRAININGJOBS, namespace):
+            try:
+                return self.api.get(TRAININGJOBS, name, namespace)
+            except NotFoundError:
+                pass
+            self._require_installed()
+            objects, _ = self.api.list(TRAININGJOBS, namespace)
+        names = sorted(str((o.get("metadata") or {}).get("name")) for o in objects)
+        hint = f"; jobs in {namespace}: {', '.join(names[:10])}" if names else f"; {namespace} has no jobs"
+        raise OperationError(f"job {namespace}/{name} not found{hint}")
+
+    def to_job(self, obj: Mapping[str, Any], jobtypes: Mapping[str, JobType] | None = None) -> TrainingJob:
+        """The stored object as a validated, defaulted job; one the JobTypes reject is shown as stored.
+
+        Raises:
+            OperationError: the object is not a TrainingJob the model can read at all.
+        """
+        try:
+            return job_from_object(obj, jobtypes if jobtypes is not None else self.jobtypes())
+        except SpecError:
+            # E.g. its JobType was removed since, or the job came from kubectl: show it as stored, with the status
+            # the operator wrote (which says what is wrong with it).
+            try:
+                job = parse_job(job_document(obj))
+            except SpecError as err:
+                meta = obj.get("metadata") or {}
+                raise OperationError(f"job {meta.get('namespace')}/{meta.get('name')} cannot be read: {err}") from None
+            return job.model_copy(update={"status": job_status(obj)})
+
+    def get_job(self, namespace: str, name: str) -> TrainingJob:
+        """One job.
+
+        Raises:
+            OperationError: no such job, with the names of existing ones.
+        """
+        return self.to_job(self.job_object(namespace, name))
+
+    def list_jobs(self, namespace: str | None = None) -> list[TrainingJob]:
+        """Jobs of a namespace (None: every namespace), newest last."""
+        with self.calling("list", TRAININGJOBS, namespace):
+            objects, _ = self.api.list(TRAININGJOBS, namespace)
+        jobtypes = self.jobtypes() if objects else {}
+        jobs = []
+        for obj in objects:
+            with contextlib.suppress(OperationError):
+                jobs.append(self.to_job(obj, jobtypes))
+        return sorted(
+            jobs,
+            key=lambda j: (
+                j.metadata.creation_timestamp.timestamp() if j.metadata.creation_timestamp else 0.0,
+                j.metadata.name,
+            ),
+        )
+
+    def list_nodes(self) -> list[Node]:
+        """The cluster's nodes as the phalanx-scheduler sees them (CPUs, memory, GPUs, topology)."""
+        with self.calling("list", NODES):
+            objects, _ = self.api.list(NODES)
+        nodes = []
+        for obj in objects:
+            with contextlib.suppress(ValueError):
+                nodes.append(node_from_object(obj))
+        return sorted(nodes, key=lambda n: n.metadata.name)
+
+    def pods_of(self, job: TrainingJob) -> list[dict[str, Any]]:
+        """The job's Pods (of this incarnation of its name), by name."""
+        return self.job_pods(job.metadata.namespace, job.metadata.name, job.metadata.uid)
+
+    def job_pods(self, namespace: str, name: str, uid: str | None) -> list[dict[str, Any]]:
+        """The Pods labelled with the job's name whose job uid (annotation) is ``uid``, by name."""
+        with self.calling("list", PODS, namespace):
+            pods, _ = self.api.list(PODS, namespace, label_selector=f"{LABEL_JOB}={name}")
+        mine = [
+            pod
+            for pod in pods
+            if uid is None or ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_JOB_UID, uid) == uid
+        ]
+        return sorted(mine, key=lambda p: str(p["metadata"].get("name")))
+
+    def replicas_of(self, job: TrainingJob) -> list[Replica]:
+        """The job's Pods as ``Replica`` objects."""
+        return [replica_from_pod(pod, job) for pod in self.pods_of(job)]
+
+    def events_of(self, job: TrainingJob) -> list[Event]:
+        """Events about the job (its uid), oldest first."""
+        if not job.metadata.uid:
+            return []
+        namespace = job.metadata.namespace
+        with self.calling("list", EVENTS, namespace):
+            objects, _ = self.api.list(EVENTS, namespace, field_selector=f"involvedObject.uid={job.metadata.uid}")
+        return sorted((event_from_object(obj) for obj in objects), key=lambda e: e.time)
+
+    def describe(self, namespace: str, name: str) -> JobDescription:
+        """The job, its Pods (as replicas) and its events."""
+        job = self.get_job(namespace, name)
+        return JobDescription(job=job, replicas=self.replicas_of(job), events=self.events_of(job))
+
+    def explain(self, namespace: str, name: str) -> str:
+        """One sentence: why the job is where it is (why it waits, when it waits)."""
+        job = self.get_job(namespace, name)
+        phase = Phase(job.status.phase)
+        if phase == Phase.PENDING:
+            return (
+                "Pending: accepted, waiting for the phalanx-operator to queue it (if it stays Pending, check that "
+                "the operator runs: kubectl -n phalanx-system get pods)."
+            )
+        if phase == Phase.QUEUED:
+            return f"Queued: {job.status.message or job.status.reason or 'waiting for the next scheduling cycle'}"
+        detail = job.status.message or job.status.reason
+        return f"{phase}: {detail}" if detail else str(phase)
+
+    def logs(self, namespace: str, name: str, replica: str | None = None) -> list[ReplicaLog]:
+        """The log of each replica's Pod (or of one replica), in name order.
+
+        Raises:
+            OperationError: no such job, or ``replica`` names no Pod of it.
+        """
+        job = self.get_job(namespace, name)
+        found = []
+        for pod in self.pods_of(job):
+            meta = pod["metadata"]
+            pod_name = str(meta.get("name"))
+            short = pod_name.removeprefix(f"{name}-")
+            if replica is not None and replica not in (pod_name, short):
+                continue
+            found.append(self.pod_log(pod, short))
+        if replica is not None and not found:
+            known = ", ".join(f"{role}-{i}" for role, spec in job.spec.replicas.items() for i in range(spec.count))
+            raise OperationError(f"replica {replica!r} of job {name} has no Pod yet; replicas: {known}")
+        return found
+
+    def pod_log(self, pod: Mapping[str, Any], short: str) -> ReplicaLog:
+        """One Pod's log; a Pod that has not started has an empty log, a log that cannot be read says why."""
+        meta = pod.get("metadata") or {}
+        namespace, pod_name = str(meta.get("namespace")), str(meta.get("name"))
+        phase = str((pod.get("status") or {}).get("phase") or "Pending")
+        attempt = max(0, _int((meta.get("labels") or {}).get(LABEL_ATTEMPT)))
+        text, problem = "", ""
+        if (pod.get("spec") or {}).get("nodeName"):
+            try:
+                text = self.api.logs(namespace, pod_name, container=CONTAINER_NAME)
+            except KubeApiError as error:
+                if error.status == 403:
+                    problem = str(self.error(error, "get", Resource("Pod", "pods/log"), namespace))
+                elif not (error.status == 400 and phase == "Pending"):  # 400 while the container is being created
+                    problem = f"the log of pod {pod_name} cannot be read: {error.message}"
+        return ReplicaLog(short, pod_name, attempt, phase, text, problem)
+
+    # -- writing -------------------------------------------------------------------------------------------------
+
+    def validate(self, documents: Sequence[dict[str, Any]], *, source: str | None = None) -> list[Any]:
+        """Validate every document as the embedded runtime does (JobTypes: built-ins and the cluster's).
+
+        Raises:
+            SpecError: every problem in every document, each with its field path.
+        """
+        return validate_documents(documents, self.jobtypes(), source=source)
+
+    def submit(
+        self,
+        documents: Sequence[dict[str, Any]],
+        *,
+        namespace: str | None = None,
+        replace_finished: bool = False,
+        source: str | None = None,
+    ) -> list[Submitted]:
+        """Validate everything first, then create the objects (JobTypes before jobs).
+
+        Args:
+            documents: TrainingJobs and JobTypes.
+            namespace: put every job in this namespace (None: the documents' own, else ``default``).
+            replace_finished: a job of the same name that finished (Succeeded or Failed) is deleted first, as
+                ``phalanx run`` does on the embedded runtime.
+            source: the file the documents came from, for error messages.
+
+        Raises:
+            SpecError: invalid documents (nothing is created).
+            OperationError: a job of that name exists (nothing is created), or the API refused a request.
+        """
+        objects = self.validate(documents, source=source)
+        jobs = [o for o in objects if isinstance(o, TrainingJob)]
+        if namespace:
+            jobs = [
+                j.model_copy(update={"metadata": j.metadata.model_copy(update={"namespace": namespace})}) for j in jobs
+            ]
+        jobtypes = [o for o in objects if isinstance(o, JobType)]
+        # Every name is checked before anything is created: a job in the way leaves the cluster as it was.
+        replaced: dict[str, dict[str, Any]] = {}
+        for job in jobs:
+            existing = self._existing_job(job.metadata.namespace, job.metadata.name)
+            if existing is None:
+                continue
+            phase = Phase(job_status(existing).phase)
+            if not replace_finished or phase in ACTIVE_PHASES:
+                raise OperationError(_exists_message(job, f"it is {phase}"))
+            replaced[job.key] = existing
+        for key, existing in replaced.items():
+            self._delete_and_wait(existing, key)
+        created: list[Submitted] = []
+        for jobtype in jobtypes:
+            self._apply_jobtype(jobtype)
+            created.append(Submitted("JobType", "", jobtype.metadata.name))
+        for job in jobs:
+            with self.calling("create", TRAININGJOBS, job.metadata.namespace):
+                try:
+                    self.api.create(TRAININGJOBS, job_body(job), job.metadata.namespace)
+                except ConflictError as error:
+                    if error.already_exists:
+                        raise OperationError(_exists_message(job, "created meanwhile")) from None
+                    raise
+                except NotFoundError as error:
+                    self._require_installed()
+                    raise OperationError(
+                        f"cannot create trainingjob {job.key}: {error.message} (create the namespace first: "
+                        f"kubectl create namespace {job.metadata.namespace})"
+                    ) from None
+            created.append(
+                Submitted("TrainingJob", job.metadata.namespace, job.metadata.name, replaced=job.key in replaced)
+            )
+        return created
+
+    def _existing_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.calling("get", TRAININGJOBS, namespace):
+            try:
+                return self.api.get(TRAININGJOBS, name, namespace)
+            except NotFoundError:
+                self._require_installed()
+                return None
+
+    def _delete_and_wait(self, existing: Mapping[str, Any], key: str) -> None:
+        meta = existing.get("metadata") or {}
+        namespace, name, uid = str(meta.get("namespace")), str(meta.get("name")), meta.get("uid")
+        # NotFound: gone already; Conflict: a newer job of that name exists (then creating it says so).
+        with self.calling("delete", TRAININGJOBS, namespace), contextlib.suppress(NotFoundError, ConflictError):
+            self.api.delete(TRAININGJOBS, name, namespace, uid=uid)
+        deadline = time.monotonic() + DELETE_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            with self.calling("get", TRAININGJOBS, namespace):
+                try:
+                    current = self.api.get(TRAININGJOBS, name, namespace)
+                except NotFoundError:
+                    return
+            if (current.get("metadata") or {}).get("uid") != uid:
+                return
+            time.sleep(self.poll_seconds)
+        raise OperationError(f"job {key} is still being deleted; try again in a moment")
+
+    def _apply_jobtype(self, jobtype: JobType) -> None:
+        body = jobtype_body(jobtype)
+        name = jobtype.metadata.name
+        with self.calling("create", JOBTYPES):
+            try:
+                self.api.create(JOBTYPES, body)
+                return
+            except ConflictError as error:
+                if not error.already_exists:
+                    raise
+        for _ in range(MAX_CONFLICT_RETRIES):
+            with self.calling("update", JOBTYPES):
+                current = self.api.get(JOBTYPES, name)
+                if current.get("spec") == body["spec"]:
+                    return
+                updated = {**current, "spec": body["spec"]}
+                try:
+                    self.api.replace(JOBTYPES, updated)
+                    return
+                except ConflictError:
+                    continue
+        raise OperationError(f"jobtype {name} kept changing; try again")
+
+    def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob:
+        """Halt (suspend) or resume a job; level-triggered: the operator does the rest.
+
+        Raises:
+            OperationError: no such job, or the job is finished.
+        """
+        jobtypes = self.jobtypes()
+        for _ in range(MAX_CONFLICT_RETRIES):
+            obj = self.job_object(namespace, name)
+            job = self.to_job(obj, jobtypes)
+            if Phase(job.status.phase) not in ACTIVE_PHASES:
+                raise OperationError(f"job {job.key} is {job.status.phase}; it cannot be halted or resumed")
+            if job.spec.run_policy.suspend == suspend:
+                return job
+            patch = {
+                "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                "spec": {"runPolicy": {"suspend": suspend}},
+            }
+            with self.calling("patch", TRAININGJOBS, namespace):
+                try:
+                    updated = self.api.patch(TRAININGJOBS, name, patch, namespace)
+                except ConflictError:
+                    continue
+            return self.to_job(updated, jobtypes)
+        raise OperationError(f"job {namespace}/{name} kept changing; try again")
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete a job; its Pods, Service and ConfigMap are garbage-collected with it.
+
+        Raises:
+            OperationError: no such job.
+        """
+        obj = self.job_object(namespace, name)
+        with self.calling("delete", TRAININGJOBS, namespace), contextlib.suppress(NotFoundError):
+            self.api.delete(TRAININGJOBS, name, namespace, uid=(obj.get("metadata") or {}).get("uid"))
+
+
+def _exists_message(job: TrainingJob, state: str) -> str:
+    flag = "" if job.metadata.namespace == "default" else f" -n {job.metadata.namespace}"
+    return (
+        f"trainingjob {job.key} already exists ({state}); delete it with "
+        f"`phalanx delete job {job.metadata.name}{flag}` or choose another metadata.name"
+    )

@@ -1,0 +1,287 @@
+"""The `phalanx` CLI's kubernetes backend end to end: the real command, a real API server, the real operator and
+scheduler (``components``, under their own ServiceAccounts), replicas on kwok's fake GPU nodes.
+
+The CLI runs as a subprocess, as a user runs it, with ``--backend kubernetes --kubeconfig <admin>`` (or
+``PHALANX_BACKEND`` and ``$KUBECONFIG``). ``PHALANX_HOME`` points at a directory that must never be created: the
+embedded backend is not touched. Each test has its own namespace and its own nodes, with a GPU model of their
+own that its jobs ask for, so they land only there. Replicas finish through tests/e2e/stages, steered by the
+``phalanx.dev/sim-*`` annotations of the replica template.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import k8s_testenv
+from components import Components, wait_alive
+from support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
+
+JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
+
+
+def job_spec(
+    name: str,
+    *,
+    workers: int = 1,
+    gpus: int = 1,
+    model: str | None = None,
+    duration_ms: int = 300,
+    hang: bool = False,
+) -> dict[str, Any]:
+    """A pytorch job: a master and ``workers`` workers of ``gpus`` GPUs each."""
+    annotations = {"phalanx.dev/sim-duration-ms": str(duration_ms)}
+    if hang:
+        annotations["phalanx.dev/sim-hang"] = "true"
+    resources: dict[str, Any] = {"cpu": "1", "memory": "1Gi", "gpu": gpus}
+    if model:
+        resources["gpuModel"] = model
+    template = {
+        "image": "example.org/trainer:1",
+        "command": ["python", "train.py"],
+        "metadata": {"annotations": annotations},
+        "resources": resources,
+    }
+    return {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "type": "pytorch",
+            "replicas": {
+                "master": {"count": 1, "template": template},
+                "worker": {"count": workers, "template": template},
+            },
+        },
+    }
+
+
+@dataclass
+class Cli:
+    """The `phalanx` command against the session's cluster, in one namespace."""
+
+    kube: Any
+    namespace: str
+    directory: Path
+
+    @property
+    def state_dir(self) -> Path:
+        """PHALANX_HOME for every command: the embedded backend's; it must never be created."""
+        return self.directory / "embedded-state"
+
+    def write(self, document: dict[str, Any], name: str = "job.yaml") -> Path:
+        path = self.directory / name
+        path.write_text(yaml.safe_dump(document))
+        return path
+
+    def __call__(
+        self, *args: str, env: dict[str, str] | None = None, flags: bool = True, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
+        """``phalanx ARGS -n NAMESPACE``, with ``--backend kubernetes --kubeconfig <admin>`` unless not ``flags``."""
+        environment = {
+            k: v for k, v in os.environ.items() if k not in ("PHALANX_BACKEND", "KUBECONFIG", "PHALANX_HOME")
+        }
+        environment.update(PHALANX_HOME=str(self.state_dir), COLUMNS="200", **(env or {}))
+        cluster = ["--backend", "kubernetes", "--kubeconfig", str(self.kube.kubeconfig)] if flags else []
+        return subprocess.run(
+            [sys.executable, "-m", "phalanx.entrypoints.cli", *args, "-n", self.namespace, *cluster],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=environment,
+            cwd=self.directory,
+        )
+
+    def ok(self, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+        result = self(*args, **options)
+        if result.returncode != 0:
+            pytest.fail(f"phalanx {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def job(self, name: str) -> dict[str, Any]:
+        return self.kube.get(f"{JOBS.format(ns=self.namespace)}/{name}")  # type: ignore[no-any-return]
+
+    def phase(self, name: str) -> str:
+        return str(self.job(name).get("status", {}).get("phase", ""))
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.kube.get(JOBS.format(ns=self.namespace))["items"]  # type: ignore[no-any-return]
+
+    def pods(self, name: str) -> list[dict[str, Any]]:
+        path = f"/api/v1/namespaces/{self.namespace}/pods?labelSelector=phalanx.dev/job={name}"
+        return self.kube.get(path)["items"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def cli(phalanx_installed: Any, namespace: str, tmp_path: Path) -> Iterator[Cli]:
+    # Just after the CRDs are established, their endpoints answer 429 or 404 for a moment.
+    for path in (JOBS.format(ns=namespace), "/apis/phalanx.dev/v1alpha1/jobtypes"):
+        wait_until(lambda path=path: phalanx_installed.request("GET", path).status_code == 200, 30, f"{path} served")
+    commands = Cli(phalanx_installed, namespace, tmp_path)
+    yield commands
+    assert not commands.state_dir.exists(), "a kubernetes command touched the embedded backend's state"
+
+
+@pytest.fixture
+def gpu_model(components: Components) -> Iterator[str]:
+    """Two fresh 8-GPU nodes with a GPU model of their own (jobs that ask for it land only there)."""
+    kube = components.kube
+    names = [kube.unique("cli-gpu"), kube.unique("cli-gpu")]
+    model = kube.unique("CLI-GPU")
+    k8s_testenv.create_fake_gpu_nodes(kube.env, names, product=model)
+    yield model
+    for name in names:
+        kube.request("DELETE", f"/api/v1/nodes/{name}")
+
+
+@pytest.fixture
+def running(components: Components, gpu_model: str) -> str:
+    """The operator and the scheduler running; the GPU model of this test's nodes."""
+    operator = components.operator()
+    scheduler = components.scheduler("--lease-duration", "3")
+    wait_alive(operator)
+    wait_alive(scheduler)
+    return gpu_model
+
+
+def test_run_follows_a_job_to_succeeded_and_get_describe_delete_show_it(cli: Cli, running: str) -> None:
+    spec = cli.write(job_spec("small", model=running))
+
+    result = cli.ok("run", str(spec))
+    assert "trainingjob/small created" in result.stdout
+    assert "job small Succeeded" in result.stdout, result.stdout
+    assert cli.phase("small") == "Succeeded"
+
+    rows = [line.split() for line in cli.ok("get", "jobs").stdout.splitlines()]
+    assert rows[0][:4] == ["NAME", "TYPE", "PHASE", "REPLICAS"]
+    assert [row[:3] for row in rows[1:]] == [["small", "pytorch", "Succeeded"]]
+
+    as_json = json.loads(cli.ok("get", "jobs", "small", "-o", "json").stdout)
+    assert (as_json["kind"], as_json["metadata"]["name"]) == ("TrainingJob", "small")
+    assert as_json["metadata"]["namespace"] == cli.namespace
+    assert as_json["status"]["phase"] == "Succeeded"
+    # One job alone is printed as the object itself, several as a List, as on the embedded backend.
+    assert json.loads(cli.ok("get", "jobs", "-o", "json").stdout)["metadata"]["name"] == "small"
+
+    described = cli.ok("describe", "job", "small").stdout
+    for expected in ("Name:        small", f"Namespace:   {cli.namespace}", "Succeeded", "Roles", "Conditions"):
+        assert expected in described, described
+    assert "master" in described and "worker" in described
+
+    again = cli("submit", str(spec))
+    assert again.returncode == 1
+    assert f"trainingjob {cli.namespace}/small already exists" in again.stderr, again.stderr
+    assert "phalanx delete job small" in again.stderr
+
+    assert "job/small deleted" in cli.ok("delete", "job", "small").stdout
+    wait_until(lambda: not cli.jobs(), 30, "the job to be gone")
+    assert f"No jobs in {cli.namespace}." in cli.ok("get", "jobs").stdout
+    missing = cli("describe", "job", "small")
+    assert missing.returncode == 1 and "job" in missing.stderr and "not found" in missing.stderr
+
+
+def test_explain_says_why_a_job_does_not_fit_with_the_backend_from_the_environment(cli: Cli, running: str) -> None:
+    # 16 GPUs per replica, on nodes of 8: it never fits, and the scheduler says so.
+    spec = cli.write(job_spec("huge", gpus=16))
+    from_env = {"PHALANX_BACKEND": "kubernetes", "KUBECONFIG": str(cli.kube.kubeconfig)}
+
+    assert "trainingjob/huge created" in cli.ok("submit", str(spec), env=from_env, flags=False).stdout
+    explained = wait_until(
+        lambda: (text := cli.ok("explain", "huge", env=from_env, flags=False).stdout).startswith("Queued: a") and text,
+        60,
+        "the scheduler's reason",
+        interval=0.5,
+    )
+    assert "16 GPUs" in explained, explained
+    assert cli.job("huge")["status"]["message"] in " ".join(explained.split())
+    assert cli.pods("huge") == [], "a job that does not fit has no pods"
+    table = cli.ok("get", "jobs", env=from_env, flags=False).stdout
+    assert "huge" in table and "Queued" in table and "16 GPUs" in table
+    # Gone before the next test's scheduler sees it waiting.
+    assert "job/huge deleted" in cli.ok("delete", "job", "huge", env=from_env, flags=False).stdout
+
+
+def test_halt_stops_the_replicas_and_resume_queues_the_job_again(cli: Cli, running: str) -> None:
+    spec = cli.write(job_spec("hang", model=running, hang=True))
+    assert "trainingjob/hang created" in cli.ok("run", str(spec), "--detach").stdout
+    wait_until(lambda: cli.phase("hang") == "Running", 60, "the job to run", interval=0.2)
+
+    logs = cli("logs", "hang")  # kwok nodes have no kubelet to serve logs: a clear error, not a traceback
+    assert logs.returncode in (0, 1), logs.stderr
+    assert "Traceback" not in logs.stderr
+
+    halted = cli.ok("halt", "hang")
+    assert "job/hang Halted" in halted.stdout, halted.stdout
+    assert cli.job("hang")["spec"]["runPolicy"]["suspend"] is True
+    wait_until(lambda: not cli.pods("hang"), 30, "the halted job's pods to be gone", interval=0.2)
+    assert cli.ok("explain", "hang").stdout.startswith("Halted")
+
+    assert "job/hang resumed" in cli.ok("resume", "hang").stdout
+    assert cli.job("hang")["spec"]["runPolicy"]["suspend"] is False
+    wait_until(lambda: cli.phase("hang") == "Running", 60, "the resumed job to run again", interval=0.2)
+
+    assert "job/hang deleted" in cli.ok("delete", "job", "hang").stdout
+    wait_until(lambda: not cli.jobs(), 30, "the job to be gone")
+
+
+def test_a_spec_error_exits_2_names_the_fields_and_creates_nothing(cli: Cli) -> None:
+    bad = job_spec("broken")
+    bad["spec"]["replicas"]["worker"]["count"] = 0
+    bad["spec"]["runPolicy"] = {"backofLimit": 3}
+    jobtype = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "JobType",
+        "metadata": {"name": f"never-{cli.namespace}"},
+        "spec": {"roles": {"main": {}}},
+    }
+    path = cli.directory / "bad.yaml"
+    path.write_text(yaml.safe_dump_all([jobtype, bad]))
+
+    for verb in ("run", "submit"):
+        result = cli(verb, str(path))
+        assert result.returncode == 2, result.stderr
+        assert "invalid spec, nothing was created" in result.stderr
+        assert "spec.replicas.worker.count" in result.stderr
+        assert "spec.runPolicy.backofLimit" in result.stderr
+    assert cli.jobs() == []
+    assert not cli.kube.exists(f"/apis/phalanx.dev/v1alpha1/jobtypes/never-{cli.namespace}")
+
+
+def test_the_sdk_has_the_same_verbs_on_a_cluster(cli: Cli, running: str) -> None:
+    from phalanx import Client
+    from phalanx.model.jobs import Phase
+
+    with Client.kubernetes(kubeconfig=cli.kube.kubeconfig, namespace=cli.namespace) as client:
+        assert (client.namespace, client.server) == (cli.namespace, cli.kube.env.server)
+        submitted = client.submit([job_spec("sdk", model=running), job_spec("sdk-hang", model=running, hang=True)])
+        assert [(s.kind, s.namespace, s.name) for s in submitted] == [
+            ("TrainingJob", cli.namespace, "sdk"),
+            ("TrainingJob", cli.namespace, "sdk-hang"),
+        ]
+        assert client.wait("sdk", timeout=90).status.phase == Phase.SUCCEEDED
+        assert client.explain("sdk").startswith("Succeeded")
+        assert [j.metadata.name for j in client.list()] == ["sdk", "sdk-hang"]
+
+        client.wait("sdk-hang", until={Phase.RUNNING}, timeout=60)
+        assert client.halt("sdk-hang").spec.run_policy.suspend
+        assert client.wait("sdk-hang", timeout=60).status.phase == Phase.HALTED
+        assert not client.resume("sdk-hang").spec.run_policy.suspend
+        assert client.wait("sdk-hang", until={Phase.RUNNING}, timeout=60).status.phase == Phase.RUNNING
+        described = client.describe("sdk-hang")
+        assert sorted(r.metadata.name for r in described.replicas) == ["sdk-hang-master-0", "sdk-hang-worker-0"]
+        assert any(e.reason for e in described.events)
+
+        client.delete("sdk-hang")
+        client.delete("sdk")
+        wait_until(lambda: not client.list(), 30, "the jobs to be gone", interval=0.2)

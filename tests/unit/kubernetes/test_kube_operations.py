@@ -1,0 +1,407 @@
+"""The kubernetes backend's operations against an in-memory API: what is created, patched and said."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx.adapters.kubernetes.api import (
+    EVENTS,
+    JOBTYPES,
+    PODS,
+    TRAININGJOBS,
+    KubeApiError,
+    Resource,
+    error_from,
+)
+from phalanx.adapters.kubernetes.crds import crd_kind, custom_resource_definition
+from phalanx.adapters.kubernetes.structural import validate_value
+from phalanx.model.errors import SpecError
+from phalanx.model.loading import parse_documents
+from phalanx.services.kube_operations import (
+    NOT_INSTALLED,
+    KubeOperations,
+    event_from_object,
+    job_body,
+    replica_from_pod,
+)
+from phalanx.services.operations import OperationError
+
+REPO = Path(__file__).resolve().parents[3]
+DISCOVERY = f"/apis/{TRAININGJOBS.group}/{TRAININGJOBS.version}"
+
+
+class FakeApi:
+    """KubeApi's dict-level verbs over a dict of objects; ``fail`` makes the next calls of a verb fail."""
+
+    def __init__(self, *, installed: bool = True) -> None:
+        self.objects: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+        self.installed = installed
+        self.calls: list[tuple[str, str, str | None]] = []
+        self.fail: dict[str, list[KubeApiError]] = {}
+        self.versions = itertools.count(1)
+        self.logs_text: dict[str, str] = {}
+        self.patches: list[Any] = []
+
+    def _check(self, verb: str, resource: Resource, namespace: str | None) -> None:
+        self.calls.append((verb, resource.plural, namespace))
+        if self.fail.get(verb):
+            raise self.fail[verb].pop(0)
+        if resource.group == TRAININGJOBS.group and not self.installed:
+            raise error_from(404, {"reason": "NotFound", "message": "the server could not find the requested resource"})
+
+    def _key(self, resource: Resource, name: str, namespace: str | None) -> tuple[str, str | None, str]:
+        return (resource.plural, namespace if resource.namespaced else None, name)
+
+    def _not_found(self, resource: Resource, name: str) -> KubeApiError:
+        return error_from(404, {"reason": "NotFound", "message": f'{resource.plural} "{name}" not found'})
+
+    def request(self, method: str, path: str, **_: Any) -> Any:
+        assert (method, path) == ("GET", DISCOVERY)
+        if not self.installed:
+            raise error_from(404, {"reason": "NotFound", "message": "the server could not find the requested resource"})
+        return {"resources": [{"name": "trainingjobs"}, {"name": "jobtypes"}]}
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        self._check("get", resource, namespace)
+        found = self.objects.get(self._key(resource, name, namespace))
+        if found is None:
+            raise self._not_found(resource, name)
+        return copy.deepcopy(found)
+
+    def list(
+        self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None, **_: Any
+    ) -> tuple[list[dict[str, Any]], str]:
+        self._check("list", resource, namespace)
+        items = []
+        for (plural, ns, _name), obj in self.objects.items():
+            if plural != resource.plural or (namespace is not None and ns != namespace):
+                continue
+            if label_selector:
+                key, _, value = label_selector.partition("=")
+                if (obj["metadata"].get("labels") or {}).get(key) != value:
+                    continue
+            item = copy.deepcopy(obj)
+            item.setdefault("kind", resource.kind)  # as KubeApi.list does
+            item.setdefault("apiVersion", resource.api_version)
+            items.append(item)
+        return items, "1"
+
+    def create(self, resource: Resource, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        namespace = namespace or body["metadata"].get("namespace")
+        self._check("create", resource, namespace)
+        key = self._key(resource, body["metadata"]["name"], namespace)
+        if key in self.objects:
+            raise error_from(409, {"reason": "AlreadyExists", "message": "already exists"})
+        obj = copy.deepcopy(dict(body))
+        obj["metadata"].update(uid=f"uid-{key[2]}", resourceVersion=str(next(self.versions)))
+        obj["metadata"].setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        self.objects[key] = obj
+        return copy.deepcopy(obj)
+
+    def replace(self, resource: Resource, body: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+        self._check("replace", resource, body["metadata"].get("namespace"))
+        key = self._key(resource, body["metadata"]["name"], body["metadata"].get("namespace"))
+        self.objects[key] = copy.deepcopy(dict(body))
+        return copy.deepcopy(self.objects[key])
+
+    def patch(self, resource: Resource, name: str, patch: Any, namespace: str | None = None, **_: Any) -> Any:
+        self._check("patch", resource, namespace)
+        obj = self.objects[self._key(resource, name, namespace)]
+        if patch["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"]:
+            raise error_from(409, {"reason": "Conflict", "message": "the object has been modified"})
+        obj["spec"].setdefault("runPolicy", {}).update(patch["spec"]["runPolicy"])
+        obj["metadata"]["resourceVersion"] = str(next(self.versions))
+        self.patches.append(patch)
+        return copy.deepcopy(obj)
+
+    def delete(self, resource: Resource, name: str, namespace: str | None = None, **_: Any) -> None:
+        self._check("delete", resource, namespace)
+        if self.objects.pop(self._key(resource, name, namespace), None) is None:
+            raise self._not_found(resource, name)
+
+    def logs(self, namespace: str, pod: str, **_: Any) -> str:
+        self._check("logs", PODS, namespace)
+        return self.logs_text.get(pod, "")
+
+
+@pytest.fixture
+def api() -> FakeApi:
+    return FakeApi()
+
+
+def quickstart(**changes: Any) -> dict[str, Any]:
+    document = parse_documents((REPO / "examples" / "quickstart.yaml").read_text())[0]
+    document["metadata"].update(changes)
+    return document
+
+
+def stored_job(api: FakeApi, phase: str = "Running", **status: Any) -> dict[str, Any]:
+    ops = KubeOperations(api)
+    ops.submit([quickstart()])
+    obj = api.objects[("trainingjobs", "default", "quickstart")]
+    obj["status"] = {"phase": phase, **status}
+    return obj
+
+
+def creates(api: FakeApi) -> list[tuple[str, str, str | None]]:
+    return [call for call in api.calls if call[0] == "create"]
+
+
+# -- submitting ------------------------------------------------------------------------------------------------------
+
+
+def test_a_spec_error_creates_nothing_and_names_the_field(api: FakeApi) -> None:
+    bad = quickstart()
+    bad["spec"]["replicas"]["worker"]["count"] = 0
+    jobtype = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "JobType", "metadata": {"name": "mine"}, "spec": {}}
+    with pytest.raises(SpecError) as caught:
+        KubeOperations(api).submit([jobtype, bad], source="job.yaml")
+    assert "spec.replicas.worker.count" in [e.path for e in caught.value.errors]
+    assert creates(api) == []
+
+
+def test_the_job_is_created_defaulted_and_acceptable_to_the_crd(api: FakeApi) -> None:
+    submitted = KubeOperations(api).submit([quickstart()], namespace="team-a")
+    assert [(s.kind, s.namespace, s.name) for s in submitted] == [("TrainingJob", "team-a", "quickstart")]
+    body = api.objects[("trainingjobs", "team-a", "quickstart")]
+    assert body["spec"]["runPolicy"]["backoffLimit"] == 2
+    assert "status" not in body
+    schema = custom_resource_definition(crd_kind("TrainingJob"))["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    body = {k: v for k, v in body.items() if k != "metadata"}
+    assert validate_value(body, schema) == []
+
+
+def test_the_sim_and_template_annotations_reach_the_cluster() -> None:
+    from phalanx.model.loading import builtin_jobtypes
+    from phalanx.model.validation import validate_job
+
+    document = quickstart(annotations={"phalanx.dev/sim-duration-ms": "300"})
+    document["spec"]["replicas"]["worker"]["template"]["metadata"] = {"annotations": {"a": "b"}}
+    body = job_body(validate_job(document, builtin_jobtypes()))
+    assert body["metadata"] == {
+        "name": "quickstart",
+        "namespace": "default",
+        "annotations": {"phalanx.dev/sim-duration-ms": "300"},
+    }
+    assert body["spec"]["replicas"]["worker"]["template"]["metadata"]["annotations"] == {"a": "b"}
+
+
+def test_jobtypes_are_created_before_the_jobs_that_use_them(api: FakeApi) -> None:
+    jobtype = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "JobType",
+        "metadata": {"name": "solo"},
+        "spec": {"roles": {"main": {"minCount": 1, "maxCount": 1}}},
+    }
+    job = {"kind": "TrainingJob", "metadata": {"name": "uses-solo"}, "spec": {"type": "solo", "replicas": {}}}
+    job["spec"]["replicas"] = {"main": {"template": {"command": ["python", "x.py"]}}}
+    KubeOperations(api).submit([jobtype, job])
+    assert [c[1] for c in creates(api)] == ["jobtypes", "trainingjobs"]
+    assert "namespace" not in api.objects[("jobtypes", None, "solo")]["metadata"]
+
+
+def test_a_job_in_the_way_creates_nothing_and_says_how_to_delete_it(api: FakeApi) -> None:
+    stored_job(api, "Succeeded")
+    api.calls.clear()
+    jobtype = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "JobType",
+        "metadata": {"name": "other"},
+        "spec": {"roles": {"main": {}}},
+    }
+    with pytest.raises(OperationError, match=r"trainingjob default/quickstart already exists \(it is Succeeded\); "):
+        KubeOperations(api).submit([jobtype, quickstart()])
+    assert creates(api) == []
+    with pytest.raises(OperationError, match="`phalanx delete job quickstart -n team-a`"):
+        api.objects[("trainingjobs", "team-a", "quickstart")] = api.objects[("trainingjobs", "default", "quickstart")]
+        KubeOperations(api).submit([quickstart()], namespace="team-a")
+
+
+def test_run_replaces_a_finished_job_but_never_an_active_one(api: FakeApi) -> None:
+    stored_job(api, "Failed")
+    submitted = KubeOperations(api, poll_seconds=0).submit([quickstart()], replace_finished=True)
+    assert submitted[0].replaced
+    assert "status" not in api.objects[("trainingjobs", "default", "quickstart")]
+    api.objects[("trainingjobs", "default", "quickstart")]["status"] = {"phase": "Halted"}
+    with pytest.raises(OperationError, match="it is Halted"):
+        KubeOperations(api).submit([quickstart()], replace_finished=True)
+
+
+# -- errors ----------------------------------------------------------------------------------------------------------
+
+
+def test_a_cluster_without_phalanx_says_how_to_install_it() -> None:
+    api = FakeApi(installed=False)
+    ops = KubeOperations(api)
+    for call in (
+        lambda: ops.get_job("default", "x"),
+        lambda: ops.list_jobs("default"),
+        lambda: ops.submit([quickstart()]),
+    ):
+        with pytest.raises(OperationError) as caught:
+            call()
+        assert str(caught.value) == NOT_INSTALLED
+    assert NOT_INSTALLED.endswith("phalanx install --print | kubectl apply -f -")
+
+
+def test_forbidden_names_the_verb_and_the_resource(api: FakeApi) -> None:
+    api.fail["list"] = [error_from(403, {"reason": "Forbidden", "message": "User alice cannot list"})]
+    with pytest.raises(OperationError, match=r"^forbidden: you may not list trainingjobs.phalanx.dev in namespace ml "):
+        KubeOperations(api).list_jobs("ml")
+
+
+def test_an_unreachable_server_is_named() -> None:
+    api = FakeApi()
+    api.fail["get"] = [KubeApiError(0, "Unreachable", "GET /x: connection refused")]
+    with pytest.raises(OperationError, match=r"^cannot reach the Kubernetes API server at https://k:6443: GET"):
+        KubeOperations(api, server="https://k:6443").get_job("default", "x")
+
+
+def test_a_missing_job_names_the_existing_ones(api: FakeApi) -> None:
+    stored_job(api)
+    with pytest.raises(OperationError, match=r"^job default/other not found; jobs in default: quickstart$"):
+        KubeOperations(api).get_job("default", "other")
+
+
+# -- halt, resume, delete --------------------------------------------------------------------------------------------
+
+
+def test_halt_is_a_merge_patch_of_suspend_on_the_version_read(api: FakeApi) -> None:
+    obj = stored_job(api)
+    version = obj["metadata"]["resourceVersion"]
+    halted = KubeOperations(api).set_suspended("default", "quickstart", True)
+    assert halted.spec.run_policy.suspend is True
+    assert api.patches == [{"metadata": {"resourceVersion": version}, "spec": {"runPolicy": {"suspend": True}}}]
+    KubeOperations(api).set_suspended("default", "quickstart", True)  # already: nothing to write
+    assert len(api.patches) == 1
+
+
+def test_halt_retries_when_the_job_changed_meanwhile(api: FakeApi) -> None:
+    stored_job(api)
+    api.fail["patch"] = [error_from(409, {"reason": "Conflict", "message": "modified"})]
+    assert KubeOperations(api).set_suspended("default", "quickstart", True).spec.run_policy.suspend
+
+
+def test_a_finished_job_cannot_be_halted_or_resumed(api: FakeApi) -> None:
+    stored_job(api, "Succeeded")
+    with pytest.raises(OperationError, match=r"^job default/quickstart is Succeeded; it cannot be halted or resumed$"):
+        KubeOperations(api).set_suspended("default", "quickstart", False)
+
+
+def test_delete_removes_the_job(api: FakeApi) -> None:
+    stored_job(api)
+    KubeOperations(api).delete_job("default", "quickstart")
+    assert ("trainingjobs", "default", "quickstart") not in api.objects
+    with pytest.raises(OperationError, match="not found"):
+        KubeOperations(api).delete_job("default", "quickstart")
+
+
+# -- reading ---------------------------------------------------------------------------------------------------------
+
+
+def pod(name: str, job_uid: str, **status: Any) -> dict[str, Any]:
+    role, index = name.split("-")[-2:]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"pod-{name}",
+            "labels": {
+                "phalanx.dev/job": "quickstart",
+                "phalanx.dev/role": role,
+                "phalanx.dev/replica-index": index,
+                "phalanx.dev/attempt": "1",
+            },
+            "annotations": {"phalanx.dev/job-uid": job_uid},
+        },
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "replica", "command": ["python", "t.py"]}]},
+        "status": status,
+    }
+
+
+def test_pods_are_replicas_with_their_node_and_exit_code(api: FakeApi) -> None:
+    obj = stored_job(api)
+    uid = obj["metadata"]["uid"]
+    finished = {
+        "phase": "Failed",
+        "startTime": "2026-01-01T00:00:01Z",
+        "containerStatuses": [{"name": "replica", "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}],
+    }
+    api.objects[("pods", "default", "quickstart-worker-0")] = pod("quickstart-worker-0", uid, **finished)
+    api.objects[("pods", "default", "quickstart-master-0")] = pod("quickstart-master-0", uid, phase="Running")
+    api.objects[("pods", "default", "quickstart-old-0")] = pod("quickstart-old-0", "an-earlier-job", phase="Running")
+    described = KubeOperations(api).describe("default", "quickstart")
+    rows = [
+        (r.metadata.name, r.status.phase, r.spec.attempt, r.spec.placement.node, r.status.exit_code)
+        for r in described.replicas
+    ]
+    assert rows == [
+        ("quickstart-master-0", "Running", 1, "gpu-1", None),
+        ("quickstart-worker-0", "Failed", 1, "gpu-1", 3),
+    ]
+    assert ("list", EVENTS.plural, "default") in api.calls
+
+
+def test_logs_are_the_pods_latest_attempt_by_replica(api: FakeApi) -> None:
+    obj = stored_job(api)
+    uid = obj["metadata"]["uid"]
+    api.objects[("pods", "default", "quickstart-worker-0")] = pod("quickstart-worker-0", uid, phase="Running")
+    api.logs_text["quickstart-worker-0"] = "epoch 1\n"
+    logs = KubeOperations(api).logs("default", "quickstart")
+    assert [(log.replica, log.attempt, log.text, log.error) for log in logs] == [("worker-0", 1, "epoch 1\n", "")]
+    with pytest.raises(OperationError, match="replica 'master-0' of job quickstart has no Pod yet"):
+        KubeOperations(api).logs("default", "quickstart", "master-0")
+    api.fail["logs"] = [error_from(500, {"message": "dial tcp: no such host"})]
+    (log,) = KubeOperations(api).logs("default", "quickstart", "quickstart-worker-0")
+    assert log.error == "the log of pod quickstart-worker-0 cannot be read: dial tcp: no such host"
+
+
+def test_explain_says_why_a_job_waits(api: FakeApi) -> None:
+    stored_job(api, "Queued", reason="Waiting", message="a replica needs 16 GPUs but no node has that many")
+    ops = KubeOperations(api)
+    assert ops.explain("default", "quickstart") == "Queued: a replica needs 16 GPUs but no node has that many"
+    api.objects[("trainingjobs", "default", "quickstart")]["status"] = {}
+    assert ops.explain("default", "quickstart").startswith("Pending: accepted, waiting for the phalanx-operator")
+
+
+def test_cluster_jobtypes_join_the_builtins_and_an_invalid_one_is_left_out(api: FakeApi) -> None:
+    api.objects[("jobtypes", None, "solo")] = {"metadata": {"name": "solo"}, "spec": {"roles": {"main": {}}}}
+    api.objects[("jobtypes", None, "broken")] = {"metadata": {"name": "broken"}, "spec": {"roles": "nope"}}
+    names = set(KubeOperations(api).jobtypes())
+    assert {"pytorch", "generic", "solo"} <= names
+    assert "broken" not in names
+    assert ("list", JOBTYPES.plural, None) in api.calls
+
+
+def test_an_event_reads_as_the_models_event() -> None:
+    event = event_from_object(
+        {
+            "involvedObject": {"kind": "TrainingJob", "name": "j", "namespace": "ml", "uid": "u"},
+            "reason": "Waiting",
+            "message": "no room",
+            "type": "Normal",
+            "count": 3,
+            "lastTimestamp": "2026-01-01T00:00:05Z",
+        }
+    )
+    assert (event.object_name, event.namespace, event.reason, event.message) == ("j", "ml", "Waiting", "no room (x3)")
+    assert event.time.isoformat() == "2026-01-01T00:00:05+00:00"
+
+
+def test_a_pod_without_a_placement_or_node_still_reads() -> None:
+    from phalanx.model.loading import builtin_jobtypes
+    from phalanx.model.validation import validate_job
+
+    job = validate_job(quickstart(), builtin_jobtypes())
+    bare = pod("quickstart-worker-0", "u")
+    bare["spec"].pop("nodeName")
+    replica = replica_from_pod(bare, job)
+    assert (replica.spec.placement.node, replica.status.phase) == ("-", "Pending")
