@@ -14,17 +14,18 @@ the same verbs (``entrypoints.kube_client``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.adapters.store import SqliteStore
 from phalanx.core.lifecycle import ACTIVE_PHASES
+from phalanx.entrypoints.job_verbs import JobVerbs
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.loading import read_documents
 from phalanx.services.daemon import LeaderInfo, start_control_plane, stop_control_plane
 from phalanx.services.layout import StateLayout, default_state_dir
-from phalanx.services.operations import JobDescription, OperationError, Operations, Submitted
+from phalanx.services.operations import OperationError, Operations, Submitted
 
 if TYPE_CHECKING:
     from phalanx.entrypoints.kube_client import KubernetesClient
@@ -37,11 +38,12 @@ class WaitTimeoutError(TimeoutError):
 
 
 @dataclass
-class Client:
+class Client(JobVerbs):
     """Talks to the embedded runtime of one state directory."""
 
     state_dir: Path | None = None
     namespace: str = "default"
+    ops: Operations = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.layout = StateLayout(Path(self.state_dir) if self.state_dir else default_state_dir())
@@ -116,34 +118,6 @@ class Client:
             replace_finished=replace_finished,
             source=source,
         )
-
-    def get(self, name: str) -> TrainingJob:
-        """One job."""
-        return self.ops.get_job(self.namespace, name)
-
-    def list(self) -> list[TrainingJob]:
-        """The namespace's jobs."""
-        return self.ops.list_jobs(self.namespace)
-
-    def describe(self, name: str) -> JobDescription:
-        """A job with its replicas and events."""
-        return self.ops.describe(self.namespace, name)
-
-    def explain(self, name: str) -> str:
-        """Why the job is where it is, in one sentence."""
-        return self.ops.explain(self.namespace, name)
-
-    def halt(self, name: str) -> TrainingJob:
-        """Stop every replica, keep outputs; the job goes Halting → Halted."""
-        return self.ops.set_suspended(self.namespace, name, True)
-
-    def resume(self, name: str) -> TrainingJob:
-        """Queue a halted job again."""
-        return self.ops.set_suspended(self.namespace, name, False)
-
-    def delete(self, name: str) -> None:
-        """Stop the job's replicas and remove it."""
-        self.ops.delete_job(self.namespace, name)
 
     def logs(self, name: str, replica: str | None = None) -> dict[str, str]:
         """The current log text of each replica (latest attempt)."""

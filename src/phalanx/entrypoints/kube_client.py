@@ -18,16 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.adapters.kubernetes.api import KubeApi, KubeApiError, load_kubeconfig
+from phalanx.entrypoints.job_verbs import JobVerbs
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.loading import read_documents
 from phalanx.services.kube_operations import KubeOperations
-from phalanx.services.operations import JobDescription, OperationError, Submitted
+from phalanx.services.operations import OperationError, Submitted
 
 FINISHED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED})
 
 
-class KubernetesClient:
+class KubernetesClient(JobVerbs):
     """Talks to the Phalanx of one cluster: the kubeconfig's context selects it."""
+
+    ops: KubeOperations
 
     def __init__(
         self,
@@ -110,34 +113,6 @@ class KubernetesClient:
             replace_finished=replace_finished,
             source=source,
         )
-
-    def get(self, name: str) -> TrainingJob:
-        """One job."""
-        return self.ops.get_job(self.namespace, name)
-
-    def list(self) -> list[TrainingJob]:
-        """The namespace's jobs."""
-        return self.ops.list_jobs(self.namespace)
-
-    def describe(self, name: str) -> JobDescription:
-        """A job with its Pods (as replicas) and events."""
-        return self.ops.describe(self.namespace, name)
-
-    def explain(self, name: str) -> str:
-        """Why the job is where it is, in one sentence."""
-        return self.ops.explain(self.namespace, name)
-
-    def halt(self, name: str) -> TrainingJob:
-        """Stop every replica, keep outputs; the job goes Halting → Halted."""
-        return self.ops.set_suspended(self.namespace, name, True)
-
-    def resume(self, name: str) -> TrainingJob:
-        """Queue a halted job again."""
-        return self.ops.set_suspended(self.namespace, name, False)
-
-    def delete(self, name: str) -> None:
-        """Delete the job; its Pods go with it."""
-        self.ops.delete_job(self.namespace, name)
 
     def logs(self, name: str, replica: str | None = None) -> dict[str, str]:
         """The current log text of each replica's Pod (latest attempt)."""

@@ -1,0 +1,58 @@
+"""The SDK's verbs on one job, shared by ``phalanx.Client`` (embedded) and ``KubernetesClient``.
+
+Each verb is one call to the backend's operations object (``services.operations.Operations`` or
+``services.kube_operations.KubeOperations``), which keeps the two clients' behaviour the same by construction.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from phalanx.model.jobs import TrainingJob
+from phalanx.services.operations import JobDescription
+
+
+class JobOperations(Protocol):
+    """What both backends' operations offer for one job."""
+
+    def get_job(self, namespace: str, name: str) -> TrainingJob: ...  # noqa: D102
+    def list_jobs(self, namespace: str | None = None) -> list[TrainingJob]: ...  # noqa: D102
+    def describe(self, namespace: str, name: str) -> JobDescription: ...  # noqa: D102
+    def explain(self, namespace: str, name: str) -> str: ...  # noqa: D102
+    def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob: ...  # noqa: D102
+    def delete_job(self, namespace: str, name: str) -> None: ...  # noqa: D102
+
+
+class JobVerbs:
+    """get, list, describe, explain, halt, resume and delete, in the client's namespace."""
+
+    ops: JobOperations
+    namespace: str
+
+    def get(self, name: str) -> TrainingJob:
+        """One job."""
+        return self.ops.get_job(self.namespace, name)
+
+    def list(self) -> list[TrainingJob]:
+        """The namespace's jobs."""
+        return self.ops.list_jobs(self.namespace)
+
+    def describe(self, name: str) -> JobDescription:
+        """A job with its replicas (Pods on Kubernetes) and events."""
+        return self.ops.describe(self.namespace, name)
+
+    def explain(self, name: str) -> str:
+        """Why the job is where it is, in one sentence."""
+        return self.ops.explain(self.namespace, name)
+
+    def halt(self, name: str) -> TrainingJob:
+        """Stop every replica, keep outputs; the job goes Halting → Halted."""
+        return self.ops.set_suspended(self.namespace, name, True)
+
+    def resume(self, name: str) -> TrainingJob:
+        """Queue a halted job again."""
+        return self.ops.set_suspended(self.namespace, name, False)
+
+    def delete(self, name: str) -> None:
+        """Stop the job's replicas and remove it."""
+        self.ops.delete_job(self.namespace, name)
