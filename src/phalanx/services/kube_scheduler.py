@@ -306,6 +306,14 @@ class KubeScheduler:
         foreign: dict[str, list[ResourceVector]] = defaultdict(list)
         with self._lock:
             binding = dict(self._binding)
+        vectors: dict[str, dict[str, ResourceVector]] = {}  # job uid -> replica -> what it requested
+
+        def vector(job: TrainingJob, name: str) -> ResourceVector:
+            uid = job.metadata.uid or ""
+            if uid not in vectors:
+                vectors[uid] = {request.name: request.resources for request in replica_requests(job)}
+            return vectors[uid].get(name, ResourceVector())
+
         for pod in pods:
             meta = pod.get("metadata") or {}
             uid = str(meta.get("uid"))
@@ -318,7 +326,7 @@ class KubeScheduler:
                 job.status.placements.get(name) if job is not None and LABEL_JOB in (meta.get("labels") or {}) else None
             )
             if job is not None and placement is not None and placement.node == node:
-                held.append((placement, _vector(job, name)))
+                held.append((placement, vector(job, name)))
                 covered.add((namespace, name))
             else:
                 foreign[str(node)].append(pod_requests(pod))
@@ -327,7 +335,7 @@ class KubeScheduler:
                 continue
             for name, placement in job.status.placements.items():
                 if (job.metadata.namespace, name) not in covered:
-                    held.append((placement, _vector(job, name)))
+                    held.append((placement, vector(job, name)))
         held.extend(_foreign_holdings(foreign, held, nodes))
         return held
 
@@ -480,13 +488,6 @@ class KubeScheduler:
             self.api.create(EVENTS, body, job.metadata.namespace)
         except KubeApiError as error:
             log.debug("event for %s not recorded: %s", job.key, error)
-
-
-def _vector(job: TrainingJob, name: str) -> ResourceVector:
-    for request in replica_requests(job):
-        if request.name == name:
-            return request.resources
-    return ResourceVector()
 
 
 def _foreign_holdings(
