@@ -16,13 +16,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from phalanx.adapters.store import SqliteStore
 from phalanx.core.lifecycle import ACTIVE_PHASES
-from phalanx.entrypoints.job_verbs import JobVerbs
+from phalanx.entrypoints.job_verbs import JobSpec, JobVerbs, spec_documents
 from phalanx.model.jobs import Phase, TrainingJob
-from phalanx.model.loading import read_documents
 from phalanx.services.daemon import LeaderInfo, start_control_plane, stop_control_plane
 from phalanx.services.layout import StateLayout, default_state_dir
 from phalanx.services.operations import OperationError, Operations, Submitted
@@ -102,15 +101,9 @@ class Client(JobVerbs):
 
     # -- jobs ----------------------------------------------------------------------------------------------
 
-    def submit(
-        self, spec: str | Path | dict[str, Any] | list[dict[str, Any]], *, replace_finished: bool = False
-    ) -> list[Submitted]:
+    def submit(self, spec: JobSpec, *, replace_finished: bool = False) -> list[Submitted]:
         """Validate and create the objects in a file or in mappings; nothing is created if any is invalid."""
-        if isinstance(spec, str | Path):
-            path = Path(spec)
-            documents, source = read_documents(path), str(path)
-        else:
-            documents, source = (spec if isinstance(spec, list) else [spec]), None
+        documents, source = spec_documents(spec)
         return self.ops.submit(
             documents,
             submit_dir=Path(os.getcwd()),

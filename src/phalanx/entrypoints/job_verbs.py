@@ -6,9 +6,11 @@ Each verb is one call to the backend's operations object (``services.operations.
 
 from __future__ import annotations
 
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from phalanx.model.jobs import TrainingJob
+from phalanx.model.loading import read_documents
 from phalanx.services.operations import JobDescription
 
 
@@ -21,6 +23,17 @@ class JobOperations(Protocol):
     def explain(self, namespace: str, name: str) -> str: ...  # noqa: D102
     def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob: ...  # noqa: D102
     def delete_job(self, namespace: str, name: str) -> None: ...  # noqa: D102
+
+
+JobSpec = str | Path | dict[str, Any] | list[dict[str, Any]]
+
+
+def spec_documents(spec: JobSpec) -> tuple[list[dict[str, Any]], str | None]:
+    """What ``submit`` was given as documents, and the file they came from (None for mappings)."""
+    if isinstance(spec, str | Path):
+        path = Path(spec)
+        return read_documents(path), str(path)
+    return (spec if isinstance(spec, list) else [spec]), None
 
 
 class JobVerbs:

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from phalanx.adapters.kubernetes.api import KubeApi, KubeApiError, load_kubeconfig
-from phalanx.entrypoints.job_verbs import JobVerbs
+from phalanx.entrypoints.job_verbs import JobSpec, JobVerbs, spec_documents
 from phalanx.model.jobs import Phase, TrainingJob
-from phalanx.model.loading import read_documents
 from phalanx.services.kube_operations import KubeOperations
 from phalanx.services.operations import OperationError, Submitted
 
@@ -98,15 +96,9 @@ class KubernetesClient(JobVerbs):
 
     # -- jobs ----------------------------------------------------------------------------------------------
 
-    def submit(
-        self, spec: str | Path | dict[str, Any] | list[dict[str, Any]], *, replace_finished: bool = False
-    ) -> list[Submitted]:
+    def submit(self, spec: JobSpec, *, replace_finished: bool = False) -> list[Submitted]:
         """Validate and create the objects in a file or in mappings; nothing is created if any is invalid."""
-        if isinstance(spec, str | Path):
-            path = Path(spec)
-            documents, source = read_documents(path), str(path)
-        else:
-            documents, source = (spec if isinstance(spec, list) else [spec]), None
+        documents, source = spec_documents(spec)
         return self.ops.submit(
             documents,
             namespace=None if self.namespace == "default" else self.namespace,
