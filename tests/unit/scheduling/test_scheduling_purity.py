@@ -25,6 +25,8 @@ from scheduling_builders import (
 )
 
 from phalanx.core.scheduling import Admission, ClusterSnapshot, Decisions, PendingJob, schedule
+from phalanx.core.scheduling.demands import demand_of
+from phalanx.core.scheduling.fragmentation import ShapeTally, WorkloadProfile
 from phalanx.core.scheduling.gang import GangPlacement, needed_replicas, place_gang
 from phalanx.core.scheduling.queueing import queue_order
 from phalanx.core.scheduling.reasons import explain
@@ -199,10 +201,14 @@ def check_invariants(snap: ClusterSnapshot, jobs: list[PendingJob], decisions: D
 def schedule_without_memo(snap: ClusterSnapshot, jobs: list[PendingJob]) -> Decisions:
     """The cycle recomputed with nothing memoized across gangs: the memo must never change a decision."""
     cluster = WorkingCluster(snap)
+    tally = ShapeTally()
+    for job in jobs:
+        tally.observe(job.key, [demand_of(replica) for replica in job.replicas])
+    profile = WorkloadProfile.build(tally.shapes(), cluster.table)
     admitted: list[Admission] = []
     waiting: dict[str, str] = {}
     for job in queue_order(jobs):
-        outcome = place_gang(cluster, job)
+        outcome = place_gang(cluster, job, profile=profile)
         if isinstance(outcome, GangPlacement):
             admitted.append(Admission(key=job.key, assignments=outcome.assignments))
         else:

@@ -5,7 +5,9 @@ exclusive CPUs, GPU shares) and explain every job left waiting. ``build_snapshot
 held placements into the ``ClusterSnapshot`` a cycle starts from. Both are pure; backends do the I/O.
 """
 
+from phalanx.core.scheduling.config import SchedulerConfig
 from phalanx.core.scheduling.scheduler import schedule
+from phalanx.core.scheduling.session import SchedulingSession
 from phalanx.core.scheduling.snapshots import build_snapshot
 from phalanx.core.scheduling.types import (
     Admission,
@@ -17,6 +19,7 @@ from phalanx.core.scheduling.types import (
     NodeSnapshot,
     PendingJob,
     ReplicaRequest,
+    TaskShape,
 )
 
 __all__ = [
@@ -29,6 +32,9 @@ __all__ = [
     "NodeSnapshot",
     "PendingJob",
     "ReplicaRequest",
+    "SchedulerConfig",
+    "SchedulingSession",
+    "TaskShape",
     "build_snapshot",
     "schedule",
 ]

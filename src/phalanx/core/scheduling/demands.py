@@ -2,7 +2,8 @@
 
 A ``ReplicaRequest`` says ``cpu_milli=2000``; a node cares whether that means two exclusive CPUs or 2000
 millicores from the shared pool. ``Demand`` makes that split once per replica (the kubelet static CPU
-manager rule: a positive whole number of CPUs is exclusive, anything else is shared), so filters, device
+manager rule: a positive whole number of CPUs is exclusive, anything else is shared; a replica with
+``pin_cpus=False`` takes all of its CPU from the shared pool), so filters, device
 choice and reasons all read the same numbers. ``Demand`` is frozen and hashable: the gang placer uses it as a
 cache key.
 """
@@ -76,7 +77,7 @@ def demand_of(replica: ReplicaRequest) -> Demand:
     """
     resources = replica.resources
     cpu_milli = max(0, resources.cpu_milli)
-    exclusive = cpu_milli // MILLI if cpu_milli and cpu_milli % MILLI == 0 else 0
+    exclusive = cpu_milli // MILLI if replica.pin_cpus and cpu_milli and cpu_milli % MILLI == 0 else 0
     gpus = max(0, resources.gpu)
     gpu_milli = max(0, resources.gpu_milli) if gpus == 0 else 0
     wants_gpu = bool(gpus or gpu_milli)

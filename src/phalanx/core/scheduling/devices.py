@@ -53,8 +53,14 @@ class DeviceChoice:
     gpus: tuple[int, ...] = ()
 
 
-def choose_devices(node: WorkingNode, demand: Demand, *, topology: str) -> DeviceChoice | Shortage:
-    """Pick GPUs, then exclusive CPUs aligned with them, or say which topology rule refuses the node."""
+def choose_devices(
+    node: WorkingNode, demand: Demand, *, topology: str, shared_gpu: int | None = None
+) -> DeviceChoice | Shortage:
+    """Pick GPUs, then exclusive CPUs aligned with them, or say which topology rule refuses the node.
+
+    ``shared_gpu``, when given, is the GPU a share goes on (chosen by fragmentation-aware placement) instead
+    of the least-room rule.
+    """
     aware = topology != TOPOLOGY_NONE
     gpus: tuple[int, ...] = ()
     if demand.gpus:
@@ -63,7 +69,7 @@ def choose_devices(node: WorkingNode, demand: Demand, *, topology: str) -> Devic
             return Shortage.GPU_TOPOLOGY
         gpus = chosen
     elif demand.gpu_milli:
-        shared = choose_shared_gpu(node, demand, topology=topology)
+        shared = shared_gpu if shared_gpu is not None else choose_shared_gpu(node, demand, topology=topology)
         if shared is None:
             return Shortage.GPU_SHARE
         gpus = (shared,)
@@ -190,53 +196,40 @@ def choose_exclusive_cpus(
         numa_preference: NUMA nodes to try first, best first (those of the replica's GPUs).
         required: refuse rather than spill across NUMA nodes.
     """
-    by_numa = node.free_cpus_by_numa()
-    if count <= 0 or sum(len(ids) for ids in by_numa.values()) < count:
+    cores_by_numa = node.free_cores()
+    free_per_numa = {numa: sum(len(core) for core in cores) for numa, cores in cores_by_numa.items()}
+    if count <= 0 or sum(free_per_numa.values()) < count:
         return None
     per_core = node.threads_per_core()
 
     def rank(numa: int) -> int:
         return numa_preference.index(numa) if numa in numa_preference else len(numa_preference)
 
-    holding = [numa for numa, ids in by_numa.items() if len(ids) >= count]
+    def whole_cores(numa: int) -> int:
+        return sum(1 for core in cores_by_numa[numa] if len(core) == per_core)
+
+    holding = [numa for numa, free in free_per_numa.items() if free >= count]
     if holding:
         numa = min(
             holding,
-            key=lambda n: (
-                rank(n),
-                0 if _whole_core_count(node, by_numa[n]) >= count // per_core else 1,
-                len(by_numa[n]),
-                n,
-            ),
+            key=lambda n: (rank(n), 0 if whole_cores(n) >= count // per_core else 1, free_per_numa[n], n),
         )
-        return tuple(sorted(_take_cpus(node, by_numa[numa], count)))
+        return tuple(sorted(_take_cpus(cores_by_numa[numa], count, per_core)))
     if required:
         return None
     chosen: list[int] = []
-    for numa in sorted(by_numa, key=lambda n: (rank(n), -len(by_numa[n]), n)):
-        chosen += _take_cpus(node, by_numa[numa], min(count - len(chosen), len(by_numa[numa])))
+    for numa in sorted(cores_by_numa, key=lambda n: (rank(n), -free_per_numa[n], n)):
+        chosen += _take_cpus(cores_by_numa[numa], min(count - len(chosen), free_per_numa[numa]), per_core)
         if len(chosen) == count:
             break
     return tuple(sorted(chosen))
 
 
-def _cores(node: WorkingNode, cpus: Sequence[int]) -> list[list[int]]:
-    """Free CPUs grouped by physical core, cores in order of their lowest free CPU id."""
-    grouped: dict[tuple[int, int], list[int]] = {}
-    for cpu in sorted(cpus):
-        grouped.setdefault(node.core_of(cpu), []).append(cpu)
-    return list(grouped.values())
+def _take_cpus(cores: Sequence[list[int]], count: int, per_core: int) -> list[int]:
+    """``count`` free CPUs of one NUMA node (``cores``: its free threads per core).
 
-
-def _whole_core_count(node: WorkingNode, cpus: Sequence[int]) -> int:
-    per_core = node.threads_per_core()
-    return sum(1 for threads in _cores(node, cpus) if len(threads) == per_core)
-
-
-def _take_cpus(node: WorkingNode, cpus: Sequence[int], count: int) -> list[int]:
-    """``count`` of ``cpus`` (free, one NUMA node): whole cores first, then threads of split cores."""
-    per_core = node.threads_per_core()
-    cores = _cores(node, cpus)
+    Whole cores first, then threads of split cores, fewest free threads first.
+    """
     whole = [threads for threads in cores if len(threads) == per_core]
     split = sorted((threads for threads in cores if len(threads) < per_core), key=lambda t: (len(t), t[0]))
     chosen: list[int] = []
@@ -253,7 +246,7 @@ def _take_cpus(node: WorkingNode, cpus: Sequence[int], count: int) -> list[int]:
 
 
 def _free_cpu_counts(node: WorkingNode) -> dict[int, int]:
-    return {numa: len(ids) for numa, ids in node.free_cpus_by_numa().items()}
+    return {numa: sum(len(core) for core in cores) for numa, cores in node.free_cores().items()}
 
 
 def _numa_order(node: WorkingNode, gpus: Sequence[int]) -> tuple[int, ...]:

@@ -1,24 +1,26 @@
 """The node filter: can a node take one more replica, judged by counts alone, and if not, what is short.
 
-Filtering by counts is cheap (no device is chosen), so it runs on every node for every replica; exact device
-choice (``devices.py``) then runs only on the best-scored nodes, and can still refuse a node for topology.
-A refusal is a ``Shortage``: the gang placer keeps one per node for the replica that did not fit, and
-``reasons.py`` turns them into the sentence a waiting job shows.
+Filtering by counts is cheap (no device is chosen), so it runs on every node for every replica, as one numpy
+expression over the ``NodeTable`` columns; exact device choice (``devices.py``) then runs only on the best
+scored node, and can still refuse it for topology. A refusal is a ``Shortage``: the gang placer counts them
+for the replica that did not fit, and ``reasons.py`` turns the counts into the sentence a waiting job shows.
 
-``FitMemo`` remembers, for one cycle, every answer about a node (filter result, allocation score, device
-refusal) together with the node's ``version``; an answer is reused until the node changes. Gangs are mostly
-identical workers and most nodes do not change between two replicas, so this turns the per-replica pass over
-all nodes into dictionary lookups.
+``FitMemo`` keeps, for the life of a cycle or a session, every answer about a row (filter code, score
+columns, device refusal) with the row's ``version``; only rows whose version moved are recomputed. Gangs are
+mostly identical workers, trace replay repeats a few request shapes, and a placement changes one node, so
+nearly every answer is a cache hit and a replica costs a handful of vector operations whatever the cluster
+size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from enum import StrEnum
 
+import numpy as np
+
 from phalanx.core.scheduling.demands import MILLI, Demand
-from phalanx.core.scheduling.scoring import allocation_ppm
-from phalanx.core.scheduling.working import WorkingNode
+from phalanx.core.scheduling.table import BoolArray, IntArray, NodeTable
 
 
 class Shortage(StrEnum):
@@ -35,91 +37,119 @@ class Shortage(StrEnum):
     CPU_TOPOLOGY = "cpu-topology"
 
 
-def find_shortage(node: WorkingNode, demand: Demand) -> Shortage | None:
-    """Return the first resource ``node`` lacks for ``demand`` now, or None when the counts fit.
+SHORTAGES: tuple[Shortage, ...] = tuple(Shortage)
+# Filter code of a row: 0 fits, otherwise 1 + the position of its Shortage in SHORTAGES.
+FITS = 0
+
+
+def code_of(shortage: Shortage) -> int:
+    """The filter code that stands for ``shortage``."""
+    return SHORTAGES.index(shortage) + 1
+
+
+def shortage_codes(table: NodeTable, demand: Demand, rows: IntArray | slice) -> IntArray:
+    """Per row of ``rows``, 0 when the counts of ``demand`` fit now, else the code of the first shortage.
 
     Whole GPUs must be entirely unused; a GPU share needs one GPU whose used milli-GPU plus the share stays
     within 1000. Exclusive CPUs must leave the shared pool able to hold what it already serves.
     """
-    if not node.schedulable:
-        return Shortage.UNSCHEDULABLE
-    if demand.gpu_model is not None and not node.usable_gpus(demand.gpu_model):
-        return Shortage.GPU_MODEL
-    if demand.gpus and node.free_gpu_count(demand.gpu_model) < demand.gpus:
-        return Shortage.GPUS
-    if demand.gpu_milli and node.largest_gpu_room(demand.gpu_model) < demand.gpu_milli:
-        return Shortage.GPU_SHARE
-    if demand.exclusive_cpus > node.grantable_cpus():
-        return Shortage.EXCLUSIVE_CPUS
-    if demand.shared_cpu_milli > node.shared_cpu_free():
-        return Shortage.SHARED_CPU
-    if demand.memory > node.free_memory:
-        return Shortage.MEMORY
-    return None
+    eligible = table.model_mask(demand.gpu_model, rows)
+    unschedulable: BoolArray = np.logical_not(table.schedulable[rows])
+    checks: list[tuple[BoolArray, Shortage]] = [(unschedulable, Shortage.UNSCHEDULABLE)]
+    if demand.gpu_model is not None:
+        no_model: BoolArray = np.logical_not(eligible.any(axis=1))
+        checks.append((no_model, Shortage.GPU_MODEL))
+    if demand.gpus:
+        checks.append((table.whole_free(eligible, rows) < demand.gpus, Shortage.GPUS))
+    if demand.gpu_milli:
+        checks.append((table.largest_room(eligible, rows) < demand.gpu_milli, Shortage.GPU_SHARE))
+    if demand.exclusive_cpus:
+        checks.append((table.grantable[rows] < demand.exclusive_cpus, Shortage.EXCLUSIVE_CPUS))
+    if demand.shared_cpu_milli:
+        checks.append((table.cpu_free[rows] < demand.shared_cpu_milli, Shortage.SHARED_CPU))
+    if demand.memory:
+        checks.append((table.free_memory[rows] < demand.memory, Shortage.MEMORY))
+    conditions = [failed for failed, _ in checks]
+    codes = [code_of(shortage) for _, shortage in checks]
+    return np.select(conditions, codes, default=FITS).astype(np.int64)
 
 
-def holds_in_bulk(node: WorkingNode, demand: Demand) -> bool:
-    """Whether the counts of ``demand`` (usually a sum over several replicas) fit on ``node`` at once.
+def holds_in_bulk(table: NodeTable, demand: Demand, rows: IntArray) -> BoolArray:
+    """Per row, whether the counts of ``demand`` (usually a sum over several replicas) fit at once.
 
     An estimate for scoring, not a guarantee: GPU shares and topology are not checked.
     """
-    free_cpus_after = len(node.free_cpus) - demand.exclusive_cpus
-    return (
-        demand.exclusive_cpus <= node.grantable_cpus()
-        and MILLI * free_cpus_after - node.shared_cpu_milli >= demand.shared_cpu_milli
-        and demand.memory <= node.free_memory
-        and demand.gpus <= node.free_gpu_count(demand.gpu_model)
+    eligible = table.model_mask(demand.gpu_model, rows)
+    grantable = table.grantable[rows]
+    shared_after = table.cpu_free[rows] - MILLI * demand.exclusive_cpus
+    result: BoolArray = (
+        (demand.exclusive_cpus <= grantable)
+        & (shared_after >= demand.shared_cpu_milli)
+        & (demand.memory <= table.free_memory[rows])
+        & (demand.gpus <= table.whole_free(eligible, rows))
     )
+    return result
+
+
+ColumnFunction = Callable[[IntArray], IntArray]
+
+
+class _Column:
+    """One cached per-row answer: values with the row version they were computed at."""
+
+    __slots__ = ("values", "versions")
+
+    def __init__(self, size: int) -> None:
+        self.values: IntArray = np.zeros(size, dtype=np.int64)
+        self.versions: IntArray = np.full(size, -1, dtype=np.int64)
 
 
 class FitMemo:
-    """Answers about nodes for one cycle, each valid while the node's ``version`` is unchanged."""
+    """Per-row answers for one table, each valid while the row's ``version`` is unchanged."""
 
-    __slots__ = ("_devices", "_fits", "_scores")
+    __slots__ = ("_columns", "_refusals", "table")
 
-    def __init__(self) -> None:
-        self._fits: dict[Demand, dict[str, tuple[int, Shortage | None]]] = {}
-        self._scores: dict[Demand, dict[str, tuple[int, int]]] = {}
-        self._devices: dict[tuple[Demand, str], dict[str, tuple[int, Shortage]]] = {}
+    def __init__(self, table: NodeTable) -> None:
+        self.table = table
+        self._columns: dict[object, _Column] = {}
+        self._refusals: dict[tuple[Demand, str], dict[int, tuple[int, int]]] = {}
 
-    def filter(
-        self, nodes: Sequence[WorkingNode], demand: Demand, topology: str
-    ) -> tuple[list[WorkingNode], dict[str, Shortage]]:
-        """Split ``nodes`` into those that may take ``demand`` and, for the others, what they lack.
+    def column(self, key: object, compute: ColumnFunction) -> IntArray:
+        """The cached column ``key``, recomputing (with ``compute(rows)``) only rows whose version moved."""
+        column = self._columns.get(key)
+        if column is None:
+            column = self._columns[key] = _Column(len(self.table))
+        stale = np.flatnonzero(column.versions != self.table.version)
+        if stale.size:
+            rows = slice(None) if stale.size == len(self.table) else stale
+            column.values[rows] = compute(stale)
+            column.versions[rows] = self.table.version[rows]
+        return column.values
 
-        A node counts as lacking when the count filter refuses it or when device choice refused it before,
-        for the same demand and topology, at the node's current version.
-        """
-        fits = self._fits.setdefault(demand, {})
-        refusals = self._devices.get((demand, topology), {})
-        fitting: list[WorkingNode] = []
-        shortages: dict[str, Shortage] = {}
-        for node in nodes:
-            known = fits.get(node.name)
-            if known is None or known[0] != node.version:
-                known = fits[node.name] = (node.version, find_shortage(node, demand))
-            shortage = known[1]
-            if shortage is None:
-                refused = refusals.get(node.name)
-                if refused is not None and refused[0] == node.version:
-                    shortage = refused[1]
-            if shortage is None:
-                fitting.append(node)
-            else:
-                shortages[node.name] = shortage
-        return fitting, shortages
+    def codes(self, demand: Demand, topology: str) -> IntArray:
+        """Filter code of every row for ``demand``, device refusals at the current version included."""
+        codes = self.column(("fit", demand), lambda rows: shortage_codes(self.table, demand, rows))
+        refusals = self._refusals.get((demand, topology))
+        if refusals:
+            codes = codes.copy()
+            for row, (version, code) in list(refusals.items()):
+                if version == self.table.version[row]:
+                    if codes[row] == FITS:
+                        codes[row] = code
+                else:
+                    del refusals[row]
+        return codes
 
-    def scores(self, nodes: Sequence[WorkingNode], demand: Demand) -> list[int]:
-        """``allocation_ppm(node, demand)`` for each node, memoized."""
-        known_scores = self._scores.setdefault(demand, {})
-        result: list[int] = []
-        for node in nodes:
-            known = known_scores.get(node.name)
-            if known is None or known[0] != node.version:
-                known = known_scores[node.name] = (node.version, allocation_ppm(node, demand))
-            result.append(known[1])
-        return result
+    def refuse_devices(self, row: int, demand: Demand, topology: str, shortage: Shortage) -> None:
+        """Remember that device choice refused row ``row`` for this demand and topology."""
+        entry = (int(self.table.version[row]), code_of(shortage))
+        self._refusals.setdefault((demand, topology), {})[row] = entry
 
-    def refuse_devices(self, node: WorkingNode, demand: Demand, topology: str, shortage: Shortage) -> None:
-        """Remember that device choice refused ``node`` for this demand and topology."""
-        self._devices.setdefault((demand, topology), {})[node.name] = (node.version, shortage)
+
+def count_shortages(codes: IntArray, refused: dict[int, Shortage]) -> dict[Shortage, int]:
+    """How many schedulable-or-not rows lacked each resource, from filter codes plus this attempt's refusals."""
+    codes = codes.copy()
+    for row, shortage in refused.items():
+        codes[row] = code_of(shortage)
+    counts = np.bincount(codes, minlength=len(SHORTAGES) + 1)
+    return {shortage: int(counts[code_of(shortage)]) for shortage in SHORTAGES if counts[code_of(shortage)]}

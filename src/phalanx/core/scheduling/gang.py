@@ -1,9 +1,10 @@
 """Gang admission: place all of a job's replicas (or ``min_available`` of them) on the working copy, or none.
 
-Replicas are tried in order. For each, every schedulable node is filtered by counts (``fitting.py``), the
-survivors are ordered by the job's placement policy (``scoring.py``), and devices are chosen on the best node
-(``devices.py``); a node whose devices cannot satisfy the topology rule is skipped for the next best. Each
-placed replica's ``Reservation`` is applied to the working copy at once, so the next replica sees it.
+Replicas are tried in order. For each, every node is filtered by counts (``fitting.py``, one vector
+expression over the node table), the survivors are ranked by the job's placement policy (``scoring.py``),
+and devices are chosen on the best node (``devices.py``); a node whose devices cannot satisfy the topology
+rule is skipped for the next best. Each placed replica's ``Reservation`` is applied to the working copy at
+once, so the next replica sees it.
 
 - Without ``min_available`` the first replica that fits nowhere ends the attempt.
 - With it, a replica that fits nowhere is skipped and later ones are still tried ("as many as fit, in replica
@@ -12,25 +13,28 @@ placed replica's ``Reservation`` is applied to the working copy at once, so the 
 
 A failed attempt undoes every reservation it made, in reverse, leaving the working copy exactly as before: no
 GPU is ever held by half a gang. The ``GangShortfall`` it returns keeps what ``reasons.py`` needs to explain
-the wait: how many replicas fit and, per node, what the first replica that did not fit lacked there.
+the wait: how many replicas fit and, per shortage, how many nodes lacked it for the first replica that did
+not fit.
 
-Answers about a node (fits or not, score, device refusal) come from a ``FitMemo`` shared by the whole cycle
-and are reused until the node changes, so identical replicas and identical jobs do not re-filter unchanged
-nodes. Under pack, nodes already hosting the gang are ranked first and the rest only if none of them can
-take the replica, which keeps large gangs from re-scoring every node per replica.
+Answers about a node (fits or not, scores, device refusal) come from a ``FitMemo`` shared by the whole cycle
+(or session) and are reused until the node changes, so identical replicas and identical jobs do not
+re-filter or re-score unchanged nodes.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from phalanx.core.scheduling.config import SchedulerConfig
 from phalanx.core.scheduling.demands import MILLI, Demand, demand_of
 from phalanx.core.scheduling.devices import DeviceChoice, choose_devices
-from phalanx.core.scheduling.fitting import FitMemo, Shortage, holds_in_bulk
-from phalanx.core.scheduling.policies import BINPACK, SPREAD
-from phalanx.core.scheduling.scoring import order_key
+from phalanx.core.scheduling.fitting import FITS, FitMemo, Shortage, count_shortages
+from phalanx.core.scheduling.fragmentation import WorkloadProfile, best_share_column
+from phalanx.core.scheduling.policies import RANDOM
+from phalanx.core.scheduling.scoring import ScoreInput, choose_row, needs_rest, replica_salt, uses_fragmentation
 from phalanx.core.scheduling.types import DeviceAssignment, PendingJob, ReplicaRequest
 from phalanx.core.scheduling.working import Reservation, WorkingCluster
 
@@ -40,6 +44,7 @@ class GangPlacement:
     """A gang that was placed; its reservations stay on the working copy."""
 
     assignments: tuple[DeviceAssignment, ...]
+    reservations: tuple[Reservation, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +55,13 @@ class GangShortfall:
         needed: how many replicas had to be placed together.
         placed: how many fit before the attempt gave up (fewer than ``needed``).
         failing: the first replica that fit nowhere.
-        shortages: schedulable node name -> what it lacked for ``failing``, at that moment.
+        shortages: how many nodes lacked each resource for ``failing``, at that moment.
     """
 
     needed: int
     placed: int
     failing: ReplicaRequest
-    shortages: dict[str, Shortage] = field(default_factory=dict)
+    shortages: dict[Shortage, int] = field(default_factory=dict)
 
 
 def needed_replicas(job: PendingJob) -> int:
@@ -67,27 +72,42 @@ def needed_replicas(job: PendingJob) -> int:
     return max(1, min(job.min_available, count)) if count else 0
 
 
-def place_gang(cluster: WorkingCluster, job: PendingJob, memo: FitMemo | None = None) -> GangPlacement | GangShortfall:
+def place_gang(
+    cluster: WorkingCluster,
+    job: PendingJob,
+    memo: FitMemo | None = None,
+    *,
+    config: SchedulerConfig | None = None,
+    profile: WorkloadProfile | None = None,
+) -> GangPlacement | GangShortfall:
     """Try to place ``job``'s gang on ``cluster``, keeping the placement or undoing it entirely.
 
     Args:
         cluster: the working copy; changed only when the gang is placed.
         job: the gang.
-        memo: answers about nodes shared across the cycle (a fresh one when None).
+        memo: answers about rows of ``cluster.table`` shared across the cycle (a fresh one when None).
+        config: run-wide settings (the random placement's seed).
+        profile: the workload profile fragmentation-aware placement scores against.
     """
-    memo = memo if memo is not None else FitMemo()
+    memo = memo if memo is not None else FitMemo(cluster.table)
+    seed = config.seed if config is not None else 0
     demands = [demand_of(replica) for replica in job.replicas]
     needed = needed_replicas(job)
-    packing = job.placement not in (SPREAD, BINPACK)
-    rest = _suffix_totals(demands) if packing else []
+    rest = _suffix_totals(demands) if needs_rest(job.placement) else []
     reservations: list[Reservation] = []
     assignments: list[DeviceAssignment] = []
-    members: dict[str, int] = {}
-    failure: tuple[ReplicaRequest, dict[str, Shortage]] | None = None
+    members: dict[int, int] = {}
+    failure: tuple[ReplicaRequest, dict[Shortage, int]] | None = None
     for position, (replica, demand) in enumerate(zip(job.replicas, demands, strict=True)):
-        placed = _place_replica(
-            cluster, job, replica, demand, memo=memo, members=members, rest=rest[position] if packing else None
+        score = ScoreInput(
+            memo=memo,
+            demand=demand,
+            members=members,
+            rest=rest[position] if rest else None,
+            profile=profile,
+            salt=replica_salt(seed, job.key, replica.name) if job.placement == RANDOM else 0,
         )
+        placed = _place_replica(cluster, job, replica, score)
         if isinstance(placed, dict):
             failure = failure or (replica, placed)
             still_possible = len(assignments) + len(job.replicas) - position - 1 >= needed
@@ -98,9 +118,10 @@ def place_gang(cluster: WorkingCluster, job: PendingJob, memo: FitMemo | None = 
         cluster.apply(reservation)
         reservations.append(reservation)
         assignments.append(assignment)
-        members[reservation.node] = members.get(reservation.node, 0) + 1
+        row = cluster.table.row_of[reservation.node]
+        members[row] = members.get(row, 0) + 1
     if len(assignments) >= needed:
-        return GangPlacement(tuple(assignments))
+        return GangPlacement(tuple(assignments), tuple(reservations))
     for reservation in reversed(reservations):
         cluster.undo(reservation)
     assert failure is not None  # fewer than needed were placed, so some replica failed
@@ -108,45 +129,30 @@ def place_gang(cluster: WorkingCluster, job: PendingJob, memo: FitMemo | None = 
 
 
 def _place_replica(
-    cluster: WorkingCluster,
-    job: PendingJob,
-    replica: ReplicaRequest,
-    demand: Demand,
-    *,
-    memo: FitMemo,
-    members: dict[str, int],
-    rest: Demand | None,
-) -> tuple[Reservation, DeviceAssignment] | dict[str, Shortage]:
-    """Place one replica on the best node, or return what every schedulable node lacked."""
-    fitting, shortages = memo.filter(cluster.schedulable_nodes, demand, job.topology)
-    # Under pack, a node already hosting the gang beats every other node (the first tier of its order key),
-    # so the others are ranked only if devices cannot be chosen on any of those.
-    hosting = [node for node in fitting if node.name in members] if rest is not None else []
-    groups = [hosting, [node for node in fitting if node.name not in members]] if hosting else [fitting]
-    for group in groups:
-        ranked = [
-            (
-                order_key(
-                    node.name,
-                    score=score,
-                    placement=job.placement,
-                    gang_members=members.get(node.name, 0),
-                    holds_rest=rest is not None and holds_in_bulk(node, rest),
-                ),
-                node,
-            )
-            for node, score in zip(group, memo.scores(group, demand), strict=True)
-        ]
-        heapq.heapify(ranked)
-        while ranked:
-            _, node = heapq.heappop(ranked)
-            choice = choose_devices(node, demand, topology=job.topology)
-            if isinstance(choice, Shortage):
-                memo.refuse_devices(node, demand, job.topology, choice)
-                shortages[node.name] = choice
-                continue
-            return _reserve(node.name, replica, demand, choice)
-    return shortages
+    cluster: WorkingCluster, job: PendingJob, replica: ReplicaRequest, score: ScoreInput
+) -> tuple[Reservation, DeviceAssignment] | dict[Shortage, int]:
+    """Place one replica on the best node, or count what the nodes lacked."""
+    memo, demand, table = score.memo, score.demand, cluster.table
+    codes = memo.codes(demand, job.topology)
+    candidates = np.flatnonzero(codes == FITS)
+    refused: dict[int, Shortage] = {}
+    by_fragmentation = demand.gpu_milli > 0 and score.profile is not None and uses_fragmentation(job.placement)
+    while candidates.size:
+        row = choose_row(job.placement, score, candidates)
+        node = cluster.nodes[row]
+        shared_gpu: int | None = None
+        if by_fragmentation:
+            assert score.profile is not None
+            column = best_share_column(table, score.profile, demand, row)
+            shared_gpu = None if column is None else int(table.gpu_index[row, column])
+        choice = choose_devices(node, demand, topology=job.topology, shared_gpu=shared_gpu)
+        if isinstance(choice, Shortage):
+            memo.refuse_devices(row, demand, job.topology, choice)
+            refused[row] = choice
+            candidates = candidates[candidates != row]
+            continue
+        return _reserve(node.name, replica, demand, choice)
+    return count_shortages(codes, refused)
 
 
 def _reserve(

@@ -13,7 +13,9 @@ PACK = "pack"
 SPREAD = "spread"
 BINPACK = "binpack"
 AUTO = "auto"
-PLACEMENTS = frozenset({PACK, SPREAD, BINPACK, AUTO})
+FRAGMENTATION = "fragmentation"
+RANDOM = "random"
+PLACEMENTS = frozenset({PACK, SPREAD, BINPACK, AUTO, FRAGMENTATION, RANDOM})
 
 TOPOLOGY_NONE = "none"
 TOPOLOGY_PREFERRED = "preferred"

@@ -1,25 +1,44 @@
 """The order in which a cycle considers pending jobs.
 
-Priority first (higher goes first), then submission time (FIFO), then the job key, so two jobs never tie and
-the same input always yields the same order. The cycle is BestEffortFIFO, like Kueue's queueing strategy of
-that name: a job that does not fit does not block the jobs behind it. That keeps the cluster busy but lets
-small jobs overtake a big gang forever; reserving room for the head of the queue (strict FIFO, backfill) is a
-later policy and plugs in here.
+Priority always comes first (higher goes first). Among equal priorities the run's ``queue_order`` decides:
+
+- ``fifo``: submission time;
+- ``shortest-first``: ``duration_estimate`` ascending, jobs without an estimate after every job with one;
+- ``least-attained-service``: the Tiresias band of the job's attained GPU-seconds (``las_thresholds``), lower
+  bands first, so new and short jobs overtake long-running ones that were preempted or restarted, without
+  the starvation of continuous LAS between jobs of nearly equal service.
+
+Submission time, then the job key, break the remaining ties, so two jobs never tie and the same input always
+yields the same order. The cycle is BestEffortFIFO, like Kueue's queueing strategy of that name: a job that
+does not fit does not block the jobs behind it.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 from datetime import datetime
+from math import inf
 
+from phalanx.core.scheduling.config import LEAST_ATTAINED_SERVICE, SHORTEST_FIRST, SchedulerConfig
 from phalanx.core.scheduling.types import PendingJob
 
-
-def queue_key(job: PendingJob) -> tuple[int, datetime, str]:
-    """Sort key of a pending job: priority descending, then created ascending, then key."""
-    return (-job.priority, job.created, job.key)
+QueueKey = tuple[int, float, datetime, str]
 
 
-def queue_order(pending: Iterable[PendingJob]) -> list[PendingJob]:
+def queue_key(job: PendingJob, config: SchedulerConfig | None = None) -> QueueKey:
+    """Sort key of a pending job under ``config``'s queue order (FIFO when None)."""
+    order = config.queue_order if config is not None else None
+    if order == SHORTEST_FIRST:
+        rank = job.duration_estimate if job.duration_estimate is not None else inf
+    elif order == LEAST_ATTAINED_SERVICE:
+        assert config is not None
+        rank = float(bisect_right(config.las_thresholds, job.attained_service))
+    else:
+        rank = 0.0
+    return (-job.priority, rank, job.created, job.key)
+
+
+def queue_order(pending: Iterable[PendingJob], config: SchedulerConfig | None = None) -> list[PendingJob]:
     """Return the pending jobs in the order a cycle tries them."""
-    return sorted(pending, key=queue_key)
+    return sorted(pending, key=lambda job: queue_key(job, config))

@@ -19,12 +19,14 @@ sentences.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from phalanx.core.scheduling.demands import MILLI, Demand, demand_of, total_demand
 from phalanx.core.scheduling.fitting import Shortage
 from phalanx.core.scheduling.gang import GangShortfall
+from phalanx.core.scheduling.table import IntArray
 from phalanx.core.scheduling.types import PendingJob
 from phalanx.core.scheduling.working import WorkingCluster, WorkingNode
 from phalanx.model.resources import format_memory, human_memory
@@ -37,11 +39,13 @@ def explain(job: PendingJob, shortfall: GangShortfall, cluster: WorkingCluster) 
     if not cluster.schedulable_nodes:
         return _no_schedulable_node(cluster)
     failing = demand_of(shortfall.failing)
-    candidates = cluster.schedulable_nodes
+    table = cluster.table
+    rows = np.flatnonzero(table.schedulable)
     if failing.gpu_model is not None:
-        candidates = tuple(node for node in candidates if node.usable_gpus(failing.gpu_model))
-        if not candidates:
+        rows = rows[table.model_mask(failing.gpu_model, rows).any(axis=1)]
+        if not rows.size:
             return _missing_model(shortfall.failing.gpu_model or failing.gpu_model, failing.gpu_model, cluster)
+    candidates = _Rows(cluster, rows)
     scope = f"no node with {shortfall.failing.gpu_model} GPUs" if failing.gpu_model else "no node"
     too_big = _larger_than_any_node(failing, candidates, scope=scope)
     if too_big is not None:
@@ -91,35 +95,27 @@ def _missing_model(shown: str, model: str, cluster: WorkingCluster) -> str:
     return f"needs GPU model {shown}; no node has it{suffix}"
 
 
-def _larger_than_any_node(demand: Demand, nodes: Sequence[WorkingNode], *, scope: str) -> str | None:
+def _larger_than_any_node(demand: Demand, nodes: _Rows, *, scope: str) -> str | None:
     """Explain a replica that would not fit even on an empty node; None when some node is large enough."""
-    if demand.wants_gpu and not any(node.usable_gpus(demand.gpu_model) for node in nodes):
+    table, rows = nodes.table, nodes.rows
+    eligible = table.model_mask(demand.gpu_model, rows)
+    if demand.wants_gpu and not eligible.any():
         return "needs a GPU; no schedulable node has a healthy one"
-    capacities: list[tuple[int, str, Callable[[WorkingNode], int], Callable[[int], str]]] = [
-        (
-            demand.gpus,
-            "GPUs",
-            lambda node: len(node.usable_gpus(demand.gpu_model)),
-            lambda n: _count(n, "GPU"),
-        ),
-        (demand.exclusive_cpus, "CPUs", lambda node: len(node.cpu_by_id), lambda n: _count(n, "CPU")),
-        (
-            demand.shared_cpu_milli,
-            "CPU",
-            lambda node: MILLI * len(node.cpu_by_id),
-            lambda n: f"{n}m CPU",
-        ),
-        (demand.memory, "memory", lambda node: node.snapshot.memory, lambda n: f"{_memory(n)} memory"),
+    capacities: list[tuple[int, str, IntArray, Callable[[int], str]]] = [
+        (demand.gpus, "GPUs", np.count_nonzero(eligible, axis=1), lambda n: _count(n, "GPU")),
+        (demand.exclusive_cpus, "CPUs", table.cpu_capacity[rows] // MILLI, lambda n: _count(n, "CPU")),
+        (demand.shared_cpu_milli, "CPU", table.cpu_capacity[rows], lambda n: f"{n}m CPU"),
+        (demand.memory, "memory", table.memory_capacity[rows], lambda n: f"{_memory(n)} memory"),
     ]
     for needed, noun, capacity, render in capacities:
         if not needed:
             continue
-        largest = min(nodes, key=lambda node: (-capacity(node), node.name))
-        if capacity(largest) < needed:
+        node, largest, _ = nodes.most(capacity)
+        if largest < needed:
             many = "that many" if noun in ("GPUs", "CPUs") else "that much"
             return (
                 f"a replica needs {render(needed)} but {scope} has {many}: "
-                f"the largest has {render(capacity(largest))} (node {largest.name})"
+                f"the largest has {render(largest)} (node {node.name})"
             )
     return None
 
@@ -127,10 +123,12 @@ def _larger_than_any_node(demand: Demand, nodes: Sequence[WorkingNode], *, scope
 # --- the binding shortage -------------------------------------------------------------------------------
 
 
-def _binding_shortage(shortages: dict[str, Shortage]) -> Shortage | None:
-    counts = Counter(
-        shortage for shortage in shortages.values() if shortage not in (Shortage.UNSCHEDULABLE, Shortage.GPU_MODEL)
-    )
+def _binding_shortage(shortages: dict[Shortage, int]) -> Shortage | None:
+    counts = {
+        shortage: count
+        for shortage, count in shortages.items()
+        if count and shortage not in (Shortage.UNSCHEDULABLE, Shortage.GPU_MODEL)
+    }
     if not counts:
         return None
     order = list(Shortage)
@@ -174,13 +172,10 @@ def _gang_phrase(job: PendingJob, shortfall: GangShortfall, need: Demand) -> str
     return f"needs at least {shortfall.needed} of {count} replicas ({summary}) together; {fit}"
 
 
-def _gpu_blocks(
-    job: PendingJob, shortfall: GangShortfall, need: Demand, failing: Demand, nodes: Sequence[WorkingNode]
-) -> str:
-    model = failing.gpu_model
+def _gpu_blocks(job: PendingJob, shortfall: GangShortfall, need: Demand, failing: Demand, nodes: _Rows) -> str:
     noun = f"{shortfall.failing.gpu_model} GPU" if shortfall.failing.gpu_model else "GPU"
     shown = _count(need.gpus, noun)
-    largest, largest_free, total_free = _most(nodes, lambda node: len(node.free_gpus(model)))
+    largest, largest_free, total_free = nodes.most(nodes.whole_free(failing.gpu_model))
     where = f"largest free block is {largest_free} on node {largest.name} ({total_free} free in total)"
     if len(job.replicas) == 1:
         return f"needs {shown} on one node; {where}"
@@ -190,33 +185,34 @@ def _gpu_blocks(
     return f"needs {shown} in one gang; {where}"
 
 
-def _detail(shortage: Shortage | None, need: Demand, failing: Demand, nodes: Sequence[WorkingNode]) -> str:
+def _detail(shortage: Shortage | None, need: Demand, failing: Demand, nodes: _Rows) -> str:
+    table, rows = nodes.table, nodes.rows
     if shortage is Shortage.EXCLUSIVE_CPUS:
-        node, free, total = _most(nodes, lambda node: node.grantable_cpus())
+        node, free, total = nodes.most(table.grantable[rows])
         held = len(node.free_cpus) - free
         kept = f" ({held} more kept for the shared pool)" if held else ""
         return f"node {node.name} has {_count(free, 'CPU')} free{_needed(need.exclusive_cpus)}{kept}" + _across(
             nodes, str(total)
         )
     if shortage is Shortage.SHARED_CPU:
-        node, free, total = _most(nodes, lambda node: node.shared_cpu_free())
+        node, free, total = nodes.most(table.cpu_free[rows])
         needed = _needed(need.shared_cpu_milli, "m")
         return f"node {node.name} has {free}m CPU free in the shared pool{needed}" + _across(nodes, f"{total}m")
     if shortage is Shortage.MEMORY:
-        node, free, total = _most(nodes, lambda node: node.free_memory)
+        node, free, total = nodes.most(table.free_memory[rows])
         return f"node {node.name} has {_memory(free)} memory free where {_memory(need.memory)} is needed" + _across(
             nodes, _memory(total)
         )
     if shortage is Shortage.GPU_SHARE:
         return _gpu_share_detail(failing, nodes)
     if shortage is Shortage.GPU_TOPOLOGY:
-        node, free, _ = _most(nodes, lambda node: len(node.free_gpus(failing.gpu_model)))
+        node, free, _ = nodes.most(nodes.whole_free(failing.gpu_model))
         return (
             f"node {node.name} has {free} GPUs free but no {failing.gpus} of them joined by NVLink "
             f"or on one NUMA node (topology required)"
         )
     if shortage is Shortage.CPU_TOPOLOGY:
-        node, free, _ = _most(nodes, lambda node: node.grantable_cpus())
+        node, free, _ = nodes.most(table.grantable[rows])
         per_numa = max((len(ids) for ids in node.free_cpus_by_numa().values()), default=0)
         return (
             f"node {node.name} has {free} CPUs free but at most {per_numa} on one NUMA node, "
@@ -225,30 +221,46 @@ def _detail(shortage: Shortage | None, need: Demand, failing: Demand, nodes: Seq
     return "no node has room"
 
 
-def _gpu_share_detail(failing: Demand, nodes: Sequence[WorkingNode]) -> str:
-    best: tuple[int, str, int] | None = None
-    for node in nodes:
-        for gpu in node.usable_gpus(failing.gpu_model):
-            room = MILLI - node.gpu_used.get(gpu.index, 0)
-            if best is None or (-room, node.name, gpu.index) < (-best[0], best[1], best[2]):
-                best = (room, node.name, gpu.index)
-    if best is None:  # pragma: no cover - nodes without usable GPUs were answered earlier
+def _gpu_share_detail(failing: Demand, nodes: _Rows) -> str:
+    table, rows = nodes.table, nodes.rows
+    room = np.where(table.model_mask(failing.gpu_model, rows), table.gpu_free[rows], -1)
+    if not room.size or room.max() < 0:  # pragma: no cover - nodes without usable GPUs were answered earlier
         return "no GPU can take a share"
-    room, name, index = best
-    return f"no GPU has {failing.gpu_milli} milli-GPU free; the most on one GPU is {room} (node {name}, GPU {index})"
+    # The most room on one GPU; ties go to the node name (row order), then the GPU index (column order).
+    flat = int(np.argmax(room))
+    position, column = divmod(flat, room.shape[1])
+    row = int(rows[position])
+    name, index, most = table.names[row], int(table.gpu_index[row, column]), int(room[position, column])
+    return f"no GPU has {failing.gpu_milli} milli-GPU free; the most on one GPU is {most} (node {name}, GPU {index})"
 
 
 # --- helpers --------------------------------------------------------------------------------------------
 
 
-def _most(nodes: Sequence[WorkingNode], amount: Callable[[WorkingNode], int]) -> tuple[WorkingNode, int, int]:
-    """Find the node with the most of ``amount`` (ties: name); return it, that amount and the sum."""
-    amounts = [(amount(node), node) for node in nodes]
-    best_amount, best = min(amounts, key=lambda pair: (-pair[0], pair[1].name))
-    return best, best_amount, sum(value for value, _ in amounts)
+class _Rows:
+    """The nodes a reason speaks about: rows of the cluster's table, ascending (so, by name)."""
+
+    __slots__ = ("cluster", "rows", "table")
+
+    def __init__(self, cluster: WorkingCluster, rows: IntArray) -> None:
+        self.cluster = cluster
+        self.table = cluster.table
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def whole_free(self, model: str | None) -> IntArray:
+        """Per row, GPUs of ``model`` nothing uses."""
+        return self.table.whole_free(self.table.model_mask(model, self.rows), self.rows)
+
+    def most(self, amounts: IntArray) -> tuple[WorkingNode, int, int]:
+        """The node with the most of ``amounts`` (ties: name), that amount, and the sum over all rows."""
+        position = int(np.argmax(amounts))
+        return self.cluster.nodes[int(self.rows[position])], int(amounts[position]), int(amounts.sum())
 
 
-def _across(nodes: Sequence[WorkingNode], total: str) -> str:
+def _across(nodes: _Rows, total: str) -> str:
     return f"; {total} free on {len(nodes)} nodes in all" if len(nodes) > 1 else ""
 
 

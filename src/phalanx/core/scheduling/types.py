@@ -79,12 +79,16 @@ class ReplicaRequest:
         role: its role.
         resources: what it asks for; ``cpu_milli`` that is a multiple of 1000 asks for exclusive cores.
         gpu_model: required GPU model, or None for any.
+        pin_cpus: whether a whole number of CPUs asks for exclusive cores (the kubelet static CPU manager
+            rule). False takes every CPU request from the shared pool, as for Kubernetes pods outside the
+            Guaranteed QoS class and for trace replay, where cores carry no identity.
     """
 
     name: str
     role: str
     resources: ResourceVector
     gpu_model: str | None = None
+    pin_cpus: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,8 @@ class PendingJob:
         min_available: how many of ``replicas`` must be placed together for the job to start; None means all.
         placement: ``pack``, ``spread``, ``binpack`` or ``auto``.
         topology: ``none``, ``preferred`` or ``required`` (GPUs joined by NVLink, CPUs on one NUMA node).
+        duration_estimate: expected run time in seconds, when known (shortest-first ordering).
+        attained_service: GPU-seconds the job has already received (least-attained-service ordering).
     """
 
     key: str
@@ -110,6 +116,8 @@ class PendingJob:
     min_available: int | None = None
     placement: str = "auto"
     topology: str = "preferred"
+    duration_estimate: float | None = None
+    attained_service: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,3 +150,22 @@ class Decisions:
 
     admitted: tuple[Admission, ...] = ()
     waiting: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskShape:
+    """A typical request shape of the workload, for the fragmentation measure, and its share of the workload.
+
+    Attributes:
+        cpu_milli: CPU asked for, in millicores.
+        gpus: GPUs asked for (0 for CPU-only work).
+        gpu_milli: the share of each of those GPUs, 1..1000 (1000 = whole GPUs; below 1000 only with one GPU).
+        gpu_model: the GPU model required (case-folded), or None for any.
+        weight: the shape's popularity; weights are relative, they need not sum to one.
+    """
+
+    cpu_milli: int
+    gpus: int
+    gpu_milli: int
+    weight: float
+    gpu_model: str | None = None

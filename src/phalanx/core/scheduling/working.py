@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from phalanx.core.scheduling.demands import MILLI
+from phalanx.core.scheduling.table import NodeTable
 from phalanx.core.scheduling.types import ClusterSnapshot, CpuSlot, GpuSlot, NodeSnapshot
 
 
@@ -47,6 +48,7 @@ class WorkingNode:
     """One node's free state during a cycle, plus cached views of its fixed inventory."""
 
     __slots__ = (
+        "_core_groups",
         "_core_of",
         "_free_gpu_counts",
         "_gpu_rooms",
@@ -80,6 +82,7 @@ class WorkingNode:
         self._gpu_used_total: int | None = None
         self._core_of: dict[int, tuple[int, int]] | None = None
         self._threads_per_core = 0
+        self._core_groups: dict[int, list[list[int]]] | None = None
         # Bumped by every apply and undo: memoized answers about this node are valid for one version only.
         self.version = 0
 
@@ -114,10 +117,21 @@ class WorkingNode:
 
     def free_cpus_by_numa(self) -> dict[int, list[int]]:
         """Free CPU ids per NUMA node, ids ascending, NUMA nodes ascending."""
-        by_numa: dict[int, list[int]] = {}
-        for cpu in sorted(self.free_cpus):
-            by_numa.setdefault(self.cpu_by_id[cpu].numa, []).append(cpu)
-        return dict(sorted(by_numa.items()))
+        return {numa: sorted(cpu for core in cores for cpu in core) for numa, cores in self.free_cores().items()}
+
+    def free_cores(self) -> dict[int, list[list[int]]]:
+        """Free CPU ids per NUMA node (ascending), grouped by physical core, cores by their lowest free id.
+
+        Cached until the node changes: every replica asking for exclusive CPUs reads it.
+        """
+        if self._core_groups is None:
+            core_of = self._cores()
+            grouped: dict[int, dict[tuple[int, int], list[int]]] = {}
+            cpu_by_id = self.cpu_by_id
+            for cpu in sorted(self.free_cpus):
+                grouped.setdefault(cpu_by_id[cpu].numa, {}).setdefault(core_of[cpu], []).append(cpu)
+            self._core_groups = {numa: list(grouped[numa].values()) for numa in sorted(grouped)}
+        return self._core_groups
 
     def _cores(self) -> dict[int, tuple[int, int]]:
         if self._core_of is None:
@@ -173,6 +187,7 @@ class WorkingNode:
 
     def _forget_derived(self) -> None:
         self.version += 1
+        self._core_groups = None
         self._free_gpu_counts.clear()
         self._gpu_rooms.clear()
         self._gpu_used_total = None
@@ -208,9 +223,12 @@ class WorkingNode:
 
 
 class WorkingCluster:
-    """Every node of a snapshot as a ``WorkingNode``, by name ascending (the tie-break order)."""
+    """Every node of a snapshot as a ``WorkingNode``, by name ascending (the tie-break order).
 
-    __slots__ = ("by_name", "nodes", "schedulable_nodes")
+    ``table`` holds the same free state as columns (row ``i`` = ``nodes[i]``) for vectorised filters and scores.
+    """
+
+    __slots__ = ("by_name", "nodes", "schedulable_nodes", "table")
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         names = [node.name for node in snapshot.nodes]
@@ -222,11 +240,16 @@ class WorkingCluster:
         )
         self.by_name: dict[str, WorkingNode] = {node.name: node for node in self.nodes}
         self.schedulable_nodes: tuple[WorkingNode, ...] = tuple(node for node in self.nodes if node.schedulable)
+        self.table = NodeTable(self.nodes)
 
     def apply(self, reservation: Reservation) -> None:
         """Take what ``reservation`` holds on its node."""
-        self.by_name[reservation.node].apply(reservation)
+        node = self.by_name[reservation.node]
+        node.apply(reservation)
+        self.table.refresh(self.table.row_of[node.name], node)
 
     def undo(self, reservation: Reservation) -> None:
         """Give back what ``reservation`` held on its node."""
-        self.by_name[reservation.node].undo(reservation)
+        node = self.by_name[reservation.node]
+        node.undo(reservation)
+        self.table.refresh(self.table.row_of[node.name], node)

@@ -1,0 +1,131 @@
+"""The working copy's free state as columns: one numpy array per quantity, one row per node.
+
+Filters and scores run on every node for every replica. Asked node by node in Python, that costs tens of
+microseconds per node and caps a cycle at a few hundred nodes; asked of columns, one numpy expression answers
+for every node at once. ``NodeTable`` mirrors each ``WorkingNode``'s free state in arrays, row ``i`` being
+``WorkingCluster.nodes[i]`` (nodes sorted by name, so the lowest row wins ties). ``WorkingCluster`` calls
+``refresh`` after every reservation it applies or undoes; ``version[i]`` then changes, which is how cached
+answers about a row (``fitting.FitMemo``) know they are stale.
+
+GPU columns: row ``i``'s usable (healthy) GPUs sorted by index occupy columns ``0..k-1``; the other columns
+are absent (``gpu_present`` False, ``gpu_free`` 0). ``gpu_index[i, j]`` maps a column back to the GPU index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from phalanx.core.scheduling.demands import MILLI
+
+if TYPE_CHECKING:
+    from phalanx.core.scheduling.working import WorkingNode
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+# GPU model id of an absent column; real models are numbered from 0 in order of first appearance.
+NO_MODEL = -1
+
+
+class NodeTable:
+    """Column arrays of every node's capacity and free state."""
+
+    __slots__ = (
+        "cpu_capacity",
+        "cpu_free",
+        "free_memory",
+        "gpu_free",
+        "gpu_index",
+        "gpu_model",
+        "gpu_present",
+        "grantable",
+        "memory_capacity",
+        "model_ids",
+        "names",
+        "row_of",
+        "schedulable",
+        "version",
+    )
+
+    def __init__(self, nodes: Sequence[WorkingNode]) -> None:
+        count = len(nodes)
+        width = max((len(node.usable_gpus(None)) for node in nodes), default=0)
+        self.names: tuple[str, ...] = tuple(node.name for node in nodes)
+        self.row_of: dict[str, int] = {name: row for row, name in enumerate(self.names)}
+        self.model_ids: dict[str, int] = {}
+        self.schedulable: BoolArray = np.array([node.schedulable for node in nodes], dtype=np.bool_)
+        self.version: IntArray = np.zeros(count, dtype=np.int64)
+        self.cpu_capacity: IntArray = np.array([MILLI * len(node.cpu_by_id) for node in nodes], dtype=np.int64)
+        self.memory_capacity: IntArray = np.array([node.snapshot.memory for node in nodes], dtype=np.int64)
+        self.cpu_free: IntArray = np.zeros(count, dtype=np.int64)
+        self.grantable: IntArray = np.zeros(count, dtype=np.int64)
+        self.free_memory: IntArray = np.zeros(count, dtype=np.int64)
+        self.gpu_free: IntArray = np.zeros((count, width), dtype=np.int64)
+        self.gpu_present: BoolArray = np.zeros((count, width), dtype=np.bool_)
+        self.gpu_model: IntArray = np.full((count, width), NO_MODEL, dtype=np.int64)
+        self.gpu_index: IntArray = np.full((count, width), -1, dtype=np.int64)
+        for row, node in enumerate(nodes):
+            for column, gpu in enumerate(node.usable_gpus(None)):
+                self.gpu_present[row, column] = True
+                self.gpu_index[row, column] = gpu.index
+                self.gpu_model[row, column] = self.model_ids.setdefault(gpu.model.casefold(), len(self.model_ids))
+            self._fill(row, node)
+        self.version[:] = 0
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def refresh(self, row: int, node: WorkingNode) -> None:
+        """Copy ``node``'s free state into row ``row`` after it changed, and bump the row's version."""
+        self._fill(row, node)
+
+    def _fill(self, row: int, node: WorkingNode) -> None:
+        self.cpu_free[row] = node.shared_cpu_free()
+        self.grantable[row] = node.grantable_cpus()
+        self.free_memory[row] = node.free_memory
+        present = self.gpu_present[row]
+        indices = self.gpu_index[row]
+        for column in range(int(present.sum())):
+            self.gpu_free[row, column] = MILLI - node.gpu_used.get(int(indices[column]), 0)
+        self.version[row] += 1
+
+    # --- derived columns ------------------------------------------------------------------------------
+
+    def model_mask(self, model: str | None, rows: IntArray | slice) -> BoolArray:
+        """Which GPU columns of ``rows`` hold a usable GPU of ``model`` (case-folded; None for any)."""
+        present = self.gpu_present[rows]
+        if model is None:
+            return present
+        model_id = self.model_ids.get(model)
+        if model_id is None:
+            return np.zeros_like(present)
+        mask: BoolArray = present & (self.gpu_model[rows] == model_id)
+        return mask
+
+    def whole_free(self, eligible: BoolArray, rows: IntArray | slice) -> IntArray:
+        """Per row, eligible GPUs that nothing uses (what whole-GPU requests may take)."""
+        counts: IntArray = np.count_nonzero(eligible & (self.gpu_free[rows] == MILLI), axis=1).astype(np.int64)
+        return counts
+
+    def largest_room(self, eligible: BoolArray, rows: IntArray | slice) -> IntArray:
+        """Per row, the most milli-GPU free on one eligible GPU (0 when none)."""
+        if eligible.shape[1] == 0:
+            return np.zeros(eligible.shape[0], dtype=np.int64)
+        room: IntArray = np.where(eligible, self.gpu_free[rows], 0).max(axis=1).astype(np.int64)
+        return room
+
+    def usable_count(self, rows: IntArray | slice) -> IntArray:
+        """Per row, how many usable GPUs the node has."""
+        counts: IntArray = np.count_nonzero(self.gpu_present[rows], axis=1).astype(np.int64)
+        return counts
+
+    def gpu_used_total(self, rows: IntArray | slice) -> IntArray:
+        """Per row, milli-GPU in use over the usable GPUs."""
+        present = self.gpu_present[rows]
+        used: IntArray = np.where(present, MILLI - self.gpu_free[rows], 0).sum(axis=1).astype(np.int64)
+        return used
