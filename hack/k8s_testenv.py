@@ -1,9 +1,11 @@
 """Phalanx's Kubernetes test environment: a real control plane with simulated nodes, no Docker needed.
 
-The binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok) are built from published Go
-modules through the wrapper modules under ``tools/`` and cached outside the repository, keyed by their versions.
-``start`` runs them as local processes on free loopback ports with a throw-away PKI, ``stop`` ends exactly the
-processes it recorded. ``hack/k8s-testenv`` is the command-line face of this module; pytest fixtures import it.
+The binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, and kubectl of the same
+Kubernetes release) are built from published Go modules through the wrapper modules under ``tools/`` and cached
+outside the repository, keyed by their versions. ``start`` runs them as local processes on free loopback ports
+with a throw-away PKI, ``stop`` ends exactly the processes it recorded; ``TestEnv.kubectl`` runs the pinned
+kubectl against a started control plane. ``hack/k8s-testenv`` is the command-line face of this module; pytest
+fixtures import it.
 
 Standard library only: this runs before any Python dependency is installed.
 """
@@ -18,6 +20,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -45,8 +48,8 @@ SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.244.0.0/16"
 NODE_IP = "10.240.0.1"
 
-#: The Kubernetes commands built from ``tools/k8s-bin``.
-K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+#: The Kubernetes commands built from ``tools/k8s-bin``: the control plane's, and kubectl of the same release.
+K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
 
 class TestEnvError(RuntimeError):
@@ -145,8 +148,8 @@ def go_binary() -> str:
     if not found:
         raise TestEnvError(
             "Go is not installed (no `go` on PATH). The Kubernetes e2e tests build kube-apiserver, "
-            "kube-controller-manager, kube-scheduler, etcd and kwok from Go modules and need Go >= 1.26: install "
-            "it (https://go.dev/doc/install) and make sure `go version` works, or point $GO at the go binary."
+            "kube-controller-manager, kube-scheduler, kubectl, etcd and kwok from Go modules and need Go >= 1.26: "
+            "install it (https://go.dev/doc/install) and make sure `go version` works, or point $GO at the go binary."
         )
     return found
 
@@ -287,20 +290,41 @@ class BuildStep:
         return f"{self.name}: {self.wall_s:.1f}s wall, {self.cpu_s:.1f}s CPU, peak RSS {self.peak_rss_mib:.0f} MiB"
 
 
+#: How each binary reports its version, when not ``--version``: kubectl has no such flag.
+VERSION_ARGS = {"kubectl": ("version", "--client")}
+
+
+def _binary_env() -> dict[str, str]:
+    """The environment for running our binaries: kubectl ignores the user's ``~/.kube/kuberc`` preferences."""
+    return {**os.environ, "KUBERC": "off"}
+
+
 def expected_version_text(binary: str, versions: Versions) -> str:
-    """A string ``BINARY --version`` must print for the binary to be the pinned one."""
+    """A string ``BINARY --version`` (``kubectl version --client``) must print for it to be the pinned one."""
     if binary == "etcd":
         return f"etcd Version: {versions.etcd.removeprefix('v')}\n"
     if binary == "kwok":
         return f"kwok version {versions.kwok} "
+    if binary == "kubectl":
+        return f"Client Version: {versions.kubernetes}\n"
     return f"Kubernetes {versions.kubernetes}\n"
 
 
-def binary_version(path: Path) -> str:
-    """What ``PATH --version`` prints, or '' if it does not run."""
+def binary_version(path: Path, binary: str | None = None) -> str:
+    """What ``PATH --version`` prints, or '' if it does not run.
+
+    ``binary`` (by default the file's name) picks the arguments: ``kubectl`` gets ``version --client``.
+    """
+    args = VERSION_ARGS.get(binary or path.name, ("--version",))
     try:
         result = subprocess.run(
-            [str(path), "--version"], capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL
+            [str(path), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            env=_binary_env(),
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
@@ -309,7 +333,7 @@ def binary_version(path: Path) -> str:
 
 def binary_is_current(path: Path, binary: str, versions: Versions) -> bool:
     """Whether ``path`` exists and reports the pinned version."""
-    return path.is_file() and expected_version_text(binary, versions) in binary_version(path) + "\n"
+    return path.is_file() and expected_version_text(binary, versions) in binary_version(path, binary) + "\n"
 
 
 def kubernetes_ldflags(versions: Versions, build_date: str) -> str:
@@ -425,9 +449,10 @@ def build(*, force: bool = False, out: TextIO = sys.stdout, versions: Versions |
             try:
                 step = _timed(command, wrapper.path, env, binary, out)
                 if not binary_is_current(partial, binary, versions):
+                    printed = binary_version(partial, binary).strip()
                     raise TestEnvError(
-                        f"{binary} was built but `{binary} --version` does not print "
-                        f"{expected_version_text(binary, versions).strip()!r}: {binary_version(partial).strip()!r}"
+                        f"{binary} was built but `{binary} {' '.join(VERSION_ARGS.get(binary, ('--version',)))}` "
+                        f"does not print {expected_version_text(binary, versions).strip()!r}: {printed!r}"
                     )
                 partial.replace(target / binary)
             finally:
@@ -569,6 +594,52 @@ class TestEnv:
     def env_file(self) -> Path:
         """``DIR/env.json``: what ``stop`` and ``status`` read."""
         return self.directory / "env.json"
+
+    @property
+    def kubectl_path(self) -> Path:
+        """The pinned kubectl in the binary cache: the control plane's own release, so no version skew."""
+        return bin_dir(self.versions) / "kubectl"
+
+    def kubectl_command(self, *args: str) -> list[str]:
+        """``kubectl ARGS`` against this control plane as the admin, with its discovery cache in ``DIR``."""
+        return [
+            str(self.kubectl_path),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--cache-dir={self.directory / 'kubectl-cache'}",  # not ~/.kube/cache: nothing outside DIR
+            *args,
+        ]
+
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the pinned kubectl against this control plane (``~/.kube/config`` and ``kuberc`` are not read).
+
+        Args:
+            *args: kubectl's arguments, e.g. ``"apply", "-n", "ns", "-f", "job.yaml"``.
+            stdin: text for kubectl's standard input (``-f -``).
+            check: raise ``TestEnvError`` with kubectl's output if it exits non-zero.
+            timeout: seconds before kubectl is killed.
+
+        Returns:
+            The finished process, its output captured as text.
+
+        """
+        result = subprocess.run(
+            self.kubectl_command(*args),
+            input=stdin,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_binary_env(),
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise TestEnvError(
+                f"`kubectl {' '.join(args)}` failed with exit code {result.returncode}:\n"
+                f"{(result.stdout + result.stderr).strip()}"
+            )
+        return result
 
     def component(self, name: str) -> Component | None:
         """The recorded component called ``name``, if it was started."""
@@ -1067,12 +1138,23 @@ def create_fake_gpu_nodes(env: TestEnv, names: Sequence[str], **options: Any) ->
 # --------------------------------------------------------------------------------------------------------------
 
 
+def shell_exports(env: TestEnv) -> str:
+    """Shell lines that point ``kubectl`` at ``env``: its kubeconfig, and the pinned kubectl first on ``PATH``."""
+    return "\n".join(
+        [
+            f"# kubectl {env.versions.kubernetes} and the control plane in {env.directory}",
+            f"export KUBECONFIG={shlex.quote(str(env.kubeconfig))}",
+            f'export PATH={shlex.quote(str(env.kubectl_path.parent))}:"$PATH"',
+        ]
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``hack/k8s-testenv``."""
     parser = argparse.ArgumentParser(
         prog="hack/k8s-testenv",
         description="Build and run a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, "
-        "kwok, optionally kube-scheduler) for Phalanx's e2e tests.",
+        "kwok, optionally kube-scheduler) for Phalanx's e2e tests, and the same release's kubectl to drive it.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     build_cmd = commands.add_parser("build", help="build the pinned binaries into the cache, or reuse them")
@@ -1100,6 +1182,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     nodes_cmd.add_argument("--prefix", default="gpu-node-")
     nodes_cmd.add_argument("--gpus", type=int, default=8)
     nodes_cmd.add_argument("--product", default="NVIDIA-H100-80GB-HBM3")
+    env_cmd = commands.add_parser(
+        "env",
+        help='print shell exports for the control plane in DIR: eval "$(hack/k8s-testenv env --dir DIR)"',
+        description="Print KUBECONFIG for the control plane in DIR and a PATH with the pinned kubectl first.",
+    )
+    env_cmd.add_argument("--dir", type=Path, required=True)
+    kubectl_cmd = commands.add_parser(
+        "kubectl",
+        help="run the pinned kubectl against the control plane in DIR: kubectl --dir DIR -- get pods -A",
+        description="Run the pinned kubectl as cluster-admin against the control plane in DIR; its exit code is ours.",
+    )
+    kubectl_cmd.add_argument("--dir", type=Path, required=True)
+    kubectl_cmd.add_argument("args", nargs=argparse.REMAINDER, help="kubectl's arguments, after `--`")
     commands.add_parser("versions", help="print the pinned versions and the cache directory")
     pin_cmd = commands.add_parser("pin", help="regenerate tools/*/go.mod and go.sum for new versions")
     pin_cmd.add_argument("--kubernetes", help="e.g. v1.36.4 (default: the pinned one)")
@@ -1141,6 +1236,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             names = [f"{args.prefix}{i}" for i in range(args.count)]
             create_fake_gpu_nodes(env, names, gpus=args.gpus, product=args.product)
             print("\n".join(names))
+        elif args.command == "env":
+            print(shell_exports(TestEnv.load(args.dir.resolve())))
+        elif args.command == "kubectl":
+            env = TestEnv.load(args.dir.resolve())
+            kubectl_args = args.args[1:] if args.args[:1] == ["--"] else args.args
+            return subprocess.run(env.kubectl_command(*kubectl_args), env=_binary_env(), check=False).returncode
         elif args.command == "versions":
             versions = pinned_versions()
             print(json.dumps({**dataclasses.asdict(versions), "bin": str(bin_dir(versions))}, indent=2))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -133,6 +134,16 @@ def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     finally:
         http.close()
         k8s_testenv.stop(env, out=None)
+
+
+@pytest.fixture(scope="session")
+def kubectl(kube: Kube) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """The pinned kubectl, the control plane's own release, as cluster-admin: ``kubectl("apply", "-f", path)``.
+
+    Keywords: ``stdin`` (text for ``-f -``), ``check`` (default True: raise ``TestEnvError`` with kubectl's output
+    when it exits non-zero), ``timeout``. Returns the finished process with its output as text.
+    """
+    return kube.env.kubectl
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 
 They prove what later e2e tests rely on: the pinned binaries serve a real API, kube-controller-manager and
 kube-scheduler run, fake GPU nodes become Ready with their GPUs, and our kwok stages play pods the way a kubelet
-would (Running, then Succeeded or Failed with the annotated exit code, or hung; deleted when deleted).
+would (Running, then Succeeded or Failed with the annotated exit code, or hung; deleted when deleted); the
+pinned kubectl drives the cluster, from Python and through ``hack/k8s-testenv env`` and ``kubectl``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -87,6 +89,7 @@ def test_apiserver_is_ready_and_runs_the_pinned_version(kube: Kube) -> None:
         assert k8s_testenv.binary_version(bin_dir / binary).strip() == f"Kubernetes {versions.kubernetes}"
     assert f"etcd Version: {versions.etcd.removeprefix('v')}" in k8s_testenv.binary_version(bin_dir / "etcd")
     assert f"kwok version {versions.kwok} " in k8s_testenv.binary_version(bin_dir / "kwok")
+    assert f"Client Version: {versions.kubernetes}\n" in k8s_testenv.binary_version(bin_dir / "kubectl")
     assert kube.startup_s < 180
 
 
@@ -99,6 +102,59 @@ def test_status_command_reports_every_component_healthy(kube: Kube) -> None:
         assert any(line.split()[:2] == [name, "ok"] for line in result.stdout.splitlines()), result.stdout
     env = json.loads((kube.env.directory / "env.json").read_text())
     assert env["kubeconfig"] == str(kube.kubeconfig)
+
+
+def test_kubectl_is_the_control_planes_release_and_applies_client_side(
+    kube: Kube, kubectl: Callable[..., subprocess.CompletedProcess[str]], namespace: str
+) -> None:
+    versions = json.loads(kubectl("version", "-o", "json").stdout)
+    pinned = k8s_testenv.pinned_versions().kubernetes
+    assert versions["clientVersion"]["gitVersion"] == versions["serverVersion"]["gitVersion"] == pinned
+    manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"answer": "42"}}
+    applied = kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
+    assert applied.stdout.strip() == "configmap/applied created"
+    stored = kube.get(f"/api/v1/namespaces/{namespace}/configmaps/applied")
+    assert stored["data"] == {"answer": "42"}
+    # A real client-side apply: kubectl's field manager, and the applied manifest kept for the next three-way merge.
+    assert "kubectl-client-side-apply" in {entry["manager"] for entry in stored["metadata"]["managedFields"]}
+    last_applied = json.loads(stored["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"])
+    assert last_applied["data"] == manifest["data"]
+    failed = kubectl("get", "configmap", "missing", "-n", namespace, check=False)
+    assert failed.returncode == 1 and 'configmaps "missing" not found' in failed.stderr
+    with pytest.raises(k8s_testenv.TestEnvError, match="not found"):
+        kubectl("get", "configmap", "missing", "-n", namespace)
+
+
+def test_launcher_gives_a_shell_the_pinned_kubectl_and_the_kubeconfig(kube: Kube, namespace: str) -> None:
+    directory = str(kube.env.directory)
+    exports = subprocess.run(
+        [str(LAUNCHER), "env", "--dir", directory], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    script = f'{exports}\ncommand -v kubectl; printf "%s\\n" "$KUBECONFIG"; kubectl get namespace {namespace} -o name'
+    # A clean environment: PATH without the cache, no KUBECONFIG; the exports alone must make kubectl work.
+    shell = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "HOME": directory},
+    )
+    assert shell.returncode == 0, shell.stdout + shell.stderr
+    assert shell.stdout.splitlines() == [str(kube.env.kubectl_path), str(kube.kubeconfig), f"namespace/{namespace}"]
+    passthrough = subprocess.run(
+        [str(LAUNCHER), "kubectl", "--dir", directory, "--", "get", "namespace", namespace, "-o", "name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (passthrough.returncode, passthrough.stdout) == (0, f"namespace/{namespace}\n"), passthrough.stderr
+    missing = subprocess.run(
+        [str(LAUNCHER), "kubectl", "--dir", directory, "get", "namespace", "no-such-namespace"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1 and "not found" in missing.stderr
 
 
 def test_namespace_gets_controller_manager_defaults(kube: Kube, namespace: str) -> None:
