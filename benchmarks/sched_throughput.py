@@ -9,9 +9,9 @@ than exist (8,000), so the cycle also explains the gangs left waiting, as a real
 everything fits.
 
 Each size runs in a fresh subprocess, so the peak resident memory it reports is that run's own. Throughput is
-pods placed per second of cycle wall time: the whole ``schedule`` call, which builds its working copy and
-node table from the snapshot (the snapshot itself stands for the informer cache and is built beforehand). For reference, kube-scheduler's
-published CI floor is 680 pods/s at 5,000 nodes (scheduler_perf, no gangs, no device choice).
+pods placed per second of cycle wall time: the whole ``schedule`` call, which builds its working copy and node
+table from the snapshot (the snapshot stands for the informer cache and is built beforehand). For reference,
+kube-scheduler's published CI floor is 680 pods/s at 5,000 nodes (scheduler_perf, no gangs, no device choice).
 
 Run:  python benchmarks/sched_throughput.py [--pods 10000] [--sizes 1000,5000] [--placements auto]
 Ends with: RESULT pods_per_s_1k=… pods_per_s_5k=… peak_mb=…
@@ -136,9 +136,8 @@ def main() -> int:
                 text=True,
             )
             rows.append((placement, json.loads(out.stdout.strip().splitlines()[-1])))
-    print(
-        f"{'placement':<10} {'nodes':>6} {'pods':>6} {'placed':>6} {'waiting jobs':>12} {'seconds':>8} {'pods/s':>8} {'peak MB':>8}"
-    )
+    header = ("nodes", "pods", "placed", "waiting jobs", "seconds", "pods/s", "peak MB")
+    print(f"{'placement':<10} " + " ".join(f"{name:>{max(6, len(name))}}" for name in header))
     for placement, row in rows:
         print(
             f"{placement:<10} {row['nodes']:>6} {row['pods']:>6} {row['placed']:>6} {row['waiting_jobs']:>12} "

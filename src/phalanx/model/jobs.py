@@ -7,11 +7,21 @@ the JobType role's defaults, then the ``small`` size.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, JsonValue, PlainSerializer, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    JsonValue,
+    PlainSerializer,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from phalanx.model.base import ApiModel
 from phalanx.model.meta import ObjectMeta
@@ -72,7 +82,7 @@ class Resources(ApiModel):
     memory: MemoryBytes | None = Field(default=None, gt=0)
     gpu: int | None = Field(default=None, ge=0)
     gpu_milli: int | None = Field(default=None, ge=1, le=1000)
-    gpu_model: str | None = None
+    gpu_model: GpuModels | None = None
 
     @model_validator(mode="after")
     def _gpu_exclusive_or_shared(self) -> Resources:
@@ -112,6 +122,25 @@ def _stringify_env(value: Any) -> Any:
         }
     return value
 
+
+GPU_MODEL_PATTERN = r"^[A-Za-z0-9._-]+( *[|] *[A-Za-z0-9._-]+)*$"
+
+
+def _gpu_models(value: str) -> str:
+    alternatives = [part.strip() for part in value.split("|")]
+    if not value.strip() or not all(alternatives) or not re.fullmatch(GPU_MODEL_PATTERN, value.strip()):
+        raise ValueError(
+            f"{value!r} is not a GPU model list: write one model name (NVIDIA-A100-SXM4-80GB) or alternatives "
+            "separated by '|' (V100M16|V100M32), letters, digits, '.', '_' and '-' only"
+        )
+    return "|".join(alternatives)
+
+
+GpuModels = Annotated[
+    str,
+    AfterValidator(_gpu_models),
+    WithJsonSchema({"type": "string", "pattern": GPU_MODEL_PATTERN}),
+]
 
 EnvMap = Annotated[dict[str, str], BeforeValidator(_stringify_env), BeforeValidator(_env_from_list)]
 
@@ -205,7 +234,7 @@ class SchedulingPolicy(ApiModel):
     min_available: int | None = Field(default=None, ge=1)
     placement: Placement = Placement.AUTO
     topology: Literal["none", "preferred", "required"] = "preferred"
-    gpu_model: str | None = None
+    gpu_model: GpuModels | None = None
 
     def effective_priority(self) -> int:
         """The priority class's value when a class is named, else ``priority``."""

@@ -105,3 +105,29 @@ def test_gpus_are_numa_aligned_nvlinked_and_a_job_that_does_not_fit_waits(
     [gpu] = visible_gpus(read_envs(small_envs)["worker-0"])
     assert gpu in range(8)
     assert processes_mentioning(str(hold)) == []
+
+
+def test_a_four_gpu_job_gets_the_fully_linked_quad_left_free_not_the_lowest_indices(
+    runtime: Runtime, tmp_path: Path, dgx: Node
+) -> None:
+    """The embedded runtime places through core.scheduling's plugins: with one GPU taken, a 4-GPU replica gets the
+    other quad of the cube-mesh (every pair NVLinked), where lowest free indices would mix quads."""
+    hold, first_env, wide_env = tmp_path / "hold", tmp_path / "env-first", tmp_path / "env-wide"
+    runtime.start_control_plane(extra=["--inventory", str(INVENTORY)])
+    runtime.submit(gpu_job("first", 1, 1, ["--env-dir", str(first_env), "--hold", str(hold)]))
+    runtime.wait_phase("first", {Phase.RUNNING})
+    [taken] = visible_gpus(wait_until(lambda: read_envs(first_env).get("worker-0"), message="first's environment"))
+
+    runtime.submit(gpu_job("wide", 1, 4, ["--env-dir", str(wide_env), "--hold", str(hold)]))
+    runtime.wait_phase("wide", {Phase.RUNNING})
+    gpus = visible_gpus(wait_until(lambda: read_envs(wide_env).get("worker-0"), message="wide's environment"))
+    lowest_free = [index for index in range(8) if index != taken][:4]
+    assert taken not in gpus
+    assert [(a, b) for a, b in combinations(gpus, 2) if dgx.gpu_link(a, b) != "NV"] == [], gpus
+    assert len({gpu.numa for gpu in dgx.status.gpus if gpu.index in gpus}) == 1, gpus
+    # The baseline a topology-blind scheduler would pick has pairs without NVLink, so the test can tell them apart.
+    assert any(dgx.gpu_link(a, b) != "NV" for a, b in combinations(lowest_free, 2))
+
+    hold.write_text("go")
+    for name in ("first", "wide"):
+        assert runtime.wait_phase(name, {Phase.SUCCEEDED, Phase.FAILED}).status.phase == Phase.SUCCEEDED

@@ -29,7 +29,8 @@ class Demand:
         memory: bytes.
         gpus: whole GPUs.
         gpu_milli: a share of one GPU in thousandths; 0 when whole GPUs are asked for.
-        gpu_model: the required GPU model, case-folded, or None for any (only set when GPUs are asked for).
+        gpu_model: the acceptable GPU models, case-folded, sorted and joined by ``|`` (``model_key``), or None
+            for any (only set when GPUs are asked for).
     """
 
     exclusive_cpus: int = 0
@@ -87,8 +88,25 @@ def demand_of(replica: ReplicaRequest) -> Demand:
         memory=max(0, resources.memory),
         gpus=gpus,
         gpu_milli=gpu_milli,
-        gpu_model=replica.gpu_model.casefold() if wants_gpu and replica.gpu_model else None,
+        gpu_model=model_key(replica.gpu_model) if wants_gpu else None,
     )
+
+
+def model_key(models: str | None) -> str | None:
+    """The canonical form of a GPU model constraint, or None for any model.
+
+    Alternatives (``V100M16|V100M32``, as in the openb traces' ``gpu_spec``) are case-folded, stripped,
+    de-duplicated, sorted and joined by ``|``.
+    """
+    if not models:
+        return None
+    alternatives = sorted({part.strip().casefold() for part in models.split("|") if part.strip()})
+    return "|".join(alternatives) or None
+
+
+def model_alternatives(key: str) -> frozenset[str]:
+    """The case-folded models a ``model_key`` accepts."""
+    return frozenset(key.split("|"))
 
 
 def total_demand(demands: Iterable[Demand]) -> Demand:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from phalanx.core.scheduling.demands import MILLI, Demand
-from phalanx.core.scheduling.table import NO_MODEL, BoolArray, FloatArray, IntArray, NodeTable
+from phalanx.core.scheduling.demands import MILLI, Demand, model_key
+from phalanx.core.scheduling.table import BoolArray, FloatArray, IntArray, NodeTable
 from phalanx.core.scheduling.types import TaskShape
 
 # Shapes kept in a learned profile: the most frequent ones until this share of all requests is covered.
@@ -41,8 +41,6 @@ REBUILD_MIN_STEP = 64
 SCALE = 1000
 # The scaled fragmentation of a node that cannot hold the replica: far above any real value.
 UNFIT = 10**15
-# Model id in a profile meaning "any model".
-ANY_MODEL = -2
 
 
 def shape_of(demand: Demand) -> TaskShape:
@@ -118,7 +116,6 @@ class WorkloadProfile:
     cpu: IntArray
     gpus: IntArray
     gpu_milli: IntArray
-    model: IntArray
     weight: FloatArray
     eligible: BoolArray
 
@@ -128,23 +125,19 @@ class WorkloadProfile:
         total = sum(max(0.0, shape.weight) for shape in shapes)
         weights = [max(0.0, shape.weight) / total if total > 0 else 0.0 for shape in shapes]
 
-        def model_id(shape: TaskShape) -> int:
-            if shape.gpu_model is None:
-                return ANY_MODEL
-            return table.model_ids.get(shape.gpu_model.casefold(), NO_MODEL - 1)
-
-        models = np.array([model_id(shape) for shape in shapes], dtype=np.int64)
-        present = table.gpu_present[None, :, :]
-        any_model = (models == ANY_MODEL)[:, None, None]
-        same = table.gpu_model[None, :, :] == models[:, None, None]
+        everything = slice(None)
+        eligible = (
+            np.stack([table.model_mask(model_key(shape.gpu_model), everything) for shape in shapes])
+            if shapes
+            else np.zeros((0, *table.gpu_present.shape), dtype=np.bool_)
+        )
         return cls(
             shapes=tuple(shapes),
             cpu=np.array([shape.cpu_milli for shape in shapes], dtype=np.int64),
             gpus=np.array([shape.gpus for shape in shapes], dtype=np.int64),
             gpu_milli=np.array([shape.gpu_milli for shape in shapes], dtype=np.int64),
-            model=models,
             weight=np.array(weights, dtype=np.float64),
-            eligible=present & (any_model | same),
+            eligible=eligible,
         )
 
     def __bool__(self) -> bool:

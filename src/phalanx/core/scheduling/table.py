@@ -97,14 +97,17 @@ class NodeTable:
     # --- derived columns ------------------------------------------------------------------------------
 
     def model_mask(self, model: str | None, rows: IntArray | slice) -> BoolArray:
-        """Which GPU columns of ``rows`` hold a usable GPU of ``model`` (case-folded; None for any)."""
+        """Which GPU columns of ``rows`` hold a usable GPU of ``model`` (a ``model_key``; None for any)."""
         present = self.gpu_present[rows]
         if model is None:
             return present
-        model_id = self.model_ids.get(model)
-        if model_id is None:
+        ids = [self.model_ids[name] for name in model.split("|") if name in self.model_ids]
+        if not ids:
             return np.zeros_like(present)
-        mask: BoolArray = present & (self.gpu_model[rows] == model_id)
+        if len(ids) == 1:
+            single: BoolArray = present & (self.gpu_model[rows] == ids[0])
+            return single
+        mask: BoolArray = present & np.isin(self.gpu_model[rows], ids)
         return mask
 
     def whole_free(self, eligible: BoolArray, rows: IntArray | slice) -> IntArray:

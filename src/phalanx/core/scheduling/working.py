@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from phalanx.core.scheduling.demands import MILLI
+from phalanx.core.scheduling.demands import MILLI, model_alternatives
 from phalanx.core.scheduling.table import NodeTable
 from phalanx.core.scheduling.types import ClusterSnapshot, CpuSlot, GpuSlot, NodeSnapshot
 
@@ -143,15 +143,16 @@ class WorkingNode:
     # --- GPUs -------------------------------------------------------------------------------------------
 
     def usable_gpus(self, model: str | None) -> tuple[GpuSlot, ...]:
-        """Healthy GPUs of ``model`` (case-folded; None for any model), by index."""
+        """Healthy GPUs of ``model`` (a ``model_key``: alternatives joined by ``|``; None for any), by index."""
         found = self._usable.get(model)
         if found is None:
+            allowed = None if model is None else model_alternatives(model)
             found = tuple(
                 sorted(
                     (
                         gpu
                         for gpu in self.snapshot.gpus
-                        if gpu.healthy and (model is None or gpu.model.casefold() == model)
+                        if gpu.healthy and (allowed is None or gpu.model.casefold() in allowed)
                     ),
                     key=lambda gpu: gpu.index,
                 )

@@ -31,6 +31,8 @@ from phalanx.entrypoints.cli.backends import Backend, BackendChoice, BackendErro
 from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, StoreJobSource, follow
 from phalanx.entrypoints.cli.output import console, fail
 from phalanx.entrypoints.cli.running import run_job, session
+from phalanx.entrypoints.cli.sim import sim_app
+from phalanx.entrypoints.cli.sim_fgd import fgd as _fgd  # noqa: F401  (registers `phalanx sim fgd`)
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, styled_phase
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(sim_app, name="sim")
 
 
 class Output(StrEnum):

@@ -1,0 +1,370 @@
+"""``phalanx sim``: replay a trace or a generated workload on a simulated cluster and write a report.
+
+``phalanx sim run`` builds the cluster (synthetic N x G GPU nodes, or nodes of an openb node list), the workload
+(an ITP trace, or a Poisson or FfDL-like generator), runs every requested variant (queue order x placement x
+gang on/off) through ``phalanx.sim.engine.simulate`` — the same scheduler core the runtimes use — with a
+progress bar, prints a summary and writes the report directory (``phalanx.sim.report``).
+
+This module only translates options; the simulator itself is imported when the command runs, so ``phalanx``'s
+other commands do not pay for numpy. Bad input (a missing file, a bad column, a nonsense number, an unknown
+policy) exits with code 2 and a message naming what to fix.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from enum import StrEnum
+from itertools import product
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from phalanx.entrypoints.cli.output import fail
+
+if TYPE_CHECKING:
+    from phalanx.core.scheduling import ClusterSnapshot
+    from phalanx.sim.engine import SimOptions, SimResult
+    from phalanx.sim.workloads import SimJob
+
+sim_app = typer.Typer(
+    name="sim",
+    help="Simulate scheduling policies on traces or generated workloads, with the scheduler Phalanx runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class Generator(StrEnum):
+    """Workload generators."""
+
+    POISSON = "poisson"
+    FFDL = "ffdl"
+
+
+class Intensity(StrEnum):
+    """FfDL-like load levels."""
+
+    LIGHT = "light"
+    HEAVY = "heavy"
+
+
+class Interconnect(StrEnum):
+    """GPU interconnect of synthetic nodes."""
+
+    PCIE = "pcie"
+    NVSWITCH = "nvswitch"
+
+
+TRACE_FORMATS = ("itp",)
+NODE_TRACE_FORMATS = ("openb",)
+DEFAULT_JOBS = 500
+DEFAULT_LOAD = 0.8
+
+
+def _source(spec: str, formats: tuple[str, ...], option: str) -> Path:
+    """``FORMAT:PATH`` -> PATH, checking the format; a usage error (exit 2) otherwise."""
+    fmt, sep, path = spec.partition(":")
+    if not sep or fmt not in formats or not path:
+        fail(f"{option} {spec!r}: write FORMAT:PATH with FORMAT one of {', '.join(formats)}, e.g. {formats[0]}:FILE", 2)
+    return Path(path)
+
+
+@sim_app.command("run")
+def run(
+    trace: Annotated[
+        str | None, typer.Option("--trace", help="Replay a trace: itp:PATH (an ITP job list CSV).", show_default=False)
+    ] = None,
+    generate: Annotated[
+        Generator | None, typer.Option("--generate", help="Generate a workload instead: poisson or ffdl.")
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", min=1, help=f"Jobs to generate (default {DEFAULT_JOBS}), or the first N of a trace."),
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option("--rate", min=0.0, help="poisson: arrivals per hour (default: from --load).")
+    ] = None,
+    load: Annotated[
+        float,
+        typer.Option("--load", min=0.0, help="poisson: offered GPU load as a fraction of the cluster's GPUs."),
+    ] = DEFAULT_LOAD,
+    intensity: Annotated[
+        Intensity, typer.Option("--intensity", help="ffdl: light (50% load) or heavy (120% load).")
+    ] = Intensity.HEAVY,
+    max_gpus_per_replica: Annotated[
+        int,
+        typer.Option(
+            "--max-gpus-per-replica", min=1, help="trace and poisson: split gangs into replicas of at most this."
+        ),
+    ] = 8,
+    nodes: Annotated[
+        int | None, typer.Option("--nodes", min=1, help="Nodes (default 16; with --node-trace, all of the list).")
+    ] = None,
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=0, help="GPUs per synthetic node.")] = 8,
+    gpu_model: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu-model",
+            help="GPU model(s) of synthetic nodes, comma-separated, nodes split evenly "
+            "(default V100; ffdl: K80,P100,V100).",
+        ),
+    ] = None,
+    cpus_per_node: Annotated[
+        int | None, typer.Option("--cpus-per-node", min=1, help="CPUs per synthetic node (default 8 per GPU).")
+    ] = None,
+    memory_per_node: Annotated[
+        int | None,
+        typer.Option("--memory-per-node", min=1, help="Memory per synthetic node in GiB (default 64 per GPU)."),
+    ] = None,
+    interconnect: Annotated[
+        Interconnect, typer.Option("--interconnect", help="GPU links of synthetic nodes: pcie or nvswitch.")
+    ] = Interconnect.PCIE,
+    node_trace: Annotated[
+        str | None,
+        typer.Option("--node-trace", help="Take the nodes from a node list: openb:PATH.", show_default=False),
+    ] = None,
+    queue_order: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queue-order",
+            help="fifo, shortest-first or least-attained-service; repeat to compare "
+            "(default fifo; with --compare, fifo and shortest-first).",
+        ),
+    ] = None,
+    placement: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--placement",
+            help="Placement policy (pack, spread, binpack, fragmentation, random, auto); repeat to compare.",
+        ),
+    ] = None,
+    topology: Annotated[str, typer.Option("--topology", help="GPU topology rule: none, preferred, required.")] = (
+        "preferred"
+    ),
+    gang: Annotated[
+        bool, typer.Option("--gang/--no-gang", help="Admit whole gangs, or place pod by pod (the baseline).")
+    ] = True,
+    compare: Annotated[
+        bool, typer.Option("--compare", help="Run gang and pod-by-pod for every queue order and placement.")
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of generated workloads and random placement.")] = 0,
+    out: Annotated[Path, typer.Option("--out", help="Report directory (created; files in it are replaced).")] = Path(
+        "sim-report"
+    ),
+) -> None:
+    """Run a simulation and write report.md, metrics.csv, jobs.csv and plots to --out."""
+    from phalanx.sim.clusters import gpus_by_model
+    from phalanx.sim.engine import check_options
+    from phalanx.sim.report import ReportError, check_plotting
+    from phalanx.sim.traces import TraceError
+
+    if (trace is None) == (generate is None):
+        fail("give exactly one workload: --trace itp:PATH or --generate poisson|ffdl", 2)
+    try:
+        check_plotting()
+    except ReportError as err:
+        fail(str(err), 1)
+    try:
+        cluster, cluster_line = _cluster(
+            node_trace,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            gpu_models=gpu_model or ("K80,P100,V100" if generate is Generator.FFDL else "V100"),
+            cpus_per_node=cpus_per_node,
+            memory_per_node=memory_per_node,
+            interconnect=interconnect.value,
+        )
+        if trace is not None:
+            workload, workload_line = _trace_jobs(trace, limit=jobs, max_gpus_per_replica=max_gpus_per_replica)
+        else:
+            assert generate is not None
+            workload, workload_line = _generated_jobs(
+                generate,
+                count=jobs or DEFAULT_JOBS,
+                rate=rate,
+                load=load,
+                intensity=intensity,
+                gpus=gpus_by_model(cluster),
+                seed=seed,
+                max_gpus_per_replica=max_gpus_per_replica,
+            )
+        variants = _variants(queue_order, placement, topology=topology, gang=gang, compare=compare, seed=seed)
+        for variant in variants:
+            check_options(variant)
+    except (TraceError, ValueError) as err:
+        fail(str(err), 2)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        fail(f"--out {out}: cannot create the directory ({err.strerror or err})", 2)
+    results = _simulate_all(cluster, workload, variants)
+    try:
+        from phalanx.sim.report import write_report
+
+        files = write_report(
+            out,
+            results,
+            command=shlex.join(["phalanx", *sys.argv[1:]]),
+            setup=[workload_line, cluster_line, f"seed: {seed}"],
+        )
+    except ReportError as err:
+        fail(str(err), 1)
+    _print_summary(results)
+    typer.echo(f"report: {files.report}")
+
+
+def _cluster(
+    node_trace: str | None,
+    *,
+    nodes: int | None,
+    gpus_per_node: int,
+    gpu_models: str,
+    cpus_per_node: int | None,
+    memory_per_node: int | None,
+    interconnect: str,
+) -> tuple[ClusterSnapshot, str]:
+    from phalanx.sim.clusters import GIB, gpu_capacity, openb_cluster, synthetic_cluster
+    from phalanx.sim.traces import load_openb_nodes
+
+    if node_trace is not None:
+        path = _source(node_trace, NODE_TRACE_FORMATS, "--node-trace")
+        cluster = openb_cluster(load_openb_nodes(path), nodes)
+        line = f"cluster: the first {len(cluster.nodes):,} nodes of {path.name} ({gpu_capacity(cluster):,} GPUs)"
+        return cluster, line
+    count = nodes if nodes is not None else 16
+    models = tuple(model.strip() for model in gpu_models.split(",") if model.strip())
+    cluster = synthetic_cluster(
+        count,
+        gpus_per_node,
+        gpu_models=models,
+        cpus_per_node=cpus_per_node,
+        memory_per_node=memory_per_node * GIB if memory_per_node is not None else None,
+        interconnect=interconnect,
+    )
+    first = cluster.nodes[0]
+    line = (
+        f"cluster: {count:,} nodes x {gpus_per_node} GPUs ({'/'.join(models)}, {interconnect}) = "
+        f"{gpu_capacity(cluster):,} GPUs; {len(first.cpus)} CPUs and {first.memory // GIB} GiB per node"
+    )
+    return cluster, line
+
+
+def _trace_jobs(trace: str, *, limit: int | None, max_gpus_per_replica: int) -> tuple[tuple[SimJob, ...], str]:
+    from phalanx.sim.traces import load_itp_jobs
+    from phalanx.sim.workloads import jobs_from_itp
+
+    path = _source(trace, TRACE_FORMATS, "--trace")
+    records = load_itp_jobs(path)
+    if not records:
+        raise ValueError(f"{path}: the trace has no job")
+    workload = jobs_from_itp(
+        records[:limit] if limit is not None else records, max_gpus_per_replica=max_gpus_per_replica
+    )
+    first = f"the first {len(workload):,} of " if len(workload) < len(records) else ""
+    return workload, f"workload: {first}{len(records):,} jobs of the ITP trace {path.name}"
+
+
+def _generated_jobs(
+    generator: Generator,
+    *,
+    count: int,
+    rate: float | None,
+    load: float,
+    intensity: Intensity,
+    gpus: dict[str, int],
+    seed: int,
+    max_gpus_per_replica: int,
+) -> tuple[tuple[SimJob, ...], str]:
+    from phalanx.sim.workloads import (
+        DEFAULT_DURATION,
+        DEFAULT_GANG_MIX,
+        ffdl_workload,
+        mean_gang_size,
+        poisson_workload,
+        rate_for_load,
+    )
+
+    if generator is Generator.FFDL:
+        workload = ffdl_workload(count, intensity=intensity.value, gpus_by_model=gpus, seed=seed)
+        return workload, f"workload: {count:,} FfDL-like jobs, {intensity.value} load, models {', '.join(gpus)}"
+    if rate is None:
+        rate = rate_for_load(
+            load,
+            capacity_gpus=sum(gpus.values()),
+            mean_gpus=mean_gang_size(DEFAULT_GANG_MIX),
+            mean_duration=DEFAULT_DURATION.mean,
+        )
+    workload = poisson_workload(count, rate_per_hour=rate, seed=seed, max_gpus_per_replica=max_gpus_per_replica)
+    return workload, f"workload: {count:,} Poisson arrivals at {rate:.2f} jobs/hour"
+
+
+def _variants(
+    queue_orders: list[str] | None,
+    placements: list[str] | None,
+    *,
+    topology: str,
+    gang: bool,
+    compare: bool,
+    seed: int,
+) -> list[SimOptions]:
+    from phalanx.sim.engine import SimOptions
+
+    orders = list(dict.fromkeys(queue_orders or (["fifo", "shortest-first"] if compare else ["fifo"])))
+    chosen = list(dict.fromkeys(placements or ["auto"]))
+    gangs = [True, False] if compare else [gang]
+    return [
+        SimOptions(queue_order=order, placement=where, topology=topology, gang=on, seed=seed)
+        for order, where, on in product(orders, chosen, gangs)
+    ]
+
+
+def _simulate_all(
+    cluster: ClusterSnapshot, workload: tuple[SimJob, ...], variants: list[SimOptions]
+) -> list[SimResult]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    from phalanx.entrypoints.cli.output import rich_console
+    from phalanx.sim.engine import simulate
+
+    results: list[SimResult] = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs finished"),
+        TimeElapsedColumn(),
+        console=rich_console(stderr=True),
+    ) as progress:
+        for variant in variants:
+            task = progress.add_task(variant.label, total=len(workload))
+
+            def update(finished: int, total: int, task: TaskID = task) -> None:
+                progress.update(task, completed=finished, total=total)
+
+            results.append(simulate(cluster, workload, variant, progress=update))
+    return results
+
+
+def _print_summary(results: list[SimResult]) -> None:
+    from rich.table import Table
+
+    from phalanx.entrypoints.cli.output import rich_console
+    from phalanx.sim.metrics import METRICS, compute_metrics
+
+    shown = ("jobs_finished", "jct_mean_s", "queueing_mean_s", "gpu_allocation_pct", "partial_gang_idle_gpu_s")
+    columns = [column for column in METRICS if column.name in shown]
+    table = Table("run", *(column.title for column in columns), "deadlock")
+    for result in results:
+        values = compute_metrics(result)
+        table.add_row(
+            result.options.label,
+            *(column.format(values[column.name]) for column in columns),
+            "yes" if result.deadlock else "no",
+        )
+    rich_console().print(table)
+    for result in results:
+        if result.deadlock is not None:
+            rich_console().print(f"{result.options.label}: {result.deadlock.describe()}")

@@ -1,0 +1,496 @@
+"""The discrete-event engine: arrivals and completions on a virtual clock, decided by the scheduler core.
+
+One ``SchedulingSession`` (``phalanx.core.scheduling``, the code the embedded runtime and the Kubernetes
+scheduler run) holds the simulated cluster. The clock jumps from event to event; at each event time, every
+event due then is handled as one batch:
+
+1. completions: finished jobs give their devices back (``session.release``);
+2. arrivals: new jobs join the pending set;
+3. one ``session.cycle(pending, now)`` over every pending job; each admitted job starts now and its
+   completion is scheduled ``duration`` seconds later;
+4. a sample of the cluster (GPUs allocated, GPUs running jobs, jobs pending and running) is recorded; it holds
+   until the next event time.
+
+**Gang on** (default): a job is one ``PendingJob`` with all its replicas; the core admits it whole or not at
+all, so no GPU is ever held by a job that is not running. **Gang off** is the pod-by-pod baseline of the
+default kube-scheduler: each replica is its own one-replica ``PendingJob`` (key ``<job>#000``…, created when
+the job is, so a job's replicas are tried one after another); a placed replica holds its devices; the job
+starts when its last replica is placed. Until then its placed replicas hold GPUs that do no work: their
+*partial-gang idle GPU-seconds* are summed. If that leaves the cluster stuck — nothing running, no completion
+to come, GPUs held by partial gangs and nothing placed in the last cycle — the free room can never grow again
+(nothing running will finish, and a job that arrives later and runs gives back exactly what it took), so the
+run stops and reports the deadlock; jobs that would have arrived later are left out (status ``not-submitted``).
+
+Time is virtual seconds: ``now`` given to the core is ``EPOCH`` plus those seconds. The engine reads no clock
+and draws no random number, so a run is a function of its inputs (the seed goes to the core's ``random``
+placement baseline through ``SchedulerConfig``). Shortest-first gets each job's true run time as its estimate
+(an oracle, as in the Helios and PAI simulators' SJF).
+
+Preemption, when the core reports victims, fits here: a victim's ``_JobState`` adds its served GPU-seconds
+to ``attained``, subtracts its served time from ``remaining``, drops its ``keys`` and ``placed`` (the session
+no longer holds its devices) and goes back to ``WAITING`` with its pending entries re-added (``_enqueue``
+already reads ``remaining`` and ``attained``). The completion scheduled for the stopped run is then skipped:
+completions carry the run number they belong to, and ``_start`` bumps it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from phalanx.core.scheduling import (
+    Admission,
+    ClusterSnapshot,
+    PendingJob,
+    ReplicaRequest,
+    SchedulerConfig,
+    SchedulingSession,
+    TaskShape,
+)
+from phalanx.model.resources import ResourceVector
+from phalanx.sim.clusters import gpu_capacity
+from phalanx.sim.workloads import MILLI, SimJob
+
+EPOCH = datetime(2021, 1, 1, tzinfo=UTC)
+
+FINISHED = "finished"
+WAITING = "waiting"  # submitted, never started (or, pod-by-pod, started placing but never complete)
+RUNNING = "running"  # started, not finished yet (a run in progress; no finished run leaves a job in it)
+NOT_SUBMITTED = "not-submitted"  # its submission time came after a deadlock stop
+
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    """How one simulated run schedules.
+
+    Attributes:
+        queue_order: ``fifo``, ``shortest-first`` or ``least-attained-service`` (``SchedulerConfig``).
+        placement: the placement policy every job carries (``PendingJob.placement``), passed to the core
+            as is, so whatever policies the core knows are available.
+        topology: ``none``, ``preferred`` or ``required`` (``PendingJob.topology``).
+        gang: True admits whole gangs; False is the pod-by-pod baseline.
+        seed: seed of the core's random placement baseline.
+        workload: typical task shapes for fragmentation-aware placement (empty: the core learns them).
+    """
+
+    queue_order: str = "fifo"
+    placement: str = "auto"
+    topology: str = "preferred"
+    gang: bool = True
+    seed: int = 0
+    workload: tuple[TaskShape, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """A short name of the variant, e.g. ``fifo/auto/gang`` or ``shortest-first/spread/pod-by-pod``."""
+        return f"{self.queue_order}/{self.placement}/{'gang' if self.gang else 'pod-by-pod'}"
+
+    def scheduler_config(self) -> SchedulerConfig:
+        """The core's run-wide settings for this variant.
+
+        Raises:
+            ValueError: the queue order is unknown.
+        """
+        return SchedulerConfig(queue_order=self.queue_order, workload=self.workload, seed=self.seed)
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What happened to one job.
+
+    Attributes:
+        job: the simulated job.
+        status: ``finished``, ``waiting``, ``running`` or ``not-submitted``.
+        start: when it started running (all replicas placed), or None.
+        end: when it finished, or None.
+        first_placed: when its first replica got devices (pod-by-pod: may precede ``start``), or None.
+        nodes: the nodes its replicas ran on (distinct, sorted).
+        reason: for a job that never started, the core's last sentence on why it waited.
+    """
+
+    job: SimJob
+    status: str
+    start: float | None = None
+    end: float | None = None
+    first_placed: float | None = None
+    nodes: tuple[str, ...] = ()
+    reason: str = ""
+
+    @property
+    def queueing_delay(self) -> float | None:
+        """``start - submit``, or None if it never started."""
+        return None if self.start is None else self.start - self.job.submit
+
+    @property
+    def completion_time(self) -> float | None:
+        """Job completion time, ``end - submit``, or None if it did not finish."""
+        return None if self.end is None else self.end - self.job.submit
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """The cluster after each event time, as parallel lists; each value holds until the next time.
+
+    Attributes:
+        times: event times, ascending.
+        allocated_gpus: GPUs held by any replica (running or in a partial gang).
+        running_gpus: GPUs held by jobs that run.
+        pending_jobs: jobs submitted and not started.
+        running_jobs: jobs started and not finished.
+    """
+
+    times: tuple[float, ...]
+    allocated_gpus: tuple[float, ...]
+    running_gpus: tuple[float, ...]
+    pending_jobs: tuple[int, ...]
+    running_jobs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlock:
+    """A pod-by-pod run that stopped because partial gangs held GPUs that nothing could ever free.
+
+    Attributes:
+        time: when the run stopped (the last event time).
+        jobs: the jobs holding part of their gang.
+        held_gpus: GPUs they hold.
+        waiting: jobs submitted and not started at the stop (the partial ones included).
+    """
+
+    time: float
+    jobs: tuple[str, ...]
+    held_gpus: float
+    waiting: int
+
+    def describe(self) -> str:
+        """One sentence for reports."""
+        return (
+            f"deadlock at t={self.time:.0f} s: {len(self.jobs)} job(s) hold {self.held_gpus:g} GPU(s) in partial "
+            f"gangs that can never complete; nothing runs; {self.waiting} job(s) wait"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """A finished (or deadlock-stopped) run.
+
+    Attributes:
+        options: the variant.
+        capacity_gpus: healthy GPUs of the schedulable nodes.
+        jobs: one outcome per input job, in input order.
+        timeline: the cluster after each event time.
+        partial_gang_idle_gpu_seconds: GPU-seconds held by placed replicas of jobs not yet started.
+        deadlock: set when a pod-by-pod run stopped at a deadlock.
+        cycles: scheduling cycles run.
+    """
+
+    options: SimOptions
+    capacity_gpus: int
+    jobs: tuple[JobOutcome, ...]
+    timeline: Timeline
+    partial_gang_idle_gpu_seconds: float
+    deadlock: Deadlock | None = None
+    cycles: int = 0
+
+
+@dataclass(slots=True)
+class _JobState:
+    """One job's progress during a run (mutable; frozen into a ``JobOutcome`` at the end)."""
+
+    job: SimJob
+    status: str = NOT_SUBMITTED
+    start: float | None = None
+    end: float | None = None
+    first_placed: float | None = None
+    placed: int = 0  # replicas holding devices
+    nodes: set[str] = field(default_factory=set)
+    keys: tuple[str, ...] = ()  # the session keys its devices are held under
+    remaining: float = 0.0  # run time still to serve
+    attained: float = 0.0  # GPU-seconds served so far (least-attained-service)
+    run: int = 0  # bumped at each start; a completion is valid only for the run it was scheduled for
+
+
+def check_options(options: SimOptions) -> None:
+    """Ask the core whether it knows the options' queue order, placement and topology.
+
+    The core's own validation decides, so placement names the core adds later are accepted without a change
+    here.
+
+    Raises:
+        ValueError: the core's message naming the unknown value.
+    """
+    probe = PendingJob(
+        key="check/options",
+        priority=0,
+        created=EPOCH,
+        queue="default",
+        replicas=(),
+        placement=options.placement,
+        topology=options.topology,
+    )
+    SchedulingSession(ClusterSnapshot(nodes=()), options.scheduler_config()).cycle([probe], EPOCH)
+
+
+def simulate(
+    cluster: ClusterSnapshot,
+    jobs: Sequence[SimJob],
+    options: SimOptions | None = None,
+    *,
+    progress: ProgressCallback | None = None,
+) -> SimResult:
+    """Run ``jobs`` on ``cluster`` under ``options`` until every job finished or nothing more can happen.
+
+    Args:
+        cluster: the simulated nodes, normally empty.
+        jobs: the workload; keys must be unique; any order (arrivals are sorted by submission time, then
+            input order).
+        options: the variant; the defaults when None.
+        progress: called as ``progress(finished_jobs, total_jobs)`` after every event time.
+
+    Raises:
+        ValueError: duplicate job keys, negative times, or options the core rejects.
+    """
+    return _Engine(cluster, jobs, options or SimOptions(), progress).run()
+
+
+class _Engine:
+    """The state of one run; ``run`` drives it from the first arrival to the end."""
+
+    def __init__(
+        self,
+        cluster: ClusterSnapshot,
+        jobs: Sequence[SimJob],
+        options: SimOptions,
+        progress: ProgressCallback | None,
+    ) -> None:
+        _check_jobs(jobs)
+        check_options(options)
+        self.options = options
+        self.progress = progress
+        self.session = SchedulingSession(cluster, options.scheduler_config())
+        self.capacity = gpu_capacity(cluster)
+        self.states = [_JobState(job=job, remaining=job.duration) for job in jobs]
+        self.arrivals = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit, i))
+        self.completions: list[tuple[float, int, int, int]] = []  # (time, sequence, job index, run)
+        self.sequence = 0
+        self.pending: dict[str, PendingJob] = {}
+        self.owner: dict[str, tuple[int, int]] = {}  # pending key -> (job index, first replica index)
+        self.allocated_milli = 0
+        self.partial_milli = 0
+        self.partial_jobs: set[int] = set()
+        self.waiting = 0
+        self.running = 0
+        self.finished = 0
+        self.idle_milli_seconds = 0.0
+        self.cycles = 0
+        self.reasons: dict[str, str] = {}
+        self.samples: tuple[list[float], list[float], list[float], list[int], list[int]] = ([], [], [], [], [])
+
+    # --- the loop ---------------------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        next_arrival = 0
+        last_time: float | None = None
+        deadlock: Deadlock | None = None
+        while next_arrival < len(self.arrivals) or self.completions:
+            now = self._next_time(next_arrival)
+            if last_time is not None:
+                # Partial gangs held their GPUs idle over the whole interval since the last event.
+                self.idle_milli_seconds += self.partial_milli * (now - last_time)
+            last_time = now
+            self._complete_due(now)
+            next_arrival = self._arrive_due(now, next_arrival)
+            admitted = self._cycle(now)
+            self._sample(now)
+            if self.progress is not None:
+                self.progress(self.finished, len(self.states))
+            if self._stuck(admitted):
+                break
+        if self.partial_jobs and last_time is not None:
+            # Stopped early, or ran out of events: either way the partial gangs can never complete.
+            deadlock = self._deadlock(last_time)
+        return self._result(deadlock)
+
+    def _next_time(self, next_arrival: int) -> float:
+        candidates = []
+        if next_arrival < len(self.arrivals):
+            candidates.append(self.states[self.arrivals[next_arrival]].job.submit)
+        if self.completions:
+            candidates.append(self.completions[0][0])
+        return min(candidates)
+
+    def _complete_due(self, now: float) -> None:
+        while self.completions and self.completions[0][0] <= now:
+            _, _, index, run = heapq.heappop(self.completions)
+            state = self.states[index]
+            if run != state.run or state.status != RUNNING:
+                continue  # a completion of a run that was stopped (preemption)
+            for key in state.keys:
+                self.session.release(key)
+            milli = state.job.gpu_milli
+            self.allocated_milli -= milli
+            state.status = FINISHED
+            state.end = now
+            state.remaining = 0.0
+            state.attained += milli / MILLI * (now - (state.start if state.start is not None else now))
+            self.running -= 1
+            self.finished += 1
+
+    def _arrive_due(self, now: float, next_arrival: int) -> int:
+        while next_arrival < len(self.arrivals) and self.states[self.arrivals[next_arrival]].job.submit <= now:
+            index = self.arrivals[next_arrival]
+            self.states[index].status = WAITING
+            self.waiting += 1
+            self._enqueue(index)
+            next_arrival += 1
+        return next_arrival
+
+    def _cycle(self, now: float) -> bool:
+        if not self.pending:
+            return False
+        decisions = self.session.cycle(list(self.pending.values()), EPOCH + timedelta(seconds=now))
+        self.cycles += 1
+        self.reasons = decisions.waiting
+        for admission in decisions.admitted:
+            self._admit(admission, now)
+        return bool(decisions.admitted)
+
+    def _stuck(self, admitted: bool) -> bool:
+        """Partial gangs hold GPUs, nothing runs or will finish, and the last cycle placed nothing."""
+        return bool(self.partial_jobs) and not self.running and not self.completions and not admitted
+
+    # --- pending work -----------------------------------------------------------------------------------
+
+    def _enqueue(self, index: int) -> None:
+        state = self.states[index]
+        job = state.job
+        created = EPOCH + timedelta(seconds=job.submit)
+        requests = [
+            ReplicaRequest(
+                name=f"{job.key}-worker-{i}",
+                role="worker",
+                resources=ResourceVector(
+                    cpu_milli=replica.cpu_milli, memory=replica.memory, gpu=replica.gpus, gpu_milli=replica.gpu_milli
+                ),
+                gpu_model=job.gpu_model,
+                pin_cpus=False,
+            )
+            for i, replica in enumerate(job.replicas)
+        ]
+        if self.options.gang:
+            groups = [(job.key, 0, tuple(requests))]
+        else:
+            width = max(3, len(str(len(requests) - 1)))
+            groups = [(f"{job.key}#{i:0{width}d}", i, (request,)) for i, request in enumerate(requests)]
+        for key, first, replicas in groups:
+            self.pending[key] = PendingJob(
+                key=key,
+                priority=job.priority,
+                created=created,
+                queue=job.queue,
+                replicas=replicas,
+                placement=self.options.placement,
+                topology=self.options.topology,
+                duration_estimate=state.remaining,
+                attained_service=state.attained,
+            )
+            self.owner[key] = (index, first)
+
+    def _admit(self, admission: Admission, now: float) -> None:
+        del self.pending[admission.key]
+        index, first = self.owner.pop(admission.key)
+        state = self.states[index]
+        job = state.job
+        state.keys = (*state.keys, admission.key)
+        state.nodes.update(assignment.node for assignment in admission.assignments)
+        if state.first_placed is None:
+            state.first_placed = now
+        count = len(admission.assignments)
+        milli = sum(replica.gpus * MILLI + replica.gpu_milli for replica in job.replicas[first : first + count])
+        self.allocated_milli += milli
+        state.placed += count
+        if state.placed < len(job.replicas):
+            self.partial_milli += milli
+            self.partial_jobs.add(index)
+            return
+        if index in self.partial_jobs:
+            self.partial_jobs.discard(index)
+            self.partial_milli -= job.gpu_milli - milli
+        self._start(index, now)
+
+    def _start(self, index: int, now: float) -> None:
+        state = self.states[index]
+        state.status = RUNNING
+        state.start = now
+        self.waiting -= 1
+        state.run += 1
+        self.running += 1
+        heapq.heappush(self.completions, (now + state.remaining, self.sequence, index, state.run))
+        self.sequence += 1
+
+    # --- results ----------------------------------------------------------------------------------------
+
+    def _sample(self, now: float) -> None:
+        times, allocated, running_gpus, waiting, running = self.samples
+        times.append(now)
+        allocated.append(self.allocated_milli / MILLI)
+        running_gpus.append((self.allocated_milli - self.partial_milli) / MILLI)
+        waiting.append(self.waiting)
+        running.append(self.running)
+
+    def _deadlock(self, now: float) -> Deadlock:
+        return Deadlock(
+            time=now,
+            jobs=tuple(sorted(self.states[index].job.key for index in self.partial_jobs)),
+            held_gpus=self.partial_milli / MILLI,
+            waiting=self.waiting,
+        )
+
+    def _result(self, deadlock: Deadlock | None) -> SimResult:
+        reasons: dict[int, str] = {}
+        for key in self.pending:  # in insertion order: a pod-by-pod job's first waiting replica speaks for it
+            reasons.setdefault(self.owner[key][0], self.reasons.get(key, ""))
+        outcomes = tuple(
+            JobOutcome(
+                job=state.job,
+                status=state.status,
+                start=state.start,
+                end=state.end,
+                first_placed=state.first_placed,
+                nodes=tuple(sorted(state.nodes)),
+                reason=reasons.get(index, ""),
+            )
+            for index, state in enumerate(self.states)
+        )
+        times, allocated, running_gpus, pending, running = self.samples
+        return SimResult(
+            options=self.options,
+            capacity_gpus=self.capacity,
+            jobs=outcomes,
+            timeline=Timeline(
+                times=tuple(times),
+                allocated_gpus=tuple(allocated),
+                running_gpus=tuple(running_gpus),
+                pending_jobs=tuple(pending),
+                running_jobs=tuple(running),
+            ),
+            partial_gang_idle_gpu_seconds=self.idle_milli_seconds / MILLI,
+            deadlock=deadlock,
+            cycles=self.cycles,
+        )
+
+
+def _check_jobs(jobs: Sequence[SimJob]) -> None:
+    seen: set[str] = set()
+    for job in jobs:
+        if job.key in seen:
+            raise ValueError(f"job key {job.key!r} appears more than once; every simulated job needs its own key")
+        seen.add(job.key)
+        if job.submit < 0 or job.duration < 0:
+            raise ValueError(f"job {job.key}: submission time and duration cannot be negative")
+        if not job.replicas:
+            raise ValueError(f"job {job.key} has no replica")

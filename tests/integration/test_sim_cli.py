@@ -1,0 +1,126 @@
+"""`phalanx sim run` as a real process on the ITP cluster10 trace: report files and numbers that agree."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT.parent / "shared" / "data" / "traces"
+CLUSTER10 = TRACES / "itp_cluster10.csv"
+
+
+def phalanx(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "phalanx.entrypoints.cli.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not CLUSTER10.is_file():
+        pytest.fail(f"the shipped trace is missing: expected {CLUSTER10}")
+    out = tmp_path_factory.mktemp("sim") / "report"
+    done = phalanx(
+        "sim",
+        "run",
+        "--trace",
+        f"itp:{CLUSTER10}",
+        "--nodes",
+        "4",
+        "--gpus-per-node",
+        "8",
+        "--compare",
+        "--out",
+        str(out),
+        cwd=tmp_path_factory.getbasetemp(),
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"report: {out / 'report.md'}" in done.stdout
+    return out
+
+
+def test_the_report_directory_has_every_file(report: Path) -> None:
+    for name in ("report.md", "metrics.csv", "jobs.csv", "allocation.png", "queueing_cdf.png"):
+        assert (report / name).stat().st_size > 0, name
+    markdown = (report / "report.md").read_text(encoding="utf-8")
+    assert "phalanx sim run --trace itp:" in markdown
+    assert "4 nodes x 8 GPUs" in markdown
+
+
+def test_compare_runs_gang_and_pod_by_pod_for_fifo_and_shortest_first(report: Path) -> None:
+    runs = [row["run"] for row in read_csv(report / "metrics.csv")]
+    assert runs == [
+        "fifo/auto/gang",
+        "fifo/auto/pod-by-pod",
+        "shortest-first/auto/gang",
+        "shortest-first/auto/pod-by-pod",
+    ]
+
+
+def test_metrics_agree_with_the_per_job_rows(report: Path) -> None:
+    jobs = read_csv(report / "jobs.csv")
+    for row in read_csv(report / "metrics.csv"):
+        mine = [job for job in jobs if job["run"] == row["run"]]
+        assert len(mine) == int(row["jobs"]) == 260
+        finished = [job for job in mine if job["status"] == "finished"]
+        assert len(finished) == int(row["jobs_finished"])
+        assert int(row["jobs_finished"]) + int(row["jobs_unfinished"]) == 260
+        jcts = [float(job["jct_s"]) for job in finished]
+        assert float(row["jct_mean_s"]) == pytest.approx(statistics.mean(jcts))
+        assert float(row["jct_p50_s"]) == pytest.approx(statistics.median(jcts))
+        delays = [float(job["queueing_delay_s"]) for job in mine if job["start_s"]]
+        assert float(row["queueing_mean_s"]) == pytest.approx(statistics.mean(delays))
+        for job in finished:  # JCT = queueing delay + run time, and nothing starts before it is submitted
+            assert float(job["jct_s"]) == pytest.approx(
+                float(job["queueing_delay_s"]) + float(job["end_s"]) - float(job["start_s"])
+            )
+            assert float(job["start_s"]) >= float(job["submit_s"])
+        ends = [float(job["end_s"]) for job in finished]
+        assert float(row["makespan_s"]) == pytest.approx(max(ends) - min(float(job["submit_s"]) for job in mine))
+        assert 0 < float(row["gpu_allocation_pct"]) <= 100
+        assert float(row["gpu_busy_pct"]) <= float(row["gpu_allocation_pct"]) + 1e-9
+        if row["gang"] == "on":
+            assert float(row["partial_gang_idle_gpu_s"]) == 0.0
+            assert row["gpu_busy_pct"] == row["gpu_allocation_pct"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--trace", "itp:nowhere.csv"], "nowhere.csv: no such file", id="missing-file"),
+        pytest.param(
+            ["--trace", "itp:bad.csv"], "bad.csv:3: column 'duration': 'long' is not a number", id="bad-number"
+        ),
+        pytest.param(["--trace", "itp:nocol.csv"], "the header lacks column(s) 'num_gpu'", id="bad-columns"),
+        pytest.param(["--trace", "philly:x.csv"], "FORMAT one of itp", id="unknown-format"),
+        pytest.param(["--generate", "poisson", "--placement", "diagonal"], "placement 'diagonal'", id="placement"),
+        pytest.param(["--generate", "poisson", "--rate", "0"], "positive number of jobs per hour", id="zero-rate"),
+        pytest.param(["--generate", "poisson", "--nodes", "0"], "--nodes", id="zero-nodes"),
+        pytest.param([], "give exactly one workload", id="no-workload"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message_naming_the_problem(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "bad.csv").write_text("job_id,submission_time,duration,num_gpu\na,0,60,1\nb,5,long,1\n")
+    (tmp_path / "nocol.csv").write_text("job_id,submission_time,duration\na,0,60\n")
+    done = phalanx("sim", "run", *args, "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in " ".join((done.stdout + done.stderr).split())
+    assert not (tmp_path / "out" / "report.md").exists()
