@@ -106,6 +106,8 @@ def place_gang(
             rest=rest[position] if rest else None,
             profile=profile,
             salt=replica_salt(seed, job.key, replica.name) if job.placement == RANDOM else 0,
+            cluster=cluster,
+            topology=job.topology,
         )
         placed = _place_replica(cluster, job, replica, score)
         if isinstance(placed, dict):

@@ -39,6 +39,7 @@ from zlib import crc32
 import numpy as np
 
 from phalanx.core.scheduling.demands import MILLI, Demand
+from phalanx.core.scheduling.devices import choose_gpus, linked_pairs
 from phalanx.core.scheduling.fitting import FitMemo, holds_in_bulk
 from phalanx.core.scheduling.fragmentation import (
     WorkloadProfile,
@@ -46,9 +47,10 @@ from phalanx.core.scheduling.fragmentation import (
     scaled_fragmentation_after,
     shape_of,
 )
-from phalanx.core.scheduling.policies import AUTO, BINPACK, FRAGMENTATION, PACK, RANDOM, SPREAD
+from phalanx.core.scheduling.policies import AUTO, BINPACK, FRAGMENTATION, PACK, RANDOM, SPREAD, TOPOLOGY_NONE
 from phalanx.core.scheduling.table import IntArray, NodeTable
 from phalanx.core.scheduling.types import TaskShape
+from phalanx.core.scheduling.working import WorkingCluster
 
 _PPM = 1_000_000
 # Fragmentation deltas closer than this (micro-GPU: 0.04 GPU) tie.
@@ -66,6 +68,8 @@ class ScoreInput:
         rest: the demand of this replica and every later one of the gang.
         profile: the workload profile for fragmentation.
         salt: a number that identifies the replica, for the random plugin.
+        cluster: the working copy (device-level plugins look at a node's GPUs and CPUs).
+        topology: the job's topology wish (``none``, ``preferred`` or ``required``).
     """
 
     memo: FitMemo
@@ -74,6 +78,8 @@ class ScoreInput:
     rest: Demand | None = None
     profile: WorkloadProfile | None = None
     salt: int = 0
+    cluster: WorkingCluster | None = None
+    topology: str = TOPOLOGY_NONE
 
     @property
     def table(self) -> NodeTable:
@@ -205,6 +211,65 @@ def fragmentation(score: ScoreInput, rows: IntArray) -> IntArray:
     return result
 
 
+def topology_fit(score: ScoreInput, rows: IntArray) -> IntArray:
+    """How well the node's free devices suit the replica: 0 best, 3 where no GPU set exists.
+
+    The GPUs the replica would get are all joined by NVLink (else +2) and sit, with its exclusive CPUs, on
+    one NUMA node (else +1). Only replicas that can tell nodes apart pay for it: several GPUs, or GPUs with
+    exclusive CPUs, under a topology wish. One GPU is judged from the table's columns; several come from
+    ``devices.choose_gpus``, the same choice placement then makes, node by node (cached per node version).
+    """
+    demand, cluster, topology = score.demand, score.cluster, score.topology
+    if (
+        cluster is None
+        or topology == TOPOLOGY_NONE
+        or not demand.gpus
+        or (demand.gpus < 2 and not demand.exclusive_cpus)
+    ):
+        return np.zeros(len(rows), dtype=np.int64)
+    if demand.gpus == 1:
+        return _one_gpu_alignment(score.table, demand, rows)
+    column = score.memo.column(
+        ("topology", demand, topology), lambda r: _topology_quality(cluster, demand, topology, r)
+    )
+    return column[rows]
+
+
+def _one_gpu_alignment(table: NodeTable, demand: Demand, rows: IntArray) -> IntArray:
+    """One GPU with exclusive CPUs: 0 where a free GPU's NUMA node has the CPUs free too.
+
+    1 where a GPU is free only on a NUMA node without them, 3 where no GPU is free.
+    """
+    free = table.model_mask(demand.gpu_model, rows) & (table.gpu_free[rows] == MILLI)
+    cpus_by_gpu = np.take_along_axis(table.numa_free_cpus[rows], table.gpu_numa[rows], axis=1)
+    aligned = (free & (cpus_by_gpu >= demand.exclusive_cpus)).any(axis=1)
+    result: IntArray = np.where(aligned, 0, np.where(free.any(axis=1), 1, 3)).astype(np.int64)
+    return result
+
+
+def _topology_quality(cluster: WorkingCluster, demand: Demand, topology: str, rows: IntArray) -> IntArray:
+    quality = np.empty(len(rows), dtype=np.int64)
+    for position, row in enumerate(rows.tolist()):
+        node = cluster.nodes[row]
+        chosen = (
+            choose_gpus(node, demand, topology=topology)
+            if node.free_gpu_count(demand.gpu_model) >= demand.gpus
+            else None
+        )
+        if chosen is None:
+            quality[position] = 3
+            continue
+        gpus = [node.gpu_by_index[index] for index in chosen]
+        fully_linked = linked_pairs(gpus) == len(gpus) * (len(gpus) - 1) // 2
+        numas = {gpu.numa for gpu in gpus}
+        aligned = len(numas) == 1 and (
+            not demand.exclusive_cpus
+            or sum(len(core) for core in node.free_cores().get(next(iter(numas)), ())) >= demand.exclusive_cpus
+        )
+        quality[position] = (0 if fully_linked else 2) + (0 if aligned else 1)
+    return quality
+
+
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -227,12 +292,12 @@ def replica_salt(seed: int, job_key: str, replica: str) -> int:
 Tier = tuple[tuple[ScorePlugin, int], ...]
 
 POLICIES: dict[str, tuple[Tier, ...]] = {
-    PACK: (((gang_affinity, 1),), ((holds_rest, 1),), ((most_allocated, 1),)),
+    PACK: (((gang_affinity, 1),), ((holds_rest, 1),), ((topology_fit, 1),), ((most_allocated, 1),)),
     BINPACK: (((best_fit, 1),),),
     SPREAD: (((gang_dispersion, 1),), ((least_allocated, 1),)),
     FRAGMENTATION: (((fragmentation, 1),),),
     RANDOM: (((random_order, 1),),),
-    AUTO: (((gang_affinity, 1),), ((holds_rest, 1),), ((fragmentation, 1),)),
+    AUTO: (((gang_affinity, 1),), ((holds_rest, 1),), ((topology_fit, 1),), ((fragmentation, 1),)),
 }
 
 

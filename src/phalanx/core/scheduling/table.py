@@ -8,7 +8,8 @@ for every node at once. ``NodeTable`` mirrors each ``WorkingNode``'s free state 
 answers about a row (``fitting.FitMemo``) know they are stale.
 
 GPU columns: row ``i``'s usable (healthy) GPUs sorted by index occupy columns ``0..k-1``; the other columns
-are absent (``gpu_present`` False, ``gpu_free`` 0). ``gpu_index[i, j]`` maps a column back to the GPU index.
+are absent (``gpu_present`` False, ``gpu_free`` 0). ``gpu_index[i, j]`` maps a column back to the GPU index
+and ``gpu_numa[i, j]`` gives its NUMA node; ``numa_free_cpus[i, n]`` counts the free CPUs of NUMA node ``n``.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ class NodeTable:
         "gpu_free",
         "gpu_index",
         "gpu_model",
+        "gpu_numa",
         "gpu_present",
         "grantable",
         "memory_capacity",
         "model_ids",
         "names",
+        "numa_free_cpus",
         "row_of",
         "schedulable",
         "version",
@@ -69,10 +72,15 @@ class NodeTable:
         self.gpu_present: BoolArray = np.zeros((count, width), dtype=np.bool_)
         self.gpu_model: IntArray = np.full((count, width), NO_MODEL, dtype=np.int64)
         self.gpu_index: IntArray = np.full((count, width), -1, dtype=np.int64)
+        self.gpu_numa: IntArray = np.zeros((count, width), dtype=np.int64)
+        numa_width = 1 + max((cpu.numa for node in nodes for cpu in node.snapshot.cpus), default=-1)
+        numa_width = max(numa_width, 1 + max((gpu.numa for node in nodes for gpu in node.snapshot.gpus), default=0))
+        self.numa_free_cpus: IntArray = np.zeros((count, numa_width), dtype=np.int64)
         for row, node in enumerate(nodes):
             for column, gpu in enumerate(node.usable_gpus(None)):
                 self.gpu_present[row, column] = True
                 self.gpu_index[row, column] = gpu.index
+                self.gpu_numa[row, column] = gpu.numa
                 self.gpu_model[row, column] = self.model_ids.setdefault(gpu.model.casefold(), len(self.model_ids))
             self._fill(row, node)
         self.version[:] = 0
@@ -88,6 +96,10 @@ class NodeTable:
         self.cpu_free[row] = node.shared_cpu_free()
         self.grantable[row] = node.grantable_cpus()
         self.free_memory[row] = node.free_memory
+        numa_free = self.numa_free_cpus[row]
+        numa_free[:] = 0
+        for numa, cores in node.free_cores().items():
+            numa_free[numa] = sum(len(core) for core in cores)
         present = self.gpu_present[row]
         indices = self.gpu_index[row]
         for column in range(int(present.sum())):
