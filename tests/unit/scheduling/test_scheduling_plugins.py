@@ -1,0 +1,121 @@
+"""Each placement plugin on a case built so that it, and not its neighbours, decides the node (or the GPU)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from scheduling_builders import T0, Holding, admission, hold, make_job, make_node, run, snapshot
+
+from phalanx.core.scheduling import ClusterSnapshot, Decisions, SchedulerConfig, SchedulingSession, TaskShape, schedule
+from phalanx.model.nodes import Node
+from phalanx.model.topologies import DGX1_V100, gpu_layout
+
+GI = 2**30
+
+
+def node_of(decisions: Decisions, name: str) -> str:
+    return admission(decisions, name).assignments[0].node
+
+
+def small_busy_and_big_empty() -> ClusterSnapshot:
+    """``big``: 8 free GPUs. ``small``: 2 GPUs, one taken. Same CPUs and memory, nothing else held."""
+    big = make_node("big").cpus(cores=8).memory(256 * GI).gpus(8).obj()
+    small = make_node("small").cpus(cores=8).memory(256 * GI).gpus(2).obj()
+    return snapshot([big, small], [hold("small", cpu_milli=500, gpus=[0])])
+
+
+def test_binpack_takes_the_node_with_the_least_room_left() -> None:
+    decisions = run(small_busy_and_big_empty(), make_job("one").replicas(1, cpu=500, gpu=1).placement("binpack"))
+    assert node_of(decisions, "one") == "small"
+
+
+def test_pack_takes_the_most_allocated_node() -> None:
+    decisions = run(small_busy_and_big_empty(), make_job("one").replicas(1, cpu=500, gpu=1).placement("pack"))
+    assert node_of(decisions, "one") == "small"
+
+
+def test_spread_takes_the_least_allocated_node() -> None:
+    decisions = run(small_busy_and_big_empty(), make_job("one").replicas(1, cpu=500, gpu=1).placement("spread"))
+    assert node_of(decisions, "one") == "big"
+
+
+def shares_snapshot() -> ClusterSnapshot:
+    """``tight``: one GPU with 400 milli free. ``roomy``: one GPU with 700 milli free."""
+    tight = make_node("tight").cpus(cores=4).gpus(1).obj()
+    roomy = make_node("roomy").cpus(cores=4).gpus(1).obj()
+    return snapshot([tight, roomy], [hold("tight", cpu_milli=100, gpus=[0], gpu_milli=600),
+                                     hold("roomy", cpu_milli=100, gpus=[0], gpu_milli=300)])  # fmt: skip
+
+
+def test_fragmentation_keeps_room_the_typical_work_can_use_where_best_fit_would_not() -> None:
+    # The typical task takes 400 milli-GPU. A 300 share on "tight" leaves 100 there, which no typical task can
+    # use (fragmentation grows by 100); on "roomy" it leaves 400, still one typical task (no growth).
+    config = SchedulerConfig(workload=(TaskShape(cpu_milli=0, gpus=1, gpu_milli=400, weight=1.0),))
+    job = make_job("share").replicas(1, cpu=100, gpu_milli=300)
+    by_fragmentation = schedule(shares_snapshot(), [job.placement("fragmentation").obj()], T0, config)
+    by_best_fit = schedule(shares_snapshot(), [job.placement("binpack").obj()], T0, config)
+    assert node_of(by_fragmentation, "share") == "roomy"
+    assert node_of(by_best_fit, "share") == "tight"
+
+
+def test_fragmentation_picks_the_gpu_of_a_share_by_the_same_measure() -> None:
+    node = make_node("n").cpus(cores=4).gpus(2).obj()
+    # GPU 0 has 450 free, GPU 1 has 700 free; the typical task takes 250. A 300 share on GPU 0 would leave 150
+    # there, which no typical task can use; on GPU 1 it leaves 400, still usable. Best fit (least room left)
+    # would take GPU 0.
+    snap = snapshot([node], [hold("n", cpu_milli=100, gpus=[0], gpu_milli=550),
+                             hold("n", cpu_milli=100, gpus=[1], gpu_milli=300)])  # fmt: skip
+    config = SchedulerConfig(workload=(TaskShape(cpu_milli=0, gpus=1, gpu_milli=250, weight=1.0),))
+    job = make_job("share").replicas(1, cpu=100, gpu_milli=300).placement("fragmentation").obj()
+    assert admission(schedule(snap, [job], T0, config), "share").assignments[0].gpus == (1,)
+
+
+def test_random_is_seeded_and_spreads_identical_choices() -> None:
+    nodes = [make_node(f"n{i}").cpus(cores=8).gpus(8).obj() for i in range(8)]
+    jobs = [make_job(f"j{i}").replicas(1, cpu=500, gpu=1).placement("random").obj() for i in range(16)]
+
+    def placements(seed: int) -> list[str]:
+        decisions = schedule(snapshot(nodes), jobs, T0, SchedulerConfig(seed=seed))
+        return [node_of(decisions, f"j{i}") for i in range(16)]
+
+    first = placements(1)
+    assert placements(1) == first
+    assert placements(2) != first
+    assert len(Counter(first)) >= 4  # 16 picks over 8 equal nodes; first fit would use one node
+
+
+def cube_mesh(name: str, taken: list[int]) -> tuple[Node, list[Holding]]:
+    layout = gpu_layout(DGX1_V100)
+    links = sorted({(g.index, p) for g in layout for p in g.nvlinks if g.index < p})
+    builder = make_node(name).cpus(sockets=2, cores=8).memory(512 * GI)
+    node = builder.gpus(8, numa=[g.numa for g in layout], links=links).obj()
+    return node, [hold(name, cpu_milli=100, gpus=[gpu]) for gpu in taken]
+
+
+def test_topology_fit_prefers_the_node_whose_free_gpus_are_all_nvlinked() -> None:
+    # "aaa" has GPUs 0, 1, 2 and 5 taken: its four free GPUs (3, 4, 6, 7) are not all linked. "bbb" has 0-3 taken:
+    # 4-7 are a fully linked quad. Equal allocation, so only the topology tells them apart, and the name order
+    # alone would pick "aaa".
+    a, held_a = cube_mesh("aaa", [0, 1, 2, 5])
+    b, held_b = cube_mesh("bbb", [0, 1, 2, 3])
+    job = make_job("wide").replicas(1, cpu=100, gpu=4)
+    for placement in ("auto", "pack"):
+        decisions = run(snapshot([a, b], held_a + held_b), job.placement(placement))
+        assert node_of(decisions, "wide") == "bbb", placement
+        assert admission(decisions, "wide").assignments[0].gpus == (4, 5, 6, 7)
+    without = run(snapshot([a, b], held_a + held_b), job.placement("pack").topology("none"))
+    assert node_of(without, "wide") == "aaa"
+
+
+def test_auto_keeps_a_gang_on_one_node_when_it_can() -> None:
+    nodes = [make_node(f"n{i}").cpus(cores=8).memory(128 * GI).gpus(4).obj() for i in range(3)]
+    decisions = run(snapshot(nodes), make_job("gang").replicas(4, cpu=500, gpu=1))
+    assert len({a.node for a in admission(decisions, "gang").assignments}) == 1
+
+
+def test_a_session_learns_the_workload_profile_from_the_jobs_it_sees() -> None:
+    session = SchedulingSession(shares_snapshot())
+    assert not session.profile()
+    session.cycle([make_job("share").replicas(1, cpu=100, gpu_milli=300).obj()], T0)
+    shapes = session.profile().shapes
+    assert [(s.gpus, s.gpu_milli) for s in shapes] == [(1, 300)]
