@@ -1,15 +1,17 @@
-"""How a scheduler instance is tuned: queue order, the workload profile, the seed of the random baseline.
+"""How a scheduler instance is tuned: queue order, quotas, fair share, backfill, preemption, the random seed.
 
-One ``SchedulerConfig`` serves a whole run (a control plane, a Kubernetes scheduler, a simulation); the
+What may pass a job that waits (best-effort FIFO, strict FIFO, backfill) and the workload profile are set here
+too. One ``SchedulerConfig`` serves a whole run (a control plane, a Kubernetes scheduler, a simulation); the
 per-job choices (placement, topology, priority) travel on each ``PendingJob``. The defaults are what Phalanx
-uses when nobody says otherwise.
+uses when nobody says otherwise, and they reproduce the scheduler before queues existed: no queue is limited,
+no fair share, best-effort FIFO, no preemption.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from phalanx.core.scheduling.types import TaskShape
+from phalanx.core.scheduling.types import QueueQuota, TaskShape
 
 FIFO = "fifo"
 SHORTEST_FIRST = "shortest-first"
@@ -20,6 +22,12 @@ QUEUE_ORDERS = (FIFO, SHORTEST_FIRST, LEAST_ATTAINED_SERVICE)
 # has not reached; lower bands go first and jobs within a band keep FIFO order. One GPU-hour and ten GPU-hours
 # separate short experiments, medium runs and long training.
 DEFAULT_LAS_THRESHOLDS = (3_600.0, 36_000.0)
+
+# What may pass a job that cannot start (Kueue's queueingStrategy, plus EASY backfill):
+BEST_EFFORT_FIFO = "best-effort-fifo"  # anything that fits passes it
+STRICT_FIFO = "strict-fifo"  # nothing passes a job waiting for nodes; a job over quota blocks its own queue
+BACKFILL = "backfill"  # a job passes only if it does not delay the first waiting job's reserved start
+QUEUEING_STRATEGIES = (BEST_EFFORT_FIFO, STRICT_FIFO, BACKFILL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,15 +41,33 @@ class SchedulerConfig:
         workload: typical task shapes with their popularity, for fragmentation-aware placement; empty means
             "learn it from the jobs the scheduler sees".
         seed: seed of the ``random`` placement baseline (decisions stay a pure function of the inputs).
+        queues: quota of each queue (``quotas.py``); jobs of a queue not listed are not limited.
+        fair_share: among jobs of equal priority, the queue with the lowest weighted dominant share goes first
+            (``fairshare.py``); off: the queue order alone decides.
+        queueing_strategy: ``best-effort-fifo``, ``strict-fifo`` or ``backfill`` (``backfill.py``).
+        preemption: let a waiting job stop running ones: lower-priority jobs of its own queue or of queues
+            without quota, and, to reclaim its nominal quota, jobs of its cohort's queues that borrow
+            (``preemption.py``).
     """
 
     queue_order: str = FIFO
     las_thresholds: tuple[float, ...] = DEFAULT_LAS_THRESHOLDS
     workload: tuple[TaskShape, ...] = ()
     seed: int = 0
+    queues: tuple[QueueQuota, ...] = ()
+    fair_share: bool = False
+    queueing_strategy: str = BEST_EFFORT_FIFO
+    preemption: bool = False
 
     def __post_init__(self) -> None:
         if self.queue_order not in QUEUE_ORDERS:
             raise ValueError(f"queue_order {self.queue_order!r} is not one of {', '.join(QUEUE_ORDERS)}")
+        if self.queueing_strategy not in QUEUEING_STRATEGIES:
+            allowed = ", ".join(QUEUEING_STRATEGIES)
+            raise ValueError(f"queueing_strategy {self.queueing_strategy!r} is not one of {allowed}")
+        names = [queue.name for queue in self.queues]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"queues listed more than once: {', '.join(repeated)}")
         if list(self.las_thresholds) != sorted(self.las_thresholds) or any(t <= 0 for t in self.las_thresholds):
             raise ValueError(f"las_thresholds must be positive and ascending, got {self.las_thresholds}")

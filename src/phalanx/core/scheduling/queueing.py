@@ -9,8 +9,12 @@ Priority always comes first (higher goes first). Among equal priorities the run'
   the starvation of continuous LAS between jobs of nearly equal service.
 
 Submission time, then the job key, break the remaining ties, so two jobs never tie and the same input always
-yields the same order. The cycle is BestEffortFIFO, like Kueue's queueing strategy of that name: a job that
-does not fit does not block the jobs behind it.
+yields the same order.
+
+This is the order within one queue. With ``fair_share`` on, the cycle interleaves the queues' orders by their
+dominant shares among equal priorities (``fairshare.py``). What a job that cannot start does to the jobs behind
+it is the ``queueing_strategy``: ``best-effort-fifo`` (the default, Kueue's BestEffortFIFO: nothing),
+``strict-fifo`` (they wait too) or ``backfill`` (they may start if they do not delay it; ``backfill.py``).
 """
 
 from __future__ import annotations

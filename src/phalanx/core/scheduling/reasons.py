@@ -15,19 +15,27 @@ replica larger than any empty node, then the shortage most nodes reported for th
 fit (ties broken by ``Shortage`` order). Numbers come from the working copy as it stood before the failed
 attempt, i.e. after the jobs admitted earlier in the cycle. Everything is sorted, so equal inputs give equal
 sentences.
+
+Queues, backfill and preemption add their own sentences (the last section): a job over its queue's quota says
+which resource, how much the queue holds of how much, and what the cohort could lend; the head of the queue
+under backfill says when its reserved room frees up; a job held back by backfill names the job it would delay;
+a job preemption could not help says why; a preempted job says for whom.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 
 import numpy as np
 
+from phalanx.core.scheduling.backfill import HeadReservation
 from phalanx.core.scheduling.demands import MILLI, Demand, demand_of, total_demand
 from phalanx.core.scheduling.fitting import Shortage
 from phalanx.core.scheduling.gang import GangShortfall
+from phalanx.core.scheduling.quotas import BORROWING_LIMIT, LENT, NO_COHORT, QuotaShortfall
 from phalanx.core.scheduling.table import IntArray
-from phalanx.core.scheduling.types import PendingJob
+from phalanx.core.scheduling.types import PendingJob, RunningJob
 from phalanx.core.scheduling.working import WorkingCluster, WorkingNode
 from phalanx.model.resources import format_memory, human_memory
 
@@ -270,3 +278,112 @@ def _count(number: int, noun: str) -> str:
 
 def _memory(num_bytes: int) -> str:
     return format_memory(num_bytes) if num_bytes % _MIB == 0 else human_memory(num_bytes)
+
+
+# --- queues, backfill, preemption -----------------------------------------------------------------------
+
+_RESOURCE_NOUNS = ("CPU", "memory", "GPU")
+
+
+def explain_quota(shortfall: QuotaShortfall) -> str:
+    """Say why a job does not fit its queue's quota, e.g.
+
+    ``needs 4 GPUs; queue team-a is at its GPU quota 32/32; cohort research has 0 GPUs to lend``.
+    """
+    resource = shortfall.resource
+    noun = _RESOURCE_NOUNS[resource]
+    used, nominal = shortfall.used, shortfall.nominal
+    ratio = f"{_amount(resource, used, unit=False)}/{_amount(resource, nominal, unit=False)}"
+    if used >= nominal:
+        state = f"queue {shortfall.queue} is at its {noun} quota {ratio}"
+    else:
+        state = f"queue {shortfall.queue} has {ratio} of its {noun} quota in use"
+    need = f"needs {_amount(resource, shortfall.need)}"
+    free = _amount(resource, shortfall.cohort_free)
+    if shortfall.kind == NO_COHORT:
+        return f"{need}; {state} and no cohort to borrow from"
+    if shortfall.kind == BORROWING_LIMIT:
+        assert shortfall.borrowing_limit is not None
+        limit = _amount(resource, shortfall.borrowing_limit)
+        return f"{need}; {state} and may borrow at most {limit} beyond it (borrowing limit)"
+    if shortfall.kind == LENT:
+        return f"{need}; {state}, but other queues of cohort {shortfall.cohort} borrowed the rest ({free} idle)"
+    return f"{need}; {state}; cohort {shortfall.cohort} has {free} to lend"
+
+
+def _amount(resource: int, value: int, *, unit: bool = True) -> str:
+    if resource == 1:
+        return _memory(value)
+    noun = _RESOURCE_NOUNS[resource]
+    number = f"{value // MILLI}" if value % MILLI == 0 else f"{value / MILLI:g}"
+    if not unit:
+        return number
+    return f"{number} {noun}" if number == "1" else f"{number} {noun}s"
+
+
+def reservation_note(reservation: HeadReservation, now: datetime) -> str:
+    """What the head of the queue is told about the room reserved for it (appended to its reason)."""
+    if reservation.start is None:
+        return "; room is reserved for it once running jobs without an expected end finish"
+    return f"; room is reserved for it: it can start {_when(reservation.start, now)}, as running jobs end"
+
+
+def held_back(reservation: HeadReservation, end: datetime | None, now: datetime) -> str:
+    """Why a job that fits waits: it would delay the head's reserved start."""
+    head = reservation.job.key
+    where = _names(reservation.nodes)
+    if reservation.start is None:
+        starts = f"which starts on {where} once running jobs without an expected end finish"
+    else:
+        starts = f"which starts on {where} {_when(reservation.start, now)}, as running jobs end"
+    runs = "has no duration estimate" if end is None else f"would run until {_time(end)}"
+    return f"the room it fits in is reserved for {head}, first in line, {starts}; this job {runs}"
+
+
+def behind(blocker: PendingJob, *, queue: str | None = None) -> str:
+    """Why a job waits under strict FIFO: an earlier job cannot start."""
+    if queue is None:
+        return f"waits behind {blocker.key}, first in line, which cannot start yet (strict FIFO)"
+    return f"waits behind {blocker.key}, first in queue {queue}, which is over its quota (strict FIFO)"
+
+
+def preemption_note(phrase: str) -> str:
+    """Why preemption did not help (appended to a waiting reason)."""
+    return f"; preemption cannot help: {phrase}"
+
+
+def preemption_reason(victim: RunningJob, preemptor: PendingJob, *, reclaim: bool, cohort: str | None) -> str:
+    """The sentence a preempted job gets."""
+    if reclaim:
+        return (
+            f"preempted to make room for {preemptor.key}: queue {preemptor.queue} reclaims quota that queue "
+            f"{victim.queue} borrowed in cohort {cohort}"
+        )
+    return (
+        f"preempted to make room for {preemptor.key}, whose priority {preemptor.priority} is above its "
+        f"{victim.priority}"
+    )
+
+
+def _when(at: datetime, now: datetime) -> str:
+    seconds = int((at - now).total_seconds())
+    return "now" if seconds <= 0 else f"in {_duration(seconds)} (at {_time(at)})"
+
+
+def _time(at: datetime) -> str:
+    return at.isoformat(sep=" ", timespec="seconds")
+
+
+def _duration(seconds: int) -> str:
+    parts = []
+    for size, unit in ((86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts[:2]) or "0s"
+
+
+def _names(nodes: Sequence[str]) -> str:
+    if len(nodes) <= 3:
+        return ", ".join(nodes)
+    return f"{', '.join(nodes[:3])} and {len(nodes) - 3} more nodes"

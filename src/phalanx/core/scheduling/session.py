@@ -7,6 +7,12 @@ the ``WorkingCluster`` and applies each admission's reservations to it, and give
 Both run exactly the same cycle (``cycle``): ``schedule(snapshot, pending, now)`` is
 ``SchedulingSession(snapshot).cycle(pending, now)``.
 
+Running work is part of the session: the snapshot's ``running`` jobs are registered as holdings (their
+reservations rebuilt from their assignments, checked against the nodes' ``used_*`` fields), and every job the
+session admits becomes one, with ``started`` at the cycle's ``now`` and ``expected_end`` from its duration
+estimate. Quotas are charged from them, backfill foresees their ends, preemption may stop them. A preempted job
+is no longer held: its devices are free in the working copy, and the caller must not ``release`` it.
+
 The session is pure like the rest of the core: no I/O, no clock, no randomness; the caller says when.
 """
 
@@ -14,63 +20,67 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from phalanx.core.scheduling.config import SchedulerConfig
+from phalanx.core.scheduling.cycles import Cycle, SessionState
 from phalanx.core.scheduling.demands import demand_of
 from phalanx.core.scheduling.fitting import FitMemo
 from phalanx.core.scheduling.fragmentation import ShapeTally, WorkloadProfile
-from phalanx.core.scheduling.gang import GangPlacement, place_gang
+from phalanx.core.scheduling.holdings import Holding, snapshot_holdings
 from phalanx.core.scheduling.policies import check_policies
-from phalanx.core.scheduling.queueing import queue_order
-from phalanx.core.scheduling.reasons import explain
-from phalanx.core.scheduling.types import Admission, ClusterSnapshot, Decisions, PendingJob
-from phalanx.core.scheduling.working import Reservation, WorkingCluster
+from phalanx.core.scheduling.quotas import QuotaLedger
+from phalanx.core.scheduling.types import ClusterSnapshot, Decisions, PendingJob, RunningJob
+from phalanx.core.scheduling.working import WorkingCluster
 
 
 class SchedulingSession:
     """The scheduler core with memory: a working copy of the cluster that admissions and releases update."""
 
-    __slots__ = ("_held", "_memo", "_profile", "_tally", "cluster", "config")
+    __slots__ = ("_profile", "_state", "_tally", "cluster", "config")
 
     def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig | None = None) -> None:
-        """Start from ``snapshot`` (what running work already holds is taken) under ``config``."""
+        """Start from ``snapshot`` (what running work already holds is taken) under ``config``.
+
+        Raises:
+            ValueError: two nodes share a name, or a running job is listed twice, assigns a replica it does
+                not list, or holds something the nodes' ``used_*`` fields do not count.
+        """
         self.config = config if config is not None else SchedulerConfig()
         self.cluster = WorkingCluster(snapshot)
-        self._memo = FitMemo(self.cluster.table)
-        self._held: dict[str, tuple[Reservation, ...]] = {}
+        ledger = QuotaLedger(self.config.queues) if self.config.queues or self.config.fair_share else None
+        held: dict[str, Holding] = {}
+        for holding in snapshot_holdings(snapshot):
+            held[holding.key] = holding
+            if ledger is not None:
+                ledger.charge(holding.job.queue, holding.usage)
+        self._state = SessionState(
+            config=self.config, cluster=self.cluster, memo=FitMemo(self.cluster.table), held=held, ledger=ledger
+        )
         self._tally = ShapeTally()
         self._profile: WorkloadProfile | None = None
 
     def cycle(self, pending: Sequence[PendingJob], now: datetime) -> Decisions:
         """Decide which pending gangs to admit now, with their devices, and why the others wait.
 
-        Admitted gangs keep their reservations in the session until ``release``.
+        With preemption on, it also decides which running jobs to stop. Admitted gangs keep their reservations
+        in the session until ``release``; preempted ones lose theirs at once.
 
         Raises:
-            ValueError: two pending jobs share a key, a pending job is already admitted in this session, or a
+            ValueError: two pending jobs share a key, a pending job is already running in this session, or a
                 job's placement or topology is unknown. Nothing is admitted then.
         """
-        del now  # no policy reads the time yet; it is part of the contract for ageing and deadlines
         duplicates = sorted(key for key, count in Counter(job.key for job in pending).items() if count > 1)
         if duplicates:
             raise ValueError(f"pending jobs listed more than once: {', '.join(duplicates)}")
-        admitted_again = sorted(job.key for job in pending if job.key in self._held)
+        admitted_again = sorted(job.key for job in pending if job.key in self._state.held)
         if admitted_again:
             raise ValueError(f"pending jobs already admitted in this session: {', '.join(admitted_again)}")
         for job in pending:
             check_policies(job)
         profile = self._current_profile(pending)
-        admitted: list[Admission] = []
-        waiting: dict[str, str] = {}
-        for job in queue_order(pending, self.config):
-            outcome = place_gang(self.cluster, job, self._memo, config=self.config, profile=profile)
-            if isinstance(outcome, GangPlacement):
-                admitted.append(Admission(key=job.key, assignments=outcome.assignments))
-                self._held[job.key] = outcome.reservations
-            else:
-                waiting[job.key] = explain(job, outcome, self.cluster)
-        return Decisions(admitted=tuple(admitted), waiting=waiting)
+        return Cycle(self._state, now, profile).run(pending)
 
     def profile(self) -> WorkloadProfile:
         """The workload profile fragmentation-aware placement currently scores against."""
@@ -88,18 +98,35 @@ class SchedulingSession:
         return self._profile
 
     def release(self, key: str) -> None:
-        """Give back everything the admitted job ``key`` holds (it finished, failed or was halted).
+        """Give back everything the running job ``key`` holds (it finished, failed or was halted).
 
         Raises:
-            KeyError: the session did not admit ``key``, or already released it.
+            KeyError: the session does not hold ``key``: it never did, it was released, or it was preempted.
         """
-        reservations = self._held.pop(key)
-        for reservation in reversed(reservations):
+        holding = self._state.held.pop(key)
+        for reservation in reversed(holding.reservations):
             self.cluster.undo(reservation)
+        if self._state.ledger is not None:
+            self._state.ledger.refund(holding.job.queue, holding.usage)
 
     def holds(self, key: str) -> bool:
-        """Whether the admitted job ``key`` still holds its devices in this session."""
-        return key in self._held
+        """Whether the running job ``key`` still holds its devices in this session."""
+        return key in self._state.held
+
+    def running(self) -> tuple[RunningJob, ...]:
+        """Every running job the session holds, by key."""
+        return tuple(self._state.held[key].job for key in sorted(self._state.held))
+
+    def mark_checkpointed(self, key: str, checkpointed: bool = True) -> None:
+        """Record that the running job ``key`` has (or no longer has) a recent checkpoint.
+
+        Preemption prefers checkpointed victims among equal priorities.
+
+        Raises:
+            KeyError: the session does not hold ``key``.
+        """
+        holding = self._state.held[key]
+        self._state.held[key] = replace(holding, job=replace(holding.job, checkpointed=checkpointed))
 
 
 def schedule(
@@ -108,16 +135,17 @@ def schedule(
     """One cycle from a frozen snapshot: ``SchedulingSession(snapshot, config).cycle(pending, now)``.
 
     Args:
-        snapshot: the nodes and what running work already holds on them.
+        snapshot: the nodes, what running work already holds on them, and the running jobs behind it.
         pending: jobs waiting for room, in any order.
         now: the cycle's time (injected; never read from the wall clock).
         config: run-wide settings; the defaults when None.
 
     Returns:
-        The admitted jobs in decision order, and a reason for every other pending job.
+        The admitted jobs in decision order, the running jobs to preempt, and a reason for every other
+        pending job.
 
     Raises:
-        ValueError: two pending jobs share a key, two nodes share a name, or a job's placement or topology
-            is unknown.
+        ValueError: two pending jobs share a key, a pending job is also running, two nodes share a name, a
+            running job does not match the nodes' use, or a job's placement or topology is unknown.
     """
     return SchedulingSession(snapshot, config).cycle(pending, now)

@@ -3,6 +3,11 @@
 ``schedule(snapshot, pending, now) -> Decisions`` (see ``scheduler.py``) is a pure function of these.
 Backends build a ``ClusterSnapshot`` from what they observe (the embedded store, the Kubernetes informer
 cache, the simulator's state) and apply the returned ``Decisions``.
+
+Running work comes in two forms that must agree: the nodes' ``used_*`` fields count everything that holds
+devices, and ``ClusterSnapshot.running`` describes the jobs behind (some of) that use — priority, queue, start,
+expected end — so that quotas can be charged, backfill can foresee when room frees up and preemption can pick
+victims. Use that no ``RunningJob`` explains is simply taken and never given back.
 """
 
 from __future__ import annotations
@@ -65,9 +70,18 @@ class NodeSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
-    """Every node, as the scheduler sees it at the start of a cycle."""
+    """Every node, as the scheduler sees it at the start of a cycle.
+
+    Attributes:
+        nodes: every node, with what is already taken on it.
+        running: the admitted jobs that hold devices, for quota, backfill and preemption. Their assignments
+            must already be counted in the nodes' ``used_*`` fields (``build_snapshot`` does so for the
+            placements it is given); a job listed here is one the cycle may charge to its queue, expect to end
+            and preempt. Empty: nothing running is known, which is how ``schedule`` behaved before.
+    """
 
     nodes: tuple[NodeSnapshot, ...]
+    running: tuple[RunningJob, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +118,9 @@ class PendingJob:
         min_available: how many of ``replicas`` must be placed together for the job to start; None means all.
         placement: ``pack``, ``spread``, ``binpack`` or ``auto``.
         topology: ``none``, ``preferred`` or ``required`` (GPUs joined by NVLink, CPUs on one NUMA node).
-        duration_estimate: expected run time in seconds, when known (shortest-first ordering).
+        duration_estimate: expected run time in seconds, when known (shortest-first ordering, backfill).
         attained_service: GPU-seconds the job has already received (least-attained-service ordering).
+        preemptible: whether the job, once admitted, may be preempted (``RunningJob.preemptible``).
     """
 
     key: str
@@ -118,6 +133,7 @@ class PendingJob:
     topology: str = "preferred"
     duration_estimate: float | None = None
     attained_service: float = 0.0
+    preemptible: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,16 +156,115 @@ class Admission:
 
 
 @dataclass(frozen=True, slots=True)
+class RunningJob:
+    """An admitted job that holds devices: what preemption, quotas and backfill need to know about it.
+
+    Attributes:
+        key: ``namespace/name``; never also pending in the same cycle.
+        priority: its priority (``PendingJob.priority`` when it was admitted).
+        queue: its queue name.
+        started: when it was admitted; preemption prefers to stop the most recently started work.
+        replicas: its replica requests; every assignment names one of them (by ``name``), whose resources are
+            what that assignment holds, counted the way ``build_snapshot`` counts a holding.
+        assignments: the devices its placed replicas hold.
+        expected_end: when it is expected to finish (start + duration estimate), or None when unknown; backfill
+            never assumes a job without one ends.
+        checkpointed: whether it has a recent checkpoint, so preempting it loses little work (preferred victim).
+        preemptible: False: never preempted, whatever its priority.
+    """
+
+    key: str
+    priority: int
+    queue: str
+    started: datetime
+    replicas: tuple[ReplicaRequest, ...]
+    assignments: tuple[DeviceAssignment, ...]
+    expected_end: datetime | None = None
+    checkpointed: bool = False
+    preemptible: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A running job the cycle stops so that a waiting one can start.
+
+    Attributes:
+        victim: the running job to stop, whole (every replica); it goes back to Queued.
+        preemptor: the job admitted this cycle on the room the victim gives back.
+        reason: one sentence for the victim's status and events.
+    """
+
+    victim: str
+    preemptor: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Decisions:
     """The outcome of one cycle.
 
     Attributes:
         admitted: jobs whose gang (or ``minAvailable`` of it) was placed, in decision order.
         waiting: job key -> one sentence saying why the job still waits.
+        preempted: running jobs to stop, in decision order. An admission in ``admitted`` may use devices a
+            victim holds: a backend stops every victim's replicas before starting the preemptor's.
     """
 
     admitted: tuple[Admission, ...] = ()
     waiting: dict[str, str] = field(default_factory=dict)
+    preempted: tuple[Preemption, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaAmounts:
+    """An amount of each resource a queue accounts for; None: that resource is not limited.
+
+    Attributes:
+        cpu_milli: millicores (exclusive and shared CPU alike).
+        memory: bytes.
+        gpus: GPUs; a share of a GPU (``gpu_milli``) counts as that fraction of one.
+    """
+
+    cpu_milli: int | None = None
+    memory: int | None = None
+    gpus: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_milli", "memory", "gpus"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """A queue's quota, as the ``Queue`` API object states it (``phalanx.model.queues``).
+
+    Jobs name their queue in ``PendingJob.queue``; a job whose queue has no ``QueueQuota`` is not limited.
+
+    Attributes:
+        name: the queue.
+        nominal: what the queue's admitted jobs may hold at once without borrowing; a resource left None is
+            not limited by this queue (and neither borrowed nor lent).
+        cohort: queues of one cohort lend each other the nominal quota they leave idle; None: no borrowing.
+        borrowing_limit: at most this much beyond ``nominal`` may be borrowed; None (or a None resource): no
+            limit beyond what the cohort has idle.
+        lending_limit: at most this much of ``nominal`` is lent to the cohort; the rest is kept for the queue
+            alone. None (or a None resource): all of it may be lent.
+        weight: fair-share weight; a queue's dominant share is divided by it, so weight 2 gets about twice the
+            room of weight 1 when queues compete.
+    """
+
+    name: str
+    nominal: QuotaAmounts = field(default_factory=QuotaAmounts)
+    cohort: str | None = None
+    borrowing_limit: QuotaAmounts | None = None
+    lending_limit: QuotaAmounts | None = None
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.weight > 0:
+            raise ValueError(f"queue {self.name}: weight must be positive, got {self.weight}")
 
 
 @dataclass(frozen=True, slots=True)
