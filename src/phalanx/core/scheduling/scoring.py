@@ -228,7 +228,9 @@ def topology_fit(score: ScoreInput, rows: IntArray) -> IntArray:
     ):
         return np.zeros(len(rows), dtype=np.int64)
     if demand.gpus == 1:
-        return _one_gpu_alignment(score.table, demand, rows)
+        table = score.table
+        aligned = score.memo.column(("one-gpu-alignment", demand), lambda r: _one_gpu_alignment(table, demand, r))
+        return aligned[rows]
     column = score.memo.column(
         ("topology", demand, topology), lambda r: _topology_quality(cluster, demand, topology, r)
     )

@@ -98,8 +98,8 @@ class NodeTable:
         self.free_memory[row] = node.free_memory
         numa_free = self.numa_free_cpus[row]
         numa_free[:] = 0
-        for numa, cores in node.free_cores().items():
-            numa_free[numa] = sum(len(core) for core in cores)
+        for numa, free in node.free_per_numa.items():
+            numa_free[numa] = free
         present = self.gpu_present[row]
         indices = self.gpu_index[row]
         for column in range(int(present.sum())):

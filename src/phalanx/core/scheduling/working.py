@@ -58,6 +58,7 @@ class WorkingNode:
         "cpu_by_id",
         "free_cpus",
         "free_memory",
+        "free_per_numa",
         "gpu_by_index",
         "gpu_used",
         "name",
@@ -71,6 +72,8 @@ class WorkingNode:
         self.name = snapshot.name
         self.cpu_by_id: dict[int, CpuSlot] = {cpu.id: cpu for cpu in snapshot.cpus}
         self.free_cpus: set[int] = self.cpu_by_id.keys() - snapshot.used_exclusive_cpus
+        # Free CPUs per NUMA node, kept up to date by apply/undo (the node table reads it on every refresh).
+        self.free_per_numa: Counter[int] = Counter(self.cpu_by_id[cpu].numa for cpu in self.free_cpus)
         self.shared_cpu_milli = snapshot.used_shared_cpu_milli
         self.free_memory = snapshot.memory - snapshot.used_memory
         self.gpu_by_index: dict[int, GpuSlot] = {gpu.index: gpu for gpu in snapshot.gpus}
@@ -200,6 +203,8 @@ class WorkingNode:
         cpus = set(reservation.cpus)
         assert cpus <= self.free_cpus, f"CPUs {sorted(cpus - self.free_cpus)} on {self.name} are not free"
         self.free_cpus -= cpus
+        for cpu in cpus:
+            self.free_per_numa[self.cpu_by_id[cpu].numa] -= 1
         self.shared_cpu_milli += reservation.shared_cpu_milli
         assert self.shared_cpu_milli <= MILLI * len(self.free_cpus), f"shared pool of {self.name} overcommitted"
         self.free_memory -= reservation.memory
@@ -212,6 +217,8 @@ class WorkingNode:
     def undo(self, reservation: Reservation) -> None:
         """Give back what ``reservation`` held (the exact inverse of ``apply``)."""
         self.free_cpus |= set(reservation.cpus)
+        for cpu in reservation.cpus:
+            self.free_per_numa[self.cpu_by_id[cpu].numa] += 1
         self.shared_cpu_milli -= reservation.shared_cpu_milli
         self.free_memory += reservation.memory
         for index in reservation.gpus:
