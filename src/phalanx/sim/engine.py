@@ -26,11 +26,12 @@ and draws no random number, so a run is a function of its inputs (the seed goes 
 placement baseline through ``SchedulerConfig``). Shortest-first gets each job's true run time as its estimate
 (an oracle, as in the Helios and PAI simulators' SJF).
 
-Preemption, when the core reports victims, fits here: a victim's ``_JobState`` adds its served GPU-seconds
-to ``attained``, subtracts its served time from ``remaining``, drops its ``keys`` and ``placed`` (the session
-no longer holds its devices) and goes back to ``WAITING`` with its pending entries re-added (``_enqueue``
-already reads ``remaining`` and ``attained``). The completion scheduled for the stopped run is then skipped:
-completions carry the run number they belong to, and ``_start`` bumps it.
+With ``preemption`` on, the core may stop running jobs for higher-priority ones (``Decisions.preempted``).
+A victim adds its served GPU-seconds to ``attained``, subtracts its served time from ``remaining`` (work is
+checkpointed: it resumes where it stopped), drops its session keys (the session already gave its devices to
+the preemptor; pod by pod, its other replicas are released) and goes back to ``WAITING``. The completion
+scheduled for the stopped run is then skipped: completions carry the run number they belong to, and
+``_start`` bumps it.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ class SimOptions:
         gang: True admits whole gangs; False is the pod-by-pod baseline.
         seed: seed of the core's random placement baseline.
         workload: typical task shapes for fragmentation-aware placement (empty: the core learns them).
+        queueing_strategy: ``best-effort-fifo``, ``strict-fifo`` or ``backfill`` (``SchedulerConfig``).
+        preemption: let higher-priority jobs stop lower-priority ones (victims wait again, keeping the run
+            time they have left and the service they attained).
     """
 
     queue_order: str = "fifo"
@@ -83,11 +87,16 @@ class SimOptions:
     gang: bool = True
     seed: int = 0
     workload: tuple[TaskShape, ...] = ()
+    queueing_strategy: str = "best-effort-fifo"
+    preemption: bool = False
 
     @property
     def label(self) -> str:
         """A short name of the variant, e.g. ``fifo/auto/gang`` or ``shortest-first/spread/pod-by-pod``."""
-        return f"{self.queue_order}/{self.placement}/{'gang' if self.gang else 'pod-by-pod'}"
+        label = f"{self.queue_order}/{self.placement}/{'gang' if self.gang else 'pod-by-pod'}"
+        if self.queueing_strategy != "best-effort-fifo":
+            label += f"/{self.queueing_strategy}"
+        return label + ("/preemption" if self.preemption else "")
 
     def scheduler_config(self) -> SchedulerConfig:
         """The core's run-wide settings for this variant.
@@ -95,7 +104,13 @@ class SimOptions:
         Raises:
             ValueError: the queue order is unknown.
         """
-        return SchedulerConfig(queue_order=self.queue_order, workload=self.workload, seed=self.seed)
+        return SchedulerConfig(
+            queue_order=self.queue_order,
+            workload=self.workload,
+            seed=self.seed,
+            queueing_strategy=self.queueing_strategy,
+            preemption=self.preemption,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +210,7 @@ class SimResult:
     partial_gang_idle_gpu_seconds: float
     deadlock: Deadlock | None = None
     cycles: int = 0
+    preemptions: int = 0
 
 
 @dataclass(slots=True)
@@ -288,6 +304,8 @@ class _Engine:
         self.idle_milli_seconds = 0.0
         self.cycles = 0
         self.reasons: dict[str, str] = {}
+        self.holder: dict[str, int] = {}  # session key -> index of the job whose devices it holds
+        self.preemptions = 0
         self.samples: tuple[list[float], list[float], list[float], list[int], list[int]] = ([], [], [], [], [])
 
     # --- the loop ---------------------------------------------------------------------------------------
@@ -331,6 +349,7 @@ class _Engine:
                 continue  # a completion of a run that was stopped (preemption)
             for key in state.keys:
                 self.session.release(key)
+                self.holder.pop(key, None)
             milli = state.job.gpu_milli
             self.allocated_milli -= milli
             state.status = FINISHED
@@ -355,9 +374,35 @@ class _Engine:
         decisions = self.session.cycle(list(self.pending.values()), EPOCH + timedelta(seconds=now))
         self.cycles += 1
         self.reasons = decisions.waiting
+        for preemption in decisions.preempted:
+            self._preempt(preemption.victim, now)
         for admission in decisions.admitted:
             self._admit(admission, now)
         return bool(decisions.admitted)
+
+    def _preempt(self, key: str, now: float) -> None:
+        """Stop the running job that holds ``key``, whole, and queue it again with the time it has left."""
+        index = self.holder.pop(key)
+        state = self.states[index]
+        if state.status != RUNNING:
+            return  # another of its keys already stopped it this cycle
+        for other in state.keys:
+            self.holder.pop(other, None)
+            if other != key and self.session.holds(other):
+                self.session.release(other)  # pod by pod: the job's other replicas stop with it
+        served = now - (state.start if state.start is not None else now)
+        milli = state.job.gpu_milli
+        state.attained += milli / MILLI * served
+        state.remaining = max(0.0, state.remaining - served)
+        state.status = WAITING
+        state.start = None
+        state.keys = ()
+        state.placed = 0
+        self.allocated_milli -= milli
+        self.running -= 1
+        self.waiting += 1
+        self.preemptions += 1
+        self._enqueue(index)
 
     def _stuck(self, admitted: bool) -> bool:
         """Partial gangs hold GPUs, nothing runs or will finish, and the last cycle placed nothing."""
@@ -406,6 +451,7 @@ class _Engine:
         state = self.states[index]
         job = state.job
         state.keys = (*state.keys, admission.key)
+        self.holder[admission.key] = index
         state.nodes.update(assignment.node for assignment in admission.assignments)
         if state.first_placed is None:
             state.first_placed = now
@@ -481,6 +527,7 @@ class _Engine:
             partial_gang_idle_gpu_seconds=self.idle_milli_seconds / MILLI,
             deadlock=deadlock,
             cycles=self.cycles,
+            preemptions=self.preemptions,
         )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from sim_builders import cluster, job, outcome
 
@@ -154,3 +156,16 @@ def test_bad_workloads_are_refused() -> None:
         simulate(cluster(1, 1), [job("a", 0, 1), job("a", 5, 1)])
     with pytest.raises(ValueError, match="cannot be negative"):
         simulate(cluster(1, 1), [job("a", -1, 1)])
+
+
+def test_with_preemption_a_high_priority_job_stops_a_low_one_which_resumes_where_it_stopped() -> None:
+    low = job("default/low", 0, 100, 2)
+    high = replace(job("default/high", 10, 10, 2), priority=100)
+    preempting = simulate(cluster(1, 2), [low, high], SimOptions(preemption=True))
+    assert preempting.preemptions == 1
+    assert (outcome(preempting, "default/high").start, outcome(preempting, "default/high").end) == (10, 20)
+    # 10 s served before the stop, 90 s left after the high-priority job gives the GPUs back at 20.
+    assert (outcome(preempting, "default/low").start, outcome(preempting, "default/low").end) == (20, 110)
+    waiting = simulate(cluster(1, 2), [low, high], SimOptions())
+    assert waiting.preemptions == 0
+    assert (outcome(waiting, "default/high").start, outcome(waiting, "default/low").end) == (100, 100)

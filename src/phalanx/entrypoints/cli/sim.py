@@ -147,6 +147,16 @@ def run(
     gang: Annotated[
         bool, typer.Option("--gang/--no-gang", help="Admit whole gangs, or place pod by pod (the baseline).")
     ] = True,
+    strategy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queueing-strategy",
+            help="best-effort-fifo, strict-fifo or backfill; repeat to compare (default best-effort-fifo).",
+        ),
+    ] = None,
+    preemption: Annotated[
+        bool, typer.Option("--preemption", help="Let higher-priority jobs stop lower-priority ones.")
+    ] = False,
     compare: Annotated[
         bool, typer.Option("--compare", help="Run gang and pod-by-pod for every queue order and placement.")
     ] = False,
@@ -191,7 +201,16 @@ def run(
                 seed=seed,
                 max_gpus_per_replica=max_gpus_per_replica,
             )
-        variants = _variants(queue_order, placement, topology=topology, gang=gang, compare=compare, seed=seed)
+        variants = _variants(
+            queue_order,
+            placement,
+            topology=topology,
+            gang=gang,
+            compare=compare,
+            seed=seed,
+            strategies=strategy,
+            preemption=preemption,
+        )
         for variant in variants:
             check_options(variant)
     except (TraceError, ValueError) as err:
@@ -309,15 +328,26 @@ def _variants(
     gang: bool,
     compare: bool,
     seed: int,
+    strategies: list[str] | None = None,
+    preemption: bool = False,
 ) -> list[SimOptions]:
     from phalanx.sim.engine import SimOptions
 
     orders = list(dict.fromkeys(queue_orders or (["fifo", "shortest-first"] if compare else ["fifo"])))
     chosen = list(dict.fromkeys(placements or ["auto"]))
     gangs = [True, False] if compare else [gang]
+    kinds = list(dict.fromkeys(strategies or ["best-effort-fifo"]))
     return [
-        SimOptions(queue_order=order, placement=where, topology=topology, gang=on, seed=seed)
-        for order, where, on in product(orders, chosen, gangs)
+        SimOptions(
+            queue_order=order,
+            placement=where,
+            topology=topology,
+            gang=on,
+            seed=seed,
+            queueing_strategy=kind,
+            preemption=preemption,
+        )
+        for order, kind, where, on in product(orders, kinds, chosen, gangs)
     ]
 
 
