@@ -290,6 +290,7 @@ def ffdl_workload(
     seed: int = 0,
     gpu_mix: Mapping[int, float] = FFDL_GPU_MIX,
     duration: LogNormal = FFDL_DURATION,
+    rate_per_hour: float | None = None,
 ) -> tuple[SimJob, ...]:
     """``count`` FfDL-like jobs: 1-4 one-GPU learners of one GPU model, at a light or heavy load.
 
@@ -300,6 +301,8 @@ def ffdl_workload(
         seed: the random seed; equal seeds give equal workloads.
         gpu_mix: GPUs per job -> weight.
         duration: the run-time distribution.
+        rate_per_hour: arrivals per hour instead of the intensity's rate (e.g. a burst of submissions, as in
+            FfDL's scale test of hundreds of concurrent jobs).
 
     Raises:
         ValueError: an unknown intensity, a cluster without GPUs, or a count below 1.
@@ -312,7 +315,7 @@ def ffdl_workload(
     if not models:
         raise ValueError("an FfDL workload needs a cluster with GPUs")
     rng = np.random.default_rng(seed)
-    rate = rate_for_load(
+    rate = rate_per_hour or rate_for_load(
         FFDL_LOADS[intensity],
         capacity_gpus=sum(models.values()),
         mean_gpus=mean_gang_size(gpu_mix),

@@ -85,7 +85,12 @@ def run(
         typer.Option("--jobs", min=1, help=f"Jobs to generate (default {DEFAULT_JOBS}), or the first N of a trace."),
     ] = None,
     rate: Annotated[
-        float | None, typer.Option("--rate", min=0.0, help="poisson: arrivals per hour (default: from --load).")
+        float | None,
+        typer.Option(
+            "--rate",
+            min=0.0,
+            help="Arrivals per hour (poisson default: from --load; ffdl default: from --intensity).",
+        ),
     ] = None,
     load: Annotated[
         float,
@@ -307,8 +312,9 @@ def _generated_jobs(
     )
 
     if generator is Generator.FFDL:
-        workload = ffdl_workload(count, intensity=intensity.value, gpus_by_model=gpus, seed=seed)
-        return workload, f"workload: {count:,} FfDL-like jobs, {intensity.value} load, models {', '.join(gpus)}"
+        workload = ffdl_workload(count, intensity=intensity.value, gpus_by_model=gpus, seed=seed, rate_per_hour=rate)
+        load_text = f"{rate:g} arrivals/hour" if rate else f"{intensity.value} load"
+        return workload, f"workload: {count:,} FfDL-like jobs, {load_text}, models {', '.join(gpus)}"
     if rate is None:
         rate = rate_for_load(
             load,
