@@ -1,9 +1,8 @@
 """Queue: how much a team's jobs may hold at once, what they may borrow, their fair share and priorities.
 
-This module is the API object only. Nothing enforces a Queue yet: quota, borrowing, fair share and the
-priority-class filter come to the scheduler in a later issue (DESIGN §4), and until then a job's
-``spec.scheduling.queue`` is recorded and ignored. The field docs below say what each field will mean, so that
-objects written today keep their meaning.
+This module is the API object only. The embedded runtime enforces quota, cohort borrowing and fair share
+through the scheduler core (docs/scheduling.md); the priority-class and namespace filters are not enforced yet,
+and on Kubernetes a job's ``spec.scheduling.queue`` is still recorded only.
 
 A job names its queue by ``spec.scheduling.queue`` (``default`` unless it says otherwise). On Kubernetes a
 Queue is cluster-scoped, like Kueue's ClusterQueue and Volcano's Queue: handing out quota is the cluster

@@ -1,25 +1,48 @@
 """The embedded scheduler loop: snapshot the store, call ``core.scheduling.schedule``, apply the decisions.
 
+Each cycle passes the core the running jobs (every job in a holding phase, with the placements the snapshot
+counts as held) and one ``QueueQuota`` per ``Queue`` object in the store, with fair share on when there are
+queues and preemption on.
+
 Admission writes the chosen devices into ``status.placements`` and moves the job Queued → Admitted in one
 status write, so a job is never half-admitted. A job left waiting gets the scheduler's one-sentence reason in
 ``status.message`` (written only when it changes, and recorded as an event).
+
+Preemption is applied in two steps, because a victim's processes still hold its devices when the cycle ends:
+the cycle moves each victim to Preempted (the controller then stops its replicas and queues it again) and does
+not admit its preemptors; a later cycle admits them once the victims' replicas are gone. While any job is still
+Preempted, cycles run without preemption, so that room already being freed is not bought twice by stopping
+more jobs.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
-from phalanx.core.lifecycle import HOLDING_PHASES, transition
+from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.rendezvous import replica_names
 from phalanx.core.scheduling import build_snapshot, schedule
-from phalanx.core.scheduling.types import Admission, PendingJob, ReplicaRequest
+from phalanx.core.scheduling.config import SchedulerConfig
+from phalanx.core.scheduling.types import (
+    Admission,
+    DeviceAssignment,
+    PendingJob,
+    Preemption,
+    QueueQuota,
+    QuotaAmounts,
+    ReplicaRequest,
+    RunningJob,
+)
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
+from phalanx.model.queues import Queue, ResourceAmounts
 from phalanx.model.replicas import Replica
 from phalanx.model.resources import ResourceVector
 
@@ -69,6 +92,86 @@ def holdings_of(jobs: list[TrainingJob], replicas: list[Replica]) -> list[tuple[
     return held
 
 
+def running_jobs(
+    jobs: Iterable[TrainingJob],
+    replicas: Iterable[Replica],
+    *,
+    jobtypes: Mapping[str, JobType],
+    nodes: Iterable[str],
+    now: datetime,
+) -> tuple[RunningJob, ...]:
+    """The jobs in holding phases that hold placements, as the core's ``RunningJob``s.
+
+    Only placements ``holdings_of`` counts are assigned: a replica the job still asks for whose Replica object
+    has not been created, or exists with that very placement, on a node the snapshot lists. Whatever else a
+    job's replicas hold stays counted in the nodes' use without a job behind it (taken, never given back).
+    """
+    existing = {(r.spec.job_uid, r.metadata.name): r.spec.placement for r in replicas}
+    known = set(nodes)
+    running = []
+    for job in jobs:
+        if Phase(job.status.phase) not in HOLDING_PHASES or not job.status.placements:
+            continue
+        requests = tuple(replica_requests(job, jobtypes.get(job.spec.type)))
+        names = {request.name for request in requests}
+        assignments = []
+        for name, placement in job.status.placements.items():
+            held = existing.get((job.metadata.uid or "", name), placement)
+            if name not in names or held != placement or placement.node not in known:
+                continue
+            assignments.append(
+                DeviceAssignment(
+                    replica=name,
+                    node=placement.node,
+                    cpus=tuple(placement.cpus),
+                    gpus=tuple(placement.gpus),
+                    gpu_milli=placement.gpu_milli,
+                )
+            )
+        if not assignments:
+            continue
+        running.append(
+            RunningJob(
+                key=job.key,
+                priority=job.spec.scheduling.effective_priority(),
+                queue=job.spec.scheduling.queue,
+                started=job.status.admitted_time or job.metadata.creation_timestamp or now,
+                replicas=requests,
+                assignments=tuple(assignments),
+                checkpointed=False,
+                # Storing and Halting jobs are about to give their room back; the lifecycle cannot preempt them.
+                preemptible=can_transition(Phase(job.status.phase), Phase.PREEMPTED),
+            )
+        )
+    return tuple(running)
+
+
+def _amounts(amounts: ResourceAmounts) -> QuotaAmounts:
+    return QuotaAmounts(cpu_milli=amounts.cpu, memory=amounts.memory, gpus=amounts.gpu)
+
+
+def queue_quotas(queues: Iterable[Queue]) -> tuple[QueueQuota, ...]:
+    """One ``QueueQuota`` per queue name; a name repeated in another namespace is ignored (the first wins).
+
+    Queues are cluster-scoped: the embedded store keeps them in a namespace, but jobs name a queue by name.
+    """
+    quotas: dict[str, QueueQuota] = {}
+    for queue in queues:
+        name = queue.metadata.name
+        if name in quotas:
+            log.warning("Queue %s/%s: a Queue named %s already exists; ignored", queue.metadata.namespace, name, name)
+            continue
+        spec = queue.spec
+        quotas[name] = QueueQuota(
+            name=name,
+            nominal=_amounts(spec.quota),
+            cohort=spec.cohort,
+            borrowing_limit=_amounts(spec.borrowing_limit) if spec.borrowing_limit is not None else None,
+            weight=spec.weight,
+        )
+    return tuple(quotas.values())
+
+
 def describe_admission(admission: Admission) -> str:
     """'placed 2 replicas on local: quickstart-master-0 CPUs 0; quickstart-worker-0 CPUs 1'."""
     nodes = sorted({a.node for a in admission.assignments})
@@ -94,7 +197,7 @@ class SchedulerService:
     identity: str = "scheduler"
 
     def sync(self) -> bool:
-        """Run one cycle; True when a job was admitted or its waiting reason changed."""
+        """Run one cycle; True when a job was admitted or preempted, or its waiting reason changed."""
         jobs = self.store.list(TrainingJob)
         queued = [
             job
@@ -105,14 +208,21 @@ class SchedulerService:
         ]
         if not queued:
             return False
+        now = self.clock.now()
         nodes = self.store.list(Node)
+        replicas = self.store.list(Replica)
         jobtypes = {jobtype.metadata.name: jobtype for jobtype in self.store.list(JobType)}
-        snapshot = build_snapshot(nodes, holdings_of(jobs, self.store.list(Replica)))
+        snapshot = build_snapshot(nodes, holdings_of(jobs, replicas))
+        running = running_jobs(jobs, replicas, jobtypes=jobtypes, nodes=(node.metadata.name for node in nodes), now=now)
+        queues = queue_quotas(self.store.list(Queue))
+        # Victims still stopping free room for their preemptors: preempting again meanwhile would stop more.
+        stopping = any(Phase(job.status.phase) == Phase.PREEMPTED for job in jobs)
+        config = SchedulerConfig(queues=queues, fair_share=bool(queues), preemption=not stopping)
         pending = [
             PendingJob(
                 key=job.key,
                 priority=job.spec.scheduling.effective_priority(),
-                created=job.metadata.creation_timestamp or self.clock.now(),
+                created=job.metadata.creation_timestamp or now,
                 queue=job.spec.scheduling.queue,
                 replicas=tuple(replica_requests(job, jobtypes.get(job.spec.type))),
                 min_available=job.spec.scheduling.min_available,
@@ -121,10 +231,23 @@ class SchedulerService:
             )
             for job in queued
         ]
-        decisions = schedule(snapshot, pending, self.clock.now())
+        try:
+            decisions = schedule(replace(snapshot, running=running), pending, now, config)
+        except ValueError:
+            # The running jobs do not match what the nodes count as used (a bug, or a store edited by hand):
+            # schedule without them rather than stop scheduling; quotas and preemption are off for this cycle.
+            log.exception("the running jobs do not match the nodes' use; scheduling without them")
+            decisions = schedule(snapshot, pending, now, replace(config, preemption=False))
         by_key = {job.key: job for job in queued}
-        changed = False
+        changed = self._preempt(jobs, decisions.preempted)
+        preemptors: dict[str, list[str]] = {}
+        for preemption in decisions.preempted:
+            preemptors.setdefault(preemption.preemptor, []).append(preemption.victim)
         for admission in decisions.admitted:
+            if admission.key in preemptors:
+                # Its devices are still held by the victims' processes: a later cycle admits it. So does every
+                # admission decided after it, which may have been given the rest of what the victims hold.
+                break
             try:
                 self._admit(by_key[admission.key], admission)
                 changed = True
@@ -132,7 +255,10 @@ class SchedulerService:
                 # The job changed (halted, deleted) since the snapshot; the next cycle decides again.
                 changed = True
                 break  # later admissions in this cycle assumed this one's devices were taken
-        for key, reason in decisions.waiting.items():
+        waiting = dict(decisions.waiting)
+        for key, victims in preemptors.items():
+            waiting[key] = f"preempted {', '.join(victims)} to make room; starts once their replicas have stopped"
+        for key, reason in waiting.items():
             job = by_key[key]
             if job.status.message == reason:
                 continue
@@ -146,6 +272,28 @@ class SchedulerService:
                 changed = True
             except (ConflictError, NotFoundError):
                 changed = True
+        return changed
+
+    def _preempt(self, jobs: list[TrainingJob], preempted: Iterable[Preemption]) -> bool:
+        """Move each victim to Preempted; the controller stops its replicas and queues it again."""
+        by_key = {job.key: job for job in jobs}
+        changed = False
+        for preemption in preempted:
+            job = by_key[preemption.victim]
+            if not can_transition(Phase(job.status.phase), Phase.PREEMPTED):
+                continue  # not preemptible (see running_jobs); never happens with a consistent snapshot
+            now = self.clock.now()
+            try:
+                status = transition(job.status, Phase.PREEMPTED, reason="Preempted", message=preemption.reason, now=now)
+                self.store.update_status(job.model_copy(update={"status": status}))
+            except (ConflictError, NotFoundError):
+                # The victim changed since the snapshot (it finished, was halted or deleted); its room is being
+                # given back anyway or the next cycle decides again.
+                changed = True
+                continue
+            self._event(job, "Preempted", f"{preemption.reason} (by {self.identity})")
+            log.info("preempted %s: %s", job.key, preemption.reason)
+            changed = True
         return changed
 
     def _admit(self, job: TrainingJob, admission: Admission) -> None:

@@ -93,7 +93,10 @@ def test_gpus_are_numa_aligned_nvlinked_and_a_job_that_does_not_fit_waits(
     runtime.submit(gpu_job("one-more", 1, 1, ["--env-dir", str(small_envs)]))
     waiting = runtime.wait_waiting("one-more")
     assert waiting.status.phase == Phase.QUEUED
-    assert waiting.status.message == "needs 1 GPU on one node; largest free block is 0 on node dgx-0 (0 free in total)"
+    assert waiting.status.message == (
+        "needs 1 GPU on one node; largest free block is 0 on node dgx-0 (0 free in total); "
+        "preemption cannot help: no running job it may preempt holds what it lacks"
+    )
     with runtime.client() as client:
         assert [r for r in client.store.list(Replica) if r.spec.job_name == "one-more"] == []
     assert read_envs(small_envs) == {}
