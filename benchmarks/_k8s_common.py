@@ -13,6 +13,8 @@
 - **Phalanx's operator and scheduler** as subprocesses with the admin kubeconfig (``deploy/install.yaml`` less its
   workloads is applied first), ready when their ``/readyz`` answers.
 - **One pod informer** (LIST once, then WATCH) feeding the measurements, stamped on arrival.
+- **API requests counted by the API server**: ``apiserver_request_total`` from its ``/metrics`` before and after a
+  run, by verb and resource, so a run reports what each job cost the API server in writes.
 
 The arithmetic — the seeded job mix, gang accounting and idle GPU-seconds, percentiles — is pure and unit tested
 (``tests/unit/test_benchmarks_k8s_common.py``).
@@ -24,6 +26,7 @@ import contextlib
 import importlib.util
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -32,7 +35,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -379,6 +383,65 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+#: Verbs of apiserver_request_total that change something (the rest are GET, LIST, WATCH, CONNECT).
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"})
+#: Writes that happen at a steady rate whatever the workload: node heartbeats (kwok's Leases and Node status)
+#: and the components' leader-election Leases. Reported, but not part of a job's cost.
+BACKGROUND_RESOURCES = frozenset({"leases", "nodes/status"})
+_REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+RequestKey = tuple[str, str]  # (verb, resource or resource/subresource)
+
+
+def parse_request_totals(metrics: str) -> Counter[RequestKey]:
+    """Requests the API server answered so far, by verb and resource, from its ``/metrics`` text.
+
+    Sums ``apiserver_request_total`` over the labels other than ``verb``, ``resource`` and ``subresource``
+    (response code, group, version, scope, component).
+    """
+    totals: Counter[RequestKey] = Counter()
+    for line in metrics.splitlines():
+        match = _REQUEST_TOTAL.match(line)
+        if match is None:
+            continue
+        labels = dict(_LABEL.findall(match["labels"]))
+        resource = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource = f"{resource}/{labels['subresource']}"
+        totals[(labels.get("verb", ""), resource)] += int(float(match["value"]))
+    return totals
+
+
+def request_totals(api: KubeApi) -> Counter[RequestKey]:
+    """The API server's request counts now (``GET /metrics``, which the admin may read)."""
+    response = api.http.get("/metrics")
+    response.raise_for_status()
+    return parse_request_totals(response.text)
+
+
+def writes_between(before: Mapping[RequestKey, int], after: Mapping[RequestKey, int]) -> Counter[RequestKey]:
+    """Write requests answered between two ``request_totals`` (rows that did not change are left out)."""
+    writes: Counter[RequestKey] = Counter()
+    for key, count in after.items():
+        if key[0] in WRITE_VERBS and count > before.get(key, 0):
+            writes[key] = count - before.get(key, 0)
+    return writes
+
+
+def reads_between(before: Mapping[RequestKey, int], after: Mapping[RequestKey, int]) -> Counter[RequestKey]:
+    """Requests other than writes (GET, LIST, WATCH...) answered between two ``request_totals``."""
+    reads: Counter[RequestKey] = Counter()
+    for key, count in after.items():
+        if key[0] not in WRITE_VERBS and count > before.get(key, 0):
+            reads[key] = count - before.get(key, 0)
+    return reads
+
+
+def job_writes(writes: Mapping[RequestKey, int]) -> int:
+    """The writes that belong to the workload: all but the background heartbeats (``BACKGROUND_RESOURCES``)."""
+    return sum(count for (_, resource), count in writes.items() if resource not in BACKGROUND_RESOURCES)
+
+
 def benchmark_stages(directory: Path, source: Path = E2E_STAGES) -> Path:
     """Write the e2e tier's kwok stages without ``phalanx-pod-finish`` into ``directory``: Pods run until deleted."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -698,9 +761,11 @@ def remove_tree(path: Path) -> None:
 
 
 __all__ = [
+    "BACKGROUND_RESOURCES",
     "GANG_FEATURE_GATES",
     "GANG_RUNTIME_CONFIG",
     "PODGROUPS",
+    "WRITE_VERBS",
     "Cluster",
     "GangAccounting",
     "GangJob",
@@ -712,15 +777,20 @@ __all__ = [
     "fmt",
     "gang_mix",
     "interleaved",
+    "job_writes",
     "machine",
+    "parse_request_totals",
     "per_second",
     "percentile",
     "phalanx_missing",
     "pod_group_manifest",
     "pod_manifest",
+    "reads_between",
     "remove_tree",
+    "request_totals",
     "table",
     "training_job_manifest",
     "uniform_jobs",
     "watch_pods",
+    "writes_between",
 ]

@@ -9,7 +9,8 @@ Every pod asks 1 GPU, 1 CPU and 1 GiB; nodes have ``--gpus-per-node`` GPUs (32 b
 at once: this measures binding, not packing). Pods never finish. Schedulers:
 
 - ``phalanx``: TrainingJobs (``generic``, one role of 1 or 8 replicas); phalanx-scheduler admits each job whole,
-  phalanx-operator creates its Pods, phalanx-scheduler binds them once the gang's Pods all exist;
+  phalanx-operator creates its Pods, phalanx-scheduler binds them once the gang's Pods all exist (a one-Pod job's
+  Pod is created on its node: there is no gang to wait for, so its seen -> bound latency is 0);
 - ``kube``: the same pods created directly (8 client threads), stock kube-scheduler of the pinned version, default
   settings (its API client is limited to 50 requests/s, burst 100);
 - ``kube-fast``: the same with ``--kube-api-qps=1000 --kube-api-burst=1000``;
@@ -20,6 +21,12 @@ watch): for Phalanx that includes validation, admission and the operator's pod c
 in seconds from the first submit call, when the submit calls returned, when the last job was admitted (Phalanx),
 when the last pod was first seen (created) and the last bound; the bind phase alone (first pod seen -> last pod
 bound); and each pod's seen -> bound latency.
+
+Every run also counts the API server's write requests (``apiserver_request_total`` from its ``/metrics``, by verb
+and resource): from the first submit to the last bind, and to when the run has settled (every pod Running, and for
+Phalanx every job Running, or ``--settle-timeout``), divided by the number of jobs. Node heartbeats and leader
+Leases are shown apart (``BACKGROUND_RESOURCES``): they do not grow with the workload. Reads (GET, LIST, WATCH)
+follow, per job.
 
 Run: python benchmarks/k8s_bind_throughput.py [--nodes 100] [--pods 2000] [--gangs 200] [--gang-size 8] [--quick]
 Ends with: RESULT phalanx_pods_per_s=… kube_pods_per_s=… phalanx_gang_pods_per_s=… kube_gang_pods_per_s=…
@@ -33,11 +40,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from _k8s_common import (
+    BACKGROUND_RESOURCES,
     PODGROUPS,
     Cluster,
     GangJob,
@@ -45,16 +54,20 @@ from _k8s_common import (
     create_all,
     fmt,
     interleaved,
+    job_writes,
     machine,
     per_second,
     percentile,
     phalanx_missing,
     pod_group_manifest,
     pod_manifest,
+    reads_between,
+    request_totals,
     table,
     training_job_manifest,
     uniform_jobs,
     watch_pods,
+    writes_between,
 )
 from phalanx.adapters.kubernetes.api import PODS, TRAININGJOBS
 from phalanx.adapters.kubernetes.informer import Informer
@@ -86,6 +99,11 @@ class Measure:
     bound: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     last_admitted_s: float | None = None
+    jobs: int = 0
+    writes_to_bound: Counter[tuple[str, str]] = field(default_factory=Counter)
+    writes_to_settled: Counter[tuple[str, str]] = field(default_factory=Counter)
+    reads_to_settled: Counter[tuple[str, str]] = field(default_factory=Counter)
+    settled: bool = False
 
     @property
     def pods_per_s(self) -> float | None:
@@ -105,7 +123,7 @@ class Measure:
 def measure(run: str, workload: str, jobs: list[GangJob], args: argparse.Namespace, workdir: Path) -> Measure:
     """A fresh cluster, the workload submitted at once, until every pod is bound (or the timeout)."""
     total = sum(job.pods for job in jobs)
-    result = Measure(run, workload, total)
+    result = Measure(run, workload, total, jobs=len(jobs))
     if run == "phalanx":
         missing = phalanx_missing()
         if missing:
@@ -139,10 +157,17 @@ def drive(run: str, cluster: Cluster, jobs: list[GangJob], args: argparse.Namesp
     api, namespace = cluster.api, cluster.namespace
     lock = threading.Lock()
     all_bound = threading.Event()
+    all_settled = threading.Event()
     seen: dict[str, float] = {}
     bound: dict[str, float] = {}
     admitted: dict[str, float] = {}
+    running_pods: set[str] = set()
+    running_jobs: set[str] = set()
     t0 = time.monotonic()
+
+    def check_settled() -> None:  # with the lock held
+        if len(running_pods) >= result.pods and (run != "phalanx" or len(running_jobs) >= len(jobs)):
+            all_settled.set()
 
     def on_pod(now: float, view: PodView) -> None:
         with lock:
@@ -151,11 +176,18 @@ def drive(run: str, cluster: Cluster, jobs: list[GangJob], args: argparse.Namesp
                 bound[view.name] = now - t0
                 if len(bound) >= result.pods:
                     all_bound.set()
+            if view.phase == "Running" and view.exists:
+                running_pods.add(view.name)
+                check_settled()
 
     def on_job(kind: str, obj: dict[str, Any]) -> None:
-        if (obj.get("status") or {}).get("placements"):
-            with lock:
+        status = obj.get("status") or {}
+        with lock:
+            if status.get("placements"):
                 admitted.setdefault(str(obj["metadata"]["name"]), time.monotonic() - t0)
+            if status.get("phase") == "Running":
+                running_jobs.add(str(obj["metadata"]["name"]))
+                check_settled()
 
     if run == "phalanx":
         bodies = [training_job_manifest(job, cluster.namespace) for job in jobs]
@@ -169,6 +201,7 @@ def drive(run: str, cluster: Cluster, jobs: list[GangJob], args: argparse.Namesp
         job_watch.wait_synced(30)
     try:
         with watch_pods(api, namespace, on_pod):
+            before = request_totals(api)
             t0 = time.monotonic()
             print(f"[{result.run}/{result.workload}] submitting {len(bodies)} objects", flush=True)
             create_all(api, TRAININGJOBS if run == "phalanx" else PODS, bodies, threads=args.threads)
@@ -183,6 +216,12 @@ def drive(run: str, cluster: Cluster, jobs: list[GangJob], args: argparse.Namesp
                 if dead:
                     result.status, result.note = "failed", f"{dead[0].name} exited; log ends: {dead[0].tail(3)}"
                     break
+            result.writes_to_bound = writes_between(before, request_totals(api))
+            if result.status == "done":
+                result.settled = all_settled.wait(args.settle_timeout)
+                after = request_totals(api)
+                result.writes_to_settled = writes_between(before, after)
+                result.reads_to_settled = reads_between(before, after)
     finally:
         if job_watch is not None:
             job_watch.stop()
@@ -246,6 +285,10 @@ def report(results: list[Measure], args: argparse.Namespace) -> None:
     for r in results:
         if r.note:
             print(f"  {RUNS[r.run]}, {r.workload}: {r.note}")
+    for r in results:
+        if r.writes_to_bound:
+            print()
+            print(write_report(r))
     by_key = {(r.run, r.workload): r for r in results}
     fields = []
     for run in RUNS:
@@ -260,6 +303,40 @@ def report(results: list[Measure], args: argparse.Namespace) -> None:
     print("RESULT " + " ".join(fields))
 
 
+def write_report(result: Measure) -> str:
+    """The run's API writes per job, by verb and resource: to the last bind, and once settled."""
+    jobs = max(1, result.jobs)
+    keys = sorted(set(result.writes_to_bound) | set(result.writes_to_settled), key=lambda k: (k[1], k[0]))
+    rows = [
+        [
+            f"{verb} {resource}" + (" (background)" if resource in BACKGROUND_RESOURCES else ""),
+            result.writes_to_bound.get((verb, resource), 0),
+            fmt(result.writes_to_bound.get((verb, resource), 0) / jobs, 2),
+            result.writes_to_settled.get((verb, resource), 0),
+            fmt(result.writes_to_settled.get((verb, resource), 0) / jobs, 2),
+        ]
+        for verb, resource in keys
+    ]
+    rows.append(
+        [
+            "per job, background excluded",
+            job_writes(result.writes_to_bound),
+            fmt(job_writes(result.writes_to_bound) / jobs, 2),
+            job_writes(result.writes_to_settled),
+            fmt(job_writes(result.writes_to_settled) / jobs, 2),
+        ]
+    )
+    settled = "settled" if result.settled else "not settled: counted at --settle-timeout"
+    title = f"API writes, {RUNS[result.run]}, {result.workload} ({result.jobs} jobs; {settled})"
+    headers = ["verb resource", "to bound", "per job", "to settled", "per job"]
+    reads = ", ".join(
+        f"{verb} {resource} {count / jobs:.2f}"
+        for (verb, resource), count in result.reads_to_settled.most_common()
+        if count / jobs >= 0.01
+    )
+    return f"{title}\n{table(headers, rows)}\nreads per job, to settled: {reads or 'none'}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=100)
@@ -269,6 +346,12 @@ def main() -> int:
     parser.add_argument("--gang-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=8, help="client threads creating the objects")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds a run may take")
+    parser.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait after the last bind for every pod (and Phalanx job) to be Running, for the write counts",
+    )
     parser.add_argument("--runs", default="phalanx,kube,kube-fast", help=f"comma-separated, from: {', '.join(RUNS)}")
     parser.add_argument("--workloads", default="single,gang", help="comma-separated, from: single, gang")
     parser.add_argument("--workdir", type=Path, help="keep each run's logs here (default: a temporary directory)")

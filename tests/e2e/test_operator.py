@@ -259,6 +259,33 @@ def test_an_mpi_job_gets_a_headless_service_and_a_hostfile(running: tuple[Compon
     wait_until(lambda: not pods_of(kube, namespace, "allreduce"), 30, "the hung workers stopped")
 
 
+def test_a_one_replica_job_runs_without_a_service_and_records_every_phase(
+    running: tuple[Components, str], namespace: str
+) -> None:
+    components, model = running
+    kube = components.kube
+    kube.create(JOBS.format(ns=namespace), job("solo", "generic", {"worker": role(1, model, duration_ms=1500)}))
+
+    def bound() -> dict[str, Any] | None:
+        found = pods_of(kube, namespace, "solo")
+        return found[0] if len(found) == 1 and found[0]["spec"].get("nodeName") else None
+
+    pod = wait_until(bound, 60, "the pod, bound")
+    # No Service, so the Pod names none; the replica's own address is its Pod's name (its hostname).
+    assert "subdomain" not in pod["spec"] and "hostname" not in pod["spec"]
+    assert env_of(pod)["COORDINATOR_HOST"] == "solo-worker-0"
+    done = wait_phase(kube, namespace, "solo", "Succeeded")["status"]
+    assert not kube.exists(f"/api/v1/namespaces/{namespace}/services/solo")
+    # Downloading was written together with Running, and still has its own condition.
+    conditions = {condition["type"]: condition for condition in done["conditions"]}
+    assert {"Queued", "Admitted", "Downloading", "Running", "Storing", "Succeeded"} <= set(conditions)
+    assert conditions["Downloading"]["reason"] == "Staging"
+    assert conditions["Admitted"]["lastTransitionTime"] <= conditions["Downloading"]["lastTransitionTime"]
+    assert conditions["Downloading"]["lastTransitionTime"] <= conditions["Running"]["lastTransitionTime"]
+    reasons = [event["reason"] for event in events_of(kube, namespace, "solo")]
+    assert reasons.count("Staging") == 1 and reasons.count("Started") == 1, reasons
+
+
 def test_a_failing_replica_restarts_with_backoff_then_fails_at_the_backoff_limit(
     running: tuple[Components, str], namespace: str
 ) -> None:

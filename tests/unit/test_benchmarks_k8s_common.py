@@ -140,3 +140,40 @@ def test_percentile_rate_and_format() -> None:
 def test_table_aligns_columns() -> None:
     text = bench.table(["name", "n"], [["a", 1], ["bbb", 22]])
     assert text.splitlines() == ["name   n", "----  --", "a      1", "bbb   22"]
+
+
+def _metric(verb: str, resource: str, value: int, *, code: str = "200", subresource: str = "") -> str:
+    """One line of apiserver_request_total as kube-apiserver's /metrics writes it."""
+    labels = (
+        f'code="{code}",component="apiserver",dry_run="",group="",resource="{resource}",scope="resource",'
+        f'subresource="{subresource}",verb="{verb}",version="v1"'
+    )
+    return f"apiserver_request_total{{{labels}}} {value}"
+
+
+METRICS = "\n".join(
+    [
+        "# TYPE apiserver_request_total counter",
+        _metric("POST", "pods", 10, code="201"),
+        _metric("POST", "pods", 2, code="409"),
+        _metric("POST", "pods", 4, code="201", subresource="binding"),
+        _metric("PUT", "leases", 7),
+        _metric("GET", "pods", 3),
+        'apiserver_request_duration_seconds_count{verb="POST",resource="pods"} 99',
+    ]
+)
+
+
+def test_request_totals_are_summed_by_verb_and_resource_across_codes() -> None:
+    totals = bench.parse_request_totals(METRICS)
+    assert totals == {("POST", "pods"): 12, ("POST", "pods/binding"): 4, ("PUT", "leases"): 7, ("GET", "pods"): 3}
+
+
+def test_writes_and_reads_between_two_readings_and_what_a_job_cost() -> None:
+    before = bench.parse_request_totals(METRICS)
+    after = before.copy()
+    after.update({("POST", "pods"): 5, ("PUT", "leases"): 3, ("GET", "pods"): 1, ("POST", "trainingjobs"): 2})
+    writes = bench.writes_between(before, after)
+    assert writes == {("POST", "pods"): 5, ("PUT", "leases"): 3, ("POST", "trainingjobs"): 2}
+    assert bench.reads_between(before, after) == {("GET", "pods"): 1}
+    assert bench.job_writes(writes) == 7, "Lease renewals are background, not the workload's"

@@ -5,37 +5,44 @@ tests can check them without a cluster:
 
 - ``observe_job_pods``: the planner's view of a job's Pods (``objects.observe_pod``), with the Pods this
   process has asked to delete counted as deleting before the watch says so;
-- ``render_creates``: the Pod for every ``CreateReplica`` of a plan (its placement in annotations),
-  and the headless Service and hostfile ConfigMap the Pods need;
+- ``render_creates``: the Pod for every ``CreateReplica`` of a plan (its placement in annotations);
+- ``render_children``: the headless Service (for a job of more than one replica) and the hostfile ConfigMap
+  the Pods need;
 - ``orphan_pods``: Pods of jobs that no longer exist;
 - ``event_body``: a core/v1 Event about a TrainingJob;
 - ``invalid_spec_message``: a spec error as one line of field-path errors;
-- ``EventBudget``: how many Normal events may be posted under a burst (Warnings always are).
+- ``EventBudget``: how many Normal events may be posted under a burst (Warnings always are);
+- ``may_hold`` and ``HeldStatus``: which planned status may wait to be written together with the next one;
+- ``Timers``: when each job asked to be looked at again.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from phalanx.adapters.kubernetes.objects import LABEL_JOB, observe_pod
 from phalanx.adapters.kubernetes.rendering import (
     ANNOTATION_JOB_UID,
     DEFAULT_SCHEDULER_NAME,
+    needs_service,
     render_headless_service,
     render_hostfile_configmap,
     render_pod,
 )
-from phalanx.core.reconcile.types import CreateReplica, ObservedReplica, Plan
+from phalanx.core.reconcile.types import CreateReplica, EventRecord, ObservedReplica, Plan
 from phalanx.model.errors import SpecError
-from phalanx.model.jobs import TrainingJob
+from phalanx.model.jobs import Phase, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
 
 MAX_MESSAGE = 1024  # an Event's message is capped by the API server; keep ours well under
+# Phase moves a status write may wait with, (stored phase, planned phase): see ``may_hold``.
+_HOLDABLE_MOVES = frozenset({(Phase.PENDING, Phase.QUEUED), (Phase.ADMITTED, Phase.DOWNLOADING)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +86,16 @@ def observe_job_pods(pods: Iterable[Mapping[str, Any]], deleting: Collection[str
 def render_creates(job: TrainingJob, jobtype: JobType, decided: Plan, settings: PodSettings) -> list[dict[str, Any]]:
     """The Pods to create for the plan's ``CreateReplica`` actions, in the plan's order.
 
-    Each Pod carries the action's attempt, and its placement in annotations.
+    Each Pod carries the action's attempt, and its placement in annotations. The Pods of a gang are left for
+    the phalanx-scheduler to bind once they all exist; a job with a single placed replica is a gang of one, with
+    nothing to wait for, so its Pod is created on its placement's node and needs no binding.
 
     Raises:
         RenderError: a Pod cannot be rendered (no image, a name too long...); the message names the field.
 
     """
     pods = []
+    alone = len(job.status.placements) == 1
     for action in decided.actions:
         if not isinstance(action, CreateReplica):
             continue
@@ -99,18 +109,115 @@ def render_creates(job: TrainingJob, jobtype: JobType, decided: Plan, settings: 
                 scheduler_name=settings.scheduler_name,
                 image=settings.image,
                 placement=action.placement,
+                bind=alone,
             )
         )
     return pods
 
 
 def render_children(job: TrainingJob, jobtype: JobType) -> list[dict[str, Any]]:
-    """What the job's Pods need before they start: the headless Service, and the hostfile ConfigMap for MPI."""
-    children = [render_headless_service(job, jobtype)]
+    """What the job's Pods need before they start: the headless Service, and the hostfile ConfigMap for MPI.
+
+    A job of one replica has no peer to find, so no Service (``rendering.needs_service``).
+    """
+    children = [render_headless_service(job, jobtype)] if needs_service(job) else []
     hostfile = render_hostfile_configmap(job, jobtype)
     if hostfile is not None:
         children.append(hostfile)
     return children
+
+
+def may_hold(stored: TrainingJobStatus, planned: TrainingJobStatus) -> bool:
+    """Whether the planned status may stay unwritten for a while, to be written with the next move.
+
+    Two moves are followed at once by another one, made in the next write, and each written alone would cost the
+    API server a status write per job (a status write of a TrainingJob costs it more than creating a Pod):
+
+    - **Pending -> Queued** (accepting a new job): the phalanx-scheduler accepts a Pending job itself when the
+      same planner would, in the write it makes anyway: the admission (Queued and Admitted at once) or, for a
+      job that must wait, the reason why (Queued with it). The operator writes Queued after its hold time only
+      if no scheduler has (none runs, or it cannot accept the job, e.g. for want of the operator's image).
+    - **Admitted -> Downloading**, made as the operator creates the Pods. Nothing is staged on Kubernetes, so
+      Downloading lasts from the Pods' creation to their start (seconds). Held, it goes out with the move to
+      Running (one write with both conditions, their times and their events), or after the operator's hold time
+      if the Pods have not started by then.
+
+    Nothing reads the difference in between: a Pending job accepted by either component is validated alike, the
+    scheduler binds the Pods of an Admitted job as of a Downloading one, and a restarted operator plans from the
+    stored phase again, which makes the same move and creates no Pod that exists.
+    """
+    return (Phase(stored.phase), Phase(planned.phase)) in _HOLDABLE_MOVES
+
+
+@dataclass(frozen=True, slots=True)
+class HeldStatus:
+    """A planned status the operator has not written yet (``may_hold``), with the events that go out with it.
+
+    Attributes:
+        resource_version: the job's resourceVersion it was planned on; once the job changes, it is dropped and
+            the job planned again from its stored status.
+        status: the status to write.
+        events: the events of the plans that led to it, recorded once it is written.
+        due: the monotonic time by which it is written even if nothing else happens.
+
+    """
+
+    resource_version: str
+    status: TrainingJobStatus
+    events: tuple[EventRecord, ...]
+    due: float
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Timers(Generic[K]):
+    """A deadline per key: set, cancel, take the due ones, the earliest; each in O(log n), not a scan of all.
+
+    A heap with lazy deletion: a cancelled or replaced deadline stays in the heap until it reaches the top, and
+    the heap is rebuilt when such leftovers outnumber the live deadlines. Not thread-safe: the caller locks.
+    """
+
+    def __init__(self) -> None:
+        self._due: dict[K, float] = {}
+        self._heap: list[tuple[float, int, K]] = []
+        self._pushed = 0  # tie-breaker, so keys never need to compare
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def keys(self) -> KeysView[K]:
+        """The keys that have a deadline."""
+        return self._due.keys()
+
+    def set(self, key: K, due: float) -> None:
+        """Look at ``key`` again at ``due`` (replacing its earlier deadline)."""
+        self._due[key] = due
+        self._pushed += 1
+        heapq.heappush(self._heap, (due, self._pushed, key))
+        if len(self._heap) > 2 * len(self._due) + 64:
+            self._heap = [(due, n, key) for due, n, key in self._heap if self._due.get(key) == due]
+            heapq.heapify(self._heap)
+
+    def cancel(self, key: K) -> None:
+        """Forget ``key``'s deadline, if any."""
+        self._due.pop(key, None)
+
+    def pop_due(self, now: float) -> list[K]:
+        """The keys whose deadline is at or before ``now``, forgotten."""
+        due_keys = []
+        while self._heap and self._heap[0][0] <= now:
+            due, _, key = heapq.heappop(self._heap)
+            if self._due.get(key) == due:
+                del self._due[key]
+                due_keys.append(key)
+        return due_keys
+
+    def earliest(self) -> float | None:
+        """The earliest deadline, or None."""
+        while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
 
 
 def orphan_pods(pods: Iterable[Mapping[str, Any]], live_job_uids: Collection[str]) -> list[Mapping[str, Any]]:

@@ -14,21 +14,28 @@ same pure ``core.reconcile.plan``, apply the plan — with Pods for replicas and
   the Pods' volumes (a Warning event says so when ``outputs.storeTo`` is set).
 - **Apply**: the status first (a PUT of the status subresource carrying the resourceVersion the plan was made
   from; a 409 means the job changed, so the pass drops the plan and the next pass plans again from the newer
-  version), then events, then the actions: Pods from ``rendering.render_pod`` with the scheduler's placement
-  in annotations (``schedulerName`` names the phalanx-scheduler, which binds them), the headless Service and
-  the hostfile ConfigMap before them, deletions with the Pod's uid as a precondition, and TTL deletion of the
-  job. Every write is idempotent (409 AlreadyExists is success, 404 on delete is success), and each is put into
-  the cache at once (``Informer.observe``) or remembered (Pods being deleted), so the next pass does not act
-  on the state from before it.
+  version), then events, then the actions. Two moves are held back instead (``kube_apply.may_hold``), in
+  memory with their events, so that one write records them with the next move: Pending -> Queued for the
+  scheduler, which accepts a new job in the write that admits it or says why it waits (the operator writes it
+  after ``accept_hold_s`` if no scheduler did), and Admitted -> Downloading for the move to Running (written
+  after ``hold_s`` if the Pods have not all started by then). A held status is dropped when the job changes
+  (the next plan starts again from the stored one). The actions: Pods from ``rendering.render_pod`` with the
+  scheduler's placement in annotations (``schedulerName`` names the phalanx-scheduler, which binds them), the
+  headless Service (for more than one replica) and the hostfile ConfigMap alongside them, deletions with the
+  Pod's uid as a precondition, and TTL deletion of the job. Every write is idempotent (409 AlreadyExists
+  is success, 404 on delete is success), and each is put into the cache at once (``Informer.observe``) or
+  remembered (Pods being deleted), so the next pass does not act on the state from before it.
 - **Collect orphans**: a Pod whose job uid names no job (confirmed with one GET) is deleted at once;
   ownerReferences alone would leave it to kube-controller-manager's garbage collector, tens of seconds later.
 
-One loop thread reconciles the jobs that changed (an informer event about the job, its Pods or any JobType),
-the jobs whose plan asked to be looked at again (``requeue_after``: backoff, deadlines, TTL), and every job
-every ``resync_s``. Each reconcile reads only the caches, so it is level-triggered: which event woke it does
-not matter. Nothing lives only in this process: phases, attempts and placements are in the job's status, and
-Pod names are deterministic (``<job>-<role>-<index>``), so a ``kill -9`` at any point followed by a restart
-converges without duplicates.
+One loop thread reconciles the jobs that changed (an informer event about the job, its Pods or any JobType), the
+jobs whose plan asked to be looked at again (``requeue_after``: backoff, deadlines, TTL), and every job at the
+latest ``resync_s`` after it was last reconciled (each on its own timer, so a resync is not a burst). Each
+reconcile reads only the caches, so it is level-triggered: which event woke it does not matter. Nothing that
+matters lives only in this process: phases, attempts and placements are in the job's status, and Pod names are
+deterministic (``<job>-<role>-<index>``), so a ``kill -9`` at any point followed by a restart converges without
+duplicates. (A held status is lost with the process; the next operator plans from the stored phase again, which
+makes the same move and creates no Pod that exists.)
 """
 
 from __future__ import annotations
@@ -61,9 +68,7 @@ from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key, w
 from phalanx.adapters.kubernetes.objects import (
     LABEL_ATTEMPT,
     LABEL_JOB,
-    job_from_object,
     job_status,
-    jobtype_from_object,
     model_metadata,
     status_body,
 )
@@ -80,24 +85,25 @@ from phalanx.core.reconcile import (
     plan,
 )
 from phalanx.model.base import API_GROUP
-from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TERMINAL_PHASES, Phase, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
 from phalanx.model.meta import ObjectMeta
 from phalanx.services.kube_apply import (
     EventBudget,
+    HeldStatus,
     PodSettings,
-    check_renderable,
+    Timers,
     event_body,
-    invalid_spec_message,
     job_uid_of,
+    may_hold,
     observe_job_pods,
     orphan_pods,
     pod_uid,
     render_children,
     render_creates,
 )
+from phalanx.services.kube_specs import SpecCache
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]  # (namespace, name)
@@ -124,21 +130,13 @@ class OperatorSettings:
     workers: int = 8
     job_workers: int = 8
     seed_jobtypes: bool = True
+    hold_s: float = 30.0  # how long Admitted -> Downloading may wait unwritten for the Pods to start
+    accept_hold_s: float = 10.0  # how long Pending -> Queued may wait unwritten for the scheduler to write it
 
     @property
     def pods(self) -> PodSettings:
         """The settings Pods are rendered with."""
         return PodSettings(scheduler_name=self.scheduler_name, image=self.image)
-
-
-@dataclass
-class _Parsed:
-    """A job's spec as validated last time, reused while its generation and JobType stay the same."""
-
-    generation: int
-    jobtype_version: str
-    job: TrainingJob | None
-    error: str = ""
 
 
 @dataclass
@@ -194,10 +192,10 @@ class KubeOperator:
         self._everything = True  # the first pass looks at every job
         self._next_resync = 0.0
         self._next_housekeeping = 0.0
-        self._timers: dict[JobKey, float] = {}  # job -> monotonic time its plan asked to be looked at again
+        self._timers: Timers[JobKey] = Timers()  # job -> monotonic time its plan asked to be looked at again
         self._deleting: set[str] = set()  # uids of Pods deleted by this process, until the cache drops them
-        self._parsed: dict[str, _Parsed] = {}  # job uid -> its last validation
-        self._parsed_jobtypes: dict[str, tuple[str, JobType | None]] = {}  # name -> (resourceVersion, parsed)
+        self.specs = SpecCache(api, self.jobtypes, settings.pods)  # validated jobs, parsed JobTypes
+        self._held: dict[str, HeldStatus] = {}  # job uid -> a planned status not written yet (``may_hold``)
         self._warned: set[tuple[str, str]] = set()  # (job uid, warning) given once per job
         self._posting: set[Future[None]] = set()  # events being recorded in the background
         self.events = EventBudget()
@@ -271,7 +269,7 @@ class KubeOperator:
                     log.info("created the built-in JobType %s", name)
                     continue
                 labels = (existing.get("metadata") or {}).get("labels") or {}
-                current = self._jobtype(existing)
+                current = self.specs.jobtype(existing)
                 if labels.get(BUILTIN_LABEL) == "true" and (current is None or current.spec != builtin.spec):
                     body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
                     self.jobtypes.observe(self.api.replace(JOBTYPES, body))
@@ -316,27 +314,27 @@ class KubeOperator:
         """
         now = self.clock.monotonic()
         with self._lock:
-            if self._everything or now >= self._next_resync:
+            if self._everything:
                 keys = {object_key(obj) for obj in self.jobs.items()}
                 self._everything = False
+                self._next_resync = now + self.settings.resync_s
+            elif now >= self._next_resync:
+                # Every reconciled job has a timer at most resync_s away; this catches any job never reconciled.
+                keys = {object_key(obj) for obj in self.jobs.items()} - self._timers.keys() | self._dirty
                 self._next_resync = now + self.settings.resync_s
             else:
                 keys = set(self._dirty)
             self._dirty.clear()
-            for key, due in list(self._timers.items()):
-                if due <= now:
-                    keys.add(key)
-                    del self._timers[key]
+            keys.update(self._timers.pop_due(now))
             self._again |= keys & self._running
-            keys -= self._running | self._queued
+            keys = {key for key in keys if key not in self._running and key not in self._queued}
             self._queued |= keys
-        jobtypes = self._current_jobtypes()
+        jobtypes = self.specs.current_jobtypes()
         # Housekeeping reads every Pod and job: each pass when waiting (tests, one-shot), else once per interval.
         housekeeping = wait or now >= self._next_housekeeping
-        all_pods = self.pods.items() if housekeeping else []
         if housekeeping:
             self._next_housekeeping = now + _HOUSEKEEPING_S
-            self._forget_deleted(all_pods)
+            self._forget_deleted()
         # Jobs are independent and their reconciles wait mostly on the API server (status PUTs of tens of ms
         # each), so several are reconciled at once; one job is only ever in one worker.
         futures = [self._jobs_pool.submit(self._reconcile_key, key, jobtypes) for key in sorted(keys)]
@@ -344,11 +342,12 @@ class KubeOperator:
             for future in futures:
                 future.result()
         if housekeeping:
-            self._collect_orphans(all_pods)
+            self._collect_orphans()
             self._forget_parsed()
         self.counters.add("passes")
         with self._lock:
-            due = min([*self._timers.values(), self._next_resync])
+            earliest = self._timers.earliest()
+            due = self._next_resync if earliest is None else min(earliest, self._next_resync)
             if not wait:
                 due = min(due, self._next_housekeeping)
             if self._dirty:
@@ -374,6 +373,8 @@ class KubeOperator:
     def _reconcile_one(self, key: JobKey, jobtypes: dict[str, JobType]) -> None:
         obj = self.jobs.get(*key)
         if obj is None:
+            with self._lock:
+                self._timers.cancel(key)
             return
         uid = str(obj["metadata"].get("uid") or "")
         try:
@@ -386,18 +387,24 @@ class KubeOperator:
             log.exception("reconciling job %s/%s failed; retrying", key[0], key[1])
             outcome = _Outcome(requeue_after=self.settings.retry_s)
         self.counters.add("reconciles")
+        # Looked at again when its plan asks, and at the latest resync_s from now even if nothing changes (the
+        # safety net of a level-triggered loop), each job on its own timer rather than all at once.
+        after = self.settings.resync_s if outcome.requeue_after is None else outcome.requeue_after
         with self._lock:
-            if outcome.requeue_after is None:
-                self._timers.pop(key, None)
-            else:
-                self._timers[key] = self.clock.monotonic() + outcome.requeue_after
+            self._timers.set(key, self.clock.monotonic() + min(after, self.settings.resync_s))
 
     def _reconcile(self, obj: dict[str, Any], jobtypes: dict[str, JobType], pods: list[dict[str, Any]]) -> _Outcome:
-        parsed = self._parse_job(obj, jobtypes)
+        parsed = self.specs.parse(obj, jobtypes)
+        held = self._take_held(obj)
         if parsed.job is None:
             return self._fail(obj, "InvalidSpec", parsed.error, pods)
+        stored = job_status(obj)
+        # A held status is where the job already is, as far as this operator is concerned: plan on from it.
         job = parsed.job.model_copy(
-            update={"metadata": ObjectMeta.model_validate(model_metadata(obj)), "status": job_status(obj)}
+            update={
+                "metadata": ObjectMeta.model_validate(model_metadata(obj)),
+                "status": held.status if held is not None else stored,
+            }
         )
         jobtype = jobtypes.get(job.spec.type)
         with self._lock:
@@ -411,7 +418,7 @@ class KubeOperator:
                 outputs=_OUTPUTS_STAY,
             )
         )
-        return self._apply(obj, job, jobtype, decided, pods)
+        return self._apply(obj, job, jobtype, decided, pods, stored=stored, held=held)
 
     def _apply(
         self,
@@ -420,6 +427,9 @@ class KubeOperator:
         jobtype: JobType | None,
         decided: Plan,
         pods: list[dict[str, Any]],
+        *,
+        stored: TrainingJobStatus,
+        held: HeldStatus | None,
     ) -> _Outcome:
         creates: list[dict[str, Any]] = []
         if jobtype is not None and any(isinstance(action, CreateReplica) for action in decided.actions):
@@ -428,15 +438,29 @@ class KubeOperator:
             except RenderError as error:
                 return self._fail(obj, "InvalidSpec", str(error), pods)
         outcome = _Outcome(requeue_after=decided.requeue_after)
-        if decided.status != job.status:
-            written = self._write_status(obj, decided.status)
-            if written is None:
-                return _Outcome(requeue_after=self.settings.retry_s)
-            obj = written
-        for event in decided.events:
+        events = (held.events if held is not None else ()) + decided.events
+        if decided.status != stored:
+            now = self.clock.monotonic()
+            hold = self.settings.accept_hold_s if Phase(stored.phase) == Phase.PENDING else self.settings.hold_s
+            due = held.due if held is not None else now + hold
+            if may_hold(stored, decided.status) and now < due:
+                # No write checks the resourceVersion the plan was made on, so check it before creating Pods:
+                # a plan made on a stale cache (the job halted or deleted meanwhile) creates nothing.
+                if creates and not self._still_current(obj):
+                    return _Outcome(requeue_after=self.settings.retry_s)
+                self._hold(obj, HeldStatus(_resource_version(obj), decided.status, events, due))
+                events = ()  # they go out with the status
+                waits = [due - now] + ([decided.requeue_after] if decided.requeue_after is not None else [])
+                outcome.requeue_after = min(waits)
+            else:
+                written = self._write_status(obj, decided.status)
+                if written is None:
+                    return _Outcome(requeue_after=self.settings.retry_s)
+                obj = written
+        for event in events:
             self._event(obj, event.reason, event.message, warning=event.type == "Warning")
             log.info("job %s: %s: %s", job.key, event.reason, event.message)
-        before, after = Phase(job.status.phase), Phase(decided.status.phase)
+        before, after = Phase(stored.phase), Phase(decided.status.phase)
         entered_storing = after in (Phase.STORING, Phase.SUCCEEDED) and before not in (Phase.STORING, Phase.SUCCEEDED)
         if entered_storing or any(isinstance(action, StoreOutputs) for action in decided.actions):
             self._warn_outputs_not_collected(obj, job)
@@ -456,6 +480,44 @@ class KubeOperator:
             if isinstance(action, DeleteJob):
                 self._delete_job(obj, action.reason)
         return outcome
+
+    # -- held statuses ------------------------------------------------------------------------------------------
+
+    def _take_held(self, obj: dict[str, Any]) -> HeldStatus | None:
+        """Remove and return the job's held status, if it was planned on this version of the job."""
+        with self._lock:
+            held = self._held.pop(str(obj["metadata"].get("uid") or ""), None)
+        if held is None or held.resource_version != _resource_version(obj):
+            return None  # the job changed since (halted, edited, written by someone): plan from what is stored
+        return held
+
+    def _still_current(self, obj: dict[str, Any]) -> bool:
+        """Whether the job is still at the version the cache holds; a newer version goes into the cache.
+
+        One GET, answered from the API server's watch cache (not older than the version cached here): a sixth of
+        the API server's work for the status write it stands in for. That cache trails etcd by the time an event
+        takes to reach it, milliseconds; a job changed within them is caught by the next pass, as one changed
+        just after a status write and before the Pods' creation always was.
+        """
+        namespace, name = object_key(obj)
+        self.counters.add("freshness_reads")
+        try:
+            current = self.api.get(TRAININGJOBS, name, namespace, not_older_than=_resource_version(obj) or None)
+        except NotFoundError:
+            self.jobs.forget(namespace, name)
+            return False
+        if _resource_version(current) == _resource_version(obj):
+            return True
+        self.counters.add("conflicts")
+        current.setdefault("kind", TRAININGJOBS.kind)
+        current.setdefault("apiVersion", TRAININGJOBS.api_version)
+        self.jobs.observe(current)
+        return False
+
+    def _hold(self, obj: dict[str, Any], held: HeldStatus) -> None:
+        with self._lock:
+            self._held[str(obj["metadata"].get("uid") or "")] = held
+        self.counters.add("status_writes_held")
 
     # -- writes -------------------------------------------------------------------------------------------------
 
@@ -621,17 +683,24 @@ class KubeOperator:
 
     # -- orphans ------------------------------------------------------------------------------------------------
 
-    def _collect_orphans(self, pods: list[dict[str, Any]]) -> None:
-        """Delete Pods whose job is gone (confirmed by a GET: the job cache may lag behind the Pod cache)."""
+    def _collect_orphans(self) -> None:
+        """Delete Pods whose job is gone (confirmed by a GET: the job cache may lag behind the Pod cache).
+
+        Only the Pods of job uids that name no cached job are looked at (the Pod cache is indexed by job uid).
+        """
         live = {str(obj["metadata"].get("uid")) for obj in self.jobs.items()}
+        suspects = [pod for uid in self.pods.index_values() - live for pod in self.pods.indexed(uid)]
+        if not suspects:
+            return
         with self._lock:
             deleting = set(self._deleting)
-        for pod in orphan_pods(pods, live):
+        for pod in orphan_pods(suspects, live):
             if pod_uid(pod) in deleting:
                 continue
             meta = pod["metadata"]
             namespace, job_name = str(meta.get("namespace")), str(meta["labels"][LABEL_JOB])
             try:
+                self.counters.add("orphan_reads")
                 try:
                     current = self.api.get(TRAININGJOBS, job_name, namespace)
                 except NotFoundError:
@@ -645,86 +714,24 @@ class KubeOperator:
             except KubeApiError as error:
                 log.warning("orphan pod %s/%s not deleted yet: %s", namespace, meta.get("name"), error)
 
-    def _forget_deleted(self, pods: list[dict[str, Any]]) -> None:
+    def _forget_deleted(self) -> None:
         """Stop remembering deletions the cache has caught up with (the Pod is gone)."""
-        present = {pod_uid(pod) for pod in pods}
+        with self._lock:
+            if not self._deleting:
+                return
+        present = {pod_uid(pod) for pod in self.pods.items()}
         with self._lock:
             self._deleting &= present
 
-    # -- parsing ------------------------------------------------------------------------------------------------
-
-    def _jobtype(self, obj: dict[str, Any]) -> JobType | None:
-        meta = obj.get("metadata") or {}
-        name, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
-        cached = self._parsed_jobtypes.get(name)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        try:
-            jobtype: JobType | None = jobtype_from_object(obj)
-        except SpecError as error:
-            log.warning("ignoring the invalid JobType %s: %s", name, error)
-            jobtype = None
-        self._parsed_jobtypes[name] = (version, jobtype)
-        return jobtype
-
-    def _current_jobtypes(self) -> dict[str, JobType]:
-        found = {}
-        for obj in self.jobtypes.items():
-            jobtype = self._jobtype(obj)
-            if jobtype is not None:
-                found[jobtype.metadata.name] = jobtype
-        return found
-
-    def _jobtype_version(self, name: str) -> str:
-        obj = self.jobtypes.get(None, name)
-        return str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
-
-    def _parse_job(self, obj: dict[str, Any], jobtypes: dict[str, JobType]) -> _Parsed:
-        """The job validated and defaulted against the cluster's JobTypes, or why it cannot be."""
-        meta = obj.get("metadata") or {}
-        uid = str(meta.get("uid") or "")
-        generation = int(meta.get("generation") or 0)
-        type_name = str((obj.get("spec") or {}).get("type") or "generic")
-        if type_name not in jobtypes and Phase(job_status(obj).phase) not in TERMINAL_PHASES:
-            self._read_jobtype(type_name, jobtypes)
-        version = self._jobtype_version(type_name)
-        cached = self._parsed.get(uid)
-        if cached is not None and cached.generation == generation and cached.jobtype_version == version:
-            return cached
-        try:
-            job = job_from_object(obj, jobtypes)
-            check_renderable(job, jobtypes[job.spec.type], self.settings.pods)
-            parsed = _Parsed(generation, version, job)
-        except SpecError as error:
-            parsed = _Parsed(generation, version, None, invalid_spec_message(error))
-        except RenderError as error:
-            parsed = _Parsed(generation, version, None, str(error))
-        except ValueError as error:  # what validation did not word as a field error (pydantic's, in metadata)
-            parsed = _Parsed(generation, version, None, f"invalid TrainingJob: {error}")
-        self._parsed[uid] = parsed
-        return parsed
-
-    def _read_jobtype(self, name: str, jobtypes: dict[str, JobType]) -> None:
-        """Look a JobType up in the API before calling a job invalid: its watch event may still be on the way.
-
-        ``kubectl apply`` of a JobType and a job using it creates both at once, and the two caches are filled by
-        separate watches; the job's event can come first.
-        """
-        try:
-            obj = self.api.get(JOBTYPES, name)
-        except NotFoundError:
-            return
-        obj.setdefault("kind", JOBTYPES.kind)
-        obj.setdefault("apiVersion", JOBTYPES.api_version)
-        self.jobtypes.observe(obj)
-        jobtype = self._jobtype(obj)
-        if jobtype is not None:
-            jobtypes[name] = jobtype
-
     def _forget_parsed(self) -> None:
-        if len(self._parsed) <= len(self.jobs) * 2 + 64:
+        if len(self.specs) <= len(self.jobs) * 2 + 64:
             return
         live = {str(obj["metadata"].get("uid")) for obj in self.jobs.items()}
-        self._parsed = {uid: parsed for uid, parsed in self._parsed.items() if uid in live}
+        self.specs.forget(live)
         with self._lock:
             self._warned = {entry for entry in self._warned if entry[0] in live}
+            self._held = {uid: held for uid, held in self._held.items() if uid in live}
+
+
+def _resource_version(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")

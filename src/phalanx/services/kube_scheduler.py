@@ -8,9 +8,16 @@ decisions through the API:
    devices — node, GPU indices, exclusive CPUs — in ``status.placements`` and moves to Admitted in one status
    patch carrying the job's resourceVersion (exactly the embedded scheduler's write). A job that does not fit
    gets the one-sentence reason in ``status.message`` and an Event, written only when the reason changes.
+   A new job the operator has not moved to Queued yet (it waits a moment for this, ``kube_apply.may_hold``) is
+   a candidate too when the operator's own planner would accept it: ``core.reconcile.plan`` moves it to Queued
+   and its spec renders (``kube_apply.check_renderable``). If it fits at once it is admitted on top of that
+   Queued status, in the same single write: Pending -> Queued -> Admitted, both conditions and both events, and
+   one status write fewer per job; if it does not, the write that says why it waits queues it.
 2. **Bind.** The operator creates the admitted job's Pods (``schedulerName: phalanx-scheduler``, the placement
    copied into annotations); this scheduler binds each to its placement's node through ``pods/binding``, and
-   only once every placed Pod of the gang exists, so a gang's Pods are bound together or not at all.
+   only once every placed Pod of the gang exists, so a gang's Pods are bound together or not at all. (The Pod
+   of a gang of one, a job with a single placed replica, is created on its node by the operator: there is
+   nothing to wait for, and a Pod that has its node is never bound again.)
 
 What is held on a node: every bound Pod that has not finished (a Phalanx Pod holds exactly its placement's
 devices; any other Pod its CPU and memory requests and as many GPUs as it requests, counted from the highest
@@ -27,8 +34,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -49,25 +57,31 @@ from phalanx.adapters.kubernetes.informer import Informer, Signal, wait_all_sync
 from phalanx.adapters.kubernetes.objects import (
     LABEL_JOB,
     job_from_object,
+    job_status,
     jobtype_from_object,
+    model_metadata,
     node_from_object,
     pod_holds_resources,
 )
-from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOURCE
+from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOURCE, RenderError
 from phalanx.core.lifecycle import HOLDING_PHASES, transition
+from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
+from phalanx.core.reconcile.types import EventRecord
 from phalanx.core.scheduling import build_snapshot, schedule
 from phalanx.core.scheduling.types import Admission, PendingJob
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
+from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
 from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, parse_memory
-from phalanx.services.kube_apply import EventBudget
+from phalanx.services.kube_apply import EventBudget, PodSettings, check_renderable
 from phalanx.services.kube_leader import LeaseElector
 from phalanx.services.scheduler import describe_admission, replica_requests
 
 log = logging.getLogger(__name__)
+_UNSETTLED = frozenset({Phase.PENDING, Phase.QUEUED})  # phases in which a job may be admitted
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,23 @@ class SchedulerSettings:
     renew_interval_s: float = 2.0
     resync_s: float = 5.0
     workers: int = 8
+    coalesce_s: float = 0.05  # after a wake-up, wait at least this long so a burst of events makes one cycle
+    coalesce_max_s: float = 0.5  # ... and at most this long, however much the last cycle computed
+    cycle_share: float = 0.2  # ... so that cycles take about this share of a CPU under a burst
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A job the cycle may admit: as stored, and as it stands once accepted (Queued)."""
+
+    obj: dict[str, Any]
+    job: TrainingJob  # its status Queued: stored so, or as the planner accepts a Pending job
+    stored: TrainingJobStatus  # the status the write replaces
+    events: tuple[EventRecord, ...] = ()  # the planner's, for a job accepted here
+
+    @property
+    def accepted_here(self) -> bool:
+        return Phase(self.stored.phase) == Phase.PENDING
 
 
 @dataclass
@@ -123,7 +154,7 @@ class KubeScheduler:
         self.clock = clock or SystemClock()
         self.signal = Signal()
         self.jobs = Informer(api, TRAININGJOBS, signal=self.signal)
-        self.pods = Informer(api, PODS, signal=self.signal)
+        self.pods = Informer(api, PODS, signal=self.signal, index=_unbound_job_uid)
         self.nodes = Informer(api, NODES, signal=self.signal)
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal)
         self.elector = LeaseElector(
@@ -135,7 +166,16 @@ class KubeScheduler:
             renew_deadline_s=settings.lease_duration_s * 2 / 3,
         )
         self._pool = ThreadPoolExecutor(max(1, settings.workers), thread_name_prefix="scheduler-api")
-        self._parsed_jobs: dict[tuple[str, str], TrainingJob | None] = {}
+        # Events go out in the background: a cycle waits for its admissions and bindings, not for their Events.
+        self._events_pool = ThreadPoolExecutor(2, thread_name_prefix="scheduler-events")
+        self._posting: set[Future[None]] = set()  # explanations and Events under way (``flush``)
+        # id(cached object) -> (the object, the job parsed from it): the informer replaces an object's dict on
+        # every change, so the dict's identity stands for its version and a cycle finds its parse in one lookup.
+        self._parsed_jobs: dict[int, tuple[dict[str, Any], TrainingJob | None, bool]] = {}  # ..., Pending/Queued
+        self._unsettled: list[tuple[dict[str, Any], TrainingJob]] = []  # the last cycle's Pending and Queued jobs
+        self._parsed_specs: dict[tuple[str, int], TrainingJob | None] = {}  # (uid, generation) -> validated spec
+        self._vectors: dict[tuple[str, int], dict[str, ResourceVector]] = {}  # (uid, generation) -> requests
+        self._accepted: dict[tuple[str, str], Plan | None] = {}  # (uid, resourceVersion) of a Pending job -> plan
         self._parsed_nodes: dict[str, tuple[str, Node]] = {}
         self._parsed_jobtypes: dict[tuple[str, str], JobType | None] = {}
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
@@ -143,6 +183,7 @@ class KubeScheduler:
         self._lock = threading.Lock()
         self.events = EventBudget()
         self.ready = threading.Event()
+        self.counters: Counter[str] = Counter()  # cycles, admitted, bound: for logs and benchmarks
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -167,18 +208,30 @@ class KubeScheduler:
                 if not self.elector.leading:
                     stop.wait(min(self.settings.renew_interval_s, 1.0))
                     continue
+                started = time.thread_time()  # the CPU the cycle computes, not the time it waits for its writes
                 try:
                     result = self.cycle()
                 except KubeApiError as error:
                     log.warning("scheduling cycle failed: %s", error)
                     result = CycleResult()
-                if result.busy:
-                    continue  # what we wrote may let more happen; look again at once
-                wait = max(0.0, min(self.settings.resync_s, next_renew - self.clock.monotonic()))
-                self.signal.wait(wait)
+                computed = time.thread_time() - started
+                self.counters.update(cycles=1, admitted=len(result.admitted), bound=result.bound)
+                if not result.busy:  # (after a busy cycle, look again soon: what it wrote may let more happen)
+                    wait = max(0.0, min(self.settings.resync_s, next_renew - self.clock.monotonic()))
+                    if not self.signal.wait(wait):
+                        continue  # the resync: nothing to coalesce
+                # Coalesce: under a burst every watch event sets the signal, and a cycle reads every job, Pod and
+                # Node (its snapshot of the nodes alone costs tens of ms of CPU on a hundred nodes); one cycle for
+                # the events of a while admits and binds them together. Waiting in proportion to what the last
+                # cycle computed keeps cycles to about ``cycle_share`` of a CPU under a burst, leaving the rest to
+                # the API server and the operator, and makes batches grow with the cluster instead of cycles.
+                rest = computed * (1 / self.settings.cycle_share - 1)
+                stop.wait(min(max(self.settings.coalesce_s, rest), self.settings.coalesce_max_s))
         finally:
+            log.info("scheduler stopped after %s", dict(self.counters))
             self.elector.release()
             self._pool.shutdown(wait=True)
+            self._events_pool.shutdown(wait=True)
             for informer in (self.jobs, self.pods, self.nodes, self.jobtypes):
                 informer.stop()
 
@@ -189,41 +242,91 @@ class KubeScheduler:
         result = CycleResult()
         jobtypes = self._current_jobtypes()
         jobs = self._current_jobs(jobtypes)
+        unsettled = self._unsettled
         pods = self.pods.items()
         self._forget_seen_bindings(pods)
         nodes = self._current_nodes()
-        queued = [
-            (obj, job)
-            for obj, job in jobs
-            if Phase(job.status.phase) == Phase.QUEUED
-            and job.metadata.deletion_timestamp is None
-            and not job.spec.run_policy.suspend
-        ]
+        queued = self._candidates(unsettled, jobtypes)
         if queued and nodes:
             snapshot = build_snapshot(nodes, self._holdings(jobs, pods, nodes))
             now = self.clock.now()
-            pending = [self._pending(job, jobtypes, now) for _, job in queued]
+            pending = [self._pending(candidate.job, jobtypes, now) for candidate in queued]
             decisions = schedule(snapshot, pending, now)
-            by_key = {job.key: (obj, job) for obj, job in queued}
+            by_key = {candidate.job.key: candidate for candidate in queued}
             admissions = [(by_key[a.key], a) for a in decisions.admitted]
             for key, admitted in zip(
                 [a.key for _, a in admissions],
-                self._pool.map(lambda item: self._admit(item[0][0], item[0][1], item[1]), admissions),
+                self._pool.map(lambda item: self._admit(*item), admissions),
                 strict=True,
             ):
                 if admitted:
                     result.admitted.append(key)
             for key, reason in decisions.waiting.items():
-                obj, job = by_key[key]
                 result.waiting[key] = reason
-                self._maybe_explain(obj, job, reason)
+                self._maybe_explain(by_key[key], reason)
         elif queued:
-            for obj, job in queued:
+            for candidate in queued:
                 reason = "no nodes are known to the scheduler yet"
-                result.waiting[job.key] = reason
-                self._maybe_explain(obj, job, reason)
-        result.bound = self._bind_admitted(jobs, pods)
+                result.waiting[candidate.job.key] = reason
+                self._maybe_explain(candidate, reason)
+        result.bound = self._bind_admitted(jobs)
         return result
+
+    def _candidates(
+        self, jobs: list[tuple[dict[str, Any], TrainingJob]], jobtypes: dict[str, JobType]
+    ) -> list[_Candidate]:
+        """The Queued jobs, and the Pending ones the operator's planner accepts, not halted or being deleted.
+
+        Args:
+            jobs: the jobs to look at: those Pending or Queued (``_current_jobs`` sets them aside).
+            jobtypes: the JobTypes by name.
+
+        """
+        candidates = []
+        live = set()
+        for obj, job in jobs:
+            if job.metadata.deletion_timestamp is not None or job.spec.run_policy.suspend:
+                continue
+            phase = job.status.phase
+            if phase == Phase.QUEUED:
+                candidates.append(_Candidate(obj, job, job.status))
+            elif phase == Phase.PENDING:
+                key = (job.metadata.uid or "", job.metadata.resource_version or "")
+                live.add(key)
+                if key not in self._accepted:
+                    self._accepted[key] = self._accept(job, jobtypes.get(job.spec.type))
+                accepted = self._accepted[key]
+                if accepted is not None:
+                    queued = job.model_copy(update={"status": accepted.status})
+                    candidates.append(_Candidate(obj, queued, job.status, accepted.events))
+        for stale in set(self._accepted) - live:
+            del self._accepted[stale]
+        return candidates
+
+    def _accept(self, job: TrainingJob, jobtype: JobType | None) -> Plan | None:
+        """The operator's planner on a Pending job, if it moves it to Queued and its Pods render; else None.
+
+        The operator validates jobs the same way (the spec against the JobType, then one Pod per role rendered);
+        it may know a default image this scheduler does not, so a job without one is left for it to accept.
+        """
+        if jobtype is None:
+            return None
+        try:
+            check_renderable(job, jobtype, PodSettings(scheduler_name=self.settings.scheduler_name))
+        except RenderError:
+            return None
+        decided = plan(
+            ReconcileInput(
+                job=job,
+                jobtype=jobtype,
+                replicas=(),
+                now=self.clock.now(),
+                outputs=OutputsObservation(stored=True),
+            )
+        )
+        if Phase(decided.status.phase) != Phase.QUEUED or decided.actions:
+            return None
+        return decided
 
     # -- reading the caches -------------------------------------------------------------------------------------
 
@@ -244,24 +347,50 @@ class KubeScheduler:
         return jobtypes
 
     def _current_jobs(self, jobtypes: dict[str, JobType]) -> list[tuple[dict[str, Any], TrainingJob]]:
-        """Every job the scheduler can read (an invalid one is the operator's to fail), parsed once per version."""
+        """Every job the scheduler can read (an invalid one is the operator's to fail), parsed once per version.
+
+        The spec is validated once per generation: the status writes that move a job along (Queued, Admitted,
+        Running...) change its resourceVersion but not its spec, so only its metadata and status are read again.
+        A cycle looks at every job, so an unchanged one costs one dictionary lookup.
+        """
         jobs = []
-        live = set()
+        unsettled = []  # Pending or Queued: what a cycle may admit
+        previous, current = self._parsed_jobs, {}
         for obj in self.jobs.items():
-            meta = obj.get("metadata") or {}
-            key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
-            live.add(key)
-            if key not in self._parsed_jobs:
-                try:
-                    self._parsed_jobs[key] = job_from_object(obj, jobtypes)
-                except (SpecError, ValueError):
-                    self._parsed_jobs[key] = None
-            parsed = self._parsed_jobs[key]
-            if parsed is not None:
-                jobs.append((obj, parsed))
-        for stale in set(self._parsed_jobs) - live:
-            del self._parsed_jobs[stale]
+            entry = previous.get(id(obj))
+            if entry is None or entry[0] is not obj:
+                job = self._parse_job(obj, jobtypes)
+                entry = (obj, job, job is not None and job.status.phase in _UNSETTLED)
+            current[id(obj)] = entry
+            if entry[1] is not None:
+                jobs.append((obj, entry[1]))
+                if entry[2]:
+                    unsettled.append((obj, entry[1]))
+        self._parsed_jobs = current
+        self._unsettled = unsettled
+        if len(self._parsed_specs) > 2 * len(current) + 64:
+            live = {(job.metadata.uid or "", job.metadata.generation) for _, job in jobs}
+            self._parsed_specs = {key: spec for key, spec in self._parsed_specs.items() if key in live}
+            self._vectors = {key: vector for key, vector in self._vectors.items() if key in live}
         return jobs
+
+    def _parse_job(self, obj: dict[str, Any], jobtypes: dict[str, JobType]) -> TrainingJob | None:
+        meta = obj.get("metadata") or {}
+        spec_key = (str(meta.get("uid")), int(meta.get("generation") or 0))
+        if spec_key not in self._parsed_specs:
+            try:
+                self._parsed_specs[spec_key] = job_from_object(obj, jobtypes)
+            except (SpecError, ValueError):
+                self._parsed_specs[spec_key] = None
+            return self._parsed_specs[spec_key]
+        spec = self._parsed_specs[spec_key]
+        if spec is None:
+            return None
+        try:
+            metadata = ObjectMeta.model_validate(model_metadata(obj))
+        except ValueError:
+            return None
+        return spec.model_copy(update={"metadata": metadata, "status": job_status(obj)})
 
     def _current_nodes(self) -> list[Node]:
         nodes = []
@@ -306,13 +435,15 @@ class KubeScheduler:
         foreign: dict[str, list[ResourceVector]] = defaultdict(list)
         with self._lock:
             binding = dict(self._binding)
-        vectors: dict[str, dict[str, ResourceVector]] = {}  # job uid -> replica -> what it requested
+        vectors = self._vectors  # (job uid, generation) -> replica -> what it requested; kept across cycles
 
         def vector(job: TrainingJob, name: str) -> ResourceVector:
-            uid = job.metadata.uid or ""
-            if uid not in vectors:
-                vectors[uid] = {request.name: request.resources for request in replica_requests(job)}
-            return vectors[uid].get(name, ResourceVector())
+            key = (job.metadata.uid or "", job.metadata.generation)
+            requests = vectors.get(key)
+            if requests is None:
+                requests = vectors[key] = {request.name: request.resources for request in replica_requests(job)}
+            found = requests.get(name)
+            return found if found is not None else ResourceVector()
 
         for pod in pods:
             meta = pod.get("metadata") or {}
@@ -365,7 +496,8 @@ class KubeScheduler:
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": body}
         return self.api.patch(TRAININGJOBS, meta["name"], patch, meta["namespace"], subresource="status")
 
-    def _admit(self, obj: dict[str, Any], job: TrainingJob, admission: Admission) -> bool:
+    def _admit(self, candidate: _Candidate, admission: Admission) -> bool:
+        obj, job = candidate.obj, candidate.job
         now = self.clock.now()
         placements = {
             a.replica: ReplicaPlacement(node=a.node, cpus=list(a.cpus), gpus=list(a.gpus), gpu_milli=a.gpu_milli)
@@ -375,54 +507,80 @@ class KubeScheduler:
         status = transition(job.status, Phase.ADMITTED, reason="Scheduled", message=message, now=now)
         status = status.model_copy(update={"placements": placements, "admitted_time": now})
         try:
-            updated = self._patch_status(obj, job.status, status)
+            updated = self._patch_status(obj, candidate.stored, status)
         except (ConflictError, NotFoundError):
-            return False  # the job changed (halted, deleted, edited) since the cycle read it: decide again
+            # The job changed (queued by the operator, halted, deleted, edited) since the cycle read it: decide again.
+            return False
         except KubeApiError as error:
             log.warning("admitting %s failed: %s", job.key, error)
             return False
         self.jobs.observe(updated)
+        self._remember_parsed(updated, job, status)
+        for event in candidate.events:  # accepted here: the operator's planner's events (Accepted)
+            self._event(job, event.reason, event.message, warning=event.type == "Warning")
         self._event(job, "Scheduled", f"{message} (by {self.settings.identity})")
         log.info("admitted %s: %s", job.key, message)
         return True
 
-    def _maybe_explain(self, obj: dict[str, Any], job: TrainingJob, reason: str) -> None:
-        """Write the reason when it changed, once per version of the job (writes are asynchronous)."""
-        if job.status.message == reason and job.status.reason == "Waiting":
+    def _remember_parsed(self, written: dict[str, Any], job: TrainingJob, status: TrainingJobStatus) -> None:
+        """Put the job as this process wrote it into the parse cache: the next cycle need not parse it again."""
+        try:
+            metadata = ObjectMeta.model_validate(model_metadata(written))
+        except ValueError:
+            return
+        parsed = job.model_copy(update={"metadata": metadata, "status": status})
+        self._parsed_jobs[id(written)] = (written, parsed, status.phase in _UNSETTLED)
+
+    def _maybe_explain(self, candidate: _Candidate, reason: str) -> None:
+        """Write the reason when it changed, once per version of the job (writes are asynchronous).
+
+        A Pending job accepted here is queued by the same write: Pending -> Queued, with the reason it waits.
+        """
+        job = candidate.job
+        if job.status.message == reason and job.status.reason == "Waiting" and not candidate.accepted_here:
             return
         version = (job.metadata.uid or "", job.metadata.resource_version or "", reason)
         if self._explained.get(job.key) == version:
             return
         self._explained[job.key] = version
-        self._pool.submit(self._explain, obj, job, reason)
+        self._track(self._pool.submit(self._explain, candidate, reason))
 
-    def _explain(self, obj: dict[str, Any], job: TrainingJob, reason: str) -> None:
+    def _explain(self, candidate: _Candidate, reason: str) -> None:
+        job = candidate.job
         status = job.status.model_copy(update={"message": reason, "reason": "Waiting"})
         try:
-            updated = self._patch_status(obj, job.status, status)
+            updated = self._patch_status(candidate.obj, candidate.stored, status)
         except KubeApiError:
             return  # changed meanwhile; the next cycle explains again if it still waits
         self.jobs.observe(updated)
+        for event in candidate.events:  # accepted here: the operator's planner's events (Accepted)
+            self._event(job, event.reason, event.message, warning=event.type == "Warning")
         self._event(job, "Waiting", reason)
 
-    def _bind_admitted(self, jobs: list[tuple[dict[str, Any], TrainingJob]], pods: list[dict[str, Any]]) -> int:
-        pods_by_name = {
-            (str(p["metadata"].get("namespace")), str(p["metadata"].get("name"))): p
-            for p in pods
-            if LABEL_JOB in (p["metadata"].get("labels") or {})
-        }
+    def _bind_admitted(self, jobs: list[tuple[dict[str, Any], TrainingJob]]) -> int:
+        """Bind the Pods of every gang whose placed Pods all exist.
+
+        Only jobs with an unbound Pod are looked at (the Pod cache's index, ``_unbound_job_uid``), not every job.
+        """
+        waiting = self.pods.index_values()
+        waiting.discard("")
+        if not waiting:
+            return 0
         with self._lock:
             binding = set(self._binding)
         to_bind: list[tuple[dict[str, Any], str]] = []
         for _, job in jobs:
-            if Phase(job.status.phase) not in HOLDING_PHASES or not job.status.placements:
+            if job.metadata.uid not in waiting:
+                continue
+            if job.status.phase not in HOLDING_PHASES or not job.status.placements:
                 continue
             gang = []
             complete = True
             for name, placement in job.status.placements.items():
-                pod = pods_by_name.get((job.metadata.namespace, name))
+                pod = self.pods.get(job.metadata.namespace, name)
+                labels = (pod or {}).get("metadata", {}).get("labels") or {}
                 annotations = (pod or {}).get("metadata", {}).get("annotations") or {}
-                if pod is None or annotations.get(ANNOTATION_JOB_UID) != job.metadata.uid:
+                if pod is None or LABEL_JOB not in labels or annotations.get(ANNOTATION_JOB_UID) != job.metadata.uid:
                     complete = False
                     break
                 gang.append((pod, placement))
@@ -484,10 +642,31 @@ class KubeScheduler:
             "reportingComponent": self.settings.scheduler_name,
             "reportingInstance": self.settings.identity,
         }
+        self._track(self._events_pool.submit(self._post_event, job.key, body))
+
+    def _track(self, future: Future[None]) -> None:
+        with self._lock:
+            self._posting.add(future)
+        future.add_done_callback(self._posted)
+
+    def _posted(self, future: Future[None]) -> None:
+        with self._lock:
+            self._posting.discard(future)
+
+    def _post_event(self, key: str, body: dict[str, Any]) -> None:
         try:
-            self.api.create(EVENTS, body, job.metadata.namespace)
+            self.api.create(EVENTS, body, body["metadata"]["namespace"])
         except KubeApiError as error:
-            log.debug("event for %s not recorded: %s", job.key, error)
+            log.debug("event for %s not recorded: %s", key, error)
+
+    def flush(self) -> None:
+        """Wait until the explanations and Events under way have been written (or failed)."""
+        while True:
+            with self._lock:
+                pending = set(self._posting)
+            if not pending:
+                return
+            wait(pending)
 
 
 def _foreign_holdings(
@@ -508,3 +687,11 @@ def _foreign_holdings(
             placement = ReplicaPlacement(node=node, gpus=chosen)
             extra.append((placement, ResourceVector(cpu_milli=vector.cpu_milli, memory=vector.memory, gpu=len(chosen))))
     return extra
+
+
+def _unbound_job_uid(pod: dict[str, Any]) -> str:
+    """The index of the scheduler's Pod cache: the job uid of a Phalanx Pod not bound yet, else ''."""
+    meta = pod.get("metadata") or {}
+    if LABEL_JOB not in (meta.get("labels") or {}) or (pod.get("spec") or {}).get("nodeName"):
+        return ""
+    return str((meta.get("annotations") or {}).get(ANNOTATION_JOB_UID) or "")

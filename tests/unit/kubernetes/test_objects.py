@@ -56,10 +56,12 @@ def test_an_invalid_spec_fails_with_the_field_path() -> None:
     assert "spec.replicas.worker.count" in str(error.value)
 
 
-def test_status_body_carries_the_resource_version_and_the_new_status() -> None:
+def test_status_body_carries_the_resource_version_and_the_new_status_and_nothing_the_server_ignores() -> None:
     body = status_body(_job(status={"phase": "Pending"}), TrainingJobStatus(phase=Phase.QUEUED))
-    assert body["metadata"]["resourceVersion"] == "42"
+    assert body["metadata"] == {"name": "mnist", "namespace": "team-a", "resourceVersion": "42"}
     assert body["status"]["phase"] == "Queued"
+    assert (body["apiVersion"], body["kind"]) == ("phalanx.dev/v1alpha1", "TrainingJob")
+    assert "spec" not in body, "a status update keeps the stored spec; sending it is work for nothing"
 
 
 def _pod(phase: str, **extra: Any) -> dict[str, Any]:

@@ -10,16 +10,18 @@ import pytest
 from phalanx.adapters.kubernetes.rendering import RenderError, render_pod
 from phalanx.core.reconcile import CreateReplica, DeleteReplica, Plan
 from phalanx.model.errors import FieldError, SpecError
-from phalanx.model.jobs import ReplicaPlacement, TrainingJob, TrainingJobStatus
+from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.replicas import ReplicaPhase
 from phalanx.model.validation import validate_job
 from phalanx.services.kube_apply import (
     PodSettings,
+    Timers,
     check_renderable,
     event_body,
     invalid_spec_message,
+    may_hold,
     observe_job_pods,
     orphan_pods,
     render_children,
@@ -138,6 +140,20 @@ def test_a_plan_creates_pods_with_its_attempt_the_placement_annotations_and_the_
     assert env["PHALANX_ATTEMPT"] == "2"
 
 
+@pytest.mark.parametrize(("workers", "bound"), [(1, True), (2, False)], ids=["gang-of-one", "gang-of-two"])
+def test_only_the_pod_of_a_gang_of_one_is_created_on_its_node(workers: int, bound: bool) -> None:
+    job, jobtype = make_job("generic", {"worker": {"count": workers, "template": template()}})
+    placements = {f"train-worker-{i}": ReplicaPlacement(node=f"gpu-{i}", gpus=[i]) for i in range(workers)}
+    job = job.model_copy(update={"status": TrainingJobStatus(phase=Phase.DOWNLOADING, placements=placements)})
+    actions = tuple(
+        CreateReplica(role="worker", index=i, attempt=0, placement=placements[f"train-worker-{i}"])
+        for i in range(workers)
+    )
+    created = render_creates(job, jobtype, Plan(status=job.status, actions=actions), PodSettings())
+    assert [pod["spec"].get("nodeName") for pod in created] == (["gpu-0"] if bound else [None] * workers)
+    assert all(pod["spec"]["schedulerName"] == "phalanx-scheduler" for pod in created)
+
+
 def test_a_shared_gpu_placement_is_annotated_and_in_the_env() -> None:
     job, jobtype = make_job("generic", {"worker": {"template": template(resources={"gpuMilli": 250})}})
     placement = ReplicaPlacement(node="gpu-0", gpus=[3], gpu_milli=250)
@@ -161,6 +177,32 @@ def test_an_mpi_job_needs_a_service_and_a_hostfile_a_pytorch_job_only_a_service(
     ddp, ddp_type = make_job("pytorch", {"worker": {"count": 2, "template": template()}})
     [service] = render_children(ddp, ddp_type)
     assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+
+
+def test_a_job_of_one_replica_needs_neither_service_nor_hostfile() -> None:
+    job, jobtype = make_job("generic", {"worker": {"template": template()}})
+    assert render_children(job, jobtype) == []
+
+
+@pytest.mark.parametrize(
+    ("stored", "planned", "held"),
+    [
+        (Phase.ADMITTED, Phase.DOWNLOADING, True),
+        (Phase.PENDING, Phase.QUEUED, True),
+        (Phase.PENDING, Phase.HALTED, False),
+        (Phase.PENDING, Phase.FAILED, False),
+        (Phase.ADMITTED, Phase.RUNNING, False),
+        (Phase.DOWNLOADING, Phase.RUNNING, False),
+        (Phase.ADMITTED, Phase.HALTING, False),
+        (Phase.ADMITTED, Phase.FAILED, False),
+        (Phase.RUNNING, Phase.RESTARTING, False),
+    ],
+    ids=lambda value: value if isinstance(value, bool) else str(value),
+)
+def test_only_accepting_and_starting_to_download_may_wait_for_the_next_write(
+    stored: Phase, planned: Phase, held: bool
+) -> None:
+    assert may_hold(TrainingJobStatus(phase=stored), TrainingJobStatus(phase=planned)) is held
 
 
 def test_a_role_without_an_image_is_found_before_admission_and_the_operator_default_fills_it() -> None:
@@ -247,3 +289,38 @@ def test_an_informer_index_follows_writes_and_deletions() -> None:
     informer.forget("ns", "a")
     assert informer.indexed("u1") == []
     assert sorted(p["metadata"]["name"] for p in informer.indexed("u2")) == ["b", "c"]
+
+
+# -- timers ------------------------------------------------------------------------------------------------------
+
+
+def test_timers_give_the_due_keys_once_and_the_earliest_deadline() -> None:
+    timers: Timers[str] = Timers()
+    timers.set("a", 5.0)
+    timers.set("b", 2.0)
+    timers.set("c", 9.0)
+    assert timers.earliest() == 2.0
+    assert timers.pop_due(1.0) == []
+    assert timers.pop_due(5.0) == ["b", "a"]
+    assert timers.pop_due(5.0) == [], "a due key is given once"
+    assert (timers.earliest(), len(timers)) == (9.0, 1)
+
+
+def test_a_replaced_or_cancelled_deadline_never_fires() -> None:
+    timers: Timers[str] = Timers()
+    timers.set("a", 1.0)
+    timers.set("a", 7.0)  # looked at again later instead
+    timers.set("b", 2.0)
+    timers.cancel("b")
+    assert timers.earliest() == 7.0
+    assert timers.pop_due(6.0) == []
+    assert timers.pop_due(7.0) == ["a"]
+    assert timers.earliest() is None
+
+
+def test_timers_stay_small_when_one_key_is_set_again_and_again() -> None:
+    timers: Timers[str] = Timers()
+    for step in range(10_000):
+        timers.set("busy", float(step))
+    assert len(timers._heap) <= 2 * len(timers) + 64
+    assert timers.pop_due(10_000.0) == ["busy"]

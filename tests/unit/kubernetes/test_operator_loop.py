@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.kubernetes.api import (
     EVENTS,
     JOBTYPES,
@@ -36,6 +37,7 @@ class FakeApi:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.writes: list[tuple[str, str, str]] = []
+        self.reads: list[tuple[str, str, str | None]] = []
         self.versions = itertools.count(100)
         self.lock = threading.Lock()
 
@@ -82,8 +84,11 @@ class FakeApi:
     def replace_status(self, resource: Resource, body: dict[str, Any]) -> dict[str, Any]:
         return self.replace(resource, body, subresource="status")
 
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+    def get(
+        self, resource: Resource, name: str, namespace: str | None = None, *, not_older_than: str | None = None
+    ) -> dict[str, Any]:
         with self.lock:
+            self.reads.append((resource.plural, name, not_older_than))
             obj = self.objects.get(self._key(resource, namespace, name))
         if obj is None:
             raise NotFoundError(404, "NotFound", name)
@@ -110,14 +115,31 @@ class FakeApi:
         return [write for write in self.writes if write[1] == plural]
 
 
+class SteppedClock(SystemClock):
+    """The system clock, moved forward by hand (``advance``) for timers."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def now(self) -> datetime:
+        return super().now() + timedelta(seconds=self.offset)
+
+    def monotonic(self) -> float:
+        return super().monotonic() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 class Harness:
     """An operator on a FakeApi, with its caches fed like a watch would feed them."""
 
-    def __init__(self, api: FakeApi | None = None, **settings: Any) -> None:
+    def __init__(self, api: FakeApi | None = None, *, clock: SystemClock | None = None, **settings: Any) -> None:
         self.api = api or FakeApi()
-        # No resync inside a test: a pass reconciles what changed and what a timer asked for.
-        options = {"workers": 2, "resync_s": 3600.0, **settings}
-        self.operator = KubeOperator(self.api, OperatorSettings(**options))  # type: ignore[arg-type]
+        # No resync inside a test: a pass reconciles what changed and what a timer asked for. Pending -> Queued is
+        # written at once unless a test says otherwise (no scheduler here to admit a Pending job).
+        options = {"workers": 2, "resync_s": 3600.0, "accept_hold_s": 0.0, **settings}
+        self.operator = KubeOperator(self.api, OperatorSettings(**options), clock)  # type: ignore[arg-type]
         self.operator.seed_jobtypes()
 
     def feed(self, informer: Informer, obj: dict[str, Any]) -> None:
@@ -146,9 +168,9 @@ class Harness:
         return self.api.get(TRAININGJOBS, name, NS)
 
     def admit(self, name: str) -> None:
-        """What the phalanx-scheduler does: placements and Admitted in one status write."""
+        """What the phalanx-scheduler does: placements and Admitted in one status write (from Queued, or Pending)."""
         obj = self.job(name)
-        status = obj["status"]
+        status = obj.setdefault("status", {})
         names = [pod for pod in _replica_names(obj)]
         status["placements"] = {n: {"node": "gpu-0", "cpus": [i], "gpus": [i]} for i, n in enumerate(names)}
         status["phase"] = "Admitted"
@@ -176,6 +198,16 @@ class Harness:
 
     def events(self) -> list[tuple[str, str]]:
         return [(event["reason"], event["message"]) for event in self.api.of(EVENTS)]
+
+    def reasons(self) -> list[str]:
+        return [reason for reason, _ in self.events()]
+
+    def status_writes(self) -> int:
+        return len([write for write in self.api.writes_to("trainingjobs") if write[0] == "status"])
+
+    def start_pods(self, *names: str) -> None:
+        for name in names:
+            self.set_pod_phase(name, "Running")
 
 
 def _replica_names(obj: dict[str, Any]) -> list[str]:
@@ -219,12 +251,170 @@ def test_a_new_job_is_queued_then_gets_pods_and_a_service_once_admitted(harness:
     assert pod_names(harness) == []
     harness.admit("ddp")
     harness.sync()
-    assert harness.job("ddp")["status"]["phase"] == "Downloading"
     assert pod_names(harness) == ["ddp-worker-0", "ddp-worker-1"]
     assert harness.api.get(Resource("Service", "services"), "ddp", NS)["spec"]["clusterIP"] == "None"
     pod = harness.api.get(PODS, "ddp-worker-1", NS)
     assert pod["metadata"]["annotations"]["phalanx.dev/gpus"] == "1"
     assert ("Accepted", "waiting for quota and room") in harness.events()
+
+
+def test_a_job_of_one_replica_gets_its_pod_and_no_service(harness: Harness) -> None:
+    harness.submit("solo", pytorch(workers=1))
+    harness.sync()
+    harness.admit("solo")
+    harness.sync()
+    assert pod_names(harness) == ["solo-worker-0"]
+    assert harness.api.of(Resource("Service", "services")) == []
+    spec = harness.api.get(PODS, "solo-worker-0", NS)["spec"]
+    assert "subdomain" not in spec, "no Service: the Pod must not name one"
+    assert spec["nodeName"] == "gpu-0", "a gang of one is created on its node: nothing to bind it with"
+
+
+def test_downloading_waits_for_the_pods_to_start_and_is_written_with_running(harness: Harness) -> None:
+    harness.submit("ddp", pytorch())
+    harness.sync()
+    harness.admit("ddp")
+    admitted = harness.status_writes()
+    version = harness.job("ddp")["metadata"]["resourceVersion"]
+    harness.api.reads.clear()
+    wait = harness.sync()
+    assert pod_names(harness) == ["ddp-worker-0", "ddp-worker-1"]
+    # Without a write to check the version the plan was made on, one read checks it before the Pods are created.
+    assert harness.api.reads == [("trainingjobs", "ddp", version)]
+    assert harness.job("ddp")["status"]["phase"] == "Admitted", "Downloading is held, not written"
+    assert harness.status_writes() == admitted
+    assert "Staging" not in harness.reasons(), "a held status's events go out with it"
+    assert 0 < wait <= harness.operator.settings.hold_s, "the loop wakes to write it if the pods never start"
+    harness.start_pods("ddp-worker-0")
+    harness.sync()
+    assert harness.status_writes() == admitted, "one pod of two started: still Downloading, still held"
+    harness.start_pods("ddp-worker-1")
+    harness.sync()
+    status = harness.job("ddp")["status"]
+    assert status["phase"] == "Running"
+    assert harness.status_writes() == admitted + 1, "Downloading and Running in one write"
+    assert len([read for read in harness.api.reads if read[2]]) == 1, "passes that create nothing read nothing"
+    conditions = {condition["type"]: condition for condition in status["conditions"]}
+    assert conditions["Downloading"]["status"] == "False" and conditions["Running"]["status"] == "True"
+    assert conditions["Downloading"]["reason"] == "Staging"
+    assert conditions["Downloading"]["lastTransitionTime"] <= conditions["Running"]["lastTransitionTime"]
+    reasons = harness.reasons()
+    assert reasons.count("Staging") == 1 and reasons.count("Started") == 1
+
+
+def test_a_held_status_is_written_once_its_time_is_up_if_the_pods_have_not_started() -> None:
+    clock = SteppedClock()
+    harness = Harness(clock=clock, hold_s=5.0)
+    harness.submit("ddp", pytorch())
+    harness.sync()
+    harness.admit("ddp")
+    harness.sync()
+    assert harness.job("ddp")["status"]["phase"] == "Admitted"
+    clock.advance(5.1)
+    harness.sync()  # the timer's pass
+    assert harness.job("ddp")["status"]["phase"] == "Downloading"
+    assert harness.reasons().count("Staging") == 1
+    harness.start_pods("ddp-worker-0", "ddp-worker-1")
+    harness.sync()
+    assert harness.job("ddp")["status"]["phase"] == "Running"
+    assert harness.reasons().count("Staging") == 1
+
+
+def test_without_a_hold_time_downloading_is_written_at_once() -> None:
+    harness = Harness(hold_s=0.0)
+    harness.submit("ddp", pytorch())
+    harness.sync()
+    harness.admit("ddp")
+    harness.sync()
+    assert harness.job("ddp")["status"]["phase"] == "Downloading"
+    assert pod_names(harness) == ["ddp-worker-0", "ddp-worker-1"]
+
+
+def test_a_held_status_is_dropped_when_the_job_changes_and_the_job_is_planned_from_what_is_stored(
+    harness: Harness,
+) -> None:
+    harness.submit("ddp", pytorch())
+    harness.sync()
+    harness.admit("ddp")
+    harness.sync()
+    job = harness.job("ddp")
+    job["spec"]["runPolicy"]["suspend"] = True
+    harness.feed(harness.operator.jobs, harness.api.replace(TRAININGJOBS, job))
+    harness.sync()
+    status = harness.job("ddp")["status"]
+    assert status["phase"] == "Halting", "Admitted -> Halting: the held Downloading never happened"
+    assert "Downloading" not in {condition["type"] for condition in status["conditions"]}
+    assert "Staging" not in harness.reasons()
+    assert pod_names(harness) == []
+
+
+def test_a_restarted_operator_that_lost_a_held_status_creates_no_pod_and_writes_running(harness: Harness) -> None:
+    harness.submit("ddp", pytorch())
+    harness.sync()
+    harness.admit("ddp")
+    harness.sync()  # pods created, Downloading held in the first operator's memory only
+    fresh = Harness(harness.api)
+    fresh.feed(fresh.operator.jobs, harness.job("ddp"))
+    for pod in harness.api.of(PODS):
+        fresh.feed(fresh.operator.pods, pod)
+    fresh.start_pods("ddp-worker-0", "ddp-worker-1")
+    fresh.sync()
+    assert len([w for w in harness.api.writes_to("pods") if w[0] == "create"]) == 2
+    status = harness.job("ddp")["status"]
+    assert status["phase"] == "Running"
+    assert {"Downloading", "Running"} <= {condition["type"] for condition in status["conditions"]}
+
+
+def test_a_new_job_waits_unqueued_for_the_scheduler_then_is_queued_when_its_time_is_up() -> None:
+    clock = SteppedClock()
+    harness = Harness(clock=clock, accept_hold_s=2.0)
+    harness.submit("ddp", pytorch())
+    wait = harness.sync()
+    assert "status" not in harness.job("ddp"), "Pending -> Queued is held for the scheduler"
+    assert 0 < wait <= 2.0
+    assert harness.reasons() == []
+    clock.advance(2.1)
+    harness.sync()
+    status = harness.job("ddp")["status"]
+    assert (status["phase"], status["reason"]) == ("Queued", "Accepted")
+    assert harness.reasons() == ["Accepted"]
+
+
+def test_a_job_the_scheduler_accepted_and_admitted_at_once_is_never_queued_by_the_operator() -> None:
+    harness = Harness(accept_hold_s=2.0)
+    harness.submit("ddp", pytorch())
+    harness.sync()
+    harness.admit("ddp")  # what phalanx-scheduler writes for a Pending job that fits: Queued and Admitted at once
+    harness.sync()
+    assert pod_names(harness) == ["ddp-worker-0", "ddp-worker-1"]
+    assert harness.status_writes() == 1, "only the scheduler's"
+    assert "Accepted" not in harness.reasons(), "the held Queued and its event went with the job's change"
+
+
+def test_a_job_halted_while_its_acceptance_is_held_is_halted_at_once() -> None:
+    harness = Harness(accept_hold_s=2.0)
+    harness.submit("ddp", pytorch())
+    harness.sync()
+    job = harness.job("ddp")
+    job["spec"]["runPolicy"]["suspend"] = True
+    harness.feed(harness.operator.jobs, harness.api.replace(TRAININGJOBS, job))
+    harness.sync()
+    assert harness.job("ddp")["status"]["phase"] == "Halted"
+
+
+def test_a_one_pod_job_costs_the_operator_one_status_write_on_its_way_to_running() -> None:
+    harness = Harness(accept_hold_s=2.0)
+    seeded = len(harness.api.writes)
+    harness.submit("solo", pytorch(workers=1))
+    harness.sync()
+    harness.admit("solo")
+    harness.sync()
+    harness.start_pods("solo-worker-0")
+    harness.sync()
+    assert harness.job("solo")["status"]["phase"] == "Running"
+    assert harness.status_writes() == 1 + 1, "the scheduler's Admitted (with Queued), then Running"
+    created = {write[1] for write in harness.api.writes[seeded:] if write[0] == "create"}
+    assert created == {"trainingjobs", "pods", "events"}, "no Service, no ConfigMap for one replica"
 
 
 def test_a_pass_on_an_unchanged_world_writes_nothing(harness: Harness) -> None:
@@ -409,3 +599,18 @@ def test_a_finished_job_is_deleted_when_its_ttl_has_passed(harness: Harness) -> 
     harness.sync()
     with pytest.raises(NotFoundError):
         harness.job("ddp")
+
+
+def test_every_job_is_looked_at_again_at_the_latest_resync_s_after_its_last_reconcile() -> None:
+    clock = SteppedClock()
+    harness = Harness(clock=clock, resync_s=30.0, accept_hold_s=0.0)
+    harness.submit("ddp", pytorch())
+    wait = harness.sync()
+    assert 29 < wait <= 30
+    reconciles = harness.operator.counters.snapshot()["reconciles"]
+    clock.advance(20)
+    harness.sync()
+    assert harness.operator.counters.snapshot()["reconciles"] == reconciles, "not due yet, and nothing changed"
+    clock.advance(11)
+    harness.sync()
+    assert harness.operator.counters.snapshot()["reconciles"] == reconciles + 1

@@ -10,6 +10,7 @@ import pytest
 
 from phalanx.adapters.kubernetes.rendering import (
     RenderError,
+    needs_service,
     render_headless_service,
     render_hostfile_configmap,
     render_pod,
@@ -107,6 +108,31 @@ def test_pod_identity_labels_scheduling_and_stable_dns(pytorch: tuple[TrainingJo
     assert render_pod(job, jobtype, "worker", 1, 0, scheduler_name="default-scheduler")["spec"]["schedulerName"] == (
         "default-scheduler"
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "replicas", "needed"),
+    [
+        ("generic", {"worker": {"template": template()}}, False),
+        ("pytorch", {"master": {"count": 1, "template": template()}}, False),
+        ("generic", {"worker": {"count": 2, "template": template()}}, True),
+        ("pytorch", {"master": {"template": template()}, "worker": {"template": template()}}, True),
+    ],
+    ids=["one-worker", "one-master", "two-workers", "master-and-worker"],
+)
+def test_only_a_job_of_more_than_one_replica_needs_a_service(kind: str, replicas: dict[str, Any], needed: bool) -> None:
+    job, _ = make_job(kind, replicas)
+    assert needs_service(job) is needed
+
+
+def test_a_one_replica_pod_names_no_service_and_reaches_itself_by_its_hostname() -> None:
+    job, jobtype = make_job("pytorch", {"master": {"count": 1, "template": template()}})
+    [pod] = render_pods(job, jobtype, attempt=0)
+    assert "hostname" not in pod["spec"] and "subdomain" not in pod["spec"], "there is no Service to point at"
+    env = env_of(pod)
+    # The Pod's hostname is its name, which the kubelet writes into the Pod's /etc/hosts.
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("train-master-0", "29500")
+    assert (env["WORLD_SIZE"], env["RANK"]) == ("1", "0")
 
 
 def test_every_rendered_object_is_owned_by_the_job(pytorch: tuple[TrainingJob, JobType]) -> None:

@@ -201,9 +201,16 @@ class KubeApi:
             raise error_from(response.status_code, decoded)
         return response.json() if response.content else None
 
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        """One object."""
-        result: dict[str, Any] = self.request("GET", resource.path(namespace, name))
+    def get(
+        self, resource: Resource, name: str, namespace: str | None = None, *, not_older_than: str | None = None
+    ) -> dict[str, Any]:
+        """One object: the latest version by default (a read from etcd).
+
+        With ``not_older_than`` (a resourceVersion), the API server answers from its watch cache with a version at
+        least that new: about half the work of a read from etcd, and as fresh as what its watches deliver.
+        """
+        params = {"resourceVersion": not_older_than} if not_older_than else None
+        result: dict[str, Any] = self.request("GET", resource.path(namespace, name), params=params)
         return result
 
     def list(

@@ -6,8 +6,10 @@ resourceVersion seen (bookmarks included); a 410 Gone or an error lists again, a
 new list, with the differences reported as changes, so a consumer never misses a deletion that happened while
 it was disconnected.
 
-Every change sets a shared ``Signal``; loops wait on it instead of polling. The cache holds the API's dicts;
-readers must not mutate them.
+Every change sets a shared ``Signal``; loops wait on it instead of polling. A watch event that brings the version
+the cache already holds (the echo of a write this process made and ``observe``d) is no change: it neither calls
+``on_change`` nor sets the signal, so a controller does not reconcile again what it has just written. The cache
+holds the API's dicts; readers must not mutate them.
 """
 
 from __future__ import annotations
@@ -123,6 +125,11 @@ class Informer:
         with self._lock:
             return [self._cache[key] for key in self._index.get(value, ()) if key in self._cache]
 
+    def index_values(self) -> set[str]:
+        """Every index value some cached object has (the informer must have been given ``index``)."""
+        with self._lock:
+            return set(self._index)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._cache)
@@ -237,13 +244,19 @@ class Informer:
             obj.setdefault("apiVersion", self.resource.api_version)
             key = object_key(obj)
             with self._lock:
+                echo = False
                 if kind == "DELETED":
                     self._pop(key)
                 else:
-                    self._put(key, obj)
+                    current = self._cache.get(key)
+                    # This process's own write, put into the cache by ``observe`` when it was made: no news.
+                    echo = current is not None and bool(version) and _version(current) == version
+                    if not echo:
+                        self._put(key, obj)
                 self.resource_version = version or self.resource_version
-            self._notify(kind, obj)
-            self.signal.set()
+            if not echo:
+                self._notify(kind, obj)
+                self.signal.set()
             if self._stopped.is_set():
                 return
 
@@ -254,6 +267,10 @@ class Informer:
             self.on_change(kind, obj)
         except Exception:
             log.exception("informer %s: change handler failed", self.resource.plural)
+
+
+def _version(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def _newer(current: dict[str, Any], candidate: dict[str, Any]) -> bool:

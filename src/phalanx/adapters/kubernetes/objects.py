@@ -97,14 +97,22 @@ def job_from_object(obj: Mapping[str, Any], jobtypes: Mapping[str, JobType]) -> 
 
 
 def status_body(obj: Mapping[str, Any], status: TrainingJobStatus) -> dict[str, Any]:
-    """The body of a PUT to ``trainingjobs/<name>/status``: the object as read, with the new status.
+    """The body of a PUT to ``trainingjobs/<name>/status``: the job's identity as read, with the new status.
 
-    The object's resourceVersion rides along, so a write against a job that changed since it was read fails with
-    409 instead of overwriting the newer version.
+    The object's resourceVersion rides along, so a write against a job that changed since it was read (or was
+    deleted and created again under its name) fails with 409 instead of overwriting the newer version.
+    Nothing else of the object is sent: an update of a custom resource's status subresource takes only the status
+    from the body and keeps the stored spec and metadata (managed fields included), so sending them would only
+    make the API server decode them on every status write.
     """
-    body = {key: value for key, value in obj.items() if key != "status"}
-    body["status"] = status.to_dict()
-    return body
+    meta = obj.get("metadata") or {}
+    identity = {key: meta[key] for key in ("name", "namespace", "resourceVersion") if meta.get(key)}
+    return {
+        "apiVersion": obj.get("apiVersion", "phalanx.dev/v1alpha1"),
+        "kind": obj.get("kind", "TrainingJob"),
+        "metadata": identity,
+        "status": status.to_dict(),
+    }
 
 
 def jobtype_from_object(obj: Mapping[str, Any]) -> JobType:

@@ -9,6 +9,12 @@ Decisions:
       (``model.replicas.replica_name``), the same across attempts, so two copies of one replica cannot exist at
       once. The headless Service is named after the job; every Pod sets ``hostname`` (its own name) and
       ``subdomain`` (the Service), so each replica has the stable DNS name ``<pod>.<job>.<namespace>.svc``.
+    - **No Service for one replica** (``needs_service``). The Service exists so that replicas find each other;
+      a job of a single replica has nobody to find, so it gets none, its Pod sets neither ``hostname`` nor
+      ``subdomain``, and its own address in the environment is its Pod's name: the Pod's hostname, which the
+      kubelet writes into the Pod's ``/etc/hosts``. That spares the API server the Service and the
+      EndpointSlice and Endpoints kube-controller-manager would keep for it, a third of what a one-Pod job
+      costs it.
     - **Rendezvous.** The environment comes from ``core.rendezvous.render_replica_env``, the same templates as
       the embedded runtime, with an address book of DNS names and the JobType's port. Every replica of the spec
       is in it: Pods get DNS names before they are placed, so there is no "running subset" as there is for a
@@ -28,8 +34,9 @@ Decisions:
       Phalanx's scheduler and node agent.
     - **Placement.** The operator passes the scheduler's placement (``status.placements``): it is copied into
       annotations (``phalanx.dev/node``, ``phalanx.dev/gpus``, ``phalanx.dev/cpus``, ``phalanx.dev/gpu-milli``)
-      for the node agent and for people, never into ``nodeName``: the phalanx-scheduler binds the Pod once its
-      whole gang exists.
+      for the node agent and for people, and not into ``nodeName``: the phalanx-scheduler binds the Pod once its
+      whole gang exists. A gang of one has nothing to wait for: the operator asks for its Pod to be created on
+      its node (``bind``), which spares the API server the binding, a write per Pod.
     - **Files.** The MPI hostfile is a ConfigMap (``<job>-hostfile``) mounted read-only at ``/etc/phalanx``
       when the JobType has ``hostfileRoles``; outputs go to an ``emptyDir`` at ``/phalanx/<outputs.path>``
       (``PHALANX_OUTPUT_DIR``), one per Pod: collecting them (``outputs.storeTo``) is the operator's.
@@ -105,8 +112,18 @@ def hostfile_configmap_name(job: TrainingJob) -> str:
     return f"{job.metadata.name}-hostfile"
 
 
+def needs_service(job: TrainingJob) -> bool:
+    """Whether the job's Pods need the headless Service: only to find each other, so not for a single replica."""
+    return sum(replica.count for replica in job.spec.replicas.values()) > 1
+
+
 def replica_host(job: TrainingJob, name: str) -> str:
-    """The stable DNS name of a replica's Pod through the job's headless Service."""
+    """Where a replica's Pod is reached: its stable DNS name through the job's headless Service.
+
+    A job without a Service (``needs_service``) has one replica, reached only by itself: its Pod's hostname.
+    """
+    if not needs_service(job):
+        return name
     return f"{name}.{service_name(job)}.{job.metadata.namespace}.svc"
 
 
@@ -130,6 +147,7 @@ def render_pod(
     scheduler_name: str = DEFAULT_SCHEDULER_NAME,
     image: str | None = None,
     placement: ReplicaPlacement | None = None,
+    bind: bool = False,
 ) -> dict[str, Any]:
     """Render the Pod of one replica, for one attempt.
 
@@ -141,8 +159,9 @@ def render_pod(
         attempt: the attempt number (``status.attempt``); labelled, and in ``PHALANX_ATTEMPT``.
         scheduler_name: the scheduler that binds the Pod.
         image: the image for a replica whose template names none (e.g. the operator's default).
-        placement: where the scheduler placed the replica (``status.placements``); annotated on the Pod, never
-            put in ``nodeName``.
+        placement: where the scheduler placed the replica (``status.placements``); annotated on the Pod.
+        bind: create the Pod on its placement's node (``nodeName``) instead of leaving it to the scheduler to
+            bind: only for a gang of one, whose Pod has no other Pod to wait for.
 
     Raises:
         RenderError: no image, no uid, a name that is not a DNS label, or a template that cannot be rendered.
@@ -221,6 +240,18 @@ def render_pod(
     if template.working_dir:
         container["workingDir"] = template.working_dir
 
+    spec: dict[str, Any] = {"schedulerName": scheduler_name, "restartPolicy": "Never"}
+    if bind:
+        if placement is None:
+            raise RenderError(f"the pod {name!r} cannot be bound: it has no placement")
+        spec["nodeName"] = placement.node
+    if needs_service(job):
+        spec.update(hostname=name, subdomain=service_name(job))
+    spec.update(
+        enableServiceLinks=False,  # one Service per job: its env variables would only grow every Pod's env
+        containers=[container],
+        volumes=volumes,
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -238,15 +269,7 @@ def render_pod(
             "annotations": annotations,
             "ownerReferences": [owner],
         },
-        "spec": {
-            "schedulerName": scheduler_name,
-            "restartPolicy": "Never",
-            "hostname": name,
-            "subdomain": service_name(job),
-            "enableServiceLinks": False,  # one Service per job: its env variables would only grow every Pod's env
-            "containers": [container],
-            "volumes": volumes,
-        },
+        "spec": spec,
     }
 
 
@@ -265,7 +288,7 @@ def _resources(job: TrainingJob, role: str) -> dict[str, Any]:
 
 
 def render_headless_service(job: TrainingJob, jobtype: JobType) -> dict[str, Any]:
-    """Render the job's headless Service: stable DNS names for its Pods, ready or not.
+    """Render the job's headless Service: stable DNS names for its Pods, ready or not (see ``needs_service``).
 
     ``publishNotReadyAddresses`` publishes a Pod's name as soon as it has an IP, so replicas can rendezvous
     before any readiness probe passes (they have none).
