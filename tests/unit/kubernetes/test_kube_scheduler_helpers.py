@@ -77,20 +77,21 @@ def test_a_jobs_spec_is_validated_once_per_generation_and_its_status_read_at_eve
 
 
 class AdmittingApi:
-    """Status patches (with the resourceVersion precondition) and Events, in memory."""
+    """Status replacements (conditional on the resourceVersion) and Events, in memory."""
 
     def __init__(self) -> None:
-        self.patches: list[dict[str, Any]] = []
+        self.writes: list[dict[str, Any]] = []
         self.events: list[str] = []
         self.current: dict[str, str] = {}  # job name -> resourceVersion
 
-    def patch(self, resource: Any, name: str, patch: dict[str, Any], namespace: str, **_: Any) -> dict[str, Any]:
-        if patch["metadata"]["resourceVersion"] != self.current[name]:
+    def replace_status(self, resource: Any, body: dict[str, Any]) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        if body["metadata"]["resourceVersion"] != self.current[name]:
             raise ConflictError(409, "Conflict", "the object has been modified")
-        self.patches.append(patch)
+        self.writes.append(body)
         self.current[name] = str(int(self.current[name]) + 1)
         obj = _job(int(self.current[name]), 1, "Admitted")
-        obj["status"] = {key: value for key, value in patch["status"].items() if value is not None}
+        obj["status"] = body["status"]
         return obj
 
     def create(self, resource: Any, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
@@ -131,8 +132,8 @@ def test_a_new_job_that_fits_is_accepted_and_admitted_in_one_write() -> None:
     result = scheduler.cycle()
     scheduler.flush()
     assert result.admitted == ["team-a/ddp"]
-    [patch] = api.patches
-    status = patch["status"]
+    [write] = api.writes
+    status = write["status"]
     assert status["phase"] == "Admitted"
     conditions = {condition["type"]: condition for condition in status["conditions"]}
     assert (conditions["Queued"]["reason"], conditions["Queued"]["status"]) == ("Accepted", "False")
@@ -152,7 +153,7 @@ def test_a_new_job_the_operator_must_decide_on_is_left_to_it(run_policy: dict[st
     scheduler, api = _scheduler_with(job)
     result = scheduler.cycle()
     scheduler.flush()
-    assert result.admitted == [] and api.patches == [] and api.events == []
+    assert result.admitted == [] and api.writes == [] and api.events == []
 
 
 def test_a_new_job_that_does_not_fit_is_queued_by_the_write_that_says_why_it_waits() -> None:
@@ -163,8 +164,8 @@ def test_a_new_job_that_does_not_fit_is_queued_by_the_write_that_says_why_it_wai
     result = scheduler.cycle()
     scheduler.flush()
     assert result.admitted == []
-    [patch] = api.patches
-    status = patch["status"]
+    [write] = api.writes
+    status = write["status"]
     assert (status["phase"], status["reason"]) == ("Queued", "Waiting")
     assert status["message"] == result.waiting["team-a/ddp"]
     assert [(c["type"], c["reason"]) for c in status["conditions"]] == [("Queued", "Accepted")]

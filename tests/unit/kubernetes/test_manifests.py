@@ -112,11 +112,13 @@ def test_the_scheduler_binds_and_explains_but_never_creates_pods() -> None:
     assert ("", "pods/status", "patch") in rules
     assert {("", r, v) for r in ("pods", "nodes") for v in ("get", "list", "watch")} <= rules
     assert {("phalanx.dev", "trainingjobs", v) for v in ("get", "list", "watch")} <= rules
-    assert ("phalanx.dev", "trainingjobs/status", "patch") in rules
+    assert ("phalanx.dev", "trainingjobs/status", "update") in rules
     assert not {(r, v) for _, r, v in rules if v in ("create", "delete", "update")} - {
         ("pods/binding", "create"),
         ("events", "create"),
+        ("trainingjobs/status", "update"),
     }
+    assert not {(r, v) for _, r, v in rules if r == "trainingjobs" and v not in ("get", "list", "watch")}
 
 
 def test_the_scheduler_lease_is_the_only_namespaced_grant_and_is_limited_by_name() -> None:

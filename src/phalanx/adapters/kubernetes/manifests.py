@@ -168,7 +168,8 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             # Quota and node fit are decided in one cycle (DESIGN §4), so the scheduler reads queues too.
             # JobTypes name the ranked roles, which decide the order replicas are placed in.
             _rule([API_GROUP], ["trainingjobs", "queues", "jobtypes"], READ),
-            _rule([API_GROUP], ["trainingjobs/status"], ["patch"]),
+            # Admission and why-waiting are status replacements on the version they were decided on.
+            _rule([API_GROUP], ["trainingjobs/status"], ["update"]),
             events,
         ],
         NODE_AGENT.account: [
