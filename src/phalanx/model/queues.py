@@ -1,8 +1,8 @@
 """Queue: how much a team's jobs may hold at once, what they may borrow, their fair share and priorities.
 
-This module is the API object only. The embedded runtime enforces quota, cohort borrowing and fair share
-through the scheduler core (docs/scheduling.md); the priority-class and namespace filters are not enforced yet,
-and on Kubernetes a job's ``spec.scheduling.queue`` is still recorded only.
+This module is the API object only. The embedded runtime and phalanx-scheduler enforce quota, cohort
+borrowing, fair share and the namespace and priority-class filters through the scheduler core
+(docs/scheduling.md).
 
 A job names its queue by ``spec.scheduling.queue`` (``default`` unless it says otherwise). On Kubernetes a
 Queue is cluster-scoped, like Kueue's ClusterQueue and Volcano's Queue: handing out quota is the cluster

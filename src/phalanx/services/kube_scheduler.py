@@ -1,12 +1,12 @@
 """phalanx-scheduler: the embedded runtime's scheduling cycle on a Kubernetes cluster.
 
 The same pure ``core.scheduling.schedule`` decides; this module feeds it from informer caches (nodes, pods,
-TrainingJobs, JobTypes — one LIST each at start, then WATCH; never a LIST per cycle) and carries out its
+TrainingJobs, JobTypes, Queues — one LIST each at start, then WATCH; never a LIST per cycle) and carries out its
 decisions through the API:
 
 1. **Admit whole gangs.** A Queued TrainingJob whose every replica fits (or ``minAvailable`` of them) gets its
    devices — node, GPU indices, exclusive CPUs — in ``status.placements`` and moves to Admitted in one status
-   patch carrying the job's resourceVersion (exactly the embedded scheduler's write). A job that does not fit
+   write carrying the job's resourceVersion (exactly the embedded scheduler's write). A job that does not fit
    gets the one-sentence reason in ``status.message`` and an Event, written only when the reason changes.
    A new job the operator has not moved to Queued yet (it waits a moment for this, ``kube_apply.may_hold``) is
    a candidate too when the operator's own planner would accept it: ``core.reconcile.plan`` moves it to Queued
@@ -18,6 +18,15 @@ decisions through the API:
    only once every placed Pod of the gang exists, so a gang's Pods are bound together or not at all. (The Pod
    of a gang of one, a job with a single placed replica, is created on its node by the operator: there is
    nothing to wait for, and a Pod that has its node is never bound again.)
+
+3. **Quotas and preemption**, as in the embedded runtime (``services.scheduler``): the cycle passes the core one
+   ``QueueQuota`` per Queue object (cluster-scoped; quota, cohort borrowing, fair share) and every job that
+   holds placements as a ``RunningJob``. A job its queue does not take (namespace or priority class not
+   allowed) waits with that reason. Victims of a preemption are moved to Preempted by a status write; the
+   operator's planner deletes their Pods and queues them again. Their preemptor (and every admission decided
+   after it) is not admitted in that cycle: the victims' Pods still hold the devices, and a later cycle admits
+   it once they are gone. While any job is Preempted, cycles run without preemption, so that room already
+   being freed is not bought twice.
 
 What is held on a node: every bound Pod that has not finished (a Phalanx Pod holds exactly its placement's
 devices; any other Pod its CPU and memory requests and as many GPUs as it requests, counted from the highest
@@ -37,7 +46,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +56,7 @@ from phalanx.adapters.kubernetes.api import (
     JOBTYPES,
     NODES,
     PODS,
+    QUEUES,
     TRAININGJOBS,
     ConflictError,
     KubeApi,
@@ -65,21 +75,37 @@ from phalanx.adapters.kubernetes.objects import (
     status_body,
 )
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOURCE, RenderError
-from phalanx.core.lifecycle import HOLDING_PHASES, transition
+from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
 from phalanx.core.reconcile.types import EventRecord
 from phalanx.core.scheduling import build_snapshot, schedule
-from phalanx.core.scheduling.types import Admission, PendingJob
+from phalanx.core.scheduling.config import SchedulerConfig
+from phalanx.core.scheduling.types import (
+    Admission,
+    ClusterSnapshot,
+    Decisions,
+    DeviceAssignment,
+    PendingJob,
+    Preemption,
+    RunningJob,
+)
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
-from phalanx.model.loading import builtin_jobtypes
+from phalanx.model.loading import builtin_jobtypes, parse_queue
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
+from phalanx.model.queues import Queue
 from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, parse_memory
 from phalanx.services.kube_apply import EventBudget, PodSettings, check_renderable
 from phalanx.services.kube_leader import LeaseElector
-from phalanx.services.scheduler import describe_admission, replica_requests
+from phalanx.services.scheduler import (
+    describe_admission,
+    preemptor_reason,
+    queue_quotas,
+    queue_refusal,
+    replica_requests,
+)
 
 log = logging.getLogger(__name__)
 _UNSETTLED = frozenset({Phase.PENDING, Phase.QUEUED})  # phases in which a job may be admitted
@@ -123,11 +149,12 @@ class CycleResult:
     admitted: list[str] = field(default_factory=list)
     bound: int = 0
     waiting: dict[str, str] = field(default_factory=dict)
+    preempted: list[str] = field(default_factory=list)
 
     @property
     def busy(self) -> bool:
         """True when the cycle changed something (another may follow at once)."""
-        return bool(self.admitted or self.bound)
+        return bool(self.admitted or self.bound or self.preempted)
 
 
 def pod_requests(pod: dict[str, Any]) -> ResourceVector:
@@ -158,6 +185,7 @@ class KubeScheduler:
         self.pods = Informer(api, PODS, signal=self.signal, index=_unbound_job_uid)
         self.nodes = Informer(api, NODES, signal=self.signal)
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal)
+        self.queues = Informer(api, QUEUES, signal=self.signal)
         self.elector = LeaseElector(
             api,
             settings.namespace,
@@ -179,6 +207,7 @@ class KubeScheduler:
         self._accepted: dict[tuple[str, str], Plan | None] = {}  # (uid, resourceVersion) of a Pending job -> plan
         self._parsed_nodes: dict[str, tuple[str, Node]] = {}
         self._parsed_jobtypes: dict[tuple[str, str], JobType | None] = {}
+        self._parsed_queues: dict[tuple[str, str], Queue | None] = {}
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
         self._lock = threading.Lock()
@@ -190,7 +219,7 @@ class KubeScheduler:
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the informers and wait for their first lists."""
-        informers = [self.jobs, self.pods, self.nodes, self.jobtypes]
+        informers = [self.jobs, self.pods, self.nodes, self.jobtypes, self.queues]
         for informer in informers:
             informer.start()
         if not wait_all_synced(informers, timeout):
@@ -233,13 +262,13 @@ class KubeScheduler:
             self.elector.release()
             self._pool.shutdown(wait=True)
             self._events_pool.shutdown(wait=True)
-            for informer in (self.jobs, self.pods, self.nodes, self.jobtypes):
+            for informer in (self.jobs, self.pods, self.nodes, self.jobtypes, self.queues):
                 informer.stop()
 
     # -- one cycle ----------------------------------------------------------------------------------------------
 
     def cycle(self) -> CycleResult:
-        """Admit what fits, explain what waits, bind the Pods of admitted gangs."""
+        """Preempt and admit what fits, explain what waits, bind the Pods of admitted gangs."""
         result = CycleResult()
         jobtypes = self._current_jobtypes()
         jobs = self._current_jobs(jobtypes)
@@ -249,12 +278,29 @@ class KubeScheduler:
         nodes = self._current_nodes()
         queued = self._candidates(unsettled, jobtypes)
         if queued and nodes:
-            snapshot = build_snapshot(nodes, self._holdings(jobs, pods, nodes))
             now = self.clock.now()
-            pending = [self._pending(candidate.job, jobtypes, now) for candidate in queued]
-            decisions = schedule(snapshot, pending, now)
+            queues = {queue.metadata.name: queue for queue in self._current_queues()}
             by_key = {candidate.job.key: candidate for candidate in queued}
-            admissions = [(by_key[a.key], a) for a in decisions.admitted]
+            refused = {key: queue_refusal(c.job, queues) for key, c in by_key.items()}
+            pending = [self._pending(c.job, jobtypes, now) for key, c in by_key.items() if refused[key] is None]
+            snapshot = build_snapshot(nodes, self._holdings(jobs, pods, nodes))
+            running = self._running(jobs, pods, nodes, jobtypes, now)
+            quotas = queue_quotas(queues.values())
+            # Victims still stopping free room for their preemptors: preempting again meanwhile would stop more.
+            stopping = any(Phase(job.status.phase) == Phase.PREEMPTED for _, job in jobs)
+            config = SchedulerConfig(queues=quotas, fair_share=bool(quotas), preemption=not stopping)
+            decisions = self._decide(snapshot, running, pending, now, config)
+            result.preempted = self._preempt(jobs, decisions.preempted)
+            preemptors: dict[str, list[str]] = {}
+            for preemption in decisions.preempted:
+                preemptors.setdefault(preemption.preemptor, []).append(preemption.victim)
+            admissions = []
+            for admission in decisions.admitted:
+                if admission.key in preemptors:
+                    # Its devices are still held by the victims' Pods: a later cycle admits it. So does every
+                    # admission decided after it, which may have been given the rest of what the victims hold.
+                    break
+                admissions.append((by_key[admission.key], admission))
             for key, admitted in zip(
                 [a.key for _, a in admissions],
                 self._pool.map(lambda item: self._admit(*item), admissions),
@@ -262,7 +308,10 @@ class KubeScheduler:
             ):
                 if admitted:
                     result.admitted.append(key)
-            for key, reason in decisions.waiting.items():
+            waiting = dict(decisions.waiting)
+            waiting.update({key: preemptor_reason(victims) for key, victims in preemptors.items()})
+            waiting.update({key: reason for key, reason in refused.items() if reason is not None})
+            for key, reason in waiting.items():
                 result.waiting[key] = reason
                 self._maybe_explain(by_key[key], reason)
         elif queued:
@@ -272,6 +321,46 @@ class KubeScheduler:
                 self._maybe_explain(candidate, reason)
         result.bound = self._bind_admitted(jobs)
         return result
+
+    def _decide(
+        self,
+        snapshot: ClusterSnapshot,
+        running: tuple[RunningJob, ...],
+        pending: list[PendingJob],
+        now: datetime,
+        config: SchedulerConfig,
+    ) -> Decisions:
+        try:
+            return schedule(replace(snapshot, running=running), pending, now, config)
+        except ValueError:
+            # The running jobs do not match what the nodes count as used (a bug, or objects edited by hand):
+            # schedule without them rather than stop scheduling; quotas and preemption are off for this cycle.
+            log.exception("the running jobs do not match the nodes' use; scheduling without them")
+            return schedule(snapshot, pending, now, replace(config, preemption=False))
+
+    def _preempt(self, jobs: list[tuple[dict[str, Any], TrainingJob]], preempted: tuple[Preemption, ...]) -> list[str]:
+        """Move each victim to Preempted (the operator stops its Pods and queues it again); the keys moved."""
+        by_key = {job.key: (obj, job) for obj, job in jobs}
+        moved = []
+        for preemption in preempted:
+            obj, job = by_key[preemption.victim]
+            if not can_transition(Phase(job.status.phase), Phase.PREEMPTED):
+                continue  # not preemptible (see _running); never happens with a consistent snapshot
+            status = transition(
+                job.status, Phase.PREEMPTED, reason="Preempted", message=preemption.reason, now=self.clock.now()
+            )
+            try:
+                written = self._write_status(obj, status)
+            except KubeApiError as error:
+                # The victim changed since the cycle read it (finished, halted, deleted): its room is being given
+                # back anyway, or the next cycle decides again.
+                log.info("preempting %s: %s", job.key, error)
+                continue
+            self.jobs.observe(written)
+            self._event(job, "Preempted", f"{preemption.reason} (by {self.settings.identity})", warning=True)
+            log.info("preempted %s: %s", job.key, preemption.reason)
+            moved.append(job.key)
+        return moved
 
     def _candidates(
         self, jobs: list[tuple[dict[str, Any], TrainingJob]], jobtypes: dict[str, JobType]
@@ -346,6 +435,33 @@ class KubeScheduler:
             if parsed is not None:
                 jobtypes[parsed.metadata.name] = parsed
         return jobtypes
+
+    def _current_queues(self) -> list[Queue]:
+        """The Queue objects, parsed once per version; an invalid one is ignored (and logged once)."""
+        queues = []
+        live = set()
+        for obj in self.queues.items():
+            meta = obj.get("metadata") or {}
+            key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
+            live.add(key)
+            if key not in self._parsed_queues:
+                document = {
+                    "apiVersion": obj.get("apiVersion"),
+                    "kind": "Queue",
+                    "metadata": model_metadata(obj, cluster_scoped=True),
+                    "spec": obj.get("spec") or {},
+                }
+                try:
+                    self._parsed_queues[key] = parse_queue(document, source=f"queue/{meta.get('name')}")
+                except (SpecError, ValueError) as error:
+                    log.warning("ignoring Queue %s: %s", meta.get("name"), error)
+                    self._parsed_queues[key] = None
+            parsed = self._parsed_queues[key]
+            if parsed is not None:
+                queues.append(parsed)
+        for stale in set(self._parsed_queues) - live:
+            del self._parsed_queues[stale]
+        return queues
 
     def _current_jobs(self, jobtypes: dict[str, JobType]) -> list[tuple[dict[str, Any], TrainingJob]]:
         """Every job the scheduler can read (an invalid one is the operator's to fail), parsed once per version.
@@ -470,6 +586,63 @@ class KubeScheduler:
                     held.append((placement, vector(job, name)))
         held.extend(_foreign_holdings(foreign, held, nodes))
         return held
+
+    def _running(
+        self,
+        jobs: list[tuple[dict[str, Any], TrainingJob]],
+        pods: list[dict[str, Any]],
+        nodes: list[Node],
+        jobtypes: dict[str, JobType],
+        now: datetime,
+    ) -> tuple[RunningJob, ...]:
+        """The jobs in holding phases, with the placements ``_holdings`` counts for them, as ``RunningJob``s.
+
+        A placement counts when its Pod does not exist yet or exists on the placement's node; a Pod of the job
+        somewhere else holds what it holds without a job behind it (taken, never given back by preemption).
+        """
+        pod_nodes: dict[tuple[str, str], str] = {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            uid = str((meta.get("annotations") or {}).get(ANNOTATION_JOB_UID, ""))
+            if uid:
+                pod_nodes[(uid, str(meta.get("name")))] = str((pod.get("spec") or {}).get("nodeName") or "")
+        known = {node.metadata.name for node in nodes}
+        running = []
+        for _, job in jobs:
+            phase = Phase(job.status.phase)
+            if phase not in HOLDING_PHASES or not job.status.placements:
+                continue
+            requests = tuple(replica_requests(job, jobtypes.get(job.spec.type)))
+            names = {request.name for request in requests}
+            assignments = []
+            for name, placement in job.status.placements.items():
+                on = pod_nodes.get((job.metadata.uid or "", name))
+                if name not in names or placement.node not in known or on not in (None, "", placement.node):
+                    continue
+                assignments.append(
+                    DeviceAssignment(
+                        replica=name,
+                        node=placement.node,
+                        cpus=tuple(placement.cpus),
+                        gpus=tuple(placement.gpus),
+                        gpu_milli=placement.gpu_milli,
+                    )
+                )
+            if assignments:
+                running.append(
+                    RunningJob(
+                        key=job.key,
+                        priority=job.spec.scheduling.effective_priority(),
+                        queue=job.spec.scheduling.queue,
+                        started=job.status.admitted_time or job.metadata.creation_timestamp or now,
+                        replicas=requests,
+                        assignments=tuple(assignments),
+                        checkpointed=False,
+                        # Storing and Halting jobs are about to give their room back; they cannot be preempted.
+                        preemptible=can_transition(phase, Phase.PREEMPTED),
+                    )
+                )
+        return tuple(running)
 
     def _pending(self, job: TrainingJob, jobtypes: dict[str, JobType], now: datetime) -> PendingJob:
         return PendingJob(

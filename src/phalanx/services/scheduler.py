@@ -2,7 +2,8 @@
 
 Each cycle passes the core the running jobs (every job in a holding phase, with the placements the snapshot
 counts as held) and one ``QueueQuota`` per ``Queue`` object in the store, with fair share on when there are
-queues and preemption on.
+queues and preemption on. A job its queue does not take (``spec.namespaces``, ``spec.priorityClasses``) waits
+with that reason and is not passed to the core.
 
 Admission writes the chosen devices into ``status.placements`` and moves the job Queued → Admitted in one
 status write, so a job is never half-admitted. A job left waiting gets the scheduler's one-sentence reason in
@@ -172,6 +173,39 @@ def queue_quotas(queues: Iterable[Queue]) -> tuple[QueueQuota, ...]:
     return tuple(quotas.values())
 
 
+def queue_refusal(job: TrainingJob, queues: Mapping[str, Queue]) -> str | None:
+    """Why the job's queue does not take it (its namespace or priority class is not allowed), or None.
+
+    Such a job waits, as in Kueue, until the queue's spec or the job's changes; a job naming a queue that does not
+    exist is not limited by any queue.
+    """
+    name = job.spec.scheduling.queue
+    queue = queues.get(name)
+    if queue is None:
+        return None
+    namespaces, classes = queue.spec.namespaces, queue.spec.priority_classes
+    namespace = job.metadata.namespace
+    if namespaces and namespace not in namespaces:
+        return (
+            f"queue {name} takes jobs of namespace {', '.join(namespaces)} only, not {namespace}: set "
+            f"spec.scheduling.queue to a queue that takes {namespace}, or add {namespace} to the queue's "
+            "spec.namespaces"
+        )
+    priority_class = job.spec.scheduling.priority_class
+    if classes and priority_class not in classes:
+        named = f"priority class {priority_class}" if priority_class else "no priority class"
+        return (
+            f"queue {name} takes priority classes {', '.join(classes)} only, and the job has {named}: set "
+            f"spec.scheduling.priorityClass to one of them"
+        )
+    return None
+
+
+def preemptor_reason(victims: Iterable[str]) -> str:
+    """What a job that preempted others waits for."""
+    return f"preempted {', '.join(victims)} to make room; starts once their replicas have stopped"
+
+
 def describe_admission(admission: Admission) -> str:
     """'placed 2 replicas on local: quickstart-master-0 CPUs 0; quickstart-worker-0 CPUs 1'."""
     nodes = sorted({a.node for a in admission.assignments})
@@ -214,7 +248,12 @@ class SchedulerService:
         jobtypes = {jobtype.metadata.name: jobtype for jobtype in self.store.list(JobType)}
         snapshot = build_snapshot(nodes, holdings_of(jobs, replicas))
         running = running_jobs(jobs, replicas, jobtypes=jobtypes, nodes=(node.metadata.name for node in nodes), now=now)
-        queues = queue_quotas(self.store.list(Queue))
+        stored_queues = self.store.list(Queue)
+        queues = queue_quotas(stored_queues)
+        queue_objects: dict[str, Queue] = {}
+        for queue in stored_queues:  # the first of a name wins, as in queue_quotas
+            queue_objects.setdefault(queue.metadata.name, queue)
+        refused = {job.key: queue_refusal(job, queue_objects) for job in queued}
         # Victims still stopping free room for their preemptors: preempting again meanwhile would stop more.
         stopping = any(Phase(job.status.phase) == Phase.PREEMPTED for job in jobs)
         config = SchedulerConfig(queues=queues, fair_share=bool(queues), preemption=not stopping)
@@ -230,6 +269,7 @@ class SchedulerService:
                 topology=job.spec.scheduling.topology,
             )
             for job in queued
+            if refused[job.key] is None
         ]
         try:
             decisions = schedule(replace(snapshot, running=running), pending, now, config)
@@ -256,8 +296,8 @@ class SchedulerService:
                 changed = True
                 break  # later admissions in this cycle assumed this one's devices were taken
         waiting = dict(decisions.waiting)
-        for key, victims in preemptors.items():
-            waiting[key] = f"preempted {', '.join(victims)} to make room; starts once their replicas have stopped"
+        waiting.update({key: preemptor_reason(victims) for key, victims in preemptors.items()})
+        waiting.update({key: reason for key, reason in refused.items() if reason is not None})
         for key, reason in waiting.items():
             job = by_key[key]
             if job.status.message == reason:

@@ -152,3 +152,25 @@ def test_a_queue_with_a_one_gpu_quota_runs_its_jobs_one_at_a_time(runtime: Runti
         (tmp_path / f"{name}.hold").write_text("go")
         final = runtime.wait_phase(name, {Phase.SUCCEEDED, Phase.FAILED})
         assert final.status.phase == Phase.SUCCEEDED, final.status.message
+
+
+def test_a_queue_for_other_namespaces_leaves_the_job_waiting_with_the_fix(runtime: Runtime, tmp_path: Path) -> None:
+    runtime.start_control_plane(extra=["--inventory", str(INVENTORY)])
+    queue = parse_queue(
+        {
+            "apiVersion": "phalanx.dev/v1alpha1",
+            "kind": "Queue",
+            "metadata": {"name": "team-z"},
+            "spec": {"quota": {"gpu": 8}, "namespaces": ["team-z"]},
+        }
+    )
+    with runtime.client() as client:
+        client.store.create(queue)
+    runtime.submit(gpu_job("stray", 1, holding_args(tmp_path, "stray"), queue="team-z"))
+    waiting = runtime.wait_waiting("stray")
+    assert waiting.status.phase == Phase.QUEUED
+    assert waiting.status.message == (
+        "queue team-z takes jobs of namespace team-z only, not default: set spec.scheduling.queue to a queue that "
+        "takes default, or add default to the queue's spec.namespaces"
+    )
+    assert starts(tmp_path, "stray") == []

@@ -1,0 +1,166 @@
+"""Queue quotas and preemption through phalanx-scheduler on the real control plane, as in the embedded runtime.
+
+Each test has an 8-GPU kwok node of its own: its jobs ask for a GPU model only that node has. A critical job
+preempts a low-priority one holding every GPU (the victim goes Preempted, loses its Pod, waits Queued; the
+critical job is bound only once the victim's Pod is gone); a Queue with a 4-GPU quota keeps its second 4-GPU job
+waiting, with the quota as the reason, on a node with room for both; a Queue for another namespace leaves the
+job waiting with the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import k8s_testenv
+from components import Components
+
+pytestmark = pytest.mark.e2e
+
+JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
+QUEUES = "/apis/phalanx.dev/v1alpha1/queues"
+
+
+def job(name: str, gpus: int, model: str, **scheduling: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "type": "generic",
+            "scheduling": scheduling,
+            "replicas": {
+                "worker": {
+                    "count": 1,
+                    "template": {
+                        "image": "example.org/trainer:1",
+                        "command": ["python", "train.py"],
+                        "metadata": {"annotations": {"phalanx.dev/sim-hang": "true"}},
+                        "resources": {"cpu": "1", "memory": "1Gi", "gpu": gpus, "gpuModel": model},
+                    },
+                }
+            },
+        },
+    }
+
+
+@pytest.fixture
+def gpu_model(components: Components) -> Iterator[str]:
+    """A GPU model that one fresh 8-GPU node has, and no other."""
+    kube = components.kube
+    name, model = kube.unique("preempt-node"), kube.unique("A100-QUOTA")
+    k8s_testenv.create_fake_gpu_nodes(kube.env, [name], product=model)
+    yield model
+    kube.request("DELETE", f"/api/v1/nodes/{name}")
+
+
+@pytest.fixture
+def make_queue(components: Components) -> Iterator[Callable[[dict[str, Any]], str]]:
+    """Create a cluster-scoped Queue with a unique name; every one is deleted after the test."""
+    kube = components.kube
+    names: list[str] = []
+
+    def make(spec: dict[str, Any]) -> str:
+        name = kube.unique("team")
+        kube.create(
+            QUEUES, {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+        )
+        names.append(name)
+        return name
+
+    yield make
+    for name in names:
+        kube.request("DELETE", f"{QUEUES}/{name}")
+
+
+def phase_of(obj: dict[str, Any]) -> str:
+    return str((obj.get("status") or {}).get("phase") or "")
+
+
+def pods_of(components: Components, namespace: str, job_name: str) -> list[dict[str, Any]]:
+    path = f"/api/v1/namespaces/{namespace}/pods?labelSelector=phalanx.dev/job={job_name}"
+    return list(components.kube.get(path)["items"])
+
+
+def test_a_critical_job_preempts_a_low_one_whose_pod_goes_first(
+    components: Components, namespace: str, gpu_model: str
+) -> None:
+    kube = components.kube
+    components.operator()
+    components.scheduler()
+    jobs = JOBS.format(ns=namespace)
+    kube.create(jobs, job("low", 8, gpu_model, priorityClass="low"))
+    kube.wait_for(f"{jobs}/low", lambda obj: phase_of(obj) == "Running", 60, "low to run")
+
+    kube.create(jobs, job("critical", 8, gpu_model, priorityClass="critical"))
+    victim = kube.wait_for(
+        f"{jobs}/low",
+        lambda obj: any(c["type"] == "Preempted" for c in (obj.get("status") or {}).get("conditions") or []),
+        60,
+        "low to be preempted",
+    )
+    [preempted] = [c for c in victim["status"]["conditions"] if c["type"] == "Preempted"]
+    assert "critical" in preempted["message"], preempted
+
+    def critical_bound() -> bool:
+        return any(pod["spec"].get("nodeName") for pod in pods_of(components, namespace, "critical"))
+
+    kube.wait_for(f"{jobs}/critical", lambda obj: phase_of(obj) == "Running" and critical_bound(), 60, "critical")
+    # The critical job's Pod is bound only after the victim's was deleted (it gets all 8 GPUs of the node).
+    assert pods_of(components, namespace, "low") == []
+    low = kube.wait_for(
+        f"{jobs}/low",
+        lambda obj: phase_of(obj) == "Queued" and obj["status"].get("reason") == "Waiting",
+        60,
+        "low to wait again",
+    )
+    assert low["status"]["message"].startswith(f"needs 8 {gpu_model} GPUs on one node"), low["status"]["message"]
+    assert "preemption cannot help" in low["status"]["message"]  # the critical job's priority is higher
+    assert low["status"]["attempt"] == 1
+    kube.wait_for(
+        f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.name=low",
+        lambda events: any(e["reason"] == "Preempted" and "critical" in e["message"] for e in events["items"]),
+        30,
+        "the Preempted event",
+    )
+
+
+def test_a_queue_quota_keeps_the_second_job_waiting_on_a_node_with_room(
+    components: Components, namespace: str, gpu_model: str, make_queue: Callable[[dict[str, Any]], str]
+) -> None:
+    kube = components.kube
+    components.operator()
+    components.scheduler()
+    team = make_queue({"quota": {"gpu": 4}})
+    jobs = JOBS.format(ns=namespace)
+    kube.create(jobs, job("first", 4, gpu_model, queue=team))
+    kube.wait_for(f"{jobs}/first", lambda obj: phase_of(obj) == "Running", 60, "first to run")
+    kube.create(jobs, job("second", 4, gpu_model, queue=team))
+    waiting = kube.wait_for(
+        f"{jobs}/second", lambda obj: (obj.get("status") or {}).get("reason") == "Waiting", 60, "second to wait"
+    )
+    assert phase_of(waiting) == "Queued"
+    assert f"queue {team} is at its GPU quota 4/4" in waiting["status"]["message"], waiting["status"]["message"]
+    assert pods_of(components, namespace, "second") == []
+
+    kube.request("DELETE", f"{jobs}/first")
+    kube.wait_for(f"{jobs}/second", lambda obj: phase_of(obj) == "Running", 60, "second to run once first is gone")
+
+
+def test_a_queue_for_another_namespace_says_so(
+    components: Components, namespace: str, gpu_model: str, make_queue: Callable[[dict[str, Any]], str]
+) -> None:
+    kube = components.kube
+    components.operator()
+    components.scheduler()
+    team = make_queue({"namespaces": ["somewhere-else"]})
+    jobs = JOBS.format(ns=namespace)
+    kube.create(jobs, job("stray", 1, gpu_model, queue=team))
+    waiting = kube.wait_for(
+        f"{jobs}/stray", lambda obj: (obj.get("status") or {}).get("reason") == "Waiting", 60, "stray to wait"
+    )
+    assert waiting["status"]["message"].startswith(
+        f"queue {team} takes jobs of namespace somewhere-else only, not {namespace}"
+    )
