@@ -108,6 +108,7 @@ def place_gang(
             salt=replica_salt(seed, job.key, replica.name) if job.placement == RANDOM else 0,
             cluster=cluster,
             topology=job.topology,
+            datasets=job.datasets,
         )
         placed = _place_replica(cluster, job, replica, score)
         if isinstance(placed, dict):

@@ -12,6 +12,7 @@ victims. Use that no ``RunningJob`` explains is simply taken and never given bac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -105,6 +106,30 @@ class ReplicaRequest:
     pin_cpus: bool = True
 
 
+DATASET_LABEL_PREFIX = "dataset.phalanx.dev/"
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetNeed:
+    """A dataset a job reads: what would have to move to a node that does not cache it.
+
+    Attributes:
+        name: the Dataset's name; a node caching it carries the label ``dataset.phalanx.dev/<name>=<version>``.
+        version: the content version the job needs; None: any cached version will do.
+        bytes: how much the replica placed on a node would have to fetch there without the cache (the whole
+            dataset when replicated, its shard when sharded).
+    """
+
+    name: str
+    version: str | None = None
+    bytes: int = 0
+
+    def cached_on(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node with these labels caches the version the job needs."""
+        cached = labels.get(DATASET_LABEL_PREFIX + self.name)
+        return cached is not None and (self.version is None or cached == self.version)
+
+
 @dataclass(frozen=True, slots=True)
 class PendingJob:
     """A job that waits for room (or, with ``minAvailable``, for room for its remaining replicas).
@@ -121,6 +146,7 @@ class PendingJob:
         duration_estimate: expected run time in seconds, when known (shortest-first ordering, backfill).
         attained_service: GPU-seconds the job has already received (least-attained-service ordering).
         preemptible: whether the job, once admitted, may be preempted (``RunningJob.preemptible``).
+        datasets: the data each replica reads (the data-locality plugin prefers nodes that cache it).
     """
 
     key: str
@@ -134,6 +160,7 @@ class PendingJob:
     duration_estimate: float | None = None
     attained_service: float = 0.0
     preemptible: bool = True
+    datasets: tuple[DatasetNeed, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
