@@ -26,12 +26,26 @@ and draws no random number, so a run is a function of its inputs (the seed goes 
 placement baseline through ``SchedulerConfig``). Shortest-first gets each job's true run time as its estimate
 (an oracle, as in the Helios and PAI simulators' SJF).
 
-With ``preemption`` on, the core may stop running jobs for higher-priority ones (``Decisions.preempted``).
-A victim adds its served GPU-seconds to ``attained``, subtracts its served time from ``remaining`` (work is
-checkpointed: it resumes where it stopped), drops its session keys (the session already gave its devices to
-the preemptor; pod by pod, its other replicas are released) and goes back to ``WAITING``. The completion
-scheduled for the stopped run is then skipped: completions carry the run number they belong to, and
-``_start`` bumps it.
+With ``preemption`` on, the core may stop running jobs for higher-priority ones (``Decisions.preempted``);
+with ``time_slicing`` (least-attained-service only, gang only), also jobs of the same priority whose attained
+GPU-seconds put them in a lower band than a waiting job's (Tiresias' discretised LAS, in the core:
+``SchedulerConfig.las_preempt``). A victim adds its served GPU-seconds to ``attained``, subtracts its served time
+from ``remaining`` (work is checkpointed: it resumes where it stopped, as Tiresias assumes) and adds
+``restart_penalty`` seconds to it (time to restore the checkpoint and warm up again, 0 by default), drops its
+session keys (the session already gave its devices to the preemptor; pod by pod, its other replicas are
+released) and goes back to ``WAITING``, re-queued with its attained service. The completion scheduled for the
+stopped run is then skipped: completions carry the run number they belong to, and ``_start`` bumps it. Under
+time slicing a running job changes band between events too: the session says when
+(``next_band_change``) and the engine adds that time as an event with nothing but a cycle, so demotions (and
+starvation promotions) take effect when they happen.
+
+Waiting reasons: the core explains every waiting job only with ``explain`` (off by default; about half of a
+cycle's time). The report needs a reason only for the jobs that never started, so when a run ends with jobs
+waiting, one more cycle with explaining on gives their sentences; the run has ended with nothing running and
+a last cycle that admitted nothing (gang admission, or a pod-by-pod deadlock stop), so that cycle decides
+exactly as the last one did and its sentences are the ones an explained run writes. (Pod by pod, a run can
+also end on a cycle that placed a last replica of a gang that can never complete; the sentences then describe
+the cluster after that placement.)
 """
 
 from __future__ import annotations
@@ -79,6 +93,12 @@ class SimOptions:
         queueing_strategy: ``best-effort-fifo``, ``strict-fifo`` or ``backfill`` (``SchedulerConfig``).
         preemption: let higher-priority jobs stop lower-priority ones (victims wait again, keeping the run
             time they have left and the service they attained).
+        time_slicing: least-attained-service with preemption by band (``SchedulerConfig.las_preempt``); needs
+            ``queue_order`` ``least-attained-service`` and gang admission.
+        starve_limit: with time slicing, promote a waiting job to the top band once it has waited this many
+            times as long as it ran since its last promotion (``SchedulerConfig.las_starve_limit``); 0: never.
+        restart_penalty: seconds a preempted job adds to its remaining run time when it resumes.
+        explain: let the core explain every waiting job in every cycle (slower; the decisions are the same).
     """
 
     queue_order: str = "fifo"
@@ -89,6 +109,10 @@ class SimOptions:
     workload: tuple[TaskShape, ...] = ()
     queueing_strategy: str = "best-effort-fifo"
     preemption: bool = False
+    time_slicing: bool = False
+    starve_limit: float = 0.0
+    restart_penalty: float = 0.0
+    explain: bool = False
 
     @property
     def label(self) -> str:
@@ -96,6 +120,10 @@ class SimOptions:
         label = f"{self.queue_order}/{self.placement}/{'gang' if self.gang else 'pod-by-pod'}"
         if self.queueing_strategy != "best-effort-fifo":
             label += f"/{self.queueing_strategy}"
+        if self.time_slicing:
+            label += "/time-slicing" + (f"/starve-{self.starve_limit:g}" if self.starve_limit else "")
+        if self.restart_penalty:
+            label += f"/restart-{self.restart_penalty:g}s"
         return label + ("/preemption" if self.preemption else "")
 
     def scheduler_config(self) -> SchedulerConfig:
@@ -110,6 +138,9 @@ class SimOptions:
             seed=self.seed,
             queueing_strategy=self.queueing_strategy,
             preemption=self.preemption,
+            las_preempt=self.time_slicing,
+            las_starve_limit=self.starve_limit,
+            explain=self.explain,
         )
 
 
@@ -120,11 +151,14 @@ class JobOutcome:
     Attributes:
         job: the simulated job.
         status: ``finished``, ``waiting``, ``running`` or ``not-submitted``.
-        start: when it started running (all replicas placed), or None.
+        start: when its last run started (all replicas placed), or None.
         end: when it finished, or None.
         first_placed: when its first replica got devices (pod-by-pod: may precede ``start``), or None.
         nodes: the nodes its replicas ran on (distinct, sorted).
         reason: for a job that never started, the core's last sentence on why it waited.
+        first_start: when its first run started (``start`` unless it was preempted); None: ``start``.
+        run_time: seconds it ran, over all its runs (restart penalties included); None: ``end - start``.
+        preempted: how many times it was preempted.
     """
 
     job: SimJob
@@ -134,11 +168,23 @@ class JobOutcome:
     first_placed: float | None = None
     nodes: tuple[str, ...] = ()
     reason: str = ""
+    first_start: float | None = None
+    run_time: float | None = None
+    preempted: int = 0
 
     @property
     def queueing_delay(self) -> float | None:
-        """``start - submit``, or None if it never started."""
-        return None if self.start is None else self.start - self.job.submit
+        """Time until it first ran, ``first_start - submit``, or None if it never started."""
+        first = self.first_start if self.first_start is not None else self.start
+        return None if first is None else first - self.job.submit
+
+    @property
+    def waiting_time(self) -> float | None:
+        """Time a finished job spent not running: JCT minus its run time (the queueing delay unless preempted)."""
+        if self.end is None or self.start is None:
+            return None
+        ran = self.run_time if self.run_time is not None else self.end - self.start
+        return self.end - self.job.submit - ran
 
     @property
     def completion_time(self) -> float | None:
@@ -201,6 +247,8 @@ class SimResult:
         partial_gang_idle_gpu_seconds: GPU-seconds held by placed replicas of jobs not yet started.
         deadlock: set when a pod-by-pod run stopped at a deadlock.
         cycles: scheduling cycles run.
+        preemptions: running jobs stopped to make room (by priority or, with time slicing, by band).
+        promotions: waiting jobs promoted to the top band by the starvation guard (time slicing).
     """
 
     options: SimOptions
@@ -211,6 +259,7 @@ class SimResult:
     deadlock: Deadlock | None = None
     cycles: int = 0
     preemptions: int = 0
+    promotions: int = 0
 
 
 @dataclass(slots=True)
@@ -228,6 +277,9 @@ class _JobState:
     remaining: float = 0.0  # run time still to serve
     attained: float = 0.0  # GPU-seconds served so far (least-attained-service)
     run: int = 0  # bumped at each start; a completion is valid only for the run it was scheduled for
+    first_start: float | None = None
+    served: float = 0.0  # seconds run so far, over every run
+    preempted: int = 0
 
 
 def check_options(options: SimOptions) -> None:
@@ -237,8 +289,14 @@ def check_options(options: SimOptions) -> None:
     here.
 
     Raises:
-        ValueError: the core's message naming the unknown value.
+        ValueError: the core's message naming the unknown value; time slicing without gang admission (pod by
+            pod, a job's replicas are separate pending jobs, each with its own service); a negative restart
+            penalty.
     """
+    if options.time_slicing and not options.gang:
+        raise ValueError("time slicing needs gang admission: pod by pod, bands would count replicas, not jobs")
+    if options.restart_penalty < 0:
+        raise ValueError(f"the restart penalty cannot be negative, got {options.restart_penalty:g} s")
     probe = PendingJob(
         key="check/options",
         priority=0,
@@ -306,6 +364,7 @@ class _Engine:
         self.reasons: dict[str, str] = {}
         self.holder: dict[str, int] = {}  # session key -> index of the job whose devices it holds
         self.preemptions = 0
+        self.wake: float | None = None  # time slicing: the next band change, an event with only a cycle
         self.samples: tuple[list[float], list[float], list[float], list[int], list[int]] = ([], [], [], [], [])
 
     # --- the loop ---------------------------------------------------------------------------------------
@@ -323,6 +382,7 @@ class _Engine:
             self._complete_due(now)
             next_arrival = self._arrive_due(now, next_arrival)
             admitted = self._cycle(now)
+            self._plan_wake(now)
             self._sample(now)
             if self.progress is not None:
                 self.progress(self.finished, len(self.states))
@@ -331,6 +391,10 @@ class _Engine:
         if self.partial_jobs and last_time is not None:
             # Stopped early, or ran out of events: either way the partial gangs can never complete.
             deadlock = self._deadlock(last_time)
+        if self.pending and last_time is not None and not self.options.explain:
+            # Jobs that never started: the report gives the core's sentence (see the module's docstring).
+            at = EPOCH + timedelta(seconds=last_time)
+            self.reasons = self.session.cycle(list(self.pending.values()), at, explain=True).waiting
         return self._result(deadlock)
 
     def _next_time(self, next_arrival: int) -> float:
@@ -339,7 +403,17 @@ class _Engine:
             candidates.append(self.states[self.arrivals[next_arrival]].job.submit)
         if self.completions:
             candidates.append(self.completions[0][0])
+        if self.wake is not None:
+            candidates.append(self.wake)
         return min(candidates)
+
+    def _plan_wake(self, now: float) -> None:
+        """Time slicing: the next band change becomes an event, while jobs wait that it may concern."""
+        self.wake = None
+        if self.options.time_slicing and self.pending:
+            at = self.session.next_band_change(EPOCH + timedelta(seconds=now))
+            if at is not None:
+                self.wake = (at - EPOCH).total_seconds()
 
     def _complete_due(self, now: float) -> None:
         while self.completions and self.completions[0][0] <= now:
@@ -355,7 +429,9 @@ class _Engine:
             state.status = FINISHED
             state.end = now
             state.remaining = 0.0
-            state.attained += milli / MILLI * (now - (state.start if state.start is not None else now))
+            served = now - (state.start if state.start is not None else now)
+            state.served += served
+            state.attained += milli / MILLI * served
             self.running -= 1
             self.finished += 1
 
@@ -393,7 +469,9 @@ class _Engine:
         served = now - (state.start if state.start is not None else now)
         milli = state.job.gpu_milli
         state.attained += milli / MILLI * served
-        state.remaining = max(0.0, state.remaining - served)
+        state.remaining = max(0.0, state.remaining - served) + self.options.restart_penalty
+        state.served += served
+        state.preempted += 1
         state.status = WAITING
         state.start = None
         state.keys = ()
@@ -472,6 +550,8 @@ class _Engine:
         state = self.states[index]
         state.status = RUNNING
         state.start = now
+        if state.first_start is None:
+            state.first_start = now
         self.waiting -= 1
         state.run += 1
         self.running += 1
@@ -509,6 +589,9 @@ class _Engine:
                 first_placed=state.first_placed,
                 nodes=tuple(sorted(state.nodes)),
                 reason=reasons.get(index, ""),
+                first_start=state.first_start,
+                run_time=state.served if state.status == FINISHED else None,
+                preempted=state.preempted,
             )
             for index, state in enumerate(self.states)
         )
@@ -528,6 +611,7 @@ class _Engine:
             deadlock=deadlock,
             cycles=self.cycles,
             preemptions=self.preemptions,
+            promotions=self.session.promotions,
         )
 
 

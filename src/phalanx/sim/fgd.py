@@ -160,7 +160,9 @@ def run_seed(
     if capacity == 0:
         raise ValueError("the node list has no GPU: the protocol measures GPU allocation")
     workload = inflated_workload(pods, capacity, seed, inflation)
-    session = SchedulingSession(seeded_node_order(snapshot, seed), SchedulerConfig(workload=shapes, seed=seed))
+    # The protocol counts failed pods, never why they failed: the core need not explain them.
+    config = SchedulerConfig(workload=shapes, seed=seed, explain=False)
+    session = SchedulingSession(seeded_node_order(snapshot, seed), config)
     table = session.cluster.table
     profile = WorkloadProfile.build(shapes, table)
     node_frag = node_fragmentation(table, profile, slice(None))

@@ -3,9 +3,11 @@
 Definitions (seconds unless said otherwise):
 
 - **job completion time (JCT)** of a finished job: end - submission; average, p50 and p95 over finished jobs.
-- **queueing delay** of a started job: start - submission (start = the moment its last replica was placed);
-  average, p50 and p95 over started jobs. Jobs that never started are counted in ``jobs_unfinished`` and left
-  out of both (their delay is censored, not zero).
+- **queueing delay** of a started job: first start - submission (start = the moment its last replica was
+  placed; a preempted job counts its first run); average, p50 and p95 over started jobs. Jobs that never
+  started are counted in ``jobs_unfinished`` and left out of both (their delay is censored, not zero).
+- **waiting time** of a finished job: JCT - the time it ran (all its runs): the queueing delay plus, for a
+  preempted job, every wait after a preemption; average over finished jobs.
 - Percentiles interpolate linearly between the two nearest jobs (numpy's default).
 - **makespan**: last completion - first submission.
 - **GPU allocation ratio**: GPUs held by replicas (running jobs and partial gangs alike) over the cluster's
@@ -13,6 +15,8 @@ Definitions (seconds unless said otherwise):
   event. **GPU busy ratio**: the same for GPUs of running jobs only; the two differ by the partial gangs.
 - **partial-gang idle GPU-seconds**: GPU-seconds held by placed replicas of jobs that had not started; 0 with
   gang admission, by construction.
+- **preemptions**: running jobs stopped to make room (priority preemption or time slicing); **promotions**:
+  waiting jobs the starvation guard of time slicing moved back to the top band.
 
 Each metric is a ``MetricColumn`` in ``METRICS``, computed from a ``SimResult`` alone; a new metric is one more
 entry there (and, if it needs a new time series, one more field the engine samples). ``report.py`` and the CLI
@@ -64,6 +68,11 @@ def completion_times(result: SimResult) -> list[float]:
 def queueing_delays(result: SimResult) -> list[float]:
     """Queueing delay of every started job, in input order."""
     return [d for outcome in result.jobs if (d := outcome.queueing_delay) is not None]
+
+
+def waiting_times(result: SimResult) -> list[float]:
+    """Waiting time (JCT minus run time) of every finished job, in input order."""
+    return [w for outcome in result.jobs if outcome.status == FINISHED and (w := outcome.waiting_time) is not None]
 
 
 def mean(values: Sequence[float]) -> float | None:
@@ -130,10 +139,13 @@ METRICS: tuple[MetricColumn, ...] = (
     MetricColumn("queueing_mean_s", "queueing mean (s)", lambda r: mean(queueing_delays(r))),
     MetricColumn("queueing_p50_s", "queueing p50 (s)", lambda r: percentile(queueing_delays(r), 50)),
     MetricColumn("queueing_p95_s", "queueing p95 (s)", lambda r: percentile(queueing_delays(r), 95)),
+    MetricColumn("waiting_mean_s", "waiting mean (s)", lambda r: mean(waiting_times(r))),
     MetricColumn("makespan_s", "makespan (s)", _makespan),
     MetricColumn("gpu_allocation_pct", "GPU allocation (%)", lambda r: _percent(_allocation_ratio(r)), 1),
     MetricColumn("gpu_busy_pct", "GPU busy (%)", lambda r: _percent(_busy_ratio(r)), 1),
     MetricColumn("partial_gang_idle_gpu_s", "partial-gang idle GPU-s", lambda r: r.partial_gang_idle_gpu_seconds),
+    MetricColumn("preemptions", "preemptions", lambda r: r.preemptions),
+    MetricColumn("promotions", "promotions", lambda r: r.promotions),
 )
 
 

@@ -6,7 +6,8 @@
   column per run), deadlocks, and the plots;
 - ``metrics.csv``: one row per run, the variant then every ``metrics.METRICS`` column, full precision;
 - ``jobs.csv``: one row per job and run: submission, start, end, queueing delay, JCT, GPUs, replicas, status,
-  nodes, and why a job that never started waited;
+  nodes, why a job that never started waited, and (for preempted jobs) its first start, run time and
+  preemptions;
 - ``allocation.png``: the GPU allocation ratio over time, one line per run;
 - ``queueing_cdf.png``: the CDF of queueing delay, one line per run.
 
@@ -150,6 +151,9 @@ JOB_COLUMNS = (
     "first_placed_s",
     "nodes",
     "reason",
+    "first_start_s",
+    "run_s",
+    "preempted",
 )
 
 
@@ -177,6 +181,9 @@ def _write_jobs_csv(path: Path, results: Sequence[SimResult]) -> None:
                         _csv_value(outcome.first_placed),
                         " ".join(outcome.nodes),
                         outcome.reason,
+                        _csv_value(outcome.first_start if outcome.first_start is not None else outcome.start),
+                        _csv_value(outcome.run_time),
+                        outcome.preempted,
                     ]
                 )
 

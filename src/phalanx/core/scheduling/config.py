@@ -1,10 +1,11 @@
 """How a scheduler instance is tuned: queue order, quotas, fair share, backfill, preemption, the random seed.
 
-What may pass a job that waits (best-effort FIFO, strict FIFO, backfill) and the workload profile are set here
-too. One ``SchedulerConfig`` serves a whole run (a control plane, a Kubernetes scheduler, a simulation); the
-per-job choices (placement, topology, priority) travel on each ``PendingJob``. The defaults are what Phalanx
-uses when nobody says otherwise, and they reproduce the scheduler before queues existed: no queue is limited,
-no fair share, best-effort FIFO, no preemption.
+What may pass a job that waits (best-effort FIFO, strict FIFO, backfill), time slicing by attained service,
+whether waiting jobs are explained, and the workload profile are set here too. One ``SchedulerConfig`` serves a
+whole run (a control plane, a Kubernetes scheduler, a simulation); the per-job choices (placement, topology,
+priority) travel on each ``PendingJob``. The defaults are what Phalanx uses when nobody says otherwise, and they
+reproduce the scheduler before queues existed: no queue is limited, no fair share, best-effort FIFO, no
+preemption, no time slicing, every waiting job explained.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ QUEUE_ORDERS = (FIFO, SHORTEST_FIRST, LEAST_ATTAINED_SERVICE)
 # has not reached; lower bands go first and jobs within a band keep FIFO order. One GPU-hour and ten GPU-hours
 # separate short experiments, medium runs and long training.
 DEFAULT_LAS_THRESHOLDS = (3_600.0, 36_000.0)
+# With ``las_preempt`` (time slicing), the band is an effective priority below the real one: a waiting job may
+# preempt running jobs of its priority whose attained service has put them in a lower band (Tiresias'
+# discretised 2D-LAS). ``las_starve_limit`` K > 0 promotes a waiting job back to the top band once it has
+# waited K times as long as it ran since its last promotion (Tiresias' STARVELIMIT); 0 never promotes.
 
 # What may pass a job that cannot start (Kueue's queueingStrategy, plus EASY backfill):
 BEST_EFFORT_FIFO = "best-effort-fifo"  # anything that fits passes it
@@ -48,6 +53,16 @@ class SchedulerConfig:
         preemption: let a waiting job stop running ones: lower-priority jobs of its own queue or of queues
             without quota, and, to reclaim its nominal quota, jobs of its cohort's queues that borrow
             (``preemption.py``).
+        las_preempt: time slicing by attained service (needs ``queue_order`` ``least-attained-service``): a
+            waiting job may also preempt running jobs of its own priority whose attained GPU-seconds put them
+            in a lower band than its own (never within a band, never a job admitted in this or the previous
+            cycle), as Tiresias does. Works with or without ``preemption`` (which adds priority and reclaim).
+        las_starve_limit: with ``las_preempt``, a waiting job that has run and waited, since its last promotion,
+            at least this many times as long as it ran goes back to the top band (its service counts from zero
+            again for the bands); 0 turns the guard off. It needs a ``SchedulingSession`` kept across cycles.
+        explain: write the one-sentence reason of every job left waiting (``Decisions.waiting``). Off, each
+            waiting job maps to an empty string and the cycle is about twice as fast; the decisions are the
+            same. The runtimes keep it on; the simulator turns it off.
     """
 
     queue_order: str = FIFO
@@ -58,6 +73,9 @@ class SchedulerConfig:
     fair_share: bool = False
     queueing_strategy: str = BEST_EFFORT_FIFO
     preemption: bool = False
+    las_preempt: bool = False
+    las_starve_limit: float = 0.0
+    explain: bool = True
 
     def __post_init__(self) -> None:
         if self.queue_order not in QUEUE_ORDERS:
@@ -71,3 +89,9 @@ class SchedulerConfig:
             raise ValueError(f"queues listed more than once: {', '.join(repeated)}")
         if list(self.las_thresholds) != sorted(self.las_thresholds) or any(t <= 0 for t in self.las_thresholds):
             raise ValueError(f"las_thresholds must be positive and ascending, got {self.las_thresholds}")
+        if self.las_preempt and self.queue_order != LEAST_ATTAINED_SERVICE:
+            raise ValueError(f"las_preempt needs queue_order {LEAST_ATTAINED_SERVICE!r}, not {self.queue_order!r}")
+        if not self.las_starve_limit >= 0:
+            raise ValueError(f"las_starve_limit must be 0 (off) or positive, got {self.las_starve_limit}")
+        if self.las_starve_limit and not self.las_preempt:
+            raise ValueError("las_starve_limit needs las_preempt: promotion undoes the demotion time slicing applies")

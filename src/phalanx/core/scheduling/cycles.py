@@ -12,10 +12,17 @@ For each pending job, in the order the cycle offers them (``queueing.py``; with 
 4. **backfill** (``backfill.py``): once a reservation is held for the first waiting gang, a job that fits is
    admitted only if it does not delay it;
 5. **preempt** (``preemption.py``, when on): a job that fits neither nodes nor quota may stop running jobs
-   (strictly lower priority, or borrowers of its cohort when it reclaims its nominal quota);
+   (strictly lower priority, or borrowers of its cohort when it reclaims its nominal quota; with time slicing,
+   jobs of its priority in a lower least-attained-service band);
 6. **reserve** for the first job that waits for nodes under ``backfill``, or block the line under
    ``strict-fifo``;
-7. **explain** every job left waiting (``reasons.py``).
+7. **explain** every job left waiting (``reasons.py``), unless explaining is off (``SchedulerConfig.explain``
+   or the session's per-cycle override): then a waiting job maps to an empty string. Explaining never changes
+   a decision: every sentence is built from what the decision already computed.
+
+With time slicing (``SchedulerConfig.las_preempt``) the cycle first lets the session's ``ServiceBands`` count
+waiting time and promote starved jobs; pending jobs are then ordered by band as usual
+(``least-attained-service``), and running jobs rank by (priority, band) as preemption victims.
 
 An admitted job becomes a running one at once (a ``Holding`` with its reservations, charged to its queue), so
 later jobs of the cycle see the room and quota it took, and the next cycle may preempt it. The cycle is
@@ -41,7 +48,17 @@ from phalanx.core.scheduling.gang import GangPlacement, GangShortfall, needed_re
 from phalanx.core.scheduling.headroom import FreedRoom, could_hold
 from phalanx.core.scheduling.holdings import Holding, Usage, total_usage, usage_of
 from phalanx.core.scheduling.policies import RANDOM
-from phalanx.core.scheduling.preemption import PreemptionPlan, by_node, eligible_victims, find_victims, loss
+from phalanx.core.scheduling.preemption import (
+    PreemptionPlan,
+    Rank,
+    ServiceBands,
+    band_reason,
+    by_node,
+    eligible_victims,
+    find_victims,
+    loss,
+    plain_rank,
+)
 from phalanx.core.scheduling.queueing import queue_key, queue_order
 from phalanx.core.scheduling.quotas import QuotaLedger, QuotaShortfall
 from phalanx.core.scheduling.reasons import (
@@ -71,6 +88,7 @@ class SessionState:
         memo: per-row answers about ``cluster.table``.
         held: running job key -> its holding (jobs handed in by the snapshot and jobs admitted since).
         ledger: per-queue usage and quotas; None when neither queues nor fair share are configured.
+        bands: attained service and bands across cycles; None without time slicing.
     """
 
     config: SchedulerConfig
@@ -78,6 +96,7 @@ class SessionState:
     memo: FitMemo
     held: dict[str, Holding]
     ledger: QuotaLedger | None
+    bands: ServiceBands | None = None
 
 
 class Cycle:
@@ -91,11 +110,13 @@ class Cycle:
         "_order",
         "_preempt_failures",
         "_profile",
+        "_ranks",
         "_reservation_tries",
         "_sorted",
         "admitted",
         "admitted_keys",
         "blocker",
+        "explain",
         "now",
         "preempted",
         "queue_blockers",
@@ -104,9 +125,12 @@ class Cycle:
         "waiting",
     )
 
-    def __init__(self, state: SessionState, now: datetime, profile: WorkloadProfile | None) -> None:
+    def __init__(
+        self, state: SessionState, now: datetime, profile: WorkloadProfile | None, *, explain: bool = True
+    ) -> None:
         self.state = state
         self.now = now
+        self.explain = explain
         self._profile = profile
         self.admitted: list[Admission] = []
         self.admitted_keys: set[str] = set()
@@ -123,11 +147,15 @@ class Cycle:
         self._preempt_failures: dict[tuple[object, ...], tuple[int, str]] = {}
         self._held_back: dict[tuple[object, ...], int] = {}
         self._reservation_tries = 0
-        self._sorted: tuple[list[tuple[int, int, float, str]], list[Holding]] | None = None
+        self._sorted: tuple[list[tuple[int, int, int, float, str]], list[Holding]] | None = None
+        self._ranks: dict[str, Rank] = {}
 
     def run(self, pending: Sequence[PendingJob]) -> Decisions:
         """Decide every pending job (already validated) and return the cycle's decisions."""
         config = self.state.config
+        bands = self.state.bands
+        if bands is not None:
+            pending = bands.observe(pending, self.state.held, self.now)
         ordered = queue_order(pending, config)
         jobs: Sequence[PendingJob] | FairOrder = ordered
         if config.fair_share:
@@ -142,19 +170,20 @@ class Cycle:
 
     def _consider(self, job: PendingJob) -> None:
         config = self.state.config
+        explain_it = self.explain
         if self.blocker is not None:
-            self.waiting[job.key] = behind(self.blocker)
+            self.waiting[job.key] = behind(self.blocker) if explain_it else ""
             return
         blocker = self.queue_blockers.get(job.queue)
         if blocker is not None:
-            self.waiting[job.key] = behind(blocker, queue=job.queue)
+            self.waiting[job.key] = behind(blocker, queue=job.queue) if explain_it else ""
             return
         reservation = self.reservation
         shape = None
         if reservation is not None and not reservation.ends_in_time(self._end(job)) and job.placement != RANDOM:
             shape = self._shape(job)
             if self._held_back.get(shape) == self._generation:
-                self.waiting[job.key] = held_back(reservation, self._end(job), self.now)
+                self.waiting[job.key] = held_back(reservation, self._end(job), self.now) if explain_it else ""
                 return
         outcome = self._attempt(job)
         if isinstance(outcome, GangPlacement):
@@ -167,16 +196,16 @@ class Cycle:
                     # A job of the same shape would be placed and held back the same way until the next
                     # admission changes the cluster: later ones skip the placement.
                     self._held_back[shape] = self._generation
-                self.waiting[job.key] = held_back(reservation, self._end(job), self.now)
+                self.waiting[job.key] = held_back(reservation, self._end(job), self.now) if explain_it else ""
             return
         note = ""
-        if config.preemption and self.state.held:
-            plan = self._preempt(job, outcome)
-            if plan is None:
+        if (config.preemption or config.las_preempt) and self.state.held:
+            phrase = self._preempt(job, outcome)
+            if phrase is None:
                 return
-            note = preemption_note(plan)
+            note = preemption_note(phrase) if explain_it else ""
         if isinstance(outcome, GangShortfall):
-            reason = explain(job, outcome, self.state.cluster) + note
+            reason = (explain(job, outcome, self.state.cluster) + note) if explain_it else ""
             if (
                 config.queueing_strategy == BACKFILL
                 and self.reservation is None
@@ -185,12 +214,12 @@ class Cycle:
             ):
                 self._reservation_tries += 1
                 self.reservation = self._reserve(job)
-                if self.reservation is not None:
+                if self.reservation is not None and explain_it:
                     reason += reservation_note(self.reservation, self.now)
             elif config.queueing_strategy == STRICT_FIFO:
                 self.blocker = job
         else:
-            reason = explain_quota(outcome) + note
+            reason = (explain_quota(outcome) + note) if explain_it else ""
             if config.queueing_strategy == STRICT_FIFO:
                 self.queue_blockers[job.queue] = job
         self.waiting[job.key] = reason
@@ -253,6 +282,9 @@ class Cycle:
         nodes = frozenset(reservation.node for reservation in placement.reservations)
         holding = Holding(job=running, reservations=placement.reservations, usage=usage, nodes=nodes)
         state.held[job.key] = holding
+        if state.bands is not None:
+            requests = {replica.name: replica for replica in job.replicas}
+            state.bands.admit(job, [requests[a.replica] for a in placement.assignments], self.now)
         self._sorted_add(holding)
 
     def _end(self, job: PendingJob) -> datetime | None:
@@ -307,10 +339,13 @@ class Cycle:
     def _preempt(self, job: PendingJob, outcome: GangShortfall | QuotaShortfall) -> str | None:
         """Admit ``job`` by preempting, and return None; or say why preemption cannot help.
 
-        A failed search is remembered for jobs of the same shape (priority, queue, replicas, policies) until
-        the next admission changes the cluster: gangs of identical workers do not search again.
+        A failed search is remembered for jobs of the same shape (priority, queue, replicas, policies; with time
+        slicing, band and whether the job waited in the previous cycle) until the next admission changes the
+        cluster: gangs of identical workers do not search again.
         """
-        shape = (job.priority, *self._shape(job), self.reservation is not None)
+        bands = self.state.bands
+        slicing = (bands.pending_band(job), bands.waited_before(job.key)) if bands is not None else ()
+        shape = (job.priority, *slicing, *self._shape(job), self.reservation is not None)
         failed = self._preempt_failures.get(shape)
         if failed is not None and failed[0] == self._generation:
             return failed[1]
@@ -323,7 +358,8 @@ class Cycle:
         state = self.state
         ledger = state.ledger
         may_reclaim = (
-            ledger is not None
+            state.config.preemption
+            and ledger is not None
             and ledger.limits(job.queue)
             and ledger.cohort_of(job.queue) is not None
             and ledger.within_nominal(job.queue, self._least_usage(job))
@@ -335,9 +371,13 @@ class Cycle:
             may_reclaim=may_reclaim,
             relevant=self._relevance(job, outcome),
             excluded=self.admitted_keys,
+            by_priority=state.config.preemption,
+            rank=self._rank,
+            job_band=self._pending_band(job),
+            recent=self._shielded(job),
         )
         if isinstance(outcome, GangShortfall):
-            candidates = by_node(candidates, demand_of(outcome.failing), state.cluster)
+            candidates = by_node(candidates, demand_of(outcome.failing), state.cluster, self._rank)
         plan = find_victims(job, candidates, self, ledger=ledger)
         if not isinstance(plan, PreemptionPlan):
             return plan
@@ -348,10 +388,16 @@ class Cycle:
             return "the room it would free is reserved for the first job in line"
         for candidate in plan.victims:
             victim = candidate.holding.job
-            del state.held[victim.key]
             self._sorted_drop(candidate.holding)
-            cohort = ledger.cohort_of(job.queue) if ledger is not None else None
-            reason = preemption_reason(victim, job, reclaim=candidate.reclaim, cohort=cohort)
+            del state.held[victim.key]
+            if candidate.by_band:
+                victim_band = -self._rank(victim)[1]
+                reason = band_reason(victim, job, victim_band=victim_band, preemptor_band=self._pending_band(job))
+            else:
+                cohort = ledger.cohort_of(job.queue) if ledger is not None else None
+                reason = preemption_reason(victim, job, reclaim=candidate.reclaim, cohort=cohort)
+            if state.bands is not None:
+                state.bands.stop(victim.key, self.now)
             self.preempted.append(Preemption(victim=victim.key, preemptor=job.key, reason=reason))
             if self._order is not None:
                 self._order.touched(victim.queue)
@@ -454,22 +500,43 @@ class Cycle:
     def _by_loss(self) -> list[Holding]:
         """Every running job, least loss first (sorted once, then kept sorted as jobs come and go)."""
         if self._sorted is None:
-            holdings = sorted(self.state.held.values(), key=loss)
-            self._sorted = ([loss(holding) for holding in holdings], holdings)
+            keyed = sorted((loss(holding, self._rank), holding) for holding in self.state.held.values())
+            self._sorted = ([key for key, _ in keyed], [holding for _, holding in keyed])
         return self._sorted[1]
 
     def _sorted_add(self, holding: Holding) -> None:
         if self._sorted is not None:
-            key = loss(holding)
+            key = loss(holding, self._rank)
             position = bisect_left(self._sorted[0], key)
             self._sorted[0].insert(position, key)
             self._sorted[1].insert(position, holding)
 
     def _sorted_drop(self, holding: Holding) -> None:
         if self._sorted is not None:
-            position = bisect_left(self._sorted[0], loss(holding))
+            position = bisect_left(self._sorted[0], loss(holding, self._rank))
             del self._sorted[0][position]
             del self._sorted[1][position]
+
+    def _rank(self, job: RunningJob) -> Rank:
+        """A running job's rank as a victim: its priority, then (time slicing) minus its band now."""
+        bands = self.state.bands
+        if bands is None:
+            return plain_rank(job)
+        rank = self._ranks.get(job.key)
+        if rank is None:
+            rank = self._ranks[job.key] = (job.priority, -bands.running_band(job, self.now))
+        return rank
+
+    def _pending_band(self, job: PendingJob) -> int:
+        bands = self.state.bands
+        return 0 if bands is None else bands.pending_band(job)
+
+    def _shielded(self, job: PendingJob) -> frozenset[str]:
+        """Running jobs ``job`` may not preempt by band: admitted just now, or last cycle while it waited."""
+        bands = self.state.bands
+        if bands is None:
+            return frozenset()
+        return bands.shielded(self.state.held, job.key)
 
     def _shape(self, job: PendingJob) -> tuple[object, ...]:
         """What decides a job's placement and quota check, apart from the state: equal shapes, equal answers."""

@@ -12,13 +12,21 @@ and preemption is on, the cycle looks for victims among the running jobs:
     a job of any priority from another queue of the cohort while that queue borrows (Kueue's
     ``reclaimWithinCohort: Any``): lent quota comes back when its owner needs it.
 
-  Since a job only ever preempts strictly lower priorities, or takes back quota that is its queue's own,
-  preemption cannot cycle: a victim never preempts its preemptor back.
-- **which ones** (``find_victims``): candidates in order of least loss: lowest priority first, then
-  checkpointed work, then the most recently started, then the key; when nodes (not quota) are short, grouped
-  by node, cheapest node first (``by_node``). They are taken away one by one (what they hold given back, their
-  queue refunded) until the gang fits; placement is tried only when the node table
-  says it might (``headroom.could_hold``) and the quota allows it. Then a **reprieve** pass, as in the
+  - *band* (time slicing, ``SchedulerConfig.las_preempt``): a job of the same priority whose attained
+    service (``ServiceBands``) puts it in a strictly lower least-attained-service band than the preemptor's,
+    under the same queue rule as priority; not one admitted in this cycle, nor one admitted in the previous
+    cycle when the preemptor already waited then (it got that room first: no thrashing). The band acts as a
+    priority below the real one: real priority always wins, and there is no preemption within a band.
+
+  Since a job only ever preempts strictly lower priorities (or bands), or takes back quota that is its queue's
+  own, preemption cannot cycle within a cycle: a victim never preempts its preemptor back. Across cycles a
+  band only grows while a job runs, so a victim can preempt its preemptor later only once that one has
+  attained more than it, or after a starvation promotion.
+- **which ones** (``find_victims``): candidates in order of least loss: lowest priority first, then (time
+  slicing) the lowest band, then checkpointed work, then the most recently started, then the key; when nodes
+  (not quota) are short, grouped by node, cheapest node first (``by_node``). They are taken away one by one
+  (what they hold given back, their queue refunded) until the gang fits; placement is tried only when the node
+  table says it might (``headroom.could_hold``) and the quota allows it. Then a **reprieve** pass, as in the
   kube-scheduler, gives back to each victim, the most valuable first, what it held when the gang still fits
   without it: for a victim on nodes the gang's placement does not use, only the quota is re-checked; for the
   others the gang is placed again. What remains is a minimal set: dropping any one victim from it would not
@@ -34,19 +42,31 @@ back; the caller records them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import math
+from bisect import bisect_right
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from phalanx.core.scheduling.demands import MILLI, Demand
 from phalanx.core.scheduling.gang import GangPlacement
-from phalanx.core.scheduling.holdings import Holding
+from phalanx.core.scheduling.holdings import Holding, usage_of
 from phalanx.core.scheduling.quotas import QuotaLedger
-from phalanx.core.scheduling.types import GpuSlot, PendingJob
+from phalanx.core.scheduling.types import GpuSlot, PendingJob, ReplicaRequest, RunningJob
 from phalanx.core.scheduling.working import WorkingCluster, WorkingNode
 
 MAX_CANDIDATES = 256
 MAX_TRIALS = 24
+
+# A job's rank in preemption: (priority, -band). Higher ranks are worth more; a job may preempt lower ranks only.
+# Without time slicing every band is 0 and the rank is the priority alone.
+Rank = tuple[int, int]
+
+
+def plain_rank(job: RunningJob) -> Rank:
+    """The rank without time slicing: the priority alone."""
+    return (job.priority, 0)
 
 
 class TrialSpace(Protocol):
@@ -84,10 +104,12 @@ class Candidate:
     Attributes:
         holding: the running job.
         reclaim: True when only reclaim allows it (it may be taken only while its queue borrows).
+        by_band: True when only its least-attained-service band allows it (time slicing).
     """
 
     holding: Holding
     reclaim: bool
+    by_band: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,48 +127,68 @@ def eligible_victims(
     ledger: QuotaLedger | None,
     may_reclaim: bool,
     relevant: Callable[[Holding], bool],
-    excluded: frozenset[str] | set[str] = frozenset(),
+    excluded: Collection[str] = frozenset(),
+    by_priority: bool = True,
+    rank: Callable[[RunningJob], Rank] = plain_rank,
+    job_band: int = 0,
+    recent: Collection[str] = frozenset(),
 ) -> list[Candidate]:
     """The running jobs ``job`` may preempt, least loss first, at most ``MAX_CANDIDATES`` of them.
 
     Args:
         job: the preemptor.
-        holdings: every running job, sorted by ``loss``.
+        holdings: every running job, sorted by ``loss`` under the same ``rank``.
         ledger: the queue ledger (None: no queue has quota).
         may_reclaim: whether the job stays within its queue's nominal quota, so it may reclaim.
         relevant: whether stopping a running job could help at all (it holds what the job lacks).
         excluded: keys that must not be preempted (admitted in this cycle).
+        by_priority: whether lower priorities may be preempted (``SchedulerConfig.preemption``).
+        rank: each running job's rank; with time slicing ``(priority, -band)``, which also allows preempting
+            a job of the same priority in a lower band.
+        job_band: the preemptor's band (0 without time slicing).
+        recent: keys that must not be preempted by band (admitted in the previous cycle while the preemptor
+            waited).
     """
     own = job.queue
+    own_rank = (job.priority, -job_band)
     cohort = ledger.cohort_of(own) if ledger is not None and may_reclaim else None
     found: list[Candidate] = []
     for holding in holdings:
         victim = holding.job
-        if victim.priority >= job.priority and cohort is None:
-            break  # sorted by priority: nothing further may be preempted by priority, and no reclaim
+        victim_rank = rank(victim)
+        if victim_rank >= own_rank and cohort is None:
+            break  # sorted by rank: nothing further may be preempted by priority or band, and no reclaim
         if not victim.preemptible or victim.key in excluded:
             continue
-        by_priority = victim.priority < job.priority and (
-            victim.queue == own or ledger is None or not ledger.limits(victim.queue)
+        queue_allows = victim.queue == own or ledger is None or not ledger.limits(victim.queue)
+        lower_priority = by_priority and victim.priority < job.priority and queue_allows
+        lower_band = (
+            not lower_priority
+            and victim.priority == job.priority
+            and victim_rank < own_rank
+            and queue_allows
+            and victim.key not in recent
         )
         by_reclaim = (
-            not by_priority
+            not lower_priority
+            and not lower_band
             and cohort is not None
             and ledger is not None
             and victim.queue != own
             and ledger.cohort_of(victim.queue) == cohort
         )
-        if (by_priority or by_reclaim) and relevant(holding):
-            found.append(Candidate(holding=holding, reclaim=by_reclaim))
+        if (lower_priority or lower_band or by_reclaim) and relevant(holding):
+            found.append(Candidate(holding=holding, reclaim=by_reclaim, by_band=lower_band))
             if len(found) == MAX_CANDIDATES:
                 break
     return found
 
 
-def loss(holding: Holding) -> tuple[int, int, float, str]:
-    """Sort key of running jobs, least loss first: priority, checkpointed first, youngest first, key."""
+def loss(holding: Holding, rank: Callable[[RunningJob], Rank] = plain_rank) -> tuple[int, int, int, float, str]:
+    """Sort key of running jobs, least loss first: rank (priority, then band), checkpointed, youngest, key."""
     victim = holding.job
-    return (victim.priority, 0 if victim.checkpointed else 1, -victim.started.timestamp(), victim.key)
+    priority, band = rank(victim)
+    return (priority, band, 0 if victim.checkpointed else 1, -victim.started.timestamp(), victim.key)
 
 
 def find_victims(
@@ -245,31 +287,36 @@ def _reprieve(
     return [candidate for candidate, keep in zip(removed, kept, strict=True) if keep], placement
 
 
-def by_node(candidates: Sequence[Candidate], demand: Demand, cluster: WorkingCluster) -> list[Candidate]:
+def by_node(
+    candidates: Sequence[Candidate],
+    demand: Demand,
+    cluster: WorkingCluster,
+    rank: Callable[[RunningJob], Rank] = plain_rank,
+) -> list[Candidate]:
     """``candidates`` reordered so that the cheapest node to make room on comes first.
 
     For every node, the candidates holding something there are taken in order (least loss first) until one
-    replica of ``demand`` would fit by counts; nodes are then ranked by the highest priority among those
-    victims, then their number, then how far down the least-loss order the last of them is, then the node
-    order, and their victims listed in that order, followed by every
-    candidate not listed yet (in their own order). Stopping jobs all over the cluster frees room nowhere in
+    replica of ``demand`` would fit by counts; nodes are then ranked by the highest rank (priority, then band)
+    among those victims, then their number, then how far down the least-loss order the last of them is, then
+    the node order, and their victims listed in that order, followed by every candidate not listed yet (in
+    their own order). Stopping jobs all over the cluster frees room nowhere in
     particular; this way the search frees whole nodes, cheapest first, the way the kube-scheduler picks the
     node whose victims cost least.
     """
     on_node: dict[str, list[Candidate]] = {}
     position: dict[str, int] = {}
-    for rank, candidate in enumerate(candidates):
-        position[candidate.holding.key] = rank
+    for order, candidate in enumerate(candidates):
+        position[candidate.holding.key] = order
         for name in sorted(candidate.holding.nodes):
             on_node.setdefault(name, []).append(candidate)
-    ranked: list[tuple[tuple[int, int, int, int], list[Candidate]]] = []
+    ranked: list[tuple[tuple[Rank, int, int, int], list[Candidate]]] = []
     for name, there in on_node.items():
         node = cluster.by_name.get(name)
         if node is None or not node.schedulable:
             continue
         needed = _victims_for_room(node, there, demand)
         if needed is not None:
-            worst = max(candidate.holding.job.priority for candidate in needed)
+            worst = max(rank(candidate.holding.job) for candidate in needed)
             dearest = max(position[candidate.holding.key] for candidate in needed)
             ranked.append(((worst, len(needed), dearest, cluster.table.row_of[name]), needed))
     ranked.sort(key=lambda entry: entry[0])
@@ -319,3 +366,228 @@ def _fits(
     if demand.gpus and sum(1 for gpu in usable if gpu_used.get(gpu.index, 0) <= 0) < demand.gpus:
         return False
     return not demand.gpu_milli or any(MILLI - gpu_used.get(gpu.index, 0) >= demand.gpu_milli for gpu in usable)
+
+
+# --- least-attained-service time slicing ---------------------------------------------------------------------
+
+
+def band_reason(victim: RunningJob, preemptor: PendingJob, *, victim_band: int, preemptor_band: int) -> str:
+    """The sentence a job preempted by time slicing gets."""
+    return (
+        f"preempted to make room for {preemptor.key}: least attained service, its attained GPU time put it in "
+        f"band {victim_band}, below {preemptor.key}'s band {preemptor_band} (same priority {victim.priority})"
+    )
+
+
+@dataclass(slots=True)
+class _Service:
+    """What the session knows of one job's service, for its band and its starvation guard.
+
+    Attributes:
+        base: GPU-seconds attained before the current run (while it waits: in all), as the caller reported.
+        offset: GPU-seconds forgiven by starvation promotions; the band counts ``attained - offset``.
+        gpus: GPUs its current (or last) run holds.
+        started: start of the current run; None while it waits.
+        ran: seconds run since its last promotion (Tiresias' executed time).
+        waited: seconds waited since its last promotion, once it had run (Tiresias' last pending time).
+        mark: when ``waited`` was last brought up to date.
+        admitted: the session cycle that admitted its current run (-2 for jobs handed in by a snapshot).
+        promoted: when it was last promoted; it queues in the top band from then on, behind the jobs already
+            there.
+    """
+
+    base: float
+    offset: float = 0.0
+    gpus: float = 0.0
+    started: datetime | None = None
+    ran: float = 0.0
+    waited: float = 0.0
+    mark: datetime | None = None
+    admitted: int = -2
+    promoted: datetime | None = None
+
+
+def _gpus(replicas: Iterable[ReplicaRequest]) -> float:
+    return sum(usage_of(replica).gpu_milli for replica in replicas) / MILLI
+
+
+class ServiceBands:
+    """Attained service and least-attained-service bands of pending and running jobs, across a session's cycles.
+
+    A waiting job's service is its ``PendingJob.attained_service``; a running job's grows by its GPUs times the
+    seconds since it started (``base + gpus * (now - started)``). The band is the number of ``thresholds`` that
+    service (less what starvation promotions forgave) has reached: 0 is the top band. Running jobs handed in by
+    a snapshot count from their ``started`` with nothing attained before (``RunningJob`` carries no service).
+
+    Starvation guard (Tiresias' STARVELIMIT): a waiting job that ran since its last promotion, sits below the
+    top band and has waited, since that promotion, ``starve_limit`` times as long as it ran there goes back to
+    band 0 (its service counts from zero again for the bands), at the end of that band's line. Waiting time is
+    measured from cycle to cycle, so the guard needs the session kept across cycles; a one-shot ``schedule``
+    never promotes.
+    """
+
+    __slots__ = ("_jobs", "_waited_before", "_waiting", "cycle", "promotions", "starve_limit", "thresholds")
+
+    def __init__(self, thresholds: tuple[float, ...], starve_limit: float) -> None:
+        self.thresholds = thresholds
+        self.starve_limit = starve_limit
+        self._jobs: dict[str, _Service] = {}
+        self._waiting: frozenset[str] = frozenset()  # pending in this cycle
+        self._waited_before: frozenset[str] = frozenset()  # pending in the previous cycle
+        self.cycle = 0
+        self.promotions = 0
+
+    def band(self, service: float) -> int:
+        """The band of ``service`` GPU-seconds: how many thresholds it has reached."""
+        return bisect_right(self.thresholds, service)
+
+    def pending_band(self, job: PendingJob) -> int:
+        """The band of a waiting job as ``observe`` handed it to the cycle (promotions already applied)."""
+        return self.band(job.attained_service)
+
+    def running_band(self, job: RunningJob, now: datetime) -> int:
+        """The band of a running job at ``now``."""
+        record = self._running(job)
+        started = record.started if record.started is not None else job.started
+        served = record.gpus * max(0.0, (now - started).total_seconds())
+        return self.band(record.base + served - record.offset)
+
+    def waited_before(self, key: str) -> bool:
+        """Whether ``key`` was pending in the previous cycle too."""
+        return key in self._waited_before
+
+    def shielded(self, keys: Iterable[str], preemptor: str) -> frozenset[str]:
+        """Of the running ``keys``, those ``preemptor`` may not stop by band (no thrashing).
+
+        They are the ones admitted in this cycle, and those admitted in the previous one while ``preemptor``
+        already waited (it had its chance at that room then). A job that arrived since may preempt them.
+        """
+        waited = preemptor in self._waited_before
+        shielded: set[str] = set()
+        for key in keys:
+            record = self._jobs.get(key)
+            if record is None:
+                continue
+            if record.admitted == self.cycle or (waited and record.admitted == self.cycle - 1):
+                shielded.add(key)
+        return frozenset(shielded)
+
+    def observe(self, pending: Sequence[PendingJob], held: Collection[str], now: datetime) -> list[PendingJob]:
+        """Start a cycle: count waiting time, promote starved jobs, forget jobs that left.
+
+        Returns:
+            ``pending`` with each promoted job's ``attained_service`` lowered by what its promotions forgave,
+            so that the queue order sees its band, and its ``created`` moved to its last promotion, so that it
+            joins the top band behind the jobs already waiting there (as Tiresias appends it to the queue).
+        """
+        self.cycle += 1
+        self._waited_before = self._waiting
+        self._waiting = frozenset(job.key for job in pending)
+        seen = set(held)
+        out: list[PendingJob] = []
+        for job in pending:
+            seen.add(job.key)
+            record = self._jobs.get(job.key)
+            if record is None:
+                if job.attained_service <= 0:
+                    out.append(job)
+                    continue
+                gpus = _gpus(job.replicas)
+                ran = job.attained_service / gpus if gpus > 0 else 0.0
+                record = self._jobs[job.key] = _Service(base=job.attained_service, gpus=gpus, ran=ran, mark=now)
+            elif record.started is not None:
+                self._stop(record, now)  # stopped without the session being told (not preempted by it)
+            elif record.ran > 0 and record.mark is not None:
+                record.waited += max(0.0, (now - record.mark).total_seconds())
+            record.mark = now
+            record.base = job.attained_service
+            if self._starved(record):
+                record.offset = job.attained_service
+                record.ran = 0.0
+                record.waited = 0.0
+                record.promoted = now
+                self.promotions += 1
+            if record.promoted is not None:
+                job = replace(
+                    job,
+                    attained_service=max(0.0, job.attained_service - record.offset),
+                    created=max(job.created, record.promoted),
+                )
+            out.append(job)
+        for key in [key for key in self._jobs if key not in seen]:
+            del self._jobs[key]
+        return out
+
+    def _starved(self, record: _Service) -> bool:
+        return (
+            self.starve_limit > 0
+            and record.ran > 0
+            and self.band(record.base - record.offset) > 0
+            and record.waited >= self.starve_limit * record.ran
+        )
+
+    def admit(self, job: PendingJob, assigned: Iterable[ReplicaRequest], now: datetime) -> None:
+        """Record that ``job`` (as ``observe`` handed it) starts now with the ``assigned`` replicas."""
+        record = self._jobs.get(job.key)
+        if record is None:
+            record = self._jobs[job.key] = _Service(base=job.attained_service)
+        else:
+            record.base = job.attained_service + record.offset
+        record.gpus = _gpus(assigned)
+        record.started = now
+        record.admitted = self.cycle
+
+    def stop(self, key: str, now: datetime) -> None:
+        """Record that the running job ``key`` was preempted at ``now``; it waits again, keeping its service."""
+        record = self._jobs.get(key)
+        if record is not None and record.started is not None:
+            self._stop(record, now)
+
+    def _stop(self, record: _Service, now: datetime) -> None:
+        assert record.started is not None
+        seconds = max(0.0, (now - record.started).total_seconds())
+        record.base += record.gpus * seconds
+        record.ran += seconds
+        record.started = None
+        record.mark = now
+
+    def release(self, key: str) -> None:
+        """Forget a job that finished (or left)."""
+        self._jobs.pop(key, None)
+
+    def next_change(self, running: Iterable[RunningJob], now: datetime) -> datetime | None:
+        """The next time after ``now`` (whole seconds later) at which a band changes, or None.
+
+        A running job changes band when its service reaches the next threshold; a waiting job that has run is
+        promoted when its waiting time reaches the starvation limit. A caller that runs cycles only on events
+        (the simulator) adds this time as one.
+        """
+        waits: list[float] = []
+        for job in running:
+            record = self._running(job)
+            if record.gpus <= 0 or record.started is None:
+                continue
+            service = record.base + record.gpus * (now - record.started).total_seconds() - record.offset
+            band = self.band(service)
+            if band < len(self.thresholds):
+                waits.append((self.thresholds[band] - service) / record.gpus)
+        if self.starve_limit > 0:
+            for record in self._jobs.values():
+                if record.started is None and record.ran > 0 and self.band(record.base - record.offset) > 0:
+                    since = (now - record.mark).total_seconds() if record.mark is not None else 0.0
+                    waits.append(self.starve_limit * record.ran - record.waited - since)
+        if not waits:
+            return None
+        return now + timedelta(seconds=max(1, math.ceil(min(waits))))
+
+    def _running(self, job: RunningJob) -> _Service:
+        """The record of a running job; one handed in by a snapshot starts at its ``started``, nothing before."""
+        record = self._jobs.get(job.key)
+        if record is None or record.started is None:
+            requests = {replica.name: replica for replica in job.replicas}
+            assigned = [requests[a.replica] for a in job.assignments if a.replica in requests]
+            if record is None:
+                record = self._jobs[job.key] = _Service(base=0.0)
+            record.gpus = _gpus(assigned)
+            record.started = job.started
+        return record

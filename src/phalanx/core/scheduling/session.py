@@ -13,6 +13,14 @@ session admits becomes one, with ``started`` at the cycle's ``now`` and ``expect
 estimate. Quotas are charged from them, backfill foresees their ends, preemption may stop them. A preempted job
 is no longer held: its devices are free in the working copy, and the caller must not ``release`` it.
 
+With time slicing (``SchedulerConfig.las_preempt``) the session also keeps every job's attained service across
+cycles (``preemption.ServiceBands``): running jobs accrue GPU-seconds as the cycles' ``now`` advances and drop
+to lower bands, where waiting jobs of a higher band may preempt them; starved waiting jobs are promoted.
+``next_band_change`` says when the next band changes, for callers that run cycles only on events.
+
+``cycle(..., explain=False)`` skips the waiting reasons for one cycle (``SchedulerConfig.explain`` sets the
+default); the decisions are the same.
+
 The session is pure like the rest of the core: no I/O, no clock, no randomness; the caller says when.
 """
 
@@ -30,6 +38,7 @@ from phalanx.core.scheduling.fitting import FitMemo
 from phalanx.core.scheduling.fragmentation import ShapeTally, WorkloadProfile
 from phalanx.core.scheduling.holdings import Holding, snapshot_holdings
 from phalanx.core.scheduling.policies import check_policies
+from phalanx.core.scheduling.preemption import ServiceBands
 from phalanx.core.scheduling.quotas import QuotaLedger
 from phalanx.core.scheduling.types import ClusterSnapshot, Decisions, PendingJob, RunningJob
 from phalanx.core.scheduling.working import WorkingCluster
@@ -55,17 +64,26 @@ class SchedulingSession:
             held[holding.key] = holding
             if ledger is not None:
                 ledger.charge(holding.job.queue, holding.usage)
+        bands = None
+        if self.config.las_preempt:
+            bands = ServiceBands(self.config.las_thresholds, self.config.las_starve_limit)
         self._state = SessionState(
-            config=self.config, cluster=self.cluster, memo=FitMemo(self.cluster.table), held=held, ledger=ledger
+            config=self.config,
+            cluster=self.cluster,
+            memo=FitMemo(self.cluster.table),
+            held=held,
+            ledger=ledger,
+            bands=bands,
         )
         self._tally = ShapeTally()
         self._profile: WorkloadProfile | None = None
 
-    def cycle(self, pending: Sequence[PendingJob], now: datetime) -> Decisions:
+    def cycle(self, pending: Sequence[PendingJob], now: datetime, *, explain: bool | None = None) -> Decisions:
         """Decide which pending gangs to admit now, with their devices, and why the others wait.
 
-        With preemption on, it also decides which running jobs to stop. Admitted gangs keep their reservations
-        in the session until ``release``; preempted ones lose theirs at once.
+        With preemption (or time slicing) on, it also decides which running jobs to stop. Admitted gangs keep
+        their reservations in the session until ``release``; preempted ones lose theirs at once. ``explain``
+        overrides ``SchedulerConfig.explain`` for this cycle: False leaves every waiting reason empty.
 
         Raises:
             ValueError: two pending jobs share a key, a pending job is already running in this session, or a
@@ -80,7 +98,8 @@ class SchedulingSession:
         for job in pending:
             check_policies(job)
         profile = self._current_profile(pending)
-        return Cycle(self._state, now, profile).run(pending)
+        explain_it = self.config.explain if explain is None else explain
+        return Cycle(self._state, now, profile, explain=explain_it).run(pending)
 
     def profile(self) -> WorkloadProfile:
         """The workload profile fragmentation-aware placement currently scores against."""
@@ -108,6 +127,8 @@ class SchedulingSession:
             self.cluster.undo(reservation)
         if self._state.ledger is not None:
             self._state.ledger.refund(holding.job.queue, holding.usage)
+        if self._state.bands is not None:
+            self._state.bands.release(key)
 
     def holds(self, key: str) -> bool:
         """Whether the running job ``key`` still holds its devices in this session."""
@@ -116,6 +137,25 @@ class SchedulingSession:
     def running(self) -> tuple[RunningJob, ...]:
         """Every running job the session holds, by key."""
         return tuple(self._state.held[key].job for key in sorted(self._state.held))
+
+    def next_band_change(self, now: datetime) -> datetime | None:
+        """With time slicing, the next time after ``now`` (whole seconds) at which a job changes band.
+
+        A running job drops a band when its attained service reaches the next threshold; a waiting job is
+        promoted when it reaches the starvation limit. None without time slicing or when nothing will change.
+        A caller that runs cycles only on events (the simulator) runs one then, so that demotions take effect
+        when they happen.
+        """
+        bands = self._state.bands
+        if bands is None:
+            return None
+        return bands.next_change((holding.job for holding in self._state.held.values()), now)
+
+    @property
+    def promotions(self) -> int:
+        """Starvation promotions so far (time slicing)."""
+        bands = self._state.bands
+        return 0 if bands is None else bands.promotions
 
     def mark_checkpointed(self, key: str, checkpointed: bool = True) -> None:
         """Record that the running job ``key`` has (or no longer has) a recent checkpoint.

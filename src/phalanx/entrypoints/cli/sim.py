@@ -162,6 +162,34 @@ def run(
     preemption: Annotated[
         bool, typer.Option("--preemption", help="Let higher-priority jobs stop lower-priority ones.")
     ] = False,
+    time_slicing: Annotated[
+        bool,
+        typer.Option(
+            "--time-slicing",
+            help="least-attained-service runs: preempt running jobs whose attained GPU time put them in a "
+            "lower band (Tiresias); needs gang admission.",
+        ),
+    ] = False,
+    starve_limit: Annotated[
+        float,
+        typer.Option(
+            "--starve-limit",
+            min=0.0,
+            help="With --time-slicing: promote a waiting job to the top band once it waited this many times "
+            "as long as it ran (0: never).",
+        ),
+    ] = 0.0,
+    restart_penalty: Annotated[
+        float,
+        typer.Option("--restart-penalty", min=0.0, help="Seconds a preempted job adds to its run time."),
+    ] = 0.0,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="Let the core explain every waiting job in every cycle (slower; same decisions and report).",
+        ),
+    ] = False,
     compare: Annotated[
         bool, typer.Option("--compare", help="Run gang and pod-by-pod for every queue order and placement.")
     ] = False,
@@ -215,6 +243,10 @@ def run(
             seed=seed,
             strategies=strategy,
             preemption=preemption,
+            time_slicing=time_slicing,
+            starve_limit=starve_limit,
+            restart_penalty=restart_penalty,
+            explain=explain,
         )
         for variant in variants:
             check_options(variant)
@@ -336,25 +368,46 @@ def _variants(
     seed: int,
     strategies: list[str] | None = None,
     preemption: bool = False,
+    time_slicing: bool = False,
+    starve_limit: float = 0.0,
+    restart_penalty: float = 0.0,
+    explain: bool = False,
 ) -> list[SimOptions]:
+    """Every combination of the options; time slicing applies to the least-attained-service gang runs."""
+    from phalanx.core.scheduling.config import LEAST_ATTAINED_SERVICE
     from phalanx.sim.engine import SimOptions
 
     orders = list(dict.fromkeys(queue_orders or (["fifo", "shortest-first"] if compare else ["fifo"])))
     chosen = list(dict.fromkeys(placements or ["auto"]))
     gangs = [True, False] if compare else [gang]
     kinds = list(dict.fromkeys(strategies or ["best-effort-fifo"]))
-    return [
-        SimOptions(
-            queue_order=order,
-            placement=where,
-            topology=topology,
-            gang=on,
-            seed=seed,
-            queueing_strategy=kind,
-            preemption=preemption,
+    if time_slicing and LEAST_ATTAINED_SERVICE not in orders:
+        raise ValueError(f"--time-slicing applies to --queue-order {LEAST_ATTAINED_SERVICE}; none is requested")
+    if time_slicing and True not in gangs:
+        raise ValueError("--time-slicing needs gang admission (drop --no-gang)")
+    if starve_limit and not time_slicing:
+        raise ValueError("--starve-limit needs --time-slicing")
+    variants = []
+    for order, kind, where, on in product(orders, kinds, chosen, gangs):
+        slicing = time_slicing and order == LEAST_ATTAINED_SERVICE
+        if slicing and not on:
+            continue  # pod by pod cannot time-slice; the gang run of the same order is there
+        variants.append(
+            SimOptions(
+                queue_order=order,
+                placement=where,
+                topology=topology,
+                gang=on,
+                seed=seed,
+                queueing_strategy=kind,
+                preemption=preemption,
+                time_slicing=slicing,
+                starve_limit=starve_limit if slicing else 0.0,
+                restart_penalty=restart_penalty,
+                explain=explain,
+            )
         )
-        for order, kind, where, on in product(orders, kinds, chosen, gangs)
-    ]
+    return variants
 
 
 def _simulate_all(
@@ -390,7 +443,14 @@ def _print_summary(results: list[SimResult]) -> None:
     from phalanx.entrypoints.cli.output import rich_console
     from phalanx.sim.metrics import METRICS, compute_metrics
 
-    shown = ("jobs_finished", "jct_mean_s", "queueing_mean_s", "gpu_allocation_pct", "partial_gang_idle_gpu_s")
+    shown = (
+        "jobs_finished",
+        "jct_mean_s",
+        "queueing_mean_s",
+        "gpu_allocation_pct",
+        "partial_gang_idle_gpu_s",
+        "preemptions",
+    )
     columns = [column for column in METRICS if column.name in shown]
     table = Table("run", *(column.title for column in columns), "deadlock")
     for result in results:
