@@ -223,7 +223,17 @@ def test_a_pytorch_job_gets_owned_pods_with_the_rendezvous_env_and_succeeds(
     done = wait_phase(kube, namespace, "ddp", "Succeeded")
     assert done["status"]["replicaStatuses"]["master"]["succeeded"] == 1
     assert done["status"]["observedGeneration"] == done["metadata"]["generation"]
-    wait_until(lambda: not pods_of(kube, namespace, "ddp"), 30, "a finished job's pods removed")
+    # Pods still running when the job finished are deleted; those that exited stay, with their logs, until
+    # the job is deleted.
+    kept = wait_until(
+        lambda: (
+            (p := pods_of(kube, namespace, "ddp")) and all(x["status"].get("phase") == "Succeeded" for x in p) and p
+        ),
+        30,
+        "only the finished job's exited pods left",
+    )
+    assert {pod["metadata"]["name"] for pod in kept} <= {"ddp-master-0", "ddp-worker-0", "ddp-worker-1"}
+    assert "ddp-master-0" in {pod["metadata"]["name"] for pod in kept}
     reasons = {event["reason"] for event in events_of(kube, namespace, "ddp")}
     assert {"Accepted", "Scheduled", "Started", "SuccessPolicyMet", "Succeeded"} <= reasons, reasons
     assert all(e["involvedObject"]["uid"] == uid for e in events_of(kube, namespace, "ddp"))
@@ -310,7 +320,15 @@ def test_a_failing_replica_restarts_with_backoff_then_fails_at_the_backoff_limit
     assert pods.attempts("flaky-worker-0") == ["0", "1", "2"]
     assert pods.attempts("flaky-master-0") == ["0"]
     assert not pods.duplicates()
-    wait_until(lambda: not pods_of(kube, namespace, "flaky"), 30, "a failed job's pods removed")
+    # The hung master is stopped; the worker's last, failed attempt stays for its log.
+    left = wait_until(
+        lambda: (p := pods_of(kube, namespace, "flaky")) and all(x["status"].get("phase") == "Failed" for x in p) and p,
+        30,
+        "the running pods of the failed job stopped",
+    )
+    assert [pod["metadata"]["name"] for pod in left] == ["flaky-worker-0"]
+    kube.request("DELETE", f"{JOBS.format(ns=namespace)}/flaky")
+    wait_until(lambda: not pods_of(kube, namespace, "flaky"), 60, "the job's pods removed with the job")
 
 
 def test_gang_restart_replaces_every_pod_with_a_new_attempt(running: tuple[Components, str], namespace: str) -> None:

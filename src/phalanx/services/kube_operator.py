@@ -473,7 +473,12 @@ class KubeOperator:
         tasks.extend(functools.partial(self._create_pod, obj, body) for body in creates)
         for action in decided.actions:
             if isinstance(action, DeleteReplica) and action.name in by_name:
-                tasks.append(functools.partial(self._delete_pod, by_name[action.name], action.reason))
+                pod = by_name[action.name]
+                if action.reason == "JobFinished" and _exited(pod):
+                    # A finished job's exited Pods hold nothing (the kubelet has freed their resources) and keep
+                    # their logs readable (`phalanx logs`, `kubectl logs`); they go with the job (owner reference).
+                    continue
+                tasks.append(functools.partial(self._delete_pod, pod, action.reason))
         if not all(list(self._pool.map(lambda task: task(), tasks))):
             outcome.requeue_after = self.settings.retry_s * 5  # a create the API refused: try again later
         for action in decided.actions:
@@ -731,6 +736,11 @@ class KubeOperator:
         with self._lock:
             self._warned = {entry for entry in self._warned if entry[0] in live}
             self._held = {uid: held for uid, held in self._held.items() if uid in live}
+
+
+def _exited(pod: Mapping[str, Any]) -> bool:
+    """Whether the Pod's containers have ended for good (phase Succeeded or Failed)."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def _resource_version(obj: Mapping[str, Any]) -> str:
