@@ -144,6 +144,13 @@ def test_a_queue_quota_keeps_the_second_job_waiting_on_a_node_with_room(
     assert phase_of(waiting) == "Queued"
     assert f"queue {team} is at its GPU quota 4/4" in waiting["status"]["message"], waiting["status"]["message"]
     assert pods_of(components, namespace, "second") == []
+    counted = kube.wait_for(
+        f"{QUEUES}/{team}",
+        lambda obj: (obj.get("status") or {}).get("pending") == 1,
+        30,
+        "the queue's status to count its jobs",
+    )["status"]
+    assert (counted["admitted"], counted["usage"]["gpu"]) == (1, 4), counted
 
     kube.request("DELETE", f"{jobs}/first")
     kube.wait_for(f"{jobs}/second", lambda obj: phase_of(obj) == "Running", 60, "second to run once first is gone")

@@ -104,6 +104,7 @@ from phalanx.services.scheduler import (
     preemptor_reason,
     queue_quotas,
     queue_refusal,
+    queue_statuses,
     replica_requests,
 )
 
@@ -320,7 +321,35 @@ class KubeScheduler:
                 result.waiting[candidate.job.key] = reason
                 self._maybe_explain(candidate, reason)
         result.bound = self._bind_admitted(jobs)
+        self._write_queue_statuses(jobs)
         return result
+
+    def _write_queue_statuses(self, jobs: list[tuple[dict[str, Any], TrainingJob]]) -> None:
+        """Record each Queue's admitted and pending jobs and usage when they changed (``kubectl get queues``)."""
+        objects = {str((obj.get("metadata") or {}).get("name")): obj for obj in self.queues.items()}
+        if not objects:
+            return
+        statuses = queue_statuses(self._current_queues(), [job for _, job in jobs])
+        for name, status in statuses.items():
+            obj = objects.get(name)
+            body = status.to_dict()
+            if obj is None or (obj.get("status") or {}) == body:
+                continue
+            meta = obj["metadata"]
+            document = {
+                "apiVersion": QUEUES.api_version,
+                "kind": QUEUES.kind,
+                "metadata": {"name": name, "resourceVersion": meta.get("resourceVersion")},
+                "status": body,
+            }
+            try:
+                written = self.api.replace_status(QUEUES, document)
+            except KubeApiError as error:
+                log.debug("queue %s status: %s", name, error)  # changed meanwhile: the next cycle counts again
+                continue
+            written.setdefault("kind", QUEUES.kind)
+            written.setdefault("apiVersion", QUEUES.api_version)
+            self.queues.observe(written)
 
     def _decide(
         self,

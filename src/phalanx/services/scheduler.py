@@ -43,7 +43,7 @@ from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
-from phalanx.model.queues import Queue, ResourceAmounts
+from phalanx.model.queues import Queue, QueueStatus, ResourceAmounts
 from phalanx.model.replicas import Replica
 from phalanx.model.resources import ResourceVector
 
@@ -201,6 +201,46 @@ def queue_refusal(job: TrainingJob, queues: Mapping[str, Queue]) -> str | None:
     return None
 
 
+def queue_statuses(queues: Iterable[Queue], jobs: Iterable[TrainingJob]) -> dict[str, QueueStatus]:
+    """What each queue's jobs hold and how many of them wait.
+
+    Admitted: jobs in holding phases with placements; usage: their placed replicas' requests summed (cpu,
+    memory, whole GPUs); pending: the Pending and Queued jobs. A queue with no job has a zero status; every
+    name in ``queues`` gets a status, whatever its namespace.
+    """
+    names = {queue.metadata.name for queue in queues}
+    admitted: dict[str, int] = dict.fromkeys(names, 0)
+    pending: dict[str, int] = dict.fromkeys(names, 0)
+    used: dict[str, list[int]] = {name: [0, 0, 0] for name in names}
+    for job in jobs:
+        name = job.spec.scheduling.queue
+        if name not in names or job.metadata.deletion_timestamp is not None:
+            continue
+        phase = Phase(job.status.phase)
+        if phase in (Phase.PENDING, Phase.QUEUED):
+            pending[name] += 1
+        elif phase in HOLDING_PHASES and job.status.placements:
+            admitted[name] += 1
+            vectors = {request.name: request.resources for request in replica_requests(job)}
+            for replica in job.status.placements:
+                vector = vectors.get(replica)
+                if vector is not None:
+                    used[name][0] += vector.cpu_milli
+                    used[name][1] += vector.memory
+                    used[name][2] += vector.gpu
+    return {
+        name: QueueStatus(
+            admitted=admitted[name],
+            pending=pending[name],
+            # The model reads a bare number as cores; millicores are written as a quantity.
+            usage=ResourceAmounts.model_validate(
+                {"cpu": f"{used[name][0]}m", "memory": used[name][1], "gpu": used[name][2]}
+            ),
+        )
+        for name in sorted(names)
+    }
+
+
 def preemptor_reason(victims: Iterable[str]) -> str:
     """What a job that preempted others waits for."""
     return f"preempted {', '.join(victims)} to make room; starts once their replicas have stopped"
@@ -233,6 +273,7 @@ class SchedulerService:
     def sync(self) -> bool:
         """Run one cycle; True when a job was admitted or preempted, or its waiting reason changed."""
         jobs = self.store.list(TrainingJob)
+        self._write_queue_statuses(jobs)
         queued = [
             job
             for job in jobs
@@ -313,6 +354,21 @@ class SchedulerService:
             except (ConflictError, NotFoundError):
                 changed = True
         return changed
+
+    def _write_queue_statuses(self, jobs: list[TrainingJob]) -> None:
+        """Record each Queue's admitted and pending jobs and usage, when they changed (``phalanx get queues``)."""
+        queues = self.store.list(Queue)
+        if not queues:
+            return
+        statuses = queue_statuses(queues, jobs)
+        for queue in queues:
+            status = statuses[queue.metadata.name]
+            if queue.status == status:
+                continue
+            try:
+                self.store.update_status(queue.model_copy(update={"status": status}))
+            except (ConflictError, NotFoundError):
+                continue  # changed or deleted meanwhile; the next pass counts again
 
     def _preempt(self, jobs: list[TrainingJob], preempted: Iterable[Preemption]) -> bool:
         """Move each victim to Preempted; the controller stops its replicas and queues it again."""

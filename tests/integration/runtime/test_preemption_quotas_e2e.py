@@ -13,6 +13,7 @@ from typing import Any
 from conftest import REPO, Runtime, processes_mentioning, program_role, read_envs, typed_job, wait_until
 from phalanx.model.jobs import Phase
 from phalanx.model.loading import parse_queue
+from phalanx.model.queues import Queue
 
 INVENTORY = REPO / "examples" / "inventories" / "dgx-2socket-8gpu.yaml"
 
@@ -132,6 +133,14 @@ def test_a_queue_with_a_one_gpu_quota_runs_its_jobs_one_at_a_time(runtime: Runti
         "needs 1 GPU; queue team-a is at its GPU quota 1/1 and no cohort to borrow from; "
         "preemption cannot help: no running job it may preempt holds what it lacks"
     )
+
+    def counted() -> Any:
+        with runtime.client() as client:
+            [stored] = [q for q in client.store.list(Queue) if q.metadata.name == "team-a"]
+        return stored.status if stored.status.pending == 1 and stored.status.admitted == 1 else None
+
+    status = wait_until(counted, message="team-a's status to count its jobs")
+    assert status.usage.gpu == 1
 
     # The quota limits its own queue only: a job of the default queue (no Queue object) still gets a GPU.
     runtime.submit(gpu_job("other", 1, holding_args(tmp_path, "other")))

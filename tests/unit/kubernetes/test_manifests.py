@@ -117,6 +117,7 @@ def test_the_scheduler_binds_and_explains_but_never_creates_pods() -> None:
         ("pods/binding", "create"),
         ("events", "create"),
         ("trainingjobs/status", "update"),
+        ("queues/status", "update"),
     }
     assert not {(r, v) for _, r, v in rules if r == "trainingjobs" and v not in ("get", "list", "watch")}
 

@@ -429,7 +429,7 @@ def test_a_pass_on_an_unchanged_world_writes_nothing(harness: Harness) -> None:
     assert harness.api.writes == before
 
 
-def test_the_job_runs_and_succeeds_and_its_pods_are_removed(harness: Harness) -> None:
+def test_the_job_runs_and_succeeds_and_its_exited_pods_stay_for_their_logs(harness: Harness) -> None:
     harness.submit("ddp", pytorch())
     harness.sync()
     harness.admit("ddp")
@@ -444,7 +444,7 @@ def test_the_job_runs_and_succeeds_and_its_pods_are_removed(harness: Harness) ->
     status = harness.job("ddp")["status"]
     assert status["phase"] == "Succeeded"
     assert status["replicaStatuses"]["worker"]["succeeded"] == 2
-    assert pod_names(harness) == []
+    assert pod_names(harness) == ["ddp-worker-0", "ddp-worker-1"]  # exited: kept until the job is deleted
 
 
 def test_a_status_write_that_conflicts_applies_nothing_and_is_retried(harness: Harness) -> None:

@@ -80,3 +80,42 @@ def test_a_queue_refuses_jobs_of_other_namespaces_and_priority_classes_naming_th
     # No such queue, or a queue without filters: nothing refused.
     assert queue_refusal(training_job("team-c", priorityClass="high"), {}) is None
     assert queue_refusal(training_job("team-c"), {"shared": queue("shared", {})}) is None
+
+
+def test_queue_statuses_count_admitted_and_pending_jobs_and_the_placed_replicas_usage() -> None:
+    from phalanx.model.jobs import ReplicaPlacement, TrainingJob
+    from phalanx.services.scheduler import queue_statuses
+
+    def job(name: str, phase: str, queue_name: str, placed: int = 0) -> TrainingJob:
+        parsed = TrainingJob.model_validate(
+            {
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {
+                    "type": "generic",
+                    "scheduling": {"queue": queue_name},
+                    "replicas": {
+                        "worker": {
+                            "count": 2,
+                            "template": {"command": ["true"], "resources": {"cpu": 2, "memory": "1Gi", "gpu": 1}},
+                        }
+                    },
+                },
+            }
+        )
+        placements = {f"{name}-worker-{i}": ReplicaPlacement(node="n", gpus=[i]) for i in range(placed)}
+        status = parsed.status.model_copy(update={"phase": phase, "placements": placements})
+        return parsed.model_copy(update={"status": status})
+
+    jobs = [
+        job("a", "Running", "team", placed=2),
+        job("b", "Admitted", "team", placed=1),  # minAvailable-like: one of two placed
+        job("c", "Queued", "team"),
+        job("d", "Succeeded", "team", placed=2),  # finished: holds nothing
+        job("e", "Running", "other-team", placed=2),
+    ]
+    statuses = queue_statuses([queue("team", {}), queue("idle", {})], jobs)
+    assert set(statuses) == {"team", "idle"}
+    team = statuses["team"]
+    assert (team.admitted, team.pending) == (2, 1)
+    assert (team.usage.cpu, team.usage.memory, team.usage.gpu) == (6_000, 3 * 2**30, 3)
+    assert statuses["idle"].admitted == statuses["idle"].pending == 0

@@ -170,6 +170,8 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([API_GROUP], ["trainingjobs", "queues", "jobtypes"], READ),
             # Admission and why-waiting are status replacements on the version they were decided on.
             _rule([API_GROUP], ["trainingjobs/status"], ["update"]),
+            # Each Queue's admitted and pending jobs and usage, for `kubectl get queues`.
+            _rule([API_GROUP], ["queues/status"], ["update"]),
             events,
         ],
         NODE_AGENT.account: [
