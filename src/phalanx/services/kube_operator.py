@@ -474,7 +474,7 @@ class KubeOperator:
         for action in decided.actions:
             if isinstance(action, DeleteReplica) and action.name in by_name:
                 pod = by_name[action.name]
-                if action.reason == "JobFinished" and _exited(pod):
+                if after in TERMINAL_PHASES and _exited(pod):
                     # A finished job's exited Pods hold nothing (the kubelet has freed their resources) and keep
                     # their logs readable (`phalanx logs`, `kubectl logs`); they go with the job (owner reference).
                     continue
