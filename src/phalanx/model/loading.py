@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from phalanx.model.datasets import Dataset
 from phalanx.model.errors import FieldError, SpecError, from_validation_error
 from phalanx.model.jobtypes import JobType
 from phalanx.model.queues import Queue
@@ -94,6 +95,20 @@ def parse_queue(raw: dict[str, Any], *, source: str | None = None) -> Queue:
     except ValidationError as err:
         raise SpecError(
             from_validation_error(err, fields_at=lambda loc: allowed_fields(Queue, loc)), source=source
+        ) from None
+
+
+def parse_dataset(raw: dict[str, Any], *, source: str | None = None) -> Dataset:
+    """Validate a Dataset document (its status, written by Phalanx, is ignored).
+
+    Raises:
+        SpecError: with field paths, e.g. ``spec.source.path: '../x' steps out of its directory with '..'; ...``.
+    """
+    try:
+        return Dataset.model_validate({k: v for k, v in raw.items() if k != "status"})
+    except ValidationError as err:
+        raise SpecError(
+            from_validation_error(err, fields_at=lambda loc: allowed_fields(Dataset, loc)), source=source
         ) from None
 
 
