@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from phalanx.model.base import ApiModel
+from phalanx.model.datasets import DatasetMount
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.resources import (
     CPU_QUANTITY_PATTERN,
@@ -257,6 +258,21 @@ class TrainingJobSpec(ApiModel):
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
     scheduling: SchedulingPolicy = Field(default_factory=SchedulingPolicy)
     outputs: Outputs = Field(default_factory=Outputs)
+    datasets: list[DatasetMount] = Field(
+        default_factory=list, description="datasets the replicas read (docs/datasets.md); none by default"
+    )
+
+    @field_validator("datasets")
+    @classmethod
+    def _distinct_dataset_names(cls, value: list[DatasetMount]) -> list[DatasetMount]:
+        names = [mount.name for mount in value]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(
+                f"dataset name {', '.join(repeated)} is listed twice; give each mount its own name "
+                "(it becomes PHALANX_DATASET_<NAME>_PATH) and point both at the Dataset with 'dataset:'"
+            )
+        return value
 
     @field_validator("replicas")
     @classmethod

@@ -52,6 +52,7 @@ from typing import Any
 
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.kubernetes.api import (
+    DATASETS,
     EVENTS,
     JOBTYPES,
     NODES,
@@ -66,6 +67,7 @@ from phalanx.adapters.kubernetes.api import (
 from phalanx.adapters.kubernetes.informer import Informer, Signal, wait_all_synced
 from phalanx.adapters.kubernetes.objects import (
     LABEL_JOB,
+    dataset_from_object,
     job_from_object,
     job_status,
     jobtype_from_object,
@@ -89,6 +91,7 @@ from phalanx.core.scheduling.types import (
     Preemption,
     RunningJob,
 )
+from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
@@ -100,6 +103,7 @@ from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, pa
 from phalanx.services.kube_apply import EventBudget, PodSettings, check_renderable
 from phalanx.services.kube_leader import LeaseElector
 from phalanx.services.scheduler import (
+    dataset_needs,
     describe_admission,
     preemptor_reason,
     queue_quotas,
@@ -187,6 +191,7 @@ class KubeScheduler:
         self.nodes = Informer(api, NODES, signal=self.signal)
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal)
         self.queues = Informer(api, QUEUES, signal=self.signal)
+        self.datasets = Informer(api, DATASETS)  # read when jobs are placed; a change alone needs no cycle
         self.elector = LeaseElector(
             api,
             settings.namespace,
@@ -209,6 +214,7 @@ class KubeScheduler:
         self._parsed_nodes: dict[str, tuple[str, Node]] = {}
         self._parsed_jobtypes: dict[tuple[str, str], JobType | None] = {}
         self._parsed_queues: dict[tuple[str, str], Queue | None] = {}
+        self._parsed_datasets: dict[tuple[str, str], Dataset | None] = {}
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
         self._lock = threading.Lock()
@@ -220,7 +226,7 @@ class KubeScheduler:
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the informers and wait for their first lists."""
-        informers = [self.jobs, self.pods, self.nodes, self.jobtypes, self.queues]
+        informers = [self.jobs, self.pods, self.nodes, self.jobtypes, self.queues, self.datasets]
         for informer in informers:
             informer.start()
         if not wait_all_synced(informers, timeout):
@@ -263,7 +269,7 @@ class KubeScheduler:
             self.elector.release()
             self._pool.shutdown(wait=True)
             self._events_pool.shutdown(wait=True)
-            for informer in (self.jobs, self.pods, self.nodes, self.jobtypes, self.queues):
+            for informer in (self.jobs, self.pods, self.nodes, self.jobtypes, self.queues, self.datasets):
                 informer.stop()
 
     # -- one cycle ----------------------------------------------------------------------------------------------
@@ -283,7 +289,10 @@ class KubeScheduler:
             queues = {queue.metadata.name: queue for queue in self._current_queues()}
             by_key = {candidate.job.key: candidate for candidate in queued}
             refused = {key: queue_refusal(c.job, queues) for key, c in by_key.items()}
-            pending = [self._pending(c.job, jobtypes, now) for key, c in by_key.items() if refused[key] is None]
+            datasets = self._current_datasets() if any(c.job.spec.datasets for c in queued) else {}
+            pending = [
+                self._pending(c.job, jobtypes, now, datasets) for key, c in by_key.items() if refused[key] is None
+            ]
             snapshot = build_snapshot(nodes, self._holdings(jobs, pods, nodes))
             running = self._running(jobs, pods, nodes, jobtypes, now)
             quotas = queue_quotas(queues.values())
@@ -673,7 +682,34 @@ class KubeScheduler:
                 )
         return tuple(running)
 
-    def _pending(self, job: TrainingJob, jobtypes: dict[str, JobType], now: datetime) -> PendingJob:
+    def _current_datasets(self) -> dict[tuple[str, str], Dataset]:
+        """The Dataset objects by (namespace, name), parsed once per version; an invalid one is ignored."""
+        found = {}
+        live = set()
+        for obj in self.datasets.items():
+            meta = obj.get("metadata") or {}
+            key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
+            live.add(key)
+            if key not in self._parsed_datasets:
+                try:
+                    self._parsed_datasets[key] = dataset_from_object(obj)
+                except (SpecError, ValueError) as error:
+                    log.warning("ignoring Dataset %s/%s: %s", meta.get("namespace"), meta.get("name"), error)
+                    self._parsed_datasets[key] = None
+            parsed = self._parsed_datasets[key]
+            if parsed is not None:
+                found[(parsed.metadata.namespace, parsed.metadata.name)] = parsed
+        for stale in set(self._parsed_datasets) - live:
+            del self._parsed_datasets[stale]
+        return found
+
+    def _pending(
+        self,
+        job: TrainingJob,
+        jobtypes: dict[str, JobType],
+        now: datetime,
+        datasets: dict[tuple[str, str], Dataset] | None = None,
+    ) -> PendingJob:
         return PendingJob(
             key=job.key,
             priority=job.spec.scheduling.effective_priority(),
@@ -683,6 +719,7 @@ class KubeScheduler:
             min_available=job.spec.scheduling.min_available,
             placement=str(job.spec.scheduling.placement),
             topology=job.spec.scheduling.topology,
+            datasets=dataset_needs(job, datasets or {}),
         )
 
     # -- writing ------------------------------------------------------------------------------------------------

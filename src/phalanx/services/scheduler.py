@@ -31,6 +31,7 @@ from phalanx.core.scheduling import build_snapshot, schedule
 from phalanx.core.scheduling.config import SchedulerConfig
 from phalanx.core.scheduling.types import (
     Admission,
+    DatasetNeed,
     DeviceAssignment,
     PendingJob,
     Preemption,
@@ -39,6 +40,7 @@ from phalanx.core.scheduling.types import (
     ReplicaRequest,
     RunningJob,
 )
+from phalanx.model.datasets import Dataset, Distribution
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
 from phalanx.model.jobtypes import JobType
@@ -173,6 +175,25 @@ def queue_quotas(queues: Iterable[Queue]) -> tuple[QueueQuota, ...]:
     return tuple(quotas.values())
 
 
+def dataset_needs(job: TrainingJob, datasets: Mapping[tuple[str, str], Dataset]) -> tuple[DatasetNeed, ...]:
+    """What each replica of the job would fetch of its datasets, for the data-locality plugin.
+
+    ``datasets`` by (namespace, name). A mount pins a version or takes the Dataset's materialised one; a replica
+    fetches the whole dataset when it is replicated, its share of the bytes when sharded. A Dataset not known
+    or not materialised yet weighs nothing (there is nothing to prefer a node for).
+    """
+    needs = []
+    replicas = max(1, job.spec.total_replicas())
+    for mount in job.spec.datasets:
+        dataset = datasets.get((job.metadata.namespace, mount.dataset_name))
+        if dataset is None:
+            continue
+        distribution = mount.distribution or dataset.spec.distribution
+        size = dataset.status.bytes if distribution == Distribution.REPLICATE else -(-dataset.status.bytes // replicas)
+        needs.append(DatasetNeed(name=mount.dataset_name, version=mount.version or dataset.status.version, bytes=size))
+    return tuple(needs)
+
+
 def queue_refusal(job: TrainingJob, queues: Mapping[str, Queue]) -> str | None:
     """Why the job's queue does not take it (its namespace or priority class is not allowed), or None.
 
@@ -289,6 +310,7 @@ class SchedulerService:
         jobtypes = {jobtype.metadata.name: jobtype for jobtype in self.store.list(JobType)}
         snapshot = build_snapshot(nodes, holdings_of(jobs, replicas))
         running = running_jobs(jobs, replicas, jobtypes=jobtypes, nodes=(node.metadata.name for node in nodes), now=now)
+        datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
         stored_queues = self.store.list(Queue)
         queues = queue_quotas(stored_queues)
         queue_objects: dict[str, Queue] = {}
@@ -308,6 +330,7 @@ class SchedulerService:
                 min_available=job.spec.scheduling.min_available,
                 placement=str(job.spec.scheduling.placement),
                 topology=job.spec.scheduling.topology,
+                datasets=dataset_needs(job, datasets),
             )
             for job in queued
             if refused[job.key] is None

@@ -291,5 +291,5 @@ def test_each_crd_fits_in_a_client_side_apply_annotation() -> None:
 
 
 def test_an_unknown_kind_names_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="known: TrainingJob, JobType, Queue"):
-        crd_kind("Dataset")
+    with pytest.raises(KeyError, match="known: TrainingJob, JobType, Queue, Dataset"):
+        crd_kind("Sweep")

@@ -119,3 +119,59 @@ def test_queue_statuses_count_admitted_and_pending_jobs_and_the_placed_replicas_
     assert (team.admitted, team.pending) == (2, 1)
     assert (team.usage.cpu, team.usage.memory, team.usage.gpu) == (6_000, 3 * 2**30, 3)
     assert statuses["idle"].admitted == statuses["idle"].pending == 0
+
+
+def test_dataset_needs_weigh_what_a_replica_fetches_and_skip_unknown_datasets() -> None:
+    from phalanx.model.jobs import TrainingJob
+    from phalanx.model.loading import parse_dataset
+    from phalanx.services.scheduler import dataset_needs
+
+    def dataset(name: str, distribution: str, size: int) -> Any:
+        parsed = parse_dataset(
+            {
+                "apiVersion": "phalanx.dev/v1alpha1",
+                "kind": "Dataset",
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"source": {"path": "/d"}, "distribution": distribution},
+            }
+        )
+        return parsed.model_copy(update={"status": parsed.status.model_copy(update={"version": "v1", "bytes": size})})
+
+    job = TrainingJob.model_validate(
+        {
+            "metadata": {"name": "j", "namespace": "ns"},
+            "spec": {
+                "replicas": {"worker": {"count": 4, "template": {"command": ["true"]}}},
+                "datasets": [
+                    {"name": "full"},
+                    {"name": "parts"},
+                    {"name": "pinned", "dataset": "full", "version": "v0", "distribution": "shard"},
+                    {"name": "missing"},
+                ],
+            },
+        }
+    )
+    known = {("ns", "full"): dataset("full", "replicate", 1000), ("ns", "parts"): dataset("parts", "shard", 1001)}
+    needs = dataset_needs(job, known)
+    assert [(n.name, n.version, n.bytes) for n in needs] == [
+        ("full", "v1", 1000),
+        ("parts", "v1", 251),
+        ("full", "v0", 250),
+    ]
+
+
+def test_a_job_lists_each_dataset_mount_once() -> None:
+    import pytest
+
+    from phalanx.model.jobs import TrainingJob
+
+    with pytest.raises(ValueError, match="dataset name train is listed twice"):
+        TrainingJob.model_validate(
+            {
+                "metadata": {"name": "j"},
+                "spec": {
+                    "replicas": {"worker": {"count": 1, "template": {"command": ["true"]}}},
+                    "datasets": [{"name": "train"}, {"name": "train", "dataset": "other"}],
+                },
+            }
+        )

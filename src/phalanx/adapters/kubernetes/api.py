@@ -81,6 +81,7 @@ LEASES = Resource("Lease", "leases", group="coordination.k8s.io")
 TRAININGJOBS = Resource("TrainingJob", "trainingjobs", group=API_GROUP, version=PHALANX_VERSION)
 JOBTYPES = Resource("JobType", "jobtypes", group=API_GROUP, version=PHALANX_VERSION, namespaced=False)
 QUEUES = Resource("Queue", "queues", group=API_GROUP, version=PHALANX_VERSION, namespaced=False)
+DATASETS = Resource("Dataset", "datasets", group=API_GROUP, version=PHALANX_VERSION)
 CRDS = Resource("CustomResourceDefinition", "customresourcedefinitions", group="apiextensions.k8s.io", namespaced=False)
 
 

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from phalanx.adapters.kubernetes.schemas import openapi_schema
 from phalanx.adapters.kubernetes.structural import check_structural, schema_at
 from phalanx.model.base import API_GROUP, ApiModel
+from phalanx.model.datasets import Dataset
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.queues import Queue
@@ -126,6 +127,19 @@ KINDS: tuple[CrdKind, ...] = (
             PrinterColumn("Weight", ".spec.weight", "number", "fair-share weight"),
             PrinterColumn("Admitted", ".status.admitted", "integer", "jobs holding resources"),
             PrinterColumn("Pending", ".status.pending", "integer", "jobs waiting"),
+            AGE,
+        ),
+    ),
+    CrdKind(
+        model=Dataset,
+        plural="datasets",
+        scope="Namespaced",
+        short_names=("pds",),  # "ds" is kubectl's DaemonSet
+        columns=(
+            PrinterColumn("Distribution", ".spec.distribution", description="replicate or shard"),
+            PrinterColumn("Phase", ".status.phase", description="Pending, Materializing, Ready or Failed"),
+            PrinterColumn("Bytes", ".status.bytes", "integer", "size of the materialised version"),
+            PrinterColumn("Version", ".status.version", description="content hash", priority=1),
             AGE,
         ),
     ),

@@ -167,7 +167,8 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([""], ["nodes"], READ),
             # Quota and node fit are decided in one cycle (DESIGN §4), so the scheduler reads queues too.
             # JobTypes name the ranked roles, which decide the order replicas are placed in.
-            _rule([API_GROUP], ["trainingjobs", "queues", "jobtypes"], READ),
+            # Datasets: the bytes a node would have to fetch, for data locality.
+            _rule([API_GROUP], ["trainingjobs", "queues", "jobtypes", "datasets"], READ),
             # Admission and why-waiting are status replacements on the version they were decided on.
             _rule([API_GROUP], ["trainingjobs/status"], ["update"]),
             # Each Queue's admitted and pending jobs and usage, for `kubectl get queues`.

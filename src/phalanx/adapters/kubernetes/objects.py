@@ -20,9 +20,10 @@ from datetime import datetime
 from typing import Any
 
 from phalanx.core.reconcile.types import ObservedReplica
+from phalanx.model.datasets import Dataset, DatasetStatus
 from phalanx.model.jobs import TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
-from phalanx.model.loading import parse_jobtype
+from phalanx.model.loading import parse_dataset, parse_jobtype
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import CpuInfo, GpuInfo, Node, NodeSpec, NodeStatus
 from phalanx.model.replicas import ReplicaPhase
@@ -113,6 +114,27 @@ def status_body(obj: Mapping[str, Any], status: TrainingJobStatus) -> dict[str, 
         "metadata": identity,
         "status": status.to_dict(),
     }
+
+
+def dataset_from_object(obj: Mapping[str, Any]) -> Dataset:
+    """A Dataset read from the API server, with its status.
+
+    Raises:
+        SpecError: the Dataset is invalid.
+    """
+    metadata = model_metadata(obj)
+    document = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": "Dataset",
+        "metadata": metadata,
+        "spec": obj.get("spec") or {},
+    }
+    dataset = parse_dataset(document, source=f"dataset/{metadata.get('name')}")
+    try:
+        status = DatasetStatus.model_validate(obj.get("status") or {})
+    except ValueError:
+        status = DatasetStatus()
+    return dataset.model_copy(update={"status": status})
 
 
 def jobtype_from_object(obj: Mapping[str, Any]) -> JobType:
