@@ -501,7 +501,8 @@ def install(
         bool, typer.Option("--print", help="Print the manifests as YAML, e.g. for `| kubectl apply -f -`.")
     ] = False,
     crds_only: Annotated[
-        bool, typer.Option("--crds-only", help="Only the CustomResourceDefinitions (TrainingJob, JobType, Queue).")
+        bool,
+        typer.Option("--crds-only", help="Only the CustomResourceDefinitions (TrainingJob, JobType, Queue, Dataset)."),
     ] = False,
     namespace: Annotated[
         str | None, typer.Option("--namespace", "-n", help="Namespace of the components (default: phalanx-system).")
