@@ -11,6 +11,6 @@ for epoch in range(epochs):
 ```
 """
 
-from phalanx.data.sample_cache import CachedDataset, SampleCache, SampleCacheError
+from phalanx.data.sample_cache import CachedDataset, SampleCache, SampleCacheError, SampleCacheWriteError
 
-__all__ = ["CachedDataset", "SampleCache", "SampleCacheError"]
+__all__ = ["CachedDataset", "SampleCache", "SampleCacheError", "SampleCacheWriteError"]

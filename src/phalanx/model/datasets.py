@@ -11,6 +11,7 @@ This module is the API object only; what materialises and stages datasets comes 
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from pathlib import PurePosixPath
@@ -51,6 +52,18 @@ def _relative(value: str) -> str:
     return value
 
 
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+://\S+$")
+
+
+def _url(value: str) -> str:
+    if not _URL.match(value):
+        raise ValueError(
+            f"{value!r} is not a URL with a scheme; write e.g. https://host/data.csv, s3://bucket/prefix/ or "
+            "gs://bucket/prefix/ (for a file on the machine, use path)"
+        )
+    return value
+
+
 def _dataset_name(value: str) -> str:
     return check_dns_label(value, "dataset name")
 
@@ -58,6 +71,7 @@ def _dataset_name(value: str) -> str:
 SafePath = Annotated[str, AfterValidator(_no_parent_steps)]
 RelativePath = Annotated[str, AfterValidator(_relative)]
 DatasetName = Annotated[str, AfterValidator(_dataset_name)]
+Url = Annotated[str, AfterValidator(_url)]
 
 
 class SqlSource(ApiModel):
@@ -84,7 +98,7 @@ class DatasetSource(ApiModel):
     """Where the data comes from: exactly one of the fields."""
 
     path: SafePath | None = Field(default=None, description="a local file or directory")
-    url: str | None = Field(default=None, description="http(s)://, or an object store: s3://, gs:// (extras)")
+    url: Url | None = Field(default=None, description="http(s)://, or an object store: s3://, gs:// (extras)")
     sql: SqlSource | None = None
     script: ScriptSource | None = None
     from_job: JobOutputSource | None = None

@@ -20,6 +20,8 @@ def doc(spec: dict[str, Any], name: str = "mnist") -> dict[str, Any]:
     [
         ({"path": "/data/mnist"}, "path"),
         ({"url": "s3://bucket/mnist/"}, "url"),
+        ({"url": "gs://bucket/mnist/train-*.tfrecord"}, "url"),
+        ({"url": "https://example.org/mnist.tar.gz"}, "url"),
         ({"sql": {"url": "sqlite:///rows.db", "query": "SELECT * FROM samples"}}, "sql"),
         ({"script": {"command": ["python", "make.py"]}}, "script"),
         ({"fromJob": {"job": "prep", "output": "features"}}, "fromJob"),
@@ -51,6 +53,8 @@ def test_a_round_trip_keeps_the_wire_form() -> None:
         ({"source": {"fromJob": {"job": "prep", "output": "/etc"}}}, "spec.source.fromJob.output: '/etc' is absolute"),
         ({"source": {"fromJob": {"job": "prep", "output": "a/../../b"}}}, "steps out of its directory with '..'"),
         ({"source": {"sql": {"url": "sqlite:///x.db"}}}, "spec.source.sql.query"),
+        ({"source": {"url": "bucket/mnist"}}, "spec.source.url: 'bucket/mnist' is not a URL with a scheme"),
+        ({"source": {"url": "s3://"}}, "e.g. https://host/data.csv, s3://bucket/prefix/"),
         ({"source": {"path": "/d"}, "distribution": "broadcast"}, "spec.distribution"),
         ({"source": {"path": "/d"}, "cache": {"policy": "fifo"}}, "spec.cache.policy"),
         ({"source": {"path": "/d"}, "sharding": "yes"}, "spec.sharding"),
