@@ -72,6 +72,36 @@ def test_pinned_entries_are_never_evicted_and_block_what_needs_their_room() -> N
     assert ledger.admit("big", 25, "new").evicted == ("in-use",)
 
 
+@given(
+    items=st.integers(20, 400),
+    share=st.floats(0.05, 0.95),
+    seed=st.integers(0, 2**16),
+)
+def test_no_replacement_hits_exactly_its_share_from_the_second_epoch_on_any_shuffled_trace(
+    items: int, share: float, seed: int
+) -> None:
+    held = int(items * share)
+    ratios = epochs(CacheLedger(held, CachePolicy.NO_REPLACEMENT), items, 4, seed=seed)
+    assert ratios[0] == 0.0
+    assert ratios[1:] == [held / items] * 3
+
+
+def test_counters_are_kept_per_dataset_and_the_ledger_cannot_be_built_inconsistent() -> None:
+    ledger = CacheLedger(100, "lru")  # type: ignore[arg-type]  # a policy's wire name is accepted too
+    assert ledger.policy == CachePolicy.LRU
+    ledger.admit("a", 60, "train")
+    assert not ledger.lookup("b", "eval", 30) and ledger.lookup("a", "train", 60)
+    assert (ledger.counters("train").hits, ledger.counters("train").bytes_from_cache) == (1, 60)
+    assert (ledger.counters("eval").misses, ledger.counters("eval").bytes_fetched) == (1, 30)
+    assert ledger.counters("train").hit_ratio == 1.0 and ledger.counters("never-read").hit_ratio == 0.0
+    with pytest.raises(TypeError):
+        CacheLedger(100, used=50)  # type: ignore[call-arg]  # what is held comes from admits only
+    with pytest.raises(ValueError, match="capacity must be at least 0"):
+        CacheLedger(-1)
+    with pytest.raises(ValueError, match="size must be at least 0"):
+        ledger.admit("c", -5, "train")
+
+
 OPS = st.lists(
     st.tuples(
         st.sampled_from(["admit", "pin-admit", "lookup", "unpin", "evict"]), st.integers(0, 15), st.integers(1, 40)

@@ -36,6 +36,8 @@ def test_more_shards_than_files_leaves_some_empty_and_bad_input_is_refused() -> 
         shard_files([("x", 1)], 0)
     with pytest.raises(ValueError, match="listed twice"):
         shard_files([("x", 1), ("x", 2)], 2)
+    with pytest.raises(ValueError, match="'x' has a negative size"):
+        shard_files([("x", -1)], 2)
 
 
 def test_a_replica_sees_its_path_and_for_a_shard_its_index_and_count() -> None:
@@ -45,3 +47,21 @@ def test_a_replica_sees_its_path_and_for_a_shard_its_index_and_count() -> None:
         "PHALANX_DATASET_TRAIN_V2_SHARD_INDEX": "1",
         "PHALANX_DATASET_TRAIN_V2_SHARD_COUNT": "4",
     }
+
+
+@given(FILES, st.integers(1, 6))
+def test_rank_i_gets_shard_i_and_every_rank_computes_the_same_split(files: dict[str, int], count: int) -> None:
+    listing = list(files.items())
+    split = shard_files(listing, count)
+    for rank in range(count):  # each replica lists the files in its own order and keeps its own shard
+        assert shard_files(listing[rank:] + listing[:rank], count)[rank] == split[rank]
+
+
+@pytest.mark.parametrize(
+    ("index", "count", "message"),
+    [(4, 4, r"in 0\.\.3"), (-1, 2, r"in 0\.\.1"), (1, None, "both shard_index and shard_count")],
+    ids=["index-past-the-end", "negative-index", "index-without-count"],
+)
+def test_a_shard_index_outside_the_count_is_refused(index: int, count: int | None, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        dataset_env("train", "/cache/s", index, count)

@@ -81,9 +81,9 @@ class CacheLedger:
 
     capacity: int
     policy: CachePolicy = CachePolicy.NO_REPLACEMENT
-    _entries: dict[str, _Entry] = field(default_factory=dict)
-    _counters: dict[str, DatasetCounters] = field(default_factory=dict)
-    used: int = 0
+    used: int = field(default=0, init=False)
+    _entries: dict[str, _Entry] = field(default_factory=dict, init=False, repr=False)
+    _counters: dict[str, DatasetCounters] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.capacity < 0:
