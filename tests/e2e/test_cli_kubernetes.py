@@ -285,3 +285,42 @@ def test_the_sdk_has_the_same_verbs_on_a_cluster(cli: Cli, running: str) -> None
         client.delete("sdk-hang")
         client.delete("sdk")
         wait_until(lambda: not client.list(), 30, "the jobs to be gone", interval=0.2)
+
+
+def test_a_queue_is_submitted_configured_listed_and_deleted(cli: Cli) -> None:
+    queues = "/apis/phalanx.dev/v1alpha1/queues"
+    wait_until(lambda: cli.kube.request("GET", queues).status_code == 200, 30, f"{queues} served")
+    name = cli.kube.unique("cli-queue")  # Queues are cluster-scoped: a name of this test's own
+    document = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"quota": {"gpu": 4, "cpu": 16}, "cohort": "cli-research"},
+    }
+    path = cli.write(document, "queue.yaml")
+    try:
+        assert cli.ok("submit", "-f", str(path)).stdout.strip() == f"queue/{name} created"
+        document["spec"]["weight"] = 2
+        cli.write(document, "queue.yaml")
+        assert cli.ok("submit", "-f", str(path)).stdout.strip() == f"queue/{name} configured"
+        stored = cli.kube.get(f"{queues}/{name}")
+        assert stored["spec"]["weight"] == 2 and stored["spec"]["quota"]["gpu"] == 4
+        assert "namespace" not in stored["metadata"]
+
+        rows = {line.split()[0]: line.split() for line in cli.ok("get", "queues").stdout.splitlines()}
+        assert rows["NAME"][:3] == ["NAME", "COHORT", "WEIGHT"]
+        assert rows[name] == [name, "cli-research", "2", "0/4", "0/16", "0/-", "0", "0"]
+        as_json = json.loads(cli.ok("get", "queue", name, "-o", "json").stdout)
+        assert (as_json["kind"], as_json["metadata"]["name"], as_json["status"]["admitted"]) == ("Queue", name, 0)
+        assert f"Name:              {name}" in cli.ok("describe", "queue", name).stdout
+
+        bad = cli.write({**document, "spec": {"weight": 0}}, "bad.yaml")
+        rejected = cli("submit", "-f", str(bad))
+        assert rejected.returncode == 2 and "spec.weight" in rejected.stderr, rejected.stderr
+
+        assert cli.ok("delete", "queue", name).stdout.strip() == f"queue/{name} deleted"
+        wait_until(lambda: cli.kube.request("GET", f"{queues}/{name}").status_code == 404, 30, "the queue to be gone")
+        missing = cli("get", "queue", name)
+        assert missing.returncode == 1 and f"queue {name} not found" in missing.stderr, missing.stderr
+    finally:
+        cli.kube.request("DELETE", f"{queues}/{name}")

@@ -6,12 +6,15 @@ Each verb is one call to the backend's operations object (``services.operations.
 
 from __future__ import annotations
 
+import builtins
 from pathlib import Path
 from typing import Any, Protocol
 
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import read_documents
+from phalanx.model.queues import Queue
 from phalanx.services.operations import JobDescription
+from phalanx.services.queue_views import QueueDescription, QueueView
 
 
 class JobOperations(Protocol):
@@ -23,6 +26,11 @@ class JobOperations(Protocol):
     def explain(self, namespace: str, name: str) -> str: ...  # noqa: D102
     def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob: ...  # noqa: D102
     def delete_job(self, namespace: str, name: str) -> None: ...  # noqa: D102
+    def list_queues(self) -> list[Queue]: ...  # noqa: D102
+    def get_queue(self, name: str) -> Queue: ...  # noqa: D102
+    def queue_views(self) -> list[QueueView]: ...  # noqa: D102
+    def describe_queue(self, name: str) -> QueueDescription: ...  # noqa: D102
+    def delete_queue(self, name: str) -> QueueView: ...  # noqa: D102
 
 
 JobSpec = str | Path | dict[str, Any] | list[dict[str, Any]]
@@ -37,7 +45,11 @@ def spec_documents(spec: JobSpec) -> tuple[list[dict[str, Any]], str | None]:
 
 
 class JobVerbs:
-    """get, list, describe, explain, halt, resume and delete, in the client's namespace."""
+    """get, list, describe, explain, halt, resume and delete, in the client's namespace; and the Queue verbs.
+
+    Queues are cluster-scoped: the queue verbs do not depend on the client's namespace. They are created and
+    replaced by ``submit`` (a ``kind: Queue`` document).
+    """
 
     ops: JobOperations
     namespace: str
@@ -69,3 +81,19 @@ class JobVerbs:
     def delete(self, name: str) -> None:
         """Stop the job's replicas and remove it."""
         self.ops.delete_job(self.namespace, name)
+
+    def queues(self) -> builtins.list[QueueView]:
+        """Every Queue with what its jobs hold now, its admitted and its pending jobs."""
+        return self.ops.queue_views()
+
+    def get_queue(self, name: str) -> Queue:
+        """One Queue (its ``status`` as the scheduler last wrote it)."""
+        return self.ops.get_queue(name)
+
+    def describe_queue(self, name: str) -> QueueDescription:
+        """A Queue with its usage, admitted and pending jobs, and the other queues of its cohort."""
+        return self.ops.describe_queue(name)
+
+    def delete_queue(self, name: str) -> QueueView:
+        """Delete a Queue; its admitted jobs keep running, and its jobs are no longer limited by a quota."""
+        return self.ops.delete_queue(name)

@@ -10,6 +10,12 @@ connection per thread. Routes:
 - ``GET /v1/namespaces/NS/trainingjobs/NAME?after=RV&wait=S`` → ``200`` the job (wire form) once its
   resourceVersion differs from ``RV`` or ``S`` seconds have passed; ``404 {message}``.
 - ``GET /v1/namespaces/NS/trainingjobs/NAME/logs`` → ``200 {logs: [[replica, path], ...]}``.
+- Queues (cluster-scoped, created and replaced through ``/v1/submit`` like every object):
+  ``GET /v1/queues`` → ``200 {items: [queue, ...]}``, each with ``status`` as computed now from the jobs
+  (``services.queue_views``); ``GET /v1/queues/NAME`` → ``200`` the queue with its ``admitted`` and
+  ``pending`` jobs (``namespace/name``) and the other queues of its ``cohort``, ``404 {message}``;
+  ``DELETE /v1/queues/NAME`` → ``200 {deleted: NAME, admitted: [...]}`` (the jobs that keep running, no longer
+  limited by a quota), ``404 {message}``.
 
 The socket is created with mode 0600: only the owner of the state directory may talk to it.
 
@@ -39,6 +45,7 @@ from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import parse_documents
 from phalanx.services.layout import StateLayout
 from phalanx.services.operations import OperationError, Operations
+from phalanx.services.queue_views import QueueView
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 2**20
@@ -123,12 +130,55 @@ class _Handler(BaseHTTPRequestHandler):
             return
         finally:
             self.server.on_write()  # even a failed submit may have written some of its documents
-        items = [{"kind": c.kind, "namespace": c.namespace, "name": c.name, "replaced": c.replaced} for c in created]
+        items = [
+            {
+                "kind": c.kind,
+                "namespace": c.namespace,
+                "name": c.name,
+                "replaced": c.replaced,
+                "configured": c.configured,
+            }
+            for c in created
+        ]
         self._reply(200, {"created": items})
+
+    def _queues(self, method: str, parts: list[str]) -> None:
+        """``/v1/queues`` and ``/v1/queues/NAME``."""
+        ops = self.server.operations()
+        try:
+            if len(parts) == 2 and method == "GET":
+                self._reply(200, {"items": [queue_wire(view) for view in ops.queue_views()]})
+            elif len(parts) == 3 and method == "GET":
+                described = ops.describe_queue(parts[2])
+                body = queue_wire(described.view, jobs=True)
+                body["cohort"] = [queue_wire(view) for view in described.cohort]
+                self._reply(200, body)
+            elif len(parts) == 3 and method == "DELETE":
+                try:
+                    deleted = ops.delete_queue(parts[2])
+                finally:
+                    self.server.on_write()
+                self._reply(200, {"deleted": deleted.name, "admitted": [job.key for job in deleted.admitted]})
+            else:
+                self._reply(405, {"message": f"{method} is not allowed on {self.path}"})
+        except OperationError as err:
+            self._reply(404, {"message": str(err)})
+        except StoreError as err:
+            self._reply(503, {"message": f"the state store failed: {err}"})
+
+    def do_DELETE(self) -> None:
+        parts = urlparse(self.path).path.strip("/").split("/")
+        if parts[:2] == ["v1", "queues"] and len(parts) == 3:
+            self._queues("DELETE", parts)
+            return
+        self._reply(404, {"message": f"no route {self.path}"})
 
     def do_GET(self) -> None:
         url = urlparse(self.path)
         parts = url.path.strip("/").split("/")
+        if parts[:2] == ["v1", "queues"] and len(parts) in (2, 3):
+            self._queues("GET", parts)
+            return
         if len(parts) in (5, 6) and parts[:2] == ["v1", "namespaces"] and parts[3] == "trainingjobs":
             namespace, name = parts[2], parts[4]
             ops = self.server.operations()
@@ -166,6 +216,15 @@ def _job_after(ops: Operations, namespace: str, name: str, after: str, wait: flo
         if job.metadata.resource_version != after or remaining <= 0:
             return job
         ops.store.wait_for_change(seq, remaining)
+
+
+def queue_wire(view: QueueView, *, jobs: bool = False) -> dict[str, Any]:
+    """The Queue's wire form with ``status`` as computed now; with ``jobs``, its admitted and pending jobs."""
+    body = view.current().to_dict()
+    if jobs:
+        body["admitted"] = [job.key for job in view.admitted]
+        body["pending"] = [{"job": job.key, "message": job.status.message} for job in view.pending]
+    return body
 
 
 class LocalApiServer:

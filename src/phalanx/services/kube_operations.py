@@ -34,6 +34,7 @@ from phalanx.adapters.kubernetes.api import (
     JOBTYPES,
     NODES,
     PODS,
+    QUEUES,
     TRAININGJOBS,
     ConflictError,
     KubeApi,
@@ -51,6 +52,7 @@ from phalanx.adapters.kubernetes.objects import (
     job_from_object,
     job_status,
     jobtype_from_object,
+    model_metadata,
     node_from_object,
     pod_exit,
 )
@@ -60,9 +62,10 @@ from phalanx.model.errors import SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.model.loading import builtin_jobtypes
+from phalanx.model.loading import builtin_jobtypes, parse_queue
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
+from phalanx.model.queues import Queue, QueueStatus
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
 from phalanx.model.validation import parse_job
 from phalanx.services.operations import (
@@ -72,6 +75,7 @@ from phalanx.services.operations import (
     Submitted,
     validate_documents,
 )
+from phalanx.services.queue_views import QueueDescription, QueueView, describe_queue, queue_views
 
 INSTALL_HINT = "phalanx install --print | kubectl apply -f -"
 NOT_INSTALLED = f"Phalanx is not installed on this cluster: {INSTALL_HINT}"
@@ -121,6 +125,39 @@ def jobtype_body(jobtype: JobType) -> dict[str, Any]:
         metadata["annotations"] = dict(meta.annotations)
     data["metadata"] = metadata
     return data
+
+
+def queue_body(queue: Queue) -> dict[str, Any]:
+    """The Queue to POST (cluster-scoped: no namespace; no status, the scheduler's)."""
+    data = queue.to_dict()
+    data.pop("status", None)
+    meta = queue.metadata
+    metadata: dict[str, Any] = {"name": meta.name}
+    if meta.labels:
+        metadata["labels"] = dict(meta.labels)
+    if meta.annotations:
+        metadata["annotations"] = dict(meta.annotations)
+    data["metadata"] = metadata
+    return data
+
+
+def queue_from_object(obj: Mapping[str, Any]) -> Queue:
+    """A stored Queue as the model's, with the status the scheduler wrote (an unreadable status is empty).
+
+    Raises:
+        SpecError: its spec is not a valid Queue (written with kubectl past the schema).
+    """
+    meta = obj.get("metadata") or {}
+    document = {
+        "apiVersion": obj.get("apiVersion", QUEUES.api_version),
+        "kind": "Queue",
+        "metadata": model_metadata(obj, cluster_scoped=True),
+        "spec": obj.get("spec") or {},
+    }
+    queue = parse_queue(document, source=f"queue/{meta.get('name')}")
+    with contextlib.suppress(ValueError):
+        queue = queue.model_copy(update={"status": QueueStatus.model_validate(obj.get("status") or {})})
+    return queue
 
 
 def _timestamp(value: Any) -> datetime | None:
@@ -358,6 +395,77 @@ class KubeOperations:
                 nodes.append(node_from_object(obj))
         return sorted(nodes, key=lambda n: n.metadata.name)
 
+    def list_queues(self) -> list[Queue]:
+        """Every Queue, sorted by name; one that is not valid (written past the schema) is left out."""
+        with self.calling("list", QUEUES):
+            objects, _ = self.api.list(QUEUES)
+        queues = []
+        for obj in objects:
+            with contextlib.suppress(SpecError, ValueError):
+                queues.append(queue_from_object(obj))
+        return sorted(queues, key=lambda q: q.metadata.name)
+
+    def get_queue(self, name: str) -> Queue:
+        """One Queue.
+
+        Raises:
+            OperationError: no such queue (with the names of existing ones), or it cannot be read.
+        """
+        with self.calling("get", QUEUES):
+            try:
+                obj = self.api.get(QUEUES, name)
+            except NotFoundError:
+                obj = None
+                self._require_installed()
+        if obj is None:
+            names = [q.metadata.name for q in self.list_queues()]
+            known = f"queues: {', '.join(names[:20])}" if names else "there are no queues"
+            raise OperationError(f"queue {name} not found; {known}")
+        try:
+            return queue_from_object(obj)
+        except SpecError as err:
+            raise OperationError(f"queue {name} cannot be read: {err}") from None
+
+    def _all_jobs(self) -> list[TrainingJob] | None:
+        """Every job of every namespace, or None when the user may not list them cluster-wide."""
+        try:
+            return self.list_jobs(None)
+        except OperationError as err:
+            if "forbidden" in str(err):
+                return None
+            raise
+
+    def queue_views(self) -> list[QueueView]:
+        """Every Queue with what its jobs hold now (from the jobs; from its status if jobs cannot be listed)."""
+        queues = self.list_queues()
+        return queue_views(queues, self._all_jobs() if queues else [])
+
+    def describe_queue(self, name: str) -> QueueDescription:
+        """The Queue, its usage, its admitted and pending jobs, and the other queues of its cohort.
+
+        Raises:
+            OperationError: no such queue.
+        """
+        queue = self.get_queue(name)
+        queues = [q for q in self.list_queues() if q.metadata.name != name] + [queue]
+        described = describe_queue(name, queues, self._all_jobs())
+        assert described is not None
+        return described
+
+    def delete_queue(self, name: str) -> QueueView:
+        """Delete a Queue; its jobs keep running and are no longer limited by any quota.
+
+        Returns:
+            The queue as it was, with its admitted jobs.
+
+        Raises:
+            OperationError: no such queue.
+        """
+        described = self.describe_queue(name)
+        with self.calling("delete", QUEUES), contextlib.suppress(NotFoundError):
+            self.api.delete(QUEUES, name, uid=described.view.queue.metadata.uid)
+        return described.view
+
     def pods_of(self, job: TrainingJob) -> list[dict[str, Any]]:
         """The job's Pods (of this incarnation of its name), by name."""
         return self.job_pods(job.metadata.namespace, job.metadata.name, job.metadata.uid)
@@ -480,6 +588,7 @@ class KubeOperations:
                 j.model_copy(update={"metadata": j.metadata.model_copy(update={"namespace": namespace})}) for j in jobs
             ]
         jobtypes = [o for o in objects if isinstance(o, JobType)]
+        queues = [o for o in objects if isinstance(o, Queue)]
         # Every name is checked before anything is created: a job in the way leaves the cluster as it was.
         replaced: dict[str, dict[str, Any]] = {}
         for job in jobs:
@@ -493,6 +602,9 @@ class KubeOperations:
         for key, existing in replaced.items():
             self._delete_and_wait(existing, key)
         created: list[Submitted] = []
+        for queue in queues:
+            configured = self._apply_queue(queue)
+            created.append(Submitted("Queue", "", queue.metadata.name, configured=configured))
         for jobtype in jobtypes:
             self._apply_jobtype(jobtype)
             created.append(Submitted("JobType", "", jobtype.metadata.name))
@@ -563,6 +675,37 @@ class KubeOperations:
                 except ConflictError:
                     continue
         raise OperationError(f"jobtype {name} kept changing; try again")
+
+    def _apply_queue(self, queue: Queue) -> bool:
+        """Create the Queue or replace the spec of the existing one (``kubectl apply``); True when it existed."""
+        body = queue_body(queue)
+        name = queue.metadata.name
+        with self.calling("create", QUEUES):
+            try:
+                self.api.create(QUEUES, body)
+                return False
+            except ConflictError as error:
+                if not error.already_exists:
+                    raise
+            except NotFoundError:
+                self._require_installed()
+                raise
+        for _ in range(MAX_CONFLICT_RETRIES):
+            with self.calling("update", QUEUES):
+                current = self.api.get(QUEUES, name)
+                metadata = dict(current.get("metadata") or {})
+                for key in ("labels", "annotations"):
+                    if key in body["metadata"]:
+                        metadata[key] = body["metadata"][key]
+                updated = {**current, "metadata": metadata, "spec": body["spec"]}
+                if updated == current:
+                    return True
+                try:
+                    self.api.replace(QUEUES, updated)
+                    return True
+                except ConflictError:
+                    continue
+        raise OperationError(f"queue {name} kept changing; try again")
 
     def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob:
         """Halt (suspend) or resume a job; level-triggered: the operator does the rest.

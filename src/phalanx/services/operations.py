@@ -19,12 +19,14 @@ from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes, parse_jobtype
+from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes, parse_jobtype, parse_queue
 from phalanx.model.nodes import Node
+from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.model.validation import validate_job
 from phalanx.services.daemon import current_leader
 from phalanx.services.layout import StateLayout
+from phalanx.services.queue_views import QueueDescription, QueueView, describe_queue, queue_views, unique_queues
 
 SUBMIT_DIR_ANNOTATION = "phalanx.dev/submit-dir"
 MAX_CONFLICT_RETRIES = 20
@@ -42,6 +44,10 @@ class Submitted:
     namespace: str
     name: str
     replaced: bool = False
+    configured: bool = False  # an existing object (a Queue, a JobType) whose spec was replaced, as kubectl apply
+
+
+QUEUE_NAMESPACE = "default"  # Queues are cluster-scoped; the embedded store keeps them all in one namespace
 
 
 @dataclass
@@ -68,7 +74,7 @@ def seed_builtin_jobtypes(store: SqliteStore) -> None:
 def validate_documents(
     documents: Sequence[dict[str, Any]], jobtypes: Mapping[str, JobType], *, source: str | None = None
 ) -> list[Any]:
-    """Validate TrainingJobs and JobTypes against ``jobtypes`` (and the JobTypes of the same submission).
+    """Validate TrainingJobs, JobTypes and Queues; jobs against ``jobtypes`` (and the submission's JobTypes).
 
     The one validation of every backend: the embedded runtime and the Kubernetes backend call it with their own
     JobTypes, so a spec fails with the same field paths in both.
@@ -90,9 +96,16 @@ def validate_documents(
                 parsed.append(jobtype)
             elif kind == "TrainingJob":
                 parsed.append(validate_job(doc, jobtypes))
+            elif kind == "Queue":
+                parsed.append(parse_queue(doc))
             else:
-                errors.append(FieldError("kind", f"{prefix}unknown kind {kind!r}; use TrainingJob or JobType"))
+                errors.append(FieldError("kind", f"{prefix}unknown kind {kind!r}; use TrainingJob, JobType or Queue"))
         except SpecError as err:
+            if kind == "Queue":
+                # Name the Queue too: a file of queues and jobs has many documents.
+                name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
+                what = f"queue/{name}" if name else "queue"
+                prefix = f"document {position + 1} ({what}): " if len(documents) > 1 else f"{what}: "
             errors.extend(FieldError(e.path, prefix + e.message) for e in err.errors)
     if errors:
         raise SpecError(errors, source=source)
@@ -142,6 +155,73 @@ class Operations:
     def list_nodes(self) -> list[Node]:
         """Nodes the control plane registered."""
         return self.store.list(Node)
+
+    def list_queues(self) -> list[Queue]:
+        """Every Queue, one per name, sorted by name (Queues are cluster-scoped: ``-n`` does not apply)."""
+        return unique_queues(self.store.list(Queue))
+
+    def get_queue(self, name: str) -> Queue:
+        """One Queue.
+
+        Raises:
+            OperationError: no such queue, with the names of existing ones.
+        """
+        for queue in self.list_queues():
+            if queue.metadata.name == name:
+                return queue
+        raise OperationError(_no_queue_message(name, [q.metadata.name for q in self.list_queues()]))
+
+    def queue_views(self) -> list[QueueView]:
+        """Every Queue with what its jobs hold now, its admitted and its pending jobs."""
+        return queue_views(self.list_queues(), self.list_jobs(None))
+
+    def describe_queue(self, name: str) -> QueueDescription:
+        """The Queue, its usage, its admitted and pending jobs, and the other queues of its cohort.
+
+        Raises:
+            OperationError: no such queue.
+        """
+        queues = self.list_queues()
+        described = describe_queue(name, queues, self.list_jobs(None))
+        if described is None:
+            raise OperationError(_no_queue_message(name, [q.metadata.name for q in queues]))
+        return described
+
+    def delete_queue(self, name: str) -> QueueView:
+        """Delete a Queue; its jobs keep running, and are no longer limited by any quota.
+
+        Returns:
+            The queue as it was, with its admitted jobs (the CLI warns that they keep running).
+
+        Raises:
+            OperationError: no such queue.
+        """
+        described = self.describe_queue(name)
+        queue = described.view.queue
+        with contextlib.suppress(NotFoundError):  # deleted meanwhile: the outcome is the same
+            self.store.delete(Queue, queue.metadata.namespace, name)
+        return described.view
+
+    def apply_queue(self, queue: Queue) -> bool:
+        """Create the Queue, or replace the spec of the existing one (``kubectl apply``); True when it existed."""
+        queue = queue.model_copy(update={"metadata": queue.metadata.model_copy(update={"namespace": QUEUE_NAMESPACE})})
+        for _ in range(MAX_CONFLICT_RETRIES):
+            existing = next((q for q in self.store.list(Queue) if q.metadata.name == queue.metadata.name), None)
+            if existing is None:
+                try:
+                    self.store.create(queue)
+                    return False
+                except AlreadyExistsError:
+                    continue
+            metadata = existing.metadata.model_copy(
+                update={"labels": queue.metadata.labels, "annotations": queue.metadata.annotations}
+            )
+            try:
+                self.store.update(existing.model_copy(update={"metadata": metadata, "spec": queue.spec}))
+                return True
+            except (ConflictError, NotFoundError):
+                continue
+        raise OperationError(f"queue {queue.metadata.name} kept changing; try again")
 
     def replicas_of(self, job: TrainingJob) -> list[Replica]:
         """The job's current Replica objects."""
@@ -210,7 +290,10 @@ class Operations:
         replace_finished: bool = False,
         source: str | None = None,
     ) -> list[Submitted]:
-        """Validate everything first, then create the objects (JobTypes before jobs).
+        """Validate everything first, then create the objects (Queues, then JobTypes, then jobs).
+
+        An existing Queue or JobType gets the submitted spec (``configured``); a job of an existing name is an
+        error unless ``replace_finished`` and it finished.
 
         Raises:
             SpecError: invalid documents (nothing is created).
@@ -219,7 +302,9 @@ class Operations:
         objects = self.validate(documents, source=source)
         if namespace:
             objects = [
-                o.model_copy(update={"metadata": o.metadata.model_copy(update={"namespace": namespace})})
+                o
+                if isinstance(o, Queue)  # cluster-scoped
+                else o.model_copy(update={"metadata": o.metadata.model_copy(update={"namespace": namespace})})
                 for o in objects
             ]
         replaced: set[str] = set()
@@ -240,7 +325,11 @@ class Operations:
                 self.layout.remove_job_files(obj.metadata.namespace, obj.metadata.name, existing.metadata.uid)
                 replaced.add(obj.key)
         created: list[Submitted] = []
-        for obj in sorted(objects, key=lambda o: 0 if isinstance(o, JobType) else 1):
+        for obj in sorted(objects, key=lambda o: 0 if isinstance(o, Queue) else 1 if isinstance(o, JobType) else 2):
+            if isinstance(obj, Queue):
+                configured = self.apply_queue(obj)
+                created.append(Submitted("Queue", "", obj.metadata.name, configured=configured))
+                continue
             if isinstance(obj, JobType):
                 existing_type = self.store.try_get(JobType, obj.metadata.namespace, obj.metadata.name)
                 if existing_type is None:
@@ -297,3 +386,8 @@ class Operations:
                 self.layout.remove_job_files(namespace, name, job.metadata.uid)
             return
         self.store.mark_deleting(TrainingJob, namespace, name)
+
+
+def _no_queue_message(name: str, names: Sequence[str]) -> str:
+    known = f"queues: {', '.join(names[:20])}" if names else "there are no queues; create one with `phalanx submit -f`"
+    return f"queue {name} not found; {known}"

@@ -48,7 +48,9 @@ def test_submit_then_follow_by_long_poll_until_succeeded(runtime: Runtime, api: 
         replace_finished=False,
         source=None,
     )
-    assert created == [{"kind": "TrainingJob", "namespace": "default", "name": "polled", "replaced": False}]
+    assert created == [
+        {"kind": "TrainingJob", "namespace": "default", "name": "polled", "replaced": False, "configured": False}
+    ]
     job = api.job("default", "polled")
     phases = [job["status"]["phase"]]
     hold.write_text("go")

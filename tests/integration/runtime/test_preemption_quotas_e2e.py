@@ -111,7 +111,7 @@ def test_a_critical_job_preempts_a_low_one_that_runs_again_after_it(runtime: Run
 
 
 def test_a_queue_with_a_one_gpu_quota_runs_its_jobs_one_at_a_time(runtime: Runtime, tmp_path: Path) -> None:
-    # There is no CLI or SDK verb for Queues in the embedded runtime yet: the Queue goes into the store directly.
+    # The Queue goes into the store directly here; `phalanx submit -f` creates one too (test_queues_cli.py).
     runtime.start_control_plane(extra=["--inventory", str(INVENTORY)])
     queue = parse_queue(
         {

@@ -145,7 +145,7 @@ def run_on_cluster(client: KubernetesClient, file: Path, *, detach: bool, logs: 
     submitted = client.submit(file, replace_finished=True)
     jobs = [s for s in submitted if s.kind == "TrainingJob"]
     for item in submitted:
-        verb = "replaced" if item.replaced else "created"
+        verb = "replaced" if item.replaced else "configured" if item.configured else "created"
         console.print(f"{item.kind.lower()}/{item.name} {verb}")
     if detach or not jobs:
         return 0

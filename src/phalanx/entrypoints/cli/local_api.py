@@ -158,3 +158,15 @@ class LocalApi:
         """(replica, log path) of the latest attempt of each replica."""
         answer = self._request("GET", f"/v1/namespaces/{quote(namespace)}/trainingjobs/{quote(name)}/logs")
         return [(replica, Path(path)) for replica, path in answer["logs"]]
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Every Queue (wire form), its ``status`` computed now from the jobs."""
+        return list(self._request("GET", "/v1/queues")["items"])
+
+    def queue(self, name: str) -> dict[str, Any]:
+        """One Queue with its ``admitted`` and ``pending`` jobs and the other queues of its ``cohort``."""
+        return self._request("GET", f"/v1/queues/{quote(name)}")
+
+    def delete_queue(self, name: str) -> dict[str, Any]:
+        """Delete a Queue: ``{deleted, admitted}``, ``admitted`` the jobs that keep running without a quota."""
+        return self._request("DELETE", f"/v1/queues/{quote(name)}")

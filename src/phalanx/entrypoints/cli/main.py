@@ -29,7 +29,7 @@ from rich.markup import escape
 
 from phalanx.entrypoints.cli.backends import Backend, BackendChoice, BackendError, choose_backend
 from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, StoreJobSource, follow
-from phalanx.entrypoints.cli.output import console, fail
+from phalanx.entrypoints.cli.output import console, fail, warn
 from phalanx.entrypoints.cli.running import run_job, session
 from phalanx.entrypoints.cli.sim import sim_app
 from phalanx.entrypoints.cli.sim_fgd import fgd as _fgd  # noqa: F401  (registers `phalanx sim fgd`)
@@ -67,6 +67,11 @@ class Resource(StrEnum):
     NODE = "node"
     JOBTYPES = "jobtypes"
     JOBTYPE = "jobtype"
+    QUEUES = "queues"
+    QUEUE = "queue"
+
+
+QUEUE_RESOURCES = ("queue", "queues")
 
 
 StateDirOption = Annotated[
@@ -105,9 +110,9 @@ _INSTALL = "phalanx install --print | kubectl apply -f -"
 
 
 def _require_jobs(resource: str, verb: str) -> None:
-    """Verbs that act on one job take ``job NAME``, kubectl-style; anything else is a usage error (exit 2)."""
-    if resource not in ("job", "jobs"):
-        fail(f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`", 2)
+    """Verbs that act on one object take ``job NAME`` or ``queue NAME``; anything else is a usage error (exit 2)."""
+    if resource not in ("job", "jobs", *QUEUE_RESOURCES):
+        fail(f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME` or `phalanx {verb} queue NAME`", 2)
 
 
 def _choose(backend: Backend | None, kubeconfig: Path | None, context: str | None) -> BackendChoice:
@@ -189,7 +194,12 @@ def run(
 
 @app.command()
 def submit(
-    file: Annotated[Path, typer.Argument(help="A YAML/JSON file of TrainingJobs and JobTypes.")],
+    file: Annotated[
+        Path | None, typer.Argument(help="A YAML/JSON file of TrainingJobs, JobTypes and Queues.", show_default=False)
+    ] = None,
+    filename: Annotated[
+        Path | None, typer.Option("--filename", "-f", help="The file, kubectl-style (instead of the argument).")
+    ] = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate only; print the defaulted spec.")] = False,
@@ -197,9 +207,17 @@ def submit(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Validate and create jobs without following them (the control plane picks them up)."""
+    """Validate and create jobs, job types and queues without following them (the control plane picks them up).
+
+    Every document is validated first: if any is invalid, nothing is created. An existing Queue or JobType gets
+    the new spec (`configured`), as `kubectl apply` does.
+    """
     from phalanx.model.loading import read_documents
 
+    if (file is None) == (filename is None):
+        fail("give the file once: `phalanx submit -f FILE` or `phalanx submit FILE`", 2)
+    file = filename or file
+    assert file is not None
     choice = _choose(backend, kubeconfig, context)
     if choice.kubernetes:
         from phalanx.entrypoints.cli.cluster import cluster_session
@@ -209,7 +227,7 @@ def submit(
                 _print_objects(cluster.ops.validate(read_documents(file), source=str(file)), Output.YAML)
                 return
             for item in cluster.submit(file):
-                console.print(f"{item.kind.lower()}/{item.name} created")
+                console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
         return
     from phalanx.services.daemon import current_leader
 
@@ -221,14 +239,14 @@ def submit(
             return
         submitted = client.submit(file)
         for item in submitted:
-            console.print(f"{item.kind.lower()}/{item.name} created")
+            console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
         if current_leader(client.store) is None:
             console.print("[yellow]note:[/] no control plane is running; start one with `phalanx up`")
 
 
 @app.command()
 def get(
-    resource: Annotated[Resource, typer.Argument(help="jobs, nodes or jobtypes")],
+    resource: Annotated[Resource, typer.Argument(help="jobs, nodes, jobtypes or queues")],
     name: Annotated[str | None, typer.Argument(help="Only this one.")] = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
@@ -238,8 +256,8 @@ def get(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """List jobs, nodes or job types."""
-    from phalanx.entrypoints.cli.render import jobs_table, jobtypes_table, nodes_table
+    """List jobs, nodes, job types or queues (queues: usage/quota of each resource, admitted and pending jobs)."""
+    from phalanx.entrypoints.cli.render import jobs_table, jobtypes_table, nodes_table, queues_table
     from phalanx.model.replicas import Replica
 
     choice = _choose(backend, kubeconfig, context)
@@ -278,6 +296,18 @@ def get(
                     used["cpu_milli"] += vector.cpu_milli
                     used["gpu"] += len(placement.gpus)
                 console.print(nodes_table(nodes, usage))
+        elif resource in (Resource.QUEUES, Resource.QUEUE):
+            views = client.ops.queue_views()
+            if name:
+                views = [view for view in views if view.name == name]
+                if not views:
+                    client.ops.get_queue(name)  # says it is not found, with the names of the others
+            if output in (Output.YAML, Output.JSON):
+                _print_objects([view.current() for view in views], output)
+            elif not views:
+                console.print("No queues: create one with `phalanx submit -f queue.yaml` (see docs/queues.md).")
+            else:
+                console.print(queues_table(views))
         else:
             jobtypes = [jt for n, jt in sorted(client.ops.jobtypes().items()) if name in (None, n)]
             if name and not jobtypes:
@@ -290,20 +320,23 @@ def get(
 
 @app.command()
 def describe(
-    resource: Annotated[str, typer.Argument(help="job")],
-    name: Annotated[str, typer.Argument(help="The job's name.")],
+    resource: Annotated[str, typer.Argument(help="job or queue")],
+    name: Annotated[str, typer.Argument(help="The job's or the queue's name.")],
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Show a job in detail: roles, placement, replicas, conditions, events."""
-    from phalanx.entrypoints.cli.render import print_description
+    """Show a job (roles, placement, replicas, conditions, events) or a queue (quota, usage, jobs) in detail."""
+    from phalanx.entrypoints.cli.render import print_description, print_queue_description
 
     _require_jobs(resource, "describe")
     choice = _choose(backend, kubeconfig, context)
     with _session(choice, state_dir, namespace) as client:
+        if resource in QUEUE_RESOURCES:
+            print_queue_description(console, client.describe_queue(name))
+            return
         print_description(console, client.describe(name), pods=choice.kubernetes)
 
 
@@ -396,18 +429,29 @@ def resume(
 
 @app.command()
 def delete(
-    resource: Annotated[str, typer.Argument(help="job")],
-    name: Annotated[str, typer.Argument(help="The job's name.")],
+    resource: Annotated[str, typer.Argument(help="job or queue")],
+    name: Annotated[str, typer.Argument(help="The job's or the queue's name.")],
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Delete a job: stop its replicas, then remove it."""
+    """Delete a job (stop its replicas, then remove it) or a queue (its jobs keep running, without its quota)."""
     _require_jobs(resource, "delete")
     choice = _choose(backend, kubeconfig, context)
     with _session(choice, state_dir, namespace) as client:
+        if resource in QUEUE_RESOURCES:
+            deleted = client.delete_queue(name)
+            console.print(f"queue/{name} deleted")
+            if deleted.admitted_count:
+                jobs = ", ".join(job.key for job in deleted.admitted) or f"{deleted.admitted_count} job(s)"
+                warn(
+                    f"queue {name} had {deleted.admitted_count} admitted job(s), which keep running: {jobs}; "
+                    f"jobs naming queue {name} are no longer limited by a quota (submit the Queue again to limit "
+                    "them)"
+                )
+            return
         client.delete(name)
         console.print(f"job/{name} deleted")
 

@@ -151,6 +151,11 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise Failure(code)
 
 
+def warn(message: str) -> None:
+    """Print ``warning: message`` on stderr."""
+    writer(stderr=True).print(f"[bold yellow]warning:[/] {escape(message)}")
+
+
 def spec_errors(source: str | None, errors: Sequence[tuple[str, str]]) -> NoReturn:
     """Print every field error of an invalid spec and exit 2."""
     where = f"{source}: " if source else ""

@@ -14,6 +14,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
 from phalanx.model.resources import format_cpu, format_memory, human_memory
 from phalanx.services.operations import JobDescription
+from phalanx.services.queue_views import QueueDescription, QueueView, job_usage
 
 
 def age(when: datetime | None, now: datetime | None = None) -> str:
@@ -186,6 +187,116 @@ def print_description(console: Console, described: JobDescription, *, pods: bool
             f"[{style}]{event.type}[/]" if style else event.type, event.reason, age(event.time), event.message
         )
     console.print(events)
+
+
+def _gpus(milli: int) -> str:
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli / 1000:g}"
+
+
+_FORMAT = {"gpu": _gpus, "cpu": format_cpu, "memory": format_memory}
+
+
+def usage_of_quota(view: QueueView, resource: str, *, plain: bool = False) -> str:
+    """``usage/quota`` of one resource (``-`` when the queue has no quota for it); above quota, what is borrowed.
+
+    GPUs are counted in thousandths inside (a GPU share is a fraction of a GPU): ``1.5/4``. ``plain``: no colour.
+    """
+    show = _FORMAT[resource]
+    used = view.usage.amount(resource)
+    quota = view.queue.spec.quota.named().get(resource)
+    if quota is None:
+        return f"{show(used)}/-"
+    limit = quota * 1000 if resource == "gpu" else quota
+    text = f"{show(used)}/{show(limit)}"
+    if used > limit:
+        text += f" (+{show(used - limit)})"
+        return text if plain else f"[yellow]{text}[/]"
+    return text
+
+
+def queues_table(views: list[QueueView]) -> Table:
+    """NAME COHORT WEIGHT GPU CPU MEMORY ADMITTED PENDING; resources as usage/quota, borrowing in yellow."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("NAME", "COHORT", "WEIGHT", "GPU", "CPU", "MEMORY", "ADMITTED", "PENDING"):
+        table.add_column(column)
+    for view in views:
+        spec = view.queue.spec
+        table.add_row(
+            view.name,
+            spec.cohort or "-",
+            f"{spec.weight:g}",
+            *(usage_of_quota(view, resource) for resource in ("gpu", "cpu", "memory")),
+            str(view.admitted_count),
+            str(view.pending_count),
+        )
+    return table
+
+
+def print_queue_description(console: Console, described: QueueDescription) -> None:
+    """`phalanx describe queue NAME`: spec, usage per resource, admitted and pending jobs, the cohort."""
+    view = described.view
+    queue, spec = view.queue, view.queue.spec
+    console.print(f"[bold]Name:[/]              {queue.metadata.name}")
+    console.print(f"[bold]Cohort:[/]            {spec.cohort or '- (borrows and lends nothing)'}")
+    console.print(f"[bold]Weight:[/]            {spec.weight:g}")
+    console.print(f"[bold]Priority classes:[/]  {', '.join(spec.priority_classes) or 'all'}")
+    console.print(f"[bold]Namespaces:[/]        {', '.join(spec.namespaces) or 'all'}")
+    if queue.metadata.creation_timestamp:
+        created = queue.metadata.creation_timestamp
+        console.print(f"[bold]Created:[/]           {created} ({age(created)} ago)")
+    if view.from_status:
+        console.print("[yellow]note:[/] the jobs cannot be listed; counts and usage are the scheduler's last status")
+    quota = spec.quota.named()
+    limits = spec.borrowing_limit.named() if spec.borrowing_limit is not None else {}
+    resources = Table(title="Resources", box=None, title_justify="left", header_style="bold")
+    for column in ("RESOURCE", "USAGE/QUOTA", "BORROWING LIMIT"):
+        resources.add_column(column)
+    for resource in ("gpu", "cpu", "memory"):
+        if resource not in quota:
+            limit = "-"
+        elif resource in limits:
+            limit = _FORMAT[resource](limits[resource] * 1000 if resource == "gpu" else limits[resource])
+        else:
+            limit = "unlimited" if spec.cohort else "-"
+        resources.add_row(resource.upper(), usage_of_quota(view, resource), limit)
+    console.print(resources)
+    if not quota:
+        console.print("No quota: the queue's jobs are not limited by it.")
+    if not view.from_status:
+        admitted = Table(title="Admitted jobs", box=None, title_justify="left", header_style="bold")
+        for column in ("JOB", "PHASE", "GPU", "CPU", "MEMORY", "AGE"):
+            admitted.add_column(column)
+        for job in view.admitted:
+            used = job_usage(job)
+            admitted.add_row(
+                job.key,
+                styled_phase(job.status.phase),
+                _gpus(used.gpu_milli),
+                format_cpu(used.cpu_milli),
+                format_memory(used.memory),
+                age(job.metadata.creation_timestamp),
+            )
+        console.print(admitted if view.admitted else "Admitted jobs: none")
+        pending = Table(title="Pending jobs", box=None, title_justify="left", header_style="bold")
+        for column in ("JOB", "PHASE", "PRIORITY", "AGE", "WAITING FOR"):
+            pending.add_column(column, overflow="fold" if column == "WAITING FOR" else "ellipsis")
+        for job in view.pending:
+            pending.add_row(
+                job.key,
+                styled_phase(job.status.phase),
+                job.spec.scheduling.priority_class or "-",
+                age(job.metadata.creation_timestamp),
+                job.status.message or job.status.reason or "-",
+            )
+        console.print(pending if view.pending else "Pending jobs: none")
+    if spec.cohort:
+        if described.cohort:
+            cohort = queues_table(described.cohort)
+            cohort.title = f"Other queues of cohort {spec.cohort}"
+            cohort.title_justify = "left"
+            console.print(cohort)
+        else:
+            console.print(f"Other queues of cohort {spec.cohort}: none (nothing to borrow from)")
 
 
 def as_wire(objects: list[Any]) -> list[dict[str, Any]] | dict[str, Any]:

@@ -88,7 +88,7 @@ def run_job(
         fail(str(err))
     jobs = [s for s in submitted if s["kind"] == "TrainingJob"]
     for item in submitted:
-        verb = "replaced" if item["replaced"] else "created"
+        verb = "replaced" if item["replaced"] else "configured" if item.get("configured") else "created"
         console.print(f"{item['kind'].lower()}/{item['name']} {verb}")
     if detach or not jobs:
         return 0
