@@ -134,6 +134,12 @@ def running_postgres(timeout: float = 60.0) -> Iterator[PostgresServer]:
         for path in (root, pwfile):
             os.chown(path, entry.pw_uid, entry.pw_gid)
     os.chmod(root, 0o700)
+    if user is not None and subprocess.run([*prefix, "test", "-w", str(root)], check=False).returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        raise PostgresUnavailableError(
+            f"user {user} cannot reach {root} (a parent directory is closed to it); set TMPDIR to a directory "
+            f"that {user} can traverse, e.g. /tmp, or PHALANX_TEST_PG_USER to another user"
+        )
     started = False
     try:
         _run(

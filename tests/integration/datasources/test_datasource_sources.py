@@ -152,15 +152,18 @@ def test_fsspec_memory_object_and_prefix(tmp_path: Path) -> None:
         fs.rm(f"/{bucket}", recursive=True)
 
 
-def test_unknown_or_uninstalled_scheme(tmp_path: Path) -> None:
+def test_unknown_or_uninstalled_scheme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SourceError, match=r"unknown URL scheme nosuch://"):
         materialize(SourceRequest("url", url="nosuch://x/y"), tmp_path / "a")
-    pytest.importorskip("fsspec")
-    try:
-        import gcsfs  # noqa: F401
-    except ImportError:
-        with pytest.raises(SourceError, match=r"pip install 'phalanx\[gs\]'"):
-            materialize(SourceRequest("url", url="gs://bucket/x"), tmp_path / "b")
+    # As if the s3 and gs extras were not installed, whether or not they are here.
+    monkeypatch.setitem(sys.modules, "s3fs", None)
+    monkeypatch.setitem(sys.modules, "gcsfs", None)
+    for url, extra in (("s3://bucket/x", "s3"), ("gs://bucket/x", "gs")):
+        with pytest.raises(SourceError) as err:
+            materialize(SourceRequest("url", url=url), tmp_path / extra)
+        assert err.value.field == "spec.source.url"
+        assert f"pip install 'phalanx[{extra}]'" in err.value.message
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_script_writes_two_files(tmp_path: Path) -> None:

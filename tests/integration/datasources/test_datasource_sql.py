@@ -7,14 +7,14 @@ import sqlite3
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from phalanx.adapters.datasources import SourceError, SourceRequest, content_version, materialize
 from phalanx.adapters.datasources.sql import BATCH_ROWS
+from support.postgres import PostgresServer, free_port
 
 pytestmark = pytest.mark.integration
-
-pq = pytest.importorskip("pyarrow.parquet")
 
 
 @pytest.fixture
@@ -124,7 +124,7 @@ def pg_table(postgres_url: str) -> str:
     return "readings"
 
 
-def test_postgres_to_parquet(tmp_path: Path, postgres_url: str, pg_table: str, postgres: object) -> None:
+def test_postgres_to_parquet(tmp_path: Path, postgres_url: str, pg_table: str, postgres: PostgresServer) -> None:
     dest = tmp_path / "ds"
     seen: list[tuple[int, int | None]] = []
     query = (
@@ -142,7 +142,7 @@ def test_postgres_to_parquet(tmp_path: Path, postgres_url: str, pg_table: str, p
     assert first["taken"] == dt.datetime(2024, 1, 1, 0, 1, tzinfo=dt.UTC)
     assert str(first["tag"]) == "c4ca4238-a0b9-2382-0dcc-509a6f75849b"  # md5('1'): a UUID, or text on old pyarrow
     assert first["rounded"] == 0
-    host, port = postgres.host, postgres.port  # type: ignore[attr-defined]
+    host, port = postgres.host, postgres.port
     assert result.lineage == f"sql: {query} on postgresql://phalanx:***@{host}:{port}/phalanx_test (21000 rows)"
     assert "s3cret" not in result.lineage
     assert seen and all(t is None for _, t in seen)
@@ -173,9 +173,7 @@ def test_postgres_query_cannot_change_data(tmp_path: Path, postgres_url: str, pg
     assert not (tmp_path / "ds").exists()
 
 
-def test_postgres_unreachable_and_wrong_password(tmp_path: Path, postgres: object) -> None:
-    from support.postgres import free_port
-
+def test_postgres_unreachable_and_wrong_password(tmp_path: Path, postgres: PostgresServer) -> None:
     with pytest.raises(SourceError) as err:
         materialize(
             SourceRequest("sql", sql_url=f"postgresql://u:topsecret@127.0.0.1:{free_port()}/db", query="SELECT 1"),
@@ -185,7 +183,7 @@ def test_postgres_unreachable_and_wrong_password(tmp_path: Path, postgres: objec
     assert err.value.field == "spec.source.sql.url"
     assert "cannot connect to postgresql://u:***@127.0.0.1" in err.value.message
     assert "topsecret" not in str(err.value)
-    host, port = postgres.host, postgres.port  # type: ignore[attr-defined]
+    host, port = postgres.host, postgres.port
     with pytest.raises(SourceError, match="password authentication failed"):
         materialize(
             SourceRequest("sql", sql_url=f"postgresql://phalanx:wrong@{host}:{port}/phalanx_test", query="SELECT 1"),

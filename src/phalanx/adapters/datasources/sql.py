@@ -21,7 +21,7 @@ from phalanx.adapters.datasources.staging import BudgetedFile, Progress, WriteBu
 BATCH_ROWS = 10_000
 OUTPUT_NAME = "data.parquet"
 DATA_EXTRA = "pip install 'phalanx[data]'"
-DRIVER_EXTRAS = {"postgresql": "pip install 'phalanx[postgres]'"}
+DRIVER_EXTRAS = {"postgresql": "pip install 'phalanx[postgres]' and write the URL as postgresql://… (psycopg 3)"}
 
 
 def _db_message(exc: BaseException) -> str:
@@ -77,7 +77,7 @@ def _engine(sql_url: str, field: str, base_dir: Path | None, timeout_s: float) -
     except ImportError as exc:
         fix = DRIVER_EXTRAS.get(backend, f"install the database driver for {backend}")
         raise SourceError(field, f"the driver for {backend} is not installed ({exc}): {fix}") from exc
-    return engine, shown.render_as_string(hide_password=True)
+    return engine, mask_url(shown.render_as_string(hide_password=True))  # also ?password=… in the query string
 
 
 def _column(values: Sequence[Any], pa: Any, type_: Any | None) -> Any:
