@@ -86,7 +86,6 @@ from phalanx.core.scheduling.types import (
     Admission,
     ClusterSnapshot,
     Decisions,
-    DeviceAssignment,
     PendingJob,
     Preemption,
     RunningJob,
@@ -110,6 +109,7 @@ from phalanx.services.scheduler import (
     queue_refusal,
     queue_statuses,
     replica_requests,
+    running_job,
 )
 
 log = logging.getLogger(__name__)
@@ -652,34 +652,16 @@ class KubeScheduler:
                 continue
             requests = tuple(replica_requests(job, jobtypes.get(job.spec.type)))
             names = {request.name for request in requests}
-            assignments = []
-            for name, placement in job.status.placements.items():
-                on = pod_nodes.get((job.metadata.uid or "", name))
-                if name not in names or placement.node not in known or on not in (None, "", placement.node):
-                    continue
-                assignments.append(
-                    DeviceAssignment(
-                        replica=name,
-                        node=placement.node,
-                        cpus=tuple(placement.cpus),
-                        gpus=tuple(placement.gpus),
-                        gpu_milli=placement.gpu_milli,
-                    )
-                )
-            if assignments:
-                running.append(
-                    RunningJob(
-                        key=job.key,
-                        priority=job.spec.scheduling.effective_priority(),
-                        queue=job.spec.scheduling.queue,
-                        started=job.status.admitted_time or job.metadata.creation_timestamp or now,
-                        replicas=requests,
-                        assignments=tuple(assignments),
-                        checkpointed=False,
-                        # Storing and Halting jobs are about to give their room back; they cannot be preempted.
-                        preemptible=can_transition(phase, Phase.PREEMPTED),
-                    )
-                )
+            kept = [
+                (name, placement)
+                for name, placement in job.status.placements.items()
+                if name in names
+                and placement.node in known
+                and pod_nodes.get((job.metadata.uid or "", name)) in (None, "", placement.node)
+            ]
+            found = running_job(job, requests, kept, now)
+            if found is not None:
+                running.append(found)
         return tuple(running)
 
     def _current_datasets(self) -> dict[tuple[str, str], Dataset]:

@@ -95,6 +95,38 @@ def holdings_of(jobs: list[TrainingJob], replicas: list[Replica]) -> list[tuple[
     return held
 
 
+def running_job(
+    job: TrainingJob,
+    requests: tuple[ReplicaRequest, ...],
+    placements: Iterable[tuple[str, ReplicaPlacement]],
+    now: datetime,
+) -> RunningJob | None:
+    """The core's ``RunningJob`` for a job holding ``placements`` (replica name, placement); None for none."""
+    assignments = tuple(
+        DeviceAssignment(
+            replica=name,
+            node=placement.node,
+            cpus=tuple(placement.cpus),
+            gpus=tuple(placement.gpus),
+            gpu_milli=placement.gpu_milli,
+        )
+        for name, placement in placements
+    )
+    if not assignments:
+        return None
+    return RunningJob(
+        key=job.key,
+        priority=job.spec.scheduling.effective_priority(),
+        queue=job.spec.scheduling.queue,
+        started=job.status.admitted_time or job.metadata.creation_timestamp or now,
+        replicas=requests,
+        assignments=assignments,
+        checkpointed=False,
+        # Storing and Halting jobs are about to give their room back; the lifecycle cannot preempt them.
+        preemptible=can_transition(Phase(job.status.phase), Phase.PREEMPTED),
+    )
+
+
 def running_jobs(
     jobs: Iterable[TrainingJob],
     replicas: Iterable[Replica],
@@ -117,35 +149,16 @@ def running_jobs(
             continue
         requests = tuple(replica_requests(job, jobtypes.get(job.spec.type)))
         names = {request.name for request in requests}
-        assignments = []
-        for name, placement in job.status.placements.items():
-            held = existing.get((job.metadata.uid or "", name), placement)
-            if name not in names or held != placement or placement.node not in known:
-                continue
-            assignments.append(
-                DeviceAssignment(
-                    replica=name,
-                    node=placement.node,
-                    cpus=tuple(placement.cpus),
-                    gpus=tuple(placement.gpus),
-                    gpu_milli=placement.gpu_milli,
-                )
-            )
-        if not assignments:
-            continue
-        running.append(
-            RunningJob(
-                key=job.key,
-                priority=job.spec.scheduling.effective_priority(),
-                queue=job.spec.scheduling.queue,
-                started=job.status.admitted_time or job.metadata.creation_timestamp or now,
-                replicas=requests,
-                assignments=tuple(assignments),
-                checkpointed=False,
-                # Storing and Halting jobs are about to give their room back; the lifecycle cannot preempt them.
-                preemptible=can_transition(Phase(job.status.phase), Phase.PREEMPTED),
-            )
-        )
+        kept = [
+            (name, placement)
+            for name, placement in job.status.placements.items()
+            if name in names
+            and existing.get((job.metadata.uid or "", name), placement) == placement
+            and placement.node in known
+        ]
+        found = running_job(job, requests, kept, now)
+        if found is not None:
+            running.append(found)
     return tuple(running)
 
 
