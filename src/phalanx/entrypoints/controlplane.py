@@ -12,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
+from phalanx.model.resources import parse_memory
 from phalanx.services.controlplane import ControlPlane, ControlPlaneConfig
 from phalanx.services.layout import default_state_dir
 
@@ -24,8 +25,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node-name", default=None)
     parser.add_argument("--lease-ttl", type=float, default=5.0)
     parser.add_argument("--grace-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--cache-size",
+        default=None,
+        help="each node's dataset cache, e.g. 50Gi (default: what the cache recorded; half the free disk when new)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
+    try:
+        cache_bytes = None if args.cache_size is None else parse_memory(args.cache_size)
+    except ValueError as exc:
+        parser.error(f"--cache-size: {exc}")
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -41,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             node_name=args.node_name,
             lease_ttl_seconds=args.lease_ttl,
             grace_seconds=args.grace_seconds,
+            cache_bytes=cache_bytes,
         )
     )
     plane.run(stop)

@@ -157,6 +157,21 @@ class DatasetStatus(ApiModel):
     lineage: str | None = Field(default=None, description="which source, query or job made this version")
     message: str | None = None
     materialized_time: datetime | None = None
+    observed_generation: int | None = Field(default=None, description="the spec generation this status is for")
+    nodes: list[str] = Field(default_factory=list, description="the nodes whose cache holds this version")
+
+
+#: Longest value a Kubernetes label may have.
+LABEL_VALUE_MAX = 63
+
+
+def version_label(version: str) -> str:
+    """A content version as a node-label value: ``sha256:<64 hex>`` -> ``sha256-<first 56 hex>``.
+
+    Label values allow 63 characters and no ``:``; 56 hex digits (224 bits) still name one version. Idempotent, so
+    a value already in label form is returned as it is. Also the name of the version's directory in node caches.
+    """
+    return version.replace(":", "-")[:LABEL_VALUE_MAX]
 
 
 class Dataset(ApiModel):

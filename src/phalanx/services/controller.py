@@ -33,6 +33,7 @@ from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaPhase, replica_name
+from phalanx.services.datasets import DatasetManager, StagingObservation
 from phalanx.services.layout import StateLayout
 from phalanx.services.storing import observe_outputs, store_outputs
 
@@ -79,6 +80,7 @@ class JobController:
     layout: StateLayout
     clock: SystemClock = field(default_factory=SystemClock)
     identity: str = "controller"
+    data: DatasetManager | None = None
 
     def sync(self) -> tuple[bool, float | None]:
         """Reconcile every job once. Returns (something changed, seconds until a timer needs a look)."""
@@ -116,6 +118,7 @@ class JobController:
         outputs = (
             observe_outputs(job, self.layout) if Phase(job.status.phase) == Phase.STORING else OutputsObservation()
         )
+        staging = self.data.staging(job) if self.data is not None else StagingObservation()
         decided = plan(
             ReconcileInput(
                 job=job,
@@ -123,11 +126,13 @@ class JobController:
                 replicas=tuple(observe(r) for r in replicas),
                 now=self.clock.now(),
                 outputs=outputs,
+                staged=staging.staged,
+                staging_error=staging.error,
             )
         )
-        return self._apply(job, jobtypes.get(job.spec.type), decided), decided.requeue_after
+        return self._apply(job, jobtypes.get(job.spec.type), decided, staging), decided.requeue_after
 
-    def _apply(self, job: TrainingJob, jobtype: JobType | None, decided: Plan) -> bool:
+    def _apply(self, job: TrainingJob, jobtype: JobType | None, decided: Plan, staging: StagingObservation) -> bool:
         changed = False
         status = decided.status
         creates = [a for a in decided.actions if isinstance(a, CreateReplica)]
@@ -149,7 +154,7 @@ class JobController:
         for action in decided.actions:
             if isinstance(action, CreateReplica):
                 assert jobtype is not None
-                changed |= self._create_replica(job, jobtype, action)
+                changed |= self._create_replica(job, jobtype, action, staging)
             elif isinstance(action, DeleteReplica):
                 changed |= self._delete_replica(job.metadata.namespace, action.name)
             elif isinstance(action, StoreOutputs):
@@ -162,7 +167,9 @@ class JobController:
                 changed = True
         return changed
 
-    def _create_replica(self, job: TrainingJob, jobtype: JobType, action: CreateReplica) -> bool:
+    def _create_replica(
+        self, job: TrainingJob, jobtype: JobType, action: CreateReplica, staging: StagingObservation
+    ) -> bool:
         name = replica_name(job.metadata.name, action.role, action.index)
         assert job.metadata.uid is not None
         endpoints = {
@@ -197,6 +204,7 @@ class JobController:
         env["NVIDIA_VISIBLE_DEVICES"] = gpus or "void"
         if placement.gpu_milli:
             env["PHALANX_GPU_MILLI"] = str(placement.gpu_milli)
+        env.update(staging.env.get(name, {}))
         template = job.spec.replicas[action.role].template
         files = {}
         if jobtype.spec.hostfile_roles:

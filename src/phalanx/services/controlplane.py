@@ -29,6 +29,7 @@ from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError
 from phalanx.model.nodes import Node
 from phalanx.services.api_server import LocalApiServer
 from phalanx.services.controller import JobController
+from phalanx.services.datasets import DatasetManager
 from phalanx.services.layout import StateLayout
 from phalanx.services.leadership import Leadership
 from phalanx.services.node_runtime import NodeRuntime
@@ -91,6 +92,7 @@ class ControlPlaneConfig:
     maintenance_seconds: float = 600.0
     keep_changes: int = 100_000
     keep_events_days: float = 7.0
+    cache_bytes: int | None = None
 
 
 @dataclass
@@ -179,7 +181,14 @@ class ControlPlane:
             runtime.close()
 
     def _loop(self, stop: threading.Event, runtime: NodeRuntime, bell: Bell) -> None:
-        controller = JobController(self.store, self.layout, identity=self.leadership.holder)
+        datasets = DatasetManager(self.store, self.layout, wake=bell.ring, cache_capacity=self.config.cache_bytes)
+        try:
+            self._passes(stop, runtime, bell, datasets)
+        finally:
+            datasets.close()
+
+    def _passes(self, stop: threading.Event, runtime: NodeRuntime, bell: Bell, datasets: DatasetManager) -> None:
+        controller = JobController(self.store, self.layout, identity=self.leadership.holder, data=datasets)
         scheduler = SchedulerService(self.store, identity=self.leadership.holder)
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
@@ -197,6 +206,7 @@ class ControlPlane:
                 for _ in range(self.config.max_busy_passes):
                     seq = self.store.latest_seq()
                     changed_runtime = runtime.sync()
+                    changed_runtime |= datasets.sync()
                     changed_jobs, wake = controller.sync()
                     changed_sched = scheduler.sync()
                     if not (changed_runtime or changed_jobs or changed_sched):

@@ -48,7 +48,7 @@ def current_leader(store: SqliteStore) -> LeaderInfo | None:
 
 
 def start_control_plane(
-    layout: StateLayout, *, inventory: Path | None = None, timeout: float = 20.0
+    layout: StateLayout, *, inventory: Path | None = None, cache_size: str | None = None, timeout: float = 20.0
 ) -> tuple[LeaderInfo, bool]:
     """Reuse the running control plane or start one in the background.
 
@@ -67,6 +67,8 @@ def start_control_plane(
         command = [sys.executable, "-m", "phalanx.entrypoints.controlplane", "--state-dir", str(layout.root)]
         if inventory is not None:
             command += ["--inventory", str(inventory.resolve())]
+        if cache_size is not None:
+            command += ["--cache-size", cache_size]
         with open(layout.control_plane_log, "ab") as log_file:
             process = subprocess.Popen(
                 command,

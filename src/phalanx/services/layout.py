@@ -2,7 +2,8 @@
 
 ``<state>/phalanx.db`` (SQLite store), ``<state>/controlplane.log``, ``<state>/runs/<ns>/<job>/<uid8>/``
 (per job: ``<outputs.path>/`` shared by its replicas, ``replicas/<replica>-a<attempt>/`` per launched replica with
-its log), ``<state>/artifacts/<ns>/<job>/`` (default destination of stored outputs).
+its log), ``<state>/artifacts/<ns>/<job>/`` (default destination of stored outputs),
+``<state>/datasets/<ns>/<name>/`` (materialised datasets), ``<state>/cache/<node>/`` (each node's dataset cache).
 """
 
 from __future__ import annotations
@@ -64,6 +65,23 @@ class StateLayout:
     def default_artifacts(self, namespace: str, name: str) -> Path:
         """Where outputs are stored when the job does not say ``outputs.storeTo``."""
         return self.root / "artifacts" / namespace / name
+
+    @property
+    def datasets_root(self) -> Path:
+        """Materialised datasets: ``datasets/<ns>/<name>/<version label>/`` and a ``<version label>.json`` manifest."""
+        return self.root / "datasets"
+
+    def dataset_dir(self, namespace: str, name: str) -> Path:
+        """The materialised versions of one Dataset."""
+        return self.datasets_root / namespace / name
+
+    def dataset_manifest(self, namespace: str, name: str, version: str) -> Path:
+        """The file list of one materialised version (``version``: ``sha256:...`` or its label form)."""
+        return self.dataset_dir(namespace, name) / f"{version.replace(':', '-')[:63]}.json"
+
+    def node_cache_dir(self, node: str) -> Path:
+        """One node's dataset cache (``adapters.datacache.NodeDataCache``)."""
+        return self.root / "cache" / node
 
     def ensure(self) -> None:
         """Create the state directory."""

@@ -15,11 +15,12 @@ from typing import Any
 
 from phalanx.adapters.store import AlreadyExistsError, ConflictError, NotFoundError, SqliteStore
 from phalanx.core.lifecycle import ACTIVE_PHASES, HOLDING_PHASES
+from phalanx.model.datasets import Dataset
 from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes, parse_jobtype, parse_queue
+from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes, parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
@@ -74,7 +75,7 @@ def seed_builtin_jobtypes(store: SqliteStore) -> None:
 def validate_documents(
     documents: Sequence[dict[str, Any]], jobtypes: Mapping[str, JobType], *, source: str | None = None
 ) -> list[Any]:
-    """Validate TrainingJobs, JobTypes and Queues; jobs against ``jobtypes`` (and the submission's JobTypes).
+    """Validate TrainingJobs, JobTypes, Queues and Datasets; jobs against ``jobtypes`` (and the submission's).
 
     The one validation of every backend: the embedded runtime and the Kubernetes backend call it with their own
     JobTypes, so a spec fails with the same field paths in both.
@@ -98,13 +99,17 @@ def validate_documents(
                 parsed.append(validate_job(doc, jobtypes))
             elif kind == "Queue":
                 parsed.append(parse_queue(doc))
+            elif kind == "Dataset":
+                parsed.append(parse_dataset(doc))
             else:
-                errors.append(FieldError("kind", f"{prefix}unknown kind {kind!r}; use TrainingJob, JobType or Queue"))
+                errors.append(
+                    FieldError("kind", f"{prefix}unknown kind {kind!r}; use TrainingJob, JobType, Queue or Dataset")
+                )
         except SpecError as err:
-            if kind == "Queue":
+            if kind in ("Queue", "Dataset"):
                 # Name the Queue too: a file of queues and jobs has many documents.
                 name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
-                what = f"queue/{name}" if name else "queue"
+                what = f"{kind.lower()}/{name}" if name else kind.lower()
                 prefix = f"document {position + 1} ({what}): " if len(documents) > 1 else f"{what}: "
             errors.extend(FieldError(e.path, prefix + e.message) for e in err.errors)
     if errors:
@@ -307,6 +312,7 @@ class Operations:
                 else o.model_copy(update={"metadata": o.metadata.model_copy(update={"namespace": namespace})})
                 for o in objects
             ]
+        self._check_datasets_exist(objects)
         replaced: set[str] = set()
         for obj in objects:
             if isinstance(obj, TrainingJob):
@@ -325,10 +331,15 @@ class Operations:
                 self.layout.remove_job_files(obj.metadata.namespace, obj.metadata.name, existing.metadata.uid)
                 replaced.add(obj.key)
         created: list[Submitted] = []
-        for obj in sorted(objects, key=lambda o: 0 if isinstance(o, Queue) else 1 if isinstance(o, JobType) else 2):
+        order = {Queue: 0, JobType: 1, Dataset: 2}
+        for obj in sorted(objects, key=lambda o: order.get(type(o), 3)):
             if isinstance(obj, Queue):
                 configured = self.apply_queue(obj)
                 created.append(Submitted("Queue", "", obj.metadata.name, configured=configured))
+                continue
+            if isinstance(obj, Dataset):
+                configured = self.apply_dataset(obj, submit_dir)
+                created.append(Submitted("Dataset", obj.metadata.namespace, obj.metadata.name, configured=configured))
                 continue
             if isinstance(obj, JobType):
                 existing_type = self.store.try_get(JobType, obj.metadata.namespace, obj.metadata.name)
@@ -352,6 +363,56 @@ class Operations:
                 raise OperationError(f"job {job.key} already exists") from None
             created.append(Submitted("TrainingJob", job.metadata.namespace, job.metadata.name, job.key in replaced))
         return created
+
+    def _check_datasets_exist(self, objects: Sequence[Any]) -> None:
+        """Refuse jobs that read a Dataset neither stored nor in this submission (nothing is created)."""
+        submitted = {(o.metadata.namespace, o.metadata.name) for o in objects if isinstance(o, Dataset)}
+        errors = []
+        for obj in objects:
+            if not isinstance(obj, TrainingJob):
+                continue
+            for position, mount in enumerate(obj.spec.datasets):
+                key = (obj.metadata.namespace, mount.dataset_name)
+                if key in submitted or self.store.try_get(Dataset, *key) is not None:
+                    continue
+                field_name = "dataset" if mount.dataset else "name"
+                errors.append(
+                    FieldError(
+                        f"spec.datasets[{position}].{field_name}",
+                        f"job {obj.metadata.name}: dataset {mount.dataset_name} does not exist in namespace "
+                        f"{obj.metadata.namespace}; create it first (phalanx dataset create -f dataset.yaml), put "
+                        "it in the same file, or fix the name",
+                    )
+                )
+        if errors:
+            raise SpecError(errors)
+
+    def apply_dataset(self, dataset: Dataset, submit_dir: Path) -> bool:
+        """Create the Dataset, or give the existing one the submitted spec (re-materialised if it changed).
+
+        Relative local paths in its source are relative to ``submit_dir``. Returns True when it existed.
+        """
+        annotations = {**dataset.metadata.annotations, SUBMIT_DIR_ANNOTATION: str(submit_dir.resolve())}
+        dataset = dataset.model_copy(
+            update={"metadata": dataset.metadata.model_copy(update={"annotations": annotations})}
+        )
+        for _ in range(MAX_CONFLICT_RETRIES):
+            existing = self.store.try_get(Dataset, dataset.metadata.namespace, dataset.metadata.name)
+            if existing is None:
+                try:
+                    self.store.create(dataset)
+                    return False
+                except AlreadyExistsError:
+                    continue
+            if existing.spec == dataset.spec and existing.metadata.annotations == annotations:
+                return True
+            metadata = existing.metadata.model_copy(update={"annotations": annotations})
+            try:
+                self.store.update(existing.model_copy(update={"metadata": metadata, "spec": dataset.spec}))
+                return True
+            except ConflictError:
+                continue
+        raise OperationError(f"dataset {dataset.metadata.namespace}/{dataset.metadata.name} kept changing; try again")
 
     def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob:
         """Halt (suspend) or resume a job; level-triggered: the controller does the rest.

@@ -7,14 +7,21 @@ replica sees; ``cache`` is the ledger of a content-addressed node cache (capacit
 
 from phalanx.core.data.cache import Admission, AdmitResult, CacheLedger, CachePolicy, DatasetCounters
 from phalanx.core.data.sharding import dataset_env, env_name, shard_files
+from phalanx.core.data.staging import CacheEntry, DatasetFiles, ReplicaMount, StagingPlan, entry_key, plan_staging
 
 __all__ = [
     "Admission",
     "AdmitResult",
+    "CacheEntry",
     "CacheLedger",
     "CachePolicy",
     "DatasetCounters",
+    "DatasetFiles",
+    "ReplicaMount",
+    "StagingPlan",
     "dataset_env",
+    "entry_key",
     "env_name",
+    "plan_staging",
     "shard_files",
 ]

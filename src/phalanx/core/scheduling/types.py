@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from phalanx.model.datasets import version_label
 from phalanx.model.resources import ResourceVector
 
 
@@ -114,7 +115,8 @@ class DatasetNeed:
     """A dataset a job reads: what would have to move to a node that does not cache it.
 
     Attributes:
-        name: the Dataset's name; a node caching it carries the label ``dataset.phalanx.dev/<name>=<version>``.
+        name: the Dataset's name; a node caching it carries the label ``dataset.phalanx.dev/<name>=<label>``,
+            the version in label form (``phalanx.model.datasets.version_label``).
         version: the content version the job needs; None: any cached version will do.
         bytes: how much the replica placed on a node would have to fetch there without the cache (the whole
             dataset when replicated, its shard when sharded).
@@ -127,7 +129,7 @@ class DatasetNeed:
     def cached_on(self, labels: Mapping[str, str]) -> bool:
         """Whether a node with these labels caches the version the job needs."""
         cached = labels.get(DATASET_LABEL_PREFIX + self.name)
-        return cached is not None and (self.version is None or cached == self.version)
+        return cached is not None and (self.version is None or cached == version_label(self.version))
 
 
 @dataclass(frozen=True, slots=True)

@@ -477,6 +477,10 @@ def up(
     inventory: Annotated[
         Path | None, typer.Option(help="Simulated nodes (YAML of Node objects) instead of this machine.")
     ] = None,
+    cache_size: Annotated[
+        str | None,
+        typer.Option(help="Each node's dataset cache, e.g. 50Gi (default: as recorded; half the free disk when new)."),
+    ] = None,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
@@ -487,7 +491,7 @@ def up(
     _embedded_only(_choose(backend, kubeconfig, context), "up", f"install Phalanx once: {_INSTALL}")
 
     with session(state_dir) as client:
-        leader, started = start_control_plane(client.layout, inventory=inventory)
+        leader, started = start_control_plane(client.layout, inventory=inventory, cache_size=cache_size)
         word = "started" if started else "already running"
         console.print(f"control plane {word} (pid {leader.pid}); state in {client.layout.root}")
         console.print(f"log: {client.layout.control_plane_log}")

@@ -1,0 +1,602 @@
+"""The embedded dataset manager: materialise Datasets once, stage them into node caches for jobs, label nodes.
+
+Level-triggered like the controller, and never blocking its loop: ``sync`` looks at the store and starts work
+on a small thread pool; finished work is collected on the next ``sync`` (``wake`` is called so that one comes
+soon).
+
+- **Materialise** a Dataset when its spec generation has no status yet: from its source, once, into
+  ``<state>/datasets/<ns>/<name>/<sha256-label>/`` with a manifest of its files beside it
+  (``<label>.json``), then write ``status`` (Ready with version, bytes, files, lineage; or Failed with the
+  source's error naming the field and the fix). ``fromJob`` waits for the job to succeed and takes its stored
+  outputs.
+- **Stage** the datasets of every job that holds a placement (from admission on, so staging overlaps the
+  controller's work and a preemptor's wait for its victims): ``core.data.plan_staging`` says which entries each
+  node needs; ``adapters.datacache.NodeDataCache`` copies what the node's cache lacks and pins it for the job.
+  ``staging(job)`` tells the controller whether the job's data is in place, why not, and what each replica sees.
+- **Pins and labels**: entries used by jobs that hold placements stay pinned; nodes carry
+  ``dataset.phalanx.dev/<name>=<version label>`` for what their cache holds, which the scheduler's
+  data-locality plugin reads; ``Dataset.status.nodes`` lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
+from phalanx.adapters.datasources import Materialized, SourceError, SourceRequest, materialize
+from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
+from phalanx.core.data import CacheEntry, DatasetFiles, StagingPlan, plan_staging
+from phalanx.core.lifecycle import HOLDING_PHASES
+from phalanx.core.rendezvous import ranked_roles, replica_names
+from phalanx.core.scheduling.types import DATASET_LABEL_PREFIX
+from phalanx.model.datasets import Dataset, DatasetPhase, DatasetSource, Distribution, version_label
+from phalanx.model.events import Event
+from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.jobtypes import JobType
+from phalanx.model.nodes import Node
+from phalanx.services.layout import StateLayout
+from phalanx.services.operations import SUBMIT_DIR_ANNOTATION
+from phalanx.services.storing import destination
+
+log = logging.getLogger(__name__)
+
+#: Phases in which a job's data must be (or is being) on its nodes and stays pinned there.
+STAGING_PHASES = frozenset(HOLDING_PHASES - {Phase.HALTING})
+_PROGRESS_EVERY_S = 1.0
+
+
+def source_request(source: DatasetSource, field: str = "spec.source") -> SourceRequest:
+    """The datasources adapter's request for a Dataset's source (not for ``fromJob``, which the manager resolves)."""
+    if source.path is not None:
+        return SourceRequest("path", path=source.path, field=f"{field}.path")
+    if source.url is not None:
+        return SourceRequest("url", url=source.url, field=f"{field}.url")
+    if source.sql is not None:
+        return SourceRequest("sql", sql_url=source.sql.url, query=source.sql.query, field=field)
+    if source.script is not None:
+        return SourceRequest("script", command=tuple(source.script.command), field=f"{field}.script.command")
+    raise ValueError("a fromJob source is resolved to the job's outputs by the dataset manager")
+
+
+def human_bytes(size: float) -> str:
+    """``1.5 GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A materialised version: its files (relative path, bytes), version and lineage."""
+
+    version: str
+    files: tuple[tuple[str, int], ...]
+    lineage: str
+
+    @property
+    def bytes(self) -> int:
+        """Total size."""
+        return sum(size for _, size in self.files)
+
+
+def write_manifest(path: Path, done: Materialized) -> None:
+    """Record a materialised version's files beside its directory."""
+    document = {
+        "version": done.version,
+        "lineage": done.lineage,
+        "files": [{"path": f.path, "bytes": f.bytes, "sha256": f.sha256} for f in done.files],
+    }
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    temporary.write_text(json.dumps(document, indent=1))
+    temporary.replace(path)
+
+
+def read_manifest(path: Path) -> Manifest | None:
+    """The manifest at ``path``, or None when there is none (not materialised, or removed)."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    files = tuple((str(f["path"]), int(f["bytes"])) for f in document["files"])
+    return Manifest(version=str(document["version"]), files=files, lineage=str(document.get("lineage", "")))
+
+
+@dataclass(frozen=True)
+class StagingObservation:
+    """What the controller needs to know about a job's data.
+
+    Attributes:
+        staged: every entry of the job is ready and pinned on its nodes (True for a job without datasets).
+        error: why staging cannot succeed (the job fails with it), or None.
+        env: per replica name, the ``PHALANX_DATASET_*`` variables it gets.
+    """
+
+    staged: bool = True
+    error: str | None = None
+    env: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class _Materialization:
+    key: tuple[str, str]
+    generation: int
+    future: Future[Materialized]
+
+
+@dataclass
+class _Staging:
+    job: str
+    node: str
+    entry: CacheEntry
+    future: Future[StageOutcome]
+    started: float
+
+
+class DatasetManager:
+    """Materialises Datasets and stages them for jobs, for the embedded control plane.
+
+    Args:
+        store: the control plane's store.
+        layout: its state directory's layout.
+        wake: called (from a worker thread) when work finishes, to wake the control plane's loop.
+        cache_capacity: each node cache's size in bytes; None keeps what the cache has recorded (half the free
+            disk when new).
+        cache_write_limit: test seam: node caches fail as a full disk does past this many bytes copied.
+        workers: threads materialising and staging at once.
+    """
+
+    def __init__(
+        self,
+        store: SqliteStore,
+        layout: StateLayout,
+        *,
+        wake: Callable[[], None] = lambda: None,
+        clock: SystemClock | None = None,
+        cache_capacity: int | None = None,
+        cache_write_limit: int | None = None,
+        workers: int = 4,
+    ) -> None:
+        self.store = store
+        self.layout = layout
+        self.clock = clock or SystemClock()
+        self._wake = wake
+        self._capacity = cache_capacity
+        self._write_limit = cache_write_limit
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="datasets")
+        self._caches: dict[str, NodeDataCache] = {}
+        self._materializing: dict[tuple[str, str], _Materialization] = {}
+        self._progress: dict[tuple[str, str], str] = {}
+        self._stagings: dict[tuple[str, str, str], _Staging] = {}
+        self._staged: set[tuple[str, str, str]] = set()  # (job uid, node, key)
+        self._errors: dict[str, str] = {}  # job uid -> why staging failed
+        self._said: dict[str, str] = {}  # job uid -> the last waiting sentence recorded as an event
+        self._pins: dict[str, dict[str, set[str]]] = {}
+        self._ledger_stamp: dict[str, float] = {}
+        self._plans: dict[str, tuple[StagingPlan | None, str | None, str | None]] = {}
+
+    def close(self) -> None:
+        """Stop the workers (running copies finish; nothing new starts)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # -- the pass ---------------------------------------------------------------------------------------------
+    def sync(self) -> bool:
+        """Collect finished work, start what is due, refresh pins and node labels. Returns whether anything changed."""
+        changed = self._collect()
+        datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
+        jobs = self.store.list(TrainingJob)
+        for dataset in datasets.values():
+            changed |= self._materialize_if_due(dataset, jobs)
+        self._remove_orphan_versions(datasets)
+        jobtypes = {jt.metadata.name: jt for jt in self.store.list(JobType)}
+        self._plans = {}
+        holders: dict[str, dict[str, set[str]]] = {}
+        live: set[str] = set()
+        for job in jobs:
+            if not job.spec.datasets or Phase(job.status.phase) not in STAGING_PHASES or not job.status.placements:
+                continue
+            uid = job.metadata.uid or ""
+            live.add(uid)
+            plan, error, waiting = self._plan(job, jobtypes.get(job.spec.type), datasets)
+            self._plans[uid] = (plan, error, waiting)
+            if plan is None:
+                continue
+            for node, entries in plan.entries.items():
+                for entry in entries:
+                    holders.setdefault(node, {}).setdefault(entry.key, set()).add(job.key)
+                    self._stage_if_due(job, node, entry)
+        self._forget(live)
+        changed |= self._refresh_pins(holders)
+        changed |= self._refresh_labels(datasets)
+        return changed
+
+    def staging(self, job: TrainingJob) -> StagingObservation:
+        """Whether the job's data is on its nodes, why not, and the environment of each replica."""
+        if not job.spec.datasets:
+            return StagingObservation()
+        uid = job.metadata.uid or ""
+        if uid in self._errors:
+            return StagingObservation(staged=False, error=self._errors[uid])
+        plan, error, _waiting = self._plans.get(uid, (None, None, None))
+        if error is not None:
+            return StagingObservation(staged=False, error=error)
+        if plan is None:
+            return StagingObservation(staged=False)
+        staged = all(
+            (uid, node, entry.key) in self._staged for node, entries in plan.entries.items() for entry in entries
+        )
+        env: dict[str, dict[str, str]] = {}
+        node_of = {name: placement.node for name, placement in job.status.placements.items()}
+        for replica, mounts in plan.mounts.items():
+            cache = self._cache(node_of[replica])
+            env[replica] = {k: v for mount in mounts for k, v in mount.env(str(cache.path(mount.key))).items()}
+        return StagingObservation(staged=staged, env=env)
+
+    # -- materialisation --------------------------------------------------------------------------------------
+    def _materialize_if_due(self, dataset: Dataset, jobs: list[TrainingJob]) -> bool:
+        key = (dataset.metadata.namespace, dataset.metadata.name)
+        generation = dataset.metadata.generation
+        status = dataset.status
+        if key in self._materializing:
+            return self._report_progress(dataset)
+        if status.observed_generation == generation and status.phase in (DatasetPhase.READY, DatasetPhase.FAILED):
+            return False
+        source = dataset.spec.source
+        base_dir = Path(dataset.metadata.annotations.get(SUBMIT_DIR_ANNOTATION, "."))
+        if source.from_job is not None:
+            request, waiting, failed = self._from_job(dataset, jobs)
+            if failed is not None:
+                self._record(dataset, "MaterializeFailed", failed, warning=True)
+                return self._set_status(
+                    dataset, phase=DatasetPhase.FAILED, message=failed, observed_generation=generation
+                )
+            if request is None:
+                return self._set_status(dataset, phase=DatasetPhase.PENDING, message=waiting)
+            base_dir = Path(".")
+        else:
+            request = source_request(source)
+        target_dir = self.layout.dataset_dir(*key)
+        target_dir.mkdir(parents=True, exist_ok=True)
+        incoming = target_dir / f".incoming-{uuid.uuid4().hex[:12]}"
+        progress = self._progress_reporter(key)
+        future = self._pool.submit(self._materialize, request, incoming, base_dir, progress)
+        future.add_done_callback(lambda _f: self._wake())
+        self._materializing[key] = _Materialization(key, generation, future)
+        self._record(dataset, "Materializing", f"materialising from {source.kind}")
+        return self._set_status(dataset, phase=DatasetPhase.MATERIALIZING, message=f"materialising from {source.kind}")
+
+    def _from_job(
+        self, dataset: Dataset, jobs: list[TrainingJob]
+    ) -> tuple[SourceRequest | None, str | None, str | None]:
+        """For a fromJob source: (the path request, why it waits, why it failed), one of them set."""
+        from_job = dataset.spec.source.from_job
+        assert from_job is not None
+        job = next(
+            (j for j in jobs if j.metadata.namespace == dataset.metadata.namespace and j.metadata.name == from_job.job),
+            None,
+        )
+        if job is None:
+            return None, f"waiting for job {from_job.job} (spec.source.fromJob.job) to exist and succeed", None
+        phase = Phase(job.status.phase)
+        if phase == Phase.FAILED:
+            return (
+                None,
+                None,
+                (
+                    f"spec.source.fromJob.job: job {from_job.job} failed ({job.status.message}); rerun it, or point "
+                    "fromJob at a job that succeeded"
+                ),
+            )
+        if phase != Phase.SUCCEEDED:
+            return None, f"waiting for job {from_job.job} to succeed (it is {phase.value})", None
+        outputs = destination(job, self.layout) / from_job.output
+        return SourceRequest("path", path=str(outputs), field="spec.source.fromJob.output"), None, None
+
+    def _materialize(self, request: SourceRequest, incoming: Path, base_dir: Path, progress: Any) -> Materialized:
+        done = materialize(request, incoming, base_dir=base_dir, progress=progress)
+        label = version_label(done.version)
+        final = incoming.parent / label
+        if final.exists():
+            shutil.rmtree(incoming, ignore_errors=True)  # the same content again: keep the copy we have
+        else:
+            incoming.rename(final)
+        write_manifest(incoming.parent / f"{label}.json", done)
+        return done
+
+    def _progress_reporter(self, key: tuple[str, str]) -> Callable[[int, int | None], None]:
+        last = [0.0]
+
+        def report(done: int, total: int | None) -> None:
+            now = time.monotonic()
+            if now - last[0] < _PROGRESS_EVERY_S:
+                return
+            last[0] = now
+            of = f" of {human_bytes(total)}" if total else ""
+            self._progress[key] = f"materialising: {human_bytes(done)}{of} written"
+            self._wake()
+
+        return report
+
+    def _report_progress(self, dataset: Dataset) -> bool:
+        key = (dataset.metadata.namespace, dataset.metadata.name)
+        message = self._progress.get(key)
+        if message is None or message == dataset.status.message:
+            return False
+        return self._set_status(dataset, message=message)
+
+    def _collect(self) -> bool:
+        changed = False
+        for key, work in list(self._materializing.items()):
+            if not work.future.done():
+                continue
+            del self._materializing[key]
+            self._progress.pop(key, None)
+            dataset = self.store.try_get(Dataset, *key)
+            if dataset is None:
+                continue
+            error = work.future.exception()
+            if error is None:
+                done = work.future.result()
+                message = f"{human_bytes(done.bytes)} in {len(done.files)} files, version {done.version[:19]}"
+                changed |= self._set_status(
+                    dataset,
+                    phase=DatasetPhase.READY,
+                    version=done.version,
+                    bytes=done.bytes,
+                    files=len(done.files),
+                    lineage=done.lineage,
+                    message=message,
+                    materialized_time=self.clock.now(),
+                    observed_generation=work.generation,
+                )
+                self._record(dataset, "Materialized", f"{message}; {done.lineage}")
+            else:
+                text = str(error) if isinstance(error, SourceError) else f"materialising failed: {error!r}"
+                if not isinstance(error, SourceError):
+                    log.error("materialising dataset %s/%s failed", *key, exc_info=error)
+                changed |= self._set_status(
+                    dataset, phase=DatasetPhase.FAILED, message=text, observed_generation=work.generation
+                )
+                self._record(dataset, "MaterializeFailed", text, warning=True)
+        for staging_key, work in list(self._stagings.items()):
+            if not work.future.done():
+                continue
+            del self._stagings[staging_key]
+            changed = True
+            job_uid = staging_key[0]
+            error = work.future.exception()
+            if error is not None:
+                text = str(error) if isinstance(error, CacheError) else f"staging failed: {error!r}"
+                if not isinstance(error, CacheError):
+                    log.error("staging %s on %s failed", work.entry.key, work.node, exc_info=error)
+                self._errors[job_uid] = text
+                continue
+            outcome = work.future.result()
+            if outcome in (StageOutcome.HIT, StageOutcome.COPIED):
+                self._staged.add(staging_key)
+                seconds = time.monotonic() - work.started
+                how = "cache hit" if outcome == StageOutcome.HIT else f"copied in {seconds:.1f} s"
+                self._record_job(
+                    work.job,
+                    "Staged",
+                    f"{work.entry.dataset} ({work.entry.key}, {human_bytes(work.entry.bytes)}) on {work.node}: {how}",
+                )
+            elif outcome == StageOutcome.WAITING:
+                self._say_waiting(work.job, job_uid, self._cache(work.node).why_waiting(work.entry))
+        return changed
+
+    def _set_status(self, dataset: Dataset, **changes: Any) -> bool:
+        current = self.store.try_get(Dataset, dataset.metadata.namespace, dataset.metadata.name)
+        if current is None:
+            return False
+        status = current.status.model_copy(update=changes)
+        if status == current.status:
+            return False
+        try:
+            self.store.update_status(current.model_copy(update={"status": status}))
+        except (ConflictError, NotFoundError):
+            return True  # it changed under us: the next pass looks again
+        return True
+
+    def _remove_orphan_versions(self, datasets: dict[tuple[str, str], Dataset]) -> None:
+        """Delete the materialised copies of Datasets that are gone (their node cache entries stay, evictable)."""
+        root = self.layout.datasets_root
+        if not root.is_dir():
+            return
+        for namespace_dir in root.iterdir():
+            for dataset_dir in namespace_dir.iterdir() if namespace_dir.is_dir() else ():
+                key = (namespace_dir.name, dataset_dir.name)
+                if key not in datasets and key not in self._materializing:
+                    shutil.rmtree(dataset_dir, ignore_errors=True)
+
+    # -- staging ----------------------------------------------------------------------------------------------
+    def _plan(
+        self, job: TrainingJob, jobtype: JobType | None, datasets: dict[tuple[str, str], Dataset]
+    ) -> tuple[StagingPlan | None, str | None, str | None]:
+        """(plan, error, why waiting): the job's staging plan once every dataset is materialised."""
+        resolved = []
+        for position, mount in enumerate(job.spec.datasets):
+            field_name = f"spec.datasets[{position}]"
+            dataset = datasets.get((job.metadata.namespace, mount.dataset_name))
+            if dataset is None:
+                return (
+                    None,
+                    (
+                        f"{field_name}: dataset {mount.dataset_name} does not exist in namespace "
+                        f"{job.metadata.namespace}; create it (phalanx dataset create -f dataset.yaml) or fix the name"
+                    ),
+                    None,
+                )
+            if dataset.status.phase == DatasetPhase.FAILED:
+                return (
+                    None,
+                    f"{field_name}: dataset {mount.dataset_name} failed to materialise: {dataset.status.message}",
+                    None,
+                )
+            version = mount.version or dataset.status.version
+            if dataset.status.phase != DatasetPhase.READY or version is None:
+                waiting = (
+                    f"waiting for dataset {mount.dataset_name} to materialise ({dataset.status.message or 'pending'})"
+                )
+                self._say_waiting(job.key, job.metadata.uid or "", waiting)
+                return None, None, waiting
+            manifest = read_manifest(self.layout.dataset_manifest(job.metadata.namespace, mount.dataset_name, version))
+            if manifest is None:
+                return (
+                    None,
+                    (
+                        f"{field_name}.version: version {version} of dataset {mount.dataset_name} is not "
+                        f"materialised here (it holds {dataset.status.version}); pin that version or drop "
+                        f"spec.datasets[{position}].version"
+                    ),
+                    None,
+                )
+            distribution = mount.distribution or dataset.spec.distribution
+            resolved.append(
+                DatasetFiles(
+                    mount=mount.name,
+                    dataset=f"{job.metadata.namespace}/{mount.dataset_name}",
+                    version=manifest.version,
+                    distribution=Distribution(distribution),
+                    files=manifest.files,
+                )
+            )
+        ranked = set(ranked_roles(job, jobtype))
+        replicas: list[tuple[str, str, int | None]] = []
+        rank = 0
+        for role, _index, name in replica_names(job, jobtype):
+            placement = job.status.placements.get(name)
+            if placement is None:
+                continue
+            if role in ranked:
+                replicas.append((name, placement.node, rank))
+                rank += 1
+            else:
+                replicas.append((name, placement.node, None))
+        return plan_staging(resolved, replicas), None, None
+
+    def _stage_if_due(self, job: TrainingJob, node: str, entry: CacheEntry) -> None:
+        uid = job.metadata.uid or ""
+        key = (uid, node, entry.key)
+        if key in self._staged or key in self._stagings or uid in self._errors:
+            return
+        namespace, name = entry.dataset.split("/", 1)
+        source = self.layout.dataset_dir(namespace, name) / version_label(entry.version)
+        cache = self._cache(node)
+        future = self._pool.submit(cache.stage, entry, source, job.key)
+        future.add_done_callback(lambda _f: self._wake())
+        self._stagings[key] = _Staging(job.key, node, entry, future, time.monotonic())
+
+    def _forget(self, live: set[str]) -> None:
+        """Drop what is remembered of jobs that no longer hold placements (they stage afresh if admitted again)."""
+        self._staged = {key for key in self._staged if key[0] in live}
+        for uid in list(self._errors):
+            if uid not in live:
+                del self._errors[uid]
+        for uid in list(self._said):
+            if uid not in live:
+                del self._said[uid]
+
+    def _say_waiting(self, job_key: str, uid: str, sentence: str) -> None:
+        if self._said.get(uid) == sentence:
+            return
+        self._said[uid] = sentence
+        self._record_job(job_key, "StagingWaits", sentence)
+
+    def _cache(self, node: str) -> NodeDataCache:
+        cache = self._caches.get(node)
+        if cache is None:
+            cache = NodeDataCache(
+                self.layout.node_cache_dir(node),
+                capacity=self._capacity,
+                name=f"node {node}",
+                write_limit=self._write_limit,
+            )
+            cache.recover()
+            self._caches[node] = cache
+        return cache
+
+    def _refresh_pins(self, holders: dict[str, dict[str, set[str]]]) -> bool:
+        changed = False
+        for node in set(holders) | set(self._pins):
+            wanted = holders.get(node, {})
+            if self._pins.get(node) != wanted:
+                self._cache(node).set_pins(wanted)
+                self._pins[node] = wanted
+                changed = True
+        return changed
+
+    def _refresh_labels(self, datasets: dict[tuple[str, str], Dataset]) -> bool:
+        """Node labels and Dataset.status.nodes from what each cache holds, when a ledger changed."""
+        changed_any = False
+        stamps: dict[str, float] = {}
+        for node in self.store.list(Node):
+            name = node.metadata.name
+            ledger = self.layout.node_cache_dir(name) / "ledger.json"
+            try:
+                stamps[name] = ledger.stat().st_mtime_ns
+            except FileNotFoundError:
+                stamps[name] = 0
+        if stamps == self._ledger_stamp:
+            return False
+        self._ledger_stamp = stamps
+        holding: dict[tuple[str, str], set[str]] = {}
+        for node in self.store.list(Node):
+            name = node.metadata.name
+            cached: dict[str, str] = {}
+            if stamps.get(name):
+                for entry in self._cache(name).entries():
+                    if entry.ready:
+                        namespace, dataset = entry.dataset.split("/", 1)
+                        cached[DATASET_LABEL_PREFIX + dataset] = version_label(entry.version)
+                        current = datasets.get((namespace, dataset))
+                        if current is not None and current.status.version == entry.version:
+                            holding.setdefault((namespace, dataset), set()).add(name)
+            labels = {k: v for k, v in node.metadata.labels.items() if not k.startswith(DATASET_LABEL_PREFIX)}
+            labels.update(cached)
+            if labels != node.metadata.labels:
+                try:
+                    self.store.update(
+                        node.model_copy(update={"metadata": node.metadata.model_copy(update={"labels": labels})})
+                    )
+                except (ConflictError, NotFoundError):
+                    self._ledger_stamp = {}
+                    continue
+                changed_any = True
+        for key, dataset in datasets.items():
+            nodes = sorted(holding.get(key, set()))
+            if nodes != dataset.status.nodes:
+                changed_any |= self._set_status(dataset, nodes=nodes)
+        return changed_any
+
+    # -- events -----------------------------------------------------------------------------------------------
+    def _record(self, dataset: Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+        self._event("Dataset", dataset.metadata.namespace, dataset.metadata.name, reason, message, warning)
+
+    def _record_job(self, job_key: str, reason: str, message: str) -> None:
+        namespace, name = job_key.split("/", 1)
+        self._event("TrainingJob", namespace, name, reason, message, False)
+
+    def _event(self, kind: str, namespace: str, name: str, reason: str, message: str, warning: bool) -> None:
+        self.store.record_event(
+            Event(
+                object_kind=kind,
+                object_name=name,
+                namespace=namespace,
+                type="Warning" if warning else "Normal",
+                reason=reason,
+                message=message,
+                time=self.clock.now(),
+            )
+        )

@@ -1,0 +1,301 @@
+"""Datasets on the embedded runtime, end to end: a real control plane materialises Datasets from real sources (a
+directory, an HTTP server that counts its requests), stages them into node caches and starts replicas that see them.
+
+Covers issue 5's acceptance: shards are disjoint and cover the dataset; a replicated dataset read by three trials
+is fetched from its source once; a second job on the node does not download again; a small cache under pressure
+never evicts a pinned dataset; and bad input fails the job with the reason, losing nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx.adapters.datacache import NodeDataCache
+from phalanx.model.datasets import Dataset, DatasetPhase
+from phalanx.model.jobs import Phase
+from phalanx.model.nodes import Node
+from support.waiting import wait_until
+
+from conftest import PROGRAM, Runtime, read_envs
+
+FINISHED = {Phase.SUCCEEDED, Phase.FAILED}
+
+
+def dataset_doc(name: str, source: dict[str, Any], distribution: str = "replicate") -> dict[str, Any]:
+    return {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "Dataset",
+        "metadata": {"name": name},
+        "spec": {"source": source, "distribution": distribution},
+    }
+
+
+def data_job(name: str, mounts: list[dict[str, Any]], *, replicas: int = 1, args: list[str] | None = None) -> dict:
+    return {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "type": "generic",
+            "replicas": {
+                "worker": {
+                    "count": replicas,
+                    "template": {
+                        "command": ["python", PROGRAM, *(args or [])],
+                        "resources": {"cpu": "100m", "memory": "64Mi"},
+                    },
+                }
+            },
+            "datasets": mounts,
+        },
+    }
+
+
+def wait_dataset(runtime: Runtime, name: str, phases: set[DatasetPhase], timeout: float = 60.0) -> Dataset:
+    with runtime.client() as client:
+        return wait_until(
+            lambda: (d := client.store.try_get(Dataset, "default", name)) is not None and d.status.phase in phases and d,
+            timeout=timeout,
+            message=f"dataset {name} to reach {sorted(phases)}; logs:\n{runtime.planes[-1].log()[-3000:]}",
+        )
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` by relative path, with its sha256."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def node_cache(runtime: Runtime) -> NodeDataCache:
+    with runtime.client() as client:
+        (node,) = client.store.list(Node)
+    return NodeDataCache(runtime.state_dir / "cache" / node.metadata.name)
+
+
+def events(runtime: Runtime, kind: str, name: str) -> list[str]:
+    with runtime.client() as client:
+        return [f"{e.reason}: {e.message}" for e in client.store.list_events(kind, "default", name)]
+
+
+@pytest.fixture
+def source_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "source"
+    (root / "nested").mkdir(parents=True)
+    for index, size in enumerate([9000, 7000, 5000, 3000, 2000, 1000, 700, 300]):
+        folder = root / "nested" if index % 3 == 0 else root
+        (folder / f"part-{index}.bin").write_bytes(bytes([index]) * size)
+    return root
+
+
+class CountingServer:
+    """An HTTP server on loopback serving one payload and counting the GETs it answered."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.gets = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+                outer.gets += 1
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *_args: Any) -> None:
+                return
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/train.bin"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def http_source() -> Iterator[CountingServer]:
+    server = CountingServer(bytes(range(256)) * 400)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_shards_are_disjoint_and_cover_the_dataset(runtime: Runtime, source_dir: Path, tmp_path: Path) -> None:
+    runtime.start_control_plane()
+    env_dir = tmp_path / "envs"
+    runtime.submit(dataset_doc("train", {"path": str(source_dir)}, distribution="shard"))
+    dataset = wait_dataset(runtime, "train", {DatasetPhase.READY})
+    assert dataset.status.files == 8 and dataset.status.bytes == sum([9000, 7000, 5000, 3000, 2000, 1000, 700, 300])
+    assert dataset.status.version and dataset.status.version.startswith("sha256:")
+    assert f"path: {source_dir}" in (dataset.status.lineage or "")
+
+    runtime.submit(data_job("sharded", [{"name": "train"}], replicas=2, args=["--env-dir", str(env_dir)]))
+    job = runtime.wait_phase("sharded", FINISHED)
+    assert job.status.phase == Phase.SUCCEEDED, job.status.message
+    envs = read_envs(env_dir)
+    assert sorted(envs) == ["worker-0", "worker-1"]
+    seen: dict[str, str] = {}
+    for replica, index in (("worker-0", "0"), ("worker-1", "1")):
+        env = envs[replica]
+        assert env["PHALANX_DATASET_TRAIN_SHARD_INDEX"] == index
+        assert env["PHALANX_DATASET_TRAIN_SHARD_COUNT"] == "2"
+        files = tree(Path(env["PHALANX_DATASET_TRAIN_PATH"]))
+        assert files, f"{replica} sees an empty shard"
+        assert not set(files) & set(seen), "shards overlap"
+        seen.update(files)
+    assert seen == tree(source_dir), "the shards together are exactly the dataset"
+    shard_sizes = [
+        sum(p.stat().st_size for p in Path(envs[r]["PHALANX_DATASET_TRAIN_PATH"]).rglob("*") if p.is_file())
+        for r in ("worker-0", "worker-1")
+    ]
+    assert abs(shard_sizes[0] - shard_sizes[1]) <= 9000, f"shards not balanced by bytes: {shard_sizes}"
+
+
+def test_replicated_dataset_is_read_from_its_source_once(
+    runtime: Runtime, http_source: CountingServer, tmp_path: Path
+) -> None:
+    runtime.start_control_plane()
+    runtime.submit(dataset_doc("shared", {"url": http_source.url}))
+    wait_dataset(runtime, "shared", {DatasetPhase.READY})
+    env_dirs = [tmp_path / f"env-{trial}" for trial in range(3)]
+    for trial, env_dir in enumerate(env_dirs):
+        runtime.submit(data_job(f"trial-{trial}", [{"name": "shared"}], args=["--env-dir", str(env_dir)]))
+    expected = hashlib.sha256(bytes(range(256)) * 400).hexdigest()
+    for trial, env_dir in enumerate(env_dirs):
+        job = runtime.wait_phase(f"trial-{trial}", FINISHED)
+        assert job.status.phase == Phase.SUCCEEDED, job.status.message
+        path = Path(read_envs(env_dir)["worker-0"]["PHALANX_DATASET_SHARED_PATH"])
+        assert tree(path) == {"train.bin": expected}
+    assert http_source.gets == 1, "the source was read more than once"
+    counters = node_cache(runtime).counters()["default/shared"]
+    assert counters.misses == 1, "the node cache copied the dataset more than once"
+    assert counters.hits == 2 and counters.bytes_from_cache == 2 * 256 * 400
+
+
+def test_a_second_job_on_the_node_does_not_download_again(
+    runtime: Runtime, source_dir: Path, tmp_path: Path
+) -> None:
+    runtime.start_control_plane()
+    runtime.submit(dataset_doc("mnist", {"path": str(source_dir)}))
+    wait_dataset(runtime, "mnist", {DatasetPhase.READY})
+    runtime.submit(data_job("first", [{"name": "mnist"}], args=["--env-dir", str(tmp_path / "a")]))
+    assert runtime.wait_phase("first", FINISHED).status.phase == Phase.SUCCEEDED
+    path = Path(read_envs(tmp_path / "a")["worker-0"]["PHALANX_DATASET_MNIST_PATH"])
+    inode = (path / "part-1.bin").stat().st_ino
+    runtime.submit(data_job("second", [{"name": "mnist"}], args=["--env-dir", str(tmp_path / "b")]))
+    assert runtime.wait_phase("second", FINISHED).status.phase == Phase.SUCCEEDED
+    assert read_envs(tmp_path / "b")["worker-0"]["PHALANX_DATASET_MNIST_PATH"] == str(path)
+    assert (path / "part-1.bin").stat().st_ino == inode, "the cached copy was written again"
+    staged = [e for e in events(runtime, "TrainingJob", "second") if e.startswith("Staged")]
+    assert staged and "cache hit" in staged[0]
+    assert node_cache(runtime).counters()["default/mnist"].misses == 1
+    with runtime.client() as client:
+        (node,) = client.store.list(Node)
+        dataset = client.store.get(Dataset, "default", "mnist")
+    assert dataset.status.version is not None
+    label = node.metadata.labels.get("dataset.phalanx.dev/mnist")
+    assert label == dataset.status.version.replace(":", "-")[:63], "the node is not labelled with what it caches"
+    assert dataset.status.nodes == [node.metadata.name]
+
+
+def test_a_small_cache_under_pressure_never_evicts_a_pinned_dataset(runtime: Runtime, tmp_path: Path) -> None:
+    runtime.start_control_plane(extra=["--cache-size", "3Mi"])
+    sources = {}
+    for name in ("held", "idle", "newcomer"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "data.bin").write_bytes(name.encode() * (1_400_000 // len(name)))
+        sources[name] = folder
+        runtime.submit(dataset_doc(name, {"path": str(folder)}))
+    for name in sources:
+        wait_dataset(runtime, name, {DatasetPhase.READY})
+    release = tmp_path / "release"
+    runtime.submit(data_job("holder", [{"name": "held"}], args=["--hold", str(release)]))
+    runtime.wait_phase("holder", {Phase.RUNNING})
+    runtime.submit(data_job("passing", [{"name": "idle"}]))
+    assert runtime.wait_phase("passing", FINISHED).status.phase == Phase.SUCCEEDED
+    cache = node_cache(runtime)
+    assert {e.dataset for e in cache.entries()} == {"default/held", "default/idle"}
+    # 2 x 1.4 MB are cached in 3 MiB; the newcomer needs room: only the unpinned "idle" may go.
+    runtime.submit(data_job("newcomer", [{"name": "newcomer"}]))
+    assert runtime.wait_phase("newcomer", FINISHED).status.phase == Phase.SUCCEEDED
+    held = {e.dataset: e for e in cache.entries()}
+    assert set(held) == {"default/held", "default/newcomer"}, "the pinned dataset was evicted"
+    assert held["default/held"].pinned_by == ("default/holder",)
+    assert cache.counters()["default/idle"].evictions == 1
+    assert tree(cache.path(held["default/held"].key)) == tree(sources["held"])
+    # With "held" pinned and "newcomer" cached, a job needing 2.8 MB must wait, not evict "held".
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "data.bin").write_bytes(b"b" * 2_800_000)
+    runtime.submit(dataset_doc("big", {"path": str(big)}))
+    wait_dataset(runtime, "big", {DatasetPhase.READY})
+    runtime.submit(data_job("waiter", [{"name": "big"}]))
+    with runtime.client() as client:
+        wait_until(
+            lambda: any(e.startswith("StagingWaits: waiting for room") for e in events(runtime, "TrainingJob", "waiter")),
+            message="the waiter to say it waits for room in the cache",
+        )
+        assert client.get("waiter").status.phase == Phase.DOWNLOADING
+    assert "default/held" in {e.dataset for e in cache.entries()}, "a pinned dataset was evicted"
+    release.touch()
+    assert runtime.wait_phase("holder", FINISHED).status.phase == Phase.SUCCEEDED
+    assert runtime.wait_phase("waiter", FINISHED).status.phase == Phase.SUCCEEDED
+
+
+def test_bad_sources_fail_the_dataset_and_its_jobs_with_the_reason(runtime: Runtime, source_dir: Path) -> None:
+    runtime.start_control_plane()
+    runtime.submit(dataset_doc("good", {"path": str(source_dir)}))
+    good = wait_dataset(runtime, "good", {DatasetPhase.READY})
+    runtime.submit(dataset_doc("gone", {"url": "http://127.0.0.1:9/nothing.csv"}))
+    runtime.submit(dataset_doc("badsql", {"sql": {"url": f"sqlite:///{source_dir}/none.db", "query": "SELEC x"}}))
+    gone = wait_dataset(runtime, "gone", {DatasetPhase.FAILED})
+    assert gone.status.message and gone.status.message.startswith("spec.source.url:")
+    bad_sql = wait_dataset(runtime, "badsql", {DatasetPhase.FAILED})
+    assert bad_sql.status.message and "spec.source.sql" in bad_sql.status.message
+    runtime.submit(data_job("reads-gone", [{"name": "gone"}]))
+    job = runtime.wait_phase("reads-gone", FINISHED)
+    assert job.status.phase == Phase.FAILED and job.status.reason == "StagingFailed"
+    assert "dataset gone failed to materialise: spec.source.url" in (job.status.message or "")
+    # Nothing else was touched: the good dataset and its files are as they were.
+    with runtime.client() as client:
+        assert client.store.get(Dataset, "default", "good").status == good.status
+    label = (good.status.version or "").replace(":", "-")[:63]
+    assert tree(runtime.state_dir / "datasets" / "default" / "good" / label) == tree(source_dir)
+    manifest = json.loads((runtime.state_dir / "datasets" / "default" / "good" / f"{label}.json").read_text())
+    assert len(manifest["files"]) == 8
+
+
+def test_parent_steps_and_unknown_datasets_are_refused_before_anything_is_created(
+    runtime: Runtime, source_dir: Path
+) -> None:
+    runtime.start_control_plane()
+    bad = runtime.write_job("bad", dataset_doc("escape", {"path": "../etc"}))
+    result = runtime.cli("submit", "-f", str(bad))
+    assert result.returncode != 0
+    assert "spec.source.path" in result.stderr + result.stdout and "'..'" in result.stderr + result.stdout
+    orphan = runtime.write_job("orphan", data_job("orphan", [{"name": "missing"}]))
+    result = runtime.cli("submit", "-f", str(orphan))
+    assert result.returncode != 0
+    assert "spec.datasets[0].name" in result.stderr + result.stdout
+    with runtime.client() as client:
+        assert client.store.list(Dataset) == []
+        assert client.list() == []
