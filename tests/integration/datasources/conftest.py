@@ -1,4 +1,4 @@
-"""Fixtures for the dataset-source tests: a real PostgreSQL server for the session, a local HTTP server."""
+"""Fixtures for the dataset-source tests: a local HTTP server (PostgreSQL: tests/integration/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,24 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from support.postgres import PostgresServer, PostgresUnavailableError, running_postgres
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
-    """A real PostgreSQL server (started once per session); fails, never skips, when it cannot run."""
-    try:
-        with running_postgres() as server:
-            yield server
-    except PostgresUnavailableError as exc:
-        pytest.fail(str(exc), pytrace=False)
-
-
-@pytest.fixture(scope="session")
-def postgres_url(postgres: PostgresServer) -> str:
-    """The SQLAlchemy URL of the test database."""
-    return postgres.url
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

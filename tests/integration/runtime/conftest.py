@@ -78,12 +78,16 @@ class Runtime:
     planes: list[ControlPlaneProcess] = field(default_factory=list)
     background: list[subprocess.Popen[str]] = field(default_factory=list)
 
-    def start_control_plane(self, *, wait_leader: bool = True, extra: list[str] | None = None) -> ControlPlaneProcess:
+    def start_control_plane(
+        self, *, wait_leader: bool = True, extra: list[str] | None = None, prefix: list[str] | None = None
+    ) -> ControlPlaneProcess:
+        """Start a control plane process; ``prefix`` runs it through a wrapper that execs it (same pid)."""
         log_path = self.state_dir / f"cp-{len(self.planes)}.log"
         self.state_dir.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log_file:
             process = subprocess.Popen(
                 [
+                    *(prefix or []),
                     sys.executable,
                     "-m",
                     "phalanx.entrypoints.controlplane",

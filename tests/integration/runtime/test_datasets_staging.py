@@ -18,13 +18,12 @@ from typing import Any
 
 import pytest
 
+from conftest import PROGRAM, Runtime, read_envs
 from phalanx.adapters.datacache import NodeDataCache
 from phalanx.model.datasets import Dataset, DatasetPhase
 from phalanx.model.jobs import Phase
 from phalanx.model.nodes import Node
 from support.waiting import wait_until
-
-from conftest import PROGRAM, Runtime, read_envs
 
 FINISHED = {Phase.SUCCEEDED, Phase.FAILED}
 
@@ -62,7 +61,9 @@ def data_job(name: str, mounts: list[dict[str, Any]], *, replicas: int = 1, args
 def wait_dataset(runtime: Runtime, name: str, phases: set[DatasetPhase], timeout: float = 60.0) -> Dataset:
     with runtime.client() as client:
         return wait_until(
-            lambda: (d := client.store.try_get(Dataset, "default", name)) is not None and d.status.phase in phases and d,
+            lambda: (
+                (d := client.store.try_get(Dataset, "default", name)) is not None and d.status.phase in phases and d
+            ),
             timeout=timeout,
             message=f"dataset {name} to reach {sorted(phases)}; logs:\n{runtime.planes[-1].log()[-3000:]}",
         )
@@ -106,7 +107,7 @@ class CountingServer:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            def do_GET(self) -> None:
                 outer.gets += 1
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(payload)))
@@ -190,9 +191,7 @@ def test_replicated_dataset_is_read_from_its_source_once(
     assert counters.hits == 2 and counters.bytes_from_cache == 2 * 256 * 400
 
 
-def test_a_second_job_on_the_node_does_not_download_again(
-    runtime: Runtime, source_dir: Path, tmp_path: Path
-) -> None:
+def test_a_second_job_on_the_node_does_not_download_again(runtime: Runtime, source_dir: Path, tmp_path: Path) -> None:
     runtime.start_control_plane()
     runtime.submit(dataset_doc("mnist", {"path": str(source_dir)}))
     wait_dataset(runtime, "mnist", {DatasetPhase.READY})
@@ -251,7 +250,9 @@ def test_a_small_cache_under_pressure_never_evicts_a_pinned_dataset(runtime: Run
     runtime.submit(data_job("waiter", [{"name": "big"}]))
     with runtime.client() as client:
         wait_until(
-            lambda: any(e.startswith("StagingWaits: waiting for room") for e in events(runtime, "TrainingJob", "waiter")),
+            lambda: any(
+                e.startswith("StagingWaits: waiting for room") for e in events(runtime, "TrainingJob", "waiter")
+            ),
             message="the waiter to say it waits for room in the cache",
         )
         assert client.get("waiter").status.phase == Phase.DOWNLOADING
@@ -299,3 +300,117 @@ def test_parent_steps_and_unknown_datasets_are_refused_before_anything_is_create
     with runtime.client() as client:
         assert client.store.list(Dataset) == []
         assert client.list() == []
+
+
+def python_job(name: str, code: str, mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    job = data_job(name, mounts)
+    job["spec"]["replicas"]["worker"]["template"]["command"] = ["python", "-c", code]
+    return job
+
+
+def test_sql_dataset_from_a_real_postgresql(runtime: Runtime, postgres_url: str, tmp_path: Path) -> None:
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("DROP TABLE IF EXISTS runtime_orders"))
+        connection.execute(sqlalchemy.text("CREATE TABLE runtime_orders (id int PRIMARY KEY, amount numeric(8, 2))"))
+        connection.execute(
+            sqlalchemy.text("INSERT INTO runtime_orders SELECT g, g * 1.5 FROM generate_series(1, 500) AS g")
+        )
+    engine.dispose()
+    runtime.start_control_plane()
+    query = "SELECT id, amount FROM runtime_orders WHERE id % 2 = 0 ORDER BY id"
+    runtime.submit(dataset_doc("orders", {"sql": {"url": postgres_url, "query": query}}))
+    dataset = wait_dataset(runtime, "orders", {DatasetPhase.READY})
+    assert dataset.status.files == 1
+    assert dataset.status.lineage and dataset.status.lineage.endswith("(250 rows)") and "***" in dataset.status.lineage
+    out = tmp_path / "rows.json"
+    code = (
+        "import json, os, pyarrow.parquet as pq; "
+        "t = pq.read_table(os.path.join(os.environ['PHALANX_DATASET_ORDERS_PATH'], 'data.parquet')); "
+        f"open({str(out)!r}, 'w').write(json.dumps([t.num_rows, t.column('id').to_pylist()[:3]]))"
+    )
+    runtime.submit(python_job("reader", code, [{"name": "orders"}]))
+    job = runtime.wait_phase("reader", FINISHED)
+    assert job.status.phase == Phase.SUCCEEDED, job.status.message
+    assert json.loads(out.read_text()) == [250, [2, 4, 6]]
+
+
+def test_a_dataset_made_from_a_jobs_outputs(runtime: Runtime, tmp_path: Path) -> None:
+    runtime.start_control_plane()
+    producer = (
+        "import os, pathlib; p = pathlib.Path(os.environ['PHALANX_OUTPUT_DIR'], 'model'); "
+        "p.mkdir(parents=True); (p / 'weights.bin').write_bytes(b'w' * 4096)"
+    )
+    runtime.submit(python_job("producer", producer, []))
+    runtime.submit(
+        {
+            "apiVersion": "phalanx.dev/v1alpha1",
+            "kind": "Dataset",
+            "metadata": {"name": "weights"},
+            "spec": {"source": {"fromJob": {"job": "producer", "output": "model"}}},
+        }
+    )
+    assert runtime.wait_phase("producer", FINISHED).status.phase == Phase.SUCCEEDED
+    dataset = wait_dataset(runtime, "weights", {DatasetPhase.READY})
+    assert dataset.status.files == 1 and dataset.status.bytes == 4096
+    runtime.submit(data_job("consumer", [{"name": "weights"}], args=["--env-dir", str(tmp_path / "env")]))
+    assert runtime.wait_phase("consumer", FINISHED).status.phase == Phase.SUCCEEDED
+    path = Path(read_envs(tmp_path / "env")["worker-0"]["PHALANX_DATASET_WEIGHTS_PATH"])
+    assert (path / "weights.bin").read_bytes() == b"w" * 4096
+
+
+def _tmpfs_prefix(mount_point: Path, size: str) -> list[str]:
+    """Run the control plane in its own user and mount namespaces with a small tmpfs at ``mount_point``."""
+    import shutil
+    import subprocess
+
+    unshare = shutil.which("unshare")
+    probe = subprocess.run(
+        [unshare or "unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size={size} tmpfs {mount_point}"],
+        capture_output=True,
+        text=True,
+    )
+    if unshare is None or probe.returncode != 0:
+        pytest.fail(
+            "this test fills a real disk: it needs `unshare -rm` (util-linux) and user namespaces to mount a small "
+            f"tmpfs; the probe said: {probe.stderr.strip()}",
+            pytrace=False,
+        )
+    script = f'mount -t tmpfs -o size={size} tmpfs {mount_point} && exec "$0" "$@"'
+    return [unshare, "-rm", "sh", "-c", script]
+
+
+def test_a_full_disk_fails_the_job_and_corrupts_nothing(runtime: Runtime, tmp_path: Path) -> None:
+    cache_root = runtime.state_dir / "cache"
+    cache_root.mkdir(parents=True)
+    plane = runtime.start_control_plane(extra=["--cache-size", "64Mi"], prefix=_tmpfs_prefix(cache_root, "1m"))
+    inside = Path(f"/proc/{plane.process.pid}/root") / cache_root.relative_to("/")
+    for name, size in (("small", 200_000), ("large", 3_000_000)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "data.bin").write_bytes(name[0].encode() * size)
+        runtime.submit(dataset_doc(name, {"path": str(folder)}))
+        wait_dataset(runtime, name, {DatasetPhase.READY})
+    runtime.submit(data_job("fits", [{"name": "small"}]))
+    assert runtime.wait_phase("fits", FINISHED).status.phase == Phase.SUCCEEDED
+    runtime.submit(data_job("too-big", [{"name": "large"}]))
+    job = runtime.wait_phase("too-big", FINISHED)
+    assert job.status.phase == Phase.FAILED and job.status.reason == "StagingFailed"
+    assert "no space left on the disk holding node" in (job.status.message or ""), job.status.message
+    # Nothing half-written is left, the ledger still names only what is complete, and the data already cached
+    # (and the materialised copies outside the cache) are intact.
+    (node_dir,) = [d for d in inside.iterdir() if d.is_dir()]
+    assert not [d for d in node_dir.iterdir() if d.name.startswith(".incoming-")]
+    ledger = json.loads((node_dir / "ledger.json").read_text())
+    assert {e["dataset"] for e in ledger["entries"].values()} == {"default/small"}
+    (key,) = ledger["entries"]
+    assert (node_dir / key / "data.bin").read_bytes() == b"s" * 200_000
+    with runtime.client() as client:
+        large = client.store.get(Dataset, "default", "large")
+    assert large.status.phase == DatasetPhase.READY
+    label = (large.status.version or "").replace(":", "-")[:63]
+    assert (runtime.state_dir / "datasets" / "default" / "large" / label / "data.bin").stat().st_size == 3_000_000
+    runtime.submit(data_job("again", [{"name": "small"}]))
+    assert runtime.wait_phase("again", FINISHED).status.phase == Phase.SUCCEEDED
