@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.core.data.cache import CachePolicy
+from phalanx.core.data.sharding import env_name
 
 INDEX_NAME = "index.sqlite"
 
@@ -69,6 +70,8 @@ INSERT OR IGNORE INTO meta (key, value) VALUES ('used_bytes', (SELECT COALESCE(S
 """
 _TICK = "(SELECT COALESCE(MAX(used), 0) + 1 FROM samples)"
 _WRITE_ERROR_MODES = ("raise", "skip")
+#: Set by the runtime in every replica: the node's directory for sample caches.
+SAMPLE_CACHE_DIR_ENV = "PHALANX_SAMPLE_CACHE_DIR"
 
 
 class SampleCacheError(Exception):
@@ -89,6 +92,25 @@ class SampleCache:
         on_write_error: ``raise`` (default) a ``SampleCacheWriteError`` when a sample cannot be written, or
             ``skip``: return the sample uncached and count the failure.
     """
+
+    @classmethod
+    def for_dataset(cls, name: str, capacity_bytes: int, *, on_write_error: str = "raise") -> SampleCache:
+        """The cache the replicas of this node share for the dataset mounted as ``name``, inside a Phalanx job.
+
+        The directory is ``$PHALANX_SAMPLE_CACHE_DIR/<name>`` (one per node, set by the runtime) and the policy
+        the Dataset's ``spec.cache.policy`` (``PHALANX_DATASET_<NAME>_CACHE_POLICY``; noReplacement by default).
+
+        Raises:
+            SampleCacheError: not inside a Phalanx job (``PHALANX_SAMPLE_CACHE_DIR`` is not set).
+        """
+        root = os.environ.get(SAMPLE_CACHE_DIR_ENV)
+        if not root:
+            raise SampleCacheError(
+                f"{SAMPLE_CACHE_DIR_ENV} is not set, so this is not a replica of a Phalanx job; give the directory "
+                "yourself: SampleCache('/scratch/samples/<name>', capacity_bytes=...)"
+            )
+        policy = os.environ.get(f"{env_name(name)}_CACHE_POLICY", CachePolicy.NO_REPLACEMENT.value)
+        return cls(Path(root) / name, capacity_bytes, policy, on_write_error=on_write_error)
 
     def __init__(
         self,

@@ -204,6 +204,7 @@ class JobController:
         env["NVIDIA_VISIBLE_DEVICES"] = gpus or "void"
         if placement.gpu_milli:
             env["PHALANX_GPU_MILLI"] = str(placement.gpu_milli)
+        env["PHALANX_SAMPLE_CACHE_DIR"] = str(self.layout.sample_cache_dir(placement.node))
         env.update(staging.env.get(name, {}))
         template = job.spec.replicas[action.role].template
         files = {}

@@ -35,7 +35,7 @@ from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
 from phalanx.adapters.datasources import Materialized, SourceError, SourceRequest, materialize
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
-from phalanx.core.data import CacheEntry, DatasetFiles, StagingPlan, plan_staging
+from phalanx.core.data import CacheEntry, DatasetFiles, StagingPlan, env_name, plan_staging
 from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.rendezvous import ranked_roles, replica_names
 from phalanx.core.scheduling.types import DATASET_LABEL_PREFIX
@@ -185,6 +185,7 @@ class DatasetManager:
         self._pins: dict[str, dict[str, set[str]]] = {}
         self._ledger_stamp: dict[str, float] = {}
         self._plans: dict[str, tuple[StagingPlan | None, str | None, str | None]] = {}
+        self._policies: dict[str, dict[str, str]] = {}  # job uid -> mount name -> the Dataset's cache policy
 
     def close(self) -> None:
         """Stop the workers (running copies finish; nothing new starts)."""
@@ -197,7 +198,15 @@ class DatasetManager:
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
         jobs = self.store.list(TrainingJob)
         for dataset in datasets.values():
-            changed |= self._materialize_if_due(dataset, jobs)
+            try:
+                changed |= self._materialize_if_due(dataset, jobs)
+            except Exception:
+                # One dataset's unexpected failure must not stop the others (nor the control plane's loop).
+                log.exception(
+                    "materialising dataset %s/%s failed; retrying on the next pass",
+                    dataset.metadata.namespace,
+                    dataset.metadata.name,
+                )
         self._remove_orphan_versions(datasets)
         jobtypes = {jt.metadata.name: jt for jt in self.store.list(JobType)}
         self._plans = {}
@@ -208,7 +217,11 @@ class DatasetManager:
                 continue
             uid = job.metadata.uid or ""
             live.add(uid)
-            plan, error, waiting = self._plan(job, jobtypes.get(job.spec.type), datasets)
+            try:
+                plan, error, waiting = self._plan(job, jobtypes.get(job.spec.type), datasets)
+            except Exception:
+                log.exception("planning the staging of job %s failed; retrying on the next pass", job.key)
+                continue
             self._plans[uid] = (plan, error, waiting)
             if plan is None:
                 continue
@@ -241,6 +254,8 @@ class DatasetManager:
         for replica, mounts in plan.mounts.items():
             cache = self._cache(node_of[replica])
             env[replica] = {k: v for mount in mounts for k, v in mount.env(str(cache.path(mount.key))).items()}
+            for mount_name, policy in self._policies.get(uid, {}).items():
+                env[replica][f"{env_name(mount_name)}_CACHE_POLICY"] = policy
         return StagingObservation(staged=staged, env=env)
 
     # -- materialisation --------------------------------------------------------------------------------------
@@ -472,6 +487,10 @@ class DatasetManager:
                     files=manifest.files,
                 )
             )
+        self._policies[job.metadata.uid or ""] = {
+            mount.name: str(datasets[(job.metadata.namespace, mount.dataset_name)].spec.cache.policy)
+            for mount in job.spec.datasets
+        }
         ranked = set(ranked_roles(job, jobtype))
         replicas: list[tuple[str, str, int | None]] = []
         rank = 0
@@ -507,6 +526,9 @@ class DatasetManager:
         for uid in list(self._said):
             if uid not in live:
                 del self._said[uid]
+        for uid in list(self._policies):
+            if uid not in live:
+                del self._policies[uid]
 
     def _say_waiting(self, job_key: str, uid: str, sentence: str) -> None:
         if self._said.get(uid) == sentence:

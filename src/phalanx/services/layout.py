@@ -83,6 +83,10 @@ class StateLayout:
         """One node's dataset cache (``adapters.datacache.NodeDataCache``)."""
         return self.root / "cache" / node
 
+    def sample_cache_dir(self, node: str) -> Path:
+        """Where replicas on ``node`` keep ``phalanx.data.SampleCache`` directories (``PHALANX_SAMPLE_CACHE_DIR``)."""
+        return self.root / "samples" / node
+
     def ensure(self) -> None:
         """Create the state directory."""
         self.root.mkdir(parents=True, exist_ok=True)

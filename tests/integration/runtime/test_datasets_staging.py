@@ -414,3 +414,38 @@ def test_a_full_disk_fails_the_job_and_corrupts_nothing(runtime: Runtime, tmp_pa
     assert (runtime.state_dir / "datasets" / "default" / "large" / label / "data.bin").stat().st_size == 3_000_000
     runtime.submit(data_job("again", [{"name": "small"}]))
     assert runtime.wait_phase("again", FINISHED).status.phase == Phase.SUCCEEDED
+
+
+def test_replicas_of_a_node_share_one_sample_cache_with_the_datasets_policy(
+    runtime: Runtime, source_dir: Path, tmp_path: Path
+) -> None:
+    runtime.start_control_plane()
+    doc = dataset_doc("train", {"path": str(source_dir)})
+    doc["spec"]["cache"] = {"policy": "lru"}
+    runtime.submit(doc)
+    wait_dataset(runtime, "train", {DatasetPhase.READY})
+    out = tmp_path / "out"
+    out.mkdir()
+    code = (
+        "import json, os, pathlib\n"
+        "from phalanx.data import CachedDataset, SampleCache\n"
+        "root = pathlib.Path(os.environ['PHALANX_DATASET_TRAIN_PATH'])\n"
+        "keys = sorted(str(p.relative_to(root)) for p in root.rglob('*') if p.is_file())\n"
+        "cache = SampleCache.for_dataset('train', capacity_bytes=10**6)\n"
+        "data = CachedDataset(keys, lambda key: (root / key).read_bytes(), cache)\n"
+        "total = sum(len(sample) for epoch in range(2) for sample in data.shuffled(seed=epoch))\n"
+        f"pathlib.Path({str(out)!r}, os.environ['PHALANX_REPLICA_INDEX'] + '.json').write_text(json.dumps("
+        "{'dir': str(cache.directory), 'policy': cache.policy.value, 'bytes': total, 'hits': cache.hits}))\n"
+    )
+    job_doc = python_job("loop", code, [{"name": "train"}])
+    job_doc["spec"]["replicas"]["worker"]["count"] = 2
+    runtime.submit(job_doc)
+    job = runtime.wait_phase("loop", FINISHED)
+    assert job.status.phase == Phase.SUCCEEDED, job.status.message
+    reports = [json.loads((out / f"{index}.json").read_text()) for index in ("0", "1")]
+    size = sum(p.stat().st_size for p in source_dir.rglob("*") if p.is_file())
+    with runtime.client() as client:
+        (node,) = client.store.list(Node)
+    assert {r["dir"] for r in reports} == {str(runtime.state_dir / "samples" / node.metadata.name / "train")}
+    assert all(r["policy"] == "lru" and r["bytes"] == 2 * size for r in reports)
+    assert all(r["hits"] >= 8 for r in reports), "the second epoch should be served by the shared cache"
