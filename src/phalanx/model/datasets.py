@@ -55,12 +55,24 @@ def _relative(value: str) -> str:
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+://\S+$")
 
 
+def _has_parent_step(path: str) -> bool:
+    return ".." in re.split(r"[\\/?#]", path)
+
+
 def _url(value: str) -> str:
     if not _URL.match(value):
         raise ValueError(
             f"{value!r} is not a URL with a scheme; write e.g. https://host/data.csv, s3://bucket/prefix/ or "
             "gs://bucket/prefix/ (for a file on the machine, use path)"
         )
+    if _has_parent_step(value.split("://", 1)[1]):
+        raise ValueError(f"{value!r} steps out of its directory with '..'; name the object without '..'")
+    return value
+
+
+def _sql_url(value: str) -> str:
+    if value.startswith("sqlite") and _has_parent_step(value.split(":", 1)[1]):
+        raise ValueError(f"{value!r} names its database file with '..'; give the path without '..'")
     return value
 
 
@@ -77,7 +89,9 @@ Url = Annotated[str, AfterValidator(_url)]
 class SqlSource(ApiModel):
     """Rows of a query, stored as Parquet."""
 
-    url: str = Field(min_length=1, description="SQLAlchemy URL, e.g. sqlite:///data.db or postgresql://host/db")
+    url: Annotated[str, AfterValidator(_sql_url)] = Field(
+        min_length=1, description="SQLAlchemy URL, e.g. sqlite:///data.db or postgresql://host/db"
+    )
     query: str = Field(min_length=1, description="the SELECT whose rows make the dataset")
 
 

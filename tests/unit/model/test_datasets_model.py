@@ -55,6 +55,11 @@ def test_a_round_trip_keeps_the_wire_form() -> None:
         ({"source": {"sql": {"url": "sqlite:///x.db"}}}, "spec.source.sql.query"),
         ({"source": {"url": "bucket/mnist"}}, "spec.source.url: 'bucket/mnist' is not a URL with a scheme"),
         ({"source": {"url": "s3://"}}, "e.g. https://host/data.csv, s3://bucket/prefix/"),
+        ({"source": {"url": "https://h/a/../b.csv"}}, "spec.source.url: 'https://h/a/../b.csv' steps out of its"),
+        (
+            {"source": {"sql": {"url": "sqlite:///../x.db", "query": "SELECT 1"}}},
+            "spec.source.sql.url: 'sqlite:///../x.db' names its database file with '..'",
+        ),
         ({"source": {"path": "/d"}, "distribution": "broadcast"}, "spec.distribution"),
         ({"source": {"path": "/d"}, "cache": {"policy": "fifo"}}, "spec.cache.policy"),
         ({"source": {"path": "/d"}, "sharding": "yes"}, "spec.sharding"),
