@@ -186,6 +186,7 @@ class DatasetManager:
         self._ledger_stamp: dict[str, float] = {}
         self._plans: dict[str, tuple[StagingPlan | None, str | None, str | None]] = {}
         self._policies: dict[str, dict[str, str]] = {}  # job uid -> mount name -> the Dataset's cache policy
+        self._known_datasets: frozenset[tuple[str, str]] | None = None
 
     def close(self) -> None:
         """Stop the workers (running copies finish; nothing new starts)."""
@@ -426,6 +427,10 @@ class DatasetManager:
 
     def _remove_orphan_versions(self, datasets: dict[tuple[str, str], Dataset]) -> None:
         """Delete the materialised copies of Datasets that are gone (their node cache entries stay, evictable)."""
+        known = frozenset(datasets) | frozenset(self._materializing)
+        if known == self._known_datasets:
+            return  # the same Datasets as last pass: nothing new to remove
+        self._known_datasets = known
         root = self.layout.datasets_root
         if not root.is_dir():
             return
