@@ -385,31 +385,29 @@ class DatasetManager:
                     dataset, phase=DatasetPhase.FAILED, message=text, observed_generation=work.generation
                 )
                 self._record(dataset, "MaterializeFailed", text, warning=True)
-        for staging_key, work in list(self._stagings.items()):
-            if not work.future.done():
+        for staging_key, staging in list(self._stagings.items()):
+            if not staging.future.done():
                 continue
             del self._stagings[staging_key]
             changed = True
             job_uid = staging_key[0]
-            error = work.future.exception()
-            if error is not None:
-                text = str(error) if isinstance(error, CacheError) else f"staging failed: {error!r}"
-                if not isinstance(error, CacheError):
-                    log.error("staging %s on %s failed", work.entry.key, work.node, exc_info=error)
+            failure = staging.future.exception()
+            if failure is not None:
+                text = str(failure) if isinstance(failure, CacheError) else f"staging failed: {failure!r}"
+                if not isinstance(failure, CacheError):
+                    log.error("staging %s on %s failed", staging.entry.key, staging.node, exc_info=failure)
                 self._errors[job_uid] = text
                 continue
-            outcome = work.future.result()
+            outcome = staging.future.result()
             if outcome in (StageOutcome.HIT, StageOutcome.COPIED):
                 self._staged.add(staging_key)
-                seconds = time.monotonic() - work.started
+                seconds = time.monotonic() - staging.started
                 how = "cache hit" if outcome == StageOutcome.HIT else f"copied in {seconds:.1f} s"
-                self._record_job(
-                    work.job,
-                    "Staged",
-                    f"{work.entry.dataset} ({work.entry.key}, {human_bytes(work.entry.bytes)}) on {work.node}: {how}",
-                )
+                entry = staging.entry
+                what = f"{entry.dataset} ({entry.key}, {human_bytes(entry.bytes)})"
+                self._record_job(staging.job, "Staged", f"{what} on {staging.node}: {how}")
             elif outcome == StageOutcome.WAITING:
-                self._say_waiting(work.job, job_uid, self._cache(work.node).why_waiting(work.entry))
+                self._say_waiting(staging.job, job_uid, self._cache(staging.node).why_waiting(staging.entry))
         return changed
 
     def _set_status(self, dataset: Dataset, **changes: Any) -> bool:
@@ -601,10 +599,10 @@ class DatasetManager:
                     self._ledger_stamp = {}
                     continue
                 changed_any = True
-        for key, dataset in datasets.items():
+        for key, held_dataset in datasets.items():
             nodes = sorted(holding.get(key, set()))
-            if nodes != dataset.status.nodes:
-                changed_any |= self._set_status(dataset, nodes=nodes)
+            if nodes != held_dataset.status.nodes:
+                changed_any |= self._set_status(held_dataset, nodes=nodes)
         return changed_any
 
     # -- events -----------------------------------------------------------------------------------------------

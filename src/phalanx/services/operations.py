@@ -331,7 +331,7 @@ class Operations:
                 self.layout.remove_job_files(obj.metadata.namespace, obj.metadata.name, existing.metadata.uid)
                 replaced.add(obj.key)
         created: list[Submitted] = []
-        order = {Queue: 0, JobType: 1, Dataset: 2}
+        order: dict[type, int] = {Queue: 0, JobType: 1, Dataset: 2}
         for obj in sorted(objects, key=lambda o: order.get(type(o), 3)):
             if isinstance(obj, Queue):
                 configured = self.apply_queue(obj)
