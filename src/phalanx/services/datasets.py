@@ -188,6 +188,23 @@ class DatasetManager:
         self._policies: dict[str, dict[str, str]] = {}  # job uid -> mount name -> the Dataset's cache policy
         self._known_datasets: frozenset[tuple[str, str]] | None = None
 
+    def sweep_leftovers(self) -> list[Path]:
+        """Remove what materialisations interrupted by a crash left (dot-named temp files and directories).
+
+        Call once before the first ``sync``: nothing of this manager's is in flight then. Returns what went.
+        """
+        removed = []
+        root = self.layout.datasets_root
+        for dataset_dir in root.glob("*/*") if root.is_dir() else ():
+            for child in dataset_dir.iterdir():
+                if child.name.startswith("."):
+                    if child.is_dir():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        child.unlink(missing_ok=True)
+                    removed.append(child)
+        return removed
+
     def close(self) -> None:
         """Stop the workers (running copies finish; nothing new starts)."""
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -449,3 +449,28 @@ def test_replicas_of_a_node_share_one_sample_cache_with_the_datasets_policy(
     assert {r["dir"] for r in reports} == {str(runtime.state_dir / "samples" / node.metadata.name / "train")}
     assert all(r["policy"] == "lru" and r["bytes"] == 2 * size for r in reports)
     assert all(r["hits"] >= 8 for r in reports), "the second epoch should be served by the shared cache"
+
+
+def test_a_control_plane_killed_mid_materialisation_leaves_nothing_behind(runtime: Runtime, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    script = (
+        "import os, pathlib, time\n"
+        "pathlib.Path(os.environ['PHALANX_DATASET_OUTPUT'], 'data.bin').write_bytes(b'd' * 1000)\n"
+        f"while not pathlib.Path({str(release)!r}).exists(): time.sleep(0.05)\n"
+    )
+    first = runtime.start_control_plane()
+    runtime.submit(dataset_doc("slow", {"script": {"command": ["python", "-c", script]}}))
+    wait_dataset(runtime, "slow", {DatasetPhase.MATERIALIZING})
+    dataset_dir = runtime.state_dir / "datasets" / "default" / "slow"
+    wait_until(lambda: any(p.name.startswith(".") for p in dataset_dir.iterdir()), message="a partial copy")
+    first.kill9()
+    runtime.start_control_plane()
+    release.touch()
+    dataset = wait_dataset(runtime, "slow", {DatasetPhase.READY})
+    assert dataset.status.files == 1 and dataset.status.bytes == 1000
+    wait_until(
+        lambda: not [p for p in dataset_dir.iterdir() if p.name.startswith(".")],
+        message="the interrupted copy's leftovers to go",
+    )
+    label = (dataset.status.version or "").replace(":", "-")[:63]
+    assert sorted(p.name for p in dataset_dir.iterdir()) == [label, f"{label}.json"]
