@@ -18,6 +18,7 @@ import logging
 import os
 import select
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -224,9 +225,17 @@ class ControlPlane:
             # needs renewing. Exits that nothing announces (see NodeRuntime.polling) are polled for.
             period = self.config.poll_seconds if runtime.polling else min(self.config.idle_seconds, renew_every)
             timeout = period if wake is None else max(0.0, min(period, wake))
-            runtime.exits_noticed(self._wait(stop, seq, timeout, bell, runtime.exit_fds()))
+            runtime.exits_noticed(self._wait(stop, seq, timeout, bell, runtime.exit_fds(), datasets.has_results))
 
-    def _wait(self, stop: threading.Event, seq: int, timeout: float, bell: Bell, exit_fds: list[int]) -> set[int]:
+    def _wait(
+        self,
+        stop: threading.Event,
+        seq: int,
+        timeout: float,
+        bell: Bell,
+        exit_fds: list[int],
+        work_done: Callable[[], bool] = lambda: False,
+    ) -> set[int]:
         """Sleep until the store moves past ``seq``, the bell rings, an exit descriptor is readable, or ``timeout``.
 
         Slices are short enough that other processes' writes are seen within ``MAX_STORE_CHECK_SECONDS`` and a
@@ -236,6 +245,10 @@ class ControlPlane:
             The descriptors that are readable, the bell's included; empty when the store moved or time ran out.
         """
         bell.silence()  # rung for writes made before ``seq``, which this pass has seen
+        if work_done():
+            # Background work (the dataset manager's) finished after this pass looked and rang before the
+            # silence above: its ring is gone, so do not sleep on it.
+            return set()
         poller = select.poll()
         poller.register(bell.fd, select.POLLIN)
         for fd in exit_fds:

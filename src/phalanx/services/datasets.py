@@ -205,6 +205,12 @@ class DatasetManager:
                     removed.append(child)
         return removed
 
+    def has_results(self) -> bool:
+        """Whether background work finished that the next ``sync`` would collect."""
+        return any(w.future.done() for w in self._materializing.values()) or any(
+            s.future.done() for s in self._stagings.values()
+        )
+
     def close(self) -> None:
         """Stop the workers (running copies finish; nothing new starts)."""
         self._pool.shutdown(wait=True, cancel_futures=True)
