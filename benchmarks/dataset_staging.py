@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from local_start import job as one_replica_job
 from phalanx.entrypoints.client import Client
 from phalanx.model.datasets import Dataset, DatasetPhase
 from phalanx.model.jobs import Phase
@@ -53,21 +54,9 @@ def make_dataset(root: Path, megabytes: int, files: int, seed: int) -> int:
 
 
 def job(name: str, mounts: list[dict[str, str]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "phalanx.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "type": "generic",
-            "replicas": {
-                "worker": {
-                    "count": 1,
-                    "template": {"command": ["python", "-c", "pass"], "resources": {"cpu": "1", "memory": "64Mi"}},
-                }
-            },
-            "datasets": mounts,
-        },
-    }
+    document = one_replica_job(name, ["python", "-c", "pass"], cpu="1")
+    document["spec"]["datasets"] = mounts  # type: ignore[index]
+    return document
 
 
 def wait_for(client: Client, check: Any, timeout: float = 300.0) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import PROGRAM, Runtime, read_envs
+from conftest import Runtime, generic_job, read_envs
 from phalanx.adapters.datacache import NodeDataCache
 from phalanx.model.datasets import Dataset, DatasetPhase
 from phalanx.model.jobs import Phase
@@ -38,24 +38,9 @@ def dataset_doc(name: str, source: dict[str, Any], distribution: str = "replicat
 
 
 def data_job(name: str, mounts: list[dict[str, Any]], *, replicas: int = 1, args: list[str] | None = None) -> dict:
-    return {
-        "apiVersion": "phalanx.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "type": "generic",
-            "replicas": {
-                "worker": {
-                    "count": replicas,
-                    "template": {
-                        "command": ["python", PROGRAM, *(args or [])],
-                        "resources": {"cpu": "100m", "memory": "64Mi"},
-                    },
-                }
-            },
-            "datasets": mounts,
-        },
-    }
+    job = generic_job(name, replicas=replicas, args=args)
+    job["spec"]["datasets"] = mounts
+    return job
 
 
 def wait_dataset(runtime: Runtime, name: str, phases: set[DatasetPhase], timeout: float = 60.0) -> Dataset:
