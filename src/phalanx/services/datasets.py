@@ -20,6 +20,7 @@ soon).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -53,6 +54,19 @@ log = logging.getLogger(__name__)
 #: Phases in which a job's data must be (or is being) on its nodes and stays pinned there.
 STAGING_PHASES = frozenset(HOLDING_PHASES - {Phase.HALTING})
 _PROGRESS_EVERY_S = 1.0
+
+
+#: On a job: the dataset versions it reads, JSON ``{mount name: version}``, fixed when first staged.
+DATASET_VERSIONS_ANNOTATION = "phalanx.dev/dataset-versions"
+
+
+def chosen_versions(job: TrainingJob) -> dict[str, str]:
+    """The versions recorded on the job (``DATASET_VERSIONS_ANNOTATION``); empty before its first staging."""
+    try:
+        recorded = json.loads(job.metadata.annotations.get(DATASET_VERSIONS_ANNOTATION, "{}"))
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
 
 
 def source_request(source: DatasetSource, field: str = "spec.source") -> SourceRequest:
@@ -467,6 +481,7 @@ class DatasetManager:
     ) -> tuple[StagingPlan | None, str | None, str | None]:
         """(plan, error, why waiting): the job's staging plan once every dataset is materialised."""
         resolved = []
+        chosen = chosen_versions(job)
         for position, mount in enumerate(job.spec.datasets):
             field_name = f"spec.datasets[{position}]"
             dataset = datasets.get((job.metadata.namespace, mount.dataset_name))
@@ -479,21 +494,28 @@ class DatasetManager:
                     ),
                     None,
                 )
-            if dataset.status.phase == DatasetPhase.FAILED:
-                return (
-                    None,
-                    f"{field_name}: dataset {mount.dataset_name} failed to materialise: {dataset.status.message}",
-                    None,
+            pinned = mount.version or chosen.get(mount.name)
+            ready = dataset.status.phase == DatasetPhase.READY
+            version = pinned or (dataset.status.version if ready else None)
+            manifest = None
+            if version is not None:
+                manifest = read_manifest(
+                    self.layout.dataset_manifest(job.metadata.namespace, mount.dataset_name, version)
                 )
-            version = mount.version or dataset.status.version
-            if dataset.status.phase != DatasetPhase.READY or version is None:
-                waiting = (
-                    f"waiting for dataset {mount.dataset_name} to materialise ({dataset.status.message or 'pending'})"
-                )
-                self._say_waiting(job.key, job.metadata.uid or "", waiting)
-                return None, None, waiting
-            manifest = read_manifest(self.layout.dataset_manifest(job.metadata.namespace, mount.dataset_name, version))
             if manifest is None:
+                if dataset.status.phase == DatasetPhase.FAILED:
+                    return (
+                        None,
+                        f"{field_name}: dataset {mount.dataset_name} failed to materialise: {dataset.status.message}",
+                        None,
+                    )
+                if not ready:
+                    waiting = (
+                        f"waiting for dataset {mount.dataset_name} to materialise "
+                        f"({dataset.status.message or 'pending'})"
+                    )
+                    self._say_waiting(job.key, job.metadata.uid or "", waiting)
+                    return None, None, waiting
                 return (
                     None,
                     (
@@ -513,6 +535,7 @@ class DatasetManager:
                     files=manifest.files,
                 )
             )
+        self._remember_versions(job, {data.mount: data.version for data in resolved})
         self._policies[job.metadata.uid or ""] = {
             mount.name: str(datasets[(job.metadata.namespace, mount.dataset_name)].spec.cache.policy)
             for mount in job.spec.datasets
@@ -530,6 +553,20 @@ class DatasetManager:
             else:
                 replicas.append((name, placement.node, None))
         return plan_staging(resolved, replicas), None, None
+
+    def _remember_versions(self, job: TrainingJob, versions: dict[str, str]) -> None:
+        """Record on the job the versions it reads.
+
+        A replica restarted after its Dataset changed then reads what the others read (earlier versions stay
+        materialised until the Dataset is deleted).
+        """
+        if chosen_versions(job) == versions:
+            return
+        annotations = {**job.metadata.annotations, DATASET_VERSIONS_ANNOTATION: json.dumps(versions, sort_keys=True)}
+        with contextlib.suppress(ConflictError, NotFoundError):  # changed under us: the next pass records it
+            self.store.update(
+                job.model_copy(update={"metadata": job.metadata.model_copy(update={"annotations": annotations})})
+            )
 
     def _stage_if_due(self, job: TrainingJob, node: str, entry: CacheEntry) -> None:
         uid = job.metadata.uid or ""

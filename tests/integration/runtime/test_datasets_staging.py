@@ -459,3 +459,46 @@ def test_a_control_plane_killed_mid_materialisation_leaves_nothing_behind(runtim
     )
     label = (dataset.status.version or "").replace(":", "-")[:63]
     assert sorted(p.name for p in dataset_dir.iterdir()) == [label, f"{label}.json"]
+
+
+def test_a_restarted_replica_reads_the_version_its_job_started_with(runtime: Runtime, tmp_path: Path) -> None:
+    runtime.start_control_plane()
+    first, second = tmp_path / "v1", tmp_path / "v2"
+    for folder, content in ((first, b"one"), (second, b"two")):
+        folder.mkdir()
+        (folder / "data.txt").write_bytes(content)
+    runtime.submit(dataset_doc("moving", {"path": str(first)}))
+    v1 = wait_dataset(runtime, "moving", {DatasetPhase.READY}).status.version
+    out, go = tmp_path / "seen", tmp_path / "go"
+    out.mkdir()
+    code = (
+        "import os, pathlib, sys, time\n"
+        f"out = pathlib.Path({str(out)!r})\n"
+        "data = pathlib.Path(os.environ['PHALANX_DATASET_MOVING_PATH'], 'data.txt').read_text()\n"
+        "first = not any(out.iterdir())\n"
+        "(out / str(len(list(out.iterdir())))).write_text(data)\n"
+        f"while first and not pathlib.Path({str(go)!r}).exists(): time.sleep(0.05)\n"
+        "sys.exit(3 if first else 0)\n"
+    )
+    job = python_job("restarts", code, [{"name": "moving"}])
+    job["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 2}
+    runtime.submit(job)
+    wait_until(lambda: (out / "0").exists(), message="the first attempt to read its data")
+    changed = dataset_doc("moving", {"path": str(second)})
+    runtime.submit(changed)
+    with runtime.client() as client:
+        wait_until(
+            lambda: (
+                (d := client.store.get(Dataset, "default", "moving")).status.phase == DatasetPhase.READY
+                and d.status.version != v1
+            ),
+            message="the changed Dataset to be materialised again",
+        )
+    go.touch()
+    finished = runtime.wait_phase("restarts", FINISHED)
+    assert finished.status.phase == Phase.SUCCEEDED and finished.status.restarts == 1, finished.status.message
+    assert (out / "0").read_text() == (out / "1").read_text() == "one", "the restarted replica read another version"
+    runtime.submit(data_job("later", [{"name": "moving"}], args=["--env-dir", str(tmp_path / "env")]))
+    assert runtime.wait_phase("later", FINISHED).status.phase == Phase.SUCCEEDED
+    later = Path(read_envs(tmp_path / "env")["worker-0"]["PHALANX_DATASET_MOVING_PATH"])
+    assert (later / "data.txt").read_text() == "two", "a new job reads the Dataset's latest version"
