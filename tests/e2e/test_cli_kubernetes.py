@@ -324,3 +324,30 @@ def test_a_queue_is_submitted_configured_listed_and_deleted(cli: Cli) -> None:
         assert missing.returncode == 1 and f"queue {name} not found" in missing.stderr, missing.stderr
     finally:
         cli.kube.request("DELETE", f"{queues}/{name}")
+
+
+def test_a_dataset_is_submitted_listed_described_and_deleted(cli: Cli) -> None:
+    datasets = f"/apis/phalanx.dev/v1alpha1/namespaces/{cli.namespace}/datasets"
+    wait_until(lambda: cli.kube.request("GET", datasets).status_code == 200, 30, f"{datasets} served")
+    document = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "Dataset",
+        "metadata": {"name": "images"},
+        "spec": {"source": {"sql": {"url": "postgresql://reader:s3cret@db:5432/shop", "query": "SELECT 1"}}},
+    }
+    path = cli.write(document, "dataset.yaml")
+    assert cli.ok("submit", "-f", str(path)).stdout.strip() == "dataset/images created"
+    document["spec"]["distribution"] = "shard"
+    cli.write(document, "dataset.yaml")
+    assert cli.ok("submit", "-f", str(path)).stdout.strip() == "dataset/images configured"
+    assert cli.kube.get(f"{datasets}/images")["spec"]["distribution"] == "shard"
+    rows = {line.split()[0]: line.split() for line in cli.ok("get", "datasets").stdout.splitlines()}
+    assert rows["images"][:3] == ["images", "Pending", "-"]
+    described = cli.ok("describe", "dataset", "images").stdout
+    assert "sql: SELECT 1 on postgresql://reader:***@db:5432/shop" in described and "s3cret" not in described
+    evict = cli("cache", "evict", "--dataset", "images")
+    assert evict.returncode == 2 and "node's agent" in evict.stderr
+    assert cli.ok("delete", "dataset", "images").stdout.startswith("dataset/images deleted")
+    wait_until(lambda: cli.kube.request("GET", f"{datasets}/images").status_code == 404, 30, "the dataset to go")
+    missing = cli("describe", "dataset", "images")
+    assert missing.returncode == 1 and f"dataset {cli.namespace}/images not found" in missing.stderr

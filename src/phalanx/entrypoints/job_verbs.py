@@ -7,12 +7,15 @@ Each verb is one call to the backend's operations object (``services.operations.
 from __future__ import annotations
 
 import builtins
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from phalanx.model.datasets import Dataset, DatasetPhase
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import read_documents
 from phalanx.model.queues import Queue
+from phalanx.services.dataset_views import DatasetDescription, NodeCacheView
 from phalanx.services.operations import JobDescription
 from phalanx.services.queue_views import QueueDescription, QueueView
 
@@ -31,6 +34,14 @@ class JobOperations(Protocol):
     def queue_views(self) -> list[QueueView]: ...  # noqa: D102
     def describe_queue(self, name: str) -> QueueDescription: ...  # noqa: D102
     def delete_queue(self, name: str) -> QueueView: ...  # noqa: D102
+    def list_datasets(self, namespace: str | None = None) -> list[Dataset]: ...  # noqa: D102
+    def get_dataset(self, namespace: str, name: str) -> Dataset: ...  # noqa: D102
+    def describe_dataset(self, namespace: str, name: str) -> DatasetDescription: ...  # noqa: D102
+    def delete_dataset(self, namespace: str, name: str) -> Dataset: ...  # noqa: D102
+    def cache_views(self, node: str | None = None) -> list[NodeCacheView]: ...  # noqa: D102
+    def evict(  # noqa: D102
+        self, *, key: str | None = None, dataset: str | None = None, node: str | None = None
+    ) -> list[str]: ...
 
 
 JobSpec = str | Path | dict[str, Any] | list[dict[str, Any]]
@@ -97,3 +108,44 @@ class JobVerbs:
     def delete_queue(self, name: str) -> QueueView:
         """Delete a Queue; its admitted jobs keep running, and its jobs are no longer limited by a quota."""
         return self.ops.delete_queue(name)
+
+    def datasets(self) -> builtins.list[Dataset]:
+        """The namespace's Datasets (create them with ``submit``)."""
+        return self.ops.list_datasets(self.namespace)
+
+    def dataset(self, name: str) -> Dataset:
+        """One Dataset, with its status (phase, version, size, files, lineage, nodes caching it)."""
+        return self.ops.get_dataset(self.namespace, name)
+
+    def wait_dataset(self, name: str, *, timeout: float = 600.0, poll_seconds: float = 0.2) -> Dataset:
+        """Block until the Dataset is materialised (Ready) or Failed, and return it.
+
+        Raises:
+            TimeoutError: it was neither within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            dataset = self.dataset(name)
+            if dataset.status.phase in (DatasetPhase.READY, DatasetPhase.FAILED):
+                return dataset
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"dataset {name} is still {dataset.status.phase} after {timeout:g} s")
+            time.sleep(poll_seconds)
+
+    def describe_dataset(self, name: str) -> DatasetDescription:
+        """A Dataset, the jobs that read it and its events."""
+        return self.ops.describe_dataset(self.namespace, name)
+
+    def delete_dataset(self, name: str) -> Dataset:
+        """Delete a Dataset that no unfinished job reads."""
+        return self.ops.delete_dataset(self.namespace, name)
+
+    def caches(self, node: str | None = None) -> builtins.list[NodeCacheView]:
+        """Every node's dataset cache (or one node's): entries, pins and counters."""
+        return self.ops.cache_views(node)
+
+    def evict(
+        self, *, key: str | None = None, dataset: str | None = None, node: str | None = None
+    ) -> builtins.list[str]:
+        """Evict an unpinned cache entry, or every entry of a Dataset (embedded backend)."""
+        return self.ops.evict(key=key, dataset=dataset, node=node)

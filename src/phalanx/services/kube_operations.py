@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from phalanx.adapters.kubernetes.api import (
+    DATASETS,
     EVENTS,
     JOBTYPES,
     NODES,
@@ -48,6 +49,7 @@ from phalanx.adapters.kubernetes.objects import (
     LABEL_INDEX,
     LABEL_JOB,
     LABEL_ROLE,
+    dataset_from_object,
     job_document,
     job_from_object,
     job_status,
@@ -58,6 +60,7 @@ from phalanx.adapters.kubernetes.objects import (
 )
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, CONTAINER_NAME
 from phalanx.core.lifecycle import ACTIVE_PHASES
+from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
@@ -68,11 +71,13 @@ from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue, QueueStatus
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
 from phalanx.model.validation import parse_job
+from phalanx.services.dataset_views import DatasetDescription, NodeCacheView, cache_view_from_labels, readers
 from phalanx.services.operations import (
     MAX_CONFLICT_RETRIES,
     JobDescription,
     OperationError,
     Submitted,
+    check_no_readers,
     validate_documents,
 )
 from phalanx.services.queue_views import QueueDescription, QueueView, describe_queue, queue_views
@@ -127,11 +132,28 @@ def jobtype_body(jobtype: JobType) -> dict[str, Any]:
     return data
 
 
+def _dataset_not_found(namespace: str, name: str, others: list[Dataset]) -> str:
+    names = ", ".join(o.metadata.name for o in others[:20])
+    known = f"datasets in {namespace}: {names}" if names else f"{namespace} has no datasets"
+    return f"dataset {namespace}/{name} not found; {known}"
+
+
 def queue_body(queue: Queue) -> dict[str, Any]:
     """The Queue to POST (cluster-scoped: no namespace; no status, the scheduler's)."""
-    data = queue.to_dict()
+    return _spec_body(queue)
+
+
+def dataset_body(dataset: Dataset) -> dict[str, Any]:
+    """The Dataset to POST (namespaced; no status, the dataset manager's)."""
+    body = _spec_body(dataset)
+    body["metadata"]["namespace"] = dataset.metadata.namespace
+    return body
+
+
+def _spec_body(obj: Queue | Dataset) -> dict[str, Any]:
+    data = obj.to_dict()
     data.pop("status", None)
-    meta = queue.metadata
+    meta = obj.metadata
     metadata: dict[str, Any] = {"name": meta.name}
     if meta.labels:
         metadata["labels"] = dict(meta.labels)
@@ -466,6 +488,80 @@ class KubeOperations:
             self.api.delete(QUEUES, name, uid=described.view.queue.metadata.uid)
         return described.view
 
+    # -- datasets and node caches ---------------------------------------------------------------------------
+    def list_datasets(self, namespace: str | None = None) -> list[Dataset]:
+        """Datasets of the namespace (every namespace when None); one written past the schema is left out."""
+        with self.calling("list", DATASETS, namespace):
+            objects, _ = self.api.list(DATASETS, namespace)
+        found = []
+        for obj in objects:
+            with contextlib.suppress(SpecError, ValueError):
+                found.append(dataset_from_object(obj))
+        return sorted(found, key=lambda d: (d.metadata.namespace, d.metadata.name))
+
+    def get_dataset(self, namespace: str, name: str) -> Dataset:
+        """One Dataset.
+
+        Raises:
+            OperationError: no such Dataset (with the names of the others), or it cannot be read.
+        """
+        with self.calling("get", DATASETS, namespace):
+            try:
+                obj = self.api.get(DATASETS, name, namespace)
+            except NotFoundError:
+                self._require_installed()
+                raise OperationError(_dataset_not_found(namespace, name, self.list_datasets(namespace))) from None
+        try:
+            return dataset_from_object(obj)
+        except SpecError as err:
+            raise OperationError(f"dataset {namespace}/{name} cannot be read: {err}") from None
+
+    def describe_dataset(self, namespace: str, name: str) -> DatasetDescription:
+        """The Dataset, the jobs that read it and its events."""
+        dataset = self.get_dataset(namespace, name)
+        events: list[Event] = []
+        if dataset.metadata.uid:
+            with self.calling("list", EVENTS, namespace):
+                objects, _ = self.api.list(
+                    EVENTS, namespace, field_selector=f"involvedObject.uid={dataset.metadata.uid}"
+                )
+            events = sorted((event_from_object(obj) for obj in objects), key=lambda e: e.time)
+        return DatasetDescription(dataset=dataset, jobs=readers(dataset, self.list_jobs(namespace)), events=events)
+
+    def delete_dataset(self, namespace: str, name: str) -> Dataset:
+        """Delete a Dataset no unfinished job reads.
+
+        Raises:
+            OperationError: no such Dataset, or unfinished jobs read it (named).
+        """
+        dataset = self.get_dataset(namespace, name)
+        check_no_readers(dataset, self.list_jobs(namespace))
+        with self.calling("delete", DATASETS, namespace), contextlib.suppress(NotFoundError):
+            self.api.delete(DATASETS, name, namespace, uid=dataset.metadata.uid)
+        return dataset
+
+    def cache_views(self, node: str | None = None) -> list[NodeCacheView]:
+        """What each node's labels say it caches (the node agent keeps the cache on the node)."""
+        nodes = self.list_nodes()
+        if node is not None and node not in {n.metadata.name for n in nodes}:
+            raise OperationError(f"node {node} not found; nodes: {', '.join(n.metadata.name for n in nodes)}")
+        return [
+            cache_view_from_labels(n.metadata.name, dict(n.metadata.labels))
+            for n in nodes
+            if node in (None, n.metadata.name)
+        ]
+
+    def evict(self, *, key: str | None = None, dataset: str | None = None, node: str | None = None) -> list[str]:
+        """Not offered on Kubernetes: each node's agent owns its cache.
+
+        Raises:
+            OperationError: always, saying so.
+        """
+        raise OperationError(
+            "evicting from node caches on Kubernetes is done by each node's agent, as space is needed; the CLI "
+            "cannot evict there yet (the embedded backend's `phalanx cache evict` can)"
+        )
+
     def pods_of(self, job: TrainingJob) -> list[dict[str, Any]]:
         """The job's Pods (of this incarnation of its name), by name."""
         return self.job_pods(job.metadata.namespace, job.metadata.name, job.metadata.uid)
@@ -589,6 +685,12 @@ class KubeOperations:
             ]
         jobtypes = [o for o in objects if isinstance(o, JobType)]
         queues = [o for o in objects if isinstance(o, Queue)]
+        datasets = [o for o in objects if isinstance(o, Dataset)]
+        if namespace:
+            datasets = [
+                d.model_copy(update={"metadata": d.metadata.model_copy(update={"namespace": namespace})})
+                for d in datasets
+            ]
         # Every name is checked before anything is created: a job in the way leaves the cluster as it was.
         replaced: dict[str, dict[str, Any]] = {}
         for job in jobs:
@@ -608,6 +710,11 @@ class KubeOperations:
         for jobtype in jobtypes:
             self._apply_jobtype(jobtype)
             created.append(Submitted("JobType", "", jobtype.metadata.name))
+        for dataset in datasets:
+            configured = self._apply(DATASETS, dataset_body(dataset), dataset.metadata.namespace)
+            created.append(
+                Submitted("Dataset", dataset.metadata.namespace, dataset.metadata.name, configured=configured)
+            )
         for job in jobs:
             with self.calling("create", TRAININGJOBS, job.metadata.namespace):
                 try:
@@ -678,11 +785,14 @@ class KubeOperations:
 
     def _apply_queue(self, queue: Queue) -> bool:
         """Create the Queue or replace the spec of the existing one (``kubectl apply``); True when it existed."""
-        body = queue_body(queue)
-        name = queue.metadata.name
-        with self.calling("create", QUEUES):
+        return self._apply(QUEUES, queue_body(queue), None)
+
+    def _apply(self, resource: Resource, body: dict[str, Any], namespace: str | None) -> bool:
+        """Create the object or replace the spec (and labels, annotations) of the existing one; True when it existed."""
+        name = body["metadata"]["name"]
+        with self.calling("create", resource, namespace):
             try:
-                self.api.create(QUEUES, body)
+                self.api.create(resource, body, namespace)
                 return False
             except ConflictError as error:
                 if not error.already_exists:
@@ -691,8 +801,8 @@ class KubeOperations:
                 self._require_installed()
                 raise
         for _ in range(MAX_CONFLICT_RETRIES):
-            with self.calling("update", QUEUES):
-                current = self.api.get(QUEUES, name)
+            with self.calling("update", resource, namespace):
+                current = self.api.get(resource, name, namespace)
                 metadata = dict(current.get("metadata") or {})
                 for key in ("labels", "annotations"):
                     if key in body["metadata"]:
@@ -701,11 +811,11 @@ class KubeOperations:
                 if updated == current:
                     return True
                 try:
-                    self.api.replace(QUEUES, updated)
+                    self.api.replace(resource, updated)
                     return True
                 except ConflictError:
                     continue
-        raise OperationError(f"queue {name} kept changing; try again")
+        raise OperationError(f"{resource.kind.lower()} {name} kept changing; try again")
 
     def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob:
         """Halt (suspend) or resume a job; level-triggered: the operator does the rest.

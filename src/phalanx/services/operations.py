@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from phalanx.adapters.datacache import CacheError, NodeDataCache
 from phalanx.adapters.store import AlreadyExistsError, ConflictError, NotFoundError, SqliteStore
 from phalanx.core.lifecycle import ACTIVE_PHASES, HOLDING_PHASES
 from phalanx.model.datasets import Dataset
@@ -26,6 +27,7 @@ from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.model.validation import validate_job
 from phalanx.services.daemon import current_leader
+from phalanx.services.dataset_views import CacheEntryView, DatasetDescription, NodeCacheView, readers
 from phalanx.services.layout import StateLayout
 from phalanx.services.queue_views import QueueDescription, QueueView, describe_queue, queue_views, unique_queues
 
@@ -414,6 +416,95 @@ class Operations:
                 continue
         raise OperationError(f"dataset {dataset.metadata.namespace}/{dataset.metadata.name} kept changing; try again")
 
+    # -- datasets and node caches ---------------------------------------------------------------------------
+    def list_datasets(self, namespace: str | None = None) -> list[Dataset]:
+        """Datasets of the namespace (every namespace when None), by namespace and name."""
+        return sorted(self.store.list(Dataset, namespace), key=lambda d: (d.metadata.namespace, d.metadata.name))
+
+    def get_dataset(self, namespace: str, name: str) -> Dataset:
+        """One Dataset.
+
+        Raises:
+            OperationError: no such Dataset, with the names of the others.
+        """
+        dataset = self.store.try_get(Dataset, namespace, name)
+        if dataset is None:
+            raise OperationError(_not_found("dataset", namespace, name, self.list_datasets(namespace)))
+        return dataset
+
+    def describe_dataset(self, namespace: str, name: str) -> DatasetDescription:
+        """The Dataset, the jobs that read it and its events."""
+        dataset = self.get_dataset(namespace, name)
+        return DatasetDescription(
+            dataset=dataset,
+            jobs=readers(dataset, self.list_jobs(namespace)),
+            events=self.store.list_events("Dataset", namespace, name),
+        )
+
+    def delete_dataset(self, namespace: str, name: str) -> Dataset:
+        """Delete a Dataset no unfinished job reads; the control plane then removes its materialised copies.
+
+        Raises:
+            OperationError: no such Dataset, or unfinished jobs read it (named).
+        """
+        dataset = self.get_dataset(namespace, name)
+        check_no_readers(dataset, self.list_jobs(namespace))
+        with contextlib.suppress(NotFoundError):
+            self.store.delete(Dataset, namespace, name)
+        return dataset
+
+    def cache_views(self, node: str | None = None) -> list[NodeCacheView]:
+        """Every node's dataset cache (or one node's), with entries, pins and counters."""
+        names = [n.metadata.name for n in self.list_nodes()]
+        if node is not None and node not in names:
+            raise OperationError(f"node {node} not found; nodes: {', '.join(names) or 'none (run phalanx up)'}")
+        views = []
+        for name in [node] if node else names:
+            cache = self._node_cache(name)
+            if cache is None:
+                views.append(NodeCacheView(name, None, 0, []))
+                continue
+            entries = [CacheEntryView(e.key, e.dataset, e.bytes, e.state, e.pinned_by) for e in cache.entries()]
+            views.append(NodeCacheView(name, cache.capacity, cache.used(), entries, cache.counters()))
+        return views
+
+    def evict(self, *, key: str | None = None, dataset: str | None = None, node: str | None = None) -> list[str]:
+        """Evict one cache entry (``key``) or every entry of a Dataset, on one node or on all.
+
+        ``dataset`` is ``namespace/name``, or a name in ``default``. Returns ``node: key`` of each entry evicted.
+
+        Raises:
+            OperationError: nothing matched, or an entry is in use (naming the jobs); nothing in use is evicted.
+        """
+        if (key is None) == (dataset is None):
+            raise OperationError("name one cache entry (KEY) or --dataset NAME")
+        wanted = dataset if dataset is None or "/" in dataset else f"default/{dataset}"
+        evicted: list[str] = []
+        problems: list[str] = []
+        for view in self.cache_views(node):
+            cache = self._node_cache(view.node)
+            for entry in view.entries:
+                if (key is not None and entry.key != key) or (wanted is not None and entry.dataset != wanted):
+                    continue
+                assert cache is not None
+                try:
+                    cache.evict(entry.key)
+                    evicted.append(f"{view.node}: {entry.key}")
+                except CacheError as err:
+                    problems.append(str(err))
+        if problems:
+            done = f" (evicted: {', '.join(evicted)})" if evicted else ""
+            raise OperationError("; ".join(problems) + done)
+        if not evicted:
+            raise OperationError(f"no cache holds {key or wanted}; see `phalanx cache ls`")
+        return evicted
+
+    def _node_cache(self, node: str) -> NodeDataCache | None:
+        directory = self.layout.node_cache_dir(node)
+        if not (directory / "ledger.json").exists():
+            return None
+        return NodeDataCache(directory, name=f"node {node}")
+
     def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob:
         """Halt (suspend) or resume a job; level-triggered: the controller does the rest.
 
@@ -447,6 +538,27 @@ class Operations:
                 self.layout.remove_job_files(namespace, name, job.metadata.uid)
             return
         self.store.mark_deleting(TrainingJob, namespace, name)
+
+
+def _not_found(kind: str, namespace: str, name: str, others: Sequence[Dataset]) -> str:
+    names = ", ".join(o.metadata.name for o in others[:20])
+    known = f"{kind}s in {namespace}: {names}" if names else f"{namespace} has no {kind}s"
+    return f"{kind} {namespace}/{name} not found; {known}"
+
+
+def check_no_readers(dataset: Dataset, jobs: Sequence[TrainingJob]) -> None:
+    """Refuse to delete a Dataset that unfinished jobs read.
+
+    Raises:
+        OperationError: naming the jobs and what to do.
+    """
+    using = readers(dataset, jobs, active_only=True)
+    if using:
+        names = ", ".join(f"{j.metadata.name} ({j.status.phase})" for j in using)
+        raise OperationError(
+            f"dataset {dataset.metadata.namespace}/{dataset.metadata.name} is read by unfinished jobs: {names}; "
+            "delete them or wait for them to finish, then delete the dataset"
+        )
 
 
 def _no_queue_message(name: str, names: Sequence[str]) -> str:

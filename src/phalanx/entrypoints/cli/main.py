@@ -69,9 +69,16 @@ class Resource(StrEnum):
     JOBTYPE = "jobtype"
     QUEUES = "queues"
     QUEUE = "queue"
+    DATASETS = "datasets"
+    DATASET = "dataset"
 
 
 QUEUE_RESOURCES = ("queue", "queues")
+DATASET_RESOURCES = ("dataset", "datasets")
+dataset_app = typer.Typer(help="Datasets: create, get, describe, delete (see docs/datasets.md).", no_args_is_help=True)
+cache_app = typer.Typer(help="Node dataset caches: list what they hold, evict entries.", no_args_is_help=True)
+app.add_typer(dataset_app, name="dataset")
+app.add_typer(cache_app, name="cache")
 
 
 StateDirOption = Annotated[
@@ -110,9 +117,13 @@ _INSTALL = "phalanx install --print | kubectl apply -f -"
 
 
 def _require_jobs(resource: str, verb: str) -> None:
-    """Verbs that act on one object take ``job NAME`` or ``queue NAME``; anything else is a usage error (exit 2)."""
-    if resource not in ("job", "jobs", *QUEUE_RESOURCES):
-        fail(f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME` or `phalanx {verb} queue NAME`", 2)
+    """Verbs on one object take ``job NAME``, ``queue NAME`` or ``dataset NAME``; anything else is a usage error."""
+    if resource not in ("job", "jobs", *QUEUE_RESOURCES, *DATASET_RESOURCES):
+        fail(
+            f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`, `phalanx {verb} queue NAME` or "
+            f"`phalanx {verb} dataset NAME`",
+            2,
+        )
 
 
 def _choose(backend: Backend | None, kubeconfig: Path | None, context: str | None) -> BackendChoice:
@@ -246,7 +257,7 @@ def submit(
 
 @app.command()
 def get(
-    resource: Annotated[Resource, typer.Argument(help="jobs, nodes, jobtypes or queues")],
+    resource: Annotated[Resource, typer.Argument(help="jobs, nodes, jobtypes, queues or datasets")],
     name: Annotated[str | None, typer.Argument(help="Only this one.")] = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
@@ -256,7 +267,7 @@ def get(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """List jobs, nodes, job types or queues (queues: usage/quota of each resource, admitted and pending jobs)."""
+    """List jobs, nodes, job types, queues (usage/quota, admitted and pending jobs) or datasets."""
     from phalanx.entrypoints.cli.render import jobs_table, jobtypes_table, nodes_table, queues_table
     from phalanx.model.replicas import Replica
 
@@ -296,6 +307,8 @@ def get(
                     used["cpu_milli"] += vector.cpu_milli
                     used["gpu"] += len(placement.gpus)
                 console.print(nodes_table(nodes, usage))
+        elif resource in (Resource.DATASETS, Resource.DATASET):
+            _show_datasets(client, name, output, all_namespaces)
         elif resource in (Resource.QUEUES, Resource.QUEUE):
             views = client.ops.queue_views()
             if name:
@@ -320,15 +333,15 @@ def get(
 
 @app.command()
 def describe(
-    resource: Annotated[str, typer.Argument(help="job or queue")],
-    name: Annotated[str, typer.Argument(help="The job's or the queue's name.")],
+    resource: Annotated[str, typer.Argument(help="job, queue or dataset")],
+    name: Annotated[str, typer.Argument(help="Its name.")],
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Show a job (roles, placement, replicas, conditions, events) or a queue (quota, usage, jobs) in detail."""
+    """Show a job (roles, placement, replicas, conditions, events), a queue (quota, usage, jobs) or a dataset."""
     from phalanx.entrypoints.cli.render import print_description, print_queue_description
 
     _require_jobs(resource, "describe")
@@ -336,6 +349,11 @@ def describe(
     with _session(choice, state_dir, namespace) as client:
         if resource in QUEUE_RESOURCES:
             print_queue_description(console, client.describe_queue(name))
+            return
+        if resource in DATASET_RESOURCES:
+            from phalanx.entrypoints.cli.render_data import print_dataset_description
+
+            print_dataset_description(console, client.describe_dataset(name))
             return
         print_description(console, client.describe(name), pods=choice.kubernetes)
 
@@ -429,18 +447,21 @@ def resume(
 
 @app.command()
 def delete(
-    resource: Annotated[str, typer.Argument(help="job or queue")],
-    name: Annotated[str, typer.Argument(help="The job's or the queue's name.")],
+    resource: Annotated[str, typer.Argument(help="job, queue or dataset")],
+    name: Annotated[str, typer.Argument(help="Its name.")],
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Delete a job (stop its replicas, then remove it) or a queue (its jobs keep running, without its quota)."""
+    """Delete a job (stop its replicas, then remove it), a queue (its jobs keep running) or a dataset."""
     _require_jobs(resource, "delete")
     choice = _choose(backend, kubeconfig, context)
     with _session(choice, state_dir, namespace) as client:
+        if resource in DATASET_RESOURCES:
+            _delete_dataset(client, name)
+            return
         if resource in QUEUE_RESOURCES:
             deleted = client.delete_queue(name)
             console.print(f"queue/{name} deleted")
@@ -454,6 +475,171 @@ def delete(
             return
         client.delete(name)
         console.print(f"job/{name} deleted")
+
+
+def _show_datasets(client: Client | KubernetesClient, name: str | None, output: Output, everywhere: bool) -> None:
+    from phalanx.entrypoints.cli.render_data import datasets_table
+
+    datasets = [client.dataset(name)] if name else client.ops.list_datasets(None if everywhere else client.namespace)
+    if output in (Output.YAML, Output.JSON):
+        _print_objects(datasets, output)
+    elif not datasets:
+        console.print(
+            f"No datasets in {'any namespace' if everywhere else client.namespace}: create one with "
+            "`phalanx dataset create -f dataset.yaml` (see docs/datasets.md)."
+        )
+    else:
+        console.print(datasets_table(datasets, namespaces=everywhere))
+
+
+def _delete_dataset(client: Client | KubernetesClient, name: str) -> None:
+    dataset = client.delete_dataset(name)
+    console.print(f"dataset/{name} deleted")
+    if dataset.status.nodes:
+        console.print(
+            f"note: node caches ({', '.join(dataset.status.nodes)}) keep its data until space is needed; "
+            "`phalanx cache evict --dataset NAME` frees it now"
+        )
+
+
+@dataset_app.command("create")
+def dataset_create(
+    filename: Annotated[Path, typer.Option("--filename", "-f", help="A YAML/JSON file of Datasets.")],
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow until materialised or failed.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait at most.")] = 3600.0,
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Create Datasets (or give existing ones the new spec) and follow them until they are Ready or Failed."""
+    from phalanx.model.loading import read_documents
+
+    documents = read_documents(filename)
+    others = sorted({str(d.get("kind", "TrainingJob")) for d in documents} - {"Dataset"})
+    if others:
+        fail(f"{filename} holds {', '.join(others)} too; `phalanx dataset create` takes Datasets only (use submit)", 2)
+    choice = _choose(backend, kubeconfig, context)
+    with _session(choice, state_dir, namespace) as client:
+        submitted = client.submit(filename)
+        for item in submitted:
+            console.print(f"dataset/{item.name} {'configured' if item.configured else 'created'}")
+        if not wait:
+            return
+        failed = False
+        for item in submitted:
+            with console.status(f"materialising dataset {item.name} …"):
+                dataset = client.wait_dataset(item.name, timeout=timeout)
+            status = dataset.status
+            if status.phase == "Failed":
+                failed = True
+                console.print(f"[red]dataset/{item.name} Failed[/]: {escape(status.message or '')}")
+                continue
+            from phalanx.model.resources import human_memory
+
+            console.print(
+                f"dataset/{item.name} Ready: version {status.version}, {human_memory(status.bytes)} in "
+                f"{status.files} files; {escape(status.lineage or '')}"
+            )
+        if failed:
+            raise typer.Exit(1)
+
+
+@dataset_app.command("get")
+def dataset_get(
+    name: Annotated[str | None, typer.Argument(help="Only this one.")] = None,
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
+    output: OutputOption = Output.TABLE,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """List Datasets: phase, version, size, files, nodes caching them (as `phalanx get datasets`)."""
+    with _session(_choose(backend, kubeconfig, context), state_dir, namespace) as client:
+        _show_datasets(client, name, output, all_namespaces)
+
+
+@dataset_app.command("describe")
+def dataset_describe(
+    name: Annotated[str, typer.Argument(help="The Dataset's name.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Show a Dataset: source, distribution, version, lineage, nodes caching it, jobs reading it, events."""
+    from phalanx.entrypoints.cli.render_data import print_dataset_description
+
+    with _session(_choose(backend, kubeconfig, context), state_dir, namespace) as client:
+        print_dataset_description(console, client.describe_dataset(name))
+
+
+@dataset_app.command("delete")
+def dataset_delete(
+    name: Annotated[str, typer.Argument(help="The Dataset's name.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Delete a Dataset that no unfinished job reads (its materialised copies go with it)."""
+    with _session(_choose(backend, kubeconfig, context), state_dir, namespace) as client:
+        _delete_dataset(client, name)
+
+
+@cache_app.command("ls")
+def cache_ls(
+    node: Annotated[str | None, typer.Option("--node", help="Only this node's cache.")] = None,
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """What each node's dataset cache holds: entries, size, pins, and per-dataset hits, misses and evictions."""
+    from phalanx.entrypoints.cli.render_data import print_caches
+
+    # Caches are per node and hold every namespace's data: --namespace is accepted and changes nothing.
+    with _session(_choose(backend, kubeconfig, context), state_dir, namespace) as client:
+        views = client.caches(node)
+        if not views:
+            console.print("No nodes yet: the control plane registers them when it starts (`phalanx up`).")
+        print_caches(console, views)
+
+
+@cache_app.command("evict")
+def cache_evict(
+    key: Annotated[str | None, typer.Argument(help="The entry's key (see `phalanx cache ls`).")] = None,
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="Every entry of this Dataset (NAME or NAMESPACE/NAME).")
+    ] = None,
+    node: Annotated[str | None, typer.Option("--node", help="Only on this node.")] = None,
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Evict entries no job uses from node caches; entries in use are refused, naming the jobs."""
+    if (key is None) == (dataset is None):
+        fail("name the entry (`phalanx cache evict KEY`) or the dataset (`--dataset NAME`), not both", 2)
+    choice = _choose(backend, kubeconfig, context)
+    if choice.kubernetes:
+        fail(
+            "evicting from node caches on Kubernetes is done by each node's agent as space is needed; the CLI "
+            "cannot evict there yet",
+            2,
+        )
+    with _session(choice, state_dir, namespace) as client:
+        if dataset is not None and "/" not in dataset:
+            dataset = f"{client.namespace}/{dataset}"
+        for evicted in client.evict(key=key, dataset=dataset, node=node):
+            console.print(f"evicted {evicted}")
 
 
 @app.command()

@@ -1,0 +1,85 @@
+"""The dataset and cache verbs through the real CLI, against a real control plane process: `dataset create` follows
+materialisation to Ready (or Failed, exit 1), `get datasets`, `describe dataset`, `delete dataset` refused while a
+job reads it, `cache ls` with entries, pins and counters, `cache evict` refused while pinned and done after.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from conftest import Runtime, generic_job, parse_table
+from phalanx.model.jobs import Phase
+from support.waiting import wait_until
+
+FINISHED = {Phase.SUCCEEDED, Phase.FAILED}
+
+
+def dataset_file(runtime: Runtime, name: str, source: dict[str, Any]) -> Path:
+    document = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Dataset", "metadata": {"name": name}}
+    document["spec"] = {"source": source}
+    path = runtime.work_dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_dataset_and_cache_verbs(runtime: Runtime, tmp_path: Path) -> None:
+    runtime.start_control_plane()
+    data = tmp_path / "images"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"a" * 3000)
+    (data / "b.bin").write_bytes(b"b" * 1000)
+    created = runtime.cli("dataset", "create", "-f", str(dataset_file(runtime, "images", {"path": str(data)})))
+    assert created.returncode == 0, created.stderr
+    assert "dataset/images created" in created.stdout
+    assert "dataset/images Ready: version sha256:" in created.stdout and "in 2 files" in created.stdout
+
+    (row,) = parse_table(runtime.cli("get", "datasets", check=True).stdout)
+    assert (row["NAME"], row["PHASE"], row["FILES"], row["NODES"]) == ("images", "Ready", "2", "0")
+    assert row["VERSION"].startswith("sha256:") and len(row["VERSION"]) == 19
+
+    hold = tmp_path / "release"
+    job = generic_job("reader", args=["--hold", str(hold)])
+    job["spec"]["datasets"] = [{"name": "images"}]
+    runtime.submit(job)
+    runtime.wait_phase("reader", {Phase.RUNNING})
+
+    described = runtime.cli("describe", "dataset", "images", check=True).stdout
+    assert f"path: {data}" in described and "Materialized" in described
+    assert "reader" in described and "Cached on:" in described
+    refused = runtime.cli("dataset", "delete", "images")
+    assert refused.returncode == 1
+    assert "read by unfinished jobs: reader (Running)" in refused.stderr
+
+    listing = runtime.cli("cache", "ls", check=True).stdout
+    (entry,) = parse_table(listing, "KEY")
+    assert entry["DATASET"] == "default/images" and entry["PINNED BY"] == "default/reader"
+    (counters,) = parse_table(listing, "DATASET")
+    assert (counters["HITS"], counters["MISSES"], counters["EVICTIONS"]) == ("0", "1", "0")
+    pinned = runtime.cli("cache", "evict", entry["KEY"])
+    assert pinned.returncode == 1 and "in use by default/reader" in pinned.stderr
+
+    hold.touch()
+    assert runtime.wait_phase("reader", FINISHED).status.phase == Phase.SUCCEEDED
+    wait_until(
+        lambda: parse_table(runtime.cli("cache", "ls", check=True).stdout, "KEY")[0]["PINNED BY"] == "-",
+        message="the finished job's pin to be released",
+    )
+    evicted = runtime.cli("cache", "evict", "--dataset", "images", check=True)
+    assert evicted.stdout.startswith("evicted ") and entry["KEY"] in evicted.stdout.replace("\n", "")
+    assert "(empty)" in runtime.cli("cache", "ls", check=True).stdout
+    deleted = runtime.cli("delete", "dataset", "images", check=True)
+    assert "dataset/images deleted" in deleted.stdout
+    assert "No datasets in default" in runtime.cli("get", "datasets", check=True).stdout
+
+
+def test_dataset_create_exits_1_with_the_reason_when_materialising_fails(runtime: Runtime) -> None:
+    runtime.start_control_plane()
+    spec = dataset_file(runtime, "gone", {"url": "http://127.0.0.1:9/train.csv"})
+    result = runtime.cli("dataset", "create", "-f", str(spec))
+    assert result.returncode == 1
+    assert "dataset/gone Failed" in result.stdout and "spec.source.url" in result.stdout
+    unknown = runtime.cli("describe", "dataset", "nope")
+    assert unknown.returncode == 1 and "dataset default/nope not found; datasets in default: gone" in unknown.stderr
