@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from phalanx.entrypoints.cli.styles import styled_phase
+from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
@@ -175,18 +176,19 @@ def print_description(console: Console, described: JobDescription, *, pods: bool
                 condition.message,
             )
         console.print(conditions)
-    events = Table(title="Events", box=None, title_justify="left", header_style="bold")
+    console.print(events_table(described.events, meta.creation_timestamp))
+
+
+def events_table(events: list[Event], created: datetime | None) -> Table:
+    """The last 30 events since ``created``: those of an earlier object of the same name are not this one's."""
+    table = Table(title="Events", box=None, title_justify="left", header_style="bold")
     for column in ("TYPE", "REASON", "AGE", "MESSAGE"):
-        events.add_column(column, overflow="fold")
-    created = meta.creation_timestamp
-    # Events of an earlier job that had the same name are not this job's story.
-    mine = [e for e in described.events if created is None or e.time >= created]
+        table.add_column(column, overflow="fold")
+    mine = [e for e in events if created is None or e.time >= created]
     for event in mine[-30:]:
-        style = "red" if event.type == "Warning" else ""
-        events.add_row(
-            f"[{style}]{event.type}[/]" if style else event.type, event.reason, age(event.time), event.message
-        )
-    console.print(events)
+        kind = f"[red]{event.type}[/]" if event.type == "Warning" else event.type
+        table.add_row(kind, event.reason, age(event.time), event.message)
+    return table
 
 
 def _gpus(milli: int) -> str:

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from phalanx.adapters.datasources import mask_url
-from phalanx.entrypoints.cli.render import age
+from phalanx.entrypoints.cli.render import age, events_table
 from phalanx.entrypoints.cli.styles import styled_phase
 from phalanx.model.datasets import Dataset, DatasetSource
 from phalanx.model.resources import human_memory
@@ -79,14 +79,7 @@ def print_dataset_description(console: Console, described: DatasetDescription) -
     for job in described.jobs:
         jobs.add_row(job.metadata.name, styled_phase(job.status.phase), age(job.metadata.creation_timestamp))
     console.print(jobs if described.jobs else "No job reads it.")
-    events = Table(title="Events", box=None, title_justify="left", header_style="bold")
-    for column in ("TYPE", "REASON", "AGE", "MESSAGE"):
-        events.add_column(column, overflow="fold")
-    created = meta.creation_timestamp
-    for event in [e for e in described.events if created is None or e.time >= created][-30:]:
-        kind = f"[red]{event.type}[/]" if event.type == "Warning" else event.type
-        events.add_row(kind, event.reason, age(event.time), event.message)
-    console.print(events)
+    console.print(events_table(described.events, meta.creation_timestamp))
 
 
 def print_caches(console: Console, views: list[NodeCacheView]) -> None:
