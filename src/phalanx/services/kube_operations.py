@@ -78,6 +78,7 @@ from phalanx.services.operations import (
     OperationError,
     Submitted,
     check_no_readers,
+    not_found_message,
     validate_documents,
 )
 from phalanx.services.queue_views import QueueDescription, QueueView, describe_queue, queue_views
@@ -107,54 +108,32 @@ def resource_name(resource: Resource) -> str:
 
 def job_body(job: TrainingJob) -> dict[str, Any]:
     """The TrainingJob to POST: the validated, defaulted spec; metadata the user may set; no status."""
-    data = job.to_dict()
-    data.pop("status", None)
-    meta = job.metadata
-    metadata: dict[str, Any] = {"name": meta.name, "namespace": meta.namespace}
-    if meta.labels:
-        metadata["labels"] = dict(meta.labels)
-    if meta.annotations:
-        metadata["annotations"] = dict(meta.annotations)
-    data["metadata"] = metadata
-    return data
+    return _body(job, namespaced=True)
 
 
 def jobtype_body(jobtype: JobType) -> dict[str, Any]:
     """The JobType to POST (cluster-scoped: no namespace)."""
-    data = jobtype.to_dict()
-    meta = jobtype.metadata
-    metadata: dict[str, Any] = {"name": meta.name}
-    if meta.labels:
-        metadata["labels"] = dict(meta.labels)
-    if meta.annotations:
-        metadata["annotations"] = dict(meta.annotations)
-    data["metadata"] = metadata
-    return data
-
-
-def _dataset_not_found(namespace: str, name: str, others: list[Dataset]) -> str:
-    names = ", ".join(o.metadata.name for o in others[:20])
-    known = f"datasets in {namespace}: {names}" if names else f"{namespace} has no datasets"
-    return f"dataset {namespace}/{name} not found; {known}"
+    return _body(jobtype, namespaced=False)
 
 
 def queue_body(queue: Queue) -> dict[str, Any]:
     """The Queue to POST (cluster-scoped: no namespace; no status, the scheduler's)."""
-    return _spec_body(queue)
+    return _body(queue, namespaced=False)
 
 
 def dataset_body(dataset: Dataset) -> dict[str, Any]:
     """The Dataset to POST (namespaced; no status, the dataset manager's)."""
-    body = _spec_body(dataset)
-    body["metadata"]["namespace"] = dataset.metadata.namespace
-    return body
+    return _body(dataset, namespaced=True)
 
 
-def _spec_body(obj: Queue | Dataset) -> dict[str, Any]:
+def _body(obj: TrainingJob | JobType | Queue | Dataset, *, namespaced: bool) -> dict[str, Any]:
+    """The object without status, with only the metadata a user may set (name, namespace, labels, annotations)."""
     data = obj.to_dict()
     data.pop("status", None)
     meta = obj.metadata
     metadata: dict[str, Any] = {"name": meta.name}
+    if namespaced:
+        metadata["namespace"] = meta.namespace
     if meta.labels:
         metadata["labels"] = dict(meta.labels)
     if meta.annotations:
@@ -510,7 +489,9 @@ class KubeOperations:
                 obj = self.api.get(DATASETS, name, namespace)
             except NotFoundError:
                 self._require_installed()
-                raise OperationError(_dataset_not_found(namespace, name, self.list_datasets(namespace))) from None
+                raise OperationError(
+                    not_found_message("dataset", namespace, name, self.list_datasets(namespace))
+                ) from None
         try:
             return dataset_from_object(obj)
         except SpecError as err:

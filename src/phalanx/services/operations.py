@@ -429,7 +429,7 @@ class Operations:
         """
         dataset = self.store.try_get(Dataset, namespace, name)
         if dataset is None:
-            raise OperationError(_not_found("dataset", namespace, name, self.list_datasets(namespace)))
+            raise OperationError(not_found_message("dataset", namespace, name, self.list_datasets(namespace)))
         return dataset
 
     def describe_dataset(self, namespace: str, name: str) -> DatasetDescription:
@@ -540,7 +540,8 @@ class Operations:
         self.store.mark_deleting(TrainingJob, namespace, name)
 
 
-def _not_found(kind: str, namespace: str, name: str, others: Sequence[Dataset]) -> str:
+def not_found_message(kind: str, namespace: str, name: str, others: Sequence[Dataset]) -> str:
+    """``dataset default/x not found; datasets in default: a, b`` (or that the namespace has none)."""
     names = ", ".join(o.metadata.name for o in others[:20])
     known = f"{kind}s in {namespace}: {names}" if names else f"{namespace} has no {kind}s"
     return f"{kind} {namespace}/{name} not found; {known}"
