@@ -15,6 +15,7 @@ import pytest
 
 import k8s_testenv
 from components import Components
+from support.sim_jobs import gpu_job
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -25,26 +26,7 @@ VERSION = "sha256-5f2b9c"
 
 
 def job(name: str, model: str, datasets: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "phalanx.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "type": "generic",
-            "datasets": datasets,
-            "replicas": {
-                "worker": {
-                    "count": 1,
-                    "template": {
-                        "image": "example.org/trainer:1",
-                        "command": ["python", "train.py"],
-                        "metadata": {"annotations": {"phalanx.dev/sim-hang": "true"}},
-                        "resources": {"cpu": "1", "memory": "1Gi", "gpu": 1, "gpuModel": model},
-                    },
-                }
-            },
-        },
-    }
+    return gpu_job(name, model, datasets=datasets)
 
 
 @pytest.fixture

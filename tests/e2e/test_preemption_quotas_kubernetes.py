@@ -16,6 +16,7 @@ import pytest
 
 import k8s_testenv
 from components import Components
+from support.sim_jobs import gpu_job
 
 pytestmark = pytest.mark.e2e
 
@@ -24,26 +25,7 @@ QUEUES = "/apis/phalanx.dev/v1alpha1/queues"
 
 
 def job(name: str, gpus: int, model: str, **scheduling: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "phalanx.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "type": "generic",
-            "scheduling": scheduling,
-            "replicas": {
-                "worker": {
-                    "count": 1,
-                    "template": {
-                        "image": "example.org/trainer:1",
-                        "command": ["python", "train.py"],
-                        "metadata": {"annotations": {"phalanx.dev/sim-hang": "true"}},
-                        "resources": {"cpu": "1", "memory": "1Gi", "gpu": gpus, "gpuModel": model},
-                    },
-                }
-            },
-        },
-    }
+    return gpu_job(name, model, gpus=gpus, scheduling=scheduling)
 
 
 @pytest.fixture

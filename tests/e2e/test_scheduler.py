@@ -17,6 +17,7 @@ import pytest
 
 import k8s_testenv
 from components import Components
+from support.sim_jobs import gpu_job
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -30,25 +31,9 @@ def job(
     annotations = {"phalanx.dev/sim-duration-ms": str(duration_ms)}
     if hang:
         annotations["phalanx.dev/sim-hang"] = "true"
-    return {
-        "apiVersion": "phalanx.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "type": "pytorch",
-            "replicas": {
-                "worker": {
-                    "count": workers,
-                    "template": {
-                        "image": "example.org/trainer:1",
-                        "command": ["python", "train.py"],
-                        "metadata": {"annotations": annotations},
-                        "resources": {"cpu": "2", "memory": "4Gi", "gpu": gpus, "gpuModel": model},
-                    },
-                }
-            },
-        },
-    }
+    return gpu_job(
+        name, model, workers=workers, gpus=gpus, jobtype="pytorch", cpu="2", memory="4Gi", annotations=annotations
+    )
 
 
 def pods_of(kube: Any, namespace: str, name: str) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ import pytest
 import k8s_testenv
 from components import Components
 from phalanx.model.topologies import DGX1_V100, gpu_layout
+from support.sim_jobs import gpu_job
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -34,25 +35,7 @@ def dgx1_annotation() -> dict[str, Any]:
 
 
 def job(name: str, gpus: int, model: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "phalanx.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "type": "pytorch",
-            "replicas": {
-                "worker": {
-                    "count": 1,
-                    "template": {
-                        "image": "example.org/trainer:1",
-                        "command": ["python", "train.py"],
-                        "metadata": {"annotations": {"phalanx.dev/sim-hang": "true"}},
-                        "resources": {"cpu": "2", "memory": "4Gi", "gpu": gpus, "gpuModel": model},
-                    },
-                }
-            },
-        },
-    }
+    return gpu_job(name, model, gpus=gpus, jobtype="pytorch", cpu="2", memory="4Gi")
 
 
 @pytest.fixture

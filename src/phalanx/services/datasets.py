@@ -34,97 +34,35 @@ from typing import Any
 
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
-from phalanx.adapters.datasources import Materialized, SourceError, SourceRequest, materialize
+from phalanx.adapters.datasources import Materialized, SourceRequest
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
-from phalanx.core.data import CacheEntry, DatasetFiles, StagingPlan, env_name, plan_staging
-from phalanx.core.lifecycle import HOLDING_PHASES
-from phalanx.core.rendezvous import ranked_roles, replica_names
+from phalanx.core.data import CacheEntry, StagingPlan, env_name
 from phalanx.core.scheduling.types import DATASET_LABEL_PREFIX
-from phalanx.model.datasets import Dataset, DatasetPhase, DatasetSource, Distribution, version_label
+from phalanx.model.datasets import Dataset, DatasetPhase, version_label
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
+from phalanx.services.dataset_store import (
+    DATASET_VERSIONS_ANNOTATION,
+    STAGING_PHASES,
+    chosen_versions,
+    human_bytes,
+    materialize_outcome,
+    materialize_version,
+    progress_reporter,
+    read_manifest,
+    resolve_staging,
+    source_request,
+    sweep_leftovers,
+)
 from phalanx.services.layout import StateLayout
 from phalanx.services.operations import SUBMIT_DIR_ANNOTATION
 from phalanx.services.storing import destination
 
 log = logging.getLogger(__name__)
 
-#: Phases in which a job's data must be (or is being) on its nodes and stays pinned there.
-STAGING_PHASES = frozenset(HOLDING_PHASES - {Phase.HALTING})
 _PROGRESS_EVERY_S = 1.0
-
-
-#: On a job: the dataset versions it reads, JSON ``{mount name: version}``, fixed when first staged.
-DATASET_VERSIONS_ANNOTATION = "phalanx.dev/dataset-versions"
-
-
-def chosen_versions(job: TrainingJob) -> dict[str, str]:
-    """The versions recorded on the job (``DATASET_VERSIONS_ANNOTATION``); empty before its first staging."""
-    try:
-        recorded = json.loads(job.metadata.annotations.get(DATASET_VERSIONS_ANNOTATION, "{}"))
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
-
-
-def source_request(source: DatasetSource, field: str = "spec.source") -> SourceRequest:
-    """The datasources adapter's request for a Dataset's source (not for ``fromJob``, which the manager resolves)."""
-    if source.path is not None:
-        return SourceRequest("path", path=source.path, field=f"{field}.path")
-    if source.url is not None:
-        return SourceRequest("url", url=source.url, field=f"{field}.url")
-    if source.sql is not None:
-        return SourceRequest("sql", sql_url=source.sql.url, query=source.sql.query, field=field)
-    if source.script is not None:
-        return SourceRequest("script", command=tuple(source.script.command), field=f"{field}.script.command")
-    raise ValueError("a fromJob source is resolved to the job's outputs by the dataset manager")
-
-
-def human_bytes(size: float) -> str:
-    """``1.5 GiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size} B"
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """A materialised version: its files (relative path, bytes), version and lineage."""
-
-    version: str
-    files: tuple[tuple[str, int], ...]
-    lineage: str
-
-    @property
-    def bytes(self) -> int:
-        """Total size."""
-        return sum(size for _, size in self.files)
-
-
-def write_manifest(path: Path, done: Materialized) -> None:
-    """Record a materialised version's files beside its directory."""
-    document = {
-        "version": done.version,
-        "lineage": done.lineage,
-        "files": [{"path": f.path, "bytes": f.bytes, "sha256": f.sha256} for f in done.files],
-    }
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    temporary.write_text(json.dumps(document, indent=1))
-    temporary.replace(path)
-
-
-def read_manifest(path: Path) -> Manifest | None:
-    """The manifest at ``path``, or None when there is none (not materialised, or removed)."""
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    files = tuple((str(f["path"]), int(f["bytes"])) for f in document["files"])
-    return Manifest(version=str(document["version"]), files=files, lineage=str(document.get("lineage", "")))
 
 
 @dataclass(frozen=True)
@@ -207,17 +145,7 @@ class DatasetManager:
 
         Call once before the first ``sync``: nothing of this manager's is in flight then. Returns what went.
         """
-        removed = []
-        root = self.layout.datasets_root
-        for dataset_dir in root.glob("*/*") if root.is_dir() else ():
-            for child in dataset_dir.iterdir():
-                if child.name.startswith("."):
-                    if child.is_dir():
-                        shutil.rmtree(child, ignore_errors=True)
-                    else:
-                        child.unlink(missing_ok=True)
-                    removed.append(child)
-        return removed
+        return sweep_leftovers(self.layout.datasets_root)
 
     def has_results(self) -> bool:
         """Whether background work finished that the next ``sync`` would collect."""
@@ -357,29 +285,14 @@ class DatasetManager:
         return SourceRequest("path", path=str(outputs), field="spec.source.fromJob.output"), None, None
 
     def _materialize(self, request: SourceRequest, incoming: Path, base_dir: Path, progress: Any) -> Materialized:
-        done = materialize(request, incoming, base_dir=base_dir, progress=progress)
-        label = version_label(done.version)
-        final = incoming.parent / label
-        if final.exists():
-            shutil.rmtree(incoming, ignore_errors=True)  # the same content again: keep the copy we have
-        else:
-            incoming.rename(final)
-        write_manifest(incoming.parent / f"{label}.json", done)
-        return done
+        return materialize_version(request, incoming, base_dir, progress)
 
     def _progress_reporter(self, key: tuple[str, str]) -> Callable[[int, int | None], None]:
-        last = [0.0]
-
-        def report(done: int, total: int | None) -> None:
-            now = time.monotonic()
-            if now - last[0] < _PROGRESS_EVERY_S:
-                return
-            last[0] = now
-            of = f" of {human_bytes(total)}" if total else ""
-            self._progress[key] = f"materialising: {human_bytes(done)}{of} written"
+        def say(message: str) -> None:
+            self._progress[key] = message
             self._wake()
 
-        return report
+        return progress_reporter(say, _PROGRESS_EVERY_S)
 
     def _report_progress(self, dataset: Dataset) -> bool:
         key = (dataset.metadata.namespace, dataset.metadata.name)
@@ -398,30 +311,9 @@ class DatasetManager:
             dataset = self.store.try_get(Dataset, *key)
             if dataset is None:
                 continue
-            error = work.future.exception()
-            if error is None:
-                done = work.future.result()
-                message = f"{human_bytes(done.bytes)} in {len(done.files)} files, version {done.version[:19]}"
-                changed |= self._set_status(
-                    dataset,
-                    phase=DatasetPhase.READY,
-                    version=done.version,
-                    bytes=done.bytes,
-                    files=len(done.files),
-                    lineage=done.lineage,
-                    message=message,
-                    materialized_time=self.clock.now(),
-                    observed_generation=work.generation,
-                )
-                self._record(dataset, "Materialized", f"{message}; {done.lineage}")
-            else:
-                text = str(error) if isinstance(error, SourceError) else f"materialising failed: {error!r}"
-                if not isinstance(error, SourceError):
-                    log.error("materialising dataset %s/%s failed", *key, exc_info=error)
-                changed |= self._set_status(
-                    dataset, phase=DatasetPhase.FAILED, message=text, observed_generation=work.generation
-                )
-                self._record(dataset, "MaterializeFailed", text, warning=True)
+            ended = materialize_outcome(work.future, work.generation, self.clock.now())
+            changed |= self._set_status(dataset, **ended.changes)
+            self._record(dataset, ended.reason, ended.message, warning=ended.warning)
         for staging_key, staging in list(self._stagings.items()):
             if not staging.future.done():
                 continue
@@ -480,79 +372,19 @@ class DatasetManager:
         self, job: TrainingJob, jobtype: JobType | None, datasets: dict[tuple[str, str], Dataset]
     ) -> tuple[StagingPlan | None, str | None, str | None]:
         """(plan, error, why waiting): the job's staging plan once every dataset is materialised."""
-        resolved = []
-        chosen = chosen_versions(job)
-        for position, mount in enumerate(job.spec.datasets):
-            field_name = f"spec.datasets[{position}]"
-            dataset = datasets.get((job.metadata.namespace, mount.dataset_name))
-            if dataset is None:
-                return (
-                    None,
-                    (
-                        f"{field_name}: dataset {mount.dataset_name} does not exist in namespace "
-                        f"{job.metadata.namespace}; create it (phalanx dataset create -f dataset.yaml) or fix the name"
-                    ),
-                    None,
-                )
-            pinned = mount.version or chosen.get(mount.name)
-            ready = dataset.status.phase == DatasetPhase.READY
-            version = pinned or (dataset.status.version if ready else None)
-            manifest = None
-            if version is not None:
-                manifest = read_manifest(
-                    self.layout.dataset_manifest(job.metadata.namespace, mount.dataset_name, version)
-                )
-            if manifest is None:
-                if dataset.status.phase == DatasetPhase.FAILED:
-                    return (
-                        None,
-                        f"{field_name}: dataset {mount.dataset_name} failed to materialise: {dataset.status.message}",
-                        None,
-                    )
-                if not ready:
-                    waiting = (
-                        f"waiting for dataset {mount.dataset_name} to materialise "
-                        f"({dataset.status.message or 'pending'})"
-                    )
-                    self._say_waiting(job.key, job.metadata.uid or "", waiting)
-                    return None, None, waiting
-                return (
-                    None,
-                    (
-                        f"{field_name}.version: version {version} of dataset {mount.dataset_name} is not "
-                        f"materialised here (it holds {dataset.status.version}); pin that version or drop "
-                        f"spec.datasets[{position}].version"
-                    ),
-                    None,
-                )
-            distribution = mount.distribution or dataset.spec.distribution
-            resolved.append(
-                DatasetFiles(
-                    mount=mount.name,
-                    dataset=f"{job.metadata.namespace}/{mount.dataset_name}",
-                    version=manifest.version,
-                    distribution=Distribution(distribution),
-                    files=manifest.files,
-                )
-            )
-        self._remember_versions(job, {data.mount: data.version for data in resolved})
-        self._policies[job.metadata.uid or ""] = {
-            mount.name: str(datasets[(job.metadata.namespace, mount.dataset_name)].spec.cache.policy)
-            for mount in job.spec.datasets
-        }
-        ranked = set(ranked_roles(job, jobtype))
-        replicas: list[tuple[str, str, int | None]] = []
-        rank = 0
-        for role, _index, name in replica_names(job, jobtype):
-            placement = job.status.placements.get(name)
-            if placement is None:
-                continue
-            if role in ranked:
-                replicas.append((name, placement.node, rank))
-                rank += 1
-            else:
-                replicas.append((name, placement.node, None))
-        return plan_staging(resolved, replicas), None, None
+        resolution = resolve_staging(
+            job,
+            jobtype,
+            datasets,
+            lambda namespace, name, version: read_manifest(self.layout.dataset_manifest(namespace, name, version)),
+        )
+        if resolution.waiting is not None:
+            self._say_waiting(job.key, job.metadata.uid or "", resolution.waiting)
+        if resolution.plan is None:
+            return None, resolution.error, resolution.waiting
+        self._remember_versions(job, resolution.versions)
+        self._policies[job.metadata.uid or ""] = resolution.policies
+        return resolution.plan, None, None
 
     def _remember_versions(self, job: TrainingJob, versions: dict[str, str]) -> None:
         """Record on the job the versions it reads.

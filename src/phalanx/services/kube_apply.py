@@ -29,7 +29,9 @@ from typing import Any, Generic, TypeVar
 from phalanx.adapters.kubernetes.objects import LABEL_JOB, observe_pod
 from phalanx.adapters.kubernetes.rendering import (
     ANNOTATION_JOB_UID,
+    DATASET_MOUNT_PATH,
     DEFAULT_SCHEDULER_NAME,
+    DatasetVolumes,
     needs_service,
     render_headless_service,
     render_hostfile_configmap,
@@ -39,6 +41,7 @@ from phalanx.core.reconcile.types import CreateReplica, EventRecord, ObservedRep
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
+from phalanx.model.replicas import replica_name
 
 MAX_MESSAGE = 1024  # an Event's message is capped by the API server; keep ours well under
 # Phase moves a status write may wait with, (stored phase, planned phase): see ``may_hold``.
@@ -51,6 +54,7 @@ class PodSettings:
 
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     image: str | None = None
+    dataset_mount_path: str = DATASET_MOUNT_PATH  # where replicas see their datasets' cache entries
 
 
 def pod_uid(pod: Mapping[str, Any]) -> str:
@@ -83,10 +87,17 @@ def observe_job_pods(pods: Iterable[Mapping[str, Any]], deleting: Collection[str
     return tuple(sorted(observed, key=lambda replica: replica.name))
 
 
-def render_creates(job: TrainingJob, jobtype: JobType, decided: Plan, settings: PodSettings) -> list[dict[str, Any]]:
+def render_creates(
+    job: TrainingJob,
+    jobtype: JobType,
+    decided: Plan,
+    settings: PodSettings,
+    datasets: Mapping[str, DatasetVolumes] | None = None,
+) -> list[dict[str, Any]]:
     """The Pods to create for the plan's ``CreateReplica`` actions, in the plan's order.
 
-    Each Pod carries the action's attempt, and its placement in annotations. The Pods of a gang are left for
+    Each Pod carries the action's attempt, its placement in annotations, and its staged datasets (``datasets``,
+    by replica name: environment and hostPath volumes). The Pods of a gang are left for
     the phalanx-scheduler to bind once they all exist; a job with a single placed replica is a gang of one, with
     nothing to wait for, so its Pod is created on its placement's node and needs no binding.
 
@@ -110,6 +121,7 @@ def render_creates(job: TrainingJob, jobtype: JobType, decided: Plan, settings: 
                 image=settings.image,
                 placement=action.placement,
                 bind=alone,
+                datasets=(datasets or {}).get(replica_name(job.metadata.name, action.role, action.index)),
             )
         )
     return pods
@@ -127,7 +139,7 @@ def render_children(job: TrainingJob, jobtype: JobType) -> list[dict[str, Any]]:
     return children
 
 
-def may_hold(stored: TrainingJobStatus, planned: TrainingJobStatus) -> bool:
+def may_hold(stored: TrainingJobStatus, planned: TrainingJobStatus, *, staging: bool = False) -> bool:
     """Whether the planned status may stay unwritten for a while, to be written with the next move.
 
     Two moves are followed at once by another one, made in the next write, and each written alone would cost the
@@ -137,16 +149,20 @@ def may_hold(stored: TrainingJobStatus, planned: TrainingJobStatus) -> bool:
       same planner would, in the write it makes anyway: the admission (Queued and Admitted at once) or, for a
       job that must wait, the reason why (Queued with it). The operator writes Queued after its hold time only
       if no scheduler has (none runs, or it cannot accept the job, e.g. for want of the operator's image).
-    - **Admitted -> Downloading**, made as the operator creates the Pods. Nothing is staged on Kubernetes, so
+    - **Admitted -> Downloading**, made as the operator creates the Pods. For a job without staged datasets,
       Downloading lasts from the Pods' creation to their start (seconds). Held, it goes out with the move to
       Running (one write with both conditions, their times and their events), or after the operator's hold time
-      if the Pods have not started by then.
+      if the Pods have not started by then. A job whose datasets are being staged (``staging``) is not held:
+      its Downloading lasts until node agents have copied its data, and says so.
 
     Nothing reads the difference in between: a Pending job accepted by either component is validated alike, the
     scheduler binds the Pods of an Admitted job as of a Downloading one, and a restarted operator plans from the
     stored phase again, which makes the same move and creates no Pod that exists.
     """
-    return (Phase(stored.phase), Phase(planned.phase)) in _HOLDABLE_MOVES
+    moves = (Phase(stored.phase), Phase(planned.phase))
+    if staging and moves == (Phase.ADMITTED, Phase.DOWNLOADING):
+        return False
+    return moves in _HOLDABLE_MOVES
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,8 +297,12 @@ def event_body(
     now: datetime,
     component: str,
     instance: str,
+    kind: str = "TrainingJob",
 ) -> dict[str, Any]:
-    """A core/v1 Event about a TrainingJob (``job`` as read from the API), as ``kubectl describe`` shows them."""
+    """A core/v1 Event about ``job`` as read from the API, as ``kubectl describe`` shows them.
+
+    ``kind`` names what ``job`` is when it is not a TrainingJob (a Dataset).
+    """
     meta = job.get("metadata") or {}
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
@@ -291,7 +311,7 @@ def event_body(
         "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
         "involvedObject": {
             "apiVersion": job.get("apiVersion", "phalanx.dev/v1alpha1"),
-            "kind": "TrainingJob",
+            "kind": kind,
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
             "uid": meta.get("uid"),

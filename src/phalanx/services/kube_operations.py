@@ -72,6 +72,7 @@ from phalanx.model.queues import Queue, QueueStatus
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
 from phalanx.model.validation import parse_job
 from phalanx.services.dataset_views import DatasetDescription, NodeCacheView, cache_view_from_labels, readers
+from phalanx.services.kube_datasets import cache_report
 from phalanx.services.operations import (
     MAX_CONFLICT_RETRIES,
     JobDescription,
@@ -522,15 +523,23 @@ class KubeOperations:
         return dataset
 
     def cache_views(self, node: str | None = None) -> list[NodeCacheView]:
-        """What each node's labels say it caches (the node agent keeps the cache on the node)."""
-        nodes = self.list_nodes()
-        if node is not None and node not in {n.metadata.name for n in nodes}:
-            raise OperationError(f"node {node} not found; nodes: {', '.join(n.metadata.name for n in nodes)}")
-        return [
-            cache_view_from_labels(n.metadata.name, dict(n.metadata.labels))
-            for n in nodes
-            if node in (None, n.metadata.name)
-        ]
+        """What each node's agent reports of its dataset cache (its labels alone, from an agent without a report)."""
+        with self.calling("list", NODES):
+            objects, _ = self.api.list(NODES)
+        names = sorted(str(obj["metadata"]["name"]) for obj in objects)
+        if node is not None and node not in names:
+            raise OperationError(f"node {node} not found; nodes: {', '.join(names)}")
+        views = []
+        for obj in sorted(objects, key=lambda o: str(o["metadata"]["name"])):
+            meta = obj["metadata"]
+            if node not in (None, meta["name"]):
+                continue
+            report = cache_report(obj)
+            if report is not None:
+                views.append(report.view(str(meta["name"])))
+            else:
+                views.append(cache_view_from_labels(str(meta["name"]), dict(meta.get("labels") or {})))
+        return views
 
     def evict(self, *, key: str | None = None, dataset: str | None = None, node: str | None = None) -> list[str]:
         """Not offered on Kubernetes: each node's agent owns its cache.

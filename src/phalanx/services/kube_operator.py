@@ -27,6 +27,14 @@ same pure ``core.reconcile.plan``, apply the plan — with Pods for replicas and
   remembered (Pods being deleted), so the next pass does not act on the state from before it.
 - **Collect orphans**: a Pod whose job uid names no job (confirmed with one GET) is deleted at once;
   ownerReferences alone would leave it to kube-controller-manager's garbage collector, tens of seconds later.
+- **Datasets** (with ``dataset_store``; ``services.kube_datasets``): a ``KubeDatasetManager`` on its own thread
+  materialises Datasets into the dataset store and writes their status; a job that reads datasets is created
+  Pods only once every node agent of its plan reports its entries ready (``staged``), fails with reason
+  StagingFailed when one cannot be (``staging_error``), and its Pods mount the entries they read (hostPath,
+  read-only) with ``PHALANX_DATASET_*`` pointing at them. The versions a job reads are recorded on it
+  (annotation ``phalanx.dev/dataset-versions``) when first planned, so that agents and later attempts read the
+  same. A change to a Dataset or to a Node's cache report reconciles the jobs it concerns. Without a dataset
+  store, ``spec.datasets`` is not staged and a job that has one gets a Warning event saying so.
 
 One loop thread reconciles the jobs that changed (an informer event about the job, its Pods or any JobType), the
 jobs whose plan asked to be looked at again (``requeue_after``: backoff, deadlines, TTL), and every job at the
@@ -42,12 +50,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from phalanx.adapters.clock import SystemClock
@@ -89,6 +99,7 @@ from phalanx.model.jobs import TERMINAL_PHASES, Phase, TrainingJob, TrainingJobS
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
 from phalanx.model.meta import ObjectMeta
+from phalanx.services.dataset_store import DATASET_VERSIONS_ANNOTATION, STAGING_PHASES, chosen_versions
 from phalanx.services.kube_apply import (
     EventBudget,
     HeldStatus,
@@ -103,6 +114,7 @@ from phalanx.services.kube_apply import (
     render_children,
     render_creates,
 )
+from phalanx.services.kube_datasets import DEFAULT_CACHE_DIR, KubeDatasetManager, KubeStaging, SourcePolicy
 from phalanx.services.kube_specs import SpecCache
 
 log = logging.getLogger(__name__)
@@ -132,11 +144,16 @@ class OperatorSettings:
     seed_jobtypes: bool = True
     hold_s: float = 30.0  # how long Admitted -> Downloading may wait unwritten for the Pods to start
     accept_hold_s: float = 10.0  # how long Pending -> Queued may wait unwritten for the scheduler to write it
+    dataset_store: Path | None = None  # where Datasets are materialised (shared with node agents); None: no staging
+    dataset_mount_path: str = DEFAULT_CACHE_DIR  # where replicas see the cache entries they read
+    dataset_sources: SourcePolicy = field(default_factory=SourcePolicy)  # what Dataset sources it reads
 
     @property
     def pods(self) -> PodSettings:
         """The settings Pods are rendered with."""
-        return PodSettings(scheduler_name=self.scheduler_name, image=self.image)
+        return PodSettings(
+            scheduler_name=self.scheduler_name, image=self.image, dataset_mount_path=self.dataset_mount_path
+        )
 
 
 @dataclass
@@ -199,11 +216,22 @@ class KubeOperator:
         self._warned: set[tuple[str, str]] = set()  # (job uid, warning) given once per job
         self._posting: set[Future[None]] = set()  # events being recorded in the background
         self.events = EventBudget()
+        self.data: KubeDatasetManager | None = None
+        if settings.dataset_store is not None:
+            self.data = KubeDatasetManager(
+                api,
+                settings.dataset_store,
+                mount_path=settings.dataset_mount_path,
+                on_change=self._data_changed,
+                clock=self.clock,
+                policy=settings.dataset_sources,
+            )
 
     @property
     def informers(self) -> list[Informer]:
         """Every cache the operator reads."""
-        return [self.jobs, self.pods, self.jobtypes, self.services, self.configmaps]
+        data = self.data.informers if self.data is not None else []
+        return [self.jobs, self.pods, self.jobtypes, self.services, self.configmaps, *data]
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -229,6 +257,10 @@ class KubeOperator:
 
     def run(self, stop: threading.Event) -> None:
         """Reconcile until ``stop`` is set (set ``signal`` too, to end the wait at once)."""
+        datasets = None
+        if self.data is not None:
+            datasets = threading.Thread(target=self.data.run, args=(stop,), name="operator-datasets", daemon=True)
+            datasets.start()
         try:
             while not stop.is_set():
                 try:
@@ -243,6 +275,9 @@ class KubeOperator:
                     # Coalesce: under load every watch event sets the signal; one pass per burst is enough.
                     stop.wait(_COALESCE_S)
         finally:
+            if self.data is not None and datasets is not None:
+                self.data.signal.set()
+                datasets.join(10)
             for informer in self.informers:
                 informer.stop()
             self._jobs_pool.shutdown(wait=True)
@@ -295,6 +330,16 @@ class KubeOperator:
     def _jobtype_changed(self, kind: str, obj: dict[str, Any]) -> None:
         with self._lock:
             self._everything = True  # any job may use it; JobTypes change rarely
+
+    def _data_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        """A Dataset or a Node's cache report changed: reconcile the jobs it concerns."""
+        if self.data is None:
+            return
+        keys = self.data.readers(obj, self.jobs.items())
+        if keys:
+            with self._lock:
+                self._dirty |= keys
+            self.signal.set()
 
     def mark_all(self) -> None:
         """Reconcile every job on the next pass."""
@@ -395,10 +440,14 @@ class KubeOperator:
 
     def _reconcile(self, obj: dict[str, Any], jobtypes: dict[str, JobType], pods: list[dict[str, Any]]) -> _Outcome:
         parsed = self.specs.parse(obj, jobtypes)
-        held = self._take_held(obj)
         if parsed.job is None:
+            self._take_held(obj)
             return self._fail(obj, "InvalidSpec", parsed.error, pods)
         stored = job_status(obj)
+        staging = self._staging(obj, parsed.job, jobtypes.get(parsed.job.spec.type), stored)
+        if isinstance(staging, _Outcome):
+            return staging  # its versions were recorded (or not, for now): plan again from the new version
+        held = self._take_held(obj)
         # A held status is where the job already is, as far as this operator is concerned: plan on from it.
         job = parsed.job.model_copy(
             update={
@@ -416,9 +465,64 @@ class KubeOperator:
                 replicas=observe_job_pods(pods, deleting),
                 now=self.clock.now(),
                 outputs=_OUTPUTS_STAY,
+                staged=staging.staged,
+                staging_error=staging.error,
             )
         )
-        return self._apply(obj, job, jobtype, decided, pods, stored=stored, held=held)
+        waits = Phase(decided.status.phase) == Phase.DOWNLOADING and staging.waiting
+        if waits and self._first_time(obj, f"StagingWaits:{staging.waiting}"):
+            self._event(obj, "StagingWaits", str(staging.waiting))
+        return self._apply(obj, job, jobtype, decided, pods, stored=stored, held=held, staging=staging)
+
+    def _staging(
+        self, obj: dict[str, Any], job: TrainingJob, jobtype: JobType | None, stored: TrainingJobStatus
+    ) -> KubeStaging | _Outcome:
+        """The job's staging as node agents report it; an outcome instead when its versions had to be recorded.
+
+        Without a dataset store nothing is staged: a job that reads datasets is told so once, and runs without.
+        """
+        if not job.spec.datasets:
+            return KubeStaging()
+        if self.data is None:
+            if Phase(stored.phase) in STAGING_PHASES and self._first_time(obj, "DatasetsNotStaged"):
+                self._event(
+                    obj,
+                    "DatasetsNotStaged",
+                    "phalanx-operator runs without --dataset-store, so spec.datasets is not staged: the replicas get "
+                    "no PHALANX_DATASET_* variables; give the operator and the node agents a dataset store "
+                    "(docs/datasets.md#kubernetes)",
+                    warning=True,
+                )
+            return KubeStaging()
+        current = job.model_copy(update={"metadata": ObjectMeta.model_validate(model_metadata(obj)), "status": stored})
+        staging = self.data.staging(current, jobtype)
+        if staging.versions and dict(staging.versions) != chosen_versions(current):
+            recorded = self._record_versions(obj, dict(staging.versions))
+            return _Outcome(requeue_after=0.0 if recorded else self.settings.retry_s)
+        return staging
+
+    def _record_versions(self, obj: dict[str, Any], versions: dict[str, str]) -> bool:
+        """Record on the job the dataset versions it reads (a merge patch on the version read); whether it did."""
+        namespace, name = object_key(obj)
+        meta = obj["metadata"]
+        patch = {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "annotations": {DATASET_VERSIONS_ANNOTATION: json.dumps(versions, sort_keys=True)},
+            }
+        }
+        try:
+            written = self.api.patch(TRAININGJOBS, name, patch, namespace)
+        except ConflictError:
+            self.counters.add("conflicts")
+            return False
+        except NotFoundError:
+            self.jobs.forget(namespace, name)
+            return False
+        written.setdefault("kind", TRAININGJOBS.kind)
+        written.setdefault("apiVersion", TRAININGJOBS.api_version)
+        self.jobs.observe(written)
+        return True
 
     def _apply(
         self,
@@ -430,11 +534,13 @@ class KubeOperator:
         *,
         stored: TrainingJobStatus,
         held: HeldStatus | None,
+        staging: KubeStaging | None = None,
     ) -> _Outcome:
+        staging = staging or KubeStaging()
         creates: list[dict[str, Any]] = []
         if jobtype is not None and any(isinstance(action, CreateReplica) for action in decided.actions):
             try:
-                creates = render_creates(job, jobtype, decided, self.settings.pods)
+                creates = render_creates(job, jobtype, decided, self.settings.pods, staging.pods)
             except RenderError as error:
                 return self._fail(obj, "InvalidSpec", str(error), pods)
         outcome = _Outcome(requeue_after=decided.requeue_after)
@@ -443,7 +549,8 @@ class KubeOperator:
             now = self.clock.monotonic()
             hold = self.settings.accept_hold_s if Phase(stored.phase) == Phase.PENDING else self.settings.hold_s
             due = held.due if held is not None else now + hold
-            if may_hold(stored, decided.status) and now < due:
+            gated = self.data is not None and bool(job.spec.datasets)
+            if may_hold(stored, decided.status, staging=gated) and now < due:
                 # No write checks the resourceVersion the plan was made on, so check it before creating Pods:
                 # a plan made on a stale cache (the job halted or deleted meanwhile) creates nothing.
                 if creates and not self._still_current(obj):

@@ -100,7 +100,9 @@ def test_the_operator_runs_jobs_but_does_not_bind_pods() -> None:
         ("", r, v) for r in ("services", "configmaps") for v in ("create", "get", "list", "watch", "delete")
     } <= rules
     assert {("", "events", "create"), ("", "events", "patch")} <= rules
-    assert not {r for _, r, _ in rules} & {"pods/binding", "nodes", "leases", "jobtypes/status"}
+    assert not {r for _, r, _ in rules} & {"pods/binding", "nodes/status", "leases", "jobtypes/status"}
+    # Nodes are read (each node agent's dataset cache report), never written.
+    assert {v for _, r, v in rules if r == "nodes"} == {"get", "list", "watch"}
     assert ("phalanx.dev", "trainingjobs", "create") not in rules  # users create jobs, not the operator
     assert ("phalanx.dev", "trainingjobs", "delete") in rules  # ttlSecondsAfterFinished
     assert ("phalanx.dev", "jobtypes", "create") in rules  # the built-in JobTypes, at start
@@ -138,7 +140,7 @@ def test_the_scheduler_lease_is_the_only_namespaced_grant_and_is_limited_by_name
     assert binding["subjects"][0]["name"] == "phalanx-scheduler"
 
 
-def test_the_node_agent_writes_only_nodes_and_events_and_reads_pods() -> None:
+def test_the_node_agent_writes_only_nodes_and_events_and_reads_pods_and_what_it_caches() -> None:
     assert granted("phalanx-node-agent") == {
         ("", "nodes", "get"),
         ("", "nodes", "patch"),
@@ -147,6 +149,7 @@ def test_the_node_agent_writes_only_nodes_and_events_and_reads_pods() -> None:
         ("", "pods", "get"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
+        *(("phalanx.dev", r, v) for r in ("trainingjobs", "datasets", "jobtypes") for v in ("get", "list", "watch")),
     }
 
 

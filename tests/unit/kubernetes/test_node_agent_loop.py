@@ -16,21 +16,10 @@ from phalanx.adapters.kubernetes.objects import node_from_object
 from phalanx.entrypoints.kube import node_agent as entrypoint
 from phalanx.model.nodes import Node
 from phalanx.services.kube_node_agent import AgentSettings, Discovered, InventoryDiscovery, NodeAgent
+from support.merge_patch import merge
 
 ROOT = Path(__file__).resolve().parents[3]
 DGX = ROOT / "examples" / "inventories" / "dgx-2socket-8gpu.yaml"
-
-
-def merge(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge(result.get(key), value)
-    return result
 
 
 class FakeApi:

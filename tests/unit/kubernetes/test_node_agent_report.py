@@ -3,7 +3,6 @@ status, and back through ``objects.node_from_object`` to the scheduler's view.""
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from pathlib import Path
@@ -22,6 +21,7 @@ from phalanx.services.kube_node_agent import (
     read_fault_file,
     status_patch,
 )
+from support.merge_patch import merge
 
 ROOT = Path(__file__).resolve().parents[3]
 DGX = ROOT / "examples" / "inventories" / "dgx-2socket-8gpu.yaml"
@@ -30,19 +30,6 @@ DGX = ROOT / "examples" / "inventories" / "dgx-2socket-8gpu.yaml"
 def dgx() -> Node:
     (node,) = load_inventory(DGX)
     return node
-
-
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386, as the API server applies a merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge(result.get(key), value)
-    return result
 
 
 def kube_node(**status: Any) -> dict[str, Any]:

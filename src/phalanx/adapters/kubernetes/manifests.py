@@ -10,10 +10,18 @@ the table):
   namespace so that one replica leads;
 - the **node agent** (a DaemonSet) discovers each node's GPUs, their health and topology and writes them to its
   Node's labels, annotations and status, records an Event on its Node when a GPU fails or recovers, and may read
-  the Pods on its node.
+  the Pods on its node; with a dataset store it reads TrainingJobs, Datasets and JobTypes to stage the data of
+  the jobs placed on its node, and reports its cache on the Node.
 
 RBAC cannot say "only the Pods of my node" or "only my Node": the agent asks for them with a field selector
 (``spec.nodeName``) and its own name from the downward API, and RBAC grants the verbs on the kind.
+
+**Datasets** (``InstallParameters.dataset_store_claim``, off by default): the operator and every node agent mount
+a ReadWriteMany PersistentVolumeClaim as the dataset store (read-write for the operator, read-only for the
+agents), and each agent keeps its node's cache in a hostPath directory. A hostPath volume is refused by the
+``baseline`` and ``restricted`` Pod Security Standards, so with datasets the install namespace enforces
+``privileged`` (and warns at ``restricted``), and the agent runs as root (the hostPath directory the kubelet
+creates belongs to root), still with no capability and a read-only root filesystem.
 
 The operator, scheduler and node agent are being built in issue 3: these manifests fix their API and
 permissions now. The containers run ``phalanx-operator``, ``phalanx-scheduler`` and ``phalanx-node-agent``,
@@ -29,9 +37,12 @@ from typing import Any
 import yaml
 
 from phalanx.adapters.kubernetes.crds import KINDS, custom_resource_definitions
+from phalanx.adapters.kubernetes.rendering import DATASET_MOUNT_PATH
 from phalanx.model.base import API_GROUP
 
 DEFAULT_NAMESPACE = "phalanx-system"
+DEFAULT_CACHE_DIR = DATASET_MOUNT_PATH  # the node agents' hostPath
+DATASET_STORE_PATH = "/var/lib/phalanx/datasets"  # where the dataset store's claim is mounted in the containers
 SCHEDULER_NAME = "phalanx-scheduler"
 SCHEDULER_LEASE = "phalanx-scheduler"
 HEALTH_PORT = 8081
@@ -46,10 +57,15 @@ class InstallParameters:
     Attributes:
         image: the Phalanx image every component runs, e.g. ``phalanx:0.1.0``.
         namespace: where the components, their ServiceAccounts and the scheduler's Lease live.
+        dataset_store_claim: a ReadWriteMany PersistentVolumeClaim in ``namespace`` to hold materialised
+            Datasets; None installs without dataset staging (``spec.datasets`` is then not staged).
+        cache_dir: the directory on every node that holds its dataset cache (a hostPath).
     """
 
     image: str
     namespace: str = DEFAULT_NAMESPACE
+    dataset_store_claim: str | None = None
+    cache_dir: str = DEFAULT_CACHE_DIR
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +101,7 @@ def install_manifests(parameters: InstallParameters) -> list[dict[str, Any]]:
     The namespace and CRDs come first, then ServiceAccounts and RBAC, then the workloads.
     """
     return [
-        namespace(parameters.namespace),
+        namespace(parameters.namespace, privileged=parameters.dataset_store_claim is not None),
         *custom_resource_definitions(),
         *(service_account(component, parameters.namespace) for component in COMPONENTS),
         *rbac(parameters.namespace),
@@ -112,19 +128,17 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def namespace(name: str) -> dict[str, Any]:
-    """The install namespace. Its Pods keep the ``restricted`` Pod Security Standard, and it enforces it."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "app.kubernetes.io/part-of": "phalanx",
-                "pod-security.kubernetes.io/enforce": "restricted",
-            },
-        },
-    }
+def namespace(name: str, *, privileged: bool = False) -> dict[str, Any]:
+    """The install namespace. Its Pods keep the ``restricted`` Pod Security Standard, and it enforces it.
+
+    With ``privileged`` (the node agents' hostPath dataset cache) it enforces ``privileged`` and warns at
+    ``restricted``.
+    """
+    labels = {"app.kubernetes.io/part-of": "phalanx", "pod-security.kubernetes.io/enforce": "restricted"}
+    if privileged:
+        labels["pod-security.kubernetes.io/enforce"] = "privileged"
+        labels["pod-security.kubernetes.io/warn"] = "restricted"
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
 
 
 def service_account(component: _Component, namespace: str) -> dict[str, Any]:
@@ -158,6 +172,8 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([API_GROUP], with_status, ["update", "patch"]),
             _rule([""], ["pods"], ["create", "delete", *READ]),
             _rule([""], ["services", "configmaps"], ["create", "delete", *READ]),
+            # Each node agent's dataset cache report (an annotation): when a job's data is staged there.
+            _rule([""], ["nodes"], READ),
             events,
         ],
         SCHEDULER.account: [
@@ -179,7 +195,9 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([""], ["nodes"], ["get", "patch"]),
             _rule([""], ["nodes/status"], ["patch"]),
             _rule([""], ["pods"], READ),
-            # Warning/Normal Events on its Node when a GPU turns unhealthy or recovers.
+            # The dataset cache: which jobs are placed on its node, what they read, and their ranked roles.
+            _rule([API_GROUP], ["trainingjobs", "datasets", "jobtypes"], READ),
+            # Warning/Normal Events on its Node when a GPU turns unhealthy or recovers; Staged on a job.
             _rule([""], ["events"], ["create"]),
         ],
     }
@@ -289,10 +307,28 @@ def _deployment(
     }
 
 
+def _store_volume(parameters: InstallParameters) -> dict[str, Any]:
+    return {"name": "dataset-store", "persistentVolumeClaim": {"claimName": parameters.dataset_store_claim}}
+
+
 def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
-    """The operator: one replica, replaced (never doubled) on update, as it holds no leader lease."""
+    """The operator: one replica, replaced (never doubled) on update, as it holds no leader lease.
+
+    With a dataset store it mounts the claim read-write and materialises Datasets into it; local sources are
+    read only from the store's ``sources/`` directory (``--allow-path-under``).
+    """
     env = [{"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME}]
-    return _deployment(OPERATOR, parameters, env, strategy="Recreate")
+    if parameters.dataset_store_claim is None:
+        return _deployment(OPERATOR, parameters, env, strategy="Recreate")
+    env.append({"name": "PHALANX_DATASET_STORE", "value": f"{DATASET_STORE_PATH}/store"})
+    deployment = _deployment(OPERATOR, parameters, env, strategy="Recreate")
+    spec = deployment["spec"]["template"]["spec"]
+    spec["securityContext"]["fsGroup"] = NONROOT_UID  # the claim's files belong to the operator's group
+    spec["volumes"] = [_store_volume(parameters)]
+    container = spec["containers"][0]
+    container["args"] = ["--allow-path-under", f"{DATASET_STORE_PATH}/sources"]
+    container["volumeMounts"] = [{"name": "dataset-store", "mountPath": DATASET_STORE_PATH}]
+    return deployment
 
 
 def scheduler_deployment(parameters: InstallParameters) -> dict[str, Any]:
@@ -322,6 +358,24 @@ def node_agent_daemonset(parameters: InstallParameters) -> dict[str, Any]:
     # failed GPU through the phalanx.dev/unhealthy-gpus annotation instead.
     spec["containers"][0]["args"] = ["--no-gpu-resource"]
     spec["tolerations"] = [{"operator": "Exists"}]
+    if parameters.dataset_store_claim is not None:
+        container = spec["containers"][0]
+        container["args"] += [
+            "--dataset-store",
+            f"{DATASET_STORE_PATH}/store",
+            "--cache-dir",
+            parameters.cache_dir,
+        ]
+        container["volumeMounts"] = [
+            {"name": "dataset-store", "mountPath": DATASET_STORE_PATH, "readOnly": True},
+            {"name": "dataset-cache", "mountPath": parameters.cache_dir},
+        ]
+        # The hostPath the kubelet creates belongs to root: the agent writes it as root, with no capability.
+        container["securityContext"] = {**container["securityContext"], "runAsUser": 0, "runAsNonRoot": False}
+        spec["volumes"] = [
+            _store_volume(parameters),
+            {"name": "dataset-cache", "hostPath": {"path": parameters.cache_dir, "type": "DirectoryOrCreate"}},
+        ]
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",

@@ -40,10 +40,17 @@ Decisions:
     - **Files.** The MPI hostfile is a ConfigMap (``<job>-hostfile``) mounted read-only at ``/etc/phalanx``
       when the JobType has ``hostfileRoles``; outputs go to an ``emptyDir`` at ``/phalanx/<outputs.path>``
       (``PHALANX_OUTPUT_DIR``), one per Pod: collecting them (``outputs.storeTo``) is the operator's.
+    - **Datasets.** What a replica reads of its datasets (``DatasetVolumes``, decided by the operator from the
+      staging plan) is one read-only ``hostPath`` volume per node-cache entry (``dataset-0``, ``dataset-1``…,
+      type ``Directory``: the node agent made it before the Pod was created) and the ``PHALANX_DATASET_*``
+      variables that point at it. One volume per entry rather than the whole cache directory: a Pod sees
+      the data it reads and not the rest of the node's cache, which holds other namespaces' datasets.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.adapters.kubernetes.crds import VERSION
@@ -75,6 +82,17 @@ HOSTFILE_KEY = "hostfile"
 HOSTFILE_VOLUME = "hostfile"
 OUTPUTS_ROOT = "/phalanx"
 OUTPUTS_VOLUME = "outputs"
+DATASET_VOLUME = "dataset"
+#: Where replicas see their datasets' cache entries, and where node agents keep the cache on the host, by default.
+DATASET_MOUNT_PATH = "/var/cache/phalanx/datasets"
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetVolumes:
+    """What one replica's Pod gets of its datasets: environment, and hostPath volumes as (host path, mount path)."""
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[tuple[str, str], ...] = ()
 
 
 class RenderError(ValueError):
@@ -148,6 +166,7 @@ def render_pod(
     image: str | None = None,
     placement: ReplicaPlacement | None = None,
     bind: bool = False,
+    datasets: DatasetVolumes | None = None,
 ) -> dict[str, Any]:
     """Render the Pod of one replica, for one attempt.
 
@@ -162,6 +181,7 @@ def render_pod(
         placement: where the scheduler placed the replica (``status.placements``); annotated on the Pod.
         bind: create the Pod on its placement's node (``nodeName``) instead of leaving it to the scheduler to
             bind: only for a gang of one, whose Pod has no other Pod to wait for.
+        datasets: the replica's staged datasets: their environment and read-only hostPath volumes.
 
     Raises:
         RenderError: no image, no uid, a name that is not a DNS label, or a template that cannot be rendered.
@@ -204,6 +224,8 @@ def render_pod(
     gpu_milli = (placement.gpu_milli if placement is not None else 0) or resources.gpu_milli
     if gpu_milli:
         env["PHALANX_GPU_MILLI"] = str(gpu_milli)
+    if datasets is not None:
+        env.update(datasets.env)
 
     # The template's own labels and annotations first, so Phalanx's keys (which the operator and the scheduler
     # rely on) always win.
@@ -224,6 +246,10 @@ def render_pod(
     if jobtype.spec.hostfile_roles:
         mounts.append({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": True})
         volumes.append({"name": HOSTFILE_VOLUME, "configMap": {"name": hostfile_configmap_name(job)}})
+    for position, (host_path, mount_path) in enumerate(datasets.mounts if datasets is not None else ()):
+        volume = f"{DATASET_VOLUME}-{position}"
+        mounts.append({"name": volume, "mountPath": mount_path, "readOnly": True})
+        volumes.append({"name": volume, "hostPath": {"path": host_path, "type": "Directory"}})
 
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,

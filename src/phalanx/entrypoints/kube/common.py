@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from phalanx.adapters.kubernetes.api import KubeApi
 from phalanx.adapters.kubernetes.manifests import HEALTH_PORT
@@ -57,6 +58,18 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         "--log-level",
         default=os.environ.get("PHALANX_LOG_LEVEL", "INFO"),
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    )
+
+
+def add_dataset_store_option(parser: argparse.ArgumentParser, without: str) -> None:
+    """Add ``--dataset-store`` (default ``$PHALANX_DATASET_STORE``); ``without``: what happens when none is given."""
+    from_env = os.environ.get("PHALANX_DATASET_STORE")
+    parser.add_argument(
+        "--dataset-store",
+        type=Path,
+        default=Path(from_env) if from_env else None,
+        help="the directory Datasets are materialised into, which the operator writes and the node agents read "
+        f"(a ReadWriteMany volume; default: $PHALANX_DATASET_STORE); {without}",
     )
 
 

@@ -4,6 +4,12 @@ Options beyond the common ones: ``--node-name`` (``$NODE_NAME``, from the downwa
 ``--inventory`` (a simulated inventory file instead of NVML and ``/sys``), ``--fault-file``
 (``$PHALANX_FAULT_FILE``: GPU indices to treat as unhealthy), ``--interval``, ``--heartbeat-interval``,
 ``--no-gpu-resource`` (leave ``nvidia.com/gpu`` to the NVIDIA device plugin), ``--ignored-xids`` and ``--once``.
+
+With ``--dataset-store`` (``$PHALANX_DATASET_STORE``: the volume the operator materialises Datasets into) the
+agent also keeps the node's dataset cache (``services.kube_node_cache``): ``--cache-dir`` (default
+``/var/cache/phalanx/datasets``, a hostPath), ``--cache-host-dir`` (that directory on the host, when the
+container mounts it elsewhere) and ``--cache-size`` (e.g. ``50Gi``; default: what the cache recorded, half the
+free disk when new). ``--once`` checks GPUs only.
 """
 
 from __future__ import annotations
@@ -16,11 +22,22 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from phalanx.adapters.datacache import CacheError
 from phalanx.adapters.devices.nvml import APPLICATION_XIDS
 from phalanx.adapters.kubernetes.api import KubeApiError
-from phalanx.entrypoints.kube.common import add_common_options, common_options, parse, serve_health, setup
+from phalanx.entrypoints.kube.common import (
+    add_common_options,
+    add_dataset_store_option,
+    common_options,
+    parse,
+    serve_health,
+    setup,
+)
 from phalanx.model.errors import SpecError
+from phalanx.model.resources import QuantityError, parse_memory
+from phalanx.services.kube_datasets import DEFAULT_CACHE_DIR
 from phalanx.services.kube_node_agent import AgentSettings, HostDiscovery, InventoryDiscovery, NodeAgent
+from phalanx.services.kube_node_cache import CacheSettings, NodeCacheKeeper
 
 log = logging.getLogger("phalanx.node_agent")
 
@@ -40,6 +57,13 @@ def _positive(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0: {text}")
     return value
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_memory(text)
+    except (QuantityError, ValueError) as error:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} ({error}); write e.g. 50Gi or 500Mi") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,13 +110,31 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"XID errors that leave a GPU healthy (default: {','.join(map(str, sorted(APPLICATION_XIDS)))})",
     )
     parser.add_argument("--once", action="store_true", help="run one check, write the Node and exit")
+    add_dataset_store_option(parser, "without it the agent keeps no dataset cache")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(DEFAULT_CACHE_DIR),
+        help=f"the node's dataset cache directory, a hostPath (default {DEFAULT_CACHE_DIR})",
+    )
+    parser.add_argument(
+        "--cache-host-dir",
+        default=None,
+        help="the cache directory's path on the host, which Pods mount entries from (default: --cache-dir)",
+    )
+    parser.add_argument(
+        "--cache-size",
+        type=_size,
+        default=None,
+        help="the cache's size limit, e.g. 50Gi (default: what it recorded; half the free disk when new)",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run until SIGTERM or SIGINT (or one cycle with ``--once``); exit 0 when done, 1 when the API is unusable.
 
-    Exits 2 for a bad command line or an invalid inventory.
+    Exits 2 for a bad command line, an invalid inventory, or a dataset cache directory it cannot use.
     """
     parser = build_parser()
     args = parse(parser, argv)
@@ -125,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         manage_gpu_resource=args.gpu_resource,
     )
     agent = NodeAgent(api, settings, discover)
+    keeper: NodeCacheKeeper | None = None
     try:
         if args.once:
             try:
@@ -134,9 +177,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             return 0
         stop = threading.Event()
+        if args.dataset_store is not None:
+            try:
+                keeper = NodeCacheKeeper(
+                    api,
+                    CacheSettings(
+                        node_name=args.node_name,
+                        cache_dir=args.cache_dir,
+                        dataset_store=args.dataset_store,
+                        capacity=args.cache_size,
+                        host_dir=args.cache_host_dir,
+                        identity=options.identity,
+                    ),
+                )
+            except (OSError, CacheError) as error:
+                log.error("cannot keep the dataset cache in %s: %s", args.cache_dir, error)
+                return 2
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: stop.set())
-        serve_health(options.health_port, agent.ready.is_set)
+            signal.signal(signum, lambda *_: _stop(stop, keeper))
+        ready = agent.ready.is_set if keeper is None else lambda: agent.ready.is_set() and keeper.ready.is_set()
+        serve_health(options.health_port, ready)
         log.info(
             "node agent %s for node %s: every %.1fs%s",
             options.identity,
@@ -144,11 +204,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.interval,
             f", fault file {args.fault_file}" if args.fault_file else "",
         )
+        cache_thread = None
+        if keeper is not None:
+            keeper.start()
+            cache_thread = threading.Thread(target=keeper.run, args=(stop,), name="dataset-cache", daemon=True)
+            cache_thread.start()
+            log.info(
+                "keeping the dataset cache %s (store %s) for node %s",
+                args.cache_dir,
+                args.dataset_store,
+                args.node_name,
+            )
         agent.run(stop)
+        if cache_thread is not None:
+            cache_thread.join(10)
         return 0
     finally:
         discover.close()
         api.close()
+
+
+def _stop(stop: threading.Event, keeper: NodeCacheKeeper | None) -> None:
+    stop.set()
+    if keeper is not None:
+        keeper.signal.set()
 
 
 if __name__ == "__main__":

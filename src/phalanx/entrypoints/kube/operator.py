@@ -1,9 +1,12 @@
 """``phalanx-operator``: parse options, connect, run ``services.kube_operator`` until SIGTERM or SIGINT.
 
 Besides the options every component takes (``common.py``): ``--scheduler-name`` (``$PHALANX_SCHEDULER_NAME``),
-the scheduler that binds the Pods it creates, and ``--image`` (``$PHALANX_DEFAULT_IMAGE``), the image of replicas
-whose job and JobType name none. Exits 0 after a signal, 1 when it cannot reach the API server or fill its
-caches (the Deployment restarts it).
+the scheduler that binds the Pods it creates, ``--image`` (``$PHALANX_DEFAULT_IMAGE``), the image of replicas
+whose job and JobType name none, ``--dataset-store`` (``$PHALANX_DATASET_STORE``), the directory Datasets are
+materialised into and node agents stage from (without it Datasets are left alone and ``spec.datasets`` is not
+staged), ``--dataset-mount-path``, where replicas see the cache entries they read, and what Dataset sources it
+reads: local paths under ``--allow-path-under`` directories only, scripts only with ``--allow-script-sources``.
+Exits 0 after a signal, 1 when it cannot reach the API server or fill its caches (the Deployment restarts it).
 """
 
 from __future__ import annotations
@@ -15,11 +18,20 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 
 from phalanx.adapters.kubernetes.api import KubeApiError
 from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME
-from phalanx.entrypoints.kube.common import add_common_options, common_options, parse, serve_health, setup
+from phalanx.entrypoints.kube.common import (
+    add_common_options,
+    add_dataset_store_option,
+    common_options,
+    parse,
+    serve_health,
+    setup,
+)
+from phalanx.services.kube_datasets import DEFAULT_CACHE_DIR, SourcePolicy
 from phalanx.services.kube_operator import KubeOperator, OperatorSettings
 
 log = logging.getLogger("phalanx.operator")
@@ -41,6 +53,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--image",
         default=os.environ.get("PHALANX_DEFAULT_IMAGE") or None,
         help="image for replicas whose job and JobType name none (default: $PHALANX_DEFAULT_IMAGE; none)",
+    )
+    add_dataset_store_option(parser, "without it Datasets are neither materialised nor staged")
+    parser.add_argument(
+        "--dataset-mount-path",
+        default=DEFAULT_CACHE_DIR,
+        help=f"where replicas see the dataset cache entries they read (default {DEFAULT_CACHE_DIR})",
+    )
+    parser.add_argument(
+        "--allow-path-under",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory whose files Datasets may name as spec.source.path (or file:// URL, SQLite file); "
+        "repeatable; default none: local sources are refused",
+    )
+    parser.add_argument(
+        "--allow-script-sources",
+        action="store_true",
+        help="run Datasets' spec.source.script commands in the operator (they run with its identity)",
     )
     parser.add_argument("--workers", type=int, default=8, help="concurrent API writes within one job's reconcile")
     parser.add_argument("--job-workers", type=int, default=8, help="jobs reconciled at once")
@@ -67,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             identity=options.identity,
             workers=args.workers,
             job_workers=args.job_workers,
+            dataset_store=args.dataset_store,
+            dataset_mount_path=args.dataset_mount_path,
+            dataset_sources=SourcePolicy(tuple(args.allow_path_under), args.allow_script_sources),
         ),
     )
     stop = threading.Event()
