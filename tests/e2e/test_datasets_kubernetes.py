@@ -20,6 +20,7 @@ import pytest
 import k8s_testenv
 from components import Component, Components, wait_alive
 from phalanx.model.datasets import version_label
+from phalanx.services.operations import OperationError
 from support.sim_jobs import gpu_job
 from support.waiting import wait_until
 
@@ -45,6 +46,7 @@ class Cluster:
     model: str
     store: Path
     caches: dict[str, Path]
+    samples: dict[str, Path]
     inventory: Path
     source: Path
 
@@ -87,6 +89,7 @@ def cluster(components: Components, tmp_path: Path) -> Iterator[Cluster]:
         model=model,
         store=tmp_path / "store",
         caches={node: tmp_path / f"cache-{node}" for node in nodes},
+        samples={node: tmp_path / f"samples-{node}" for node in nodes},
         inventory=inventory(tmp_path / "inventory.json", model),
         source=source,
     )
@@ -107,6 +110,8 @@ def start_agent(components: Components, cluster: Cluster, node: str) -> Componen
         str(cluster.caches[node]),
         "--cache-size",
         "10Mi",
+        "--sample-dir",
+        str(cluster.samples[node]),
     )
     wait_alive(agent)
     return agent
@@ -195,10 +200,17 @@ def test_a_sharded_dataset_is_materialised_then_staged_on_both_nodes_before_the_
         assert env["PHALANX_DATASET_TRAIN_PATH"] == f"/var/cache/phalanx/datasets/{key}"
         assert env["PHALANX_DATASET_TRAIN_CACHE_POLICY"] == "noReplacement"
         node = pod["spec"]["nodeName"]
-        (volume,) = [v for v in pod["spec"]["volumes"] if "hostPath" in v]
-        assert volume["hostPath"] == {"path": f"{cluster.caches[node]}/{key}", "type": "Directory"}
-        (mount,) = [m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
-        assert mount == {"name": volume["name"], "mountPath": env["PHALANX_DATASET_TRAIN_PATH"], "readOnly": True}
+        volumes = {v["name"]: v["hostPath"] for v in pod["spec"]["volumes"] if "hostPath" in v}
+        assert volumes["dataset-0"] == {"path": f"{cluster.caches[node]}/{key}", "type": "Directory"}
+        mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
+        inside = env["PHALANX_DATASET_TRAIN_PATH"]
+        assert mounts["dataset-0"] == {"name": "dataset-0", "mountPath": inside, "readOnly": True}
+        # The in-job sample cache: the agent's directory for the namespace, shared by the node's replicas.
+        samples = cluster.samples[node] / namespace
+        assert volumes["samples"] == {"path": str(samples), "type": "Directory"} and samples.is_dir()
+        assert samples.stat().st_mode & 0o1777 == 0o1777
+        assert env["PHALANX_SAMPLE_CACHE_DIR"] == mounts["samples"]["mountPath"] == "/var/cache/phalanx/samples"
+        assert not mounts["samples"].get("readOnly")
         seen[index] = (node, cluster.caches[node] / key)
     assert sorted(seen) == [0, 1] and {node for node, _ in seen.values()} == set(cluster.nodes)
 
@@ -233,6 +245,23 @@ def test_a_sharded_dataset_is_materialised_then_staged_on_both_nodes_before_the_
         labels = kube.get(f"/api/v1/nodes/{node}")["metadata"]["labels"]
         assert labels["dataset.phalanx.dev/train"] == label
     kube.wait_for(f"{datasets}/train", lambda d: d["status"].get("nodes") == sorted(cluster.nodes), 15, "status.nodes")
+
+    # `phalanx cache evict` refuses what the running job reads, naming it; once the job is gone the agents evict
+    # on request: the caches are empty, the labels gone.
+    with Client.kubernetes(kubeconfig=kube.kubeconfig, namespace=namespace) as client:
+        with pytest.raises(OperationError, match=f"in use by {namespace}/reader"):
+            client.evict(dataset=f"{namespace}/train")
+        assert all(any(cluster.caches[node].glob("sha256-*")) for node in cluster.nodes), "nothing evicted"
+        kube.request("DELETE", f"{jobs}/reader")
+        for node in cluster.nodes:
+            wait_until(lambda node=node: not report(kube, node)["held"].popitem()[1].get("pins"), 30, f"{node} unpins")
+        evicted = client.evict(dataset=f"{namespace}/train")
+    assert sorted(evicted) == sorted(f"{node}: {directory.name}" for node, directory in seen.values())
+    for node in cluster.nodes:
+        assert not any(cluster.caches[node].glob("sha256-*")), f"{node}'s cache still holds the dataset"
+        after = kube.get(f"/api/v1/nodes/{node}")["metadata"]
+        assert "dataset.phalanx.dev/train" not in after["labels"]
+        assert "phalanx.dev/dataset-cache-evict" not in (after.get("annotations") or {})
 
 
 def closed_port() -> int:

@@ -97,7 +97,8 @@ class SampleCache:
     def for_dataset(cls, name: str, capacity_bytes: int, *, on_write_error: str = "raise") -> SampleCache:
         """The cache the replicas of this node share for the dataset mounted as ``name``, inside a Phalanx job.
 
-        The directory is ``$PHALANX_SAMPLE_CACHE_DIR/<name>`` (one per node, set by the runtime) and the policy
+        The directory is ``$PHALANX_SAMPLE_CACHE_DIR/<name>/<version label>`` (one per node and dataset version;
+        the runtime sets the variable and the dataset's staged path, whose name holds the version) and the policy
         the Dataset's ``spec.cache.policy`` (``PHALANX_DATASET_<NAME>_CACHE_POLICY``; noReplacement by default).
 
         Raises:
@@ -110,7 +111,13 @@ class SampleCache:
                 "yourself: SampleCache('/scratch/samples/<name>', capacity_bytes=...)"
             )
         policy = os.environ.get(f"{env_name(name)}_CACHE_POLICY", CachePolicy.NO_REPLACEMENT.value)
-        return cls(Path(root) / name, capacity_bytes, policy, on_write_error=on_write_error)
+        directory = Path(root) / name
+        # One directory per dataset version (the staged entry's name up to its shard suffix): a later job that
+        # reads another version under the same mount name must not be served the samples of this one.
+        staged = os.environ.get(f"{env_name(name)}_PATH")
+        if staged:
+            directory /= Path(staged).name.partition(".")[0]
+        return cls(directory, capacity_bytes, policy, on_write_error=on_write_error)
 
     def __init__(
         self,

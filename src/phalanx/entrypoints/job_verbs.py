@@ -147,5 +147,5 @@ class JobVerbs:
     def evict(
         self, *, key: str | None = None, dataset: str | None = None, node: str | None = None
     ) -> builtins.list[str]:
-        """Evict an unpinned cache entry, or every entry of a Dataset (embedded backend)."""
+        """Evict an unpinned cache entry, or every entry of a Dataset (on Kubernetes, the node agents do)."""
         return self.ops.evict(key=key, dataset=dataset, node=node)

@@ -80,6 +80,9 @@ log = logging.getLogger(__name__)
 
 #: On a Node: what its agent's dataset cache holds and how each job placed there stands (``CacheReport``).
 CACHE_ANNOTATION = "phalanx.dev/dataset-cache"
+#: On a Node: cache entries someone asked its agent to evict (``phalanx cache evict``), a JSON list of keys; the
+#: agent evicts those no job uses, says in its report which it kept and why, and removes the request.
+EVICT_ANNOTATION = "phalanx.dev/dataset-cache-evict"
 #: Where node agents keep their cache on the host, and where Pods see its entries, unless told otherwise.
 DEFAULT_CACHE_DIR = DATASET_MOUNT_PATH
 COMPONENT = "phalanx-operator"
@@ -182,6 +185,9 @@ class CacheReport:
         used: bytes held or reserved.
         held: per entry key the cache holds: its dataset, bytes and pins (what ``phalanx cache ls`` shows).
         counters: per dataset (``namespace/name``): hits, misses, bytes served and fetched, evictions.
+        refused: the entries of the last eviction request the agent kept, and why (in use by a job).
+        samples: the host directory of the node's sample caches (``<samples>/<namespace>`` per namespace,
+            made by the agent for the jobs placed there), or None when the agent keeps none.
     """
 
     directory: str
@@ -191,6 +197,8 @@ class CacheReport:
     used: int | None = None
     held: Mapping[str, HeldEntry] = field(default_factory=dict)
     counters: Mapping[str, DatasetCounters] = field(default_factory=dict)
+    refused: Mapping[str, str] = field(default_factory=dict)
+    samples: str | None = None
 
     def to_annotation(self) -> str:
         """The annotation's value: compact JSON with sorted keys (so an unchanged report is an unchanged value)."""
@@ -213,6 +221,10 @@ class CacheReport:
                 dataset: {name: getattr(c, attribute) for name, attribute in _COUNTER_FIELDS.items()}
                 for dataset, c in self.counters.items()
             }
+        if self.refused:
+            document["refused"] = dict(self.refused)
+        if self.samples is not None:
+            document["samples"] = self.samples
         return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -244,6 +256,8 @@ class CacheReport:
                 used=document.get("used"),
                 held=held,
                 counters=counters,
+                refused={str(k): str(v) for k, v in (document.get("refused") or {}).items()},
+                samples=str(document["samples"]) if document.get("samples") else None,
             )
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
@@ -259,6 +273,19 @@ class CacheReport:
             for key, e in sorted(self.held.items())
         ]
         return NodeCacheView(node, self.capacity, self.used, entries, dict(self.counters))
+
+
+def eviction_request(node: Mapping[str, Any] | None) -> list[str] | None:
+    """The keys a Node's ``EVICT_ANNOTATION`` asks its agent to evict; None when it asks nothing (or garbage)."""
+    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(EVICT_ANNOTATION)
+    if not text:
+        return None
+    try:
+        keys = json.loads(text)
+    except ValueError:
+        return []
+    return [str(key) for key in keys] if isinstance(keys, list) else []
 
 
 def cache_report(node: Mapping[str, Any] | None) -> CacheReport | None:
@@ -343,8 +370,9 @@ def observe_staging(
             if policy:
                 env[f"{env_name(mount.mount)}_CACHE_POLICY"] = policy
             volumes[inside] = f"{directory.rstrip('/')}/{mount.key}"
+        samples = f"{report.samples.rstrip('/')}/{job.metadata.namespace}" if report and report.samples else None
         pods[replica] = DatasetVolumes(
-            env=env, mounts=tuple(sorted((host, inside) for inside, host in volumes.items()))
+            env=env, mounts=tuple(sorted((host, inside) for inside, host in volumes.items())), samples=samples
         )
     return KubeStaging(
         staged=not waiting,

@@ -36,7 +36,16 @@ from typing import Any
 
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
-from phalanx.adapters.kubernetes.api import DATASETS, EVENTS, JOBTYPES, NODES, TRAININGJOBS, KubeApi, KubeApiError
+from phalanx.adapters.kubernetes.api import (
+    DATASETS,
+    EVENTS,
+    JOBTYPES,
+    NODES,
+    TRAININGJOBS,
+    ConflictError,
+    KubeApi,
+    KubeApiError,
+)
 from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key, wait_all_synced
 from phalanx.adapters.kubernetes.objects import dataset_from_object, job_from_object, jobtype_from_object
 from phalanx.core.data import CacheEntry
@@ -54,7 +63,14 @@ from phalanx.services.dataset_store import (
     resolve_staging,
 )
 from phalanx.services.kube_apply import event_body
-from phalanx.services.kube_datasets import CACHE_ANNOTATION, CacheReport, HeldEntry, JobCacheState
+from phalanx.services.kube_datasets import (
+    CACHE_ANNOTATION,
+    EVICT_ANNOTATION,
+    CacheReport,
+    HeldEntry,
+    JobCacheState,
+    eviction_request,
+)
 
 log = logging.getLogger(__name__)
 COMPONENT = "phalanx-node-agent"
@@ -70,6 +86,8 @@ class CacheSettings:
         dataset_store: the dataset store as the agent sees it.
         capacity: the cache's size limit in bytes (None: what the cache recorded, half the free disk when new).
         host_dir: the cache directory on the host, which Pods mount entries from (default: ``cache_dir``).
+        sample_dir: where the node's in-job sample caches live, as the agent sees it (None: no sample caches).
+        sample_host_dir: that directory on the host, which Pods mount (default: ``sample_dir``).
         identity: this process's name, in events.
         interval_s: the longest wait between two passes when nothing changes.
         workers: copies at once.
@@ -80,6 +98,8 @@ class CacheSettings:
     dataset_store: Path
     capacity: int | None = None
     host_dir: str | None = None
+    sample_dir: Path | None = None
+    sample_host_dir: str | None = None
     identity: str = COMPONENT
     interval_s: float = 5.0
     workers: int = 2
@@ -135,6 +155,8 @@ class NodeCacheKeeper:
         self.jobs = Informer(api, TRAININGJOBS, signal=self.signal)
         self.datasets = Informer(api, DATASETS, signal=self.signal)
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal)
+        # Its own Node only, for eviction requests (``phalanx cache evict``).
+        self.node = Informer(api, NODES, field_selector=f"metadata.name={settings.node_name}", signal=self.signal)
         self.ready = threading.Event()
         self.cache = NodeDataCache(settings.cache_dir, capacity=settings.capacity, name=f"node {settings.node_name}")
         self.store = DatasetStore(settings.dataset_store)
@@ -148,6 +170,8 @@ class NodeCacheKeeper:
         self._parsed: dict[tuple[str, str], tuple[str, Any]] = {}  # (kind, key/uid) -> (resourceVersion, parsed)
         self._observed: dict[str, Any] | None = None
         self._next_read = 0.0
+        self._refused: dict[str, str] = {}  # entry key -> why the last eviction request left it
+        self._answered: str | None = None  # the Node's resourceVersion whose eviction request was carried out
         dropped = self.cache.recover()
         if dropped:
             log.info("dropped %d unfinished cache entries left by an earlier agent: %s", len(dropped), dropped)
@@ -155,7 +179,7 @@ class NodeCacheKeeper:
     @property
     def informers(self) -> list[Informer]:
         """The caches the keeper reads."""
-        return [self.jobs, self.datasets, self.jobtypes]
+        return [self.jobs, self.datasets, self.jobtypes, self.node]
 
     def start(self) -> None:
         """Start the informers."""
@@ -214,6 +238,7 @@ class NodeCacheKeeper:
                 self._retry_at.clear()  # pins released may make room: try waiting copies again
             self._pins = holders
         self._retry_at = {key: at for key, at in self._retry_at.items() if key[0] in live}
+        self._evict_requested()
         held = self.cache.entries()
         ready = {entry.key for entry in held if entry.ready and self.cache.path(entry.key).is_dir()}
         jobs: dict[str, JobCacheState] = {}
@@ -225,6 +250,10 @@ class NodeCacheKeeper:
                 continue
             if waiting is not None:
                 jobs[job.key] = JobCacheState(uid, "waiting", waiting)
+                continue
+            unwritable = self._sample_dir_for(job.metadata.namespace)
+            if unwritable is not None:
+                jobs[job.key] = JobCacheState(uid, "error", unwritable)
                 continue
             pending = [entry for entry in entries if entry.key not in ready]
             for entry in pending:
@@ -249,9 +278,35 @@ class NodeCacheKeeper:
             used=self.cache.used(),
             held={entry.key: HeldEntry(entry.dataset, entry.bytes, entry.pinned_by) for entry in held},
             counters=self.cache.counters(),
+            refused=self._refused,
+            samples=self._sample_host_dir(),
         )
         self._publish(report)
         return report
+
+    def _sample_host_dir(self) -> str | None:
+        settings = self.settings
+        return None if settings.sample_dir is None else settings.sample_host_dir or str(settings.sample_dir)
+
+    def _sample_dir_for(self, namespace: str) -> str | None:
+        """Make the namespace's sample directory; why it cannot be made, or None when it is there.
+
+        Writable by any user (replicas need not run as root), with the sticky bit so that they cannot remove each
+        other's files.
+        """
+        if self.settings.sample_dir is None:
+            return None
+        directory = self.settings.sample_dir / namespace
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            if directory.stat().st_mode & 0o1777 != 0o1777:
+                directory.chmod(0o1777)
+        except OSError as error:
+            return (
+                f"cannot make the sample cache directory {directory} on node {self.settings.node_name}: "
+                f"{error.strerror or error}; check phalanx-node-agent's --sample-dir"
+            )
+        return None
 
     def _placed_jobs(self, jobtypes: Mapping[str, JobType]) -> list[TrainingJob]:
         """The jobs with datasets in a staging phase with a replica placed on this node, validated."""
@@ -352,6 +407,30 @@ class NodeCacheKeeper:
 
     # -- the Node ---------------------------------------------------------------------------------------------
 
+    def _evict_requested(self) -> None:
+        """Carry out the eviction request on the Node, if any: evict what no job uses, remember what was kept.
+
+        Pins are current (set just before), so an entry a job placed here reads is never evicted. The request is
+        removed when the report is published; an entry already gone counts as evicted (a request seen twice).
+        """
+        observed = self.node.get(None, self.settings.node_name)
+        keys = eviction_request(observed)
+        if keys is None or observed is None:
+            return
+        held = {entry.key for entry in self.cache.entries()}
+        refused = {}
+        for key in keys:
+            if key not in held:
+                continue
+            try:
+                entry = self.cache.evict(key)
+            except CacheError as error:
+                refused[key] = str(error)
+                continue
+            log.info("evicted %s of %s (%s) on request", key, entry.dataset, human_bytes(entry.bytes))
+        self._refused = refused
+        self._answered = str(observed["metadata"].get("resourceVersion") or "")
+
     def _publish(self, report: CacheReport) -> None:
         name = self.settings.node_name
         now = self.clock.monotonic()
@@ -359,8 +438,21 @@ class NodeCacheKeeper:
             self._observed = self.api.get(NODES, name)  # someone else's change is repaired within a minute
             self._next_read = now + 60.0
         patch = node_patch(self._observed, dataset_labels(self.cache), report.to_annotation())
-        if patch:
+        answered, self._answered = self._answered, None
+        if answered is not None:
+            # Removed only if no new request came meanwhile (the resourceVersion it was read on is current).
+            metadata = patch.setdefault("metadata", {})
+            metadata.setdefault("annotations", {})[EVICT_ANNOTATION] = None
+            metadata["resourceVersion"] = answered
+        if not patch:
+            return
+        try:
             self._observed = self.api.patch(NODES, name, patch)
+        except ConflictError:
+            self._observed = None  # a new request (or another change): the next pass reads it and answers again
+            self.signal.set()
+            return
+        self.node.observe(self._observed)
 
     def _event(self, staging: _Staging, reason: str, message: str, *, warning: bool = False) -> None:
         namespace, name = staging.job.split("/", 1)

@@ -22,6 +22,7 @@ installed (its API group is not served), a missing permission (the verb and the 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -72,7 +73,7 @@ from phalanx.model.queues import Queue, QueueStatus
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
 from phalanx.model.validation import parse_job
 from phalanx.services.dataset_views import DatasetDescription, NodeCacheView, cache_view_from_labels, readers
-from phalanx.services.kube_datasets import cache_report
+from phalanx.services.kube_datasets import EVICT_ANNOTATION, CacheReport, cache_report, eviction_request
 from phalanx.services.operations import (
     MAX_CONFLICT_RETRIES,
     JobDescription,
@@ -87,6 +88,7 @@ from phalanx.services.queue_views import QueueDescription, QueueView, describe_q
 INSTALL_HINT = "phalanx install --print | kubectl apply -f -"
 NOT_INSTALLED = f"Phalanx is not installed on this cluster: {INSTALL_HINT}"
 DELETE_WAIT_SECONDS = 60.0
+EVICT_TIMEOUT_S = 30.0  # how long `phalanx cache evict` waits for the node agents to answer
 _POD_PHASES = {phase.value: phase for phase in ReplicaPhase}
 
 
@@ -541,16 +543,95 @@ class KubeOperations:
                 views.append(cache_view_from_labels(str(meta["name"]), dict(meta.get("labels") or {})))
         return views
 
-    def evict(self, *, key: str | None = None, dataset: str | None = None, node: str | None = None) -> list[str]:
-        """Not offered on Kubernetes: each node's agent owns its cache.
+    def evict(
+        self,
+        *,
+        key: str | None = None,
+        dataset: str | None = None,
+        node: str | None = None,
+        timeout: float = EVICT_TIMEOUT_S,
+    ) -> list[str]:
+        """Ask the node agents to evict one cache entry (``key``) or every entry of a Dataset; wait for their answer.
+
+        ``dataset`` is ``namespace/name``, or a name in ``default``. An entry a job uses is refused here, from the
+        agent's report, and again by the agent, which checks its pins as it evicts. Returns ``node: key`` of each
+        entry evicted.
 
         Raises:
-            OperationError: always, saying so.
+            OperationError: nothing matched; an entry is in use (naming the jobs); an agent did not answer.
         """
-        raise OperationError(
-            "evicting from node caches on Kubernetes is done by each node's agent, as space is needed; the CLI "
-            "cannot evict there yet (the embedded backend's `phalanx cache evict` can)"
-        )
+        if (key is None) == (dataset is None):
+            raise OperationError("name one cache entry (KEY) or --dataset NAME")
+        wanted = dataset if dataset is None or "/" in dataset else f"default/{dataset}"
+        requests: dict[str, list[str]] = {}
+        problems: list[str] = []
+        for view in self.cache_views(node):
+            for entry in view.entries:
+                if (key is not None and entry.key != key) or (wanted is not None and entry.dataset != wanted):
+                    continue
+                if entry.pinned_by or entry.state != "ready":
+                    users = ", ".join(entry.pinned_by) or "a staging in progress"
+                    problems.append(
+                        f"entry {entry.key} of {entry.dataset} on node {view.node} is in use by {users}; "
+                        "delete or wait for those jobs, then evict it"
+                    )
+                else:
+                    requests.setdefault(view.node, []).append(entry.key)
+        if not requests and not problems:
+            raise OperationError(f"no cache holds {key or wanted}; see `phalanx cache ls`")
+        for name, keys in requests.items():
+            self._request_eviction(name, keys)
+        evicted: list[str] = []
+        deadline = time.monotonic() + timeout
+        for name, keys in requests.items():
+            report = self._eviction_answer(name, deadline)
+            if report is None:
+                problems.append(
+                    f"node {name}'s agent did not answer in {timeout:.0f} s (is phalanx-node-agent running there "
+                    f"with --dataset-store?); the request stays on the node ({EVICT_ANNOTATION}) until it does"
+                )
+                continue
+            for wanted_key in keys:
+                if wanted_key in report.held:
+                    problems.append(report.refused.get(wanted_key) or f"node {name} kept {wanted_key}")
+                else:
+                    evicted.append(f"{name}: {wanted_key}")
+        if problems:
+            done = f" (evicted: {', '.join(evicted)})" if evicted else ""
+            raise OperationError("; ".join(problems) + done)
+        return evicted
+
+    def _request_eviction(self, node: str, keys: list[str]) -> None:
+        """Add ``keys`` to the Node's eviction request (a merge patch on the version read, retried on conflict)."""
+        for _ in range(10):
+            with self.calling("get", NODES):
+                obj = self.api.get(NODES, node)
+            pending = eviction_request(obj) or []
+            value = json.dumps(sorted({*pending, *keys}))
+            patch = {
+                "metadata": {
+                    "resourceVersion": obj["metadata"]["resourceVersion"],
+                    "annotations": {EVICT_ANNOTATION: value},
+                }
+            }
+            try:
+                with self.calling("patch", NODES):
+                    self.api.patch(NODES, node, patch)
+                return
+            except ConflictError:
+                continue
+        raise OperationError(f"node {node} kept changing; try `phalanx cache evict` again")
+
+    def _eviction_answer(self, node: str, deadline: float) -> CacheReport | None:
+        """The node's report once its agent has carried out the request (removed it); None at the deadline."""
+        while True:
+            with self.calling("get", NODES):
+                obj = self.api.get(NODES, node)
+            if eviction_request(obj) is None:
+                return cache_report(obj) or CacheReport(directory="")
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.2)  # a CLI waiting for another process; a watch would cost more than it saves here
 
     def pods_of(self, job: TrainingJob) -> list[dict[str, Any]]:
         """The job's Pods (of this incarnation of its name), by name."""

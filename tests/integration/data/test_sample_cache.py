@@ -183,3 +183,22 @@ def test_a_cache_made_in_the_parent_works_in_forked_and_spawned_workers(tmp_path
         assert worker.exitcode == 0
         assert cache.get_or_load(keys[5], payload) == payload(keys[5]) and cache.hits == 1
         assert cache.used_bytes == len(keys) * SIZE
+
+
+def test_for_dataset_keeps_one_directory_per_dataset_version_and_refuses_outside_a_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PHALANX_SAMPLE_CACHE_DIR", raising=False)
+    with pytest.raises(SampleCacheError, match="PHALANX_SAMPLE_CACHE_DIR is not set"):
+        SampleCache.for_dataset("train", capacity_bytes=1000)
+    monkeypatch.setenv("PHALANX_SAMPLE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PHALANX_DATASET_TRAIN_CACHE_POLICY", "lru")
+    monkeypatch.setenv("PHALANX_DATASET_TRAIN_PATH", "/cache/sha256-aa.shard-1-of-2")
+    first = SampleCache.for_dataset("train", capacity_bytes=1000)
+    assert first.directory == tmp_path / "train" / "sha256-aa" and first.policy.value == "lru"
+    first.get_or_load("k", lambda key: b"old")
+    # Another job on the node reads a new version under the same name: its own directory, no old sample.
+    monkeypatch.setenv("PHALANX_DATASET_TRAIN_PATH", "/cache/sha256-bb")
+    second = SampleCache.for_dataset("train", capacity_bytes=1000)
+    assert second.directory == tmp_path / "train" / "sha256-bb"
+    assert second.get_or_load("k", lambda key: b"new") == b"new"

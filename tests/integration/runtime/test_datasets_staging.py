@@ -20,7 +20,7 @@ import pytest
 
 from conftest import Runtime, generic_job, read_envs
 from phalanx.adapters.datacache import NodeDataCache
-from phalanx.model.datasets import Dataset, DatasetPhase
+from phalanx.model.datasets import Dataset, DatasetPhase, version_label
 from phalanx.model.jobs import Phase
 from phalanx.model.nodes import Node
 from support.waiting import wait_until
@@ -431,7 +431,9 @@ def test_replicas_of_a_node_share_one_sample_cache_with_the_datasets_policy(
     size = sum(p.stat().st_size for p in source_dir.rglob("*") if p.is_file())
     with runtime.client() as client:
         (node,) = client.store.list(Node)
-    assert {r["dir"] for r in reports} == {str(runtime.state_dir / "samples" / node.metadata.name / "train")}
+        (dataset,) = client.datasets()
+    samples = runtime.state_dir / "samples" / node.metadata.name / "train" / version_label(dataset.status.version)
+    assert {r["dir"] for r in reports} == {str(samples)}, "one directory per node and dataset version"
     assert all(r["policy"] == "lru" and r["bytes"] == 2 * size for r in reports)
     assert all(r["hits"] >= 8 for r in reports), "the second epoch should be served by the shared cache"
 

@@ -39,11 +39,13 @@ from phalanx.services.dataset_store import DATASET_VERSIONS_ANNOTATION, material
 from phalanx.services.kube_apply import may_hold
 from phalanx.services.kube_datasets import (
     CACHE_ANNOTATION,
+    EVICT_ANNOTATION,
     CacheReport,
     HeldEntry,
     JobCacheState,
     KubeDatasetManager,
     SourcePolicy,
+    eviction_request,
     nodes_holding,
 )
 from phalanx.services.kube_node_cache import CacheSettings, NodeCacheKeeper, node_patch
@@ -444,7 +446,15 @@ def test_a_dataset_that_cannot_be_read_fails_with_the_field_and_the_fix(
 def keeper_for(tmp_path: Path, api: PatchingApi, capacity: int | None = 1 << 20) -> NodeCacheKeeper:
     keeper = NodeCacheKeeper(
         api,  # type: ignore[arg-type]
-        CacheSettings("gpu-0", tmp_path / "cache", tmp_path / "store", capacity=capacity, host_dir="/host/cache"),
+        CacheSettings(
+            "gpu-0",
+            tmp_path / "cache",
+            tmp_path / "store",
+            capacity=capacity,
+            host_dir="/host/cache",
+            sample_dir=tmp_path / "samples",
+            sample_host_dir="/host/samples",
+        ),
     )
     for jobtype in builtin_jobtypes().values():
         body = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "JobType", **jobtype.to_dict()}
@@ -490,6 +500,9 @@ def test_the_agent_stages_its_shard_pins_it_and_reports_it_on_its_node(tmp_path:
     key = entry_key(version, 0, 2)
     assert report.entries == {key: "ready"} and report.directory == "/host/cache"
     assert report.jobs[f"{NS}/reader"] == JobCacheState("job-uid", "ready")
+    # The namespace's sample directory, for SampleCache.for_dataset, writable by the replicas' users.
+    assert report.samples == "/host/samples"
+    assert (tmp_path / "samples" / NS).stat().st_mode & 0o7777 == 0o1777
     held = {str(p.relative_to(tmp_path / "cache" / key)) for p in (tmp_path / "cache" / key).rglob("*") if p.is_file()}
     assert held and held < set(FILES), "one shard of two: some files, not all"
     (entry,) = keeper.cache.entries()
@@ -513,6 +526,69 @@ def test_the_agent_stages_its_shard_pins_it_and_reports_it_on_its_node(tmp_path:
     again.datasets.observe(dataset_object("train", {"path": "/data"}, phase="Ready", version=version))
     assert again.cycle().entries == {key: "ready"}
     assert not (tmp_path / "cache" / f".incoming-{key}-dead").exists()
+
+
+def staged_keeper(tmp_path: Path) -> tuple[PatchingApi, str, dict[str, Any], NodeCacheKeeper]:
+    """An agent whose node runs the job ``reader``, its shard staged and pinned."""
+    api, version, job = agent_cluster(tmp_path)
+    keeper = keeper_for(tmp_path, api)
+    keeper.datasets.observe(dataset_object("train", {"path": "/data"}, phase="Ready", version=version))
+    keeper.jobs.observe(job)
+    run_until(keeper, lambda r: r.jobs[f"{NS}/reader"].state == "ready")
+    return api, version, job, keeper
+
+
+def test_an_eviction_request_evicts_what_no_job_pins_keeps_the_rest_and_is_removed(tmp_path: Path) -> None:
+    api, version, job, keeper = staged_keeper(tmp_path)
+    key = entry_key(version, 0, 2)
+
+    def request(keys: list[str]) -> None:
+        node = api.patch(NODES, "gpu-0", {"metadata": {"annotations": {EVICT_ANNOTATION: json.dumps(keys)}}})
+        keeper.node.observe(node)
+        assert eviction_request(node) == keys
+
+    # The running job pins its entry: the agent keeps it, says why, and removes the request.
+    request([key, "sha256-gone"])
+    report = keeper.cycle()
+    assert set(report.held) == {key} and "in use by" in report.refused[key] and f"{NS}/reader" in report.refused[key]
+    node = api.get(NODES, "gpu-0")
+    assert eviction_request(node) is None
+    assert CacheReport.from_annotation(node["metadata"]["annotations"][CACHE_ANNOTATION]) == report
+
+    # The job finished: the next request evicts the entry, its files and its label.
+    keeper.jobs.observe(
+        {**job, "metadata": {**job["metadata"], "resourceVersion": "6"}, "status": {"phase": "Succeeded"}}
+    )
+    keeper.node.observe(node)
+    request([key])
+    report = keeper.cycle()
+    assert report.held == {} and report.refused == {} and report.counters[f"{NS}/train"].evictions == 1
+    assert not (tmp_path / "cache" / key).exists()
+    node = api.get(NODES, "gpu-0")
+    assert eviction_request(node) is None and "dataset.phalanx.dev/train" not in node["metadata"]["labels"]
+
+
+def test_a_request_made_while_the_agent_answers_another_is_not_lost(tmp_path: Path) -> None:
+    api, _, _, keeper = staged_keeper(tmp_path)
+    keeper.node.observe(api.patch(NODES, "gpu-0", {"metadata": {"annotations": {EVICT_ANNOTATION: '["a"]'}}}))
+    # Another request lands after the agent read the first: its removal (on the old resourceVersion) conflicts.
+    api.patch(NODES, "gpu-0", {"metadata": {"annotations": {EVICT_ANNOTATION: '["a", "b"]'}}})
+    keeper.cycle()
+    assert eviction_request(api.get(NODES, "gpu-0")) == ["a", "b"], "the newer request stays for the next pass"
+    keeper.node.observe(api.get(NODES, "gpu-0"))
+    keeper.cycle()
+    assert eviction_request(api.get(NODES, "gpu-0")) is None
+
+
+def test_a_sample_directory_that_cannot_be_made_fails_the_job_on_this_node(tmp_path: Path) -> None:
+    api, version, job = agent_cluster(tmp_path)
+    (tmp_path / "samples").write_text("a file where the directory should be")
+    keeper = keeper_for(tmp_path, api)
+    keeper.datasets.observe(dataset_object("train", {"path": "/data"}, phase="Ready", version=version))
+    keeper.jobs.observe(job)
+    state = keeper.cycle().jobs[f"{NS}/reader"]
+    assert state.state == "error" and state.message is not None
+    assert "cannot make the sample cache directory" in state.message and "--sample-dir" in state.message
 
 
 def test_an_entry_larger_than_the_cache_fails_the_job_on_this_node_with_the_cache_sentence(tmp_path: Path) -> None:
@@ -565,18 +641,26 @@ def test_dataset_volumes_are_read_only_host_paths_with_their_environment() -> No
         "spec": reader(1),
     }
     job = job_from_object(obj, jobtypes)
-    volumes = DatasetVolumes({"PHALANX_DATASET_TRAIN_PATH": "/d/k"}, (("/host/k", "/d/k"), ("/host/j", "/d/j")))
+    volumes = DatasetVolumes(
+        {"PHALANX_DATASET_TRAIN_PATH": "/d/k"}, (("/host/k", "/d/k"), ("/host/j", "/d/j")), samples="/host/s/ns"
+    )
     pod = render_pod(job, jobtypes["generic"], "worker", 0, 0, datasets=volumes)
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
     assert env["PHALANX_DATASET_TRAIN_PATH"] == "/d/k"
-    assert pod["spec"]["volumes"][-2:] == [
+    assert env["PHALANX_SAMPLE_CACHE_DIR"] == "/var/cache/phalanx/samples"
+    assert pod["spec"]["volumes"][-3:] == [
         {"name": "dataset-0", "hostPath": {"path": "/host/k", "type": "Directory"}},
         {"name": "dataset-1", "hostPath": {"path": "/host/j", "type": "Directory"}},
+        {"name": "samples", "hostPath": {"path": "/host/s/ns", "type": "Directory"}},
     ]
-    assert pod["spec"]["containers"][0]["volumeMounts"][-2:] == [
+    assert pod["spec"]["containers"][0]["volumeMounts"][-3:] == [
         {"name": "dataset-0", "mountPath": "/d/k", "readOnly": True},
         {"name": "dataset-1", "mountPath": "/d/j", "readOnly": True},
+        {"name": "samples", "mountPath": "/var/cache/phalanx/samples"},
     ]
+    # Without a sample directory from the agent, no sample cache.
+    plain = render_pod(job, jobtypes["generic"], "worker", 0, 0, datasets=DatasetVolumes({}, ()))
+    assert "PHALANX_SAMPLE_CACHE_DIR" not in {e["name"] for e in plain["spec"]["containers"][0]["env"]}
 
 
 def test_an_install_with_a_dataset_store_mounts_it_and_the_node_cache_and_one_without_changes_nothing() -> None:
@@ -601,6 +685,11 @@ def test_an_install_with_a_dataset_store_mounts_it_and_the_node_cache_and_one_wi
     parsed = agent_entrypoint.build_parser().parse_args(["--node-name", "n", *container["args"]])
     assert parsed.dataset_store == Path("/var/lib/phalanx/datasets/store")
     assert str(parsed.cache_dir) == "/var/cache/phalanx/datasets" and not parsed.gpu_resource
+    assert str(parsed.sample_dir) == "/var/cache/phalanx/samples"
+    assert {
+        "name": "sample-cache",
+        "hostPath": {"path": "/var/cache/phalanx/samples", "type": "DirectoryOrCreate"},
+    } in agent["volumes"]
     assert {
         "name": "dataset-cache",
         "hostPath": {"path": "/var/cache/phalanx/datasets", "type": "DirectoryOrCreate"},

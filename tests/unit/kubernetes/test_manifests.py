@@ -143,6 +143,8 @@ def test_the_scheduler_lease_is_the_only_namespaced_grant_and_is_limited_by_name
 def test_the_node_agent_writes_only_nodes_and_events_and_reads_pods_and_what_it_caches() -> None:
     assert granted("phalanx-node-agent") == {
         ("", "nodes", "get"),
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
         ("", "nodes", "patch"),
         ("", "nodes/status", "patch"),
         ("", "events", "create"),

@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from phalanx.adapters.kubernetes.crds import KINDS, custom_resource_definitions
-from phalanx.adapters.kubernetes.rendering import DATASET_MOUNT_PATH
+from phalanx.adapters.kubernetes.rendering import DATASET_MOUNT_PATH, SAMPLE_MOUNT_PATH
 from phalanx.model.base import API_GROUP
 
 DEFAULT_NAMESPACE = "phalanx-system"
@@ -192,7 +192,9 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             events,
         ],
         NODE_AGENT.account: [
-            _rule([""], ["nodes"], ["get", "patch"]),
+            # Its Node (RBAC cannot say which: it asks with a field selector): written, and watched for
+            # `phalanx cache evict` requests.
+            _rule([""], ["nodes"], [*READ, "patch"]),
             _rule([""], ["nodes/status"], ["patch"]),
             _rule([""], ["pods"], READ),
             # The dataset cache: which jobs are placed on its node, what they read, and their ranked roles.
@@ -365,16 +367,20 @@ def node_agent_daemonset(parameters: InstallParameters) -> dict[str, Any]:
             f"{DATASET_STORE_PATH}/store",
             "--cache-dir",
             parameters.cache_dir,
+            "--sample-dir",
+            SAMPLE_MOUNT_PATH,
         ]
         container["volumeMounts"] = [
             {"name": "dataset-store", "mountPath": DATASET_STORE_PATH, "readOnly": True},
             {"name": "dataset-cache", "mountPath": parameters.cache_dir},
+            {"name": "sample-cache", "mountPath": SAMPLE_MOUNT_PATH},
         ]
         # The hostPath the kubelet creates belongs to root: the agent writes it as root, with no capability.
         container["securityContext"] = {**container["securityContext"], "runAsUser": 0, "runAsNonRoot": False}
         spec["volumes"] = [
             _store_volume(parameters),
             {"name": "dataset-cache", "hostPath": {"path": parameters.cache_dir, "type": "DirectoryOrCreate"}},
+            {"name": "sample-cache", "hostPath": {"path": SAMPLE_MOUNT_PATH, "type": "DirectoryOrCreate"}},
         ]
     return {
         "apiVersion": "apps/v1",

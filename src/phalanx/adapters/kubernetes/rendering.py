@@ -44,7 +44,10 @@ Decisions:
       staging plan) is one read-only ``hostPath`` volume per node-cache entry (``dataset-0``, ``dataset-1``…,
       type ``Directory``: the node agent made it before the Pod was created) and the ``PHALANX_DATASET_*``
       variables that point at it. One volume per entry rather than the whole cache directory: a Pod sees
-      the data it reads and not the rest of the node's cache, which holds other namespaces' datasets.
+      the data it reads and not the rest of the node's cache, which holds other namespaces' datasets. The
+      in-job sample cache (``phalanx.data.SampleCache.for_dataset``) is one writable ``hostPath`` volume,
+      ``samples``, of the node agent's sample directory for the job's namespace, at ``/var/cache/phalanx/samples``
+      (``PHALANX_SAMPLE_CACHE_DIR``): the replicas of a node share it.
 """
 
 from __future__ import annotations
@@ -85,14 +88,22 @@ OUTPUTS_VOLUME = "outputs"
 DATASET_VOLUME = "dataset"
 #: Where replicas see their datasets' cache entries, and where node agents keep the cache on the host, by default.
 DATASET_MOUNT_PATH = "/var/cache/phalanx/datasets"
+#: Where replicas see the sample cache their node shares, and where node agents keep sample caches on the host.
+SAMPLE_MOUNT_PATH = "/var/cache/phalanx/samples"
+SAMPLES_VOLUME = "samples"
 
 
 @dataclass(frozen=True, slots=True)
 class DatasetVolumes:
-    """What one replica's Pod gets of its datasets: environment, and hostPath volumes as (host path, mount path)."""
+    """What one replica's Pod gets of its datasets.
+
+    Its environment, read-only hostPath volumes as (host path, mount path), and the host directory of the sample
+    cache it shares with its node (None: none).
+    """
 
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[tuple[str, str], ...] = ()
+    samples: str | None = None
 
 
 class RenderError(ValueError):
@@ -250,6 +261,10 @@ def render_pod(
         volume = f"{DATASET_VOLUME}-{position}"
         mounts.append({"name": volume, "mountPath": mount_path, "readOnly": True})
         volumes.append({"name": volume, "hostPath": {"path": host_path, "type": "Directory"}})
+    if datasets is not None and datasets.samples is not None:
+        env["PHALANX_SAMPLE_CACHE_DIR"] = SAMPLE_MOUNT_PATH
+        mounts.append({"name": SAMPLES_VOLUME, "mountPath": SAMPLE_MOUNT_PATH})
+        volumes.append({"name": SAMPLES_VOLUME, "hostPath": {"path": datasets.samples, "type": "Directory"}})
 
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,

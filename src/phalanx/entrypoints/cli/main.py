@@ -625,16 +625,13 @@ def cache_evict(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Evict entries no job uses from node caches; entries in use are refused, naming the jobs."""
+    """Evict entries no job uses from node caches; entries in use are refused, naming the jobs.
+
+    On Kubernetes each node's agent evicts, on request (the Node annotation phalanx.dev/dataset-cache-evict).
+    """
     if (key is None) == (dataset is None):
         fail("name the entry (`phalanx cache evict KEY`) or the dataset (`--dataset NAME`), not both", 2)
     choice = _choose(backend, kubeconfig, context)
-    if choice.kubernetes:
-        fail(
-            "evicting from node caches on Kubernetes is done by each node's agent as space is needed; the CLI "
-            "cannot evict there yet",
-            2,
-        )
     with _session(choice, state_dir, namespace) as client:
         if dataset is not None and "/" not in dataset:
             dataset = f"{client.namespace}/{dataset}"

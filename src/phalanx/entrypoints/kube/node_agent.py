@@ -9,7 +9,8 @@ With ``--dataset-store`` (``$PHALANX_DATASET_STORE``: the volume the operator ma
 agent also keeps the node's dataset cache (``services.kube_node_cache``): ``--cache-dir`` (default
 ``/var/cache/phalanx/datasets``, a hostPath), ``--cache-host-dir`` (that directory on the host, when the
 container mounts it elsewhere) and ``--cache-size`` (e.g. ``50Gi``; default: what the cache recorded, half the
-free disk when new). ``--once`` checks GPUs only.
+free disk when new), ``--sample-dir`` and ``--sample-host-dir`` (the replicas' in-job sample caches, default
+``/var/cache/phalanx/samples``). ``--once`` checks GPUs only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from phalanx.adapters.datacache import CacheError
 from phalanx.adapters.devices.nvml import APPLICATION_XIDS
 from phalanx.adapters.kubernetes.api import KubeApiError
+from phalanx.adapters.kubernetes.rendering import SAMPLE_MOUNT_PATH
 from phalanx.entrypoints.kube.common import (
     add_common_options,
     add_dataset_store_option,
@@ -123,6 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="the cache directory's path on the host, which Pods mount entries from (default: --cache-dir)",
     )
     parser.add_argument(
+        "--sample-dir",
+        type=Path,
+        default=Path(SAMPLE_MOUNT_PATH),
+        help="where the in-job sample caches of the node's replicas live, one directory per namespace, a hostPath "
+        f"(default {SAMPLE_MOUNT_PATH})",
+    )
+    parser.add_argument(
+        "--sample-host-dir",
+        default=None,
+        help="the sample directory's path on the host, which Pods mount (default: --sample-dir)",
+    )
+    parser.add_argument(
         "--cache-size",
         type=_size,
         default=None,
@@ -187,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         dataset_store=args.dataset_store,
                         capacity=args.cache_size,
                         host_dir=args.cache_host_dir,
+                        sample_dir=args.sample_dir,
+                        sample_host_dir=args.sample_host_dir,
                         identity=options.identity,
                     ),
                 )
