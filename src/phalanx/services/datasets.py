@@ -408,7 +408,7 @@ class DatasetManager:
         namespace, name = entry.dataset.split("/", 1)
         source = self.layout.dataset_dir(namespace, name) / version_label(entry.version)
         cache = self._cache(node)
-        future = self._pool.submit(cache.stage, entry, source, job.key)
+        future = self._pool.submit(cache.stage, entry, source, job.key, reader=uid)
         future.add_done_callback(lambda _f: self._wake())
         self._stagings[key] = _Staging(job.key, node, entry, future, time.monotonic())
 

@@ -55,10 +55,10 @@ from phalanx.adapters.kubernetes.api import (
 )
 from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key
 from phalanx.adapters.kubernetes.objects import dataset_from_object
+from phalanx.adapters.kubernetes.parsed import ParsedObjects
 from phalanx.adapters.kubernetes.rendering import DATASET_MOUNT_PATH, DatasetVolumes
 from phalanx.core.data import DatasetCounters, env_name
 from phalanx.model.datasets import Dataset, DatasetPhase, DatasetStatus, version_label
-from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.services.dataset_store import (
@@ -443,7 +443,7 @@ class KubeDatasetManager:
         self._lock = threading.Lock()
         self._materializing: dict[tuple[str, str], _Materialization] = {}
         self._progress: dict[tuple[str, str], str] = {}
-        self._parsed: dict[tuple[str, str], tuple[str, Dataset | None]] = {}  # key -> (resourceVersion, parsed)
+        self._parsed = ParsedObjects("Dataset", dataset_from_object)
         self._reports: dict[str, str] = {}  # node -> the cache annotation last seen
         self._known: frozenset[tuple[str, str]] | None = None
         self._manifest = manifests_reader(self.store)
@@ -649,20 +649,7 @@ class KubeDatasetManager:
 
     def _dataset(self, obj: dict[str, Any]) -> Dataset | None:
         """The Dataset parsed once per resourceVersion; None (logged once) when it is invalid."""
-        key = object_key(obj)
-        version = str(obj["metadata"].get("resourceVersion") or "")
-        with self._lock:
-            cached = self._parsed.get(key)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        try:
-            parsed: Dataset | None = dataset_from_object(obj)
-        except SpecError as error:
-            log.warning("ignoring the invalid Dataset %s/%s: %s", key[0], key[1], error)
-            parsed = None
-        with self._lock:
-            self._parsed[key] = (version, parsed)
-        return parsed
+        return self._parsed.get(obj)
 
     def datasets_read_by(self, job: TrainingJob) -> dict[tuple[str, str], Dataset]:
         """The Datasets the job mounts that exist, by (namespace, name)."""

@@ -46,12 +46,12 @@ from phalanx.adapters.kubernetes.api import (
     KubeApi,
     KubeApiError,
 )
-from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key, wait_all_synced
+from phalanx.adapters.kubernetes.informer import Informer, Signal, wait_all_synced
 from phalanx.adapters.kubernetes.objects import dataset_from_object, job_from_object, jobtype_from_object
+from phalanx.adapters.kubernetes.parsed import ParsedObjects
 from phalanx.core.data import CacheEntry
 from phalanx.core.scheduling.types import DATASET_LABEL_PREFIX
 from phalanx.model.datasets import Dataset, version_label
-from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.services.dataset_store import (
@@ -166,8 +166,12 @@ class NodeCacheKeeper:
         self._errors: dict[str, str] = {}  # job uid -> why its staging failed here
         self._waiting: dict[tuple[str, str], str] = {}  # (job uid, key) -> why it waits for room
         self._retry_at: dict[tuple[str, str], float] = {}  # (job uid, key) -> when to try a waiting copy again
+        self._served: set[tuple[str, str]] = set()  # (job uid, key) staged for the job (copied or a cache hit)
         self._pins: dict[str, set[str]] | None = None
-        self._parsed: dict[tuple[str, str], tuple[str, Any]] = {}  # (kind, key/uid) -> (resourceVersion, parsed)
+        self._jobtypes_now: Mapping[str, JobType] = {}  # what the jobs of this pass are validated against
+        self._parsed_jobs = ParsedObjects("TrainingJob", lambda obj: job_from_object(obj, self._jobtypes_now))
+        self._parsed_datasets = ParsedObjects("Dataset", dataset_from_object)
+        self._parsed_jobtypes = ParsedObjects("JobType", jobtype_from_object)
         self._observed: dict[str, Any] | None = None
         self._next_read = 0.0
         self._refused: dict[str, str] = {}  # entry key -> why the last eviction request left it
@@ -238,6 +242,7 @@ class NodeCacheKeeper:
                 self._retry_at.clear()  # pins released may make room: try waiting copies again
             self._pins = holders
         self._retry_at = {key: at for key, at in self._retry_at.items() if key[0] in live}
+        self._served = {key for key in self._served if key[0] in live}
         self._evict_requested()
         held = self.cache.entries()
         ready = {entry.key for entry in held if entry.ready and self.cache.path(entry.key).is_dir()}
@@ -256,8 +261,10 @@ class NodeCacheKeeper:
                 jobs[job.key] = JobCacheState(uid, "error", unwritable)
                 continue
             pending = [entry for entry in entries if entry.key not in ready]
-            for entry in pending:
-                self._stage_if_due(job, entry)
+            for entry in entries:
+                # A ready entry is staged once per job too: the cache counts the hit and pins it for the job.
+                if entry.key not in ready or (uid, entry.key) not in self._served:
+                    self._stage_if_due(job, entry)
             if not pending:
                 jobs[job.key] = JobCacheState(uid, "ready")
                 continue
@@ -311,51 +318,21 @@ class NodeCacheKeeper:
     def _placed_jobs(self, jobtypes: Mapping[str, JobType]) -> list[TrainingJob]:
         """The jobs with datasets in a staging phase with a replica placed on this node, validated."""
         node = self.settings.node_name
-        found = []
+        placed = []
         for obj in self.jobs.items():
             spec, status = obj.get("spec") or {}, obj.get("status") or {}
             if not spec.get("datasets") or status.get("phase") not in {str(p) for p in STAGING_PHASES}:
                 continue
-            if not any((p or {}).get("node") == node for p in (status.get("placements") or {}).values()):
-                continue
-            job = self._parse("job", obj, lambda o: job_from_object(o, jobtypes))
-            if isinstance(job, TrainingJob) and Phase(job.status.phase) in STAGING_PHASES:
-                found.append(job)
-        return found
+            if any((p or {}).get("node") == node for p in (status.get("placements") or {}).values()):
+                placed.append(obj)
+        self._jobtypes_now = jobtypes
+        return [job for job in self._parsed_jobs.all(placed) if Phase(job.status.phase) in STAGING_PHASES]
 
     def _datasets(self) -> dict[tuple[str, str], Dataset]:
-        found = {}
-        for obj in self.datasets.items():
-            parsed = self._parse("dataset", obj, dataset_from_object)
-            if isinstance(parsed, Dataset):
-                found[object_key(obj)] = parsed
-        return found
+        return {(d.metadata.namespace, d.metadata.name): d for d in self._parsed_datasets.all(self.datasets.items())}
 
     def _jobtypes(self) -> dict[str, JobType]:
-        found = {}
-        for obj in self.jobtypes.items():
-            parsed = self._parse("jobtype", obj, jobtype_from_object)
-            if isinstance(parsed, JobType):
-                found[parsed.metadata.name] = parsed
-        return found
-
-    def _parse(self, kind: str, obj: dict[str, Any], parse: Any) -> Any:
-        """Parse an object once per resourceVersion (None, logged once, when it is invalid)."""
-        meta = obj.get("metadata") or {}
-        key = (kind, f"{meta.get('namespace')}/{meta.get('name')}/{meta.get('uid')}")
-        version = str(meta.get("resourceVersion") or "")
-        cached = self._parsed.get(key)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        try:
-            parsed = parse(obj)
-        except SpecError as error:
-            log.warning("ignoring the invalid %s %s/%s: %s", kind, meta.get("namespace"), meta.get("name"), error)
-            parsed = None
-        if len(self._parsed) > 4096:
-            self._parsed.clear()
-        self._parsed[key] = (version, parsed)
-        return parsed
+        return {jobtype.metadata.name: jobtype for jobtype in self._parsed_jobtypes.all(self.jobtypes.items())}
 
     # -- copies -----------------------------------------------------------------------------------------------
 
@@ -366,7 +343,7 @@ class NodeCacheKeeper:
             return
         namespace, name = dataset_of(entry.dataset)
         source = self.store.version_dir(namespace, name, entry.version)
-        future = self._pool.submit(self.cache.stage, entry, source, job.key)
+        future = self._pool.submit(self.cache.stage, entry, source, job.key, reader=uid)
         future.add_done_callback(lambda _f: self.signal.set())
         self._stagings[key] = _Staging(job.key, uid, entry, future, time.monotonic())
 
@@ -390,6 +367,7 @@ class NodeCacheKeeper:
             outcome = staging.future.result()
             if outcome in (StageOutcome.HIT, StageOutcome.COPIED):
                 self._waiting.pop(key, None)
+                self._served.add(key)
                 # Another job waiting for this entry's copy (IN_PROGRESS) finds it now.
                 self._retry_at = {k: at for k, at in self._retry_at.items() if k[1] != staging.entry.key}
                 seconds = time.monotonic() - staging.started

@@ -76,6 +76,7 @@ from phalanx.adapters.kubernetes.objects import (
     pod_holds_resources,
     status_body,
 )
+from phalanx.adapters.kubernetes.parsed import ParsedObjects
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOURCE, RenderError
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
@@ -114,6 +115,17 @@ from phalanx.services.scheduler import (
 
 log = logging.getLogger(__name__)
 _UNSETTLED = frozenset({Phase.PENDING, Phase.QUEUED})  # phases in which a job may be admitted
+
+
+def _queue_from_object(obj: dict[str, Any]) -> Queue:
+    """A Queue object as the model reads it (cluster-scoped: no namespace)."""
+    document = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": "Queue",
+        "metadata": model_metadata(obj, cluster_scoped=True),
+        "spec": obj.get("spec") or {},
+    }
+    return parse_queue(document, source=f"queue/{(obj.get('metadata') or {}).get('name')}")
 
 
 @dataclass(frozen=True)
@@ -211,10 +223,10 @@ class KubeScheduler:
         self._parsed_specs: dict[tuple[str, int], TrainingJob | None] = {}  # (uid, generation) -> validated spec
         self._vectors: dict[tuple[str, int], dict[str, ResourceVector]] = {}  # (uid, generation) -> requests
         self._accepted: dict[tuple[str, str], Plan | None] = {}  # (uid, resourceVersion) of a Pending job -> plan
-        self._parsed_nodes: dict[str, tuple[str, Node]] = {}
-        self._parsed_jobtypes: dict[tuple[str, str], JobType | None] = {}
-        self._parsed_queues: dict[tuple[str, str], Queue | None] = {}
-        self._parsed_datasets: dict[tuple[str, str], Dataset | None] = {}
+        self._parsed_nodes = ParsedObjects("Node", node_from_object)
+        self._parsed_jobtypes = ParsedObjects("JobType", jobtype_from_object)
+        self._parsed_queues = ParsedObjects("Queue", _queue_from_object)
+        self._parsed_datasets = ParsedObjects("Dataset", dataset_from_object)
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
         self._lock = threading.Lock()
@@ -460,46 +472,12 @@ class KubeScheduler:
 
     def _current_jobtypes(self) -> dict[str, JobType]:
         jobtypes = dict(builtin_jobtypes())
-        for obj in self.jobtypes.items():
-            meta = obj.get("metadata") or {}
-            key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
-            if key not in self._parsed_jobtypes:
-                try:
-                    self._parsed_jobtypes[key] = jobtype_from_object(obj)
-                except (SpecError, ValueError) as error:
-                    log.warning("ignoring JobType %s: %s", meta.get("name"), error)
-                    self._parsed_jobtypes[key] = None
-            parsed = self._parsed_jobtypes[key]
-            if parsed is not None:
-                jobtypes[parsed.metadata.name] = parsed
+        jobtypes.update((parsed.metadata.name, parsed) for parsed in self._parsed_jobtypes.all(self.jobtypes.items()))
         return jobtypes
 
     def _current_queues(self) -> list[Queue]:
         """The Queue objects, parsed once per version; an invalid one is ignored (and logged once)."""
-        queues = []
-        live = set()
-        for obj in self.queues.items():
-            meta = obj.get("metadata") or {}
-            key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
-            live.add(key)
-            if key not in self._parsed_queues:
-                document = {
-                    "apiVersion": obj.get("apiVersion"),
-                    "kind": "Queue",
-                    "metadata": model_metadata(obj, cluster_scoped=True),
-                    "spec": obj.get("spec") or {},
-                }
-                try:
-                    self._parsed_queues[key] = parse_queue(document, source=f"queue/{meta.get('name')}")
-                except (SpecError, ValueError) as error:
-                    log.warning("ignoring Queue %s: %s", meta.get("name"), error)
-                    self._parsed_queues[key] = None
-            parsed = self._parsed_queues[key]
-            if parsed is not None:
-                queues.append(parsed)
-        for stale in set(self._parsed_queues) - live:
-            del self._parsed_queues[stale]
-        return queues
+        return self._parsed_queues.all(self.queues.items())
 
     def _current_jobs(self, jobtypes: dict[str, JobType]) -> list[tuple[dict[str, Any], TrainingJob]]:
         """Every job the scheduler can read (an invalid one is the operator's to fail), parsed once per version.
@@ -548,24 +526,7 @@ class KubeScheduler:
         return spec.model_copy(update={"metadata": metadata, "status": job_status(obj)})
 
     def _current_nodes(self) -> list[Node]:
-        nodes = []
-        seen = set()
-        for obj in self.nodes.items():
-            meta = obj.get("metadata") or {}
-            name, version = str(meta.get("name")), str(meta.get("resourceVersion"))
-            seen.add(name)
-            cached = self._parsed_nodes.get(name)
-            if cached is None or cached[0] != version:
-                try:
-                    cached = (version, node_from_object(obj))
-                except ValueError as error:
-                    log.warning("ignoring node %s: %s", name, error)
-                    continue
-                self._parsed_nodes[name] = cached
-            nodes.append(cached[1])
-        for gone in set(self._parsed_nodes) - seen:
-            del self._parsed_nodes[gone]
-        return nodes
+        return self._parsed_nodes.all(self.nodes.items())
 
     def _forget_seen_bindings(self, pods: list[dict[str, Any]]) -> None:
         """Drop requested bindings the cache now shows (or whose Pod is gone)."""
@@ -666,24 +627,7 @@ class KubeScheduler:
 
     def _current_datasets(self) -> dict[tuple[str, str], Dataset]:
         """The Dataset objects by (namespace, name), parsed once per version; an invalid one is ignored."""
-        found = {}
-        live = set()
-        for obj in self.datasets.items():
-            meta = obj.get("metadata") or {}
-            key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
-            live.add(key)
-            if key not in self._parsed_datasets:
-                try:
-                    self._parsed_datasets[key] = dataset_from_object(obj)
-                except (SpecError, ValueError) as error:
-                    log.warning("ignoring Dataset %s/%s: %s", meta.get("namespace"), meta.get("name"), error)
-                    self._parsed_datasets[key] = None
-            parsed = self._parsed_datasets[key]
-            if parsed is not None:
-                found[(parsed.metadata.namespace, parsed.metadata.name)] = parsed
-        for stale in set(self._parsed_datasets) - live:
-            del self._parsed_datasets[stale]
-        return found
+        return {(d.metadata.namespace, d.metadata.name): d for d in self._parsed_datasets.all(self.datasets.items())}
 
     def _pending(
         self,

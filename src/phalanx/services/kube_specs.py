@@ -19,6 +19,7 @@ from typing import Any
 from phalanx.adapters.kubernetes.api import JOBTYPES, KubeApi, NotFoundError
 from phalanx.adapters.kubernetes.informer import Informer
 from phalanx.adapters.kubernetes.objects import job_from_object, job_status, jobtype_from_object
+from phalanx.adapters.kubernetes.parsed import ParsedObjects
 from phalanx.adapters.kubernetes.rendering import RenderError
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TERMINAL_PHASES, Phase, TrainingJob
@@ -54,25 +55,14 @@ class SpecCache:
         self.jobtypes = jobtypes
         self.pods = pods
         self._jobs: dict[str, ParsedJob] = {}  # job uid -> its last validation
-        self._jobtypes: dict[str, tuple[str, JobType | None]] = {}  # name -> (resourceVersion, parsed)
+        self._jobtypes = ParsedObjects("JobType", jobtype_from_object)
 
     def __len__(self) -> int:
         return len(self._jobs)
 
     def jobtype(self, obj: dict[str, Any]) -> JobType | None:
         """The JobType object parsed (None, logged, when it is invalid)."""
-        meta = obj.get("metadata") or {}
-        name, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
-        cached = self._jobtypes.get(name)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        try:
-            jobtype: JobType | None = jobtype_from_object(obj)
-        except SpecError as error:
-            log.warning("ignoring the invalid JobType %s: %s", name, error)
-            jobtype = None
-        self._jobtypes[name] = (version, jobtype)
-        return jobtype
+        return self._jobtypes.get(obj)
 
     def current_jobtypes(self) -> dict[str, JobType]:
         """Every valid JobType in the cache, by name."""

@@ -5,7 +5,8 @@ writes once per cycle), so it is always current and the same on both backends: t
 resources of the placed replicas (``status.placements``) of every job of the queue in a holding phase
 (``core.lifecycle.HOLDING_PHASES``). A job names its queue by ``spec.scheduling.queue`` (``default`` unless it
 says otherwise). Admitted jobs are those; pending jobs are the queue's Pending and Queued ones. Jobs being
-deleted count for neither, as in the scheduler's own count (``services.scheduler.queue_statuses``).
+deleted count for neither. The scheduler writes the same into each Queue's status
+(``services.scheduler.queue_statuses`` is ``QueueView.current`` of these views).
 
 A GPU share (``gpuMilli``) counts as its fraction of a GPU, as in the scheduler core's quota accounting.
 """

@@ -48,6 +48,7 @@ from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue, QueueStatus, ResourceAmounts
 from phalanx.model.replicas import Replica
 from phalanx.model.resources import ResourceVector
+from phalanx.services.queue_views import queue_views
 
 log = logging.getLogger(__name__)
 
@@ -236,43 +237,13 @@ def queue_refusal(job: TrainingJob, queues: Mapping[str, Queue]) -> str | None:
 
 
 def queue_statuses(queues: Iterable[Queue], jobs: Iterable[TrainingJob]) -> dict[str, QueueStatus]:
-    """What each queue's jobs hold and how many of them wait.
+    """What each queue's jobs hold and how many of them wait, as ``phalanx get queues`` computes it.
 
     Admitted: jobs in holding phases with placements; usage: their placed replicas' requests summed (cpu,
-    memory, whole GPUs); pending: the Pending and Queued jobs. A queue with no job has a zero status; every
-    name in ``queues`` gets a status, whatever its namespace.
+    memory, GPUs, a share counting as its fraction); pending: the Pending and Queued jobs. A queue with no job
+    has a zero status; every name in ``queues`` gets a status, whatever its namespace.
     """
-    names = {queue.metadata.name for queue in queues}
-    admitted: dict[str, int] = dict.fromkeys(names, 0)
-    pending: dict[str, int] = dict.fromkeys(names, 0)
-    used: dict[str, list[int]] = {name: [0, 0, 0] for name in names}
-    for job in jobs:
-        name = job.spec.scheduling.queue
-        if name not in names or job.metadata.deletion_timestamp is not None:
-            continue
-        phase = Phase(job.status.phase)
-        if phase in (Phase.PENDING, Phase.QUEUED):
-            pending[name] += 1
-        elif phase in HOLDING_PHASES and job.status.placements:
-            admitted[name] += 1
-            vectors = {request.name: request.resources for request in replica_requests(job)}
-            for replica in job.status.placements:
-                vector = vectors.get(replica)
-                if vector is not None:
-                    used[name][0] += vector.cpu_milli
-                    used[name][1] += vector.memory
-                    used[name][2] += vector.gpu
-    return {
-        name: QueueStatus(
-            admitted=admitted[name],
-            pending=pending[name],
-            # The model reads a bare number as cores; millicores are written as a quantity.
-            usage=ResourceAmounts.model_validate(
-                {"cpu": f"{used[name][0]}m", "memory": used[name][1], "gpu": used[name][2]}
-            ),
-        )
-        for name in sorted(names)
-    }
+    return {view.name: view.current().status for view in queue_views(queues, jobs)}
 
 
 def preemptor_reason(victims: Iterable[str]) -> str:

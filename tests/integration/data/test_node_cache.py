@@ -32,6 +32,24 @@ def test_stage_copies_once_then_hits_and_counts(tmp_path: Path) -> None:
     assert NodeDataCache(tmp_path / "cache").entries() == [held]
 
 
+def test_a_hit_counts_once_per_reader_so_staging_a_running_job_again_counts_nothing(tmp_path: Path) -> None:
+    folder, entry = source(tmp_path, "alpha", 1000)
+    assert NodeDataCache(tmp_path / "cache", capacity=10_000).stage(entry, folder, "ns/a", reader="uid-a") == (
+        StageOutcome.COPIED
+    )
+    # A restarted manager (a new instance on the same ledger) stages the running job's entry again.
+    again = NodeDataCache(tmp_path / "cache")
+    assert again.stage(entry, folder, "ns/a", reader="uid-a") == StageOutcome.HIT
+    counters = again.counters()["default/alpha"]
+    assert (counters.misses, counters.hits) == (1, 0), "the job's own entry is no hit for it"
+    # Another job, and a later incarnation of the first under the same name, are served by the cache.
+    assert again.stage(entry, folder, "ns/b", reader="uid-b") == StageOutcome.HIT
+    assert again.stage(entry, folder, "ns/a", reader="uid-a2") == StageOutcome.HIT
+    assert again.stage(entry, folder, "ns/b", reader="uid-b") == StageOutcome.HIT
+    counters = again.counters()["default/alpha"]
+    assert (counters.misses, counters.hits, counters.bytes_from_cache) == (1, 2, 2000)
+
+
 def test_pinned_entries_are_never_evicted_and_lru_unpinned_ones_are(tmp_path: Path) -> None:
     cache = NodeDataCache(tmp_path / "cache", capacity=2500)
     (a_dir, a), (b_dir, b), (c_dir, c) = (source(tmp_path, n, 1000) for n in ("alpha", "beta", "gamma"))

@@ -12,13 +12,15 @@ import pytest
 from conftest import Runtime, generic_job
 from phalanx.entrypoints.cli.local_api import ApiError, LocalApi
 from phalanx.services.layout import StateLayout
+from support.waiting import wait_until
 
 
 @pytest.fixture
 def api(runtime: Runtime) -> LocalApi:
     runtime.start_control_plane()
     client = LocalApi(StateLayout(runtime.state_dir).api_socket, timeout=10)
-    assert client.available()
+    # The control plane takes its lease before it opens the socket: wait for the socket, not just the lease.
+    wait_until(client.available, message="the control plane's local API socket")
     return client
 
 

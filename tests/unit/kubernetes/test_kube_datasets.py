@@ -538,6 +538,24 @@ def staged_keeper(tmp_path: Path) -> tuple[PatchingApi, str, dict[str, Any], Nod
     return api, version, job, keeper
 
 
+def test_a_second_job_reading_a_held_entry_is_a_cache_hit_counted_once(tmp_path: Path) -> None:
+    api, version, job, keeper = staged_keeper(tmp_path)
+    key = entry_key(version, 0, 2)
+    second = copy.deepcopy(job)
+    second["metadata"].update(name="again", uid="uid-again")
+    second["status"]["placements"] = {"again-worker-0": {"node": "gpu-0"}, "again-worker-1": {"node": "gpu-1"}}
+    keeper.jobs.observe(second)
+    report = run_until(keeper, lambda r: f"{NS}/again" in r.jobs and f"{NS}/again" in r.held[key].pinned_by)
+    until(lambda: keeper.cycle().counters[f"{NS}/train"].hits == 1)
+    for _ in range(3):  # later passes (and the first job, staged already) count nothing more
+        report = keeper.cycle()
+    counters = report.counters[f"{NS}/train"]
+    assert (counters.misses, counters.hits) == (1, 1)
+    assert report.held[key].pinned_by == (f"{NS}/again", f"{NS}/reader")
+    staged = [e["message"] for e in api.of(EVENTS) if e["reason"] == "Staged"]
+    assert len(staged) == 2 and staged[-1].endswith("cache hit")
+
+
 def test_an_eviction_request_evicts_what_no_job_pins_keeps_the_rest_and_is_removed(tmp_path: Path) -> None:
     api, version, job, keeper = staged_keeper(tmp_path)
     key = entry_key(version, 0, 2)

@@ -56,6 +56,11 @@ class StageOutcome(StrEnum):
     WAITING = "waiting"  # no room until pinned entries are released
 
 
+#: How many readers (job uids) an entry remembers, so that their hits count once: enough for the jobs that can
+#: run on one node at once, bounded so the ledger stays small.
+_READERS_KEPT = 256
+
+
 @dataclass(frozen=True, slots=True)
 class CachedEntry:
     """One entry as the ledger records it."""
@@ -193,7 +198,15 @@ class NodeDataCache:
                 shutil.rmtree(child, ignore_errors=True)
         return dropped
 
-    def stage(self, entry: CacheEntry, source: Path, holder: str, progress: Progress | None = None) -> StageOutcome:
+    def stage(
+        self,
+        entry: CacheEntry,
+        source: Path,
+        holder: str,
+        progress: Progress | None = None,
+        *,
+        reader: str | None = None,
+    ) -> StageOutcome:
         """Make ``entry`` ready in this cache, pinned for ``holder``, copying its files from ``source`` if needed.
 
         Args:
@@ -201,12 +214,14 @@ class NodeDataCache:
             source: the materialised dataset version's directory.
             holder: who uses it (``namespace/job``); it stays pinned for them until ``set_pins`` says otherwise.
             progress: called as bytes are copied.
+            reader: the job's uid: a cache hit counts once per reader, so a restarted manager or agent that
+                stages a running job's entry again does not count it again. None: every hit counts.
 
         Raises:
             CacheError: the entry is larger than the whole cache, a file is missing from ``source``, or the disk
                 filled up; nothing is left half-written and the ledger is as before.
         """
-        outcome, evicted = self._reserve(entry, holder)
+        outcome, evicted = self._reserve(entry, holder, reader)
         self._remove_dirs(evicted)
         if outcome != StageOutcome.COPIED:
             return outcome
@@ -253,7 +268,7 @@ class NodeDataCache:
         return removed
 
     # -- internals ------------------------------------------------------------------------------------------
-    def _reserve(self, entry: CacheEntry, holder: str) -> tuple[StageOutcome, list[str]]:
+    def _reserve(self, entry: CacheEntry, holder: str, reader: str | None) -> tuple[StageOutcome, list[str]]:
         with self._locked() as ledger:
             data = ledger.entries.get(entry.key)
             if data is not None:
@@ -262,8 +277,12 @@ class NodeDataCache:
                 if (self.root / entry.key).is_dir():
                     data["lastUsed"] = ledger.tick()
                     data["pinnedBy"] = sorted({*data["pinnedBy"], holder})
-                    ledger.count(entry.dataset, "hits")
-                    ledger.count(entry.dataset, "bytesFromCache", entry.bytes)
+                    served = data.setdefault("readers", [])
+                    if reader is None or reader not in served:
+                        ledger.count(entry.dataset, "hits")
+                        ledger.count(entry.dataset, "bytesFromCache", entry.bytes)
+                    if reader is not None and reader not in served:
+                        served[:] = [*served, reader][-_READERS_KEPT:]
                     return StageOutcome.HIT, []
                 ledger.entries.pop(entry.key)  # its directory went missing: fetch it again
             size = entry.bytes
@@ -292,6 +311,7 @@ class NodeDataCache:
                 "state": "staging",
                 "lastUsed": ledger.tick(),
                 "pinnedBy": [holder],
+                "readers": [reader] if reader is not None else [],
                 "stagedTime": None,
             }
             ledger.count(entry.dataset, "misses")
