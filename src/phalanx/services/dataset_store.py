@@ -207,6 +207,22 @@ def sweep_leftovers(root: Path) -> list[Path]:
     return removed
 
 
+def remove_unknown_datasets(root: Path, known: frozenset[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Delete the materialised copies of every Dataset under ``root`` that is not ``known``; return which went.
+
+    Those are deleted Datasets: node caches keep their copies, evictable.
+    """
+    removed = []
+    for namespace_dir in root.iterdir() if root.is_dir() else ():
+        for dataset_dir in namespace_dir.iterdir() if namespace_dir.is_dir() else ():
+            key = (namespace_dir.name, dataset_dir.name)
+            if key not in known:
+                log.info("removing the materialised copies of deleted dataset %s/%s", *key)
+                shutil.rmtree(dataset_dir, ignore_errors=True)
+                removed.append(key)
+    return removed
+
+
 @dataclass(frozen=True)
 class DatasetStore:
     """A directory of materialised Datasets: ``<root>/<namespace>/<name>/<version label>/`` and its manifest."""

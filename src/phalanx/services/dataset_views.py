@@ -72,3 +72,35 @@ def cache_view_from_labels(node: str, labels: dict[str, str]) -> NodeCacheView:
         if key.startswith(DATASET_LABEL_PREFIX)
     ]
     return NodeCacheView(node, None, None, entries)
+
+
+def entries_to_evict(
+    views: Iterable[NodeCacheView], key: str | None, dataset: str | None
+) -> list[tuple[NodeCacheView, CacheEntryView]]:
+    """What ``phalanx cache evict`` names, on every node of ``views``.
+
+    That is the entry ``key``, or every entry of ``dataset`` (``namespace/name``, or a name in ``default``).
+
+    Raises:
+        ValueError: both or neither given; or nothing matched (the sentence says so).
+    """
+    if (key is None) == (dataset is None):
+        raise ValueError("name one cache entry (KEY) or --dataset NAME")
+    wanted = dataset if dataset is None or "/" in dataset else f"default/{dataset}"
+    found = [
+        (view, entry)
+        for view in views
+        for entry in view.entries
+        if (key is None or entry.key == key) and (wanted is None or entry.dataset == wanted)
+    ]
+    if not found:
+        raise ValueError(f"no cache holds {key or wanted}; see `phalanx cache ls`")
+    return found
+
+
+def eviction_failure(problems: Sequence[str], evicted: Sequence[str]) -> str | None:
+    """The sentence for an eviction that left entries (naming what was evicted anyway), or None when none was."""
+    if not problems:
+        return None
+    done = f" (evicted: {', '.join(evicted)})" if evicted else ""
+    return "; ".join(problems) + done

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -52,6 +51,7 @@ from phalanx.services.dataset_store import (
     materialize_version,
     progress_reporter,
     read_manifest,
+    remove_unknown_datasets,
     resolve_staging,
     source_request,
     sweep_leftovers,
@@ -358,14 +358,7 @@ class DatasetManager:
         if known == self._known_datasets:
             return  # the same Datasets as last pass: nothing new to remove
         self._known_datasets = known
-        root = self.layout.datasets_root
-        if not root.is_dir():
-            return
-        for namespace_dir in root.iterdir():
-            for dataset_dir in namespace_dir.iterdir() if namespace_dir.is_dir() else ():
-                key = (namespace_dir.name, dataset_dir.name)
-                if key not in datasets and key not in self._materializing:
-                    shutil.rmtree(dataset_dir, ignore_errors=True)
+        remove_unknown_datasets(self.layout.datasets_root, known)
 
     # -- staging ----------------------------------------------------------------------------------------------
     def _plan(

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -69,6 +68,7 @@ from phalanx.services.dataset_store import (
     materialize_outcome,
     materialize_version,
     progress_reporter,
+    remove_unknown_datasets,
     resolve_staging,
     source_request,
     sweep_leftovers,
@@ -597,16 +597,7 @@ class KubeDatasetManager:
         if known == self._known:
             return
         self._known = known
-        root = self.store.root
-        for namespace_dir in root.iterdir() if root.is_dir() else ():
-            for dataset_dir in namespace_dir.iterdir() if namespace_dir.is_dir() else ():
-                if (namespace_dir.name, dataset_dir.name) not in known:
-                    log.info(
-                        "removing the materialised copies of deleted dataset %s/%s",
-                        namespace_dir.name,
-                        dataset_dir.name,
-                    )
-                    shutil.rmtree(dataset_dir, ignore_errors=True)
+        remove_unknown_datasets(self.store.root, known)
 
     def _write_status(self, obj: dict[str, Any], status: DatasetStatus) -> dict[str, Any] | None:
         """PUT the Dataset's status on the version read; the written object, or None when it changed or went."""

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from phalanx.adapters.datacache import in_use_sentence
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
     EVENTS,
@@ -72,7 +73,14 @@ from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue, QueueStatus
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
 from phalanx.model.validation import parse_job
-from phalanx.services.dataset_views import DatasetDescription, NodeCacheView, cache_view_from_labels, readers
+from phalanx.services.dataset_views import (
+    DatasetDescription,
+    NodeCacheView,
+    cache_view_from_labels,
+    entries_to_evict,
+    eviction_failure,
+    readers,
+)
 from phalanx.services.kube_datasets import EVICT_ANNOTATION, CacheReport, cache_report, eviction_request
 from phalanx.services.operations import (
     MAX_CONFLICT_RETRIES,
@@ -560,25 +568,17 @@ class KubeOperations:
         Raises:
             OperationError: nothing matched; an entry is in use (naming the jobs); an agent did not answer.
         """
-        if (key is None) == (dataset is None):
-            raise OperationError("name one cache entry (KEY) or --dataset NAME")
-        wanted = dataset if dataset is None or "/" in dataset else f"default/{dataset}"
+        try:
+            targets = entries_to_evict(self.cache_views(node), key, dataset)
+        except ValueError as error:
+            raise OperationError(str(error)) from None
         requests: dict[str, list[str]] = {}
         problems: list[str] = []
-        for view in self.cache_views(node):
-            for entry in view.entries:
-                if (key is not None and entry.key != key) or (wanted is not None and entry.dataset != wanted):
-                    continue
-                if entry.pinned_by or entry.state != "ready":
-                    users = ", ".join(entry.pinned_by) or "a staging in progress"
-                    problems.append(
-                        f"entry {entry.key} of {entry.dataset} on node {view.node} is in use by {users}; "
-                        "delete or wait for those jobs, then evict it"
-                    )
-                else:
-                    requests.setdefault(view.node, []).append(entry.key)
-        if not requests and not problems:
-            raise OperationError(f"no cache holds {key or wanted}; see `phalanx cache ls`")
+        for view, entry in targets:
+            if entry.pinned_by or entry.state != "ready":
+                problems.append(in_use_sentence(entry.key, entry.dataset, f"node {view.node}", entry.pinned_by))
+            else:
+                requests.setdefault(view.node, []).append(entry.key)
         for name, keys in requests.items():
             self._request_eviction(name, keys)
         evicted: list[str] = []
@@ -596,9 +596,9 @@ class KubeOperations:
                     problems.append(report.refused.get(wanted_key) or f"node {name} kept {wanted_key}")
                 else:
                     evicted.append(f"{name}: {wanted_key}")
-        if problems:
-            done = f" (evicted: {', '.join(evicted)})" if evicted else ""
-            raise OperationError("; ".join(problems) + done)
+        failure = eviction_failure(problems, evicted)
+        if failure is not None:
+            raise OperationError(failure)
         return evicted
 
     def _request_eviction(self, node: str, keys: list[str]) -> None:

@@ -27,7 +27,14 @@ from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.model.validation import validate_job
 from phalanx.services.daemon import current_leader
-from phalanx.services.dataset_views import CacheEntryView, DatasetDescription, NodeCacheView, readers
+from phalanx.services.dataset_views import (
+    CacheEntryView,
+    DatasetDescription,
+    NodeCacheView,
+    entries_to_evict,
+    eviction_failure,
+    readers,
+)
 from phalanx.services.layout import StateLayout
 from phalanx.services.queue_views import QueueDescription, QueueView, describe_queue, queue_views, unique_queues
 
@@ -476,27 +483,23 @@ class Operations:
         Raises:
             OperationError: nothing matched, or an entry is in use (naming the jobs); nothing in use is evicted.
         """
-        if (key is None) == (dataset is None):
-            raise OperationError("name one cache entry (KEY) or --dataset NAME")
-        wanted = dataset if dataset is None or "/" in dataset else f"default/{dataset}"
+        try:
+            targets = entries_to_evict(self.cache_views(node), key, dataset)
+        except ValueError as error:
+            raise OperationError(str(error)) from None
         evicted: list[str] = []
         problems: list[str] = []
-        for view in self.cache_views(node):
+        for view, entry in targets:
             cache = self._node_cache(view.node)
-            for entry in view.entries:
-                if (key is not None and entry.key != key) or (wanted is not None and entry.dataset != wanted):
-                    continue
-                assert cache is not None
-                try:
-                    cache.evict(entry.key)
-                    evicted.append(f"{view.node}: {entry.key}")
-                except CacheError as err:
-                    problems.append(str(err))
-        if problems:
-            done = f" (evicted: {', '.join(evicted)})" if evicted else ""
-            raise OperationError("; ".join(problems) + done)
-        if not evicted:
-            raise OperationError(f"no cache holds {key or wanted}; see `phalanx cache ls`")
+            assert cache is not None  # the view came from its ledger
+            try:
+                cache.evict(entry.key)
+                evicted.append(f"{view.node}: {entry.key}")
+            except CacheError as err:
+                problems.append(str(err))
+        failure = eviction_failure(problems, evicted)
+        if failure is not None:
+            raise OperationError(failure)
         return evicted
 
     def _node_cache(self, node: str) -> NodeDataCache | None:

@@ -9,6 +9,7 @@ from phalanx.adapters.datacache.node_cache import (
     CacheError,
     NodeDataCache,
     StageOutcome,
+    in_use_sentence,
 )
 
-__all__ = ["CacheError", "CachedEntry", "NodeDataCache", "StageOutcome"]
+__all__ = ["CacheError", "CachedEntry", "NodeDataCache", "StageOutcome", "in_use_sentence"]

@@ -25,7 +25,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -59,6 +59,12 @@ class StageOutcome(StrEnum):
 #: How many readers (job uids) an entry remembers, so that their hits count once: enough for the jobs that can
 #: run on one node at once, bounded so the ledger stays small.
 _READERS_KEPT = 256
+
+
+def in_use_sentence(key: str, dataset: str, cache: str, users: Sequence[str]) -> str:
+    """Why an entry cannot be evicted: the jobs using it (none: a copy into it is under way)."""
+    who = ", ".join(users) or "a staging in progress"
+    return f"entry {key} of {dataset} on {cache} is in use by {who}; delete or wait for those jobs, then evict it"
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,11 +262,7 @@ class NodeDataCache:
                 held = ", ".join(sorted(ledger.entries)) or "nothing"
                 raise CacheError(f"{self.name}'s cache holds no entry {key!r} (it holds: {held})")
             if data["pinnedBy"] or data["state"] != "ready":
-                users = ", ".join(data["pinnedBy"]) or "a staging in progress"
-                raise CacheError(
-                    f"entry {key} of {data['dataset']} on {self.name} is in use by {users}; "
-                    "delete or wait for those jobs, then evict it"
-                )
+                raise CacheError(in_use_sentence(key, data["dataset"], self.name, data["pinnedBy"]))
             removed = self._entry(key, data)
             ledger.entries.pop(key)
             ledger.count(data["dataset"], "evictions")
