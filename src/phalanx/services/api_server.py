@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from phalanx.adapters.store import SqliteStore, StoreError
+from phalanx.adapters.store import SqliteStore, StoreError, StoreUnavailableError
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import parse_documents
@@ -50,6 +50,13 @@ from phalanx.services.queue_views import QueueView
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 2**20
 MAX_WAIT_SECONDS = 30.0
+
+
+def store_failure(err: StoreError) -> dict[str, str]:
+    """The 503 body for a store failure; a passing one (locked, disk full) says so, for clients to retry."""
+    if isinstance(err, StoreUnavailableError):
+        return {"message": str(err), "reason": "StoreUnavailable"}
+    return {"message": f"the state store failed: {err}"}
 
 
 class _UnixHttpServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -126,7 +133,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(409, {"message": str(err)})
             return
         except StoreError as err:
-            self._reply(503, {"message": f"the state store failed: {err}"})
+            self._reply(503, store_failure(err))
             return
         finally:
             self.server.on_write()  # even a failed submit may have written some of its documents
@@ -164,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
         except OperationError as err:
             self._reply(404, {"message": str(err)})
         except StoreError as err:
-            self._reply(503, {"message": f"the state store failed: {err}"})
+            self._reply(503, store_failure(err))
 
     def do_DELETE(self) -> None:
         parts = urlparse(self.path).path.strip("/").split("/")
@@ -201,7 +208,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             except StoreError as err:
                 # Typically the control plane stopping under a long poll: its store is closed.
-                self._reply(503, {"message": f"the state store failed: {err}"})
+                self._reply(503, store_failure(err))
                 return
         self._reply(404, {"message": f"no route {self.path}"})
 

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from phalanx.adapters.clock import SystemClock
-from phalanx.adapters.store import AlreadyExistsError, ConflictError, NotFoundError, SqliteStore
+from phalanx.adapters.store import AlreadyExistsError, ConflictError, NotFoundError, SqliteStore, StoreUnavailableError
 from phalanx.core.lifecycle import transition
 from phalanx.core.reconcile import plan
 from phalanx.core.reconcile.types import (
@@ -100,6 +100,8 @@ class JobController:
                 self._fail(job, "InvalidEnvironment", f"cannot render the replicas' environment: {err}")
                 changed = True
                 continue
+            except StoreUnavailableError:
+                raise  # the whole pass waits for the store (see store_faults)
             except Exception:
                 # One job's unexpected failure must not stop the others from being reconciled.
                 log.exception("reconciling job %s failed; retrying on the next pass", job.key)

@@ -9,6 +9,11 @@ The sleep is one ``poll(2)`` on the shims' exit descriptors (pidfds, see ``NodeR
 that the local API rings when it writes, so neither a finished replica nor a job submitted through the API
 waits for a polling interval. Writes by other processes (the SDK, other CLI verbs) are seen by checking the
 store between slices of that sleep, every 2 ms at first and every 20 ms after a while without any.
+
+A store that cannot be used for a while (locked by another process, a full disk: ``StoreUnavailableError``)
+does not stop it: it renews nothing and acts on nothing until the store works again, retrying with backoff and
+logging each episode once (``store_faults``). Replicas keep running meanwhile; those that end are recorded
+when the store takes writes again.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
-from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError
+from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError, StoreUnavailableError
 from phalanx.model.nodes import Node
 from phalanx.services.api_server import LocalApiServer
 from phalanx.services.controller import JobController
@@ -36,8 +42,10 @@ from phalanx.services.leadership import Leadership
 from phalanx.services.node_runtime import NodeRuntime
 from phalanx.services.operations import seed_builtin_jobtypes
 from phalanx.services.scheduler import SchedulerService
+from phalanx.services.store_faults import StoreFaults
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 STOP_CHECK_SECONDS = 0.1
 # How often the sleep looks for other processes' writes: at first, and at most after a quiet while (as the
 # store's own wait_for_change does).
@@ -109,6 +117,7 @@ class ControlPlane:
         self.store = SqliteStore(self.layout.database)
         self.leadership = Leadership(self.store, ttl_seconds=self.config.lease_ttl_seconds)
         self.is_leader = False
+        self.faults = StoreFaults()
 
     def register_nodes(self) -> dict[str, Node]:
         """Discover this machine (or load the simulated inventory) and record the nodes in the store."""
@@ -132,6 +141,12 @@ class ControlPlane:
                 self.store.update_status(node.model_copy(update={"metadata": updated.metadata}))
         return {node.metadata.name: node for node in nodes}
 
+    def _register(self) -> dict[str, Node]:
+        """Record the nodes and the built-in JobTypes (both idempotent, so a retry after a fault is safe)."""
+        nodes = self.register_nodes()
+        seed_builtin_jobtypes(self.store)
+        return nodes
+
     def _maintain(self) -> None:
         """Bound the store's growth: old change-feed entries and events go; objects stay."""
         dropped = self.store.compact_changes(self.config.keep_changes)
@@ -145,16 +160,38 @@ class ControlPlane:
             self._run(stop)
         finally:
             if self.is_leader:
-                self.leadership.release()
-                log.info("released the control-plane lease")
+                try:
+                    self.leadership.release()
+                    log.info("released the control-plane lease")
+                except StoreError as err:
+                    # It expires by itself; a standby waits out its time-to-live instead of taking over at once.
+                    log.warning("could not release the control-plane lease (%s); it expires by itself", err)
             self.store.close()
 
+    def _retrying(self, stop: threading.Event, action: Callable[[], T]) -> T | None:
+        """Run ``action`` until the store lets it through (None if ``stop`` is set first)."""
+        while not stop.is_set():
+            try:
+                result = action()
+            except StoreUnavailableError as err:
+                stop.wait(self.faults.failed(err))
+                continue
+            self.faults.succeeded()
+            return result
+        return None
+
+    def _acquire(self) -> bool:
+        """Try to take the lease once; say who holds it the first time it is someone else."""
+        if self.leadership.acquire():
+            return True
+        if not getattr(self, "_said_standby", False):
+            lease = self.store.get_lease("controlplane")
+            log.info("standing by: the control plane lease is held by %s", lease.holder if lease else "?")
+            self._said_standby = True
+        return False
+
     def _run(self, stop: threading.Event) -> None:
-        while not stop.is_set() and not self.leadership.acquire():
-            if not getattr(self, "_said_standby", False):
-                lease = self.store.get_lease("controlplane")
-                log.info("standing by: the control plane lease is held by %s", lease.holder if lease else "?")
-                self._said_standby = True
+        while not stop.is_set() and not self._retrying(stop, self._acquire):
             stop.wait(min(1.0, self.config.lease_ttl_seconds / 3))
         if stop.is_set():
             return
@@ -166,9 +203,9 @@ class ControlPlane:
         api = LocalApiServer(self.layout, store=self.store, on_write=bell.ring)
         api.start()
         try:
-            nodes = self.register_nodes()
-            seed_builtin_jobtypes(self.store)
-            self._lead(stop, nodes, bell)
+            nodes = self._retrying(stop, self._register)
+            if nodes is not None:
+                self._lead(stop, nodes, bell)
         finally:
             api.stop()
             bell.close()
@@ -195,17 +232,19 @@ class ControlPlane:
         scheduler = SchedulerService(self.store, identity=self.leadership.holder)
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
-        seq = self.store.latest_seq()
-        while not stop.is_set():
+        seq = self._retrying(stop, self.store.latest_seq)
+        while seq is not None and not stop.is_set():
             now = self.clock.monotonic()
-            if now - last_renew >= renew_every:
-                if not self.leadership.renew():
-                    log.error("lost the control-plane lease; stopping")
-                    self.is_leader = False
-                    return
-                last_renew = now
             wake: float | None = None
             try:
+                # Inside the try: a store that cannot be renewed in is waited for like any other fault, and no
+                # pass acts until the lease is renewed again.
+                if now - last_renew >= renew_every:
+                    if not self.leadership.renew():
+                        log.error("lost the control-plane lease; stopping")
+                        self.is_leader = False
+                        return
+                    last_renew = now
                 for _ in range(self.config.max_busy_passes):
                     seq = self.store.latest_seq()
                     changed_runtime = runtime.sync()
@@ -217,6 +256,10 @@ class ControlPlane:
                 if now - last_maintenance >= self.config.maintenance_seconds:
                     self._maintain()
                     last_maintenance = now
+                self.faults.succeeded()
+            except StoreUnavailableError as err:
+                # Locked by another process or a full disk: logged once per episode, retried with backoff.
+                wake = self.faults.failed(err)
             except StoreError:
                 # The database was busy or briefly unreadable: keep leading and try again shortly.
                 log.exception("a pass failed on the store; retrying")
@@ -225,6 +268,8 @@ class ControlPlane:
             # needs renewing. Exits that nothing announces (see NodeRuntime.polling) are polled for.
             period = self.config.poll_seconds if runtime.polling else min(self.config.idle_seconds, renew_every)
             timeout = period if wake is None else max(0.0, min(period, wake))
+            if self.faults.active and wake is not None:
+                timeout = wake  # the backoff, however often polling would look otherwise
             runtime.exits_noticed(self._wait(stop, seq, timeout, bell, runtime.exit_fds(), datasets.has_results))
 
     def _wait(
@@ -255,8 +300,14 @@ class ControlPlane:
             poller.register(fd, select.POLLIN)
         deadline = self.clock.monotonic() + timeout
         interval = STORE_CHECK_SECONDS
+        store_readable = True
         while not stop.is_set():
-            if self.store.wait_for_change(seq, 0):
+            try:
+                if store_readable and self.store.wait_for_change(seq, 0):
+                    return set()
+            except StoreError:
+                store_readable = False  # the pass after this sleep meets the fault and backs off
+            if store_readable is False and not self.faults.active:
                 return set()
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:

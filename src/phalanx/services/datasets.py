@@ -34,7 +34,7 @@ from typing import Any
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
 from phalanx.adapters.datasources import Materialized, SourceRequest
-from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
+from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreUnavailableError
 from phalanx.core.data import CacheEntry, StagingPlan, env_name
 from phalanx.core.scheduling.types import DATASET_LABEL_PREFIX
 from phalanx.model.datasets import Dataset, DatasetPhase, version_label
@@ -166,6 +166,8 @@ class DatasetManager:
         for dataset in datasets.values():
             try:
                 changed |= self._materialize_if_due(dataset, jobs)
+            except StoreUnavailableError:
+                raise  # the whole pass waits for the store (see store_faults)
             except Exception:
                 # One dataset's unexpected failure must not stop the others (nor the control plane's loop).
                 log.exception(
@@ -185,6 +187,8 @@ class DatasetManager:
             live.add(uid)
             try:
                 plan, error, waiting = self._plan(job, jobtypes.get(job.spec.type), datasets)
+            except StoreUnavailableError:
+                raise  # the whole pass waits for the store (see store_faults)
             except Exception:
                 log.exception("planning the staging of job %s failed; retrying on the next pass", job.key)
                 continue

@@ -26,7 +26,7 @@ from phalanx.adapters.executor import (
     find_shim,
     read_exit_code,
 )
-from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
+from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreUnavailableError
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica, ReplicaPhase
@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 _NOT_INHERITED_PREFIXES = ("PHALANX_", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 # What a shell reports when a command cannot be started; the replica fails and the restart policy decides.
 CANNOT_START = 127
+# Why a replica that ended without a recorded exit code failed (see docs/jobs.md, "exit status unknown").
+EXIT_STATUS_UNKNOWN = (
+    "its exit status is unknown: its supervisor ended without recording it (killed, or it crashed); "
+    "the program may have succeeded or failed"
+)
 _PYTHON_NAMES = frozenset({"python", "python3", f"python3.{sys.version_info.minor}"})
 
 
@@ -102,6 +107,8 @@ class NodeRuntime:
                 changed |= self._sync_one(replica, jobs.get(replica.spec.job_uid), shared_pools)
             except (ConflictError, NotFoundError):
                 changed = True  # someone else wrote it first; look again next pass
+            except StoreUnavailableError:
+                raise  # the whole pass waits for the store (see store_faults)
             except Exception:
                 # One replica's unexpected failure must not stop the others from being run and watched.
                 log.exception("handling replica %s failed; retrying on the next pass", replica.metadata.name)
@@ -256,21 +263,23 @@ class NodeRuntime:
 
     def _observe(self, replica: Replica) -> bool:
         handle = self._handle(replica)
-        exit_code: int | None = 137
-        if handle is None:
-            state_running = False
-        else:
+        exit_code: int | None = None
+        if handle is not None:
             state = self.executor.poll(handle)
-            state_running, exit_code = state.running, state.exit_code
-        if state_running:
-            return False
-        code = 137 if exit_code is None else exit_code
-        log.info("replica %s finished with exit code %d", replica.metadata.name, code)
-        return self._record_exit(replica, code)
+            if state.running:
+                return False
+            exit_code = state.exit_code
+        if exit_code is None:
+            # Never a guess (137 would say "killed"): a Failed replica without an exit code, which the restart
+            # policy treats as an unknown outcome and names as such.
+            log.warning("replica %s ended, but %s", replica.metadata.name, EXIT_STATUS_UNKNOWN)
+            return self._record_exit(replica, None, EXIT_STATUS_UNKNOWN)
+        log.info("replica %s finished with exit code %d", replica.metadata.name, exit_code)
+        return self._record_exit(replica, exit_code)
 
-    def _record_exit(self, replica: Replica, code: int, message: str | None = None) -> bool:
+    def _record_exit(self, replica: Replica, code: int | None, message: str | None = None) -> bool:
         phase = ReplicaPhase.SUCCEEDED if code == 0 else ReplicaPhase.FAILED
-        text = message or ("" if code == 0 else _describe_exit(code))
+        text = message or ("" if code in (0, None) else _describe_exit(code))
         status = replica.status.model_copy(
             update={"phase": phase, "exit_code": code, "finish_time": self.clock.now(), "message": text}
         )

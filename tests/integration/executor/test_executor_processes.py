@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
@@ -390,7 +391,7 @@ def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(replicas: A
     assert "grace period over" in handle.log_path.read_text()
 
 
-def test_kill_of_the_group_without_exit_file_reads_137(replicas: Any, wait_until: Any) -> None:
+def test_kill_of_the_group_without_exit_file_reads_as_unknown(replicas: Any, wait_until: Any) -> None:
     handle = replicas.run(BLOCK)
     child = child_pid(handle, wait_until)
 
@@ -399,7 +400,8 @@ def test_kill_of_the_group_without_exit_file_reads_137(replicas: Any, wait_until
     wait_until(lambda: replicas.executor.is_gone(handle), message="the group to be gone")
     assert not alive(child)
     assert not (handle.run_dir / "exit_code").exists()
-    assert replicas.executor.poll(handle) == ProcessState(running=False, exit_code=137, started=True)
+    # No record: the exit status is unknown (None), never a guessed 137.
+    assert replicas.executor.poll(handle) == ProcessState(running=False, exit_code=None, started=True)
 
 
 def test_executor_kill(replicas: Any, wait_until: Any) -> None:
@@ -409,7 +411,7 @@ def test_executor_kill(replicas: Any, wait_until: Any) -> None:
     replicas.executor.kill(handle)
 
     wait_until(lambda: replicas.executor.is_gone(handle), message="the group to be gone")
-    assert replicas.executor.poll(handle).exit_code == 137
+    assert replicas.executor.poll(handle) == ProcessState(running=False, exit_code=None, started=True)
 
 
 def test_the_exit_descriptor_becomes_readable_once_the_exit_code_is_there(replicas: Any) -> None:
@@ -521,7 +523,7 @@ def test_pid_reuse_guard(replicas: Any, tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(os, "killpg", lambda pgid, sig: signals.append((pgid, sig)))
 
     assert not executor.owns(impostor)
-    assert executor.poll(impostor) == ProcessState(running=False, exit_code=137, started=False)
+    assert executor.poll(impostor) == ProcessState(running=False, exit_code=None, started=False)
     assert executor.is_gone(impostor)
     executor.terminate(impostor)
     executor.kill(impostor)
@@ -541,4 +543,25 @@ def test_unknown_pid_is_gone(executor: LocalExecutor, tmp_path: Path) -> None:
     handle = ProcessHandle(pid=unused, start_ticks=1, run_dir=tmp_path)
 
     assert executor.is_gone(handle)
-    assert executor.poll(handle) == ProcessState(running=False, exit_code=137, started=False)
+    assert executor.poll(handle) == ProcessState(running=False, exit_code=None, started=False)
+
+
+def test_an_exit_code_that_cannot_be_written_is_kept_in_a_marker_and_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: writing ``exit_code`` fails mid-way; no half file is left, and the code is still read."""
+    from phalanx.adapters.executor import read_exit_code, shim
+
+    real_write = os.write
+
+    def full_disk(descriptor: int, data: bytes) -> int:
+        if os.readlink(f"/proc/self/fd/{descriptor}").endswith(f"exit_code.tmp.{os.getpid()}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(descriptor, data)
+
+    monkeypatch.setattr(shim.os, "write", full_disk)
+    shim.record_exit_code(str(tmp_path), 0)
+    monkeypatch.undo()
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exit_code=0"]
+    assert read_exit_code(tmp_path) == 0

@@ -11,6 +11,7 @@ python replica_program.py --record FILE     append "<role>-<index> <attempt> <pi
                           --env-dir DIR     first write the whole environment as JSON to DIR/<role>-<index>.json
                           --hostfile-out FILE   copy the hostfile named by $OMPI_MCA_orte_default_hostfile to FILE
                           --expect-slots N  exit 5 unless that hostfile lists N slots in all
+                          --quiet-exit      print nothing at the end (the log's disk may be full by then)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main() -> int:
     parser.add_argument("--env-dir")
     parser.add_argument("--hostfile-out")
     parser.add_argument("--expect-slots", type=int)
+    parser.add_argument("--quiet-exit", action="store_true")
     args = parser.parse_args()
     me = f"{os.environ['PHALANX_ROLE']}-{os.environ['PHALANX_REPLICA_INDEX']}"
     attempt = os.environ.get("PHALANX_ATTEMPT", "?")
@@ -82,7 +84,8 @@ def main() -> int:
                 with open(args.progress, "a") as handle:
                     handle.write(f"{me} {time.time():.3f}\n")
             time.sleep(0.05)
-    print(f"{me} done", flush=True)
+    if not args.quiet_exit:
+        print(f"{me} done", flush=True)
     return 0
 
 

@@ -10,8 +10,10 @@ it again.** Hence:
   in ``Replica.status``; any later process rebuilds it and polls;
 - ``start_ticks`` (field 22 of ``/proc/<pid>/stat``) guards against pid reuse: a pid whose start time differs
   is someone else's process and is never signalled;
-- exit codes travel through ``<run_dir>/exit_code``, written by the shim, because only a parent can
-  ``waitpid`` and the parent may be gone. A shim that vanished without writing it was SIGKILLed: 137.
+- exit codes travel through ``<run_dir>/exit_code`` (or, on a full disk, the empty ``exit_code=<N>``),
+  written by the shim, because only a parent can ``waitpid`` and the parent may be gone. A shim that vanished
+  without recording one (SIGKILLed, or it crashed) leaves the exit status *unknown*: ``poll`` then reports no
+  exit code at all, never a guessed one such as 137.
 
 CPU affinity is always applied (by the shim, inherited by the command). cgroup cpusets, memory and CPU limits
 are applied where the machine lets us write cgroups; elsewhere the executor logs one warning and continues
@@ -47,7 +49,7 @@ EXIT_CODE_FILE = "exit_code"
 TERMINATE_FILE = "terminate"
 OOM_KILLED_FILE = "oom_killed"
 SHIM_FILE = "shim.py"
-# What a shell reports for a process killed by SIGKILL; used when the shim died without an exit file.
+# What a shell reports for a process killed by SIGKILL.
 KILLED_EXIT_CODE = 128 + signal.SIGKILL
 DEFAULT_GRACE_SECONDS = 10.0
 
@@ -106,7 +108,8 @@ class ProcessState:
 
     Attributes:
         running: the shim (and so the replica) is alive.
-        exit_code: the command's exit code (128+N for signal N) once it has finished; otherwise ``None``.
+        exit_code: the command's exit code (128+N for signal N) once it has finished; ``None`` while it runs,
+            and also once it has ended if its shim recorded no code (its exit status is unknown).
         started: the command was started (the shim wrote ``started``).
         oom_killed: the kernel's OOM killer killed a process of the replica for exceeding its memory limit
             (known only where a memory cgroup was applied).
@@ -170,18 +173,34 @@ def group_members(pgid: int) -> list[int]:
 
 def _write_atomically(path: Path, text: str, *, mode: int = 0o644) -> None:
     temporary = path.with_name(f"{path.name}.tmp.{os.getpid()}")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temporary, path)
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except OSError:
+        temporary.unlink(missing_ok=True)  # a full disk must not leave half a file behind
+        raise
 
 
 def read_exit_code(run_dir: Path) -> int | None:
-    """The exit code the shim recorded for ``run_dir``, or None while (or if) it has not finished."""
+    """The exit code the shim recorded for ``run_dir``, or None while (or if) it has recorded none.
+
+    The ``exit_code`` file first; failing that, an ``exit_code=<N>`` marker, the shim's record on a full disk.
+    """
     try:
         return int((run_dir / EXIT_CODE_FILE).read_text(encoding="ascii").strip())
     except (OSError, ValueError):
+        pass
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
         return None
+    for name in names:
+        if name.startswith(shim_program.EXIT_CODE_MARKER):
+            with contextlib.suppress(ValueError):
+                return int(name[len(shim_program.EXIT_CODE_MARKER) :])
+    return None
 
 
 def _safe_relative(path: str) -> PurePosixPath:
@@ -325,6 +344,8 @@ class LocalExecutor:
         # A relaunch into the same directory must not be mistaken for the previous attempt's end.
         for stale in (STARTED_FILE, EXIT_CODE_FILE, TERMINATE_FILE, OOM_KILLED_FILE, shim_program.SHIM_PID_FILE):
             (run_dir / stale).unlink(missing_ok=True)
+        for marker in run_dir.glob(f"{shim_program.EXIT_CODE_MARKER}*"):
+            marker.unlink(missing_ok=True)
         for target, content in targets:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content, encoding="utf-8")
@@ -406,10 +427,11 @@ class LocalExecutor:
             return self._finished(handle, exit_code, started)
         if self._shim_alive(handle):
             return ProcessState(running=True, exit_code=None, started=started)
-        # The shim may have written its exit code and exited between our two looks: read it again.
+        # The shim may have written its exit code and exited between our two looks: read it again. If there is
+        # still none, the shim ended without recording one: the exit status is unknown (None), not guessed.
         exit_code = read_exit_code(handle.run_dir)
         started = started or (handle.run_dir / STARTED_FILE).exists()
-        return self._finished(handle, KILLED_EXIT_CODE if exit_code is None else exit_code, started)
+        return self._finished(handle, exit_code, started)
 
     def move_into_cgroups(self, handle: ProcessHandle) -> None:
         """Move a just-launched shim into its cgroups from here, while its interpreter is still starting.
@@ -456,7 +478,7 @@ class LocalExecutor:
         return descriptor
 
     @staticmethod
-    def _finished(handle: ProcessHandle, exit_code: int, started: bool) -> ProcessState:
+    def _finished(handle: ProcessHandle, exit_code: int | None, started: bool) -> ProcessState:
         oom_killed = (handle.run_dir / OOM_KILLED_FILE).exists()
         return ProcessState(running=False, exit_code=exit_code, started=started, oom_killed=oom_killed)
 
@@ -493,7 +515,7 @@ class LocalExecutor:
         self._signal_group(handle, signal.SIGTERM)
 
     def kill(self, handle: ProcessHandle) -> None:
-        """SIGKILL every process of the replica's group, the shim included (so no exit file: 137)."""
+        """SIGKILL every process of the replica's group, the shim included (so no exit code: unknown)."""
         self._reap()
         self._signal_group(handle, signal.SIGKILL)
 

@@ -19,8 +19,12 @@ Protocol (the executor in ``local.py`` is the other side):
   notes an OOM kill (``oom_killed``), removes the cgroups, then writes ``exit_code``: the child's
   code, or 128+N when signal N killed it, as shells report it.
 
-Files are written to a temporary name and renamed, so a reader never sees half a number. If the shim itself is
-SIGKILLed there is no ``exit_code`` file and the executor reports 137.
+Files are written to a temporary name, flushed to disk and renamed, so a reader never sees half a number; a
+write that fails removes its temporary file. The exit code must not be lost to a full disk: when ``exit_code``
+cannot be written, the shim records it in the *name* of an empty file, ``exit_code=<N>``, which needs no data
+block; when even that fails (no inodes left), it keeps the code and tries both again with backoff for as long as
+it lives, so the replica reads as running rather than as ended with some code it did not have. If the shim
+itself is SIGKILLed there is no record at all, and the executor reports the exit status as unknown.
 
 ``-I -S`` keep start-up fast and immune to the user's ``PYTHONPATH`` and site-packages; the child still gets
 exactly the environment in ``launch.json``.
@@ -46,12 +50,18 @@ except ImportError:  # not CPython
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (mypy reads the name the same way)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import FrameType
     from typing import Any
 
 LAUNCH_FILE = "launch.json"
 STARTED_FILE = "started"
 EXIT_CODE_FILE = "exit_code"
+# An empty file named ``exit_code=<N>``: the exit code when ``exit_code`` itself cannot be written (full disk).
+EXIT_CODE_MARKER = "exit_code="
+# How long the shim waits between attempts to record the exit code when neither record can be written.
+RECORD_RETRY_FIRST_SECONDS = 0.1
+RECORD_RETRY_MAX_SECONDS = 5.0
 TERMINATE_FILE = "terminate"
 OOM_KILLED_FILE = "oom_killed"
 SHIM_PID_FILE = "shim.pid"
@@ -96,11 +106,59 @@ def load_json(text: str) -> Any:
 
 
 def write_atomically(path: str, text: str) -> None:
-    """Write a file under a temporary name, then rename it into place (rename is atomic on one filesystem)."""
+    """Write a file under a temporary name, flush it to disk, then rename it into place.
+
+    Rename is atomic on one file system, so a reader sees the whole file or none. A failed write (a full disk)
+    removes the temporary file, so nothing half-written is left behind.
+
+    Raises:
+        OSError: the file could not be written.
+
+    """
     temporary = f"{path}.tmp.{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temporary, path)
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            data = text.encode("utf-8")
+            while data:
+                data = data[os.write(descriptor, data) :]
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.replace(temporary, path)
+    except OSError:
+        try:  # noqa: SIM105 - not contextlib.suppress: a module more to import (see the module docstring)
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def record_exit_code(run_dir: str, code: int, note: Callable[[str], None] | None = None) -> None:
+    """Record the command's exit code so that a reader never mistakes it for another (see the module docstring).
+
+    Tries ``exit_code`` (written atomically), then the empty ``exit_code=<N>`` marker, and repeats both with
+    backoff until one is written: returning without a record would make the replica read as lost.
+    """
+    delay = RECORD_RETRY_FIRST_SECONDS
+    told = False
+    while True:
+        try:
+            write_atomically(os.path.join(run_dir, EXIT_CODE_FILE), f"{code}\n")
+            return
+        except OSError as err:
+            problem = err
+        try:
+            # An empty file: a directory entry and an inode, no data block, so it fits on a full disk.
+            os.close(os.open(os.path.join(run_dir, f"{EXIT_CODE_MARKER}{code}"), os.O_WRONLY | os.O_CREAT, 0o644))
+            return
+        except OSError:
+            pass
+        if not told and note is not None:
+            told = True
+            note(f"cannot record exit code {code} yet ({problem.strerror}); retrying until it can be written")
+        time.sleep(delay)
+        delay = min(delay * 2, RECORD_RETRY_MAX_SECONDS)
 
 
 class Shim:
@@ -210,7 +268,11 @@ class Shim:
         except OSError as err:
             self.note(f"cannot start {command[0]!r}: {err}")
             return NOT_FOUND
-        write_atomically(os.path.join(self.run_dir, STARTED_FILE), f"{self.child}\n")
+        try:
+            write_atomically(os.path.join(self.run_dir, STARTED_FILE), f"{self.child}\n")
+        except OSError as err:
+            # The command runs: supervising it matters more than this record, which only says it started.
+            self.note(f"warning: cannot record that the command started: {err.strerror}")
         if self.pending_signal is not None:
             # A termination request arrived while the child was being created: deliver it now.
             os.kill(self.child, self.pending_signal)
@@ -254,7 +316,10 @@ class Shim:
         kills = sum(_oom_kills(directory) for directory in directories)
         if kills:
             self.note("the command was killed by the OOM killer: it exceeded its memory limit")
-            write_atomically(os.path.join(self.run_dir, OOM_KILLED_FILE), f"{kills}\n")
+            try:
+                write_atomically(os.path.join(self.run_dir, OOM_KILLED_FILE), f"{kills}\n")
+            except OSError as err:
+                self.note(f"warning: cannot record the OOM kill: {err.strerror}")
         if not self.home:
             self.go_home()
         for directory in directories:
@@ -374,7 +439,7 @@ def main(argv: list[str]) -> int:
     signal.setitimer(signal.ITIMER_REAL, 0)
     shim.sweep_group()
     shim.leave_cgroups()
-    write_atomically(os.path.join(run_dir, EXIT_CODE_FILE), f"{code}\n")
+    record_exit_code(run_dir, code, shim.note)
     return code
 
 

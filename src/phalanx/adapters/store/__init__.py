@@ -11,6 +11,7 @@ from phalanx.adapters.store.errors import (
     ConflictError,
     NotFoundError,
     StoreError,
+    StoreUnavailableError,
 )
 from phalanx.adapters.store.records import EVENT_KIND, Change, ChangeType, EventRecord, Lease
 from phalanx.adapters.store.sqlite import SqliteStore
@@ -27,4 +28,5 @@ __all__ = [
     "NotFoundError",
     "SqliteStore",
     "StoreError",
+    "StoreUnavailableError",
 ]

@@ -136,6 +136,10 @@ def prepare_database(conn: sqlite3.Connection, path: Path) -> None:
             f"state store {path}: SQLite refused WAL journal mode (got {mode!r}); "
             "put the state directory on a local file system"
         )
+    if _schema_version(conn) == SCHEMA_VERSION:
+        # Already created: no write lock needed, so a store that another process keeps locked can still be
+        # opened and read (WAL readers never wait for the writer).
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
@@ -157,3 +161,14 @@ def prepare_database(conn: sqlite3.Connection, path: Path) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _schema_version(conn: sqlite3.Connection) -> int | None:
+    """The file's schema version, read without a write lock; None when it has no schema yet."""
+    try:
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    except sqlite3.OperationalError as err:
+        if "no such table" in str(err):
+            return None
+        raise
+    return int(row[0]) if row and row[0] is not None else None

@@ -3,7 +3,9 @@
 Every store failure is a ``StoreError`` so callers can catch one type at the edge (CLI, REST) and still tell
 the cases that need different handling apart: a missing object (``NotFoundError``, HTTP 404), a name already
 taken (``AlreadyExistsError``, 409), a lost optimistic-concurrency race (``ConflictError``, 409: re-read and
-retry) and a change feed read from a point that was compacted away (``ChangesExpiredError``, 410: list again).
+retry), a change feed read from a point that was compacted away (``ChangesExpiredError``, 410: list again) and
+a store that cannot be used for now (``StoreUnavailableError``, 503: locked by another process for longer than
+the busy timeout, or on a full disk; nothing was changed, and the same call may succeed later).
 Messages name the object as ``Kind namespace/name`` so they can be shown to a user as they are.
 """
 
@@ -59,3 +61,27 @@ class ChangesExpiredError(StoreError):
         )
         self.after_seq = after_seq
         self.compacted_through = compacted_through
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot be used for now; the operation changed nothing and may succeed if tried again.
+
+    Attributes:
+        path: the database file.
+        cause: ``"locked"`` (another process held the write lock past the busy timeout), ``"full"`` (the disk
+            holding the store has no space left) or ``"io"`` (the disk failed to read or write).
+        waited_seconds: how long the call waited for the lock (``"locked"`` only).
+
+    """
+
+    def __init__(self, path: str, cause: str, *, waited_seconds: float = 0.0, detail: str = "") -> None:
+        if cause == "locked":
+            message = f"the state store {path} is locked by another process (waited {waited_seconds:g} s); try again"
+        elif cause == "full":
+            message = f"the state store {path} cannot be written because its disk is full; free space and try again"
+        else:
+            message = f"the state store {path} cannot be read or written ({detail}); check its disk and try again"
+        super().__init__(message)
+        self.path = path
+        self.cause = cause
+        self.waited_seconds = waited_seconds

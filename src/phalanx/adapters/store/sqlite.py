@@ -31,7 +31,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -47,6 +47,7 @@ from phalanx.adapters.store.errors import (
     ConflictError,
     NotFoundError,
     StoreError,
+    StoreUnavailableError,
 )
 from phalanx.adapters.store.records import (
     EVENT_KIND,
@@ -64,7 +65,8 @@ from phalanx.model.meta import ObjectMeta
 
 T = TypeVar("T", bound=BaseModel)
 
-DEFAULT_BUSY_TIMEOUT_MS = 5000
+# How long a write waits for another process's write lock before the store reports itself locked.
+DEFAULT_BUSY_TIMEOUT_MS = 10_000
 DEFAULT_CHANGE_POLL_INTERVAL = 0.002
 MAX_CHANGE_POLL_INTERVAL = 0.02
 
@@ -621,11 +623,14 @@ class SqliteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
+                # Also after a failed COMMIT (a full disk), which leaves the transaction open: the next write
+                # must start afresh, not fail on "cannot start a transaction within a transaction".
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
         if conn.total_changes != before:
             with self._cond:
                 self._local_writes += 1
@@ -633,11 +638,31 @@ class SqliteStore:
 
     @contextmanager
     def _translated(self, action: str) -> Iterator[None]:
-        """Turn SQLite's errors into a ``StoreError`` that says what failed and what to do."""
+        """Turn SQLite's errors into a ``StoreError`` that says what failed and what to do.
+
+        A lock held past the busy timeout and a full or failing disk become ``StoreUnavailableError``: the
+        transaction was rolled back, and the same call may succeed later.
+        """
         try:
             yield
         except sqlite3.Error as err:
+            unavailable = self._unavailable(err)
+            if unavailable is not None:
+                raise unavailable from err
             raise StoreError(self._explain(err, action)) from err
+
+    def _unavailable(self, err: sqlite3.Error) -> StoreUnavailableError | None:
+        """The error as a passing fault of the store (locked, disk full, I/O), or None if it is not one."""
+        name = str(getattr(err, "sqlite_errorname", "") or "")
+        text = str(err).lower()
+        path = str(self._path)
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in text:
+            return StoreUnavailableError(path, "locked", waited_seconds=self._busy_timeout_ms / 1000)
+        if name.startswith("SQLITE_FULL") or "disk is full" in text:
+            return StoreUnavailableError(path, "full")
+        if name.startswith("SQLITE_IOERR") or "disk i/o error" in text:
+            return StoreUnavailableError(path, "io", detail=str(err))
+        return None
 
     def _explain(self, err: sqlite3.Error, action: str) -> str:
         text = str(err)
@@ -650,11 +675,6 @@ class SqliteStore:
             return (
                 f"cannot {action} the state store {self._path} ({text}); "
                 "check that the file and its directory exist and are writable"
-            )
-        if "locked" in text or "busy" in text:
-            return (
-                f"cannot {action}: the state store {self._path} stayed locked by another process for "
-                f"{self._busy_timeout_ms} ms ({text}); retry"
             )
         return f"cannot {action} in the state store {self._path}: {text}"
 

@@ -12,6 +12,11 @@ Restart (from ``runPolicy``): ``Never`` fails the job; ``OnFailure`` retries; ``
 codes listed in ``retryableExitCodes`` (a replica with no exit code — lost, never started — is retried, as it
 says nothing about the program). A retry past ``backoffLimit`` restarts fails the job. Several replicas
 failing at once count as one restart.
+
+A failed replica without an exit code ended with an *unknown* exit status (its supervisor was killed before
+recording one): it may have succeeded. It never counts as a success, so it is handled as a failure, but every
+decision it causes carries the reason ``ExitStatusUnknown`` and says so: under ``Never`` the job fails rather
+than risk running the program twice; under ``OnFailure`` and ``ExitCode`` it is restarted, saying why.
 """
 
 from __future__ import annotations
@@ -83,6 +88,14 @@ class RestartDecision:
     culprit: ObservedReplica
 
 
+EXIT_STATUS_UNKNOWN = "ExitStatusUnknown"
+
+
+def failure_reason(replica: ObservedReplica) -> str:
+    """The condition and event reason for a failed replica: its exit status known or not."""
+    return "ReplicaFailed" if replica.exit_code is not None else EXIT_STATUS_UNKNOWN
+
+
 def describe_failure(replica: ObservedReplica) -> str:
     """Say how a replica failed: ``replica q-worker-1 failed with exit code 3`` or its message."""
     if replica.exit_code is not None:
@@ -98,7 +111,9 @@ def decide_restart(policy: RunPolicy, failed: Sequence[ObservedReplica], *, rest
     restart_policy = RestartPolicy(policy.restart_policy)
     if restart_policy == RestartPolicy.NEVER:
         culprit = failed[0]
-        return RestartDecision(False, "ReplicaFailed", f"{describe_failure(culprit)}; restartPolicy is Never", culprit)
+        return RestartDecision(
+            False, failure_reason(culprit), f"{describe_failure(culprit)}; restartPolicy is Never", culprit
+        )
     if restart_policy == RestartPolicy.EXIT_CODE:
         for replica in failed:
             if replica.exit_code is not None and replica.exit_code not in policy.retryable_exit_codes:
@@ -119,7 +134,7 @@ def decide_restart(policy: RunPolicy, failed: Sequence[ObservedReplica], *, rest
         )
     return RestartDecision(
         True,
-        "ReplicaFailed",
+        failure_reason(culprit),
         f"{describe_failure(culprit)}; restart {restarts + 1} of {policy.backoff_limit} "
         f"in {backoff_delay(policy, restarts):g}s",
         culprit,

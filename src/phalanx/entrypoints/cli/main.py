@@ -7,7 +7,8 @@ phalanx-scheduler run the jobs; ``up``, ``down`` and ``status`` are the embedded
 
 Exit codes: 0 success; 1 the job failed (``run``) or an operation failed (e.g. no such job); 2 invalid input
 (a spec error, a file that cannot be read, an unknown resource kind); 3 the job was halted while ``run``
-followed it.
+followed it; 4 the state store cannot be used for now (locked by another process past the 10 s busy timeout,
+or its disk is full): nothing was done, try again.
 
 Imports of the model, store and services happen inside the commands: ``phalanx run`` talks to a running
 control plane through its local API and loads none of them, which keeps its own start-up to the cost of

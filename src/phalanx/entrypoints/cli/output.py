@@ -145,6 +145,11 @@ class Failure(SystemExit):
     """The command failed; the message is already printed and ``code`` is the exit code."""
 
 
+# The exit code of a command that met a state store it cannot use for now (locked by another process, or its
+# disk is full): nothing was done, and the same command may succeed later.
+STORE_UNAVAILABLE_EXIT = 4
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code``."""
     writer(stderr=True).print(f"[bold red]error:[/] {escape(message)}")

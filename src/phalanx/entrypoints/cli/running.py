@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.entrypoints.cli.follow import ApiJobSource, follow
 from phalanx.entrypoints.cli.local_api import ApiError, LocalApi
-from phalanx.entrypoints.cli.output import Writer, escape, fail, spec_errors, writer
+from phalanx.entrypoints.cli.output import STORE_UNAVAILABLE_EXIT, Writer, escape, fail, spec_errors, writer
 from phalanx.entrypoints.cli.styles import styled_phase
 from phalanx.services.layout import StateLayout, default_state_dir
 
@@ -27,18 +27,24 @@ if TYPE_CHECKING:
 @contextmanager
 def session(state_dir: Path | None, namespace: str = "default") -> Iterator[Client]:
     """A client for one command; every expected error becomes a message on stderr and an exit code."""
+    from phalanx.adapters.store import StoreError, StoreUnavailableError
     from phalanx.entrypoints.client import Client
     from phalanx.model.errors import SpecError
     from phalanx.services.daemon import DaemonError
     from phalanx.services.operations import OperationError
 
-    with Client(state_dir=state_dir, namespace=namespace) as client:
-        try:
-            yield client
-        except SpecError as err:
-            spec_errors(err.source, [(e.path, e.message) for e in err.errors])
-        except (OperationError, DaemonError, TimeoutError) as err:
-            fail(str(err))
+    try:
+        with Client(state_dir=state_dir, namespace=namespace) as client:
+            try:
+                yield client
+            except SpecError as err:
+                spec_errors(err.source, [(e.path, e.message) for e in err.errors])
+            except (OperationError, DaemonError, TimeoutError) as err:
+                fail(str(err))
+    except StoreUnavailableError as err:
+        fail(str(err), STORE_UNAVAILABLE_EXIT)
+    except StoreError as err:
+        fail(str(err))
 
 
 def run_job(
@@ -85,7 +91,7 @@ def run_job(
     except ApiError as err:
         if err.status == 422:
             spec_errors(err.body.get("source"), [(e["path"], e["message"]) for e in err.body["errors"]])
-        fail(str(err))
+        fail(str(err), STORE_UNAVAILABLE_EXIT if err.body.get("reason") == "StoreUnavailable" else 1)
     jobs = [s for s in submitted if s["kind"] == "TrainingJob"]
     for item in submitted:
         verb = "replaced" if item["replaced"] else "configured" if item.get("configured") else "created"

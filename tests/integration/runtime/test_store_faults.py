@@ -1,0 +1,245 @@
+"""Store faults with a real control plane: a state store locked by another process, and a full disk.
+
+Neither may take the control plane down, lose or repeat work, or misreport how a replica ended: the control
+plane waits and retries, the CLI says in one sentence what is wrong, and a replica that exited 0 is recorded
+as exit code 0, never as 137 (killed) and never run a second time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from test_datasets_staging import _tmpfs_prefix
+
+from conftest import Runtime, generic_job
+from phalanx.model.jobs import Phase
+from support.waiting import wait_until
+
+FINISHED = {Phase.SUCCEEDED, Phase.FAILED}
+# How long the store stays locked: far past the lease's 5 s time-to-live and the store's busy timeout.
+LOCK_SECONDS = 30.0
+# The CLI's documented exit code for "the state store is unavailable for now; try again".
+STORE_UNAVAILABLE = 4
+
+
+def starts(record: Path) -> dict[str, int]:
+    """How many times each replica started, from the lines ``replica_program.py --record`` appends."""
+    counts: dict[str, int] = {}
+    for line in record.read_text().splitlines() if record.exists() else []:
+        counts[line.split()[0]] = counts.get(line.split()[0], 0) + 1
+    return counts
+
+
+@contextlib.contextmanager
+def exclusive_lock(database: Path, release: threading.Event) -> Iterator[threading.Event]:
+    """Hold ``BEGIN EXCLUSIVE`` on ``database`` from another connection until ``release`` is set.
+
+    Yields the event that is set once the lock is held; the lock is released on leaving the block at the latest.
+    """
+    held = threading.Event()
+    failure: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            conn = sqlite3.connect(str(database), timeout=30, isolation_level=None)
+            try:
+                conn.execute("BEGIN EXCLUSIVE")
+                held.set()
+                release.wait(120)
+                conn.execute("ROLLBACK")
+            finally:
+                conn.close()
+        except BaseException as err:  # reported by the test thread below
+            failure.append(err)
+            held.set()
+
+    thread = threading.Thread(target=hold, name="store-locker", daemon=True)
+    thread.start()
+    held.wait(30)
+    if failure:
+        raise failure[0]
+    try:
+        yield held
+    finally:
+        release.set()
+        thread.join(30)
+
+
+def assert_one_sentence(result: subprocess.CompletedProcess[str], *phrases: str) -> None:
+    """The CLI failed with the store's exit code and one ``error:`` sentence naming the fault, no traceback."""
+    assert result.returncode == STORE_UNAVAILABLE, result
+    stderr = result.stderr.strip()
+    assert "Traceback" not in stderr, stderr
+    assert len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith("error: the state store "), stderr
+    for phrase in phrases:
+        assert phrase in stderr, stderr
+
+
+def test_a_store_locked_for_30s_is_survived_and_the_cli_says_so(runtime: Runtime, tmp_path: Path) -> None:
+    record, gate = tmp_path / "starts.txt", tmp_path / "gate"
+    plane = runtime.start_control_plane()
+    runtime.submit(generic_job("locked", replicas=2, args=["--record", str(record), "--hold", str(gate)]))
+    wait_until(lambda: sum(starts(record).values()) == 2, message="both replicas to start")
+    later = runtime.write_job("later", generic_job("later", args=["--record", str(tmp_path / "later.txt")]))
+    database = runtime.state_dir / "phalanx.db"
+    release = threading.Event()
+    with exclusive_lock(database, release):
+        locked_at = time.monotonic()
+        # The replicas finish while the store is locked: their ends must be recorded once it is free again.
+        gate.touch()
+        # Verbs that write the store themselves, and one that goes through the control plane's local API.
+        assert_one_sentence(
+            runtime.cli("submit", str(later)), str(database), "is locked by another process", "try again"
+        )
+        assert_one_sentence(runtime.cli("delete", "job", "locked"), "is locked by another process", "try again")
+        assert_one_sentence(runtime.cli("run", "--detach", str(later)), "is locked by another process", "try again")
+        # Reading needs no write lock: it keeps working.
+        listed = runtime.cli("get", "jobs")
+        assert listed.returncode == 0 and "locked" in listed.stdout, listed
+        # The lock's length is what is tested here: hold it for LOCK_SECONDS, watching the control plane live.
+        while (left := LOCK_SECONDS - (time.monotonic() - locked_at)) > 0:
+            assert plane.process.poll() is None, f"the control plane exited while the store was locked:\n{plane.log()}"
+            release.wait(min(left, 1.0))
+        assert plane.process.poll() is None, plane.log()
+    final = runtime.wait_phase("locked", FINISHED)
+    assert final.status.phase == Phase.SUCCEEDED, final.status.message
+    assert starts(record) == {"worker-0": 1, "worker-1": 1}
+    # After the fault the control plane takes new work as before.
+    assert runtime.cli("submit", str(later)).returncode == 0
+    assert runtime.wait_phase("later", FINISHED).status.phase == Phase.SUCCEEDED
+    assert plane.process.poll() is None
+    # One warning for the whole episode, not one per retry.
+    faults = [line for line in plane.log().splitlines() if "is locked by another process" in line]
+    assert len(faults) == 1, plane.log()
+    assert "Traceback" not in plane.log(), plane.log()
+
+
+def alive(shim_pid_file: Path) -> bool:
+    """Whether the shim named by a ``shim.pid`` file still runs (a zombie has ended)."""
+    try:
+        stat = Path(f"/proc/{shim_pid_file.read_text().split()[0]}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def fill(directory: Path) -> Path:
+    """Fill the file system holding ``directory`` to the last byte; returns the file that holds the space."""
+    filler = directory / "filler"
+    chunk = b"\0" * (1 << 16)
+    with open(filler, "wb", buffering=0) as handle:
+        for size in (1 << 16, 1 << 12, 1):
+            try:
+                while True:
+                    handle.write(chunk[:size])
+            except OSError:
+                continue
+    return filler
+
+
+@dataclass
+class Namespaced:
+    """The CLI and Python run inside a control plane's user and mount namespaces, where its tmpfs is.
+
+    Files there are reached from outside through ``/proc/<pid>/root``, but SQLite resolves that link to ``/``
+    (it follows symbolic links itself), so whatever opens the store must run inside.
+    """
+
+    runtime: Runtime
+    pid: int
+
+    @property
+    def root(self) -> Path:
+        """The state directory as this process reaches it."""
+        return Path(f"/proc/{self.pid}/root") / self.runtime.state_dir.relative_to("/")
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        enter = ["nsenter", "-t", str(self.pid), "-U", "-m", "--preserve-credentials"]
+        env = {**os.environ, "PHALANX_HOME": str(self.runtime.state_dir), "COLUMNS": "200"}
+        return subprocess.run(
+            [*enter, sys.executable, *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=self.runtime.work_dir,
+            timeout=60,
+        )
+
+    def python(self, code: str) -> str:
+        result = self.run("-c", code)
+        assert result.returncode == 0, result
+        return result.stdout
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run("-m", "phalanx.entrypoints.cli", *args)
+
+    def job(self, name: str) -> dict[str, Any]:
+        result = self.cli("get", "job", name, "-o", "json")
+        assert result.returncode == 0, result
+        document = json.loads(result.stdout)
+        return dict(document[0] if isinstance(document, list) else document)
+
+
+def test_replicas_ending_on_a_full_disk_are_recorded_once_with_their_real_code(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    record, gate = tmp_path / "starts.txt", tmp_path / "gate"
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    runtime.state_dir = disk / "state"
+    plane = runtime.start_control_plane(wait_leader=False, prefix=_tmpfs_prefix(disk, "16m"))
+    inside = Namespaced(runtime, plane.process.pid)
+    wait_until(lambda: (inside.root / "api.sock").exists(), message=f"the control plane to lead:\n{plane.log()}")
+    job = generic_job(
+        "full",
+        replicas=2,
+        # Nothing printed after the gate opens: writing the log on a full disk would fail the program itself.
+        args=["--record", str(record), "--hold", str(gate), "--quiet-exit"],
+        run_policy={"restartPolicy": "OnFailure", "backoffLimit": 3, "backoffSeconds": 0.1},
+    )
+    submitted = inside.cli("submit", str(runtime.write_job("full", job)))
+    assert submitted.returncode == 0, submitted
+    wait_until(lambda: sum(starts(record).values()) == 2, timeout=60, message=f"both replicas to start:\n{plane.log()}")
+    # Empty the store's write-ahead log, so that the control plane's next writes must grow a file.
+    database = runtime.state_dir / "phalanx.db"
+    inside.python(f"import sqlite3; sqlite3.connect({str(database)!r}).execute('PRAGMA wal_checkpoint(TRUNCATE)')")
+    filler = fill(inside.root)
+    gate.touch()
+    # Both replicas exit 0 on the full disk; their shims must end with the code recorded, not vanish without it.
+    run_dirs = inside.root / "runs"
+    wait_until(
+        lambda: len(shims := list(run_dirs.rglob("shim.pid"))) == 2 and not [p for p in shims if alive(p)],
+        timeout=60,
+        message=f"both shims to exit:\n{plane.log()}",
+    )
+    wait_until(
+        lambda: "disk is full" in plane.log(), timeout=60, message=f"the control plane to see it:\n{plane.log()}"
+    )
+    assert plane.process.poll() is None, f"the control plane exited on the full disk:\n{plane.log()}"
+    assert not list(run_dirs.rglob("exit_code.tmp.*")), "a half-written exit code was left behind"
+    filler.unlink()
+    final = wait_until(
+        lambda: (found := inside.job("full"))["status"].get("phase") in ("Succeeded", "Failed") and found,
+        timeout=60,
+        message=f"the job to finish:\n{plane.log()}",
+    )
+    assert final["status"]["phase"] == "Succeeded", final["status"]
+    assert final["status"].get("restarts", 0) == 0, final["status"]
+    assert starts(record) == {"worker-0": 1, "worker-1": 1}
+    described = inside.cli("describe", "job", "full")
+    assert described.returncode == 0 and "137" not in described.stdout, described.stdout
+    assert plane.process.poll() is None
+    faults = [line for line in plane.log().splitlines() if "disk is full" in line]
+    assert len(faults) == 1, plane.log()
