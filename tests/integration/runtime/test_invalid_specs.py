@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from conftest import Runtime, generic_job
+from phalanx.entrypoints.client import Client
+from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
 
 
@@ -241,6 +243,13 @@ def test_a_bad_namespace_on_submit_is_refused_and_stores_nothing(runtime: Runtim
     assert BAD_NAMESPACE in flat and "e.g. 'team-a'" in flat, flat
     assert "Traceback" not in result.stderr
     assert_store_holds_only(runtime, ["existing"])
+
+
+def test_a_bad_namespace_through_the_sdk_is_a_spec_error_and_stores_nothing(runtime: Runtime) -> None:
+    with Client(state_dir=runtime.state_dir, namespace="Team-A") as client, pytest.raises(SpecError) as caught:
+        client.submit(generic_job("good"))
+    assert "namespace 'Team-A' is not a DNS-1123 label" in str(caught.value)
+    assert_store_holds_only(runtime, [])
 
 
 def test_a_dry_run_shows_the_namespace_it_was_given(runtime: Runtime) -> None:
