@@ -164,6 +164,8 @@ class DatasetPhase(StrEnum):
 class DatasetStatus(ApiModel):
     """What was materialised, by Phalanx."""
 
+    nul_bytes_allowed = True  # observed free text: it may quote a program's output
+
     phase: DatasetPhase = DatasetPhase.PENDING
     version: str | None = Field(default=None, description="content hash, sha256:<hex> over the files")
     bytes: int = Field(default=0, ge=0)

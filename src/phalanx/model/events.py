@@ -11,6 +11,8 @@ from phalanx.model.base import ApiModel
 class Event(ApiModel):
     """One event, Kubernetes style."""
 
+    nul_bytes_allowed = True  # observed free text: it may quote a program's output
+
     object_kind: str
     object_name: str
     namespace: str = "default"

@@ -3,10 +3,14 @@
 A job names a JobType (``spec.type``) and gives each of that type's roles a replica count and a template.
 Resources come from, in order: the template's ``resources``, the template's or the job's T-shirt ``size``,
 the JobType role's defaults, then the ``small`` size.
+
+Every number here has a bound (``model.bounds``) and every role name is a DNS-1123 label: a role name becomes part
+of a path and of a process name, and an unbounded number would meet an int64 array or ``datetime`` arithmetic.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from datetime import datetime
 from enum import StrEnum
@@ -24,14 +28,34 @@ from pydantic import (
 )
 
 from phalanx.model.base import ApiModel
+from phalanx.model.bounds import (
+    MAX_ARGV_ITEMS,
+    MAX_BACKOFF_CAP_SECONDS,
+    MAX_BACKOFF_LIMIT,
+    MAX_BACKOFF_SECONDS,
+    MAX_ENV_ENTRIES,
+    MAX_EXIT_CODE,
+    MAX_PRIORITY,
+    MAX_REPLICA_CPU_MILLI,
+    MAX_REPLICA_GPU,
+    MAX_REPLICA_MEMORY,
+    MAX_REPLICAS,
+    MAX_ROLES,
+    MAX_SECONDS,
+    MAX_STRING_BYTES,
+    MIN_PRIORITY,
+)
 from phalanx.model.datasets import DatasetMount
 from phalanx.model.meta import ObjectMeta
+from phalanx.model.names import check_dns_label
 from phalanx.model.resources import (
     CPU_QUANTITY_PATTERN,
     MEMORY_QUANTITY_PATTERN,
     ResourceVector,
+    cpu_at_most,
     format_cpu,
     format_memory,
+    memory_at_most,
     parse_cpu,
     parse_memory,
 )
@@ -54,6 +78,17 @@ MemoryBytes = Annotated[
     PlainSerializer(format_memory, return_type=str),
 ]
 TShirtSize = Literal["small", "medium", "large", "xlarge"]
+ReplicaCpu = Annotated[MilliCpu, AfterValidator(cpu_at_most(MAX_REPLICA_CPU_MILLI, "per replica"))]
+ReplicaMemory = Annotated[MemoryBytes, AfterValidator(memory_at_most(MAX_REPLICA_MEMORY, "per replica"))]
+
+
+def _role_name(value: str) -> str:
+    return check_dns_label(value, "role name")
+
+
+#: A role's name (a key of ``spec.replicas`` or of a JobType's ``spec.roles``): a DNS-1123 label, because it
+#: becomes part of replica, process and Pod names and of the run directory's path.
+RoleName = Annotated[str, AfterValidator(_role_name)]
 
 
 class Phase(StrEnum):
@@ -79,9 +114,9 @@ TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 class Resources(ApiModel):
     """What one replica asks for; unset fields are filled by defaulting."""
 
-    cpu: MilliCpu | None = Field(default=None, gt=0)
-    memory: MemoryBytes | None = Field(default=None, gt=0)
-    gpu: int | None = Field(default=None, ge=0)
+    cpu: ReplicaCpu | None = Field(default=None, gt=0)
+    memory: ReplicaMemory | None = Field(default=None, gt=0)
+    gpu: int | None = Field(default=None, ge=0, le=MAX_REPLICA_GPU)
     gpu_milli: int | None = Field(default=None, ge=1, le=1000)
     gpu_model: GpuModels | None = None
 
@@ -103,13 +138,22 @@ class Resources(ApiModel):
         )
 
 
+_VALUE_FROM = "not supported yet; set value to the string itself (secretKeyRef and configMapKeyRef will come)"
+
+
 def _env_from_list(value: Any) -> Any:
-    # Kubernetes writes env as [{name, value}]; people write a mapping. Accept both, keep a mapping.
+    # Kubernetes writes env as [{name, value}]; people write a mapping. Accept both, keep a mapping. valueFrom is
+    # refused by name: dropping it would run the program with an empty secret and no word why.
     if isinstance(value, list):
         env: dict[str, Any] = {}
         for position, item in enumerate(value):
             if not isinstance(item, dict) or "name" not in item:
                 raise ValueError(f"item {position} must be a mapping with 'name' and 'value'")
+            if "valueFrom" in item:
+                raise ValueError(f"{item['name']}.valueFrom: {_VALUE_FROM}")
+            unknown = sorted(str(key) for key in item if key not in ("name", "value"))
+            if unknown:
+                raise ValueError(f"{item['name']}: unknown field {unknown[0]!r}; an entry has 'name' and 'value'")
             env[str(item["name"])] = item.get("value", "")
         return env
     return value
@@ -117,11 +161,25 @@ def _env_from_list(value: Any) -> Any:
 
 def _stringify_env(value: Any) -> Any:
     if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, dict) and "valueFrom" in item:
+                raise ValueError(f"{key}.valueFrom: {_VALUE_FROM}")
+            if isinstance(item, dict | list):
+                raise ValueError(f"{key}: must be a string, a number or true/false, got a {type(item).__name__}")
         return {
             key: (str(item).lower() if isinstance(item, bool) else str(item)) if item is not None else ""
             for key, item in value.items()
         }
     return value
+
+
+def _bounded_env(env: dict[str, str]) -> dict[str, str]:
+    if len(env) > MAX_ENV_ENTRIES:
+        raise ValueError(f"at most {MAX_ENV_ENTRIES} entries, got {len(env)}; pass bulk data in a file instead")
+    for key, value in env.items():
+        if len(value.encode()) > MAX_STRING_BYTES:
+            raise ValueError(f"{key}: at most 128 KiB, got {len(value.encode())} bytes; pass bulk data in a file")
+    return env
 
 
 GPU_MODEL_PATTERN = r"^[A-Za-z0-9._-]+( *[|] *[A-Za-z0-9._-]+)*$"
@@ -143,7 +201,12 @@ GpuModels = Annotated[
     WithJsonSchema({"type": "string", "pattern": GPU_MODEL_PATTERN}),
 ]
 
-EnvMap = Annotated[dict[str, str], BeforeValidator(_stringify_env), BeforeValidator(_env_from_list)]
+EnvMap = Annotated[
+    dict[str, str],
+    AfterValidator(_bounded_env),
+    BeforeValidator(_stringify_env),
+    BeforeValidator(_env_from_list),
+]
 
 
 class TemplateMetadata(ApiModel):
@@ -169,6 +232,24 @@ class ReplicaTemplate(ApiModel):
     size: TShirtSize | None = None
     resources: Resources = Field(default_factory=Resources)
 
+    @model_validator(mode="after")
+    def _runnable(self) -> ReplicaTemplate:
+        # Checked here rather than at launch: a bad argv fails execve, and the replica then looks killed.
+        if len(self.command) + len(self.args) > MAX_ARGV_ITEMS:
+            raise ValueError(
+                f"command and args hold {len(self.command) + len(self.args)} items; at most {MAX_ARGV_ITEMS} are "
+                "allowed: pass long lists in a file"
+            )
+        if self.command and not self.command[0].strip():
+            raise ValueError("command[0]: the program name is empty; name the program to run, e.g. [python, train.py]")
+        strings = [("image", self.image), ("workingDir", self.working_dir)]
+        strings += [(f"command[{i}]", item) for i, item in enumerate(self.command)]
+        strings += [(f"args[{i}]", item) for i, item in enumerate(self.args)]
+        for where, text in strings:
+            if text is not None and len(text.encode()) > MAX_STRING_BYTES:
+                raise ValueError(f"{where}: at most 128 KiB, got {len(text.encode())} bytes; pass bulk data in a file")
+        return self
+
 
 def _no_schema_default(schema: dict[str, JsonValue]) -> None:
     # For fields whose absence means something (ReplicaSpec.count: "take the JobType's defaultCount"): a schema
@@ -182,7 +263,7 @@ class ReplicaSpec(ApiModel):
     count: int = Field(
         default=1,
         ge=1,
-        le=4096,
+        le=MAX_REPLICAS,
         description="replicas of this role; default: the JobType role's defaultCount",
         json_schema_extra=_no_schema_default,
     )
@@ -201,16 +282,23 @@ class RunPolicy(ApiModel):
     """Failure handling, deadlines and cleanup."""
 
     restart_policy: RestartPolicy = RestartPolicy.NEVER
-    retryable_exit_codes: list[int] = Field(
+    retryable_exit_codes: list[Annotated[int, Field(ge=0, le=MAX_EXIT_CODE)]] = Field(
         default_factory=lambda: [130, 137, 143],
+        max_length=MAX_EXIT_CODE + 1,
         description="with restartPolicy ExitCode: exit codes that are retried (default: killed by a signal)",
     )
-    backoff_limit: int = Field(default=3, ge=0, le=1000)
-    backoff_seconds: float = Field(default=1.0, ge=0, le=3600, description="first retry delay; doubles per retry")
-    max_backoff_seconds: float = Field(default=300.0, ge=0, le=86400)
+    backoff_limit: int = Field(default=3, ge=0, le=MAX_BACKOFF_LIMIT)
+    backoff_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=MAX_BACKOFF_SECONDS,
+        allow_inf_nan=False,
+        description="first retry delay; doubles per retry",
+    )
+    max_backoff_seconds: float = Field(default=300.0, ge=0, le=MAX_BACKOFF_CAP_SECONDS, allow_inf_nan=False)
     gang_restart: bool = False
-    active_deadline_seconds: int | None = Field(default=None, gt=0)
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    active_deadline_seconds: int | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     suspend: bool = False
 
 
@@ -231,8 +319,8 @@ class SchedulingPolicy(ApiModel):
 
     queue: str = "default"
     priority_class: str | None = None
-    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000_000)
-    min_available: int | None = Field(default=None, ge=1)
+    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
+    min_available: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)
     placement: Placement = Placement.AUTO
     topology: Literal["none", "preferred", "required"] = "preferred"
     gpu_model: GpuModels | None = None
@@ -242,10 +330,17 @@ class SchedulingPolicy(ApiModel):
         return PRIORITY_CLASSES.get(self.priority_class or "", self.priority)
 
 
+def _output_subdirectory(value: str) -> str:
+    # "." (or "") would store the whole run directory: launch.json with the job's env, logs, exit codes.
+    if not value.strip() or posixpath.normpath(value) == ".":
+        raise ValueError(f"must name a subdirectory of the replica's working directory, e.g. 'outputs', got {value!r}")
+    return value
+
+
 class Outputs(ApiModel):
     """Where replicas write results, and where Phalanx stores them when the job has run."""
 
-    path: str = "outputs"
+    path: Annotated[str, AfterValidator(_output_subdirectory)] = "outputs"
     store_to: str | None = None
 
 
@@ -254,7 +349,7 @@ class TrainingJobSpec(ApiModel):
 
     type: str = "generic"
     size: TShirtSize | None = None
-    replicas: dict[str, ReplicaSpec]
+    replicas: dict[RoleName, ReplicaSpec]
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
     scheduling: SchedulingPolicy = Field(default_factory=SchedulingPolicy)
     outputs: Outputs = Field(default_factory=Outputs)
@@ -274,11 +369,22 @@ class TrainingJobSpec(ApiModel):
             )
         return value
 
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def _few_roles(cls, value: Any) -> Any:
+        # Before the roles are parsed: 100,000 roles must cost a len(), not 100,000 validations.
+        if isinstance(value, dict) and len(value) > MAX_ROLES:
+            raise ValueError(f"a job has at most {MAX_ROLES} roles, got {len(value)}")
+        return value
+
     @field_validator("replicas")
     @classmethod
     def _at_least_one_role(cls, value: dict[str, ReplicaSpec]) -> dict[str, ReplicaSpec]:
         if not value:
             raise ValueError("at least one role is needed, e.g. replicas: {worker: {count: 2, template: ...}}")
+        total = sum(replica.count for replica in value.values())
+        if total > MAX_REPLICAS:
+            raise ValueError(f"at most {MAX_REPLICAS} replicas per job (all roles together), got {total}")
         return value
 
     def total_replicas(self) -> int:
@@ -288,6 +394,8 @@ class TrainingJobSpec(ApiModel):
 
 class Condition(ApiModel):
     """One observation about the job, Kubernetes style."""
+
+    nul_bytes_allowed = True  # observed free text: it may quote a program's output
 
     type: str
     status: Literal["True", "False", "Unknown"] = "True"
@@ -315,6 +423,8 @@ class RoleStatus(ApiModel):
 
 class TrainingJobStatus(ApiModel):
     """What Phalanx observed and decided about the job."""
+
+    nul_bytes_allowed = True  # observed free text: it may quote a program's output
 
     phase: Phase = Phase.PENDING
     reason: str = ""

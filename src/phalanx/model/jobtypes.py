@@ -4,19 +4,21 @@ A JobType names its roles (with count bounds and default resources), which roles
 roles decide success, which roles are services stopped once the job succeeds, and the environment each replica
 receives. Environment values are templates: ``{{ rank }}``, ``{{ host(master, 0) }}``, ``{{ tf_config }}``.
 The variables and functions are listed in ``TEMPLATE_VARIABLES`` and ``TEMPLATE_FUNCTIONS``; a template that
-names anything else is rejected when the JobType is loaded, not when a job runs.
+names anything else is rejected when the JobType is loaded, not when a job runs, and every such problem is
+reported at once, each with its path.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from phalanx.model.base import ApiModel
-from phalanx.model.jobs import EnvMap, ReplicaTemplate, Resources
+from phalanx.model.base import ApiModel, every_problem
+from phalanx.model.bounds import MAX_REPLICAS, MAX_ROLES, MAX_SLOTS_PER_HOST
+from phalanx.model.jobs import EnvMap, ReplicaTemplate, Resources, RoleName
 from phalanx.model.meta import ObjectMeta
 
 TEMPLATE_VARIABLES: dict[str, str] = {
@@ -51,9 +53,9 @@ TEMPLATE_PATTERN = re.compile(r"\{\{\s*([a-z_]+)\s*(?:\(([^)]*)\))?\s*\}\}")
 class RoleDefinition(ApiModel):
     """One role of a JobType."""
 
-    min_count: int = Field(default=0, ge=0)
-    max_count: int | None = Field(default=None, ge=1)
-    default_count: int = Field(default=1, ge=1)
+    min_count: int = Field(default=0, ge=0, le=MAX_REPLICAS)
+    max_count: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)
+    default_count: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     resources: Resources = Field(default_factory=Resources)
     template: ReplicaTemplate = Field(default_factory=ReplicaTemplate)
     env: EnvMap = Field(default_factory=dict)
@@ -63,7 +65,7 @@ class JobTypeSpec(ApiModel):
     """The template that defines a kind of job."""
 
     description: str = ""
-    roles: dict[str, RoleDefinition]
+    roles: dict[RoleName, RoleDefinition]
     rank_roles: list[str] | None = Field(
         default=None,
         description="roles that get a global rank, in rank order; default: all, in declared order",
@@ -77,27 +79,42 @@ class JobTypeSpec(ApiModel):
         default_factory=list, description="roles that serve others (e.g. ps): stopped once the job succeeds"
     )
     hostfile_roles: list[str] = Field(default_factory=list, description="roles listed in the MPI hostfile")
-    slots_per_host: int = Field(default=1, ge=1)
+    slots_per_host: int = Field(default=1, ge=1, le=MAX_SLOTS_PER_HOST)
     allow_other_roles: bool = Field(
         default=False, description="jobs may name roles the type does not declare (generic programs)"
     )
     port: int = Field(default=29500, ge=1, le=65535)
     env: EnvMap = Field(default_factory=dict)
 
+    @field_validator("roles", mode="before")
+    @classmethod
+    def _few_roles(cls, value: Any) -> Any:
+        if isinstance(value, dict) and len(value) > MAX_ROLES:
+            raise ValueError(f"a job type has at most {MAX_ROLES} roles, got {len(value)}")
+        return value
+
     @model_validator(mode="after")
     def _roles_are_known(self) -> JobTypeSpec:
         if not self.roles:
             raise ValueError("roles: at least one role is needed")
+        problems: list[tuple[tuple[str | int, ...], str]] = []
         for field in ("rank_roles", "success_roles", "service_roles", "hostfile_roles"):
             for role in getattr(self, field) or []:
                 if role not in self.roles:
-                    raise ValueError(f"{to_camel(field)}: {role!r} is not one of the roles {sorted(self.roles)}")
+                    problems.append(((to_camel(field),), f"{role!r} is not one of the roles {sorted(self.roles)}"))
         for name, role in self.roles.items():
             if role.max_count is not None and role.max_count < max(role.min_count, 1):
-                raise ValueError(f"roles.{name}.maxCount must be >= minCount")
-        for where, env in [("env", self.env)] + [(f"roles.{n}.env", r.env) for n, r in self.roles.items()]:
+                problems.append((("roles", name, "maxCount"), "must be >= minCount"))
+        envs = [(("env",), self.env)] + [(("roles", n, "env"), r.env) for n, r in self.roles.items()]
+        for where, env in envs:
             for key, value in env.items():
-                check_template(value, f"{where}.{key}", self.roles)
+                try:
+                    check_template(value, ".".join((*where, key)), self.roles)
+                except ValueError as err:
+                    problems.append(((*where, key), str(err).split(": ", 1)[1]))
+        if problems:
+            # Every problem at once (docs/jobtypes.md), not only the first.
+            raise every_problem("JobTypeSpec", problems)
         return self
 
     def ranked_roles(self) -> list[str]:

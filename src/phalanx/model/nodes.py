@@ -2,17 +2,26 @@
 
 A node lists its logical CPUs with their core, socket and NUMA ids, its memory and its GPUs with model, memory,
 NUMA affinity, health and the link matrix between them. The same shape comes from /sys and NVML on a real
-machine, from a simulated inventory file in tests and demos, and from the node agent on Kubernetes.
+machine, from a simulated inventory file in tests and demos, and from the node agent on Kubernetes. Every number
+is bounded (``model.bounds``), far above real hardware: the scheduler holds them in int64 arrays.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from phalanx.model.base import API_VERSION, ApiModel
+from phalanx.model.bounds import (
+    MAX_CPU_ID,
+    MAX_CPUS_PER_NODE,
+    MAX_GPU_INDEX,
+    MAX_GPUS_PER_NODE,
+    MAX_NODE_MEMORY,
+    MAX_NVLINKS,
+)
 from phalanx.model.meta import ObjectMeta
 
 # Link kinds between two GPUs, best first, as nvidia-smi topo prints them.
@@ -26,10 +35,12 @@ class CpuInfo(ApiModel):
     hyperthreads must not make every CPU look like a sibling of core 0.
     """
 
-    id: int = Field(ge=0)
-    core: int = Field(default=0, ge=0, description="physical core id, unique within the socket; default: the id")
-    socket: int = Field(default=0, ge=0)
-    numa: int = Field(default=0, ge=0)
+    id: int = Field(ge=0, le=MAX_CPU_ID)
+    core: int = Field(
+        default=0, ge=0, le=MAX_CPU_ID, description="physical core id, unique within the socket; default: the id"
+    )
+    socket: int = Field(default=0, ge=0, le=MAX_CPU_ID)
+    numa: int = Field(default=0, ge=0, le=MAX_CPU_ID)
 
     @model_validator(mode="before")
     @classmethod
@@ -42,28 +53,32 @@ class CpuInfo(ApiModel):
 class GpuInfo(ApiModel):
     """One GPU as the driver reports it."""
 
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=MAX_GPU_INDEX)
     uuid: str = ""
     model: str = "unknown"
-    memory: int = Field(default=0, ge=0, description="bytes of device memory")
-    numa: int = Field(default=0, ge=0)
+    memory: int = Field(default=0, ge=0, le=MAX_NODE_MEMORY, description="bytes of device memory")
+    numa: int = Field(default=0, ge=0, le=MAX_CPU_ID)
     healthy: bool = True
-    nvlinks: dict[int, int] = Field(default_factory=dict, description="peer GPU index -> number of NVLink links to it")
+    nvlinks: dict[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)], Annotated[int, Field(ge=0, le=MAX_NVLINKS)]] = Field(
+        default_factory=dict, description="peer GPU index -> number of NVLink links to it"
+    )
 
 
 class NodeSpec(ApiModel):
     """What may be scheduled on the node."""
 
     unschedulable: bool = False
-    reserved_cpus: list[int] = Field(default_factory=list, description="CPUs never handed to replicas")
+    reserved_cpus: list[Annotated[int, Field(ge=0, le=MAX_CPU_ID)]] = Field(
+        default_factory=list, max_length=MAX_CPUS_PER_NODE, description="CPUs never handed to replicas"
+    )
 
 
 class NodeStatus(ApiModel):
     """Inventory and health of the node."""
 
-    cpus: list[CpuInfo] = Field(default_factory=list)
-    memory: int = Field(default=0, ge=0, description="bytes of allocatable memory")
-    gpus: list[GpuInfo] = Field(default_factory=list)
+    cpus: list[CpuInfo] = Field(default_factory=list, max_length=MAX_CPUS_PER_NODE)
+    memory: int = Field(default=0, ge=0, le=MAX_NODE_MEMORY, description="bytes of allocatable memory")
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
     source: Literal["sysfs", "nvml", "simulated", "kubernetes"] = "sysfs"
     heartbeat_time: datetime | None = None
 

@@ -20,8 +20,10 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 
 from phalanx.model.base import ApiModel
+from phalanx.model.bounds import MAX_QUEUE_WEIGHT, MAX_QUOTA_CPU_MILLI, MAX_QUOTA_GPU, MAX_QUOTA_MEMORY
 from phalanx.model.jobs import PRIORITY_CLASSES, MemoryBytes, MilliCpu
 from phalanx.model.meta import ObjectMeta, check_dns_label
+from phalanx.model.resources import cpu_at_most, memory_at_most
 
 
 def _known_priority_class(name: str) -> str:
@@ -44,14 +46,17 @@ PriorityClassName = Annotated[
     WithJsonSchema({"type": "string", "enum": list(PRIORITY_CLASSES)}),
 ]
 NamespaceName = Annotated[str, AfterValidator(_namespace_name)]
+# A whole cluster's worth, finite: quota arithmetic must never meet an unbounded number (model.bounds).
+QuotaCpu = Annotated[MilliCpu, AfterValidator(cpu_at_most(MAX_QUOTA_CPU_MILLI, "in a queue"))]
+QuotaMemory = Annotated[MemoryBytes, AfterValidator(memory_at_most(MAX_QUOTA_MEMORY, "in a queue"))]
 
 
 class ResourceAmounts(ApiModel):
     """An amount of each resource a queue accounts for; a resource left out is not counted."""
 
-    cpu: MilliCpu | None = Field(default=None, ge=0, description="cores, e.g. 64 or '500m'")
-    memory: MemoryBytes | None = Field(default=None, ge=0, description="bytes, e.g. '256Gi'")
-    gpu: int | None = Field(default=None, ge=0, description="whole GPUs")
+    cpu: QuotaCpu | None = Field(default=None, ge=0, description="cores, e.g. 64 or '500m'")
+    memory: QuotaMemory | None = Field(default=None, ge=0, description="bytes, e.g. '256Gi'")
+    gpu: int | None = Field(default=None, ge=0, le=MAX_QUOTA_GPU, description="whole GPUs")
 
     def named(self) -> dict[str, int]:
         """The amounts that are set, by resource name (cpu in millicores, memory in bytes)."""
@@ -79,7 +84,8 @@ class QueueSpec(ApiModel):
     weight: float = Field(
         default=1.0,
         gt=0,
-        le=1_000_000,
+        le=MAX_QUEUE_WEIGHT,
+        allow_inf_nan=False,
         description="share of the cohort's idle quota relative to the other queues of the cohort (fair share)",
     )
     priority_classes: list[PriorityClassName] = Field(

@@ -52,6 +52,8 @@ class ReplicaObjectSpec(ApiModel):
 class ReplicaObjectStatus(ApiModel):
     """What the executor saw."""
 
+    nul_bytes_allowed = True  # observed free text: it may quote a program's output
+
     phase: ReplicaPhase = ReplicaPhase.PENDING
     pid: int | None = None
     process_start_ticks: int | None = Field(default=None, description="guards against pid reuse")

@@ -2,12 +2,16 @@
 
 Quantities are parsed from the Kubernetes notation (``500m``, ``2``, ``1.5`` for CPU; ``4Gi``, ``512M``, plain
 bytes for memory) and held as integers: CPU in millicores, memory in bytes. Integers keep arithmetic exact in
-the scheduler, where a rounding error could admit a gang that does not fit.
+the scheduler, where a rounding error could admit a gang that does not fit. Only finite amounts parse (``.inf``
+and ``.nan`` are refused here), and ``cpu_at_most``/``memory_at_most`` bound them (``model.bounds``) before they
+can meet an int64 array.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -49,19 +53,23 @@ def parse_cpu(value: object) -> int:
     if isinstance(value, int):
         number, suffix = Decimal(value), ""
     elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise QuantityError(f"CPU quantity must be a finite number, got {value!r}; use e.g. 2, 1.5 or '500m'")
         number, suffix = Decimal(str(value)), ""
     elif isinstance(value, str) and (match := _QUANTITY.match(value)):
         number, suffix = Decimal(match.group(1)), match.group(2)
     else:
-        raise QuantityError(f"invalid CPU quantity {value!r}; use e.g. 2, 1.5 or '500m'")
+        raise QuantityError(f"invalid CPU quantity {_brief(value)}; use e.g. 2, 1.5 or '500m'")
     if suffix == "m":
         milli = number
     elif suffix == "":
         milli = number * 1000
     else:
-        raise QuantityError(f"invalid CPU unit {suffix!r} in {value!r}; use cores (2, 1.5) or millicores ('500m')")
+        raise QuantityError(
+            f"invalid CPU unit {suffix!r} in {_brief(value)}; use cores (2, 1.5) or millicores ('500m')"
+        )
     if milli != milli.to_integral_value():
-        raise QuantityError(f"CPU quantity {value!r} is finer than one millicore; round it, e.g. '1500m'")
+        raise QuantityError(f"CPU quantity {_brief(value)} is finer than one millicore; round it, e.g. '1500m'")
     return int(milli)
 
 
@@ -76,16 +84,57 @@ def parse_memory(value: object) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, float):
+        if not math.isfinite(value):
+            raise QuantityError(f"memory quantity must be a finite number, got {value!r}; use e.g. '4Gi' or '512Mi'")
         return int(value)
     if isinstance(value, str) and (match := _QUANTITY.match(value)):
         suffix = match.group(2)
         if suffix not in _MEMORY_SUFFIXES:
-            raise QuantityError(f"invalid memory unit {suffix!r} in {value!r}; use one of Ki, Mi, Gi, Ti or k, M, G, T")
+            raise QuantityError(
+                f"invalid memory unit {suffix!r} in {_brief(value)}; use one of Ki, Mi, Gi, Ti or k, M, G, T"
+            )
         try:
             return int(Decimal(match.group(1)) * _MEMORY_SUFFIXES[suffix])
         except InvalidOperation as err:  # pragma: no cover - the regex admits only decimals
             raise QuantityError(f"invalid memory quantity {value!r}") from err
-    raise QuantityError(f"invalid memory quantity {value!r}; use e.g. '4Gi', '512Mi' or a number of bytes")
+    raise QuantityError(f"invalid memory quantity {_brief(value)}; use e.g. '4Gi', '512Mi' or a number of bytes")
+
+
+def _brief(value: object) -> str:
+    return _cut(str(value) if isinstance(value, int) else repr(value))
+
+
+def _cut(text: str) -> str:
+    # A quantity may be a 4 MiB string of digits: never echo all of it.
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+
+
+def cpu_at_most(limit: int, per: str) -> Callable[[int], int]:
+    """A validator refusing more than ``limit`` millicores, naming the bound in cores (``per``: "per replica")."""
+
+    def check(millicores: int) -> int:
+        if millicores > limit:
+            raise QuantityError(
+                f"at most {format_cpu(limit)} cores {per}, got {_cut(format_cpu(millicores))}; "
+                "ask for what the program uses, e.g. 8 or '500m'"
+            )
+        return millicores
+
+    return check
+
+
+def memory_at_most(limit: int, per: str) -> Callable[[int], int]:
+    """A validator refusing more than ``limit`` bytes, naming the bound with its binary suffix."""
+
+    def check(num_bytes: int) -> int:
+        if num_bytes > limit:
+            raise QuantityError(
+                f"at most {format_memory(limit)} {per}, got {_cut(format_memory(num_bytes))}; "
+                "ask for what the program uses, e.g. '4Gi'"
+            )
+        return num_bytes
+
+    return check
 
 
 def format_cpu(millicores: int) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from phalanx.model.bounds import MAX_REPLICAS
 from phalanx.model.errors import FieldError, SpecError, from_validation_error
 from phalanx.model.jobs import PRIORITY_CLASSES, ReplicaSpec, ReplicaTemplate, TrainingJob
 from phalanx.model.jobtypes import TEMPLATE_PATTERN, JobType, RoleDefinition
@@ -105,7 +106,25 @@ def validate_job(raw: Any, jobtypes: Mapping[str, JobType], *, source: str | Non
     errors = check_against_jobtype(job, jobtypes)
     if errors:
         raise SpecError(errors, source=source)
-    return apply_defaults(job, jobtypes[job.spec.type])
+    defaulted = apply_defaults(job, jobtypes[job.spec.type])
+    # Defaulting combines validated parts (the role's command with the job's args, both envs): validate the
+    # whole again, as the store will read it back, so that no combination escapes a bound.
+    try:
+        return TrainingJob.model_validate(defaulted.to_dict())
+    except ValidationError as err:
+        raise SpecError(from_validation_error(err), source=source) from None
+
+
+def with_namespace(document: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """A copy of a raw document whose ``metadata.namespace`` is ``namespace`` (``submit -n``), to be validated.
+
+    The override is applied to the document, not to a parsed object, so that it passes the same validation as a
+    namespace written in the file.
+    """
+    metadata = document.get("metadata")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        return dict(document)  # validation names the bad metadata
+    return {**document, "metadata": {**(metadata or {}), "namespace": namespace}}
 
 
 def check_against_jobtype(job: TrainingJob, jobtypes: Mapping[str, JobType]) -> list[FieldError]:
@@ -160,6 +179,10 @@ def check_against_jobtype(job: TrainingJob, jobtypes: Mapping[str, JobType]) -> 
             )
     errors.extend(_check_template_references(job, jobtype))
     total = sum(replica_count(r, roles.get(name)) for name, r in spec.replicas.items())
+    if total > MAX_REPLICAS:
+        errors.append(
+            FieldError("spec.replicas", f"at most {MAX_REPLICAS} replicas per job (all roles together), got {total}")
+        )
     min_available = spec.scheduling.min_available
     if min_available is not None and min_available > total:
         errors.append(

@@ -100,6 +100,10 @@ EVICT_TIMEOUT_S = 30.0  # how long `phalanx cache evict` waits for the node agen
 _POD_PHASES = {phase.value: phase for phase in ReplicaPhase}
 
 
+#: The kinds ``submit -n`` moves on a cluster: JobTypes and Queues are cluster-scoped there.
+CLUSTER_NAMESPACED_KINDS = frozenset({"TrainingJob", "Dataset"})
+
+
 @dataclass(frozen=True)
 class ReplicaLog:
     """The log of one replica's Pod (its latest attempt)."""
@@ -719,13 +723,20 @@ class KubeOperations:
 
     # -- writing -------------------------------------------------------------------------------------------------
 
-    def validate(self, documents: Sequence[dict[str, Any]], *, source: str | None = None) -> list[Any]:
+    def validate(
+        self, documents: Sequence[dict[str, Any]], *, source: str | None = None, namespace: str | None = None
+    ) -> list[Any]:
         """Validate every document as the embedded runtime does (JobTypes: built-ins and the cluster's).
+
+        With ``namespace``, jobs and Datasets are moved there first (JobTypes and Queues are cluster-scoped) and
+        validated in it.
 
         Raises:
             SpecError: every problem in every document, each with its field path.
         """
-        return validate_documents(documents, self.jobtypes(), source=source)
+        return validate_documents(
+            documents, self.jobtypes(), source=source, namespace=namespace, namespaced_kinds=CLUSTER_NAMESPACED_KINDS
+        )
 
     def submit(
         self,
@@ -748,20 +759,11 @@ class KubeOperations:
             SpecError: invalid documents (nothing is created).
             OperationError: a job of that name exists (nothing is created), or the API refused a request.
         """
-        objects = self.validate(documents, source=source)
+        objects = self.validate(documents, source=source, namespace=namespace or None)
         jobs = [o for o in objects if isinstance(o, TrainingJob)]
-        if namespace:
-            jobs = [
-                j.model_copy(update={"metadata": j.metadata.model_copy(update={"namespace": namespace})}) for j in jobs
-            ]
         jobtypes = [o for o in objects if isinstance(o, JobType)]
         queues = [o for o in objects if isinstance(o, Queue)]
         datasets = [o for o in objects if isinstance(o, Dataset)]
-        if namespace:
-            datasets = [
-                d.model_copy(update={"metadata": d.metadata.model_copy(update={"namespace": namespace})})
-                for d in datasets
-            ]
         # Every name is checked before anything is created: a job in the way leaves the cluster as it was.
         replaced: dict[str, dict[str, Any]] = {}
         for job in jobs:

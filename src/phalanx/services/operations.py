@@ -16,16 +16,18 @@ from typing import Any
 from phalanx.adapters.datacache import CacheError, NodeDataCache
 from phalanx.adapters.store import AlreadyExistsError, ConflictError, NotFoundError, SqliteStore
 from phalanx.core.lifecycle import ACTIVE_PHASES, HOLDING_PHASES
+from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes, parse_dataset, parse_jobtype, parse_queue
+from phalanx.model.names import check_dns_label
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
-from phalanx.model.validation import validate_job
+from phalanx.model.validation import validate_job, with_namespace
 from phalanx.services.daemon import current_leader
 from phalanx.services.dataset_views import (
     CacheEntryView,
@@ -78,20 +80,47 @@ def seed_builtin_jobtypes(store: SqliteStore) -> None:
                 store.create(jobtype)
         elif existing.spec != jobtype.spec and existing.metadata.labels.get(BUILTIN_LABEL) == "true":
             # A newer Phalanx ships a changed built-in; a user's own JobType of that name is left alone.
-            store.update(existing.model_copy(update={"spec": jobtype.spec}))
+            store.update(validated_copy(existing, spec=jobtype.spec))
+
+
+#: The kinds ``submit -n`` moves to its namespace on the embedded runtime (Queues are cluster-scoped).
+NAMESPACED_KINDS = frozenset({"TrainingJob", "JobType", "Dataset"})
 
 
 def validate_documents(
-    documents: Sequence[dict[str, Any]], jobtypes: Mapping[str, JobType], *, source: str | None = None
+    documents: Sequence[dict[str, Any]],
+    jobtypes: Mapping[str, JobType],
+    *,
+    source: str | None = None,
+    namespace: str | None = None,
+    namespaced_kinds: frozenset[str] = NAMESPACED_KINDS,
 ) -> list[Any]:
     """Validate TrainingJobs, JobTypes, Queues and Datasets; jobs against ``jobtypes`` (and the submission's).
 
     The one validation of every backend: the embedded runtime and the Kubernetes backend call it with their own
-    JobTypes, so a spec fails with the same field paths in both.
+    JobTypes, so a spec fails with the same field paths in both. Every object a submission stores comes out of
+    here, validated whole: a namespace override (``submit -n``) is written into the documents first and
+    validated with them, never patched onto the parsed objects.
+
+    Args:
+        documents: the raw documents.
+        jobtypes: the JobTypes jobs may name.
+        source: the file, for messages.
+        namespace: put the documents of ``namespaced_kinds`` in this namespace (None: their own).
+        namespaced_kinds: the kinds the override applies to.
 
     Raises:
-        SpecError: every problem in every document, each with its field path.
+        SpecError: every problem in every document, each with its field path; a bad ``namespace`` alone.
     """
+    if namespace is not None:
+        try:
+            check_dns_label(namespace, "namespace")
+        except ValueError as err:
+            raise SpecError([FieldError("", str(err))], source=source) from None
+        documents = [
+            with_namespace(doc, namespace) if doc.get("kind", "TrainingJob") in namespaced_kinds else doc
+            for doc in documents
+        ]
     jobtypes = dict(jobtypes)
     # JobTypes in the same submission may be used by jobs in it.
     parsed: list[Any] = []
@@ -218,7 +247,7 @@ class Operations:
 
     def apply_queue(self, queue: Queue) -> bool:
         """Create the Queue, or replace the spec of the existing one (``kubectl apply``); True when it existed."""
-        queue = queue.model_copy(update={"metadata": queue.metadata.model_copy(update={"namespace": QUEUE_NAMESPACE})})
+        queue = validated_copy(queue, metadata=validated_copy(queue.metadata, namespace=QUEUE_NAMESPACE))
         for _ in range(MAX_CONFLICT_RETRIES):
             existing = next((q for q in self.store.list(Queue) if q.metadata.name == queue.metadata.name), None)
             if existing is None:
@@ -227,11 +256,11 @@ class Operations:
                     return False
                 except AlreadyExistsError:
                     continue
-            metadata = existing.metadata.model_copy(
-                update={"labels": queue.metadata.labels, "annotations": queue.metadata.annotations}
+            metadata = validated_copy(
+                existing.metadata, labels=queue.metadata.labels, annotations=queue.metadata.annotations
             )
             try:
-                self.store.update(existing.model_copy(update={"metadata": metadata, "spec": queue.spec}))
+                self.store.update(validated_copy(existing, metadata=metadata, spec=queue.spec))
                 return True
             except (ConflictError, NotFoundError):
                 continue
@@ -287,13 +316,15 @@ class Operations:
 
     # -- writing -------------------------------------------------------------------------------------------
 
-    def validate(self, documents: Sequence[dict[str, Any]], *, source: str | None = None) -> list[Any]:
-        """Validate every document; nothing is created.
+    def validate(
+        self, documents: Sequence[dict[str, Any]], *, source: str | None = None, namespace: str | None = None
+    ) -> list[Any]:
+        """Validate every document (moved to ``namespace`` when given); nothing is created.
 
         Raises:
             SpecError: every problem in every document, each with its field path.
         """
-        return validate_documents(documents, self.jobtypes(), source=source)
+        return validate_documents(documents, self.jobtypes(), source=source, namespace=namespace)
 
     def submit(
         self,
@@ -313,14 +344,7 @@ class Operations:
             SpecError: invalid documents (nothing is created).
             OperationError: a job of that name exists (and is active, or replacing was not asked for).
         """
-        objects = self.validate(documents, source=source)
-        if namespace:
-            objects = [
-                o
-                if isinstance(o, Queue)  # cluster-scoped
-                else o.model_copy(update={"metadata": o.metadata.model_copy(update={"namespace": namespace})})
-                for o in objects
-            ]
+        objects = self.validate(documents, source=source, namespace=namespace or None)
         self._check_datasets_exist(objects)
         replaced: set[str] = set()
         for obj in objects:
@@ -355,17 +379,11 @@ class Operations:
                 if existing_type is None:
                     self.store.create(obj)
                 else:
-                    self.store.update(
-                        obj.model_copy(
-                            update={
-                                "metadata": existing_type.metadata,
-                            }
-                        ).model_copy(update={"spec": obj.spec})
-                    )
+                    self.store.update(validated_copy(obj, metadata=existing_type.metadata))
                 created.append(Submitted("JobType", obj.metadata.namespace, obj.metadata.name))
                 continue
             annotations = {**obj.metadata.annotations, SUBMIT_DIR_ANNOTATION: str(submit_dir.resolve())}
-            job = obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"annotations": annotations})})
+            job = validated_copy(obj, metadata=validated_copy(obj.metadata, annotations=annotations))
             try:
                 self.store.create(job)
             except AlreadyExistsError:
@@ -402,9 +420,7 @@ class Operations:
         Relative local paths in its source are relative to ``submit_dir``. Returns True when it existed.
         """
         annotations = {**dataset.metadata.annotations, SUBMIT_DIR_ANNOTATION: str(submit_dir.resolve())}
-        dataset = dataset.model_copy(
-            update={"metadata": dataset.metadata.model_copy(update={"annotations": annotations})}
-        )
+        dataset = validated_copy(dataset, metadata=validated_copy(dataset.metadata, annotations=annotations))
         for _ in range(MAX_CONFLICT_RETRIES):
             existing = self.store.try_get(Dataset, dataset.metadata.namespace, dataset.metadata.name)
             if existing is None:
@@ -415,9 +431,9 @@ class Operations:
                     continue
             if existing.spec == dataset.spec and existing.metadata.annotations == annotations:
                 return True
-            metadata = existing.metadata.model_copy(update={"annotations": annotations})
+            metadata = validated_copy(existing.metadata, annotations=annotations)
             try:
-                self.store.update(existing.model_copy(update={"metadata": metadata, "spec": dataset.spec}))
+                self.store.update(validated_copy(existing, metadata=metadata, spec=dataset.spec))
                 return True
             except ConflictError:
                 continue
@@ -520,10 +536,10 @@ class Operations:
                 raise OperationError(f"job {job.key} is {job.status.phase}; it cannot be halted or resumed")
             if job.spec.run_policy.suspend == suspend:
                 return job
-            run_policy = job.spec.run_policy.model_copy(update={"suspend": suspend})
-            spec = job.spec.model_copy(update={"run_policy": run_policy})
+            run_policy = validated_copy(job.spec.run_policy, suspend=suspend)
+            spec = validated_copy(job.spec, run_policy=run_policy)
             try:
-                return self.store.update(job.model_copy(update={"spec": spec}))
+                return self.store.update(validated_copy(job, spec=spec))
             except ConflictError:
                 continue
         raise OperationError(f"job {namespace}/{name} kept changing; try again")

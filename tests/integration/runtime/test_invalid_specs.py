@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from conftest import Runtime, generic_job
+from phalanx.entrypoints.client import Client
+from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
 
 
@@ -153,6 +155,50 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "'pack'",
     ),
     ("missing-metadata", mutate(lambda d: d.pop("metadata")), "metadata", "required field is missing"),
+    # Issue 13: each of these was admitted and then wedged or crashed the control plane.
+    ("name-newline", mutate(lambda d: d["metadata"].update(name="bad\n")), "metadata.name", "DNS-1123"),
+    (
+        "role-parent-steps",
+        mutate(lambda d: d["spec"]["replicas"].update({"../../x": d["spec"]["replicas"].pop("worker")})),
+        "spec.replicas.../../x",
+        "role name '../../x' is not a DNS-1123 label",
+    ),
+    (
+        "cpu-huge",
+        mutate(lambda d: worker(d)["resources"].update(cpu="999999999999999999999999999999")),
+        "spec.replicas.worker.template.resources.cpu",
+        "at most 1000000 cores per replica",
+    ),
+    (
+        "memory-inf",
+        mutate(lambda d: worker(d)["resources"].update(memory=float("inf"))),
+        "spec.replicas.worker.template.resources.memory",
+        "finite",
+    ),
+    (
+        "deadline-huge",
+        mutate(lambda d: d["spec"]["runPolicy"].update(activeDeadlineSeconds=10**12)),
+        "spec.runPolicy.activeDeadlineSeconds",
+        "must be <= 315360000",
+    ),
+    (
+        "command-empty-program",
+        mutate(lambda d: worker(d).update(command=[""])),
+        "spec.replicas.worker.template.command[0]",
+        "the program name is empty",
+    ),
+    (
+        "env-value-from",
+        mutate(lambda d: worker(d).update(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s"}}}])),
+        "spec.replicas.worker.template.env.TOKEN.valueFrom",
+        "not supported yet; set value",
+    ),
+    (
+        "outputs-dot",
+        mutate(lambda d: d["spec"].update(outputs={"path": "."})),
+        "spec.outputs.path",
+        "subdirectory of the replica's working directory",
+    ),
 ]
 
 
@@ -179,6 +225,66 @@ def test_invalid_spec_names_the_field_and_creates_nothing(
         jobs = client.list()
     assert [j.metadata.name for j in jobs] == ["existing"]
     assert jobs[0].metadata.resource_version == seeded.metadata.resource_version
+
+
+def assert_store_holds_only(runtime: Runtime, names: list[str]) -> None:
+    with runtime.client() as client:
+        assert sorted(j.metadata.name for j in client.ops.list_jobs(None)) == names  # every namespace
+
+
+BAD_NAMESPACE = "error: namespace 'Team-A' is not a DNS-1123 label"
+
+
+def test_a_bad_namespace_on_submit_is_refused_and_stores_nothing(runtime: Runtime, seeded: TrainingJob) -> None:
+    spec_file = runtime.write_job("good", generic_job("good"))
+    result = runtime.cli("submit", "-n", "Team-A", str(spec_file))
+    assert result.returncode == 2, result.stdout + result.stderr
+    flat = " ".join(result.stderr.split())
+    assert BAD_NAMESPACE in flat and "e.g. 'team-a'" in flat, flat
+    assert "Traceback" not in result.stderr
+    assert_store_holds_only(runtime, ["existing"])
+
+
+def test_a_bad_namespace_through_the_sdk_is_a_spec_error_and_stores_nothing(runtime: Runtime) -> None:
+    with Client(state_dir=runtime.state_dir, namespace="Team-A") as client, pytest.raises(SpecError) as caught:
+        client.submit(generic_job("good"))
+    assert "namespace 'Team-A' is not a DNS-1123 label" in str(caught.value)
+    assert_store_holds_only(runtime, [])
+
+
+def test_a_dry_run_shows_the_namespace_it_was_given(runtime: Runtime) -> None:
+    spec_file = runtime.write_job("good", generic_job("good"))
+    result = runtime.cli("submit", "--dry-run", "-n", "team-x", str(spec_file), check=True)
+    assert yaml.safe_load(result.stdout)["metadata"]["namespace"] == "team-x"
+    refused = runtime.cli("submit", "--dry-run", "-n", "Team-X", str(spec_file))
+    assert refused.returncode == 2 and "namespace 'Team-X' is not a DNS-1123 label" in refused.stderr
+
+
+def test_poison_inputs_leave_a_running_control_plane_healthy(runtime: Runtime) -> None:
+    """A bad -n and a huge quantity, through `run` with the control plane up, then a good job, then down/up."""
+    plane = runtime.start_control_plane()
+    good = runtime.write_job("good", generic_job("good"))
+    bad_namespace = runtime.cli("run", "-n", "Team-A", str(good), "--no-logs")
+    assert bad_namespace.returncode == 2, bad_namespace.stdout + bad_namespace.stderr
+    assert BAD_NAMESPACE in " ".join(bad_namespace.stderr.split())
+    huge = runtime.write_job("huge", mutate(lambda d: worker(d)["resources"].update(cpu="9" * 30)))
+    refused = runtime.cli("run", str(huge), "--no-logs")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "spec.replicas.worker.template.resources.cpu" in refused.stderr
+    assert "Traceback" not in bad_namespace.stderr + refused.stderr
+    assert_store_holds_only(runtime, [])
+    assert plane.process.poll() is None, plane.log()
+
+    ran = runtime.cli("run", str(good), "--no-logs")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert plane.process.poll() is None, plane.log()
+    assert "control plane stopped" in runtime.cli("down", check=True).stdout
+    assert "control plane started" in runtime.cli("up", check=True).stdout
+    again = runtime.write_job("again", generic_job("again"))
+    try:
+        assert runtime.cli("run", str(again), "--no-logs").returncode == 0
+    finally:
+        runtime.cli("down")
 
 
 def test_at_least_fifteen_distinct_invalid_specs_are_covered() -> None:

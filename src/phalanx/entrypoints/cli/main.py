@@ -31,7 +31,7 @@ from rich.markup import escape
 from phalanx.entrypoints.cli.backends import Backend, BackendChoice, BackendError, choose_backend
 from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, StoreJobSource, follow
 from phalanx.entrypoints.cli.output import console, fail, warn
-from phalanx.entrypoints.cli.running import run_job, session
+from phalanx.entrypoints.cli.running import refuse_bad_namespace, run_job, session
 from phalanx.entrypoints.cli.sim import sim_app
 from phalanx.entrypoints.cli.sim_fgd import fgd as _fgd  # noqa: F401  (registers `phalanx sim fgd`)
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, styled_phase
@@ -188,6 +188,7 @@ def run(
     context: ContextOption = None,
 ) -> None:
     """Submit a job, starting the local control plane if needed, and follow it to the end."""
+    refuse_bad_namespace(namespace)
     choice = _choose(backend, kubeconfig, context)
     if choice.kubernetes:
         if inventory is not None:
@@ -230,13 +231,17 @@ def submit(
         fail("give the file once: `phalanx submit -f FILE` or `phalanx submit FILE`", 2)
     file = filename or file
     assert file is not None
+    refuse_bad_namespace(namespace)
     choice = _choose(backend, kubeconfig, context)
     if choice.kubernetes:
         from phalanx.entrypoints.cli.cluster import cluster_session
 
         with cluster_session(choice, namespace) as cluster:
             if dry_run:
-                _print_objects(cluster.ops.validate(read_documents(file), source=str(file)), Output.YAML)
+                target = None if cluster.namespace == "default" else cluster.namespace  # as `submit` does
+                _print_objects(
+                    cluster.ops.validate(read_documents(file), source=str(file), namespace=target), Output.YAML
+                )
                 return
             for item in cluster.submit(file):
                 console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
@@ -246,7 +251,7 @@ def submit(
     with session(state_dir, namespace or "default") as client:
         documents = read_documents(file)
         if dry_run:
-            objects = client.ops.validate(documents, source=str(file))
+            objects = client.ops.validate(documents, source=str(file), namespace=namespace)
             _print_objects(objects, Output.YAML)
             return
         submitted = client.submit(file)

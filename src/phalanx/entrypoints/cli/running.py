@@ -47,6 +47,22 @@ def session(state_dir: Path | None, namespace: str = "default") -> Iterator[Clie
         fail(str(err))
 
 
+def refuse_bad_namespace(namespace: str | None) -> None:
+    """``-n`` says where objects are stored: a bad one is refused before anything is read, started or stored.
+
+    The model's rule (``model.names``, standard library only: this runs on ``run``'s fast path); the operations
+    check it again for the SDK and the local API.
+    """
+    if namespace is None:
+        return
+    from phalanx.model.names import check_dns_label
+
+    try:
+        check_dns_label(namespace, "namespace")
+    except ValueError as err:
+        fail(str(err), 2)
+
+
 def run_job(
     file: Path,
     *,
@@ -57,6 +73,7 @@ def run_job(
     inventory: Path | None = None,
 ) -> int:
     """Submit, follow and summarise; return the exit code (0 succeeded, 1 failed, 3 halted)."""
+    refuse_bad_namespace(namespace)
     layout = StateLayout(state_dir or default_state_dir())
     api = LocalApi(layout.api_socket)
     console = writer()
@@ -73,7 +90,7 @@ def run_job(
             from phalanx.services.daemon import start_control_plane
 
             documents = read_documents(file)
-            client.ops.validate(documents, source=str(file))
+            client.ops.validate(documents, source=str(file), namespace=None if namespace == "default" else namespace)
             leader, started = start_control_plane(client.layout, inventory=inventory)
             word = "started" if started else "running"
             where = escape(str(client.layout.root))
