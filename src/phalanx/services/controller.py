@@ -178,6 +178,8 @@ class JobController:
             for host, _, port in [address.rpartition(":")]
         }
         node_of = {replica: placement.node for replica, placement in job.status.placements.items()}
+        # The job's directory first, 0700: it will hold launch files (the environment) and logs.
+        self.layout.ensure_job_dir(job.metadata.namespace, job.metadata.name, job.metadata.uid)
         outputs = self.layout.job_outputs(
             job.metadata.namespace, job.metadata.name, job.metadata.uid, job.spec.outputs.path
         )

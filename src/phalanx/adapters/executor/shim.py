@@ -96,9 +96,12 @@ def load_json(text: str) -> Any:
 
 
 def write_atomically(path: str, text: str) -> None:
-    """Write a file under a temporary name, then rename it into place (rename is atomic on one filesystem)."""
+    """Write a file under a temporary name, then rename it into place (rename is atomic on one filesystem).
+
+    Created 0600, like everything in the run directory: only the owner of the state directory reads it.
+    """
     temporary = f"{path}.tmp.{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as handle:
+    with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
         handle.write(text)
     os.replace(temporary, path)
 
