@@ -17,8 +17,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from phalanx.adapters.private_files import make_private_dirs, tighten
-
 log = logging.getLogger(__name__)
 STATE_DIR_ENV = "PHALANX_HOME"
 
@@ -96,6 +94,8 @@ class StateLayout:
 
     def ensure_job_dir(self, namespace: str, name: str, uid: str) -> Path:
         """Create the job's directory (and the ``runs/`` levels above it) with mode 0700; return it."""
+        from phalanx.adapters.private_files import make_private_dirs  # see ensure()
+
         directory = self.job_dir(namespace, name, uid)
         make_private_dirs(directory)
         return directory
@@ -105,6 +105,9 @@ class StateLayout:
 
         An older version created it 0755, which let every local user read the store and the replicas' logs.
         """
+        # Imported here: `phalanx run` reads the paths of this module on its fast path, which loads no adapters.
+        from phalanx.adapters.private_files import make_private_dirs, tighten
+
         make_private_dirs(self.root)
         if (before := tighten(self.root)) is not None:
             log.warning("state directory %s was readable by other users (mode %04o); made it 0700", self.root, before)
