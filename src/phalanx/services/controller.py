@@ -162,6 +162,8 @@ class JobController:
                 changed = True
             elif isinstance(action, DeleteJob):
                 log.info("deleting job %s: %s", job.key, action.reason)
+                # Events outlive the job: they say what became of it to whoever looks after (`phalanx run`).
+                self._event(job, "Deleted", f"{action.reason}; the job had {job.status.phase}")
                 self.store.delete(TrainingJob, job.metadata.namespace, job.metadata.name)
                 self.layout.remove_job_files(job.metadata.namespace, job.metadata.name, job.metadata.uid)
                 changed = True
