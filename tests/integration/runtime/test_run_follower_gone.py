@@ -81,3 +81,18 @@ def test_run_of_a_job_the_api_cannot_find_by_name_ends_in_one_sentence(runtime: 
     assert result.returncode in (1, 2), result.stdout + result.stderr
     assert "Traceback" not in result.stderr and "ApiError" not in result.stderr, result.stderr
     assert result.stderr.startswith("error: "), result.stderr
+
+
+def test_run_that_loses_the_control_plane_ends_in_one_sentence(runtime: Runtime, tmp_path: Path) -> None:
+    plane = runtime.start_control_plane()
+    job = generic_job("orphaned", args=["--hold", str(tmp_path / "never")])
+    output = tmp_path / "run.out"
+    cli = runtime.cli_background("run", str(runtime.write_job("orphaned", job)), output=output)
+    wait_until(lambda: "worker-0 started" in output.read_text(), timeout=60, message="the follower to show the log")
+
+    plane.kill9()
+    assert cli.wait(60) == 1, output.read_text()
+    text = output.read_text()
+    assert "Traceback" not in text, text
+    assert "error: lost the control plane while following job default/orphaned" in text, text
+    assert "`phalanx logs -f orphaned`" in text, text

@@ -162,6 +162,13 @@ def follow(
             status_line.stop()
 
 
+class ApiConnectionLostError(Exception):
+    """The local API's connection failed while following (the control plane stopped or stopped answering).
+
+    A separate type, so that a failure to *print* (a closed pipe, also an OSError) is not mistaken for it.
+    """
+
+
 class ApiJobSource:
     """A job followed through the control plane's local API.
 
@@ -190,6 +197,8 @@ class ApiJobSource:
         """See JobSource."""
         try:
             self.last = dict(self.api.job(self.namespace, self.name, after=after, wait=wait))
+        except OSError as err:  # ConnectionError, a timeout: the socket's, not the console's
+            raise ApiConnectionLostError(str(err) or type(err).__name__) from err
         except ApiError as err:
             if err.status != 404 or self.when_gone is None:
                 raise
@@ -200,6 +209,8 @@ class ApiJobSource:
         """See JobSource; a job that is gone keeps the files it had (the tailer may hold them open)."""
         try:
             self.files = list(self.api.log_files(self.namespace, self.name))
+        except OSError as err:
+            raise ApiConnectionLostError(str(err) or type(err).__name__) from err
         except ApiError as err:
             if err.status != 404 or self.when_gone is None:
                 raise

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.entrypoints.cli.follow import ApiJobSource, follow
+from phalanx.entrypoints.cli.follow import ApiConnectionLostError, ApiJobSource, follow
 from phalanx.entrypoints.cli.local_api import ApiError, LocalApi
 from phalanx.entrypoints.cli.output import Writer, escape, fail, spec_errors, writer
 from phalanx.entrypoints.cli.styles import styled_phase
@@ -103,7 +103,7 @@ def run_job(
         final = follow(ApiJobSource(api, namespace, name, when_gone=when_gone), console, show_logs=logs)
     except ApiError as err:
         fail(f"cannot follow job {namespace}/{name}: {err}; it keeps running: see `phalanx get jobs`")
-    except OSError as err:  # the connection: the control plane stopped or stopped answering
+    except ApiConnectionLostError as err:
         fail(
             f"lost the control plane while following job {namespace}/{name} ({err}); the job is not lost: "
             f"`phalanx up`, then `phalanx logs -f {name}`"
