@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from phalanx.entrypoints.client import Client
+    from phalanx.services.operations import JobExistsError, OperationError
 
-__all__ = ["Client", "__version__"]
+__all__ = ["Client", "JobExistsError", "OperationError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,4 +21,8 @@ def __getattr__(name: str) -> Any:
         from phalanx.entrypoints.client import Client
 
         return Client
+    if name in ("JobExistsError", "OperationError"):  # what the Client's verbs raise
+        from phalanx.services import operations
+
+        return getattr(operations, name)
     raise AttributeError(name)

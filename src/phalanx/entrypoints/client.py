@@ -3,7 +3,7 @@
 from phalanx import Client
 client = Client()
 client.up()
-job = client.submit("examples/quickstart.yaml")[0]
+job = client.submit("examples/quickstart.yaml", replace_finished=True)[0]
 final = client.wait(job.name)
 print(final.status.phase, final.status.metrics)
 
@@ -102,7 +102,18 @@ class Client(JobVerbs):
     # -- jobs ----------------------------------------------------------------------------------------------
 
     def submit(self, spec: JobSpec, *, replace_finished: bool = False) -> list[Submitted]:
-        """Validate and create the objects in a file or in mappings; nothing is created if any is invalid."""
+        """Validate and create the objects in a file or in mappings; nothing is created if any is invalid.
+
+        Args:
+            spec: a YAML/JSON file, or one or more mappings.
+            replace_finished: a job of the same name that finished (Succeeded or Failed) is replaced, as
+                ``phalanx run`` does; otherwise its name is refused.
+
+        Raises:
+            SpecError: an invalid document (nothing is created).
+            JobExistsError: a job of that name exists (and is active, or replacing was not asked for); an
+                ``OperationError``, importable as ``phalanx.JobExistsError``.
+        """
         documents, source = spec_documents(spec)
         return self.ops.submit(
             documents,

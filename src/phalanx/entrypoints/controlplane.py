@@ -12,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
+from phalanx.entrypoints.masked_logging import mask_log_handlers
 from phalanx.model.resources import parse_memory
 from phalanx.services.controlplane import ControlPlane, ControlPlaneConfig
 from phalanx.services.layout import default_state_dir
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    mask_log_handlers()  # the log may quote a datasource URL: never with its password
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

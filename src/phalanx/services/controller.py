@@ -164,6 +164,8 @@ class JobController:
                 changed = True
             elif isinstance(action, DeleteJob):
                 log.info("deleting job %s: %s", job.key, action.reason)
+                # Events outlive the job: they say what became of it to whoever looks after (`phalanx run`).
+                self._event(job, "Deleted", f"{action.reason}; the job had {job.status.phase}")
                 self.store.delete(TrainingJob, job.metadata.namespace, job.metadata.name)
                 self.layout.remove_job_files(job.metadata.namespace, job.metadata.name, job.metadata.uid)
                 changed = True
@@ -180,6 +182,8 @@ class JobController:
             for host, _, port in [address.rpartition(":")]
         }
         node_of = {replica: placement.node for replica, placement in job.status.placements.items()}
+        # The job's directory first, 0700: it will hold launch files (the environment) and logs.
+        self.layout.ensure_job_dir(job.metadata.namespace, job.metadata.name, job.metadata.uid)
         outputs = self.layout.job_outputs(
             job.metadata.namespace, job.metadata.name, job.metadata.uid, job.spec.outputs.path
         )

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from phalanx.adapters.private_files import open_private, tighten
 from phalanx.adapters.store import SqliteStore
 from phalanx.model.nodes import Node
 from phalanx.services.layout import StateLayout
@@ -69,7 +70,9 @@ def start_control_plane(
             command += ["--inventory", str(inventory.resolve())]
         if cache_size is not None:
             command += ["--cache-size", cache_size]
-        with open(layout.control_plane_log, "ab") as log_file:
+        # The log names jobs, datasets and errors: the owner's alone (0600), like the rest of the state.
+        tighten(layout.control_plane_log)  # written 0644 by older versions
+        with os.fdopen(open_private(layout.control_plane_log, os.O_WRONLY | os.O_APPEND), "ab") as log_file:
             process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,

@@ -35,6 +35,7 @@ from phalanx.core.rendezvous import ranked_roles, replica_names
 from phalanx.model.datasets import Dataset, DatasetPhase, DatasetSource, Distribution, version_label
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
+from phalanx.model.masking import mask_url
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,9 @@ def materialize_outcome(future: Future[Materialized], generation: int, now: date
             "observed_generation": generation,
         }
         return MaterializeOutcome(changes, "Materialized", f"{message}; {done.lineage}", warning=False)
-    text = str(error) if isinstance(error, SourceError) else f"materialising failed: {error!r}"
+    # A source masks the URLs it names; an unexpected error (a driver's, say) may not have, so mask here too:
+    # this text becomes the status message and an event on both backends.
+    text = mask_url(str(error) if isinstance(error, SourceError) else f"materialising failed: {error!r}")
     if not isinstance(error, SourceError):
         log.error("materialising failed", exc_info=error)
     changes = {"phase": DatasetPhase.FAILED, "message": text, "observed_generation": generation}

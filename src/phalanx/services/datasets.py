@@ -41,6 +41,7 @@ from phalanx.model.datasets import Dataset, DatasetPhase, version_label
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
+from phalanx.model.masking import mask_url
 from phalanx.model.nodes import Node
 from phalanx.services.dataset_store import (
     DATASET_VERSIONS_ANNOTATION,
@@ -510,7 +511,7 @@ class DatasetManager:
                 namespace=namespace,
                 type="Warning" if warning else "Normal",
                 reason=reason,
-                message=message,
+                message=mask_url(message),  # events are shown (describe): never a datasource password
                 time=self.clock.now(),
             )
         )

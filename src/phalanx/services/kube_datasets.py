@@ -60,6 +60,7 @@ from phalanx.core.data import DatasetCounters, env_name
 from phalanx.model.datasets import Dataset, DatasetPhase, DatasetStatus, version_label
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
+from phalanx.model.masking import mask_url
 from phalanx.services.dataset_store import (
     STAGING_PHASES,
     DatasetStore,
@@ -624,7 +625,7 @@ class KubeDatasetManager:
         body = event_body(
             {**obj, "apiVersion": obj.get("apiVersion", DATASETS.api_version)},
             reason,
-            message,
+            mask_url(message),  # events are shown (kubectl describe): never a datasource password
             warning=warning,
             now=self.clock.now(),
             component=COMPONENT,

@@ -85,9 +85,11 @@ from phalanx.services.kube_datasets import EVICT_ANNOTATION, CacheReport, cache_
 from phalanx.services.operations import (
     MAX_CONFLICT_RETRIES,
     JobDescription,
+    JobExistsError,
     OperationError,
     Submitted,
     check_no_readers,
+    exists_message,
     not_found_message,
     validate_documents,
 )
@@ -772,7 +774,7 @@ class KubeOperations:
                 continue
             phase = Phase(job_status(existing).phase)
             if not replace_finished or phase in ACTIVE_PHASES:
-                raise OperationError(_exists_message(job, f"it is {phase}"))
+                raise _exists_error(job, phase)
             replaced[job.key] = existing
         for key, existing in replaced.items():
             self._delete_and_wait(existing, key)
@@ -794,7 +796,7 @@ class KubeOperations:
                     self.api.create(TRAININGJOBS, job_body(job), job.metadata.namespace)
                 except ConflictError as error:
                     if error.already_exists:
-                        raise OperationError(_exists_message(job, "created meanwhile")) from None
+                        raise _exists_error(job, None) from None
                     raise
                 except NotFoundError as error:
                     self._require_installed()
@@ -927,9 +929,12 @@ class KubeOperations:
             self.api.delete(TRAININGJOBS, name, namespace, uid=(obj.get("metadata") or {}).get("uid"))
 
 
-def _exists_message(job: TrainingJob, state: str) -> str:
+def _exists_error(job: TrainingJob, phase: Phase | None) -> JobExistsError:
     flag = "" if job.metadata.namespace == "default" else f" -n {job.metadata.namespace}"
-    return (
-        f"trainingjob {job.key} already exists ({state}); delete it with "
-        f"`phalanx delete job {job.metadata.name}{flag}` or choose another metadata.name"
+    phase_name = None if phase is None else str(phase)
+    return JobExistsError(
+        exists_message(f"trainingjob {job.key}", job.metadata.name, flag, phase_name),
+        namespace=job.metadata.namespace,
+        name=job.metadata.name,
+        phase=phase_name,
     )

@@ -4,15 +4,20 @@
 (per job: ``<outputs.path>/`` shared by its replicas, ``replicas/<replica>-a<attempt>/`` per launched replica with
 its log), ``<state>/artifacts/<ns>/<job>/`` (default destination of stored outputs),
 ``<state>/datasets/<ns>/<name>/`` (materialised datasets), ``<state>/cache/<node>/`` (each node's dataset cache).
+
+The state directory is its owner's alone (0700): the store holds tokens of job environments and datasource
+passwords, the run directories hold launch files and logs (``adapters.private_files``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+log = logging.getLogger(__name__)
 STATE_DIR_ENV = "PHALANX_HOME"
 
 
@@ -87,6 +92,22 @@ class StateLayout:
         """Where replicas on ``node`` keep ``phalanx.data.SampleCache`` directories (``PHALANX_SAMPLE_CACHE_DIR``)."""
         return self.root / "samples" / node
 
+    def ensure_job_dir(self, namespace: str, name: str, uid: str) -> Path:
+        """Create the job's directory (and the ``runs/`` levels above it) with mode 0700; return it."""
+        from phalanx.adapters.private_files import make_private_dirs  # see ensure()
+
+        directory = self.job_dir(namespace, name, uid)
+        make_private_dirs(directory)
+        return directory
+
     def ensure(self) -> None:
-        """Create the state directory."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Create the state directory with mode 0700, or make an existing one 0700 (saying so in the log).
+
+        An older version created it 0755, which let every local user read the store and the replicas' logs.
+        """
+        # Imported here: `phalanx run` reads the paths of this module on its fast path, which loads no adapters.
+        from phalanx.adapters.private_files import make_private_dirs, tighten
+
+        make_private_dirs(self.root)
+        if (before := tighten(self.root)) is not None:
+            log.warning("state directory %s was readable by other users (mode %04o); made it 0700", self.root, before)

@@ -48,6 +48,16 @@ class OperationError(Exception):
     """An operation that cannot be done, with a message that says what to do instead."""
 
 
+class JobExistsError(OperationError):
+    """A submitted job's name is taken by a stored job; ``phase`` is that job's (None: created meanwhile)."""
+
+    def __init__(self, message: str, *, namespace: str, name: str, phase: str | None) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+        self.name = name
+        self.phase = phase
+
+
 @dataclass(frozen=True)
 class Submitted:
     """What a submission created."""
@@ -353,10 +363,11 @@ class Operations:
                 if existing is None:
                     continue
                 if not replace_finished or Phase(existing.status.phase) in ACTIVE_PHASES:
-                    state = f"it is {existing.status.phase}"
-                    raise OperationError(
-                        f"job {obj.key} already exists ({state}); delete it with "
-                        f"`phalanx delete job {obj.metadata.name}` or choose another metadata.name"
+                    raise JobExistsError(
+                        exists_message(f"job {obj.key}", obj.metadata.name, "", str(existing.status.phase)),
+                        namespace=obj.metadata.namespace,
+                        name=obj.metadata.name,
+                        phase=str(existing.status.phase),
                     )
                 if self.replicas_of(existing):
                     raise OperationError(f"job {obj.key} is finishing; try again in a moment")
@@ -387,7 +398,12 @@ class Operations:
             try:
                 self.store.create(job)
             except AlreadyExistsError:
-                raise OperationError(f"job {job.key} already exists") from None
+                raise JobExistsError(
+                    exists_message(f"job {job.key}", job.metadata.name, "", None),
+                    namespace=job.metadata.namespace,
+                    name=job.metadata.name,
+                    phase=None,
+                ) from None
             created.append(Submitted("TrainingJob", job.metadata.namespace, job.metadata.name, job.key in replaced))
         return created
 
@@ -557,6 +573,25 @@ class Operations:
                 self.layout.remove_job_files(namespace, name, job.metadata.uid)
             return
         self.store.mark_deleting(TrainingJob, namespace, name)
+
+
+def exists_message(what: str, name: str, flag: str, phase: str | None) -> str:
+    """What to do about a job name that is taken, for the CLI and the SDK alike, by the phase of the job there.
+
+    ``flag``: the ``-n NAMESPACE`` the CLI commands need, if any. ``phase`` None: created meanwhile.
+    """
+    if phase is None:
+        return f"{what} already exists (created meanwhile); choose another metadata.name"
+    if Phase(phase) in ACTIVE_PHASES:
+        fix = (
+            f"wait until it finishes, delete it (`phalanx delete job {name}{flag}`; client.delete({name!r}) in Python)"
+        )
+    else:
+        fix = (
+            f"replace it (`phalanx run` does; submit(..., replace_finished=True) in Python), delete it "
+            f"(`phalanx delete job {name}{flag}`; client.delete({name!r}) in Python)"
+        )
+    return f"{what} already exists (it is {phase}); {fix}, or choose another metadata.name"
 
 
 def not_found_message(kind: str, namespace: str, name: str, others: Sequence[Dataset]) -> str:

@@ -7,15 +7,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 from phalanx.adapters.datasources._types import SourceError
-
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:/@?#]*):(?P<password>[^@/?#]*)@")
-_PASSWORD_PARAM = re.compile(r"(?P<key>[?&](?:password|passwd|pwd|secret|token)=)(?P<value>[^&#]*)", re.IGNORECASE)
-
-
-def mask_url(url: str) -> str:
-    """``url`` with any password (``user:secret@host`` or ``?password=secret``) replaced by ``***``."""
-    masked = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
-    return _PASSWORD_PARAM.sub(lambda m: f"{m['key']}***", masked)
+from phalanx.model.masking import mask_url as mask_url  # the sources' name for it
 
 
 def has_parent_reference(path: str) -> bool:

@@ -39,6 +39,7 @@ from phalanx.adapters.devices.sysfs import parse_cpu_list
 from phalanx.adapters.executor import cgroups
 from phalanx.adapters.executor import shim as shim_program
 from phalanx.adapters.executor.cgroups import CgroupError, CgroupLayout
+from phalanx.adapters.private_files import PRIVATE_FILE_MODE, make_private_dirs, write_private
 
 _log = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def _write_atomically(path: Path, text: str, *, mode: int = 0o644) -> None:
+def _write_atomically(path: Path, text: str, *, mode: int = PRIVATE_FILE_MODE) -> None:
     temporary = path.with_name(f"{path.name}.tmp.{os.getpid()}")
     try:
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
@@ -246,7 +247,7 @@ class LocalExecutor:
     def _install_shim(self) -> Path:
         """Copy the shim into the root, so running replicas never depend on the installed package's files."""
         source = resources.files("phalanx.adapters.executor").joinpath(SHIM_FILE).read_text(encoding="utf-8")
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.root)
         target = self.root / SHIM_FILE
         try:
             current = target.read_text(encoding="utf-8")
@@ -325,7 +326,7 @@ class LocalExecutor:
             "grace_seconds": DEFAULT_GRACE_SECONDS,
         }
         # The environment may carry credentials: only the owner may read the launch file.
-        _write_atomically(run_dir / LAUNCH_FILE, json.dumps(launch, indent=2), mode=0o600)
+        _write_atomically(run_dir / LAUNCH_FILE, json.dumps(launch, indent=2), mode=PRIVATE_FILE_MODE)
         try:
             pid = self._spawn(run_dir, log_path)
         except OSError as err:
@@ -340,22 +341,24 @@ class LocalExecutor:
     @staticmethod
     def _prepare_run_dir(run_dir: Path, files: dict[str, str]) -> None:
         targets = [(run_dir / _safe_relative(relative), content) for relative, content in files.items()]
-        run_dir.mkdir(parents=True, exist_ok=True)
+        # 0700, with every missing level above it: the run directory holds the environment and the log.
+        make_private_dirs(run_dir)
         # A relaunch into the same directory must not be mistaken for the previous attempt's end.
         for stale in (STARTED_FILE, EXIT_CODE_FILE, TERMINATE_FILE, OOM_KILLED_FILE, shim_program.SHIM_PID_FILE):
             (run_dir / stale).unlink(missing_ok=True)
         for marker in run_dir.glob(f"{shim_program.EXIT_CODE_MARKER}*"):
             marker.unlink(missing_ok=True)
         for target, content in targets:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8")
+            make_private_dirs(target.parent)
+            write_private(target, content)
 
     def _spawn(self, run_dir: Path, log_path: Path) -> int:
         # posix_spawn rather than subprocess.Popen: no Popen object that warns when garbage-collected while
         # the replica, by design, keeps running; setsid makes the shim a session and process-group leader.
         file_actions = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_OPEN, 1, os.fspath(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+            # The log may echo the environment (tokens): the owner's alone, like the launch file.
+            (os.POSIX_SPAWN_OPEN, 1, os.fspath(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE),
             (os.POSIX_SPAWN_DUP2, 1, 2),
         ]
         argv = [self.python, "-I", "-S", os.fspath(self._shim), os.fspath(run_dir)]

@@ -109,7 +109,8 @@ def write_atomically(path: str, text: str) -> None:
     """Write a file under a temporary name, flush it to disk, then rename it into place.
 
     Rename is atomic on one file system, so a reader sees the whole file or none. A failed write (a full disk)
-    removes the temporary file, so nothing half-written is left behind.
+    removes the temporary file, so nothing half-written is left behind. Created 0600, like everything in the run
+    directory: only the owner of the state directory reads it.
 
     Raises:
         OSError: the file could not be written.
@@ -117,7 +118,7 @@ def write_atomically(path: str, text: str) -> None:
     """
     temporary = f"{path}.tmp.{os.getpid()}"
     try:
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             data = text.encode("utf-8")
             while data:
@@ -150,7 +151,7 @@ def record_exit_code(run_dir: str, code: int, note: Callable[[str], None] | None
             problem = err
         try:
             # An empty file: a directory entry and an inode, no data block, so it fits on a full disk.
-            os.close(os.open(os.path.join(run_dir, f"{EXIT_CODE_MARKER}{code}"), os.O_WRONLY | os.O_CREAT, 0o644))
+            os.close(os.open(os.path.join(run_dir, f"{EXIT_CODE_MARKER}{code}"), os.O_WRONLY | os.O_CREAT, 0o600))
             return
         except OSError:
             pass

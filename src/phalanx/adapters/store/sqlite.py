@@ -39,6 +39,7 @@ from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
+from phalanx.adapters.private_files import make_private_dirs, open_private, tighten
 from phalanx.adapters.store import _rows
 from phalanx.adapters.store._schema import ThreadConnection, open_connection, prepare_database
 from phalanx.adapters.store.errors import (
@@ -69,6 +70,8 @@ T = TypeVar("T", bound=BaseModel)
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 DEFAULT_CHANGE_POLL_INTERVAL = 0.002
 MAX_CHANGE_POLL_INTERVAL = 0.02
+# The files SQLite keeps next to the database (WAL mode; a rollback journal when it falls back).
+SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
 
 # Metadata fields (wire names) that only the store sets; whatever a client sends for them is ignored.
 _STORE_OWNED = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp")
@@ -110,12 +113,13 @@ class SqliteStore:
         self._closed = False
         self._start_process_state()
         try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self._path.parent)
         except OSError as err:
             raise StoreError(
                 f"cannot create the state directory {self._path.parent} ({err}); "
                 "choose a writable location for the state store"
             ) from err
+        _create_private(self._path)
         try:
             with self._translated("open"):
                 prepare_database(self._connection(), self._path)
@@ -690,6 +694,21 @@ class SqliteStore:
 
 
 # ----------------------------------------------------------------------------------------------- helpers
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file 0600 before SQLite opens it, and make one an older version left 0644 private.
+
+    SQLite creates a new database 0644, and its ``-wal``, ``-shm`` and ``-journal`` files with the mode of the
+    database file: created 0600 here, they are all the owner's alone from the start. The store holds job
+    environments and datasource URLs, which may carry tokens and passwords.
+    """
+    # Where this fails (a directory in the way, no permission), opening it fails too and says why in SQLite's
+    # terms, which the store translates into one sentence.
+    with suppress(OSError):
+        os.close(open_private(path, os.O_RDWR))
+        for suffix in ("", *SIDE_FILE_SUFFIXES):
+            tighten(path.with_name(path.name + suffix))
 
 
 def _utc_now() -> datetime:

@@ -10,10 +10,12 @@ and imports neither rich nor dataclasses itself: ``phalanx run`` pays for what i
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
+from phalanx.entrypoints.cli.local_api import ApiError
 from phalanx.entrypoints.cli.output import Writer, escape
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, phase_label, styled_phase
 
@@ -39,20 +41,43 @@ class JobSource(Protocol):
 
 
 class LogTailer:
-    """Reads new complete lines from each replica's latest log file."""
+    """Reads new complete lines from each replica's latest log file.
+
+    While a job has at most ``MAX_KEPT_OPEN`` log files, they stay open between reads: a job deleted the
+    moment it finishes (``ttlSecondsAfterFinished: 0``) takes its run directory with it, and an open file can
+    still be read to its end. Beyond that many, each read opens and closes (file descriptors are limited).
+    """
+
+    MAX_KEPT_OPEN = 256
 
     def __init__(self) -> None:
         self.offsets: dict[Path, int] = {}
         self.partial: dict[Path, bytes] = {}
+        self.handles: dict[Path, BinaryIO] = {}
+
+    def _chunk(self, path: Path, keep_open: bool) -> bytes:
+        handle = self.handles.get(path)
+        if handle is None:
+            handle = open(path, "rb")  # noqa: SIM115 - kept open across reads, closed by close()
+            if keep_open:
+                self.handles[path] = handle
+        try:
+            handle.seek(self.offsets.get(path, 0))
+            return handle.read()
+        finally:
+            if path not in self.handles:
+                handle.close()
 
     def read(self, files: list[tuple[str, Path]]) -> list[tuple[str, str]]:
         """New (replica, line) pairs since the last call."""
         lines: list[tuple[str, str]] = []
+        keep_open = len(files) <= self.MAX_KEPT_OPEN
+        current = {path for _, path in files}
+        for path in [p for p in self.handles if p not in current or not keep_open]:
+            self.handles.pop(path).close()  # an earlier attempt's log, no longer followed
         for replica, path in files:
             try:
-                with open(path, "rb") as handle:
-                    handle.seek(self.offsets.get(path, 0))
-                    chunk = handle.read()
+                chunk = self._chunk(path, keep_open)
             except OSError:
                 continue
             self.offsets[path] = self.offsets.get(path, 0) + len(chunk)
@@ -62,6 +87,12 @@ class LogTailer:
                 self.partial[path] = rest
             lines.extend((replica, line.decode(errors="replace")) for line in complete)
         return lines
+
+    def close(self) -> None:
+        """Close the files kept open."""
+        for handle in self.handles.values():
+            handle.close()
+        self.handles.clear()
 
 
 def _timestamp(text: str) -> float:
@@ -126,25 +157,64 @@ def follow(
                         console.print(f"{replica:>10} | {escape(line)}", highlight=False)
                 return job
     finally:
+        tailer.close()
         if status_line is not None:
             status_line.stop()
 
 
-class ApiJobSource:
-    """A job followed through the control plane's local API."""
+class ApiConnectionLostError(Exception):
+    """The local API's connection failed while following (the control plane stopped or stopped answering).
 
-    def __init__(self, api: Any, namespace: str, name: str) -> None:
+    A separate type, so that a failure to *print* (a closed pipe, also an OSError) is not mistaken for it.
+    """
+
+
+class ApiJobSource:
+    """A job followed through the control plane's local API.
+
+    ``when_gone`` answers for a job the API no longer finds (404): given the last version seen (None if none
+    was), it returns the job's final form, e.g. from its events (a job with ``ttlSecondsAfterFinished: 0`` is
+    deleted the moment it finishes, possibly before the follower saw it finish), or raises. Without it the
+    ``ApiError`` propagates.
+    """
+
+    def __init__(
+        self,
+        api: Any,
+        namespace: str,
+        name: str,
+        *,
+        when_gone: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
+    ) -> None:
         self.api = api  # LocalApi; typed loosely so this module stays free of the client's imports
         self.namespace = namespace
         self.name = name
+        self.when_gone = when_gone
+        self.last: dict[str, Any] | None = None
+        self.files: list[tuple[str, Path]] = []
 
     def job(self, *, after: str, wait: float) -> dict[str, Any]:
         """See JobSource."""
-        return dict(self.api.job(self.namespace, self.name, after=after, wait=wait))
+        try:
+            self.last = dict(self.api.job(self.namespace, self.name, after=after, wait=wait))
+        except OSError as err:  # ConnectionError, a timeout: the socket's, not the console's
+            raise ApiConnectionLostError(str(err) or type(err).__name__) from err
+        except ApiError as err:
+            if err.status != 404 or self.when_gone is None:
+                raise
+            return self.when_gone(self.last)
+        return self.last
 
     def log_files(self) -> list[tuple[str, Path]]:
-        """See JobSource."""
-        return list(self.api.log_files(self.namespace, self.name))
+        """See JobSource; a job that is gone keeps the files it had (the tailer may hold them open)."""
+        try:
+            self.files = list(self.api.log_files(self.namespace, self.name))
+        except OSError as err:
+            raise ApiConnectionLostError(str(err) or type(err).__name__) from err
+        except ApiError as err:
+            if err.status != 404 or self.when_gone is None:
+                raise
+        return self.files
 
 
 class StoreJobSource:

@@ -17,6 +17,8 @@ import os
 import sys
 from pathlib import Path
 
+from phalanx.entrypoints.cli.local_api import ApiError  # standard library only, like this module
+
 RUN_OPTIONS = ("--state-dir", "--namespace", "-n", "--detach", "-d", "--logs", "--no-logs", "--inventory")
 
 
@@ -75,6 +77,14 @@ def main() -> None:
                 logs=args.logs,
                 inventory=args.inventory,
             )
+    except ApiError as err:
+        # The commands turn the API's answers into sentences; one that slips through still gets no traceback.
+        from phalanx.entrypoints.cli.output import fail
+
+        try:
+            fail(f"the control plane answered: {err}")
+        except SystemExit as failed:
+            code = int(failed.code or 1)
     except SystemExit as exit_:
         if isinstance(exit_.code, str):
             sys.stderr.write(exit_.code + "\n")

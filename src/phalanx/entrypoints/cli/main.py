@@ -461,7 +461,7 @@ def delete(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Delete a job (stop its replicas, then remove it), a queue (its jobs keep running) or a dataset."""
+    """Delete a job (stop its replicas, then remove it with its logs), a queue (its jobs keep running) or a dataset."""
     _require_jobs(resource, "delete")
     choice = _choose(backend, kubeconfig, context)
     with _session(choice, state_dir, namespace) as client:

@@ -150,15 +150,22 @@ class Failure(SystemExit):
 STORE_UNAVAILABLE_EXIT = 4
 
 
+def mask_url(text: str) -> str:
+    """``model.masking.mask_url``, imported on first use: the fast path of `phalanx run` loads no model code."""
+    from phalanx.model.masking import mask_url as masked
+
+    return masked(text)
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code``."""
-    writer(stderr=True).print(f"[bold red]error:[/] {escape(message)}")
+    """Print ``error: message`` on stderr and exit with ``code``; URL passwords in it are masked."""
+    writer(stderr=True).print(f"[bold red]error:[/] {escape(mask_url(message))}")
     raise Failure(code)
 
 
 def warn(message: str) -> None:
-    """Print ``warning: message`` on stderr."""
-    writer(stderr=True).print(f"[bold yellow]warning:[/] {escape(message)}")
+    """Print ``warning: message`` on stderr; URL passwords in it are masked."""
+    writer(stderr=True).print(f"[bold yellow]warning:[/] {escape(mask_url(message))}")
 
 
 def spec_errors(source: str | None, errors: Sequence[tuple[str, str]]) -> NoReturn:
@@ -167,5 +174,6 @@ def spec_errors(source: str | None, errors: Sequence[tuple[str, str]]) -> NoRetu
     err = writer(stderr=True)
     err.print(f"[bold red]error:[/] {escape(where)}invalid spec, nothing was created:")
     for path, message in errors:
-        err.print(f"  [yellow]{escape(path or '(document)')}[/]: {escape(message)}")
+        # A refused datasource URL is quoted in its message: never with its password.
+        err.print(f"  [yellow]{escape(path or '(document)')}[/]: {escape(mask_url(message))}")
     raise Failure(2)

@@ -12,6 +12,7 @@ from phalanx.entrypoints.cli.styles import styled_phase
 from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
+from phalanx.model.masking import mask_url, mask_urls_in
 from phalanx.model.nodes import Node
 from phalanx.model.resources import format_cpu, format_memory, human_memory
 from phalanx.services.operations import JobDescription
@@ -187,7 +188,7 @@ def events_table(events: list[Event], created: datetime | None) -> Table:
     mine = [e for e in events if created is None or e.time >= created]
     for event in mine[-30:]:
         kind = f"[red]{event.type}[/]" if event.type == "Warning" else event.type
-        table.add_row(kind, event.reason, age(event.time), event.message)
+        table.add_row(kind, event.reason, age(event.time), mask_url(event.message))
     return table
 
 
@@ -303,7 +304,10 @@ def print_queue_description(console: Console, described: QueueDescription) -> No
 
 def as_wire(objects: list[Any]) -> list[dict[str, Any]] | dict[str, Any]:
     """Wire form for -o yaml/json: one object alone, several as a List."""
-    dicts: list[dict[str, Any]] = [obj.to_dict() for obj in objects]
+    # A Dataset's source URL may hold a password: masked wherever it is shown (docs/datasets.md).
+    dicts: list[dict[str, Any]] = [
+        mask_urls_in(obj.to_dict()) if getattr(obj, "kind", None) == "Dataset" else obj.to_dict() for obj in objects
+    ]
     if len(dicts) == 1:
         return dicts[0]
     return {"apiVersion": "v1", "kind": "List", "items": dicts}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from phalanx.adapters.datasources import mask_url
 from phalanx.entrypoints.cli.render import age, events_table
 from phalanx.entrypoints.cli.styles import styled_phase
 from phalanx.model.datasets import Dataset, DatasetSource
+from phalanx.model.masking import mask_url
 from phalanx.model.resources import human_memory
 from phalanx.services.dataset_views import DatasetDescription, NodeCacheView
 
@@ -66,8 +66,8 @@ def print_dataset_description(console: Console, described: DatasetDescription) -
         ("Phase", styled_phase(status.phase)),
         ("Version", status.version or "-"),
         ("Size", f"{human_memory(status.bytes)} in {status.files} files" if status.version else "-"),
-        ("Lineage", status.lineage or "-"),
-        ("Message", status.message or "-"),
+        ("Lineage", mask_url(status.lineage or "-")),
+        ("Message", mask_url(status.message or "-")),
         ("Cached on", ", ".join(status.nodes) or "no node yet"),
         ("Created", f"{meta.creation_timestamp} ({age(meta.creation_timestamp)} ago)"),
     ]

@@ -9,12 +9,13 @@ same path.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.entrypoints.cli.follow import ApiJobSource, follow
+from phalanx.entrypoints.cli.follow import ApiConnectionLostError, ApiJobSource, follow
 from phalanx.entrypoints.cli.local_api import ApiError, LocalApi
 from phalanx.entrypoints.cli.output import STORE_UNAVAILABLE_EXIT, Writer, escape, fail, spec_errors, writer
 from phalanx.entrypoints.cli.styles import styled_phase
@@ -97,6 +98,7 @@ def run_job(
             console.print(f"[dim]control plane {word} (pid {leader.pid}); state in {where}[/]")
     else:
         console.print(f"[dim]control plane running; state in {escape(str(layout.root))}[/]")
+    submitted_at = time.time()
     try:
         submitted = api.submit(
             documents,
@@ -115,10 +117,79 @@ def run_job(
         console.print(f"{item['kind'].lower()}/{item['name']} {verb}")
     if detach or not jobs:
         return 0
-    final = follow(ApiJobSource(api, jobs[0]["namespace"], jobs[0]["name"]), console, show_logs=logs)
+    namespace, name = jobs[0]["namespace"], jobs[0]["name"]
+
+    def when_gone(last: dict[str, Any] | None) -> dict[str, Any]:
+        return final_of_deleted(layout, namespace, name, last, since=submitted_at)
+
+    try:
+        final = follow(ApiJobSource(api, namespace, name, when_gone=when_gone), console, show_logs=logs)
+    except ApiError as err:
+        fail(f"cannot follow job {namespace}/{name}: {err}; it keeps running: see `phalanx get jobs`")
+    except ApiConnectionLostError as err:
+        fail(
+            f"lost the control plane while following job {namespace}/{name} ({err}); the job is not lost: "
+            f"`phalanx up`, then `phalanx logs -f {name}`"
+        )
     summary(final, console)
     phase = final["status"]["phase"]
     return 0 if phase == "Succeeded" else 3 if phase == "Halted" else 1
+
+
+def final_of_deleted(
+    layout: StateLayout, namespace: str, name: str, last: dict[str, Any] | None, *, since: float
+) -> dict[str, Any]:
+    """The final form of a followed job the API no longer finds, rebuilt from its events in the store.
+
+    A job with ``ttlSecondsAfterFinished: 0`` is deleted as it finishes, maybe before the follower saw it
+    finish; its events stay. It Succeeded if it recorded the Succeeded event; otherwise it was deleted before
+    it finished (by TTL after failing, or by someone), which counts as a failure.
+
+    Raises:
+        Failure: the job is still stored (the API cannot find it by this name): an error sentence, exit 1.
+    """
+    from datetime import UTC, datetime
+
+    from phalanx.adapters.store import SqliteStore
+    from phalanx.model.jobs import Phase, TrainingJob
+
+    store = SqliteStore(layout.database)
+    try:
+        if store.try_get(TrainingJob, namespace, name) is not None:
+            fail(
+                f"job {namespace}/{name!r} was created, but the control plane's API cannot find it by that name; "
+                "see it with `phalanx get jobs`"
+            )
+        records = store.list_event_records("TrainingJob", namespace, name)
+    finally:
+        store.close()
+    created = (last or {}).get("metadata", {}).get("creationTimestamp")
+    # Events of an earlier job of the same name are not this one's (the clock is this machine's in both).
+    start = datetime.fromisoformat(created) if created else datetime.fromtimestamp(since - 1.0, UTC)
+    mine = [r for r in records if r.last_time >= start]
+    succeeded = next((r for r in reversed(mine) if r.event.reason == Phase.SUCCEEDED.value), None)
+    deleted = next((r for r in reversed(mine) if r.event.reason == "Deleted"), None)
+    status = dict((last or {}).get("status", {}))
+    if succeeded is not None:
+        phase, message, when = Phase.SUCCEEDED.value, succeeded.event.message, succeeded.last_time
+    else:
+        warning = next((r for r in reversed(mine) if r.event.type == "Warning"), None)
+        said = f"{warning.event.reason}: {warning.event.message}" if warning is not None else None
+        if deleted is not None:  # deleted by the control plane (TTL), which says what the job had become
+            message = f"{said} (then deleted: {deleted.event.message})" if said else f"deleted: {deleted.event.message}"
+        else:  # deleted by someone before it finished
+            message = "the job was deleted before it finished" + (f"; last warning: {said}" if said else "")
+        latest = deleted or warning or (mine[-1] if mine else None)
+        phase, when = Phase.FAILED.value, latest.last_time if latest is not None else datetime.now(UTC)
+    stamp = when.isoformat()
+    condition = {"type": phase, "status": "True", "reason": phase, "message": message, "lastTransitionTime": stamp}
+    status.update(
+        phase=phase,
+        message=message,
+        completionTime=stamp,
+        conditions=[*status.get("conditions", []), condition],
+    )
+    return {"metadata": (last or {}).get("metadata", {"name": name, "namespace": namespace}), "status": status}
 
 
 def summary(job: dict[str, Any], console: Writer) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from phalanx.adapters.kubernetes.api import KubeApi
 from phalanx.adapters.kubernetes.manifests import HEALTH_PORT
+from phalanx.entrypoints.masked_logging import mask_log_handlers
 
 DEFAULT_NAMESPACE = "phalanx-system"
 
@@ -91,6 +92,7 @@ def setup(options: ComponentOptions, component: str) -> KubeApi:
         level=options.log_level,
         format=f"%(asctime)s %(levelname)s {component} %(name)s: %(message)s",
     )
+    mask_log_handlers()  # the log may quote a datasource URL: never with its password
     # httpx logs every request at INFO; a scheduler makes thousands.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
