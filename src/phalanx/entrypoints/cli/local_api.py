@@ -116,12 +116,14 @@ class LocalApi:
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         payload = json.dumps(body).encode() if body is not None else None
         busy_until = time.monotonic() + BUSY_RETRY_SECONDS
+        pause = 0.05
         while True:
             status, data, headers = self._exchange(method, path, payload)
             # 503 with Retry-After: every worker is busy (the server answers at once rather than queueing).
             if status != 503 or "retry-after" not in headers or time.monotonic() > busy_until:
                 break
-            time.sleep(0.05)
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)  # Retry-After's one second at most; workers free up within milliseconds
         try:
             answer = json.loads(data or b"{}")
         except ValueError:
