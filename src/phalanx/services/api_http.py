@@ -13,7 +13,8 @@ answering other clients:
   non-negative integer, ``413`` past the limit), and is not read otherwise;
 - routes run in ``workers`` daemon threads, with at most ``backlog`` requests waiting for one; past that a request
   gets ``503`` with ``Retry-After`` at once rather than waiting for a thread;
-- past ``max_connections`` open connections a new one gets ``503`` and is closed;
+- past ``max_connections`` open connections a new one gets ``503`` and is closed, and past
+  ``MAX_BUFFERED_BODY_BYTES`` of bodies held at once a new body gets ``503`` unread;
 - a route that raises gets ``500`` with one sentence, and the exception is logged.
 
 Every error answer is ``{"message": "<one sentence>"}``, as the routes' own errors are. After an error that leaves
@@ -44,6 +45,10 @@ MAX_BODY_BYTES = 16 * 2**20
 """The largest request body read; a spec file is at most 4 MiB, and JSON adds its escapes."""
 MAX_HEAD_BYTES = 64 * 2**10
 """The largest request line plus headers; our client sends about 100 bytes."""
+MAX_BUFFERED_BODY_BYTES = 4 * MAX_BODY_BYTES
+"""Request bodies held at once, over all connections: past it a new large body gets 503 rather than memory."""
+MAX_LEADING_EMPTY_LINES = 8
+"""Empty lines tolerated before a request line (RFC 9112 allows some); more is a client stalling for time."""
 MAX_QUERY_FIELDS = 100
 """The most ``name=value`` pairs a query string may hold (each route reads one or two)."""
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: a method or header name
@@ -98,25 +103,27 @@ class Request:
 
 @dataclass(frozen=True)
 class Response:
-    """A JSON answer; ``close`` asks to close the connection after it."""
+    """A JSON answer; ``close`` asks to close the connection after it, ``retry_after`` to try again in 1 s."""
 
     status: int
     body: dict[str, Any]
     close: bool = False
+    retry_after: bool = False
 
 
 class HttpError(Exception):
     """A request the server answers with ``status`` and one sentence, closing the connection when ``close``."""
 
-    def __init__(self, status: int, message: str, *, close: bool = False) -> None:
+    def __init__(self, status: int, message: str, *, close: bool = False, retry_after: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.close = close
+        self.retry_after = retry_after
 
     def response(self) -> Response:
         """The error as an answer."""
-        return Response(self.status, {"message": self.message}, close=self.close)
+        return Response(self.status, {"message": self.message}, close=self.close, retry_after=self.retry_after)
 
 
 Route = Callable[[Request], Response]
@@ -172,6 +179,7 @@ class HttpServer:
         self._thread: threading.Thread | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._waiting = 0  # requests handed to the workers and not answered yet
+        self._buffered = 0  # bytes of the request bodies being read or answered
 
     def start(self) -> None:
         """Bind the socket and serve.
@@ -217,8 +225,10 @@ class HttpServer:
         assert task is not None  # a connection callback always runs as a task
         try:
             if len(self._connections) >= self.limits.max_connections:
-                busy = HttpError(503, "the local API has too many open connections; try again in a moment")
-                await self._write(writer, busy.response(), close=True, retry_after=True)
+                busy = HttpError(
+                    503, "the local API has too many open connections; try again in a moment", retry_after=True
+                )
+                await self._write(writer, busy.response(), close=True)
                 return
             self._connections.add(task)
             while await self._exchange(reader, writer):
@@ -240,19 +250,24 @@ class HttpServer:
             return not err.close
         if request is None:
             return False  # closed, or idle for too long, before a request began
-        if self._waiting >= self.limits.workers + self.limits.backlog:
-            busy = HttpError(503, "the local API is busy with other requests; try again in a moment")
-            await self._write(writer, busy.response(), retry_after=True)
-            return True
-        assert self._workers is not None  # started before the server accepts
-        self._waiting += 1
         try:
-            response = await asyncio.wrap_future(self._workers.submit(lambda: self._answer(request)))
+            if self._waiting >= self.limits.workers + self.limits.backlog:
+                busy = HttpError(
+                    503, "the local API is busy with other requests; try again in a moment", retry_after=True
+                )
+                await self._write(writer, busy.response())
+                return True
+            assert self._workers is not None  # started before the server accepts
+            self._waiting += 1
+            try:
+                response = await asyncio.wrap_future(self._workers.submit(lambda: self._answer(request)))
+            finally:
+                self._waiting -= 1
+            close = response.close or "close" in request.headers.get("connection", "").lower()
+            await self._write(writer, response, close=close)
+            return not close
         finally:
-            self._waiting -= 1
-        close = response.close or "close" in request.headers.get("connection", "").lower()
-        await self._write(writer, response, close=close)
-        return not close
+            self._buffered -= len(request.body)
 
     def _answer(self, request: Request) -> Response:
         """The route's answer; any exception it raises becomes a 500 naming it (and goes to the log)."""
@@ -274,8 +289,11 @@ class HttpServer:
     async def _read_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Request | None:
         """The next request; ``None`` when the client closed or stayed idle; ``HttpError`` for a bad one."""
         timeout = self.limits.timeout
-        start = b"\n"
+        start, skipped = b"\n", -1
         while start in (b"\n", b"\r"):  # empty lines before a request are allowed (RFC 9112)
+            skipped += 1
+            if skipped > 2 * MAX_LEADING_EMPTY_LINES:
+                raise HttpError(400, "the request starts with too many empty lines", close=True)
             try:
                 async with asyncio.timeout(timeout):
                     start = await reader.read(1)
@@ -289,8 +307,7 @@ class HttpServer:
                 length = _body_length(method, headers)
                 if length and headers.get("expect", "").lower() == "100-continue":
                     writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            async with asyncio.timeout(timeout):
-                body = await reader.readexactly(length) if length else b""
+            body = await self._read_body(reader, length)
         except TimeoutError:
             raise HttpError(408, f"the request did not arrive within {timeout:g} seconds", close=True) from None
         url = urlsplit(target)
@@ -301,15 +318,33 @@ class HttpServer:
             raise HttpError(400, f"the request target is malformed: {err}") from None
         return Request(method, url.path, segments, query, headers, body)
 
-    async def _write(
-        self, writer: asyncio.StreamWriter, response: Response, *, close: bool = False, retry_after: bool = False
-    ) -> None:
+    async def _read_body(self, reader: asyncio.StreamReader, length: int) -> bytes:
+        """``length`` bytes within the timeout, counted in ``_buffered`` until the answer is written."""
+        if not length:
+            return b""
+        if self._buffered + length > MAX_BUFFERED_BODY_BYTES:
+            # The body stays unread: close the connection after the answer.
+            raise HttpError(
+                503,
+                "the local API is receiving too many large requests; try again in a moment",
+                close=True,
+                retry_after=True,
+            )
+        self._buffered += length
+        try:
+            async with asyncio.timeout(self.limits.timeout):
+                return await reader.readexactly(length)
+        except BaseException:
+            self._buffered -= length
+            raise
+
+    async def _write(self, writer: asyncio.StreamWriter, response: Response, *, close: bool = False) -> None:
         data = json.dumps(response.body).encode()
         lines = [
             f"HTTP/1.1 {response.status} {REASONS.get(response.status, 'Unknown')}",
             "Content-Type: application/json",
             f"Content-Length: {len(data)}",
-            *(["Retry-After: 1"] if retry_after else []),
+            *(["Retry-After: 1"] if response.retry_after else []),
             *(["Connection: close"] if close or response.close else []),
         ]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + data)

@@ -298,8 +298,20 @@ def test_a_malformed_submit_body_is_400_naming_the_field(
         (b"GET /v1/namespaces/%ff/trainingjobs/x HTTP/1.1\r\n\r\n", 400, "the request target is malformed"),
         (b"PATCH /v1/submit HTTP/1.1\r\n\r\n", 405, "PATCH is not allowed on /v1/submit"),
         (b"GET /nowhere HTTP/1.1\r\n\r\n", 404, "no route /nowhere"),
+        (b"\r\n" * 100 + b"GET /v1/queues HTTP/1.1\r\n\r\n", 400, "the request starts with too many empty lines"),
     ],
-    ids=["garbage", "http2", "header", "long-header", "many-headers", "not-ascii", "bad-percent", "patch", "404"],
+    ids=[
+        "garbage",
+        "http2",
+        "header",
+        "long-header",
+        "many-headers",
+        "not-ascii",
+        "bad-percent",
+        "patch",
+        "404",
+        "empty-lines",
+    ],
 )
 def test_a_malformed_request_gets_one_sentence(shared_api: Api, raw: bytes, status: int, sentence: str) -> None:
     answer = shared_api.ask(raw)
@@ -435,6 +447,30 @@ def test_when_every_worker_is_busy_a_request_gets_503_at_once(api: Api, waiting_
     finally:
         for sock in polls:
             sock.close()
+
+
+def test_large_bodies_held_at_once_are_bounded(api: Api) -> None:
+    """Bodies are read before a worker takes them: past 64 MiB of them at once, a new one is refused unread."""
+    held = [api.connect() for _ in range(4)]
+    try:
+        for sock in held:  # four 16 MiB bodies announced, none of them sent
+            sock.sendall(request("POST", "/v1/submit", b"{", headers={"Content-Length": str(MAX_BODY_BYTES)}))
+        answer = wait_until(
+            lambda: (a := api.ask(request("POST", "/v1/submit", b"{}"))).status == 503 and a,
+            timeout=API_TIMEOUT,
+            message="a 503 while 64 MiB of bodies are announced",
+        )
+        assert answer.body["message"] == "the local API is receiving too many large requests; try again in a moment"
+        assert answer.headers["retry-after"] == "1"
+        small = api.ask(request("GET", "/v1/queues"))  # requests without a body still go through
+        assert small.status == 200
+        for sock in held:
+            assert (timed_out := read_answer(sock)) is not None
+            assert timed_out.status == 408
+    finally:
+        for sock in held:
+            sock.close()
+    assert api.ask(request("POST", "/v1/submit", b"{}")).status == 400  # the budget is given back
 
 
 @pytest.fixture
