@@ -235,6 +235,8 @@ class HttpServer:
                 pass
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away; nobody is left to answer
+        except asyncio.CancelledError:
+            pass  # the server is stopping (``_shutdown``); the connection ends here
         except Exception:  # (a bug here must cost one connection, never the server)
             log.exception("local API: a connection failed")
         finally:
@@ -261,6 +263,11 @@ class HttpServer:
             self._waiting += 1
             try:
                 response = await asyncio.wrap_future(self._workers.submit(lambda: self._answer(request)))
+            except asyncio.CancelledError:
+                stopping = HttpError(503, "the control plane is stopping; try again once it is up", close=True)
+                with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                    await self._write(writer, stopping.response())
+                raise
             finally:
                 self._waiting -= 1
             close = response.close or "close" in request.headers.get("connection", "").lower()

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import ControlPlaneProcess, Runtime, generic_job
 from phalanx.entrypoints.cli.local_api import LocalApi
-from phalanx.model.jobs import TrainingJob
+from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.services.api_http import MAX_BODY_BYTES, HttpError, HttpLimits, HttpServer, Request, Response
 from phalanx.services.layout import StateLayout
 from support.waiting import wait_until
@@ -340,6 +340,23 @@ def test_a_bad_namespace_is_refused_and_the_control_plane_keeps_running(api: Api
     result = runtime.cli("run", "-n", "team-a", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
     api.assert_healthy()
+
+
+@pytest.mark.parametrize("how", ["stop", "kill9"])
+def test_run_says_in_one_sentence_that_the_control_plane_went_away(
+    api: Api, runtime: Runtime, tmp_path: Path, how: str
+) -> None:
+    """A control plane that stops (503 to the long poll) or dies (the connection drops) under `phalanx run`."""
+    path = runtime.write_job("held", generic_job("held", args=["--hold", str(tmp_path / "never")]))
+    output = tmp_path / "run.out"
+    run = runtime.cli_background("run", str(path), output=output)
+    wait_until(lambda: "trainingjob/held created" in output.read_text(), message="`run` to submit the job")
+    runtime.wait_phase("held", {Phase.RUNNING})
+    api.plane.kill9() if how == "kill9" else api.plane.stop()
+    assert run.wait(30) == 1, output.read_text()
+    text = output.read_text()
+    assert "error: lost the control plane while following job default/held (" in text
+    assert "Traceback" not in text
 
 
 def test_half_sent_requests_time_out_and_cost_no_thread_while_others_are_answered(api: Api) -> None:

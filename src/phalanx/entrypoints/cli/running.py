@@ -86,13 +86,25 @@ def run_job(
         if err.status == 422:
             spec_errors(err.body.get("source"), [(e["path"], e["message"]) for e in err.body["errors"]])
         fail(str(err))
+    except OSError as err:  # the control plane stopped, or a socket timeout: one sentence, no traceback
+        fail(f"the control plane's local API did not answer ({err or type(err).__name__}); see `phalanx status`")
     jobs = [s for s in submitted if s["kind"] == "TrainingJob"]
     for item in submitted:
         verb = "replaced" if item["replaced"] else "configured" if item.get("configured") else "created"
         console.print(f"{item['kind'].lower()}/{item['name']} {verb}")
     if detach or not jobs:
         return 0
-    final = follow(ApiJobSource(api, jobs[0]["namespace"], jobs[0]["name"]), console, show_logs=logs)
+    key = f"{jobs[0]['namespace']}/{jobs[0]['name']}"
+    try:
+        final = follow(ApiJobSource(api, jobs[0]["namespace"], jobs[0]["name"]), console, show_logs=logs)
+    except (ApiError, OSError) as err:
+        if isinstance(err, ApiError) and err.status != 503:
+            raise
+        # 503: the control plane is stopping; OSError: it went away mid-answer, or stopped answering.
+        fail(
+            f"lost the control plane while following job {key} ({err or type(err).__name__}); "
+            f"see `phalanx status` and `phalanx get job {jobs[0]['name']} -n {jobs[0]['namespace']}`"
+        )
     summary(final, console)
     phase = final["status"]["phase"]
     return 0 if phase == "Succeeded" else 3 if phase == "Halted" else 1
