@@ -34,7 +34,7 @@ import re
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -109,6 +109,7 @@ class Response:
     body: dict[str, Any]
     close: bool = False
     retry_after: bool = False
+    data: bytes | None = field(default=None, repr=False)  # ``body`` encoded, by the worker that answered
 
 
 class HttpError(Exception):
@@ -279,7 +280,9 @@ class HttpServer:
     def _answer(self, request: Request) -> Response:
         """The route's answer; any exception it raises becomes a 500 naming it (and goes to the log)."""
         try:
-            return self.route(request)
+            response = self.route(request)
+            # Encoded here, so that a body JSON cannot hold is a 500 too, and the loop thread stays light.
+            return replace(response, data=json.dumps(response.body).encode())
         except HttpError as err:
             return err.response()
         except Exception as err:  # (no request may take the server down)
@@ -346,7 +349,7 @@ class HttpServer:
             raise
 
     async def _write(self, writer: asyncio.StreamWriter, response: Response, *, close: bool = False) -> None:
-        data = json.dumps(response.body).encode()
+        data = response.data if response.data is not None else json.dumps(response.body).encode()
         lines = [
             f"HTTP/1.1 {response.status} {REASONS.get(response.status, 'Unknown')}",
             "Content-Type: application/json",

@@ -76,24 +76,38 @@ class Api:
         assert isinstance(self.client.queues(), list)
 
 
+class AnswerReader:
+    """Reads the answers from one connection in turn, keeping what arrived of the next (pipelined) ones."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.data = b""
+
+    def next(self) -> Answer | None:
+        """The next answer; ``None`` when the server closed the connection before answering."""
+        while b"\r\n\r\n" not in self.data:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                assert not self.data, (
+                    f"the server closed the connection in the middle of an answer: {self.data[:200]!r}"
+                )
+                return None
+            self.data += chunk
+        head, _, self.data = self.data.partition(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+        length = int(headers["content-length"])
+        while len(self.data) < length:
+            chunk = self.sock.recv(65536)
+            assert chunk, "the server closed the connection in the middle of an answer's body"
+            self.data += chunk
+        body, self.data = self.data[:length], self.data[length:]
+        return Answer(int(status_line.split()[1]), headers, json.loads(body))
+
+
 def read_answer(sock: socket.socket) -> Answer | None:
     """One HTTP answer from ``sock``; ``None`` when the server closed the connection before answering."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            assert not data, f"the server closed the connection in the middle of an answer: {data[:200]!r}"
-            return None
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
-    length = int(headers["content-length"])
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "the server closed the connection in the middle of an answer's body"
-        body += chunk
-    return Answer(int(status_line.split()[1]), headers, json.loads(body[:length]))
+    return AnswerReader(sock).next()
 
 
 def request(method: str, target: str, body: bytes | None = None, *, headers: dict[str, str] | None = None) -> bytes:
@@ -499,6 +513,8 @@ def failing_server(tmp_path: Path) -> Iterator[Path]:
             raise KeyError("a bug")
         if request.segments == ["refuse"]:
             raise HttpError(409, "refused")
+        if request.segments == ["unencodable"]:
+            return Response(200, {"value": object()})
         return Response(200, {"ok": True})
 
     server = HttpServer(tmp_path / "api.sock", route, HttpLimits(timeout=API_TIMEOUT, workers=1))
@@ -515,13 +531,17 @@ def test_an_exception_in_a_route_is_a_500_and_the_server_keeps_serving(failing_s
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(ANSWER_WITHIN)
             sock.connect(str(failing_server))
-            sock.sendall(request("GET", "/boom") + request("GET", "/refuse") + request("GET", "/fine"))
-            answers = [read_answer(sock) for _ in range(3)]
-        assert [a.status for a in answers if a] == [500, 409, 200]
+            pipelined = [request("GET", path) for path in ("/boom", "/refuse", "/unencodable", "/fine")]
+            sock.sendall(b"".join(pipelined))
+            reader = AnswerReader(sock)
+            answers = [reader.next() for _ in range(4)]
+        assert [a.status for a in answers if a] == [500, 409, 500, 200]
         assert answers[0] is not None
         assert answers[0].body["message"] == (
             "the control plane failed to answer GET /boom (KeyError: 'a bug'); see its log"
         )
+        assert answers[2] is not None
+        assert answers[2].body["message"].startswith("the control plane failed to answer GET /unencodable (TypeError")
 
 
 def test_many_clients_at_once_are_all_answered(shared_api: Api) -> None:
