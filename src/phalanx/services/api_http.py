@@ -47,8 +47,8 @@ MAX_HEAD_BYTES = 64 * 2**10
 """The largest request line plus headers; our client sends about 100 bytes."""
 MAX_BUFFERED_BODY_BYTES = 4 * MAX_BODY_BYTES
 """Request bodies held at once, over all connections: past it a new large body gets 503 rather than memory."""
-MAX_LEADING_EMPTY_LINES = 8
-"""Empty lines tolerated before a request line (RFC 9112 allows some); more is a client stalling for time."""
+MAX_LEADING_EMPTY_LINES = 16
+"""Empty lines (CRLF) tolerated before a request line (RFC 9112 allows some); more is a client stalling."""
 MAX_QUERY_FIELDS = 100
 """The most ``name=value`` pairs a query string may hold (each route reads one or two)."""
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: a method or header name
@@ -157,7 +157,7 @@ class _Workers:
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(call())
-                except BaseException as err:  # (handed to the waiting connection)
+                except BaseException as err:  # only what ``_answer`` lets through: SystemExit and the like
                     future.set_exception(err)
 
 
@@ -238,7 +238,7 @@ class HttpServer:
             pass  # the client went away; nobody is left to answer
         except asyncio.CancelledError:
             pass  # the server is stopping (``_shutdown``); the connection ends here
-        except Exception:  # (a bug here must cost one connection, never the server)
+        except Exception:  # a bug here must cost one connection, never the server
             log.exception("local API: a connection failed")
         finally:
             self._connections.discard(task)
@@ -285,7 +285,7 @@ class HttpServer:
             return replace(response, data=json.dumps(response.body).encode())
         except HttpError as err:
             return err.response()
-        except Exception as err:  # (no request may take the server down)
+        except Exception as err:  # no request may take the server down
             log.exception("local API: %s %s failed", request.method, request.path[:200])
             what = f"{type(err).__name__}: {err}"[:500]
             return Response(
