@@ -14,6 +14,7 @@ from pathlib import Path
 
 from phalanx.entrypoints.masked_logging import mask_log_handlers
 from phalanx.model.resources import parse_memory
+from phalanx.services.api_http import HttpLimits
 from phalanx.services.controlplane import ControlPlane, ControlPlaneConfig
 from phalanx.services.layout import default_state_dir
 
@@ -31,12 +32,26 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="each node's dataset cache, e.g. 50Gi (default: what the cache recorded; half the free disk when new)",
     )
+    parser.add_argument(
+        "--api-timeout",
+        type=float,
+        default=HttpLimits.timeout,
+        help="seconds the local API waits for a request's head, then its body, before hanging up",
+    )
+    parser.add_argument(
+        "--api-workers",
+        type=int,
+        default=HttpLimits.workers,
+        help="threads answering local API requests; four times as many may wait for one",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     try:
         cache_bytes = None if args.cache_size is None else parse_memory(args.cache_size)
     except ValueError as exc:
         parser.error(f"--cache-size: {exc}")
+    if not 0 < args.api_timeout <= 3600 or not 1 <= args.api_workers <= 1024:
+        parser.error("--api-timeout must be in (0, 3600] seconds and --api-workers in 1..1024")
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -54,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             lease_ttl_seconds=args.lease_ttl,
             grace_seconds=args.grace_seconds,
             cache_bytes=cache_bytes,
+            api_limits=HttpLimits(timeout=args.api_timeout, workers=args.api_workers, backlog=4 * args.api_workers),
         )
     )
     plane.run(stop)

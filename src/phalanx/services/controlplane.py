@@ -34,7 +34,7 @@ from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
 from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError, StoreUnavailableError
 from phalanx.model.nodes import Node
-from phalanx.services.api_server import LocalApiServer
+from phalanx.services.api_server import HttpLimits, LocalApiServer
 from phalanx.services.controller import JobController
 from phalanx.services.datasets import DatasetManager
 from phalanx.services.layout import StateLayout
@@ -102,6 +102,7 @@ class ControlPlaneConfig:
     keep_changes: int = 100_000
     keep_events_days: float = 7.0
     cache_bytes: int | None = None
+    api_limits: HttpLimits = field(default_factory=HttpLimits)
 
 
 @dataclass
@@ -200,7 +201,7 @@ class ControlPlane:
         # Serve the API before registering nodes: clients treat "leads and has nodes" as ready. It shares our
         # store, so that its long polls wake at once on our writes, and rings the bell on its own writes.
         bell = Bell()
-        api = LocalApiServer(self.layout, store=self.store, on_write=bell.ring)
+        api = LocalApiServer(self.layout, store=self.store, on_write=bell.ring, limits=self.config.api_limits)
         api.start()
         try:
             nodes = self._retrying(stop, self._register)

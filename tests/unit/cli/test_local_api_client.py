@@ -20,6 +20,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     connections = 0
     requests: list[tuple[str, str, Any]]
     close_after_answer = False  # drop each connection after answering, as a server ending keep-alive does
+    busy = 0  # answer this many requests for /v1/queues with 503 and Retry-After, as a saturated server does
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -33,11 +34,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def _answer(self, code: int, body: dict[str, Any], *, close: bool = False) -> None:
-        data = json.dumps(body).encode()
+    def _answer(
+        self, code: int, body: dict[str, Any] | bytes, *, close: bool = False, headers: dict[str, str] | None = None
+    ) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         if close:
             self.send_header("Connection", "close")
         self.end_headers()
@@ -47,7 +52,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.requests.append(("GET", self.path, None))
-        if self.path.startswith("/v1/namespaces/default/trainingjobs/missing"):
+        if self.path == "/v1/queues" and self.server.busy:
+            self.server.busy -= 1
+            self._answer(503, {"message": "the local API is busy"}, headers={"Retry-After": "1"})
+        elif self.path == "/v1/queues/broken-store":
+            self._answer(503, {"message": "the state store failed: disk I/O error"})
+        elif self.path == "/v1/queues/not-json":
+            self._answer(502, b"<html>bad gateway</html>")
+        elif self.path == "/v1/queues":
+            self._answer(200, {"items": []})
+        elif self.path.startswith("/v1/namespaces/default/trainingjobs/missing"):
             self._answer(404, {"message": "job default/missing not found"})
         elif self.path.endswith("/logs"):
             self._answer(200, {"logs": [["worker-0", "/runs/worker-0/replica.log"]]}, close=True)
@@ -125,3 +139,31 @@ def test_connection_close_is_honoured(server: _Server, tmp_path: Path) -> None:
 
 def test_no_server_means_not_available(tmp_path: Path) -> None:
     assert not LocalApi(tmp_path / "nothing.sock").available()
+
+
+def test_a_busy_server_is_asked_again(server: _Server, tmp_path: Path) -> None:
+    """A 503 with Retry-After (every worker busy) is retried; the caller gets the answer that follows."""
+    server.busy = 3
+    api = LocalApi(tmp_path / "api.sock", timeout=10)
+
+    assert api.queues() == []
+    assert [path for _, path, _ in server.requests] == ["/v1/queues"] * 4
+
+
+def test_a_503_without_retry_after_is_an_error_at_once(server: _Server, tmp_path: Path) -> None:
+    api = LocalApi(tmp_path / "api.sock", timeout=10)
+
+    with pytest.raises(ApiError) as caught:
+        api.queue("broken-store")
+
+    assert (caught.value.status, str(caught.value)) == (503, "the state store failed: disk I/O error")
+    assert len(server.requests) == 1
+
+
+def test_an_answer_that_is_not_json_is_an_api_error(server: _Server, tmp_path: Path) -> None:
+    api = LocalApi(tmp_path / "api.sock", timeout=10)
+
+    with pytest.raises(ApiError) as caught:
+        api.queue("not-json")
+
+    assert (caught.value.status, str(caught.value)) == (502, "the local API answered 502 with a body that is not JSON")

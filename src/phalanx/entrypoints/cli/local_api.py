@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote
 
 MAX_HEADER_LINE = 65536
+BUSY_RETRY_SECONDS = 30.0
+"""How long a request keeps retrying while the server answers 503 with Retry-After (all its workers busy)."""
 
 
 class ApiError(Exception):
@@ -50,8 +53,11 @@ class _Connection:
         self.reader.close()
         self.sock.close()
 
-    def exchange(self, method: str, path: str, payload: bytes | None) -> tuple[int, bytes, bool]:
-        """Send one request and read its answer: (status, body, whether the server keeps the connection)."""
+    def exchange(self, method: str, path: str, payload: bytes | None) -> tuple[int, bytes, bool, dict[str, str]]:
+        """Send one request and read its answer: (status, body, whether the server keeps the connection, headers).
+
+        Header names are lower-cased.
+        """
         head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: {len(payload or b'')}\r\n"
         if payload is not None:
             head += "Content-Type: application/json\r\n"
@@ -70,14 +76,14 @@ class _Connection:
             name, _, value = line.decode("latin-1").partition(":")
             headers[name.strip().lower()] = value.strip()
         keep = version != b"HTTP/1.0" and headers.get("connection", "").lower() != "close"
-        if "content-length" in headers:
+        if headers.get("content-length", "").isdigit():
             length = int(headers["content-length"])
             body = self.reader.read(length)
             if len(body) < length:
                 raise RemoteDisconnectedError("the local API closed the connection in the middle of an answer")
         else:
             body, keep = self.reader.read(), False  # delimited by the end of the connection
-        return int(code), body, keep
+        return int(code), body, keep, headers
 
 
 class LocalApi:
@@ -109,9 +115,30 @@ class LocalApi:
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         payload = json.dumps(body).encode() if body is not None else None
+        busy_until = time.monotonic() + BUSY_RETRY_SECONDS
+        pause = 0.05
+        while True:
+            status, data, headers = self._exchange(method, path, payload)
+            # 503 with Retry-After: every worker is busy (the server answers at once rather than queueing).
+            if status != 503 or "retry-after" not in headers or time.monotonic() > busy_until:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)  # Retry-After's one second at most; workers free up within milliseconds
+        try:
+            answer = json.loads(data or b"{}")
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise ApiError(status, {"message": f"the local API answered {status} with a body that is not JSON"})
+        if status >= 400:
+            raise ApiError(status, answer)
+        return answer
+
+    def _exchange(self, method: str, path: str, payload: bytes | None) -> tuple[int, bytes, dict[str, str]]:
+        """One request on the kept-alive connection, reconnecting once if the server had closed it."""
         for attempt in (1, 2):
             try:
-                status, data, keep = self._connect().exchange(method, path, payload)
+                status, data, keep, headers = self._connect().exchange(method, path, payload)
                 break
             except (RemoteDisconnectedError, BrokenPipeError, ConnectionResetError):
                 self.close()  # a kept-alive connection the server closed: reconnect once
@@ -122,10 +149,7 @@ class LocalApi:
                 raise
         if not keep:
             self.close()
-        answer = json.loads(data or b"{}")
-        if status >= 400:
-            raise ApiError(status, answer)
-        return dict(answer)
+        return status, data, headers
 
     def submit(
         self,

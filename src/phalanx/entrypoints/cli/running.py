@@ -111,6 +111,8 @@ def run_job(
         if err.status == 422:
             spec_errors(err.body.get("source"), [(e["path"], e["message"]) for e in err.body["errors"]])
         fail(str(err), STORE_UNAVAILABLE_EXIT if err.body.get("reason") == "StoreUnavailable" else 1)
+    except OSError as err:  # the control plane stopped, or a socket timeout: one sentence, no traceback
+        fail(f"the control plane's local API did not answer ({err or type(err).__name__}); see `phalanx status`")
     jobs = [s for s in submitted if s["kind"] == "TrainingJob"]
     for item in submitted:
         verb = "replaced" if item["replaced"] else "configured" if item.get("configured") else "created"
