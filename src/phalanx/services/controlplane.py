@@ -268,6 +268,8 @@ class ControlPlane:
             # needs renewing. Exits that nothing announces (see NodeRuntime.polling) are polled for.
             period = self.config.poll_seconds if runtime.polling else min(self.config.idle_seconds, renew_every)
             timeout = period if wake is None else max(0.0, min(period, wake))
+            if (launch_in := runtime.launch_retry_in()) is not None:
+                timeout = min(timeout, launch_in)  # a launch deferred by a fault of the machine is due
             if self.faults.active and wake is not None:
                 timeout = wake  # the backoff, however often polling would look otherwise
             runtime.exits_noticed(self._wait(stop, seq, timeout, bell, runtime.exit_fds(), datasets.has_results))
