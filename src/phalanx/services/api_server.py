@@ -26,6 +26,7 @@ turn the server calls ``on_write`` after it has written, so the control plane wa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -75,6 +76,7 @@ class _UnixHttpServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
         path.unlink(missing_ok=True)
         super().__init__(str(path), _Handler)
         os.chmod(path, 0o600)
+        self.inode = os.stat(path).st_ino  # to tell our socket file from a later leader's at the same path
 
     def operations(self) -> Operations:
         return self.ops
@@ -277,7 +279,10 @@ class LocalApiServer:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-            self.layout.api_socket.unlink(missing_ok=True)
+            # A control plane stepping down must not remove the socket of the one that took over from it.
+            with contextlib.suppress(OSError):
+                if os.stat(self.layout.api_socket).st_ino == self._server.inode:
+                    self.layout.api_socket.unlink()
             self._server = None
 
 

@@ -390,3 +390,58 @@ def test_a_replica_whose_supervisor_cannot_record_itself_is_not_started_and_runs
     assert "unknown" not in log and "137" not in log and "Traceback" not in log, log
     assert len([line for line in log.splitlines() if "not started" in line]) == 1, log
     assert plane.process.poll() is None
+
+
+# -- losing the lease ----------------------------------------------------------------------------------------
+
+# How long the other control plane's lease lasts from the moment it is taken (the store's TTL is 5 s).
+STOLEN_SECONDS = 6.0
+
+
+def take_lease(database: Path, holder: str, seconds: float) -> None:
+    """Write the control-plane lease to ``holder`` (another host, for ``seconds``) as another process would."""
+    now = int(time.time() * 1_000_000)
+    with contextlib.closing(sqlite3.connect(str(database), timeout=30)) as conn, conn:
+        conn.execute(
+            "UPDATE leases SET holder = ?, acquired_at = ?, renewed_at = ?, ttl_seconds = ?, holder_info = ? "
+            "WHERE name = 'controlplane'",
+            (holder, now, now, seconds, json.dumps({"host": "elsewhere", "pid": 1})),
+        )
+
+
+def lease_holder(database: Path) -> str | None:
+    with contextlib.closing(sqlite3.connect(str(database), timeout=30)) as conn:
+        row = conn.execute("SELECT holder FROM leases WHERE name = 'controlplane'").fetchone()
+    return None if row is None else str(row[0])
+
+
+def test_a_control_plane_that_loses_its_lease_steps_down_and_takes_over_again(runtime: Runtime, tmp_path: Path) -> None:
+    record, gate = tmp_path / "starts.txt", tmp_path / "gate"
+    plane = runtime.start_control_plane()
+    database = runtime.state_dir / "phalanx.db"
+    runtime.submit(generic_job("held", args=["--record", str(record), "--hold", str(gate)]))
+    runtime.wait_phase("held", {Phase.RUNNING})
+    wait_until(lambda: starts(record) == {"worker-0": 1}, message="the replica to start")
+    ours = lease_holder(database)
+    take_lease(database, "intruder", STOLEN_SECONDS)
+    wait_until(lambda: "stepping down" in plane.log(), message=f"the control plane to step down:\n{plane.log()}")
+    assert plane.process.poll() is None, f"the control plane exited on losing its lease:\n{plane.log()}"
+    # The replica ends while nobody leads; a job arrives. Neither may be acted on until the lease is ours again.
+    gate.touch()
+    runtime.submit(generic_job("during", args=["--record", str(tmp_path / "during.txt")]))
+    with runtime.client() as client:
+        while lease_holder(database) == "intruder":
+            assert client.get("during").status.phase == Phase.PENDING, "a job was acted on without the lease"
+            assert client.get("held").status.phase == Phase.RUNNING, "a replica was recorded without the lease"
+            assert plane.process.poll() is None, plane.log()
+            time.sleep(0.05)  # observing a period, not waiting for an event
+    wait_until(lambda: lease_holder(database) == ours, message=f"the control plane to take over:\n{plane.log()}")
+    assert runtime.wait_phase("held", FINISHED).status.phase == Phase.SUCCEEDED
+    assert runtime.wait_phase("during", FINISHED).status.phase == Phase.SUCCEEDED
+    # The replica that ended meanwhile was recorded, not run again.
+    assert starts(record) == {"worker-0": 1}
+    assert starts(tmp_path / "during.txt") == {"worker-0": 1}
+    log = plane.log()
+    assert plane.process.poll() is None, log
+    assert "standing by" in log.split("stepping down", 1)[1], log
+    assert "Traceback" not in log, log
