@@ -181,6 +181,7 @@ class HttpServer:
         self._connections: set[asyncio.Task[None]] = set()
         self._waiting = 0  # requests handed to the workers and not answered yet
         self._buffered = 0  # bytes of the request bodies being read or answered
+        self._inode: int | None = None
 
     def start(self) -> None:
         """Bind the socket and serve.
@@ -189,6 +190,7 @@ class HttpServer:
             OSError: the socket cannot be bound.
         """
         listener = _bind_private(self.path, self.limits.listen_backlog)
+        self._inode = os.stat(self.path).st_ino  # to tell our socket file from a later leader's at the same path
         self._workers = _Workers(self.limits.workers)
         self._server = self._loop.run_until_complete(
             asyncio.start_unix_server(
@@ -212,7 +214,10 @@ class HttpServer:
             self._workers = None
         if not self._loop.is_running():
             self._loop.close()
-        self.path.unlink(missing_ok=True)
+        # A control plane stepping down must not remove the socket of the one that took over from it.
+        with contextlib.suppress(OSError):
+            if os.stat(self.path).st_ino == self._inode:
+                self.path.unlink()
 
     async def _shutdown(self) -> None:
         if self._server is not None:

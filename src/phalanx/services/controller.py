@@ -182,12 +182,10 @@ class JobController:
             for host, _, port in [address.rpartition(":")]
         }
         node_of = {replica: placement.node for replica, placement in job.status.placements.items()}
-        # The job's directory first, 0700: it will hold launch files (the environment) and logs.
-        self.layout.ensure_job_dir(job.metadata.namespace, job.metadata.name, job.metadata.uid)
+        # Made by the node runtime with the run directory (a full disk defers that launch; see node_runtime).
         outputs = self.layout.job_outputs(
             job.metadata.namespace, job.metadata.name, job.metadata.uid, job.spec.outputs.path
         )
-        outputs.mkdir(parents=True, exist_ok=True)
         run_dir = self.layout.replica_run_dir(
             job.metadata.namespace, job.metadata.name, job.metadata.uid, name, action.attempt
         )

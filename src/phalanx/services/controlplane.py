@@ -14,6 +14,11 @@ A store that cannot be used for a while (locked by another process, a full disk:
 does not stop it: it renews nothing and acts on nothing until the store works again, retrying with backoff and
 logging each episode once (``store_faults``). Replicas keep running meanwhile; those that end are recorded
 when the store takes writes again.
+
+Losing the lease to another control plane (it took over while ours could not renew in time) does not stop it
+either: it steps down to standby at once, acting on nothing more and leaving its replicas' shims alone (they are
+processes of their own, which the new leader adopts), and takes over again, adopting them in turn, once the
+lease is free.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from phalanx.services.api_server import HttpLimits, LocalApiServer
 from phalanx.services.controller import JobController
 from phalanx.services.datasets import DatasetManager
 from phalanx.services.layout import StateLayout
-from phalanx.services.leadership import Leadership
+from phalanx.services.leadership import LEASE_NAME, Leadership
 from phalanx.services.node_runtime import NodeRuntime
 from phalanx.services.operations import seed_builtin_jobtypes
 from phalanx.services.scheduler import SchedulerService
@@ -186,16 +191,22 @@ class ControlPlane:
         if self.leadership.acquire():
             return True
         if not getattr(self, "_said_standby", False):
-            lease = self.store.get_lease("controlplane")
+            lease = self.store.get_lease(LEASE_NAME)
             log.info("standing by: the control plane lease is held by %s", lease.holder if lease else "?")
             self._said_standby = True
         return False
 
     def _run(self, stop: threading.Event) -> None:
-        while not stop.is_set() and not self._retrying(stop, self._acquire):
-            stop.wait(min(1.0, self.config.lease_ttl_seconds / 3))
-        if stop.is_set():
-            return
+        """Stand by until the lease is ours, lead until it is lost or ``stop`` is set; again and again."""
+        while not stop.is_set():
+            while not stop.is_set() and not self._retrying(stop, self._acquire):
+                stop.wait(min(1.0, self.config.lease_ttl_seconds / 3))
+            if stop.is_set():
+                return
+            self._lead_until_lost(stop)
+
+    def _lead_until_lost(self, stop: threading.Event) -> None:
+        """Lead with a fresh runtime (it adopts the replicas it finds) until ``stop`` or the lease is lost."""
         self.is_leader = True
         log.info("leading as %s", self.leadership.holder)
         # Serve the API before registering nodes: clients treat "leads and has nodes" as ready. It shares our
@@ -242,8 +253,7 @@ class ControlPlane:
                 # pass acts until the lease is renewed again.
                 if now - last_renew >= renew_every:
                     if not self.leadership.renew():
-                        log.error("lost the control-plane lease; stopping")
-                        self.is_leader = False
+                        self._step_down()
                         return
                     last_renew = now
                 for _ in range(self.config.max_busy_passes):
@@ -269,9 +279,26 @@ class ControlPlane:
             # needs renewing. Exits that nothing announces (see NodeRuntime.polling) are polled for.
             period = self.config.poll_seconds if runtime.polling else min(self.config.idle_seconds, renew_every)
             timeout = period if wake is None else max(0.0, min(period, wake))
+            if (launch_in := runtime.launch_retry_in()) is not None:
+                timeout = min(timeout, launch_in)  # a launch deferred by a fault of the machine is due
             if self.faults.active and wake is not None:
                 timeout = wake  # the backoff, however often polling would look otherwise
             runtime.exits_noticed(self._wait(stop, seq, timeout, bell, runtime.exit_fds(), datasets.has_results))
+
+    def _step_down(self) -> None:
+        """Another control plane holds the lease now: stop acting at once and go back to standing by."""
+        self.is_leader = False
+        self._said_standby = False  # say again who holds it
+        try:
+            lease = self.store.get_lease(LEASE_NAME)
+            holder = lease.holder if lease else "nobody"
+        except StoreError:
+            holder = "another control plane"
+        log.warning(
+            "lost the control-plane lease to %s; stepping down to standby (replicas keep running) "
+            "and taking over again once the lease is free",
+            holder,
+        )
 
     def _wait(
         self,

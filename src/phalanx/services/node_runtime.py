@@ -6,6 +6,11 @@ deleted (SIGTERM, then SIGKILL after a grace period) and removes their objects o
 left. Replicas whose job is gone are garbage-collected. Because a replica's name is fixed and a new copy is
 only created after the old object is removed, two copies of one replica never run at the same time, even
 across a crash of the control plane.
+
+A launch that a fault of the machine stops (a full disk, an exceeded quota, a failing disk; or a shim that ended
+before it could record itself, so before it ran anything) is not the replica's failure: the replica stays (or
+goes back to) Pending, its status message says why, and launches are tried again with backoff, one warning per
+episode (``store_faults.FaultEpisodes``), until the machine lets them through.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.executor import (
+    LaunchDeferredError,
     LaunchError,
     LaunchSpec,
     LocalExecutor,
@@ -32,6 +38,7 @@ from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica, ReplicaPhase
 from phalanx.services.layout import StateLayout
 from phalanx.services.operations import SUBMIT_DIR_ANNOTATION
+from phalanx.services.store_faults import FaultEpisodes
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +51,8 @@ EXIT_STATUS_UNKNOWN = (
     "its exit status is unknown: its supervisor ended without recording it (killed, or it crashed); "
     "the program may have succeeded or failed"
 )
+# What a launch fault episode is called (one episode for every replica: the machine is at fault, not one of them).
+_LAUNCH_FAULT = "launch"
 _PYTHON_NAMES = frozenset({"python", "python3", f"python3.{sys.version_info.minor}"})
 
 
@@ -90,6 +99,12 @@ class NodeRuntime:
     _pinned: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _exit_watches: dict[ProcessHandle, _ExitWatch] = field(default_factory=dict)
     polling: bool = False
+    launch_faults: FaultEpisodes = field(
+        default_factory=lambda: FaultEpisodes("replicas can be launched again after %d failed attempt(s); resuming")
+    )
+    _launch_retry_at: float | None = None  # while launches back off: when to try the next one (monotonic)
+    _launch_problem: str = ""  # why launches back off, for the replicas that wait
+    _launches_waiting: bool = False  # the last pass left a replica Pending for the backoff
 
     def sync(self) -> bool:
         """Bring processes in line with Replica objects once; True when something changed.
@@ -98,6 +113,7 @@ class NodeRuntime:
         whether some process must be polled for instead.
         """
         changed = False
+        self._launches_waiting = False
         replicas = self.store.list(Replica)
         self._watch_exits(replicas)
         jobs = {job.metadata.uid: job for job in self.store.list(TrainingJob)}
@@ -113,6 +129,12 @@ class NodeRuntime:
                 # One replica's unexpected failure must not stop the others from being run and watched.
                 log.exception("handling replica %s failed; retrying on the next pass", replica.metadata.name)
         return changed
+
+    def launch_retry_in(self) -> float | None:
+        """Seconds until a launch that a machine fault deferred is due again; None when none waits."""
+        if not self._launches_waiting or self._launch_retry_at is None:
+            return None
+        return max(0.0, self._launch_retry_at - self.clock.monotonic())
 
     def exit_fds(self) -> list[int]:
         """Descriptors that become readable when a running replica's shim exits (those not yet fired)."""
@@ -202,11 +224,18 @@ class NodeRuntime:
             return self._record_exit(replica, code)
         launched = handle is None
         if handle is None:
+            if self._launch_retry_at is not None and self.clock.monotonic() < self._launch_retry_at:
+                self._launches_waiting = True
+                return self._wait_to_launch(replica, self._launch_problem)
             try:
                 handle = self.executor.launch(self._launch_spec(replica, job, run_dir, shared_pools))
+            except LaunchDeferredError as err:
+                return self._launch_deferred(replica, err.problem, str(err))
             except LaunchError as err:
                 log.warning("cannot start replica %s: %s", replica.metadata.name, err)
                 return self._record_exit(replica, CANNOT_START, f"could not start: {err}")
+            self._launch_retry_at = None
+            self.launch_faults.succeeded()
             log.info("started replica %s (pid %d)", replica.metadata.name, handle.pid)
         else:
             log.info(
@@ -221,12 +250,33 @@ class NodeRuntime:
                 "process_start_ticks": handle.start_ticks,
                 "start_time": self.clock.now(),
                 "log_path": str(run_dir / "replica.log"),
+                "message": "",
             }
         )
         self.store.update_status(replica.model_copy(update={"status": status}))
         if launched:
             # While the shim's interpreter starts: its cgroup join, done here, is off the replica's path.
             self.executor.move_into_cgroups(handle)
+        return True
+
+    def _launch_deferred(self, replica: Replica, problem: str, sentence: str) -> bool:
+        """A fault of the machine stopped a launch: back off and say so on the replica."""
+        self._back_off(problem, sentence)
+        return self._wait_to_launch(replica, problem)
+
+    def _back_off(self, problem: str, sentence: str) -> None:
+        """Launch nothing until the backoff has passed; ``sentence`` is logged if this starts an episode."""
+        self._launch_retry_at = self.clock.monotonic() + self.launch_faults.fail(_LAUNCH_FAULT, sentence)
+        self._launch_problem = problem
+        self._launches_waiting = True
+
+    def _wait_to_launch(self, replica: Replica, problem: str) -> bool:
+        """Leave the replica Pending, its message saying why (written once, not on every retry)."""
+        message = f"{problem}; retried with backoff"
+        if replica.status.message == message:
+            return False
+        status = replica.status.model_copy(update={"message": message})
+        self.store.update_status(replica.model_copy(update={"status": status}))
         return True
 
     def _launch_spec(
@@ -259,6 +309,10 @@ class NodeRuntime:
             memory_limit=spec.memory if real and spec.memory else None,
             cpu_limit_milli=None if exclusive or not real else spec.cpu_milli or None,
             files=dict(spec.files),
+            # Made with the run directory, so that a full disk defers the launch like any other of its writes.
+            directories=(
+                self.layout.job_outputs(replica.metadata.namespace, spec.job_name, spec.job_uid, job.spec.outputs.path),
+            ),
         )
 
     def _observe(self, replica: Replica) -> bool:
@@ -268,6 +322,8 @@ class NodeRuntime:
             state = self.executor.poll(handle)
             if state.running:
                 return False
+            if state.never_ran:
+                return self._not_started(replica)
             exit_code = state.exit_code
         if exit_code is None:
             # Never a guess (137 would say "killed"): a Failed replica without an exit code, which the restart
@@ -276,6 +332,26 @@ class NodeRuntime:
             return self._record_exit(replica, None, EXIT_STATUS_UNKNOWN)
         log.info("replica %s finished with exit code %d", replica.metadata.name, exit_code)
         return self._record_exit(replica, exit_code)
+
+    def _not_started(self, replica: Replica) -> bool:
+        """Its shim ended before it ran anything (see ``ProcessState.never_ran``): Pending again, to launch later."""
+        problem = (
+            f"its supervisor could not prepare the launch (is the disk holding {self.executor.root} full or failing?)"
+        )
+        name = f"{replica.metadata.namespace}/{replica.metadata.name}"
+        self._back_off(problem, f"replica {name} was not started: {problem}")
+        self._pinned.pop(replica.metadata.name, None)
+        status = replica.status.model_copy(
+            update={
+                "phase": ReplicaPhase.PENDING,
+                "pid": None,
+                "process_start_ticks": None,
+                "start_time": None,
+                "message": f"{problem}; retried with backoff",
+            }
+        )
+        self.store.update_status(replica.model_copy(update={"status": status}))
+        return True
 
     def _record_exit(self, replica: Replica, code: int | None, message: str | None = None) -> bool:
         phase = ReplicaPhase.SUCCEEDED if code == 0 else ReplicaPhase.FAILED

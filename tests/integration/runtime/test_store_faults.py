@@ -24,6 +24,7 @@ from test_datasets_staging import _tmpfs_prefix
 
 from conftest import Runtime, generic_job
 from phalanx.model.jobs import Phase
+from phalanx.model.replicas import Replica, ReplicaPhase
 from support.waiting import wait_until
 
 FINISHED = {Phase.SUCCEEDED, Phase.FAILED}
@@ -243,3 +244,204 @@ def test_replicas_ending_on_a_full_disk_are_recorded_once_with_their_real_code(
     assert plane.process.poll() is None
     faults = [line for line in plane.log().splitlines() if "disk is full" in line]
     assert len(faults) == 1, plane.log()
+
+
+# -- launching on a full disk --------------------------------------------------------------------------------
+
+
+def full_tmpfs_prefix(mount_point: Path, size: str) -> list[str]:
+    """Like ``_tmpfs_prefix``, with the tmpfs filled to the last byte before the control plane starts."""
+    prefix = _tmpfs_prefix(mount_point, size)
+    assert prefix[-2] == "-c" and 'exec "$0"' in prefix[-1], prefix  # [unshare, -rm, sh, -c, script]
+    filling = f"{{ cat /dev/zero > {mount_point}/filler; true; }} 2>/dev/null && exec"
+    return [*prefix[:-1], prefix[-1].replace("exec", filling, 1)]
+
+
+def replicas_of(runtime: Runtime, job: str) -> list[Replica]:
+    with runtime.client() as client:
+        return [r for r in client.store.list(Replica) if r.spec.job_name == job]
+
+
+def waiting_to_start(runtime: Runtime, job: str, count: int, phrase: str) -> list[Replica]:
+    """Wait until the job's ``count`` replicas are all Pending, each saying why it has not started."""
+    return list(
+        wait_until(
+            lambda: (
+                len(found := replicas_of(runtime, job)) == count
+                and all(r.status.phase == ReplicaPhase.PENDING and phrase in r.status.message for r in found)
+                and found
+            ),
+            timeout=60,
+            message=f"the replicas of {job} to wait, saying why:\n{runtime.planes[-1].log()}",
+        )
+    )
+
+
+EXECUTOR_ON_A_FULL_DISK = """
+import os, select, sys
+from pathlib import Path
+from phalanx.adapters.executor import LaunchDeferredError, LaunchSpec, LocalExecutor
+from test_store_faults import fill
+
+disk = Path(sys.argv[1])
+executor = LocalExecutor(disk / "runs", cgroups="off")
+filler = fill(disk)
+spec = LaunchSpec(
+    name="r", command=[sys.executable, "-c", "print('ran')"], env={}, working_dir=disk, run_dir=Path("r"),
+    files={"hostfile": "localhost slots=1\\n"},
+)
+try:
+    executor.launch(spec)
+    print("launched on a full disk")
+except LaunchDeferredError as err:
+    print(f"deferred: {err}")
+print("run dir:", sorted(p.name for p in (disk / "runs" / "r").iterdir()))
+filler.unlink()
+handle = executor.launch(spec)
+select.select([executor.exit_fd(handle)], [], [], 30)
+print("exit code:", executor.poll(handle).exit_code, handle.log_path.read_text().strip())
+"""
+
+
+def test_the_executor_defers_a_launch_on_a_full_disk_and_makes_it_once_space_is_freed(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    result = subprocess.run(
+        [*_tmpfs_prefix(disk, "1m"), sys.executable, "-c", EXECUTOR_ON_A_FULL_DISK, str(disk)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert result.returncode == 0, result
+    lines = result.stdout.splitlines()
+    # Not LaunchError (recorded as "could not start", 127): the disk is at fault, and nothing was started.
+    assert lines[0] == f"deferred: cannot start r for now: the disk holding {disk / 'runs'} is full", result.stdout
+    assert lines[1] == "run dir: []", result.stdout
+    assert lines[2] == "exit code: 0 ran", result.stdout
+
+
+def test_a_job_submitted_on_a_full_disk_waits_and_runs_once_space_is_freed(runtime: Runtime, tmp_path: Path) -> None:
+    record = tmp_path / "starts.txt"
+    runs = runtime.state_dir / "runs"
+    runs.mkdir(parents=True)
+    # The disk of the run directories is full before the control plane starts: it cannot even install the shim.
+    plane = runtime.start_control_plane(prefix=full_tmpfs_prefix(runs, "1m"))
+    inside = Path(f"/proc/{plane.process.pid}/root") / runs.relative_to("/")
+    runtime.submit(generic_job("full-start", replicas=2, args=["--record", str(record)]))
+    waiting_to_start(runtime, "full-start", 2, "is full")
+    with runtime.client() as client:
+        job = wait_until(
+            lambda: (found := client.get("full-start")).status.reason == "NotStarted" and found,
+            message="the job to say why its replicas wait",
+        )
+    assert job.status.phase not in (Phase.RUNNING, *FINISHED), job.status
+    assert "2 replica(s) not started yet: the disk holding" in job.status.message, job.status
+    assert "is full" in job.status.message, job.status
+    assert plane.process.poll() is None, f"the control plane exited on the full disk:\n{plane.log()}"
+    assert not record.exists(), "a replica ran although it could not be launched"
+    (inside / "filler").unlink()
+    final = runtime.wait_phase("full-start", FINISHED)
+    assert final.status.phase == Phase.SUCCEEDED, final.status.message
+    assert final.status.restarts == 0, final.status
+    assert starts(record) == {"worker-0": 1, "worker-1": 1}
+    log = plane.log()
+    assert plane.process.poll() is None, log
+    assert "Traceback" not in log and "could not start" not in log, log
+    # One warning for the whole episode, however many launches and retries it took.
+    faults = [line for line in log.splitlines() if "is full" in line]
+    assert len(faults) == 1, log
+
+
+def test_a_replica_whose_supervisor_cannot_record_itself_is_not_started_and_runs_later(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    record = tmp_path / "starts.txt"
+    runs = runtime.state_dir / "runs"
+    runs.mkdir(parents=True)
+    plane = runtime.start_control_plane(prefix=_tmpfs_prefix(runs, "1m"))
+    inside = Path(f"/proc/{plane.process.pid}/root") / runs.relative_to("/")
+    wait_until(lambda: (inside / "shim.py").exists(), message=f"the executor to install its shim:\n{plane.log()}")
+    # Leave exactly one page free: the launch file takes it, so the shim cannot write shim.pid, its first step.
+    reserve = inside / "reserve"
+    reserve.write_bytes(b"r" * 4096)
+    filler = fill(inside)
+    reserve.unlink()
+    # restartPolicy Never: a replica misread as ended (unknown status, 137) would fail the job.
+    runtime.submit(generic_job("no-pid", args=["--record", str(record)]))
+    wait_until(
+        lambda: "not started" in plane.log(), timeout=60, message=f"the failed start to be noticed:\n{plane.log()}"
+    )
+    # Launched again after the backoff, it now cannot even write its launch file: Pending still, saying so.
+    (replica,) = waiting_to_start(runtime, "no-pid", 1, "is full")
+    assert replica.status.exit_code is None and replica.status.pid is None, replica.status
+    with runtime.client() as client:
+        job = wait_until(
+            lambda: (found := client.get("no-pid")).status.reason == "NotStarted" and found,
+            message="the job to say why its replica waits",
+        )
+    assert job.status.phase not in FINISHED and job.status.restarts == 0, job.status
+    assert not record.exists()
+    filler.unlink()
+    final = runtime.wait_phase("no-pid", FINISHED)
+    assert final.status.phase == Phase.SUCCEEDED, final.status.message
+    assert starts(record) == {"worker-0": 1}
+    log = plane.log()
+    assert "unknown" not in log and "137" not in log and "Traceback" not in log, log
+    assert len([line for line in log.splitlines() if "not started" in line]) == 1, log
+    assert plane.process.poll() is None
+
+
+# -- losing the lease ----------------------------------------------------------------------------------------
+
+# How long the other control plane's lease lasts from the moment it is taken (the store's TTL is 5 s).
+STOLEN_SECONDS = 6.0
+
+
+def take_lease(database: Path, holder: str, seconds: float) -> None:
+    """Write the control-plane lease to ``holder`` (another host, for ``seconds``) as another process would."""
+    now = int(time.time() * 1_000_000)
+    with contextlib.closing(sqlite3.connect(str(database), timeout=30)) as conn, conn:
+        conn.execute(
+            "UPDATE leases SET holder = ?, acquired_at = ?, renewed_at = ?, ttl_seconds = ?, holder_info = ? "
+            "WHERE name = 'controlplane'",
+            (holder, now, now, seconds, json.dumps({"host": "elsewhere", "pid": 1})),
+        )
+
+
+def lease_holder(database: Path) -> str | None:
+    with contextlib.closing(sqlite3.connect(str(database), timeout=30)) as conn:
+        row = conn.execute("SELECT holder FROM leases WHERE name = 'controlplane'").fetchone()
+    return None if row is None else str(row[0])
+
+
+def test_a_control_plane_that_loses_its_lease_steps_down_and_takes_over_again(runtime: Runtime, tmp_path: Path) -> None:
+    record, gate = tmp_path / "starts.txt", tmp_path / "gate"
+    plane = runtime.start_control_plane()
+    database = runtime.state_dir / "phalanx.db"
+    runtime.submit(generic_job("held", args=["--record", str(record), "--hold", str(gate)]))
+    runtime.wait_phase("held", {Phase.RUNNING})
+    wait_until(lambda: starts(record) == {"worker-0": 1}, message="the replica to start")
+    ours = lease_holder(database)
+    take_lease(database, "intruder", STOLEN_SECONDS)
+    wait_until(lambda: "stepping down" in plane.log(), message=f"the control plane to step down:\n{plane.log()}")
+    assert plane.process.poll() is None, f"the control plane exited on losing its lease:\n{plane.log()}"
+    # The replica ends while nobody leads; a job arrives. Neither may be acted on until the lease is ours again.
+    gate.touch()
+    runtime.submit(generic_job("during", args=["--record", str(tmp_path / "during.txt")]))
+    with runtime.client() as client:
+        while lease_holder(database) == "intruder":
+            assert client.get("during").status.phase == Phase.PENDING, "a job was acted on without the lease"
+            assert client.get("held").status.phase == Phase.RUNNING, "a replica was recorded without the lease"
+            assert plane.process.poll() is None, plane.log()
+            time.sleep(0.05)  # observing a period, not waiting for an event
+    wait_until(lambda: lease_holder(database) == ours, message=f"the control plane to take over:\n{plane.log()}")
+    assert runtime.wait_phase("held", FINISHED).status.phase == Phase.SUCCEEDED
+    assert runtime.wait_phase("during", FINISHED).status.phase == Phase.SUCCEEDED
+    # The replica that ended meanwhile was recorded, not run again.
+    assert starts(record) == {"worker-0": 1}
+    assert starts(tmp_path / "during.txt") == {"worker-0": 1}
+    log = plane.log()
+    assert plane.process.poll() is None, log
+    assert "standing by" in log.split("stepping down", 1)[1], log
+    assert "Traceback" not in log, log

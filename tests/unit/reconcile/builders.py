@@ -185,8 +185,8 @@ class ReplicaBuilder:
             "phase": ReplicaPhase.PENDING,
         }
 
-    def pending(self) -> ReplicaBuilder:
-        self._fields["phase"] = ReplicaPhase.PENDING
+    def pending(self, message: str = "") -> ReplicaBuilder:
+        self._fields.update(phase=ReplicaPhase.PENDING, message=message)
         return self
 
     def running(self) -> ReplicaBuilder:

@@ -712,6 +712,26 @@ def test_running_sets_start_time_once() -> None:
     assert again.status.next_retry_time is None
 
 
+FULL = "the disk holding /state/runs is full; retried with backoff"
+
+
+@pytest.mark.parametrize("phase", [P.DOWNLOADING, P.RESTARTING, P.RUNNING])
+def test_replicas_that_cannot_be_launched_are_named_on_the_job(phase: Phase) -> None:
+    waiting = (replica(W0).pending(FULL), replica(W1).running())
+    result = reconcile(two_workers().phase(phase).placed().next_retry(None), waiting, now=at(7))
+    assert result.status.phase == phase
+    assert (result.status.reason, result.status.message) == ("NotStarted", f"1 replica(s) not started yet: {FULL}")
+    assert not result.events  # a status, not an event on every pass
+
+
+def test_a_running_job_says_so_again_once_its_replicas_are_launched() -> None:
+    waited = reconcile(two_workers().phase(P.RUNNING).placed(), (replica(W0).pending(FULL), replica(W1).running()))
+    job_ = two_workers().phase(P.RUNNING).placed().obj().model_copy(update={"status": waited.status})
+    result = reconcile(job_, running_pair())
+    assert (result.status.phase, result.status.reason) == (P.RUNNING, "Started")
+    assert result.status.message == "all 2 replica(s) are running"
+
+
 def test_succeeded_copies_artifacts_and_metrics() -> None:
     result = reconcile(
         two_workers().phase(P.STORING).placed(),

@@ -14,6 +14,7 @@ from phalanx.adapters.executor.cgroups import (
 )
 from phalanx.adapters.executor.local import (
     KILLED_EXIT_CODE,
+    LaunchDeferredError,
     LaunchError,
     LaunchSpec,
     LocalExecutor,
@@ -31,6 +32,7 @@ __all__ = [
     "CgroupError",
     "CgroupLayout",
     "CgroupSetup",
+    "LaunchDeferredError",
     "LaunchError",
     "LaunchSpec",
     "LocalExecutor",

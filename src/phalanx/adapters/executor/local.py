@@ -13,7 +13,11 @@ it again.** Hence:
 - exit codes travel through ``<run_dir>/exit_code`` (or, on a full disk, the empty ``exit_code=<N>``),
   written by the shim, because only a parent can ``waitpid`` and the parent may be gone. A shim that vanished
   without recording one (SIGKILLed, or it crashed) leaves the exit status *unknown*: ``poll`` then reports no
-  exit code at all, never a guessed one such as 137.
+  exit code at all, never a guessed one such as 137;
+- a launch the machine cannot make for now (a full disk, an exceeded quota, a failing disk: errors that pass)
+  raises ``LaunchDeferredError``, not ``LaunchError``, and starts nothing, so the caller can try it again later;
+  so does a shim that ends before it could record itself (``shim.pid``): it never starts the command, and
+  ``poll`` reports it as ``never_ran``.
 
 CPU affinity is always applied (by the shim, inherited by the command). cgroup cpusets, memory and CPU limits
 are applied where the machine lets us write cgroups; elsewhere the executor logs one warning and continues
@@ -39,7 +43,7 @@ from phalanx.adapters.devices.sysfs import parse_cpu_list
 from phalanx.adapters.executor import cgroups
 from phalanx.adapters.executor import shim as shim_program
 from phalanx.adapters.executor.cgroups import CgroupError, CgroupLayout
-from phalanx.adapters.private_files import PRIVATE_FILE_MODE, make_private_dirs, write_private
+from phalanx.adapters.private_files import PRIVATE_FILE_MODE, make_private_dirs
 
 _log = logging.getLogger(__name__)
 
@@ -55,8 +59,37 @@ KILLED_EXIT_CODE = 128 + signal.SIGKILL
 DEFAULT_GRACE_SECONDS = 10.0
 
 
+# Errors of the machine rather than of the replica: a full disk, an exceeded disk quota, a disk that fails to read
+# or write. They pass (space is freed, the disk recovers), so a launch that meets one is deferred, not failed.
+MACHINE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+
+
 class LaunchError(RuntimeError):
     """A replica could not be started (bad spec, unwritable run directory, shim failed to spawn)."""
+
+
+class LaunchDeferredError(Exception):
+    """The machine cannot start a replica for now (see ``MACHINE_FAULTS``); nothing was started.
+
+    Not a ``LaunchError``: the replica is not at fault, and the same launch may succeed once the fault passes.
+
+    Attributes:
+        problem: what is wrong, as a clause: "the disk holding /x/runs is full".
+
+    """
+
+    def __init__(self, name: str, directory: Path, err: OSError) -> None:
+        self.problem = describe_machine_fault(directory, err)
+        super().__init__(f"cannot start {name} for now: {self.problem}")
+
+
+def describe_machine_fault(directory: Path, err: OSError) -> str:
+    """One clause naming a machine fault (``MACHINE_FAULTS``) met while writing under ``directory``."""
+    if err.errno == errno.ENOSPC:
+        return f"the disk holding {directory} is full"
+    if err.errno == errno.EDQUOT:
+        return f"the disk quota for {directory} is used up"
+    return f"the disk holding {directory} failed to read or write ({err.strerror})"
 
 
 @dataclass
@@ -75,6 +108,7 @@ class LaunchSpec:
         memory_limit: bytes, enforced through the memory cgroup when available.
         cpu_limit_milli: CPU time quota in thousandths of a CPU, through the cpu cgroup when available.
         files: relative path under ``run_dir`` → content, written before start (hostfiles, TF_CONFIG files).
+        directories: directories the replica expects to exist (its outputs directory), made before start.
 
     """
 
@@ -87,6 +121,7 @@ class LaunchSpec:
     memory_limit: int | None = None
     cpu_limit_milli: int | None = None
     files: dict[str, str] = field(default_factory=dict)
+    directories: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,6 +149,8 @@ class ProcessState:
         started: the command was started (the shim wrote ``started``).
         oom_killed: the kernel's OOM killer killed a process of the replica for exceeding its memory limit
             (known only where a memory cgroup was applied).
+        never_ran: the shim ended before it recorded itself (``shim.pid``), so it never started the command:
+            launching the replica again cannot run it twice.
 
     """
 
@@ -121,6 +158,7 @@ class ProcessState:
     exit_code: int | None
     started: bool
     oom_killed: bool = False
+    never_ran: bool = False
 
 
 def _read_stat(pid: int) -> list[str] | None:
@@ -240,7 +278,14 @@ class LocalExecutor:
         self._lock = threading.Lock()
         self._children: set[int] = set()
         self._warned = False
-        self._shim = self._install_shim()
+        self._shim: Path | None = None
+        try:
+            self._shim = self._install_shim()
+        except OSError as err:
+            if err.errno not in MACHINE_FAULTS:
+                raise
+            # A full disk must not stop the control plane from starting: the first launch installs it.
+            _log.debug("cannot install the shim yet: %s", err)
 
     # -- starting ------------------------------------------------------------------------------------------
 
@@ -294,6 +339,8 @@ class LocalExecutor:
         Raises:
             LaunchError: the spec is unusable (empty command, CPUs this process may not use, a file path
                 leaving the run directory) or the shim could not be spawned.
+            LaunchDeferredError: a fault of the machine (``MACHINE_FAULTS``) stopped the launch; nothing was
+                started, and the same launch may succeed later.
 
         """
         if not spec.command:
@@ -308,8 +355,10 @@ class LocalExecutor:
                 )
         run_dir = spec.run_dir if spec.run_dir.is_absolute() else self.root / spec.run_dir
         try:
-            self._prepare_run_dir(run_dir, spec.files)
+            shim = self._shim = self._shim or self._install_shim()
+            self._prepare_run_dir(run_dir, spec.files, spec.directories)
         except OSError as err:
+            self._defer_machine_fault(spec.name, err)
             raise LaunchError(f"{spec.name}: cannot prepare {run_dir}: {err}") from None
 
         directories = self._prepare_cgroups(spec)
@@ -325,12 +374,18 @@ class LocalExecutor:
             "cgroup_procs": cgroups.procs_files(directories),
             "grace_seconds": DEFAULT_GRACE_SECONDS,
         }
-        # The environment may carry credentials: only the owner may read the launch file.
-        _write_atomically(run_dir / LAUNCH_FILE, json.dumps(launch, indent=2), mode=PRIVATE_FILE_MODE)
         try:
-            pid = self._spawn(run_dir, log_path)
+            # The environment may carry credentials: only the owner may read the launch file.
+            _write_atomically(run_dir / LAUNCH_FILE, json.dumps(launch, indent=2), mode=0o600)
         except OSError as err:
             cgroups.remove_cgroups(directories)
+            self._defer_machine_fault(spec.name, err)
+            raise LaunchError(f"{spec.name}: cannot write {run_dir / LAUNCH_FILE}: {err}") from None
+        try:
+            pid = self._spawn(shim, run_dir, log_path)
+        except OSError as err:
+            cgroups.remove_cgroups(directories)
+            self._defer_machine_fault(spec.name, err)
             raise LaunchError(f"{spec.name}: cannot start the shim with {self.python}: {err}") from None
         start_ticks = read_start_ticks(pid)
         # Our unreaped child cannot disappear from /proc, so this only fails if /proc is not mounted.
@@ -338,9 +393,16 @@ class LocalExecutor:
             raise LaunchError(f"{spec.name}: cannot read /proc/{pid}/stat; is /proc mounted?")
         return ProcessHandle(pid=pid, start_ticks=start_ticks, run_dir=run_dir)
 
+    def _defer_machine_fault(self, name: str, err: OSError) -> None:
+        """Raise ``LaunchDeferredError`` for a fault of the machine; return for anything else."""
+        if err.errno in MACHINE_FAULTS:
+            raise LaunchDeferredError(name, self.root, err) from None
+
     @staticmethod
-    def _prepare_run_dir(run_dir: Path, files: dict[str, str]) -> None:
+    def _prepare_run_dir(run_dir: Path, files: dict[str, str], directories: tuple[Path, ...] = ()) -> None:
         targets = [(run_dir / _safe_relative(relative), content) for relative, content in files.items()]
+        for directory in directories:
+            make_private_dirs(directory)
         # 0700, with every missing level above it: the run directory holds the environment and the log.
         make_private_dirs(run_dir)
         # A relaunch into the same directory must not be mistaken for the previous attempt's end.
@@ -350,9 +412,9 @@ class LocalExecutor:
             marker.unlink(missing_ok=True)
         for target, content in targets:
             make_private_dirs(target.parent)
-            write_private(target, content)
+            _write_atomically(target, content)  # 0600, and a full disk leaves no half-written file
 
-    def _spawn(self, run_dir: Path, log_path: Path) -> int:
+    def _spawn(self, shim: Path, run_dir: Path, log_path: Path) -> int:
         # posix_spawn rather than subprocess.Popen: no Popen object that warns when garbage-collected while
         # the replica, by design, keeps running; setsid makes the shim a session and process-group leader.
         file_actions = [
@@ -361,7 +423,7 @@ class LocalExecutor:
             (os.POSIX_SPAWN_OPEN, 1, os.fspath(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE),
             (os.POSIX_SPAWN_DUP2, 1, 2),
         ]
-        argv = [self.python, "-I", "-S", os.fspath(self._shim), os.fspath(run_dir)]
+        argv = [self.python, "-I", "-S", os.fspath(shim), os.fspath(run_dir)]
         pid = os.posix_spawn(
             self.python,
             argv,
@@ -434,7 +496,20 @@ class LocalExecutor:
         # still none, the shim ended without recording one: the exit status is unknown (None), not guessed.
         exit_code = read_exit_code(handle.run_dir)
         started = started or (handle.run_dir / STARTED_FILE).exists()
+        if exit_code is None and not started and self._ended_before_recording_itself(handle):
+            return ProcessState(running=False, exit_code=None, started=False, never_ran=True)
         return self._finished(handle, exit_code, started)
+
+    @staticmethod
+    def _ended_before_recording_itself(handle: ProcessHandle) -> bool:
+        """Whether an ended shim never got past recording itself, its first step (so it ran nothing).
+
+        Its launch file is there (the launch was made) and its ``shim.pid`` is not: never written, or removed
+        by the shim as it gave up (see ``shim.not_started``). A run directory that lost its launch file too was
+        removed by someone else, and says nothing either way.
+        """
+        run_dir = handle.run_dir
+        return (run_dir / LAUNCH_FILE).exists() and not (run_dir / shim_program.SHIM_PID_FILE).exists()
 
     def move_into_cgroups(self, handle: ProcessHandle) -> None:
         """Move a just-launched shim into its cgroups from here, while its interpreter is still starting.

@@ -26,6 +26,11 @@ block; when even that fails (no inodes left), it keeps the code and tries both a
 it lives, so the replica reads as running rather than as ended with some code it did not have. If the shim
 itself is SIGKILLed there is no record at all, and the executor reports the exit status as unknown.
 
+The shim records itself (``shim.pid``) before anything else, and starts the command only after that. If it
+cannot (a full disk) or fails to read ``launch.json``, it removes ``shim.pid`` (a removal needs no space) and
+exits without starting anything: a shim gone with neither ``shim.pid`` nor an exit code never ran the command,
+and the executor reports that launch as not started, to be made again, rather than as ended.
+
 ``-I -S`` keep start-up fast and immune to the user's ``PYTHONPATH`` and site-packages; the child still gets
 exactly the environment in ``launch.json``.
 
@@ -69,6 +74,8 @@ DEFAULT_GRACE_SECONDS = 10.0
 # Exit codes a shell uses when a command cannot be run.
 NOT_EXECUTABLE = 126
 NOT_FOUND = 127
+# The shim's own exit status when it could not prepare the launch (nobody reads it: see ``not_started``).
+SHIM_NOT_STARTED = 1
 
 
 class _ScanContext:
@@ -416,20 +423,42 @@ def close_inherited_fds() -> None:
                 continue  # the descriptor listdir itself used, closed already
 
 
+def not_started(run_dir: str, err: Exception) -> int:
+    """End a shim that failed before starting the command so that the launch reads as never made.
+
+    Without ``shim.pid`` and without an exit code, the executor knows the command never ran (see the module
+    docstring) and launches the replica again later, rather than recording an end it did not have.
+    """
+    try:  # noqa: SIM105 - not contextlib.suppress: a module more to import (see the module docstring)
+        os.unlink(os.path.join(run_dir, SHIM_PID_FILE))
+    except OSError:
+        pass  # never written
+    reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    try:
+        sys.stderr.write(f"[phalanx-shim] not started: cannot prepare the launch ({reason})\n")
+        sys.stderr.flush()
+    except OSError:
+        pass  # the log's disk may be the full one
+    return SHIM_NOT_STARTED
+
+
 def main(argv: list[str]) -> int:
     """Run one replica to completion; returns the shim's own exit status (the child's code)."""
     if len(argv) != 2:
         sys.stderr.write("usage: shim.py <run_dir>\n")
         return 2
     run_dir = argv[1]
-    # First of all, say who we are: a control plane that died before recording our pid finds us by this file.
-    with open("/proc/self/stat", encoding="ascii") as stat:
-        start_ticks = stat.read().rsplit(")", 1)[1].split()[19]
-    write_atomically(os.path.join(run_dir, SHIM_PID_FILE), f"{os.getpid()} {start_ticks}\n")
-    close_inherited_fds()
-    with open(os.path.join(run_dir, LAUNCH_FILE), encoding="utf-8") as handle:
-        launch = load_json(handle.read())
-    shim = Shim(run_dir, launch)
+    try:
+        # First of all, say who we are: a control plane that died before recording our pid finds us by this file.
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            start_ticks = stat.read().rsplit(")", 1)[1].split()[19]
+        write_atomically(os.path.join(run_dir, SHIM_PID_FILE), f"{os.getpid()} {start_ticks}\n")
+        close_inherited_fds()
+        with open(os.path.join(run_dir, LAUNCH_FILE), encoding="utf-8") as handle:
+            launch = load_json(handle.read())
+        shim = Shim(run_dir, launch)
+    except (OSError, ValueError) as err:
+        return not_started(run_dir, err)
     signal.signal(signal.SIGTERM, shim.on_signal)
     signal.signal(signal.SIGINT, shim.on_signal)
     signal.signal(signal.SIGALRM, shim.on_alarm)
@@ -446,7 +475,10 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     status = main(sys.argv)
-    sys.stderr.flush()
+    try:  # noqa: SIM105 - as above
+        sys.stderr.flush()
+    except OSError:
+        pass  # a full disk: what could not be written is lost, the exit code is recorded
     # Every file is written and closed: skip the interpreter's clean-up, which would only delay the moment a
     # control plane waiting on our exit (pidfd) learns of it.
     os._exit(status)

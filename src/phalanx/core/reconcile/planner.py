@@ -236,6 +236,7 @@ def _step_downloading(d: _Draft) -> None:
         return
     _delete_stale_attempts(d)
     _create_missing(d)
+    _say_why_not_started(d)
     if _all_started(d):
         started = len(d.placed())
         d.move(
@@ -260,6 +261,7 @@ def _step_running(d: _Draft) -> None:
         return
     _delete_stale_attempts(d)
     _create_missing(d)
+    _say_why_not_started(d)
 
 
 def _step_restarting(d: _Draft) -> None:
@@ -273,6 +275,7 @@ def _step_restarting(d: _Draft) -> None:
     if d.status.next_retry_time is not None and d.now < d.status.next_retry_time:
         return
     _create_missing(d)
+    _say_why_not_started(d)
     if _all_started(d):
         d.move(
             P.RUNNING,
@@ -445,6 +448,23 @@ def _all_started(d: _Draft) -> bool:
     return bool(placed) and all(
         name in d.world and not d.world[name].deleting and d.world[name].phase in _STARTED for _, _, name in placed
     )
+
+
+def _say_why_not_started(d: _Draft) -> None:
+    """Name on the job why placed replicas wait to start, when they say so (the machine cannot launch them)."""
+    waiting = [
+        replica
+        for _, _, name in d.placed()
+        if (replica := d.world.get(name)) is not None
+        and replica.phase == ReplicaPhase.PENDING
+        and not replica.deleting
+        and replica.message
+    ]
+    if waiting:
+        d.update(reason="NotStarted", message=f"{len(waiting)} replica(s) not started yet: {waiting[0].message}")
+    elif d.status.reason == "NotStarted" and d.phase == P.RUNNING and _all_started(d):
+        # A running job whose replica had to be launched again: the reason is over, say so.
+        d.update(reason="Started", message=f"all {len(d.placed())} replica(s) are running")
 
 
 def _stop_unfinished(d: _Draft, reason: str) -> None:
