@@ -92,14 +92,6 @@ class StateLayout:
         """Where replicas on ``node`` keep ``phalanx.data.SampleCache`` directories (``PHALANX_SAMPLE_CACHE_DIR``)."""
         return self.root / "samples" / node
 
-    def ensure_job_dir(self, namespace: str, name: str, uid: str) -> Path:
-        """Create the job's directory (and the ``runs/`` levels above it) with mode 0700; return it."""
-        from phalanx.adapters.private_files import make_private_dirs  # see ensure()
-
-        directory = self.job_dir(namespace, name, uid)
-        make_private_dirs(directory)
-        return directory
-
     def ensure(self) -> None:
         """Create the state directory with mode 0700, or make an existing one 0700 (saying so in the log).
 

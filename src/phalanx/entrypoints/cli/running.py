@@ -127,15 +127,19 @@ def run_job(
     try:
         final = follow(ApiJobSource(api, namespace, name, when_gone=when_gone), console, show_logs=logs)
     except ApiError as err:
-        fail(f"cannot follow job {namespace}/{name}: {err}; it keeps running: see `phalanx get jobs`")
+        if err.status != 503:
+            fail(f"cannot follow job {namespace}/{name}: {err}; it keeps running: see `phalanx get jobs`")
+        lost = err  # 503: the control plane is stopping
     except ApiConnectionLostError as err:
-        fail(
-            f"lost the control plane while following job {namespace}/{name} ({err}); the job is not lost: "
-            f"`phalanx up`, then `phalanx logs -f {name}`"
-        )
-    summary(final, console)
-    phase = final["status"]["phase"]
-    return 0 if phase == "Succeeded" else 3 if phase == "Halted" else 1
+        lost = err  # it went away mid-answer, or stopped answering
+    else:
+        summary(final, console)
+        phase = final["status"]["phase"]
+        return 0 if phase == "Succeeded" else 3 if phase == "Halted" else 1
+    fail(
+        f"lost the control plane while following job {namespace}/{name} ({lost}); the job is not lost: "
+        f"`phalanx up`, then `phalanx logs -f {name}`"
+    )
 
 
 def final_of_deleted(
