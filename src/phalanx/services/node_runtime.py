@@ -6,6 +6,10 @@ deleted (SIGTERM, then SIGKILL after a grace period) and removes their objects o
 left. Replicas whose job is gone are garbage-collected. Because a replica's name is fixed and a new copy is
 only created after the old object is removed, two copies of one replica never run at the same time, even
 across a crash of the control plane.
+
+A replica whose handling raises what nobody expected is quarantined (``services.quarantine``) and the others go
+on. Replicas of a job whose row cannot be read are left as they are (not started, not garbage-collected): the
+job is quarantined, not gone.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ from phalanx.adapters.executor import (
     find_shim,
     read_exit_code,
 )
-from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
+from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica, ReplicaPhase
 from phalanx.services.layout import StateLayout
 from phalanx.services.operations import SUBMIT_DIR_ANNOTATION
+from phalanx.services.quarantine import NODE_RUNTIME_ERROR, Quarantine, guarded_hold
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +90,11 @@ class NodeRuntime:
     _pinned: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _exit_watches: dict[ProcessHandle, _ExitWatch] = field(default_factory=dict)
     polling: bool = False
+    quarantine: Quarantine | None = None
+
+    def __post_init__(self) -> None:
+        if self.quarantine is None:
+            self.quarantine = Quarantine(self.store, self.clock)
 
     def sync(self) -> bool:
         """Bring processes in line with Replica objects once; True when something changed.
@@ -96,15 +106,33 @@ class NodeRuntime:
         replicas = self.store.list(Replica)
         self._watch_exits(replicas)
         jobs = {job.metadata.uid: job for job in self.store.list(TrainingJob)}
+        unreadable_jobs = {(r.namespace, r.name) for r in self.store.quarantined("TrainingJob") if not r.readable}
+        assert self.quarantine is not None
+        held = self.quarantine.held("Replica")
         shared_pools = self._shared_pools(replicas)
         for replica in replicas:
+            job = jobs.get(replica.spec.job_uid)
+            meta = replica.metadata
+            if held.skips(replica) or (
+                job is None
+                and meta.deletion_timestamp is None
+                and (meta.namespace, replica.spec.job_name) in unreadable_jobs
+            ):
+                continue
             try:
-                changed |= self._sync_one(replica, jobs.get(replica.spec.job_uid), shared_pools)
+                changed |= self._sync_one(replica, job, shared_pools)
             except (ConflictError, NotFoundError):
                 changed = True  # someone else wrote it first; look again next pass
-            except Exception:
+            except StoreError:
+                # The store failed (busy, full): not the replica's fault, so it is simply tried again.
+                log.exception("handling replica %s failed on the store; retrying on the next pass", meta.name)
+            except Exception as err:
                 # One replica's unexpected failure must not stop the others from being run and watched.
-                log.exception("handling replica %s failed; retrying on the next pass", replica.metadata.name)
+                guarded_hold(self.quarantine, replica, reason=NODE_RUNTIME_ERROR, error=err)
+                changed = True
+            else:
+                if held.has(replica):
+                    self.quarantine.clear(replica, held)
         return changed
 
     def exit_fds(self) -> list[int]:

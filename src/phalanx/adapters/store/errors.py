@@ -3,7 +3,8 @@
 Every store failure is a ``StoreError`` so callers can catch one type at the edge (CLI, REST) and still tell
 the cases that need different handling apart: a missing object (``NotFoundError``, HTTP 404), a name already
 taken (``AlreadyExistsError``, 409), a lost optimistic-concurrency race (``ConflictError``, 409: re-read and
-retry) and a change feed read from a point that was compacted away (``ChangesExpiredError``, 410: list again).
+retry), a change feed read from a point that was compacted away (``ChangesExpiredError``, 410: list again) and
+a row that no longer parses as its kind (``UnreadableError``: quarantined, it can only be deleted).
 Messages name the object as ``Kind namespace/name`` so they can be shown to a user as they are.
 """
 
@@ -59,3 +60,19 @@ class ChangesExpiredError(StoreError):
         )
         self.after_seq = after_seq
         self.compacted_through = compacted_through
+
+
+class UnreadableError(StoreError):
+    """The stored row does not parse as an object of its kind (written by hand, by an older version, by a bug).
+
+    The store has quarantined it (``SqliteStore.quarantined``); it can only be deleted (``delete_row``).
+    """
+
+    def __init__(self, kind: str, namespace: str, name: str, problem: str) -> None:
+        super().__init__(
+            f"{kind} {namespace}/{name} is stored but cannot be read ({problem}); it is quarantined: delete it"
+        )
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.problem = problem

@@ -14,6 +14,11 @@ open the same file, so the store is built for several *processes* and several th
   only when *another* connection commits, answered without reading the database) and queries the feed only
   when it moved; writes from this process wake waiters at once through a condition variable.
 
+A row that no longer parses as its kind (written by an older version, by hand, or by a bug) never makes a read
+fail for the others: ``list`` leaves it out and ``get`` raises ``UnreadableError`` for it alone; either way the
+store quarantines it (a ``quarantine`` record naming the row and the problem, see ``quarantined``), and
+``delete_row`` removes it. Services quarantine objects that make their steps fail the same way (``quarantine``).
+
 Update semantics follow Kubernetes with a status subresource: ``update`` changes metadata and spec and keeps
 the stored status; ``update_status`` changes only status; ``generation`` moves only when spec changes; the
 store owns uid, resourceVersion, generation and the timestamps whatever the client sends; an update that
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -40,6 +46,7 @@ from typing import Any, TypeVar, cast
 from pydantic import BaseModel
 
 from phalanx.adapters.store import _rows
+from phalanx.adapters.store._parsing import parse_row
 from phalanx.adapters.store._schema import ThreadConnection, open_connection, prepare_database
 from phalanx.adapters.store.errors import (
     AlreadyExistsError,
@@ -47,13 +54,17 @@ from phalanx.adapters.store.errors import (
     ConflictError,
     NotFoundError,
     StoreError,
+    UnreadableError,
 )
 from phalanx.adapters.store.records import (
     EVENT_KIND,
+    UNKNOWN_KIND,
+    UNREADABLE,
     Change,
     ChangeType,
     EventRecord,
     Lease,
+    QuarantineRecord,
     format_time,
     from_micros,
     to_micros,
@@ -63,6 +74,7 @@ from phalanx.model.events import Event
 from phalanx.model.meta import ObjectMeta
 
 T = TypeVar("T", bound=BaseModel)
+log = logging.getLogger(__name__)
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 DEFAULT_CHANGE_POLL_INTERVAL = 0.002
@@ -105,6 +117,9 @@ class SqliteStore:
         self._poll_interval = change_poll_interval
         self._max_poll_interval = max(change_poll_interval, max_change_poll_interval)
         self._kinds: dict[type[BaseModel], str] = {}
+        # Unreadable rows this store already recorded: (kind, namespace, name) -> (resourceVersion, problem).
+        self._noted: dict[tuple[str, str, str], tuple[int, str]] = {}
+        self._noted_lock = threading.Lock()
         self._closed = False
         self._start_process_state()
         try:
@@ -174,6 +189,7 @@ class SqliteStore:
 
         Raises:
             NotFoundError: there is no such object.
+            UnreadableError: the row does not parse as ``cls`` (the store quarantines it).
 
         """
         found = self.try_get(cls, namespace, name)
@@ -182,11 +198,22 @@ class SqliteStore:
         return found
 
     def try_get(self, cls: type[T], namespace: str, name: str) -> T | None:
-        """Return the stored object, or None when there is none."""
+        """Return the stored object, or None when there is none.
+
+        Raises:
+            UnreadableError: the row does not parse as ``cls`` (the store quarantines it).
+
+        """
         kind = self._kind_of(cls)
         with self._translated(f"get {kind} {namespace}/{name}"):
             row = _rows.select_object(self._connection(), kind, namespace, name)
-        return None if row is None else cls.model_validate_json(row[2])
+        if row is None:
+            return None
+        obj, problem = parse_row(cls, namespace, name, row[2])
+        if obj is None:
+            self._note_unreadable(kind, namespace, name, row[0], problem)
+            raise UnreadableError(kind, namespace, name, problem)
+        return obj
 
     def list(
         self, cls: type[T], namespace: str | None = None, *, labels: Mapping[str, str] | None = None
@@ -198,9 +225,12 @@ class SqliteStore:
             namespace: only this namespace; None for all.
             labels: only objects carrying every one of these labels with exactly these values.
 
+        A row that does not parse as ``cls`` is left out and quarantined (see ``quarantined``): one bad row
+        never hides the others.
+
         """
         kind = self._kind_of(cls)
-        sql = "SELECT body FROM objects WHERE kind = ?"
+        sql = "SELECT namespace, name, resource_version, body FROM objects WHERE kind = ?"
         params: builtins.list[str] = [kind]
         if namespace is not None:
             sql += " AND namespace = ?"
@@ -215,10 +245,14 @@ class SqliteStore:
         sql += " ORDER BY namespace, name"
         with self._translated(f"list {kind}"):
             rows = self._connection().execute(sql, params).fetchall()
-        if unusual:
-            bodies = [json.loads(text) for (text,) in rows]
-            return [cls.model_validate(body) for body in bodies if _has_labels(body, unusual)]
-        return [cls.model_validate_json(text) for (text,) in rows]
+        found: builtins.list[T] = []
+        for row_namespace, row_name, version, text in rows:
+            obj, problem = parse_row(cls, row_namespace, row_name, text)
+            if obj is None:
+                self._note_unreadable(kind, row_namespace, row_name, version, problem)
+            elif not unusual or _has_labels(_metadata_of(obj), unusual):
+                found.append(obj)
+        return found
 
     def update(self, obj: T) -> T:
         """Replace metadata and spec; keep the stored status. Optimistic: the resourceVersion must match.
@@ -251,7 +285,18 @@ class SqliteStore:
             ConflictError: ``resource_version`` is given and the object has moved on from it.
 
         """
-        kind = self._kind_of(cls)
+        self.delete_row(self._kind_of(cls), namespace, name, resource_version=resource_version)
+
+    def delete_row(self, kind: str, namespace: str, name: str, *, resource_version: str | None = None) -> None:
+        """Remove an object by its kind's name, whether or not its row parses (and its quarantine record).
+
+        This is how a quarantined row that cannot be read, or whose kind is unknown, is removed.
+
+        Raises:
+            NotFoundError: there is no such object.
+            ConflictError: ``resource_version`` is given and the object has moved on from it.
+
+        """
         with self._writing(f"delete {kind} {namespace}/{name}") as conn:
             row = _rows.select_object(conn, kind, namespace, name)
             if row is None:
@@ -259,6 +304,7 @@ class SqliteStore:
             if resource_version is not None and resource_version != str(row[0]):
                 raise ConflictError(kind, namespace, name, current=str(row[0]), expected=resource_version)
             conn.execute("DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?", (kind, namespace, name))
+            _rows.delete_quarantine(conn, kind, namespace, name)
             _rows.append_change(conn, kind, namespace, name, "DELETED")
 
     def mark_deleting(self, cls: type[T], namespace: str, name: str) -> T:
@@ -311,6 +357,90 @@ class SqliteStore:
             merged["metadata"]["resourceVersion"] = str(seq)
             _rows.write_object(conn, kind, namespace, name, seq, generation, merged)
         return cls.model_validate(merged)
+
+    # --------------------------------------------------------------------------------------- quarantine
+
+    def quarantine(
+        self, cls: type[BaseModel], namespace: str, name: str, *, reason: str, message: str, retry_at: datetime | None
+    ) -> QuarantineRecord | None:
+        """Set an object aside at its current version: a step failed on it (``reason``) with ``message``.
+
+        The record applies until the row changes or ``retry_at`` passes (the step's business: see
+        ``QuarantineRecord``). Returns it, or None when the object is gone.
+        """
+        return self._set_aside(self._kind_of(cls), namespace, name, None, reason, message, retry_at)
+
+    def quarantined(self, kind: str | None = None) -> builtins.list[QuarantineRecord]:
+        """The quarantine records that apply (their row exists at the version they are about), by kind and name."""
+        with self._translated("read the quarantine"):
+            return _rows.select_quarantine(self._connection(), kind)
+
+    def release(self, cls: type[BaseModel], namespace: str, name: str) -> None:
+        """Drop the object's quarantine record (a step succeeded on it again); nothing happens when it has none."""
+        kind = self._kind_of(cls)
+        with self._writing(f"release {kind} {namespace}/{name} from quarantine") as conn:
+            _rows.delete_quarantine(conn, kind, namespace, name)
+
+    def audit(self, classes: Collection[type[BaseModel]]) -> builtins.list[QuarantineRecord]:
+        """Read every row: quarantine those that do not parse and those of kinds not in ``classes``.
+
+        Returns:
+            Every quarantine record that applies afterwards (``quarantined()``).
+        """
+        for cls in classes:
+            self.list(cls)
+        known = sorted({self._kind_of(cls) for cls in classes})
+        marks = ", ".join("?" * len(known))
+        sql = f"SELECT kind, namespace, name, resource_version FROM objects WHERE kind NOT IN ({marks})"
+        with self._translated("look for objects of unknown kinds"):
+            rows = self._connection().execute(sql, known).fetchall()
+        for kind, namespace, name, version in rows:
+            problem = f"kind {kind!r} is not one this Phalanx knows ({', '.join(known)})"
+            self._note_unreadable(str(kind), str(namespace), str(name), int(version), problem, reason=UNKNOWN_KIND)
+        return self.quarantined()
+
+    def _note_unreadable(
+        self, kind: str, namespace: str, name: str, version: int, problem: str, *, reason: str = UNREADABLE
+    ) -> None:
+        """Record (once per row version) that a row cannot be read; never raises: reads must go on."""
+        key = (kind, namespace, name)
+        if reason == UNREADABLE:
+            problem = f"its stored row cannot be read: {problem}"
+        with self._noted_lock:
+            if self._noted.get(key) == (version, problem):
+                return
+        try:
+            current = [r for r in self.quarantined(kind) if (r.namespace, r.name) == (namespace, name)]
+            if not (current and (current[0].reason, current[0].message) == (reason, problem)):
+                if self._set_aside(kind, namespace, name, version, reason, problem, None) is None:
+                    return
+                log.info("quarantined %s %s/%s: %s", kind, namespace, name, problem)
+        except StoreError as err:  # e.g. locked or read-only: the next reader records it
+            log.debug("cannot record that %s %s/%s cannot be read: %s", kind, namespace, name, err)
+            return
+        with self._noted_lock:
+            self._noted[key] = (version, problem)
+
+    def _set_aside(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        version: int | None,
+        reason: str,
+        message: str,
+        retry_at: datetime | None,
+    ) -> QuarantineRecord | None:
+        """Write the row's record at ``version`` (None: its current one); None when the row is gone or moved on."""
+        now = self._now()
+        with self._writing(f"quarantine {kind} {namespace}/{name}") as conn:
+            row = _rows.select_object(conn, kind, namespace, name)
+            if row is None or (version is not None and row[0] != version):
+                return None
+            record = QuarantineRecord(kind, namespace, name, row[0], reason, message, to_utc(now), retry_at)
+            retry = None if retry_at is None else to_micros(retry_at)
+            _rows.write_quarantine(conn, record, since=to_micros(now), retry_at=retry)
+        return record
 
     # -------------------------------------------------------------------------------------- change feed
 
@@ -707,6 +837,5 @@ def _with_part(base: Mapping[str, Any], part: str, source: Mapping[str, Any]) ->
     return merged
 
 
-def _has_labels(body: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
-    labels = body.get("metadata", {}).get("labels", {})
-    return all(labels.get(key) == value for key, value in wanted.items())
+def _has_labels(meta: ObjectMeta, wanted: Mapping[str, str]) -> bool:
+    return all(meta.labels.get(key) == value for key, value in wanted.items())
