@@ -135,7 +135,7 @@ class JobController:
                 guarded_hold(self.quarantine, job, reason=CONTROLLER_ERROR, error=err)
                 changed = True
                 continue
-            self.quarantine.clear(job, held)
+            self.quarantine.clear(job, held, reason=CONTROLLER_ERROR)
             changed |= job_changed
             if job_wake is not None:
                 wake = job_wake if wake is None else min(wake, job_wake)

@@ -189,7 +189,7 @@ class DatasetManager:
                 changed = True
             else:
                 if held.has(dataset):
-                    self.quarantine.clear(dataset, held)
+                    self.quarantine.clear(dataset, held, reason=DATASET_MANAGER_ERROR)
         self._remove_orphan_versions(datasets)
         jobtypes = {jt.metadata.name: jt for jt in self.store.list(JobType)}
         self._plans = {}
@@ -212,6 +212,8 @@ class DatasetManager:
                 guarded_hold(self.quarantine, job, reason=DATASET_MANAGER_ERROR, error=err)
                 changed = True
                 continue
+            if held_jobs.has(job):
+                self.quarantine.clear(job, held_jobs, reason=DATASET_MANAGER_ERROR)
             self._plans[uid] = (plan, error, waiting)
             if plan is None:
                 continue

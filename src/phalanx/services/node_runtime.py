@@ -132,7 +132,7 @@ class NodeRuntime:
                 changed = True
             else:
                 if held.has(replica):
-                    self.quarantine.clear(replica, held)
+                    self.quarantine.clear(replica, held, reason=NODE_RUNTIME_ERROR)
         return changed
 
     def exit_fds(self) -> list[int]:

@@ -12,7 +12,8 @@ Rows that do not even parse are quarantined by the store itself when a step list
 
 While its record applies, every step skips the object (``Held.skips``); it is tried again when its row changes
 (someone fixed, halted or deleted it) or after ``QUARANTINE_RETRY_SECONDS``, so a poison pill costs one try
-every few minutes, not one per pass. A step that then succeeds on it releases it (``Quarantine.clear``).
+every few minutes, not one per pass. The step that set it aside releases it once it succeeds on it
+(``Quarantine.clear``).
 """
 
 from __future__ import annotations
@@ -105,9 +106,13 @@ class Quarantine:
         )
         log.warning("quarantined %s %s/%s: %s", kind, meta.namespace, meta.name, message, exc_info=error)
         if isinstance(obj, TrainingJob):
+            # The step may have written the job before it failed: the condition goes on the job as stored now.
+            current = self.store.try_get(TrainingJob, meta.namespace, meta.name)
+            if current is None:
+                return  # deleted meanwhile: nothing to set aside
             with contextlib.suppress(ConflictError, NotFoundError):  # it changed: the next pass tries it afresh
-                status = quarantined(obj.status, reason=reason, message=message, now=now)
-                obj = self.store.update_status(obj.model_copy(update={"status": status}))
+                status = quarantined(current.status, reason=reason, message=message, now=now)
+                self.store.update_status(current.model_copy(update={"status": status}))
         self._event(kind, meta, message, now)
         self.store.quarantine(
             type(obj),
@@ -118,12 +123,17 @@ class Quarantine:
             retry_at=now + timedelta(seconds=self.retry_seconds),
         )
 
-    def clear(self, obj: BaseModel, held: Held) -> None:
-        """A step succeeded on ``obj``: drop its record and make its ``Quarantined`` condition False."""
+    def clear(self, obj: BaseModel, held: Held, *, reason: str) -> None:
+        """The step of ``reason`` succeeded on ``obj``: drop its record and make its ``Quarantined`` condition False.
+
+        Only what that step set: another step that fails on the object keeps it set aside.
+        """
         meta = _meta(obj)
-        if held.has(obj):
+        record = held.records.get((meta.namespace, meta.name))
+        if record is not None and record.reason == reason:
             self.store.release(type(obj), meta.namespace, meta.name)
-        if isinstance(obj, TrainingJob) and quarantine_condition(obj.status) is not None:
+        condition = quarantine_condition(obj.status) if isinstance(obj, TrainingJob) else None
+        if condition is not None and condition.reason == reason:
             current = self.store.try_get(TrainingJob, meta.namespace, meta.name)
             if current is not None and quarantine_condition(current.status) is not None:
                 with contextlib.suppress(ConflictError, NotFoundError):

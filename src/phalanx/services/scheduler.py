@@ -374,6 +374,8 @@ class SchedulerService:
         changed = any(not held.skips(job) for job in jobs if job.key in bad)
         jobs = [job for job in jobs if job.key not in bad]
         queued = [job for job in queued if job.key not in bad]
+        replicas, changed_replicas = self._countable(replicas)
+        changed |= changed_replicas
         snapshot = build_snapshot(nodes, holdings_of(jobs, replicas))
         running = running_jobs(jobs, replicas, jobtypes=jobtypes, nodes=(node.metadata.name for node in nodes), now=now)
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
@@ -402,6 +404,9 @@ class SchedulerService:
             changed = True
         if decisions is None:
             return changed
+        for job in queued:
+            if held.has(job) and job.key not in culprits:
+                self.quarantine.clear(job, held, reason=SCHEDULER_ERROR)  # its retry went through
         changed |= self._preempt(jobs, decisions.preempted)
         preemptors: dict[str, list[str]] = {}
         for preemption in decisions.preempted:
@@ -470,10 +475,11 @@ class SchedulerService:
                 for job in culprits
             }
             rest = [job for job in pending if job.key not in errors]
-            error = _raises(cycle, rest)
-            if error is not None:
-                raise error
-            return cycle(rest), errors
+            try:
+                return cycle(rest), errors
+            except Exception:  # it passed a moment ago: the cycle is not a function of its inputs (a bug)
+                log.exception("a scheduling cycle failed without the jobs that made it fail")
+                return None, errors
         return None, {}
 
     def _unconvertible(self, jobs: list[TrainingJob], jobtypes: Mapping[str, JobType], held: Held) -> set[str]:
@@ -495,6 +501,25 @@ class SchedulerService:
                     assert self.quarantine is not None
                     guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=err)
         return bad
+
+    def _countable(self, replicas: list[Replica]) -> tuple[list[Replica], bool]:
+        """The replicas whose holdings the cycle can count; the others are quarantined (True when one was now)."""
+        assert self.quarantine is not None
+        held = self.quarantine.held("Replica")
+        kept, changed = [], False
+        for replica in replicas:
+            spec = replica.spec
+            try:
+                for field_name, value in (("cpu", spec.cpu_milli), ("memory", spec.memory)):
+                    if not 0 <= value <= _COUNTABLE_MAX:
+                        raise OverflowError(f"it holds {field_name} {value}, more than any node can count")
+            except OverflowError as err:
+                if not held.skips(replica):
+                    guarded_hold(self.quarantine, replica, reason=SCHEDULER_ERROR, error=err)
+                    changed = True
+                continue
+            kept.append(replica)
+        return kept, changed
 
     def _write_queue_statuses(self, jobs: list[TrainingJob]) -> None:
         """Record each Queue's admitted and pending jobs and usage, when they changed (``phalanx get queues``)."""

@@ -240,7 +240,8 @@ class SqliteStore:
             if '"' in key or "\\" in key:
                 unusual[key] = value
                 continue
-            sql += " AND json_extract(body, ?) = ?"
+            # A body that is not JSON at all must not fail the query: it is left out here, like any unreadable row.
+            sql += " AND CASE WHEN json_valid(body) THEN json_extract(body, ?) END = ?"
             params += [f'$.metadata.labels."{key}"', value]
         sql += " ORDER BY namespace, name"
         with self._translated(f"list {kind}"):
