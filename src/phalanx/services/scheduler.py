@@ -323,6 +323,7 @@ class SchedulerService:
     identity: str = "scheduler"
     quarantine: Quarantine | None = None
     _failure: str | None = field(default=None, init=False, repr=False)
+    _queue_failure: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.quarantine is None:
@@ -352,8 +353,12 @@ class SchedulerService:
             self._write_queue_statuses(jobs)
         except StoreError:
             raise
-        except Exception:  # a report: it must not keep jobs from being scheduled
-            log.exception("cannot count the queues' usage; scheduling without updating it")
+        except Exception as err:  # a report: it must not keep jobs from being scheduled, nor fill the log
+            if repr(err) != self._queue_failure:
+                log.exception("cannot count the queues' usage; scheduling without updating it")
+            self._queue_failure = repr(err)
+        else:
+            self._queue_failure = None
         # A quarantined job still holds what it was given (it is not scheduled again, but keeps its room).
         held = self.quarantine.held("TrainingJob")
         queued = [
