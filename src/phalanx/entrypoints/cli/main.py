@@ -481,7 +481,11 @@ def delete(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Delete a job (stop its replicas, then remove it), a queue (its jobs keep running) or a dataset."""
+    """Delete a job (stop its replicas, then remove it), a queue (its jobs keep running) or a dataset.
+
+    With --quarantined: every object the control plane set aside (see `phalanx status`), rows it cannot read
+    included.
+    """
     choice = _choose(backend, kubeconfig, context)
     if quarantined:
         if resource is not None:
