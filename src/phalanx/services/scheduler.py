@@ -473,8 +473,10 @@ class SchedulerService:
             except Exception:
                 log.exception("a scheduling cycle failed; looking for the jobs that make it fail")
             culprits = find_culprits(pending, lambda jobs: _raises(cycle, jobs) is not None)
-            if culprits is None:
-                continue  # not the pending jobs' doing: try without the running jobs, or give up this cycle
+            if culprits is None or (len(pending) > 1 and len(culprits) == len(pending)):
+                # Not the pending jobs' doing (it fails without them, or with any of them: a node, say): try
+                # without the running jobs, or give up this cycle; no job is blamed.
+                continue
             errors = {
                 job.key: _raises(cycle, [job]) or RuntimeError("the cycle fails with it and succeeds without it")
                 for job in culprits

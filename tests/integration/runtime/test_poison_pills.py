@@ -194,30 +194,57 @@ def test_a_bad_row_is_quarantined_and_the_control_plane_runs_on(runtime: Runtime
     assert alive(second)
 
 
+def store_with_queued_jobs(path: Path, names: list[str]) -> SqliteStore:
+    """A store with one 4-CPU node and these jobs Queued, as the controller leaves them for the scheduler."""
+    store = SqliteStore(path)
+    store.create(
+        Node(
+            metadata=ObjectMeta(name="n0"),
+            status=NodeStatus(cpus=[CpuInfo(id=i, core=i, numa=0) for i in range(4)], memory=2**34),
+        )
+    )
+    for name in names:
+        job = store.create(validate_job(generic_job(name), JOBTYPES))
+        queued = transition(job.status, Phase.QUEUED, reason="Queued", message="", now=NOW)
+        store.update_status(job.model_copy(update={"status": queued}))
+    return store
+
+
+def insert_job_row(store: SqliteStore, body: dict[str, Any]) -> None:
+    with sqlite3.connect(store.path) as raw:
+        raw.execute(
+            "INSERT INTO objects (kind, namespace, name, uid, resource_version, generation, body) "
+            "VALUES ('TrainingJob', 'default', ?, ?, 100, 1, ?)",
+            (body["metadata"]["name"], body["metadata"]["uid"], json.dumps(body)),
+        )
+
+
+def test_the_pending_job_that_breaks_the_scheduling_cycle_is_found_and_the_others_are_admitted(
+    tmp_path: Path,
+) -> None:
+    with store_with_queued_jobs(tmp_path / "phalanx.db", ["a", "b", "c"]) as store:
+        body = stored_body("pill")
+        body["spec"]["replicas"]["worker"]["template"]["resources"]["cpu"] = f"{10**30}m"
+        body["status"] = {"phase": "Queued"}
+        insert_job_row(store, body)
+
+        assert SchedulerService(store).sync()
+
+        phases = {job.metadata.name: shown_phase(job.status) for job in store.list(TrainingJob)}
+        assert phases == {"a": "Admitted", "b": "Admitted", "c": "Admitted", "pill": QUARANTINED}
+        [record] = store.quarantined()
+        assert (record.key, record.reason) == ("TrainingJob default/pill", "SchedulerError")
+        assert "OverflowError" in record.message
+        assert not SchedulerService(store).sync()  # set aside: the next cycle does not try it again
+
+
 def test_a_running_job_whose_holdings_cannot_be_counted_does_not_stop_scheduling(tmp_path: Path) -> None:
     """A job that holds room is part of every cycle's snapshot: it is set aside before the cycle, not searched for."""
-    with SqliteStore(tmp_path / "phalanx.db") as store:
-        store.create(
-            Node(
-                metadata=ObjectMeta(name="n0"),
-                status=NodeStatus(cpus=[CpuInfo(id=i, core=i, numa=0) for i in range(4)], memory=2**34),
-            )
-        )
-        good = store.create(validate_job(generic_job("good"), JOBTYPES))
-        store.update_status(
-            good.model_copy(
-                update={"status": transition(good.status, Phase.QUEUED, reason="Queued", message="", now=NOW)}
-            )
-        )
+    with store_with_queued_jobs(tmp_path / "phalanx.db", ["good"]) as store:
         body = stored_body("pill")
         body["spec"]["replicas"]["worker"]["template"]["resources"]["cpu"] = f"{10**30}m"
         body["status"] = {"phase": "Running", "placements": {"pill-worker-0": {"node": "n0"}}}
-        with sqlite3.connect(store.path) as raw:
-            raw.execute(
-                "INSERT INTO objects (kind, namespace, name, uid, resource_version, generation, body) "
-                "VALUES ('TrainingJob', 'default', 'pill', 'uid-pill', 100, 1, ?)",
-                (json.dumps(body),),
-            )
+        insert_job_row(store, body)
 
         assert SchedulerService(store).sync()
 

@@ -150,3 +150,15 @@ def test_audit_finds_unreadable_rows_and_rows_of_unknown_kinds(store: SqliteStor
     for kind, name in records:
         store.delete_row(kind, "default", name)
     assert store.audit([TrainingJob, Queue]) == []
+
+
+def test_a_body_whose_resource_version_disagrees_with_its_row_can_still_be_written(store: SqliteStore) -> None:
+    # Otherwise every write back would conflict, and a step would retry it on every pass, forever.
+    store.create(make_job("edited"))
+    corrupt(store, "edited", "json_set(body, '$.metadata.resourceVersion', '999')")
+
+    job = store.get(TrainingJob, "default", "edited")
+    assert job.metadata.resource_version == "1"
+    assert [j.metadata.resource_version for j in store.list(TrainingJob)] == ["1"]
+    job.metadata.labels = {"fixed": "yes"}
+    assert store.update(job).metadata.labels == {"fixed": "yes"}

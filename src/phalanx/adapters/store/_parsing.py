@@ -21,8 +21,11 @@ _SHOWN_PROBLEMS = 3
 _MAX_PROBLEM_CHARS = 300
 
 
-def parse_row(cls: type[T], namespace: str, name: str, text: str) -> tuple[T | None, str]:
+def parse_row(cls: type[T], namespace: str, name: str, version: int, text: str) -> tuple[T | None, str]:
     """Parse a row's JSON body as ``cls``.
+
+    The row's ``resource_version`` column is the truth: a body that says otherwise (edited by hand) gets it, or
+    every write back would conflict, forever.
 
     Returns:
         (the object, "") or (None, why it cannot be read, naming the field paths). A body whose metadata names
@@ -33,8 +36,11 @@ def parse_row(cls: type[T], namespace: str, name: str, text: str) -> tuple[T | N
     except Exception as err:  # a validator's own bug (e.g. OverflowError) must not stop a listing either
         return None, describe_error(err)
     meta = getattr(obj, "metadata", None)
-    if isinstance(meta, ObjectMeta) and (meta.namespace, meta.name) != (namespace, name):
-        return None, (f"its metadata names {meta.namespace}/{meta.name} but it is stored as {namespace}/{name}")
+    if isinstance(meta, ObjectMeta):
+        if (meta.namespace, meta.name) != (namespace, name):
+            return None, f"its metadata names {meta.namespace}/{meta.name} but it is stored as {namespace}/{name}"
+        if meta.resource_version != str(version):
+            meta.resource_version = str(version)
     return obj, ""
 
 

@@ -203,7 +203,7 @@ class SqliteStore(QuarantineVerbs):
             row = _rows.select_object(self._connection(), kind, namespace, name)
         if row is None:
             return None
-        obj, problem = parse_row(cls, namespace, name, row[2])
+        obj, problem = parse_row(cls, namespace, name, row[0], row[2])
         if obj is None:
             self._note_unreadable(kind, namespace, name, row[0], problem)
             raise UnreadableError(kind, namespace, name, problem)
@@ -242,7 +242,7 @@ class SqliteStore(QuarantineVerbs):
             rows = self._connection().execute(sql, params).fetchall()
         found: builtins.list[T] = []
         for row_namespace, row_name, version, text in rows:
-            obj, problem = parse_row(cls, row_namespace, row_name, text)
+            obj, problem = parse_row(cls, row_namespace, row_name, version, text)
             if obj is None:
                 self._note_unreadable(kind, row_namespace, row_name, version, problem)
             elif not unusual or _has_labels(_metadata_of(obj), unusual):
