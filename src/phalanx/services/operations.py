@@ -461,7 +461,13 @@ class Operations:
         Raises:
             OperationError: no such Dataset, with the names of the others.
         """
-        dataset = self.store.try_get(Dataset, namespace, name)
+        try:
+            dataset = self.store.try_get(Dataset, namespace, name)
+        except UnreadableError as err:
+            raise OperationError(
+                f"dataset {namespace}/{name} is stored but cannot be read ({err.problem}); it is quarantined: delete "
+                "it with `phalanx delete --quarantined`"
+            ) from None
         if dataset is None:
             raise OperationError(not_found_message("dataset", namespace, name, self.list_datasets(namespace)))
         return dataset

@@ -160,11 +160,20 @@ def test_a_bad_row_is_quarantined_and_the_control_plane_runs_on(runtime: Runtime
     listed = runtime.cli("get", "jobs", "-A")
     assert listed.returncode == 0, listed.stderr
     assert "Traceback" not in listed.stdout + listed.stderr
-    assert {"before", "after"} <= {row["NAME"] for row in parse_table(listed.stdout, "NAMESPACE")}
+    rows = {row["NAME"]: row for row in parse_table(listed.stdout, "NAMESPACE")}
+    assert {"before", "after"} <= set(rows)
     with runtime.client() as client:
         [record] = [r for r in client.ops.quarantined() if r.key == key]
-    if kind == "TrainingJob" and not record.readable:  # a listing never hides a job silently
-        assert f"job {namespace}/{name} is stored but cannot be read" in " ".join(listed.stderr.split())
+    if kind == "TrainingJob":
+        described = runtime.cli("describe", "job", name, "-n", namespace)
+        said = " ".join((described.stdout + described.stderr).split())
+        assert "Traceback" not in said
+        if record.readable:
+            assert rows[name]["PHASE"] == QUARANTINED
+            assert described.returncode == 0 and QUARANTINED in said, said
+        else:  # a listing never hides a job silently, and describing it says why it cannot
+            assert f"job {namespace}/{name} is stored but cannot be read" in " ".join(listed.stderr.split())
+            assert described.returncode == 1 and said.startswith("error: ") and "cannot be read" in said, said
 
     # With the pill still stored, the control plane stops and starts again, and still runs jobs.
     down = runtime.cli("down")

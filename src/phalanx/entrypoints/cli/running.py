@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 @contextmanager
 def session(state_dir: Path | None, namespace: str = "default") -> Iterator[Client]:
     """A client for one command; every expected error becomes a message on stderr and an exit code."""
+    from phalanx.adapters.store import UnreadableError
     from phalanx.entrypoints.client import Client
     from phalanx.model.errors import SpecError
     from phalanx.services.daemon import DaemonError
@@ -37,7 +38,7 @@ def session(state_dir: Path | None, namespace: str = "default") -> Iterator[Clie
             yield client
         except SpecError as err:
             spec_errors(err.source, [(e.path, e.message) for e in err.errors])
-        except (OperationError, DaemonError, TimeoutError) as err:
+        except (OperationError, DaemonError, TimeoutError, UnreadableError) as err:
             fail(str(err))
 
 
