@@ -260,3 +260,22 @@ def test_a_running_job_whose_holdings_cannot_be_counted_does_not_stop_scheduling
         assert store.get(TrainingJob, "default", "good").status.phase == Phase.ADMITTED
         assert [record.key for record in store.quarantined()] == ["TrainingJob default/pill"]
         assert not SchedulerService(store).sync()  # set aside: the next cycle does not try it again
+
+
+def test_a_dataset_that_cannot_be_read_is_one_error_sentence_and_delete_quarantined_removes_it(
+    runtime: Runtime,
+) -> None:
+    with runtime.client() as client:  # creates the store
+        assert client.ops.quarantined() == []
+    write_row(runtime.state_dir, "Dataset", "default", "images", '{"kind": "Dataset", "spec": 5}')
+
+    for verb in (("describe", "dataset", "images"), ("delete", "dataset", "images"), ("get", "dataset", "images")):
+        result = runtime.cli(*verb)
+        said = " ".join((result.stdout + result.stderr).split())
+        assert result.returncode == 1 and "Traceback" not in said, said
+        assert said.startswith("error: dataset default/images is stored but cannot be read"), said
+        assert "phalanx delete --quarantined" in said
+
+    deleted = runtime.cli("delete", "--quarantined")
+    assert deleted.returncode == 0 and "dataset/images deleted" in deleted.stdout, deleted.stdout + deleted.stderr
+    assert stored_kinds(runtime.state_dir, "default", "images") == []
