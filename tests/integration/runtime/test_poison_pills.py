@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import Runtime, generic_job, parse_table, wait_until
+from phalanx.adapters.devices import discover_local_node
 from phalanx.adapters.store import SqliteStore
 from phalanx.core.lifecycle import transition
 from phalanx.core.lifecycle.quarantine import QUARANTINED, shown_phase
@@ -279,3 +280,17 @@ def test_a_dataset_that_cannot_be_read_is_one_error_sentence_and_delete_quaranti
     deleted = runtime.cli("delete", "--quarantined")
     assert deleted.returncode == 0 and "dataset/images deleted" in deleted.stdout, deleted.stdout + deleted.stderr
     assert stored_kinds(runtime.state_dir, "default", "images") == []
+
+
+def test_a_node_row_that_cannot_be_read_is_replaced_by_what_the_control_plane_observes(runtime: Runtime) -> None:
+    node = discover_local_node().metadata.name
+    with runtime.client() as client:  # creates the store
+        assert client.ops.list_nodes() == []
+    write_row(runtime.state_dir, "Node", "default", node, '{"kind": "Node", "status": {"cpus": "many"}}')
+
+    up = runtime.cli("up")
+    assert up.returncode == 0 and "control plane started" in up.stdout, up.stdout + up.stderr
+    run_good_job(runtime, "after", leader_pid(runtime))
+    with runtime.client() as client:
+        assert [n.metadata.name for n in client.ops.list_nodes()] == [node]
+        assert client.ops.quarantined() == []  # observed state, not the user's: nothing is left set aside
