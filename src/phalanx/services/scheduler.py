@@ -384,7 +384,8 @@ class SchedulerService:
         snapshot = build_snapshot(nodes, holdings_of(jobs, replicas))
         running = running_jobs(jobs, replicas, jobtypes=jobtypes, nodes=(node.metadata.name for node in nodes), now=now)
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
-        stored_queues = self.store.list(Queue)
+        stored_queues, changed_queues = self._usable_queues(self.store.list(Queue))
+        changed |= changed_queues
         queues = queue_quotas(stored_queues)
         queue_objects: dict[str, Queue] = {}
         for queue in stored_queues:  # the first of a name wins, as in queue_quotas
@@ -508,6 +509,22 @@ class SchedulerService:
                     assert self.quarantine is not None
                     guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=err)
         return bad
+
+    def _usable_queues(self, queues: list[Queue]) -> tuple[list[Queue], bool]:
+        """The Queues the cycle can take as quotas; the others are quarantined (True when one was now)."""
+        assert self.quarantine is not None
+        held = self.quarantine.held("Queue")
+        usable, changed = [], False
+        for queue in queues:
+            try:
+                queue_quotas([queue])
+            except Exception as err:
+                if not held.skips(queue):
+                    guarded_hold(self.quarantine, queue, reason=SCHEDULER_ERROR, error=err)
+                    changed = True
+                continue
+            usable.append(queue)
+        return usable, changed
 
     def _countable(self, replicas: list[Replica]) -> tuple[list[Replica], bool]:
         """The replicas whose holdings the cycle can count; the others are quarantined (True when one was now)."""
