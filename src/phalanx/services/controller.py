@@ -4,6 +4,9 @@ Applying is idempotent: creating a replica that exists, deleting one already goi
 stored are all no-ops, so replaying a plan after a crash is safe. Rendezvous endpoints (one loopback port per
 replica) are chosen once per job and kept in ``status.endpoints``, so restarted replicas find each other where
 the others expect them.
+
+A job whose reconciling raises what nobody expected is quarantined (``services.quarantine``): the others are
+reconciled as usual, and it is left alone until it changes or its retry time comes.
 """
 
 from __future__ import annotations
@@ -14,7 +17,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from phalanx.adapters.clock import SystemClock
-from phalanx.adapters.store import AlreadyExistsError, ConflictError, NotFoundError, SqliteStore, StoreUnavailableError
+from phalanx.adapters.store import (
+    AlreadyExistsError,
+    ConflictError,
+    NotFoundError,
+    SqliteStore,
+    StoreError,
+    StoreUnavailableError,
+    UnreadableError,
+)
 from phalanx.core.lifecycle import transition
 from phalanx.core.reconcile import plan
 from phalanx.core.reconcile.types import (
@@ -35,6 +46,7 @@ from phalanx.model.meta import ObjectMeta
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaPhase, replica_name
 from phalanx.services.datasets import DatasetManager, StagingObservation
 from phalanx.services.layout import StateLayout
+from phalanx.services.quarantine import CONTROLLER_ERROR, Quarantine, guarded_hold
 from phalanx.services.storing import observe_outputs, store_outputs
 
 log = logging.getLogger(__name__)
@@ -81,6 +93,11 @@ class JobController:
     clock: SystemClock = field(default_factory=SystemClock)
     identity: str = "controller"
     data: DatasetManager | None = None
+    quarantine: Quarantine | None = None
+
+    def __post_init__(self) -> None:
+        if self.quarantine is None:
+            self.quarantine = Quarantine(self.store, self.clock)
 
     def sync(self) -> tuple[bool, float | None]:
         """Reconcile every job once. Returns (something changed, seconds until a timer needs a look)."""
@@ -90,7 +107,11 @@ class JobController:
             by_job[replica.spec.job_uid].append(replica)
         changed = False
         wake: float | None = None
+        assert self.quarantine is not None
+        held = self.quarantine.held("TrainingJob")
         for job in self.store.list(TrainingJob):
+            if held.skips(job):
+                continue
             try:
                 job_changed, job_wake = self._sync_job(job, jobtypes, by_job.get(job.metadata.uid or "", []))
             except (ConflictError, NotFoundError):
@@ -102,11 +123,22 @@ class JobController:
                 continue
             except StoreUnavailableError:
                 raise  # the whole pass waits for the store (see store_faults)
-            except Exception:
-                # One job's unexpected failure must not stop the others from being reconciled.
-                log.exception("reconciling job %s failed; retrying on the next pass", job.key)
+            except StoreError as err:
+                if isinstance(err, UnreadableError):  # something of the job's cannot be read: set the job aside
+                    guarded_hold(self.quarantine, job, reason=CONTROLLER_ERROR, error=err)
+                    changed = True
+                    continue
+                # The store failed (busy, full): not the job's fault, so it is simply tried again.
+                log.exception("reconciling job %s failed on the store; retrying on the next pass", job.key)
                 wake = 1.0 if wake is None else min(wake, 1.0)
                 continue
+            except Exception as err:
+                # One job's unexpected failure must not stop the others from being reconciled, nor be retried
+                # on every pass.
+                guarded_hold(self.quarantine, job, reason=CONTROLLER_ERROR, error=err)
+                changed = True
+                continue
+            self.quarantine.clear(job, held, reason=CONTROLLER_ERROR)
             changed |= job_changed
             if job_wake is not None:
                 wake = job_wake if wake is None else min(wake, job_wake)

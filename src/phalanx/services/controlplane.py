@@ -37,7 +37,7 @@ from typing import TypeVar
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
-from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError, StoreUnavailableError
+from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError, StoreUnavailableError, UnreadableError
 from phalanx.model.nodes import Node
 from phalanx.services.api_server import HttpLimits, LocalApiServer
 from phalanx.services.controller import JobController
@@ -138,7 +138,12 @@ class ControlPlane:
             node = node.model_copy(
                 update={"status": node.status.model_copy(update={"heartbeat_time": self.clock.now()})}
             )
-            current = self.store.try_get(Node, node.metadata.namespace, node.metadata.name)
+            try:
+                current = self.store.try_get(Node, node.metadata.namespace, node.metadata.name)
+            except UnreadableError:
+                # Observed state, not the user's: what is observed now replaces a row that cannot be read.
+                self.store.delete_row("Node", node.metadata.namespace, node.metadata.name)
+                current = None
             if current is None:
                 with contextlib.suppress(AlreadyExistsError):  # another process registered it first
                     self.store.create(node)
@@ -245,6 +250,7 @@ class ControlPlane:
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
         seq = self._retrying(stop, self.store.latest_seq)
+        failed: str | None = None
         while seq is not None and not stop.is_set():
             now = self.clock.monotonic()
             wake: float | None = None
@@ -275,6 +281,14 @@ class ControlPlane:
                 # The database was busy or briefly unreadable: keep leading and try again shortly.
                 log.exception("a pass failed on the store; retrying")
                 wake = 0.5
+            except Exception as err:
+                # Steps set aside the objects they fail on (services.quarantine); anything that still escapes
+                # must not stop the control plane either. Said once per distinct error, then retried each pass.
+                if repr(err) != failed:
+                    log.exception("a pass failed; retrying on every pass until it succeeds")
+                failed, wake = repr(err), 0.5
+            else:
+                failed = None
             # Sleep until a write (any process's) or a replica's exit wakes us, a timer is due, or the lease
             # needs renewing. Exits that nothing announces (see NodeRuntime.polling) are polled for.
             period = self.config.poll_seconds if runtime.polling else min(self.config.idle_seconds, renew_every)

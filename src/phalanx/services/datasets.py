@@ -16,6 +16,9 @@ soon).
 - **Pins and labels**: entries used by jobs that hold placements stay pinned; nodes carry
   ``dataset.phalanx.dev/<name>=<version label>`` for what their cache holds, which the scheduler's
   data-locality plugin reads; ``Dataset.status.nodes`` lists them.
+
+A Dataset or job on which this raises what nobody expected is quarantined (``services.quarantine``) and the
+others go on; a Dataset row that cannot be read is skipped (the store quarantines it).
 """
 
 from __future__ import annotations
@@ -34,7 +37,14 @@ from typing import Any
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
 from phalanx.adapters.datasources import Materialized, SourceRequest
-from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreUnavailableError
+from phalanx.adapters.store import (
+    ConflictError,
+    NotFoundError,
+    SqliteStore,
+    StoreError,
+    StoreUnavailableError,
+    UnreadableError,
+)
 from phalanx.core.data import CacheEntry, StagingPlan, env_name
 from phalanx.core.scheduling.types import DATASET_LABEL_PREFIX
 from phalanx.model.datasets import Dataset, DatasetPhase, version_label
@@ -59,6 +69,7 @@ from phalanx.services.dataset_store import (
 )
 from phalanx.services.layout import StateLayout
 from phalanx.services.operations import SUBMIT_DIR_ANNOTATION
+from phalanx.services.quarantine import DATASET_MANAGER_ERROR, Quarantine, guarded_hold
 from phalanx.services.storing import destination
 
 log = logging.getLogger(__name__)
@@ -108,6 +119,7 @@ class DatasetManager:
             disk when new).
         cache_write_limit: test seam: node caches fail as a full disk does past this many bytes copied.
         workers: threads materialising and staging at once.
+        quarantine: sets aside what makes this manager fail (default: one on ``store``).
     """
 
     def __init__(
@@ -120,10 +132,12 @@ class DatasetManager:
         cache_capacity: int | None = None,
         cache_write_limit: int | None = None,
         workers: int = 4,
+        quarantine: Quarantine | None = None,
     ) -> None:
         self.store = store
         self.layout = layout
         self.clock = clock or SystemClock()
+        self.quarantine = quarantine or Quarantine(store, self.clock)
         self._wake = wake
         self._capacity = cache_capacity
         self._write_limit = cache_write_limit
@@ -164,35 +178,54 @@ class DatasetManager:
         changed = self._collect()
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
         jobs = self.store.list(TrainingJob)
+        held = self.quarantine.held("Dataset")
         for dataset in datasets.values():
+            if held.skips(dataset):
+                continue
             try:
                 changed |= self._materialize_if_due(dataset, jobs)
             except StoreUnavailableError:
                 raise  # the whole pass waits for the store (see store_faults)
-            except Exception:
-                # One dataset's unexpected failure must not stop the others (nor the control plane's loop).
+            except StoreError:
+                # The store failed (busy, full): not the dataset's fault, so it is simply tried again.
                 log.exception(
-                    "materialising dataset %s/%s failed; retrying on the next pass",
+                    "materialising dataset %s/%s failed on the store; retrying on the next pass",
                     dataset.metadata.namespace,
                     dataset.metadata.name,
                 )
+            except Exception as err:
+                # One dataset's unexpected failure must not stop the others (nor the control plane's loop).
+                guarded_hold(self.quarantine, dataset, reason=DATASET_MANAGER_ERROR, error=err)
+                changed = True
+            else:
+                if held.has(dataset):
+                    self.quarantine.clear(dataset, held, reason=DATASET_MANAGER_ERROR)
         self._remove_orphan_versions(datasets)
         jobtypes = {jt.metadata.name: jt for jt in self.store.list(JobType)}
         self._plans = {}
         holders: dict[str, dict[str, set[str]]] = {}
         live: set[str] = set()
+        held_jobs = self.quarantine.held("TrainingJob")
         for job in jobs:
             if not job.spec.datasets or Phase(job.status.phase) not in STAGING_PHASES or not job.status.placements:
                 continue
             uid = job.metadata.uid or ""
             live.add(uid)
+            if held_jobs.skips(job):
+                continue
             try:
                 plan, error, waiting = self._plan(job, jobtypes.get(job.spec.type), datasets)
             except StoreUnavailableError:
                 raise  # the whole pass waits for the store (see store_faults)
-            except Exception:
-                log.exception("planning the staging of job %s failed; retrying on the next pass", job.key)
+            except StoreError:
+                log.exception("planning the staging of job %s failed on the store; retrying on the next pass", job.key)
                 continue
+            except Exception as err:
+                guarded_hold(self.quarantine, job, reason=DATASET_MANAGER_ERROR, error=err)
+                changed = True
+                continue
+            if held_jobs.has(job):
+                self.quarantine.clear(job, held_jobs, reason=DATASET_MANAGER_ERROR)
             self._plans[uid] = (plan, error, waiting)
             if plan is None:
                 continue
@@ -313,7 +346,10 @@ class DatasetManager:
                 continue
             del self._materializing[key]
             self._progress.pop(key, None)
-            dataset = self.store.try_get(Dataset, *key)
+            try:
+                dataset = self.store.try_get(Dataset, *key)
+            except UnreadableError:
+                continue  # quarantined by the store meanwhile: nothing to record the outcome on
             if dataset is None:
                 continue
             ended = materialize_outcome(work.future, work.generation, self.clock.now())
@@ -345,7 +381,10 @@ class DatasetManager:
         return changed
 
     def _set_status(self, dataset: Dataset, **changes: Any) -> bool:
-        current = self.store.try_get(Dataset, dataset.metadata.namespace, dataset.metadata.name)
+        try:
+            current = self.store.try_get(Dataset, dataset.metadata.namespace, dataset.metadata.name)
+        except UnreadableError:
+            return False  # its row no longer parses: the store quarantined it
         if current is None:
             return False
         status = current.status.model_copy(update=changes)

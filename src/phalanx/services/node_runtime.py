@@ -11,6 +11,10 @@ A launch that a fault of the machine stops (a full disk, an exceeded quota, a fa
 before it could record itself, so before it ran anything) is not the replica's failure: the replica stays (or
 goes back to) Pending, its status message says why, and launches are tried again with backoff, one warning per
 episode (``store_faults.FaultEpisodes``), until the machine lets them through.
+
+A replica whose handling raises what nobody expected is quarantined (``services.quarantine``) and the others go
+on. Replicas of a job whose row cannot be read are left as they are (not started, not garbage-collected): the
+job is quarantined, not gone.
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ from phalanx.adapters.executor import (
     find_shim,
     read_exit_code,
 )
-from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreUnavailableError
+from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError, StoreUnavailableError
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica, ReplicaPhase
 from phalanx.services.layout import StateLayout
 from phalanx.services.operations import SUBMIT_DIR_ANNOTATION
+from phalanx.services.quarantine import NODE_RUNTIME_ERROR, Quarantine, guarded_hold
 from phalanx.services.store_faults import FaultEpisodes
 
 log = logging.getLogger(__name__)
@@ -105,6 +110,11 @@ class NodeRuntime:
     _launch_retry_at: float | None = None  # while launches back off: when to try the next one (monotonic)
     _launch_problem: str = ""  # why launches back off, for the replicas that wait
     _launches_waiting: bool = False  # the last pass left a replica Pending for the backoff
+    quarantine: Quarantine | None = None
+
+    def __post_init__(self) -> None:
+        if self.quarantine is None:
+            self.quarantine = Quarantine(self.store, self.clock)
 
     def sync(self) -> bool:
         """Bring processes in line with Replica objects once; True when something changed.
@@ -117,17 +127,35 @@ class NodeRuntime:
         replicas = self.store.list(Replica)
         self._watch_exits(replicas)
         jobs = {job.metadata.uid: job for job in self.store.list(TrainingJob)}
+        unreadable_jobs = {(r.namespace, r.name) for r in self.store.quarantined("TrainingJob") if not r.readable}
+        assert self.quarantine is not None
+        held = self.quarantine.held("Replica")
         shared_pools = self._shared_pools(replicas)
         for replica in replicas:
+            job = jobs.get(replica.spec.job_uid)
+            meta = replica.metadata
+            if held.skips(replica) or (
+                job is None
+                and meta.deletion_timestamp is None
+                and (meta.namespace, replica.spec.job_name) in unreadable_jobs
+            ):
+                continue
             try:
-                changed |= self._sync_one(replica, jobs.get(replica.spec.job_uid), shared_pools)
+                changed |= self._sync_one(replica, job, shared_pools)
             except (ConflictError, NotFoundError):
                 changed = True  # someone else wrote it first; look again next pass
             except StoreUnavailableError:
                 raise  # the whole pass waits for the store (see store_faults)
-            except Exception:
+            except StoreError:
+                # The store failed (busy, full): not the replica's fault, so it is simply tried again.
+                log.exception("handling replica %s failed on the store; retrying on the next pass", meta.name)
+            except Exception as err:
                 # One replica's unexpected failure must not stop the others from being run and watched.
-                log.exception("handling replica %s failed; retrying on the next pass", replica.metadata.name)
+                guarded_hold(self.quarantine, replica, reason=NODE_RUNTIME_ERROR, error=err)
+                changed = True
+            else:
+                if held.has(replica):
+                    self.quarantine.clear(replica, held, reason=NODE_RUNTIME_ERROR)
         return changed
 
     def launch_retry_in(self) -> float | None:

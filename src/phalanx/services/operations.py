@@ -3,19 +3,32 @@
 The CLI and the Python SDK only translate arguments and render results; every rule lives here. Operations
 work on the store directly, so they work whether or not the control plane is running: a job submitted while
 it is down waits in Pending and is picked up when it starts.
+
+Quarantined objects (``services.quarantine``: rows that no longer parse, objects a step of the control plane
+fails on) are named by ``quarantined`` and removed by ``delete_job`` and ``delete_quarantined``, whatever is
+wrong with them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from phalanx.adapters.datacache import CacheError, NodeDataCache
-from phalanx.adapters.store import AlreadyExistsError, ConflictError, NotFoundError, SqliteStore
+from phalanx.adapters.store import (
+    AlreadyExistsError,
+    ConflictError,
+    NotFoundError,
+    QuarantineRecord,
+    SqliteStore,
+    UnreadableError,
+)
 from phalanx.core.lifecycle import ACTIVE_PHASES, HOLDING_PHASES
+from phalanx.core.lifecycle.quarantine import quarantine_condition
 from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import FieldError, SpecError
@@ -42,6 +55,10 @@ from phalanx.services.queue_views import QueueDescription, QueueView, describe_q
 
 SUBMIT_DIR_ANNOTATION = "phalanx.dev/submit-dir"
 MAX_CONFLICT_RETRIES = 20
+STORED_KINDS = (TrainingJob, JobType, Queue, Dataset, Node, Replica)
+"""Every kind the embedded store keeps; rows of any other kind are quarantined as unknown."""
+
+log = logging.getLogger(__name__)
 
 
 class OperationError(Exception):
@@ -84,7 +101,11 @@ class JobDescription:
 def seed_builtin_jobtypes(store: SqliteStore) -> None:
     """Make sure the built-in JobTypes exist in the store (user-defined ones are left alone)."""
     for name, jobtype in builtin_jobtypes().items():
-        existing = store.try_get(JobType, "default", name)
+        try:
+            existing = store.try_get(JobType, "default", name)
+        except UnreadableError as err:
+            log.warning("not seeding the built-in JobType %s: %s", name, err)  # the row may be the user's
+            continue
         if existing is None:
             with contextlib.suppress(AlreadyExistsError):  # another process seeded it first
                 store.create(jobtype)
@@ -187,7 +208,13 @@ class Operations:
         Raises:
             OperationError: no such job, with the names of existing ones.
         """
-        job = self.store.try_get(TrainingJob, namespace, name)
+        try:
+            job = self.store.try_get(TrainingJob, namespace, name)
+        except UnreadableError as err:
+            raise OperationError(
+                f"job {namespace}/{name} is stored but cannot be read ({err.problem}); it is quarantined: delete "
+                f"it with `phalanx delete job {name} -n {namespace}` (or `phalanx delete --quarantined`)"
+            ) from None
         if job is None:
             names = [j.metadata.name for j in self.store.list(TrainingJob, namespace)]
             hint = f"; jobs in {namespace}: {', '.join(names[:10])}" if names else f"; {namespace} has no jobs"
@@ -466,7 +493,13 @@ class Operations:
         Raises:
             OperationError: no such Dataset, with the names of the others.
         """
-        dataset = self.store.try_get(Dataset, namespace, name)
+        try:
+            dataset = self.store.try_get(Dataset, namespace, name)
+        except UnreadableError as err:
+            raise OperationError(
+                f"dataset {namespace}/{name} is stored but cannot be read ({err.problem}); it is quarantined: delete "
+                "it with `phalanx delete --quarantined`"
+            ) from None
         if dataset is None:
             raise OperationError(not_found_message("dataset", namespace, name, self.list_datasets(namespace)))
         return dataset
@@ -563,16 +596,52 @@ class Operations:
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete a job: its replicas are stopped first, then the job is removed.
 
+        A quarantined job is removed at once, even when its row cannot be read (its namespace may then be no
+        valid name): no step of the control plane would finish a graceful deletion of it. Its replicas, if
+        any, are then stopped and collected by the node runtime as those of any deleted job.
+
         Raises:
             OperationError: no such job.
         """
-        job = self.get_job(namespace, name)
-        if not self.replicas_of(job) and Phase(job.status.phase) not in HOLDING_PHASES:
+        try:
+            stored = self.store.try_get(TrainingJob, namespace, name)
+        except UnreadableError:
+            with contextlib.suppress(NotFoundError):
+                self.store.delete_row("TrainingJob", namespace, name)
+            return
+        job = stored if stored is not None else self.get_job(namespace, name)  # the latter says it is not found
+        replicas = self.replicas_of(job)
+        if quarantine_condition(job.status) is not None or any(
+            (r.kind, r.namespace, r.name) == ("TrainingJob", namespace, name) for r in self.store.quarantined()
+        ):
+            with contextlib.suppress(NotFoundError):
+                self.store.delete(TrainingJob, namespace, name)
+            if not replicas:
+                self.layout.remove_job_files(namespace, name, job.metadata.uid)
+            return
+        if not replicas and Phase(job.status.phase) not in HOLDING_PHASES:
             with contextlib.suppress(NotFoundError):
                 self.store.delete(TrainingJob, namespace, name)
                 self.layout.remove_job_files(namespace, name, job.metadata.uid)
             return
         self.store.mark_deleting(TrainingJob, namespace, name)
+
+    # -- quarantine ------------------------------------------------------------------------------------------
+    def quarantined(self) -> list[QuarantineRecord]:
+        """Every quarantined object, after reading every row (so rows that no longer parse are found too)."""
+        return self.store.audit(STORED_KINDS)
+
+    def delete_quarantined(self) -> list[QuarantineRecord]:
+        """Delete every quarantined object (jobs as ``delete_job`` does); returns what was deleted."""
+        deleted = []
+        for record in self.quarantined():
+            if record.kind == "TrainingJob":
+                self.delete_job(record.namespace, record.name)
+            else:
+                with contextlib.suppress(NotFoundError):
+                    self.store.delete_row(record.kind, record.namespace, record.name)
+            deleted.append(record)
+        return deleted
 
 
 def exists_message(what: str, name: str, flag: str, phase: str | None) -> str:

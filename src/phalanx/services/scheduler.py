@@ -14,24 +14,32 @@ the cycle moves each victim to Preempted (the controller then stops its replicas
 not admit its preemptors; a later cycle admits them once the victims' replicas are gone. While any job is still
 Preempted, cycles run without preemption, so that room already being freed is not bought twice by stopping
 more jobs.
+
+One job cannot stop every other from being scheduled: a job whose own inputs fail to convert is quarantined
+(``services.quarantine``) before the cycle, and when the cycle itself raises, ``core.culprits.find_culprits``
+runs it on subsets of the pending jobs to find the ones that make it fail; they are quarantined and the cycle
+runs without them. Quarantined jobs are left out of later cycles until they change or their retry time comes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from phalanx.adapters.clock import SystemClock
-from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore
+from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError
+from phalanx.core.culprits import find_culprits
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.rendezvous import replica_names
 from phalanx.core.scheduling import build_snapshot, schedule
 from phalanx.core.scheduling.config import SchedulerConfig
 from phalanx.core.scheduling.types import (
     Admission,
+    ClusterSnapshot,
     DatasetNeed,
+    Decisions,
     DeviceAssignment,
     PendingJob,
     Preemption,
@@ -48,6 +56,7 @@ from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue, QueueStatus, ResourceAmounts
 from phalanx.model.replicas import Replica
 from phalanx.model.resources import ResourceVector
+from phalanx.services.quarantine import SCHEDULER_ERROR, Held, Quarantine, guarded_hold
 from phalanx.services.queue_views import queue_views
 
 log = logging.getLogger(__name__)
@@ -246,6 +255,44 @@ def queue_statuses(queues: Iterable[Queue], jobs: Iterable[TrainingJob]) -> dict
     return {view.name: view.current().status for view in queue_views(queues, jobs)}
 
 
+def pending_job(
+    job: TrainingJob, jobtype: JobType | None, datasets: Mapping[tuple[str, str], Dataset], now: datetime
+) -> PendingJob:
+    """The core's ``PendingJob`` for a queued job."""
+    return PendingJob(
+        key=job.key,
+        priority=job.spec.scheduling.effective_priority(),
+        created=job.metadata.creation_timestamp or now,
+        queue=job.spec.scheduling.queue,
+        replicas=tuple(replica_requests(job, jobtype)),
+        min_available=job.spec.scheduling.min_available,
+        placement=str(job.spec.scheduling.placement),
+        topology=job.spec.scheduling.topology,
+        datasets=dataset_needs(job, datasets),
+    )
+
+
+# The cycle counts resources in int64 arrays: a request past this cannot be scheduled (validation bounds requests
+# far below it; a row written by hand or by an older version may not be).
+_COUNTABLE_MAX = 2**62
+
+
+def _check_countable(request: ReplicaRequest) -> None:
+    vector = request.resources
+    for field_name, value in (("cpu", vector.cpu_milli), ("memory", vector.memory), ("gpu", vector.gpu)):
+        if not 0 <= value <= _COUNTABLE_MAX:
+            raise OverflowError(f"replica {request.name} asks for {field_name} {value}, more than any node can count")
+
+
+def _raises(cycle: Callable[[Sequence[PendingJob]], Decisions], jobs: Sequence[PendingJob]) -> Exception | None:
+    """What the cycle raises on ``jobs``, or None when it succeeds."""
+    try:
+        cycle(jobs)
+    except Exception as err:
+        return err
+    return None
+
+
 def preemptor_reason(victims: Iterable[str]) -> str:
     """What a job that preempted others waits for."""
     return f"preempted {', '.join(victims)} to make room; starts once their replicas have stopped"
@@ -274,17 +321,53 @@ class SchedulerService:
     store: SqliteStore
     clock: SystemClock = field(default_factory=SystemClock)
     identity: str = "scheduler"
+    quarantine: Quarantine | None = None
+    _failure: str | None = field(default=None, init=False, repr=False)
+    _queue_failure: str | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.quarantine is None:
+            self.quarantine = Quarantine(self.store, self.clock)
 
     def sync(self) -> bool:
-        """Run one cycle; True when a job was admitted or preempted, or its waiting reason changed."""
+        """Run one cycle; True when a job was admitted, preempted or quarantined, or its waiting reason changed."""
+        try:
+            changed = self._cycle()
+        except StoreError:
+            raise
+        except Exception as err:
+            # Not one pending job's doing (those are quarantined): the nodes, running jobs or queues as stored.
+            # Said once, not on every pass; the next pass tries again.
+            said = f"{type(err).__name__}: {err}"
+            if said != self._failure:
+                log.exception("a scheduling cycle failed; no job is scheduled until it succeeds")
+            self._failure = said
+            return False
+        self._failure = None
+        return changed
+
+    def _cycle(self) -> bool:
+        assert self.quarantine is not None
         jobs = self.store.list(TrainingJob)
-        self._write_queue_statuses(jobs)
+        try:
+            self._write_queue_statuses(jobs)
+        except StoreError:
+            raise
+        except Exception as err:  # a report: it must not keep jobs from being scheduled, nor fill the log
+            if repr(err) != self._queue_failure:
+                log.exception("cannot count the queues' usage; scheduling without updating it")
+            self._queue_failure = repr(err)
+        else:
+            self._queue_failure = None
+        # A quarantined job still holds what it was given (it is not scheduled again, but keeps its room).
+        held = self.quarantine.held("TrainingJob")
         queued = [
             job
             for job in jobs
             if Phase(job.status.phase) == Phase.QUEUED
             and job.metadata.deletion_timestamp is None
             and not job.spec.run_policy.suspend
+            and not held.skips(job)
         ]
         if not queued:
             return False
@@ -292,10 +375,17 @@ class SchedulerService:
         nodes = self.store.list(Node)
         replicas = self.store.list(Replica)
         jobtypes = {jobtype.metadata.name: jobtype for jobtype in self.store.list(JobType)}
+        bad = self._unconvertible(jobs, jobtypes, held)
+        changed = any(not held.skips(job) for job in jobs if job.key in bad)
+        jobs = [job for job in jobs if job.key not in bad]
+        queued = [job for job in queued if job.key not in bad]
+        replicas, changed_replicas = self._countable(replicas)
+        changed |= changed_replicas
         snapshot = build_snapshot(nodes, holdings_of(jobs, replicas))
         running = running_jobs(jobs, replicas, jobtypes=jobtypes, nodes=(node.metadata.name for node in nodes), now=now)
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
-        stored_queues = self.store.list(Queue)
+        stored_queues, changed_queues = self._usable_queues(self.store.list(Queue))
+        changed |= changed_queues
         queues = queue_quotas(stored_queues)
         queue_objects: dict[str, Queue] = {}
         for queue in stored_queues:  # the first of a name wins, as in queue_quotas
@@ -304,30 +394,26 @@ class SchedulerService:
         # Victims still stopping free room for their preemptors: preempting again meanwhile would stop more.
         stopping = any(Phase(job.status.phase) == Phase.PREEMPTED for job in jobs)
         config = SchedulerConfig(queues=queues, fair_share=bool(queues), preemption=not stopping)
-        pending = [
-            PendingJob(
-                key=job.key,
-                priority=job.spec.scheduling.effective_priority(),
-                created=job.metadata.creation_timestamp or now,
-                queue=job.spec.scheduling.queue,
-                replicas=tuple(replica_requests(job, jobtypes.get(job.spec.type))),
-                min_available=job.spec.scheduling.min_available,
-                placement=str(job.spec.scheduling.placement),
-                topology=job.spec.scheduling.topology,
-                datasets=dataset_needs(job, datasets),
-            )
-            for job in queued
-            if refused[job.key] is None
-        ]
-        try:
-            decisions = schedule(replace(snapshot, running=running), pending, now, config)
-        except ValueError:
-            # The running jobs do not match what the nodes count as used (a bug, or a store edited by hand):
-            # schedule without them rather than stop scheduling; quotas and preemption are off for this cycle.
-            log.exception("the running jobs do not match the nodes' use; scheduling without them")
-            decisions = schedule(snapshot, pending, now, replace(config, preemption=False))
+        pending = []
+        for job in queued:
+            if refused[job.key] is not None:
+                continue
+            try:
+                pending.append(pending_job(job, jobtypes.get(job.spec.type), datasets, now))
+            except Exception as err:
+                guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=err)
+                changed = True
         by_key = {job.key: job for job in queued}
-        changed = self._preempt(jobs, decisions.preempted)
+        decisions, culprits = self._decide(replace(snapshot, running=running), pending, now, config)
+        for key, error in culprits.items():
+            guarded_hold(self.quarantine, by_key[key], reason=SCHEDULER_ERROR, error=error)
+            changed = True
+        if decisions is None:
+            return changed
+        for job in queued:
+            if held.has(job) and job.key not in culprits:
+                self.quarantine.clear(job, held, reason=SCHEDULER_ERROR)  # its retry went through
+        changed |= self._preempt(jobs, decisions.preempted)
         preemptors: dict[str, list[str]] = {}
         for preemption in decisions.preempted:
             preemptors.setdefault(preemption.preemptor, []).append(preemption.victim)
@@ -361,6 +447,103 @@ class SchedulerService:
             except (ConflictError, NotFoundError):
                 changed = True
         return changed
+
+    def _decide(
+        self, snapshot: ClusterSnapshot, pending: list[PendingJob], now: datetime, config: SchedulerConfig
+    ) -> tuple[Decisions | None, dict[str, Exception]]:
+        """Run the cycle; when it raises, find the pending jobs that make it fail and run it without them.
+
+        Returns:
+            The decisions (None: the cycle fails whatever the pending jobs), and the jobs to quarantine, by key,
+            with what the cycle raised on them.
+        """
+        attempts = [(snapshot, config)]
+        if snapshot.running:
+            # The running jobs may not match what the nodes count as used (a bug, or a store edited by hand):
+            # then schedule without them rather than not at all; quotas and preemption are off for that cycle.
+            attempts.append((replace(snapshot, running=()), replace(config, preemption=False)))
+        for cycle_snapshot, cycle_config in attempts:
+
+            def cycle(
+                jobs: Sequence[PendingJob], at: ClusterSnapshot = cycle_snapshot, c: SchedulerConfig = cycle_config
+            ) -> Decisions:
+                return schedule(at, list(jobs), now, c)
+
+            try:
+                return cycle(pending), {}
+            except Exception:
+                log.exception("a scheduling cycle failed; looking for the jobs that make it fail")
+            culprits = find_culprits(pending, lambda jobs: _raises(cycle, jobs) is not None)
+            if culprits is None or (len(pending) > 1 and len(culprits) == len(pending)):
+                # Not the pending jobs' doing (it fails without them, or with any of them: a node, say): try
+                # without the running jobs, or give up this cycle; no job is blamed.
+                continue
+            errors = {
+                job.key: _raises(cycle, [job]) or RuntimeError("the cycle fails with it and succeeds without it")
+                for job in culprits
+            }
+            rest = [job for job in pending if job.key not in errors]
+            try:
+                return cycle(rest), errors
+            except Exception:  # it passed a moment ago: the cycle is not a function of its inputs (a bug)
+                log.exception("a scheduling cycle failed without the jobs that made it fail")
+                return None, errors
+        return None, {}
+
+    def _unconvertible(self, jobs: list[TrainingJob], jobtypes: Mapping[str, JobType], held: Held) -> set[str]:
+        """Keys of the jobs holding room whose replicas cannot be counted; those not quarantined yet are.
+
+        Such jobs are part of the snapshot every cycle starts from, so the search among pending jobs (``_decide``)
+        could not find them: they are checked here instead.
+        """
+        bad = set()
+        for job in jobs:
+            if Phase(job.status.phase) not in HOLDING_PHASES:
+                continue
+            try:
+                for request in replica_requests(job, jobtypes.get(job.spec.type)):
+                    _check_countable(request)
+            except Exception as err:
+                bad.add(job.key)
+                if not held.skips(job):
+                    assert self.quarantine is not None
+                    guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=err)
+        return bad
+
+    def _usable_queues(self, queues: list[Queue]) -> tuple[list[Queue], bool]:
+        """The Queues the cycle can take as quotas; the others are quarantined (True when one was now)."""
+        assert self.quarantine is not None
+        held = self.quarantine.held("Queue")
+        usable, changed = [], False
+        for queue in queues:
+            try:
+                queue_quotas([queue])
+            except Exception as err:
+                if not held.skips(queue):
+                    guarded_hold(self.quarantine, queue, reason=SCHEDULER_ERROR, error=err)
+                    changed = True
+                continue
+            usable.append(queue)
+        return usable, changed
+
+    def _countable(self, replicas: list[Replica]) -> tuple[list[Replica], bool]:
+        """The replicas whose holdings the cycle can count; the others are quarantined (True when one was now)."""
+        assert self.quarantine is not None
+        held = self.quarantine.held("Replica")
+        kept, changed = [], False
+        for replica in replicas:
+            spec = replica.spec
+            try:
+                for field_name, value in (("cpu", spec.cpu_milli), ("memory", spec.memory)):
+                    if not 0 <= value <= _COUNTABLE_MAX:
+                        raise OverflowError(f"it holds {field_name} {value}, more than any node can count")
+            except OverflowError as err:
+                if not held.skips(replica):
+                    guarded_hold(self.quarantine, replica, reason=SCHEDULER_ERROR, error=err)
+                    changed = True
+                continue
+            kept.append(replica)
+        return kept, changed
 
     def _write_queue_statuses(self, jobs: list[TrainingJob]) -> None:
         """Record each Queue's admitted and pending jobs and usage, when they changed (``phalanx get queues``)."""

@@ -311,7 +311,8 @@ def test_the_executor_defers_a_launch_on_a_full_disk_and_makes_it_once_space_is_
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        # This directory first: its conftest is the one test_store_faults imports, whatever pytest put on sys.path.
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])},
     )
     assert result.returncode == 0, result
     lines = result.stdout.splitlines()

@@ -27,6 +27,7 @@ from phalanx.adapters.store import (
     SqliteStore,
     StoreError,
 )
+from phalanx.adapters.store._schema import SCHEMA_VERSION
 from phalanx.core.clock import VirtualClock
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
@@ -641,7 +642,7 @@ def test_lease_renew_and_release(store: SqliteStore, clock: VirtualClock) -> Non
 def test_file_uses_wal_journal_mode(store: SqliteStore) -> None:
     with sqlite3.connect(store.path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 def test_meta_values_and_reopening_keep_state(tmp_path: Path) -> None:

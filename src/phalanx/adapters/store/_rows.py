@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from phalanx.adapters.store.records import ChangeType, Lease, from_micros
+from phalanx.adapters.store.records import ChangeType, Lease, QuarantineRecord, from_micros
 
 RESERVED_META_PREFIX = "_store."
 """Keys of the ``meta`` table that belong to the store itself."""
@@ -86,3 +86,54 @@ def select_lease(conn: sqlite3.Connection, name: str) -> Lease | None:
         ttl_seconds=float(row[3]),
         holder_info=json.loads(row[4]),
     )
+
+
+def select_quarantine(conn: sqlite3.Connection, kind: str | None = None) -> list[QuarantineRecord]:
+    """The records that still apply: their row exists at the version they are about (unknown kinds included)."""
+    sql = (
+        "SELECT q.kind, q.namespace, q.name, q.resource_version, q.reason, q.message, q.since, q.retry_at "
+        "FROM quarantine q JOIN objects o ON o.kind = q.kind AND o.namespace = q.namespace AND o.name = q.name "
+        "AND o.resource_version = q.resource_version"
+    )
+    params: list[str] = []
+    if kind is not None:
+        sql += " WHERE q.kind = ?"
+        params.append(kind)
+    rows = conn.execute(sql + " ORDER BY q.kind, q.namespace, q.name", params).fetchall()
+    return [
+        QuarantineRecord(
+            kind=str(row[0]),
+            namespace=str(row[1]),
+            name=str(row[2]),
+            resource_version=int(row[3]),
+            reason=str(row[4]),
+            message=str(row[5]),
+            since=from_micros(row[6]),
+            retry_at=None if row[7] is None else from_micros(row[7]),
+        )
+        for row in rows
+    ]
+
+
+def write_quarantine(conn: sqlite3.Connection, record: QuarantineRecord, *, since: int, retry_at: int | None) -> None:
+    """Insert or replace the object's record; ``since`` stays that of the first record until it is deleted."""
+    conn.execute(
+        "INSERT INTO quarantine (kind, namespace, name, resource_version, reason, message, since, retry_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (kind, namespace, name) DO UPDATE SET "
+        "resource_version = excluded.resource_version, reason = excluded.reason, message = excluded.message, "
+        "retry_at = excluded.retry_at",
+        (
+            record.kind,
+            record.namespace,
+            record.name,
+            record.resource_version,
+            record.reason,
+            record.message,
+            since,
+            retry_at,
+        ),
+    )
+
+
+def delete_quarantine(conn: sqlite3.Connection, kind: str, namespace: str, name: str) -> None:
+    conn.execute("DELETE FROM quarantine WHERE kind = ? AND namespace = ? AND name = ?", (kind, namespace, name))

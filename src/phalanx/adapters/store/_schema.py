@@ -8,6 +8,8 @@ Owns every table definition and the connection settings, so that ``sqlite.py`` h
   write appends a row in the same transaction and the object's resourceVersion is that row's ``seq``.
   AUTOINCREMENT (not a plain rowid) keeps ``seq`` strictly increasing even after compaction deletes rows.
 - ``events``, ``leases``, ``meta`` (small key/value state) and ``schema_version`` (for future migrations).
+- ``quarantine`` (version 2): objects set aside so that they cannot stop the control plane, one row per object,
+  each about one ``resource_version`` of it (see ``records.QuarantineRecord``).
 
 Settings: WAL journal mode (readers never block the single writer, and several processes share the file),
 ``synchronous=NORMAL`` (durable across process crashes; a power loss may drop the last commits but never
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from phalanx.adapters.store.errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema this code writes. A file with a higher version was written by a newer Phalanx."""
 
 # version -> statements that bring a file from the previous version to this one.
@@ -81,6 +83,21 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         )
         """,
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    ),
+    2: (
+        """
+        CREATE TABLE IF NOT EXISTS quarantine (
+            kind TEXT NOT NULL,
+            namespace TEXT NOT NULL,
+            name TEXT NOT NULL,
+            resource_version INTEGER NOT NULL,
+            reason TEXT NOT NULL,
+            message TEXT NOT NULL,
+            since INTEGER NOT NULL,
+            retry_at INTEGER,
+            PRIMARY KEY (kind, namespace, name)
+        )
+        """,
     ),
 }
 

@@ -6,6 +6,7 @@ taken (``AlreadyExistsError``, 409), a lost optimistic-concurrency race (``Confl
 retry), a change feed read from a point that was compacted away (``ChangesExpiredError``, 410: list again) and
 a store that cannot be used for now (``StoreUnavailableError``, 503: locked by another process for longer than
 the busy timeout, or on a full disk; nothing was changed, and the same call may succeed later).
+a row that no longer parses as its kind (``UnreadableError``: quarantined, it can only be deleted).
 Messages name the object as ``Kind namespace/name`` so they can be shown to a user as they are.
 """
 
@@ -85,3 +86,19 @@ class StoreUnavailableError(StoreError):
         self.path = path
         self.cause = cause
         self.waited_seconds = waited_seconds
+
+
+class UnreadableError(StoreError):
+    """The stored row does not parse as an object of its kind (written by hand, by an older version, by a bug).
+
+    The store has quarantined it (``SqliteStore.quarantined``); it can only be deleted (``delete_row``).
+    """
+
+    def __init__(self, kind: str, namespace: str, name: str, problem: str) -> None:
+        super().__init__(
+            f"{kind} {namespace}/{name} is stored but cannot be read ({problem}); it is quarantined: delete it"
+        )
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.problem = problem

@@ -1,4 +1,4 @@
-"""Plain records the store hands out besides API objects: feed changes, leases and event records.
+"""Plain records the store hands out besides API objects: feed changes, leases, event and quarantine records.
 
 They are frozen dataclasses, not pydantic models: they never travel on the wire as API objects and callers
 (the controller's watch loop, leader election) read them on hot paths. This module also owns how times are
@@ -69,6 +69,48 @@ class EventRecord:
     count: int
     first_time: datetime
     last_time: datetime
+
+
+UNREADABLE = "Unreadable"
+"""Quarantine reason of a row that does not parse as an object of its kind."""
+
+UNKNOWN_KIND = "UnknownKind"
+"""Quarantine reason of a row whose kind this Phalanx does not know."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineRecord:
+    """An object set aside so that it cannot stop the control plane: which row, why, and when to look again.
+
+    A record is about one version of its row (``resource_version``): once the row changes (someone fixed or
+    halted it) or is deleted, the record no longer applies and the store stops returning it.
+
+    Attributes:
+        reason: ``UNREADABLE`` or ``UNKNOWN_KIND`` for rows that cannot be read at all; otherwise the step that
+            failed on the object (e.g. ``ReconcileFailed``, ``SchedulingFailed``).
+        message: the error as one sentence.
+        since: when the object was first set aside at this version.
+        retry_at: when the failed step may try the object again; None: only once the row changes.
+    """
+
+    kind: str
+    namespace: str
+    name: str
+    resource_version: int
+    reason: str
+    message: str
+    since: datetime
+    retry_at: datetime | None = None
+
+    @property
+    def readable(self) -> bool:
+        """Whether the row parses (a step failed on it), as opposed to a row no step can even read."""
+        return self.reason not in (UNREADABLE, UNKNOWN_KIND)
+
+    @property
+    def key(self) -> str:
+        """``Kind namespace/name``, as store errors name objects."""
+        return f"{self.kind} {self.namespace}/{self.name}"
 
 
 def to_micros(moment: datetime) -> int:

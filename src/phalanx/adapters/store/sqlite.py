@@ -14,6 +14,11 @@ open the same file, so the store is built for several *processes* and several th
   only when *another* connection commits, answered without reading the database) and queries the feed only
   when it moved; writes from this process wake waiters at once through a condition variable.
 
+A row that no longer parses as its kind (written by an older version, by hand, or by a bug) never makes a read
+fail for the others: ``list`` leaves it out and ``get`` raises ``UnreadableError`` for it alone; either way the
+store quarantines it (a ``quarantine`` record naming the row and the problem, see ``quarantined``), and
+``delete_row`` removes it. Services quarantine objects that make their steps fail the same way (``quarantine``).
+
 Update semantics follow Kubernetes with a status subresource: ``update`` changes metadata and spec and keeps
 the stored status; ``update_status`` changes only status; ``generation`` moves only when spec changes; the
 store owns uid, resourceVersion, generation and the timestamps whatever the client sends; an update that
@@ -41,6 +46,8 @@ from pydantic import BaseModel
 
 from phalanx.adapters.private_files import make_private_dirs, open_private, tighten
 from phalanx.adapters.store import _rows
+from phalanx.adapters.store._parsing import parse_row
+from phalanx.adapters.store._quarantine import QuarantineVerbs
 from phalanx.adapters.store._schema import ThreadConnection, open_connection, prepare_database
 from phalanx.adapters.store.errors import (
     AlreadyExistsError,
@@ -49,6 +56,7 @@ from phalanx.adapters.store.errors import (
     NotFoundError,
     StoreError,
     StoreUnavailableError,
+    UnreadableError,
 )
 from phalanx.adapters.store.records import (
     EVENT_KIND,
@@ -77,7 +85,7 @@ SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
 _STORE_OWNED = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp")
 
 
-class SqliteStore:
+class SqliteStore(QuarantineVerbs):
     """The embedded runtime's state store on one SQLite file, safe for many processes and threads.
 
     Args:
@@ -110,6 +118,7 @@ class SqliteStore:
         self._poll_interval = change_poll_interval
         self._max_poll_interval = max(change_poll_interval, max_change_poll_interval)
         self._kinds: dict[type[BaseModel], str] = {}
+        self._start_quarantine()
         self._closed = False
         self._start_process_state()
         try:
@@ -180,6 +189,7 @@ class SqliteStore:
 
         Raises:
             NotFoundError: there is no such object.
+            UnreadableError: the row does not parse as ``cls`` (the store quarantines it).
 
         """
         found = self.try_get(cls, namespace, name)
@@ -188,11 +198,22 @@ class SqliteStore:
         return found
 
     def try_get(self, cls: type[T], namespace: str, name: str) -> T | None:
-        """Return the stored object, or None when there is none."""
+        """Return the stored object, or None when there is none.
+
+        Raises:
+            UnreadableError: the row does not parse as ``cls`` (the store quarantines it).
+
+        """
         kind = self._kind_of(cls)
         with self._translated(f"get {kind} {namespace}/{name}"):
             row = _rows.select_object(self._connection(), kind, namespace, name)
-        return None if row is None else cls.model_validate_json(row[2])
+        if row is None:
+            return None
+        obj, problem = parse_row(cls, namespace, name, row[0], row[2])
+        if obj is None:
+            self._note_unreadable(kind, namespace, name, row[0], problem)
+            raise UnreadableError(kind, namespace, name, problem)
+        return obj
 
     def list(
         self, cls: type[T], namespace: str | None = None, *, labels: Mapping[str, str] | None = None
@@ -204,9 +225,12 @@ class SqliteStore:
             namespace: only this namespace; None for all.
             labels: only objects carrying every one of these labels with exactly these values.
 
+        A row that does not parse as ``cls`` is left out and quarantined (see ``quarantined``): one bad row
+        never hides the others.
+
         """
         kind = self._kind_of(cls)
-        sql = "SELECT body FROM objects WHERE kind = ?"
+        sql = "SELECT namespace, name, resource_version, body FROM objects WHERE kind = ?"
         params: builtins.list[str] = [kind]
         if namespace is not None:
             sql += " AND namespace = ?"
@@ -216,15 +240,20 @@ class SqliteStore:
             if '"' in key or "\\" in key:
                 unusual[key] = value
                 continue
-            sql += " AND json_extract(body, ?) = ?"
+            # A body that is not JSON at all must not fail the query: it is left out here, like any unreadable row.
+            sql += " AND CASE WHEN json_valid(body) THEN json_extract(body, ?) END = ?"
             params += [f'$.metadata.labels."{key}"', value]
         sql += " ORDER BY namespace, name"
         with self._translated(f"list {kind}"):
             rows = self._connection().execute(sql, params).fetchall()
-        if unusual:
-            bodies = [json.loads(text) for (text,) in rows]
-            return [cls.model_validate(body) for body in bodies if _has_labels(body, unusual)]
-        return [cls.model_validate_json(text) for (text,) in rows]
+        found: builtins.list[T] = []
+        for row_namespace, row_name, version, text in rows:
+            obj, problem = parse_row(cls, row_namespace, row_name, version, text)
+            if obj is None:
+                self._note_unreadable(kind, row_namespace, row_name, version, problem)
+            elif not unusual or _has_labels(_metadata_of(obj), unusual):
+                found.append(obj)
+        return found
 
     def update(self, obj: T) -> T:
         """Replace metadata and spec; keep the stored status. Optimistic: the resourceVersion must match.
@@ -257,7 +286,18 @@ class SqliteStore:
             ConflictError: ``resource_version`` is given and the object has moved on from it.
 
         """
-        kind = self._kind_of(cls)
+        self.delete_row(self._kind_of(cls), namespace, name, resource_version=resource_version)
+
+    def delete_row(self, kind: str, namespace: str, name: str, *, resource_version: str | None = None) -> None:
+        """Remove an object by its kind's name, whether or not its row parses (and its quarantine record).
+
+        This is how a quarantined row that cannot be read, or whose kind is unknown, is removed.
+
+        Raises:
+            NotFoundError: there is no such object.
+            ConflictError: ``resource_version`` is given and the object has moved on from it.
+
+        """
         with self._writing(f"delete {kind} {namespace}/{name}") as conn:
             row = _rows.select_object(conn, kind, namespace, name)
             if row is None:
@@ -265,6 +305,7 @@ class SqliteStore:
             if resource_version is not None and resource_version != str(row[0]):
                 raise ConflictError(kind, namespace, name, current=str(row[0]), expected=resource_version)
             conn.execute("DELETE FROM objects WHERE kind = ? AND namespace = ? AND name = ?", (kind, namespace, name))
+            _rows.delete_quarantine(conn, kind, namespace, name)
             _rows.append_change(conn, kind, namespace, name, "DELETED")
 
     def mark_deleting(self, cls: type[T], namespace: str, name: str) -> T:
@@ -746,6 +787,5 @@ def _with_part(base: Mapping[str, Any], part: str, source: Mapping[str, Any]) ->
     return merged
 
 
-def _has_labels(body: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
-    labels = body.get("metadata", {}).get("labels", {})
-    return all(labels.get(key) == value for key, value in wanted.items())
+def _has_labels(meta: ObjectMeta, wanted: Mapping[str, str]) -> bool:
+    return all(meta.labels.get(key) == value for key, value in wanted.items())

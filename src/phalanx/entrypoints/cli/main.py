@@ -292,6 +292,8 @@ def get(
                 console.print(f"No jobs in {'any namespace' if all_namespaces else namespace}.")
             else:
                 console.print(jobs_table(jobs, wide=output == Output.WIDE or all_namespaces))
+            if not choice.kubernetes and not name:
+                _warn_unreadable_jobs(client, None if all_namespaces else namespace)
         elif resource in (Resource.NODES, Resource.NODE):
             nodes = [n for n in client.ops.list_nodes() if name in (None, n.metadata.name)]
             if output in (Output.YAML, Output.JSON):
@@ -335,6 +337,23 @@ def get(
                 _print_objects(jobtypes, output)
             else:
                 console.print(jobtypes_table(jobtypes))
+
+
+def _warn_unreadable_jobs(client: Client | KubernetesClient, namespace: str | None) -> None:
+    """Say which stored jobs cannot be read, so that a listing never hides them silently."""
+    store = getattr(client, "store", None)
+    if store is None:
+        return
+    unreadable = [
+        record
+        for record in store.quarantined("TrainingJob")
+        if not record.readable and namespace in (None, record.namespace)
+    ]
+    for record in unreadable:
+        warn(
+            f"job {record.namespace}/{record.name} is stored but cannot be read ({record.message}); it is "
+            f"quarantined: delete it with `phalanx delete job {record.name} -n {record.namespace}`"
+        )
 
 
 @app.command()
@@ -453,17 +472,41 @@ def resume(
 
 @app.command()
 def delete(
-    resource: Annotated[str, typer.Argument(help="job, queue or dataset")],
-    name: Annotated[str, typer.Argument(help="Its name.")],
+    resource: Annotated[str | None, typer.Argument(help="job, queue or dataset", show_default=False)] = None,
+    name: Annotated[str | None, typer.Argument(help="Its name.", show_default=False)] = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
+    quarantined: Annotated[
+        bool,
+        typer.Option(
+            "--quarantined",
+            help="Delete every quarantined object instead (see `phalanx status`), even rows that cannot be read.",
+        ),
+    ] = False,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Delete a job (stop its replicas, then remove it with its logs), a queue (its jobs keep running) or a dataset."""
-    _require_jobs(resource, "delete")
+    """Delete a job (stop its replicas, then remove it with its logs), a queue (its jobs keep running) or a dataset.
+
+    With --quarantined: every object the control plane set aside (see `phalanx status`), rows it cannot read
+    included.
+    """
     choice = _choose(backend, kubeconfig, context)
+    if quarantined:
+        if resource is not None:
+            fail("`phalanx delete --quarantined` takes no resource or name: it deletes every quarantined object", 2)
+        _embedded_only(choice, "delete --quarantined", "objects the API server cannot read are its to report")
+        with session(state_dir) as local:
+            removed = local.ops.delete_quarantined()
+        for record in removed:
+            console.print(f"{record.kind.lower()}/{escape(record.name)} deleted (namespace {escape(record.namespace)})")
+        if not removed:
+            console.print("nothing is quarantined")
+        return
+    if resource is None or name is None:
+        fail("give what to delete: `phalanx delete job NAME` (or queue, dataset), or `phalanx delete --quarantined`", 2)
+    _require_jobs(resource, "delete")
     with _session(choice, state_dir, namespace) as client:
         if resource in DATASET_RESOURCES:
             _delete_dataset(client, name)
@@ -707,7 +750,8 @@ def status(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Is the control plane running, and what does this machine hold?"""
+    """Is the control plane running, what does this machine hold, and what is quarantined?"""
+    from phalanx.core.lifecycle.quarantine import shown_phase
     from phalanx.services.daemon import current_leader
 
     _embedded_only(
@@ -726,10 +770,19 @@ def status(
         jobs = client.ops.list_jobs(None)
         counts: dict[str, int] = {}
         for job in jobs:
-            counts[job.status.phase] = counts.get(job.status.phase, 0) + 1
+            phase = shown_phase(job.status)
+            counts[phase] = counts.get(phase, 0) + 1
         summary = ", ".join(f"{n} {styled_phase(p)}" for p, n in sorted(counts.items())) or "none"
         console.print(f"jobs: {summary}")
         console.print(f"nodes: {len(client.ops.list_nodes())}")
+        records = client.ops.quarantined()
+        if records:
+            console.print(
+                f"quarantined: [bold red]{len(records)}[/] object(s) the control plane leaves alone; delete them "
+                "(`phalanx delete --quarantined`, or one job with `phalanx delete job NAME -n NAMESPACE`) or fix them"
+            )
+            for record in records:
+                console.print(f"  {escape(record.key)}: {escape(record.message)}", soft_wrap=True)
 
 
 @app.command()

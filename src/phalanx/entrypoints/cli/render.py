@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from phalanx.core.lifecycle.quarantine import quarantine_condition, shown_phase
 from phalanx.entrypoints.cli.styles import styled_phase
 from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
@@ -40,11 +41,12 @@ def jobs_table(jobs: list[TrainingJob], *, wide: bool = False) -> Table:
     for job in jobs:
         total = job.spec.total_replicas()
         active = sum(s.active for s in job.status.replica_statuses.values())
-        message = job.status.message or job.status.reason
+        quarantine = quarantine_condition(job.status)
+        message = quarantine.message if quarantine is not None else job.status.message or job.status.reason
         row = [
             job.metadata.name,
             job.spec.type,
-            styled_phase(job.status.phase),
+            styled_phase(shown_phase(job.status)),
             f"{active}/{total}",
             str(job.status.restarts),
             age(job.metadata.creation_timestamp),

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 @contextmanager
 def session(state_dir: Path | None, namespace: str = "default") -> Iterator[Client]:
     """A client for one command; every expected error becomes a message on stderr and an exit code."""
-    from phalanx.adapters.store import StoreError, StoreUnavailableError
+    from phalanx.adapters.store import StoreError, StoreUnavailableError, UnreadableError
     from phalanx.entrypoints.client import Client
     from phalanx.model.errors import SpecError
     from phalanx.services.daemon import DaemonError
@@ -40,7 +40,7 @@ def session(state_dir: Path | None, namespace: str = "default") -> Iterator[Clie
                 yield client
             except SpecError as err:
                 spec_errors(err.source, [(e.path, e.message) for e in err.errors])
-            except (OperationError, DaemonError, TimeoutError) as err:
+            except (OperationError, DaemonError, TimeoutError, UnreadableError) as err:
                 fail(str(err))
     except StoreUnavailableError as err:
         fail(str(err), STORE_UNAVAILABLE_EXIT)
@@ -124,6 +124,7 @@ def run_job(
     def when_gone(last: dict[str, Any] | None) -> dict[str, Any]:
         return final_of_deleted(layout, namespace, name, last, since=submitted_at)
 
+    lost: Exception
     try:
         final = follow(ApiJobSource(api, namespace, name, when_gone=when_gone), console, show_logs=logs)
     except ApiError as err:

@@ -18,6 +18,7 @@ PHASE_STYLE: dict[str, str] = {
     "Preempted": "magenta",
     "Halting": "yellow",
     "Halted": "yellow",
+    "Quarantined": "bold red",  # not a phase: a job the control plane sets aside (``phalanx status`` says why)
 }
 # Phases after which `run` and `logs -f` stop following.
 STOP_FOLLOWING = frozenset({"Succeeded", "Failed", "Halted"})
