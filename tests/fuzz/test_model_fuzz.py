@@ -30,12 +30,16 @@ from fuzz.consumers import consume
 from fuzz.profiles import FUZZ, SCALE
 from fuzz.strategies import documents_of_any_kind, names, path_is_grounded
 from phalanx.adapters.store import SqliteStore
+from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
+from phalanx.model.jobs import TrainingJob
+from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.queues import Queue
 from phalanx.services.layout import StateLayout
 from phalanx.services.operations import Operations, seed_builtin_jobtypes
 
+KINDS: dict[str, type[Any]] = {"TrainingJob": TrainingJob, "JobType": JobType, "Queue": Queue, "Dataset": Dataset}
 DOCUMENTS = int(os.environ.get("PHALANX_FUZZ_DOCUMENTS", 10_000)) * SCALE
 #: A refusal is one sentence per problem; a message this long is a value echoed whole (defect 5's repr).
 MAX_MESSAGE = 2_000
@@ -78,9 +82,8 @@ def check_document(door: Door, document: Any, namespace: str | None) -> str:
     """Submit one document through the door; return 'accepted' or 'refused', or fail naming the breach."""
     before = door.store.latest_seq()
     try:
-        validated = door.ops.validate([document])
-        door.ops.submit([document], submit_dir=door.work, namespace=namespace)
-        stored = [_stored(door, obj, namespace) for obj in validated]
+        submitted = door.ops.submit([document], submit_dir=door.work, namespace=namespace)
+        stored = [door.store.try_get(KINDS[item.kind], item.namespace or "default", item.name) for item in submitted]
     except SpecError as err:
         assert door.store.latest_seq() == before, f"refused, yet the store was written: {err}"
         assert err.errors, "a SpecError without errors"
@@ -91,6 +94,7 @@ def check_document(door: Door, document: Any, namespace: str | None) -> str:
     finally:
         if door.store.latest_seq() != before:
             door.restore()
+    validated = door.ops.validate([document])
     for obj, back in zip(validated, stored, strict=True):
         assert back is not None, f"accepted, yet {obj.kind} {obj.metadata.name} is not in the store"
         wire = back.to_dict()
@@ -99,13 +103,6 @@ def check_document(door: Door, document: Any, namespace: str | None) -> str:
         assert back.spec == obj.spec, "the stored spec differs from the validated one"
         consume(back, door.jobtypes)
     return "accepted"
-
-
-def _stored(door: Door, obj: Any, namespace: str | None) -> Any:
-    if isinstance(obj, Queue):
-        return door.store.try_get(Queue, "default", obj.metadata.name)
-    where = namespace or obj.metadata.namespace
-    return door.store.try_get(type(obj), where, obj.metadata.name)
 
 
 def test_every_generated_document_is_refused_with_its_paths_or_accepted_and_consumable(door: Door) -> None:
