@@ -7,10 +7,19 @@ temporary state directory, reached through the SDK, the CLI and its local API.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from integration.runtime.conftest import ControlPlaneProcess, Runtime
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # `pytest -m fuzz` selects the tier; `-m "not fuzz"` leaves it out of a quick local run.
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.fuzz)
 
 
 @pytest.fixture(scope="module")

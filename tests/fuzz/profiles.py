@@ -25,8 +25,8 @@ _COMMON = {
         HealthCheck.function_scoped_fixture,
     ],
 }
-settings.register_profile("phalanx-fuzz-ci", derandomize=True, **_COMMON)  # type: ignore[arg-type]
-settings.register_profile("phalanx-fuzz-explore", derandomize=False, **_COMMON)  # type: ignore[arg-type]
+settings.register_profile("phalanx-fuzz-ci", derandomize=True, **_COMMON)
+settings.register_profile("phalanx-fuzz-explore", derandomize=False, **_COMMON)
 
 PROFILE = os.environ.get("PHALANX_FUZZ_PROFILE", "ci")
 SCALE = 10 if PROFILE == "explore" else 1
