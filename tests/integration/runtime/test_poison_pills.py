@@ -230,11 +230,25 @@ def insert_job_row(store: SqliteStore, body: dict[str, Any]) -> None:
 
 
 def test_the_pending_job_that_breaks_the_scheduling_cycle_is_found_and_the_others_are_admitted(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A job the core fails on (a bug that one job's spec triggers) is found by bisection and set aside.
+
+    The model now refuses every value known to break the cycle (a 10**30 millicore row no longer even parses: see
+    the next test), so the bug is stood in for: the real cycle, made to raise whenever the pill is among its jobs.
+    """
+    import phalanx.services.scheduler as scheduling_service
+
+    real_schedule = scheduling_service.schedule
+
+    def schedule_failing_on_the_pill(snapshot: Any, pending: Any, *args: Any, **kwargs: Any) -> Any:
+        if any(job.key == "default/pill" for job in pending):
+            raise OverflowError("Python int too large to convert to C long")
+        return real_schedule(snapshot, pending, *args, **kwargs)
+
+    monkeypatch.setattr(scheduling_service, "schedule", schedule_failing_on_the_pill)
     with store_with_queued_jobs(tmp_path / "phalanx.db", ["a", "b", "c"]) as store:
         body = stored_body("pill")
-        body["spec"]["replicas"]["worker"]["template"]["resources"]["cpu"] = f"{10**30}m"
         body["status"] = {"phase": "Queued"}
         insert_job_row(store, body)
 
@@ -246,6 +260,24 @@ def test_the_pending_job_that_breaks_the_scheduling_cycle_is_found_and_the_other
         assert (record.key, record.reason) == ("TrainingJob default/pill", "SchedulerError")
         assert "OverflowError" in record.message
         assert not SchedulerService(store).sync()  # set aside: the next cycle does not try it again
+
+
+def test_a_pending_job_with_a_quantity_past_every_bound_is_unreadable_and_the_others_are_admitted(
+    tmp_path: Path,
+) -> None:
+    with store_with_queued_jobs(tmp_path / "phalanx.db", ["a", "b", "c"]) as store:
+        body = stored_body("pill")
+        body["spec"]["replicas"]["worker"]["template"]["resources"]["cpu"] = f"{10**30}m"
+        body["status"] = {"phase": "Queued"}
+        insert_job_row(store, body)
+
+        assert SchedulerService(store).sync()
+
+        phases = {job.metadata.name: shown_phase(job.status) for job in store.list(TrainingJob)}
+        assert phases == {"a": "Admitted", "b": "Admitted", "c": "Admitted"}
+        [record] = store.quarantined()
+        assert record.key == "TrainingJob default/pill"
+        assert "cpu" in record.message
 
 
 def test_a_running_job_whose_holdings_cannot_be_counted_does_not_stop_scheduling(tmp_path: Path) -> None:
