@@ -90,3 +90,18 @@ def test_the_run_fast_path_imports_no_rich_http_client_or_model() -> None:
     )
     heavy = {"rich", "http.client", "email", "typer", "pydantic", "yaml", "phalanx.model", "phalanx.adapters"}
     assert sorted(m for m in loaded if m in heavy or m.split(".")[0] in heavy) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        pytest.param("job default/job\n not found", "job default/job\\n not found", id="newline-in-a-name"),
+        pytest.param("invalid spec:\n  a: b\n  c: d", "invalid spec:\n  a: b\n  c: d", id="indented-lines-kept"),
+        pytest.param("x\x00y\x1bz", "x\\x00y\\x1bz", id="control-characters"),
+        pytest.param("tab\tstays", "tab\tstays", id="tab"),
+    ],
+)
+def test_a_message_cannot_be_split_by_what_it_quotes(text: str, shown: str) -> None:
+    from phalanx.entrypoints.cli.output import one_line
+
+    assert one_line(text) == shown

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from contextlib import suppress
 from pathlib import Path
 
 from phalanx.adapters.store.errors import StoreError
@@ -117,11 +116,15 @@ class ThreadConnection:
         self.pid = os.getpid()
 
     def __del__(self) -> None:
-        with suppress(Exception):  # may run at interpreter shutdown, when little is left
+        # May run at interpreter shutdown, when module globals (``suppress`` too) may already be None: a plain
+        # try, which needs no global.
+        try:
             if self.pid == os.getpid():
                 self.conn.close()
             else:
                 _INHERITED_CONNECTIONS.append(self.conn)
+        except Exception:
+            pass
 
 
 def open_connection(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:

@@ -157,15 +157,28 @@ def mask_url(text: str) -> str:
     return masked(text)
 
 
+# Control characters, and a newline that does not start an indented continuation line (a message's own lines,
+# such as a spec error's list of problems, are indented; a newline inside a name or value is not).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|\n(?!  )")
+
+
+def one_line(text: str) -> str:
+    r"""``text`` with control characters shown escaped (``\n``), so a name or value cannot split a message.
+
+    Every line printed then starts with ``error:``, ``warning:`` or an indent, as scripts that read stderr expect.
+    """
+    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code``; URL passwords in it are masked."""
-    writer(stderr=True).print(f"[bold red]error:[/] {escape(mask_url(message))}")
+    writer(stderr=True).print(f"[bold red]error:[/] {escape(one_line(mask_url(message)))}")
     raise Failure(code)
 
 
 def warn(message: str) -> None:
     """Print ``warning: message`` on stderr; URL passwords in it are masked."""
-    writer(stderr=True).print(f"[bold yellow]warning:[/] {escape(mask_url(message))}")
+    writer(stderr=True).print(f"[bold yellow]warning:[/] {escape(one_line(mask_url(message)))}")
 
 
 def spec_errors(source: str | None, errors: Sequence[tuple[str, str]]) -> NoReturn:
@@ -175,5 +188,7 @@ def spec_errors(source: str | None, errors: Sequence[tuple[str, str]]) -> NoRetu
     err.print(f"[bold red]error:[/] {escape(where)}invalid spec, nothing was created:")
     for path, message in errors:
         # A refused datasource URL is quoted in its message: never with its password.
-        err.print(f"  [yellow]{escape(path or '(document)')}[/]: {escape(mask_url(message))}")
+        # One line per problem, whatever the path (a role name) or the message (a value it quotes) holds.
+        shown_path, shown = (one_line(text) for text in (path or "(document)", mask_url(message)))
+        err.print(f"  [yellow]{escape(shown_path)}[/]: {escape(shown)}")
     raise Failure(2)
