@@ -21,7 +21,14 @@ from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes, parse_dataset, parse_jobtype, parse_queue
+from phalanx.model.loading import (
+    BUILTIN_LABEL,
+    builtin_jobtypes,
+    check_documents,
+    parse_dataset,
+    parse_jobtype,
+    parse_queue,
+)
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
@@ -92,6 +99,8 @@ def validate_documents(
     Raises:
         SpecError: every problem in every document, each with its field path.
     """
+    # Documents posted as JSON or handed over by the SDK meet a file's limits before anything walks them.
+    check_documents(documents, source=source)
     jobtypes = dict(jobtypes)
     # JobTypes in the same submission may be used by jobs in it.
     parsed: list[Any] = []
