@@ -77,3 +77,21 @@ def test_a_utf16_file_with_a_bom_is_submitted(runtime: Runtime) -> None:
     assert result.returncode == 0, result.stderr
     with runtime.client() as client:
         assert [job.metadata.name for job in client.list()] == ["wide"]
+
+
+def test_run_of_an_alias_bomb_is_refused_by_a_running_control_plane_which_keeps_working(runtime: Runtime) -> None:
+    # `run` hands the file's text to the control plane, which parses it: each level once cost it 10x more CPU.
+    plane = runtime.start_control_plane()
+    path = runtime.work_dir / "bomb.yaml"
+    path.write_text(BOMB + "\nkind: TrainingJob\n")
+
+    result = runtime.cli("run", str(path), "--no-logs", timeout=60)
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.endswith(
+        f"error: {path}: document 1 takes the file past 100,000 values once its aliases are expanded (at line 6); "
+        "at most 100,000 are allowed\n"
+    )
+    assert plane.process.poll() is None
+    good = runtime.write_job("after", generic_job("after"))
+    assert runtime.cli("run", str(good), "--no-logs", timeout=60).returncode == 0
