@@ -7,6 +7,8 @@ the same messages.
 from __future__ import annotations
 
 import difflib
+import math
+import reprlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,9 +49,48 @@ def join_path(parts: Iterable[Any]) -> str:
     return path
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _short(value: Any, limit: int = 60) -> str:
+    """At most ``limit`` characters of ``value``'s repr, computed from no more of the value than they show.
+
+    A value can be an alias bomb's billions of shared items, nested past any recursion limit, or an integer too
+    long for ``str()``: a plain ``repr()`` then runs for minutes or raises.
+    """
+    text = _bounded_repr(value, limit + 1, levels=3)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_BRACKETS: dict[type, tuple[str, str]] = {dict: ("{", "}"), list: ("[", "]"), tuple: ("(", ")")}
+
+
+def _bounded_repr(value: Any, budget: int, *, levels: int) -> str:
+    # ``budget`` characters suffice: the caller cuts the rest. ``levels`` bounds the recursion.
+    if isinstance(value, str):
+        return repr(value[:budget])
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * budget:
+        return f"a number of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    if isinstance(value, dict | list | tuple):
+        opening, closing = _BRACKETS[dict if isinstance(value, dict) else tuple if isinstance(value, tuple) else list]
+        if not levels:
+            return f"{opening}...{closing}" if value else f"{opening}{closing}"
+        parts: list[str] = []
+        used = 1
+        items = value.items() if isinstance(value, dict) else value
+        for item in items:
+            if used >= budget:
+                parts.append("...")
+                break
+            if isinstance(value, dict):
+                key, inner = item
+                part = f"{_bounded_repr(key, budget - used, levels=levels - 1)}: "
+                part += _bounded_repr(inner, budget - used - len(part), levels=levels - 1)
+            else:
+                part = _bounded_repr(item, budget - used, levels=levels - 1)
+            parts.append(part)
+            used += len(part) + 2
+        if isinstance(value, tuple) and len(parts) == 1:
+            return f"({parts[0]},)"
+        return opening + ", ".join(parts) + closing
+    return reprlib.repr(value)[:budget]
 
 
 def _message(error: Any, allowed_fields: Sequence[str]) -> str:

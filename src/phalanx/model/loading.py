@@ -1,13 +1,16 @@
 """Reading and writing API objects as YAML or JSON, including multi-document YAML files.
 
-Errors say which file and, for multi-document files, which document.
+Errors say which file and, for multi-document files, which document. Every YAML read (spec files, text handed
+to the local API, the built-in JobTypes) goes through ``parse_documents``: the file limits of ``yaml_limits``
+(size, documents, nesting, values once aliases are expanded), duplicate keys refused, encodings as
+``textfiles`` decides. A problem with the file as a whole is one sentence that starts with the file's name.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,36 +22,69 @@ from phalanx.model.datasets import Dataset
 from phalanx.model.errors import FieldError, SpecError, from_validation_error
 from phalanx.model.jobtypes import JobType
 from phalanx.model.queues import Queue
+from phalanx.model.textfiles import MAX_FILE_BYTES, FileTextError, read_spec_text, too_large
 from phalanx.model.validation import allowed_fields
-
-# The C loader when PyYAML was built with libyaml (several times faster), else the pure-Python one; both safe.
-_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from phalanx.model.yaml_limits import LimitedLoader, LimitExceededError, measure_documents
 
 
 def read_documents(path: Path) -> list[dict[str, Any]]:
     """Every YAML/JSON document in a file, as mappings.
 
     Raises:
-        SpecError: the file is missing, unreadable, not YAML, or a document is not a mapping.
+        SpecError: the file is missing, unreadable, too large, not text, not YAML, past a limit of
+            ``yaml_limits``, or a document is not a mapping.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_spec_text(path)
     except FileNotFoundError:
         raise SpecError([FieldError("", f"file not found: {path}")]) from None
+    except FileTextError as err:
+        raise SpecError([FieldError("", str(err))], source=str(path)) from None
     except OSError as err:
         raise SpecError([FieldError("", f"cannot read {path}: {err.strerror}")]) from None
     return parse_documents(text, source=str(path))
 
 
 def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any]]:
-    """Parse YAML (a superset of JSON) text into mappings, skipping empty documents."""
+    """Parse YAML (a superset of JSON) text into mappings, skipping empty documents.
+
+    Every document is composed, and so checked against the limits and for duplicate keys, before any is
+    constructed into Python objects.
+    """
+    # A character is at most 4 bytes: count the bytes only when the characters alone do not decide.
+    if len(text) > MAX_FILE_BYTES // 4 and len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
+        raise SpecError([FieldError("", too_large(source))], source=source)
+    loader: LimitedLoader | None = None
     try:
-        documents = [doc for doc in yaml.load_all(text, Loader=_SAFE_LOADER) if doc is not None]
+        loader = LimitedLoader(text, source=source)  # the pure-Python reader checks the characters here
+        nodes = []
+        while loader.check_node():
+            nodes.append(loader.get_node())
+        if loader.duplicates:
+            many = loader.document > 1
+            raise SpecError(
+                [
+                    FieldError(path, f"document {doc}: {problem}" if many else problem)
+                    for doc, path, problem in loader.duplicates
+                ],
+                source=source,
+            )
+        documents = [doc for doc in (loader.construct_document(node) for node in nodes) if doc is not None]
+    except LimitExceededError as err:
+        raise SpecError([FieldError("", str(err))], source=source) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err)
         raise SpecError([FieldError("", f"not valid YAML{where}: {problem}")], source=source) from None
+    except UnicodeEncodeError as err:
+        # Text from JSON may hold a lone surrogate, which no YAML reader accepts.
+        raise SpecError(
+            [FieldError("", f"not valid YAML: {err.reason} at character {err.start}")], source=source
+        ) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     for position, doc in enumerate(documents):
         if not isinstance(doc, dict):
             raise SpecError(
@@ -127,11 +163,23 @@ def _load_builtin_jobtypes() -> dict[str, JobType]:
     folder = resources.files("phalanx.model") / "jobtypes"
     for entry in sorted(folder.iterdir(), key=lambda item: item.name):
         if entry.name.endswith(".yaml"):
-            raw = yaml.load(entry.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
+            (raw,) = parse_documents(entry.read_text(encoding="utf-8"), source=entry.name)
             raw.setdefault("metadata", {}).setdefault("labels", {})[BUILTIN_LABEL] = "true"
             jobtype = parse_jobtype(raw, source=entry.name)
             found[jobtype.metadata.name] = jobtype
     return found
+
+
+def check_documents(documents: Sequence[Any], *, source: str | None = None) -> None:
+    """Refuse documents that arrive parsed (JSON, SDK mappings) past the limits a file has, before validation.
+
+    Raises:
+        SpecError: one sentence naming the document and the limit.
+    """
+    try:
+        measure_documents(documents, source=source)
+    except LimitExceededError as err:
+        raise SpecError([FieldError("", str(err))], source=source) from None
 
 
 def iter_kinds(documents: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -35,7 +35,14 @@ from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes, parse_dataset, parse_jobtype, parse_queue
+from phalanx.model.loading import (
+    BUILTIN_LABEL,
+    builtin_jobtypes,
+    check_documents,
+    parse_dataset,
+    parse_jobtype,
+    parse_queue,
+)
 from phalanx.model.names import check_dns_label
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
@@ -143,6 +150,8 @@ def validate_documents(
     Raises:
         SpecError: every problem in every document, each with its field path; a bad ``namespace`` alone.
     """
+    # Documents posted as JSON or handed over by the SDK meet a file's limits before anything walks them.
+    check_documents(documents, source=source)
     if namespace is not None:
         try:
             check_dns_label(namespace, "namespace")

@@ -79,6 +79,20 @@ def test_errors_go_to_stderr_as_plain_text(monkeypatch: pytest.MonkeyPatch) -> N
     ]
 
 
+def test_a_problem_with_the_whole_file_is_one_error_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    sentence = "job.yaml is not UTF-8 text (byte 0xe9 at offset 20); save it as UTF-8"
+
+    with pytest.raises(output.Failure) as failed:
+        output.spec_errors("job.yaml", [("", sentence)])
+
+    assert failed.value.code == 2
+    assert err.getvalue() == f"error: {sentence}\n"
+
+
 def test_the_run_fast_path_imports_no_rich_http_client_or_model() -> None:
     code = (
         "import sys\n"

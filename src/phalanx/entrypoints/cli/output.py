@@ -182,9 +182,15 @@ def warn(message: str) -> None:
 
 
 def spec_errors(source: str | None, errors: Sequence[tuple[str, str]]) -> NoReturn:
-    """Print every field error of an invalid spec and exit 2."""
+    """Print every field error of an invalid spec and exit 2.
+
+    A problem with the file as a whole (too large, not UTF-8, an alias bomb) is one error without a path whose
+    sentence starts with the file's name: it is printed as that one ``error:`` line.
+    """
     where = f"{source}: " if source else ""
     err = writer(stderr=True)
+    if len(errors) == 1 and not errors[0][0] and errors[0][1].startswith(source or ""):
+        fail(errors[0][1], 2)
     err.print(f"[bold red]error:[/] {escape(where)}invalid spec, nothing was created:")
     for path, message in errors:
         # A refused datasource URL is quoted in its message: never with its password.

@@ -79,9 +79,12 @@ def run_job(
     api = LocalApi(layout.api_socket)
     console = writer()
     documents: list[dict[str, Any]] | str
+    # A small module without pydantic or YAML: it bounds the size and decodes as the full path below would.
+    from phalanx.model.textfiles import FileTextError, read_spec_text
+
     try:
-        documents = file.read_text(encoding="utf-8")  # the control plane parses it
-    except (OSError, UnicodeDecodeError):
+        documents = read_spec_text(file)  # the control plane parses it
+    except (OSError, FileTextError):
         documents = ""  # the full path below reports the problem
     if not documents or not api.available():
         # No control plane yet (or a file that cannot be read): validate here first, so that a bad spec
