@@ -97,7 +97,8 @@ def check_document(door: Door, document: Any, namespace: str | None) -> str:
     finally:
         if door.store.latest_seq() != before:
             door.restore()
-    validated = validate_documents([document], door.jobtypes)  # the store holds just the built-ins again
+    # With the same override as the submit (it replaces whatever namespace the document holds).
+    validated = validate_documents([document], door.jobtypes, namespace=namespace)  # the built-ins again
     for obj, back in zip(validated, stored, strict=True):
         assert back is not None, f"accepted, yet {obj.kind} {obj.metadata.name} is not in the store"
         wire = back.to_dict()

@@ -49,7 +49,7 @@ def join_path(parts: Iterable[Any]) -> str:
     return path
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def short(value: Any, limit: int = 60) -> str:
     """At most ``limit`` characters of ``value``'s repr, computed from no more of the value than they show.
 
     A value can be an alias bomb's billions of shared items, nested past any recursion limit, or an integer too
@@ -112,24 +112,28 @@ def _message(error: Any, allowed_fields: Sequence[str]) -> str:
     }
     if kind in bounds:
         limit = next(iter(ctx.values())) if ctx else "?"
-        return f"must be {bounds[kind]} {limit}, got {_short(value)}"
+        return f"must be {bounds[kind]} {limit}, got {short(value)}"
     if kind in ("literal_error", "enum"):
-        return f"must be one of {ctx.get('expected', '?')}, got {_short(value)}"
+        return f"must be one of {ctx.get('expected', '?')}, got {short(value)}"
     if kind in ("int_parsing", "int_type", "int_from_float"):
-        return f"must be a whole number, got {_short(value)}"
+        return f"must be a whole number, got {short(value)}"
     if kind in ("float_parsing", "float_type"):
-        return f"must be a number, got {_short(value)}"
+        return f"must be a number, got {short(value)}"
     if kind in ("bool_parsing", "bool_type"):
-        return f"must be true or false, got {_short(value)}"
+        return f"must be true or false, got {short(value)}"
     if kind in ("string_type",):
-        return f"must be a string, got {_short(value)}"
+        return f"must be a string, got {short(value)}"
     if kind in ("list_type",):
-        return f"must be a list, e.g. [a, b], got {_short(value)}"
+        return f"must be a list, e.g. [a, b], got {short(value)}"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return f"must be a mapping, got {_short(value)}"
+        return f"must be a mapping, got {short(value)}"
     if kind == "value_error":
         return str(ctx.get("error", error["msg"]))
-    return f"{error['msg']}, got {_short(value)}"
+    return f"{error['msg']}, got {short(value)}"
+
+
+def _index_or_key(part: str) -> str | int:
+    return int(part[1:-1]) if part.startswith("[") and part.endswith("]") and part[1:-1].isdigit() else part
 
 
 def from_validation_error(
@@ -150,6 +154,7 @@ def from_validation_error(
         # Validators raise "field: problem" when the problem belongs to a sub-field; keep that path.
         if item["type"] == "value_error" and ": " in message and " " not in message.split(": ", 1)[0]:
             sub, message = message.split(": ", 1)
-            loc = [*loc, *sub.split(".")]
+            # "[2].valueFrom" names a list item, as join_path writes it: keep the index an index.
+            loc = [*loc, *(_index_or_key(part) for part in sub.replace("[", ".[").split(".") if part)]
         errors.append(FieldError(join_path([*prefix, *loc]), message))
     return errors

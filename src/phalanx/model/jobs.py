@@ -150,10 +150,10 @@ def _env_from_list(value: Any) -> Any:
             if not isinstance(item, dict) or "name" not in item:
                 raise ValueError(f"item {position} must be a mapping with 'name' and 'value'")
             if "valueFrom" in item:
-                raise ValueError(f"{item['name']}.valueFrom: {_VALUE_FROM}")
+                raise ValueError(f"[{position}].valueFrom: {_VALUE_FROM}")
             unknown = sorted(str(key) for key in item if key not in ("name", "value"))
             if unknown:
-                raise ValueError(f"{item['name']}: unknown field {unknown[0]!r}; an entry has 'name' and 'value'")
+                raise ValueError(f"[{position}]: unknown field {unknown[0]!r}; an entry has 'name' and 'value'")
             env[str(item["name"])] = item.get("value", "")
         return env
     return value

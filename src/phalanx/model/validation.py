@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from phalanx.model.bounds import MAX_REPLICAS
-from phalanx.model.errors import FieldError, SpecError, from_validation_error
+from phalanx.model.errors import FieldError, SpecError, from_validation_error, short
 from phalanx.model.jobs import PRIORITY_CLASSES, ReplicaSpec, ReplicaTemplate, TrainingJob
 from phalanx.model.jobtypes import TEMPLATE_PATTERN, JobType, RoleDefinition
 from phalanx.model.sizes import DEFAULT_SIZE, SIZES, fill_resources
@@ -78,10 +78,10 @@ def parse_job(raw: Any, *, source: str | None = None) -> TrainingJob:
     errors: list[FieldError] = []
     kind = raw.get("kind", "TrainingJob")
     if kind != "TrainingJob":
-        errors.append(FieldError("kind", f"must be TrainingJob, got {kind!r}"))
+        errors.append(FieldError("kind", f"must be TrainingJob, got {short(kind)}"))
     api_version = raw.get("apiVersion", "phalanx.dev/v1alpha1")
     if api_version != "phalanx.dev/v1alpha1":
-        errors.append(FieldError("apiVersion", f"must be phalanx.dev/v1alpha1, got {api_version!r}"))
+        errors.append(FieldError("apiVersion", f"must be phalanx.dev/v1alpha1, got {short(api_version)}"))
     body = {key: value for key, value in raw.items() if key not in ("status", "kind", "apiVersion")}
     try:
         job = TrainingJob.model_validate(body)

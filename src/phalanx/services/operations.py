@@ -31,7 +31,7 @@ from phalanx.core.lifecycle import ACTIVE_PHASES, HOLDING_PHASES
 from phalanx.core.lifecycle.quarantine import quarantine_condition
 from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
-from phalanx.model.errors import FieldError, SpecError
+from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
@@ -43,7 +43,7 @@ from phalanx.model.loading import (
     parse_jobtype,
     parse_queue,
 )
-from phalanx.model.names import check_dns_label
+from phalanx.model.names import MAX_NAME_LENGTH, check_dns_label
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
@@ -158,7 +158,7 @@ def validate_documents(
         except ValueError as err:
             raise SpecError([FieldError("", str(err))], source=source) from None
         documents = [
-            with_namespace(doc, namespace) if doc.get("kind", "TrainingJob") in namespaced_kinds else doc
+            with_namespace(doc, namespace) if str(doc.get("kind", "TrainingJob")) in namespaced_kinds else doc
             for doc in documents
         ]
     jobtypes = dict(jobtypes)
@@ -180,14 +180,14 @@ def validate_documents(
             elif kind == "Dataset":
                 parsed.append(parse_dataset(doc))
             else:
-                errors.append(
-                    FieldError("kind", f"{prefix}unknown kind {kind!r}; use TrainingJob, JobType, Queue or Dataset")
-                )
+                kinds = "TrainingJob, JobType, Queue or Dataset"
+                errors.append(FieldError("kind", f"{prefix}unknown kind {short(kind)}; use {kinds}"))
         except SpecError as err:
             if kind in ("Queue", "Dataset"):
                 # Name the Queue too: a file of queues and jobs has many documents.
                 name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
-                what = f"{kind.lower()}/{name}" if name else kind.lower()
+                # A name past its limit is refused anyway: quote no more of it than a valid one can hold.
+                what = f"{kind.lower()}/{str(name)[:MAX_NAME_LENGTH]}" if name else kind.lower()
                 prefix = f"document {position + 1} ({what}): " if len(documents) > 1 else f"{what}: "
             errors.extend(FieldError(e.path, prefix + e.message) for e in err.errors)
     if errors:
@@ -390,7 +390,7 @@ class Operations:
             SpecError: invalid documents (nothing is created).
             OperationError: a job of that name exists (and is active, or replacing was not asked for).
         """
-        objects = self.validate(documents, source=source, namespace=namespace or None)
+        objects = self.validate(documents, source=source, namespace=namespace)
         self._check_datasets_exist(objects)
         replaced: set[str] = set()
         for obj in objects:

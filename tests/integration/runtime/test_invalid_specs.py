@@ -190,7 +190,7 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "env-value-from",
         mutate(lambda d: worker(d).update(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s"}}}])),
-        "spec.replicas.worker.template.env.TOKEN.valueFrom",
+        "spec.replicas.worker.template.env[0].valueFrom",
         "not supported yet; set value",
     ),
     (

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml.constructor
 
-from phalanx.model.errors import SpecError, _short
+from phalanx.model.errors import SpecError, short
 from phalanx.model.loading import parse_documents, read_documents
 
 pytestmark = pytest.mark.timeout(30)
@@ -177,7 +177,7 @@ def shared_bomb(levels: int, width: int = 10) -> list[Any]:
 )
 @pytest.mark.timeout(20, method="thread")  # repr of a bomb runs in C, where a signal cannot stop it
 def test_short_shows_at_most_sixty_characters_of_any_value(value: Any, expected: str) -> None:
-    text = _short(value)
+    text = short(value)
     assert len(text) <= 60
     assert text == expected
 
@@ -186,4 +186,4 @@ def test_short_survives_a_value_nested_past_any_recursion_limit() -> None:
     value: list[Any] = []
     for _ in range(100_000):
         value = [value]
-    assert _short(value) == "[[[[...]]]]"
+    assert short(value) == "[[[[...]]]]"

@@ -128,7 +128,7 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     (
         "env-value-from",
         lambda d: template(d).update(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
-        "spec.replicas.worker.template.env.TOKEN.valueFrom",
+        "spec.replicas.worker.template.env[0].valueFrom",
         "not supported yet; set value",
     ),
     # Defect 8: outputs.path names a subdirectory of the replica's working directory.
@@ -245,7 +245,7 @@ def test_jobtype_reports_every_bad_env_template_at_once() -> None:
         ),
         pytest.param({"env": {"A": "x\x00"}}, "spec.env.A", "NUL", id="env-nul"),
         pytest.param(
-            {"env": [{"name": "A", "valueFrom": {"fieldRef": {}}}]}, "spec.env.A.valueFrom", "not supported", id="vf"
+            {"env": [{"name": "A", "valueFrom": {"fieldRef": {}}}]}, "spec.env[0].valueFrom", "not supported", id="vf"
         ),
     ],
 )
