@@ -1,10 +1,10 @@
 """No poison pill: a row written straight into the SQLite store that no longer parses, or that makes a step of
 the control plane raise, never stops the control plane.
 
-Each case writes one bad row with sqlite3 (as an older version, a hand edit or a bug would), then checks what a
-user sees: `phalanx up` starts a control plane that stays up and runs a good job to Succeeded, `phalanx status`
-names the bad object, `phalanx get jobs` still lists the good jobs, `phalanx down` then `phalanx up` works with
-the row still there, and `phalanx delete` removes it.
+Each case is one bad row written with sqlite3 (as an older version, a hand edit or a bug would); all of them lie
+in one store together, and the test checks what a user sees: `phalanx up` starts a control plane that stays up
+and runs a good job to Succeeded, `phalanx status` names each bad object, `phalanx get jobs` still lists the good
+jobs, `phalanx down` then `phalanx up` works with the rows still there, and `phalanx delete` removes each.
 """
 
 from __future__ import annotations
@@ -61,53 +61,55 @@ def stored_kinds(state_dir: Path, namespace: str, name: str) -> list[str]:
         return [str(kind) for (kind,) in rows.fetchall()]
 
 
-def bad_namespace() -> tuple[str, str, str, str]:
-    body = stored_body("pill")
+def bad_namespace(name: str) -> tuple[str, str, str, str]:
+    body = stored_body(name)
     body["metadata"]["namespace"] = "Team-A"
-    return "TrainingJob", "Team-A", "pill", json.dumps(body)
+    return "TrainingJob", "Team-A", name, json.dumps(body)
 
 
-def bad_role_name() -> tuple[str, str, str, str]:
-    body = stored_body("pill")
+def bad_role_name(name: str) -> tuple[str, str, str, str]:
+    body = stored_body(name)
     body["spec"]["replicas"] = {"Worker_X": body["spec"]["replicas"]["worker"]}
-    return "TrainingJob", "default", "pill", json.dumps(body)
+    return "TrainingJob", "default", name, json.dumps(body)
 
 
-def huge_cpu() -> tuple[str, str, str, str]:
-    body = stored_body("pill")
+def huge_cpu(name: str) -> tuple[str, str, str, str]:
+    body = stored_body(name)
     body["spec"]["replicas"]["worker"]["template"]["resources"]["cpu"] = f"{10**30}m"  # 1e30 millicores
-    return "TrainingJob", "default", "pill", json.dumps(body)
+    return "TrainingJob", "default", name, json.dumps(body)
 
 
-def garbage_json() -> tuple[str, str, str, str]:
-    return "TrainingJob", "default", "pill", '{"apiVersion": "phalanx.dev/v1alpha1", "kind": "Trai'
+def garbage_json(name: str) -> tuple[str, str, str, str]:
+    return "TrainingJob", "default", name, '{"apiVersion": "phalanx.dev/v1alpha1", "kind": "Trai'
 
 
-def unknown_kind() -> tuple[str, str, str, str]:
-    body = stored_body("pill")
+def unknown_kind(name: str) -> tuple[str, str, str, str]:
+    body = stored_body(name)
     body["kind"] = "TrainingJobV0"
-    return "TrainingJobV0", "default", "pill", json.dumps(body)
+    return "TrainingJobV0", "default", name, json.dumps(body)
 
 
-def bad_status() -> tuple[str, str, str, str]:
-    body = stored_body("pill")
+def bad_status(name: str) -> tuple[str, str, str, str]:
+    body = stored_body(name)
     body["status"] = {"phase": "Exploded", "conditions": "none"}
-    return "TrainingJob", "default", "pill", json.dumps(body)
+    return "TrainingJob", "default", name, json.dumps(body)
 
 
 @dataclass(frozen=True)
 class Pill:
-    make: Callable[[], tuple[str, str, str, str]]
-    delete: tuple[str, ...]  # the CLI verb that removes it
+    make: Callable[[str], tuple[str, str, str, str]]
+    delete: Callable[[str], tuple[str, ...]]  # the CLI verb that removes the pill of this name
 
 
+# Each pill under a name of its own, so that all of them lie in one store together: a control plane must run on
+# past every one of them at once, and the case each stands for is checked one by one below.
 PILLS = {
-    "bad-namespace": Pill(bad_namespace, ("delete", "job", "pill", "-n", "Team-A")),
-    "bad-role-name": Pill(bad_role_name, ("delete", "job", "pill")),
-    "cpu-1e30-millicores": Pill(huge_cpu, ("delete", "job", "pill")),
-    "garbage-json": Pill(garbage_json, ("delete", "job", "pill")),
-    "unknown-kind": Pill(unknown_kind, ("delete", "--quarantined")),
-    "status-does-not-parse": Pill(bad_status, ("delete", "job", "pill")),
+    "bad-namespace": Pill(bad_namespace, lambda name: ("delete", "job", name, "-n", "Team-A")),
+    "bad-role-name": Pill(bad_role_name, lambda name: ("delete", "job", name)),
+    "cpu-1e30-millicores": Pill(huge_cpu, lambda name: ("delete", "job", name)),
+    "garbage-json": Pill(garbage_json, lambda name: ("delete", "job", name)),
+    "unknown-kind": Pill(unknown_kind, lambda name: ("delete", "--quarantined")),
+    "status-does-not-parse": Pill(bad_status, lambda name: ("delete", "job", name)),
 }
 
 
@@ -126,26 +128,26 @@ def alive(pid: int) -> bool:
 
 
 def run_good_job(runtime: Runtime, name: str, pid: int) -> None:
-    """A good job submitted after the pill runs to Succeeded, under the same control plane."""
+    """A good job submitted after the pills runs to Succeeded, under the same control plane."""
     runtime.submit(generic_job(name))
     final = runtime.wait_phase(name, {Phase.SUCCEEDED, Phase.FAILED}, timeout=60)
     assert final.status.phase == Phase.SUCCEEDED, final.status.message
     assert leader_pid(runtime) == pid and alive(pid), "the control plane changed or died while running the good job"
 
 
-@pytest.mark.parametrize("case", sorted(PILLS), ids=sorted(PILLS))
-def test_a_bad_row_is_quarantined_and_the_control_plane_runs_on(runtime: Runtime, case: str) -> None:
-    pill = PILLS[case]
-    kind, namespace, name, body = pill.make()
+def test_bad_rows_are_quarantined_and_the_control_plane_runs_on(runtime: Runtime) -> None:
     with runtime.client() as client:  # creates the store; no control plane yet
         client.submit(generic_job("before"))
-    write_row(runtime.state_dir, kind, namespace, name, body)
-    key = f"{kind} {namespace}/{name}"
+    rows_written = {}
+    for position, case in enumerate(sorted(PILLS)):
+        kind, namespace, name, body = PILLS[case].make(f"pill-{position}")
+        write_row(runtime.state_dir, kind, namespace, name, body)
+        rows_written[case] = (kind, namespace, name)
 
     up = runtime.cli("up")
     assert up.returncode == 0, up.stderr
     pid = leader_pid(runtime)
-    # The control plane lists the pill on its first pass, and runs the jobs around it all the same.
+    # The control plane lists the pills on its first pass, and runs the jobs around them all the same.
     final = runtime.wait_phase("before", {Phase.SUCCEEDED, Phase.FAILED}, timeout=60)
     assert final.status.phase == Phase.SUCCEEDED, final.status.message
     run_good_job(runtime, "after", pid)
@@ -155,28 +157,31 @@ def test_a_bad_row_is_quarantined_and_the_control_plane_runs_on(runtime: Runtime
     assert "Traceback" not in status.stdout + status.stderr
     assert "control plane: running" in status.stdout
     lines = [line.strip() for line in status.stdout.splitlines()]
-    named = [line for line in lines if line.startswith(f"{key}:")]
-    assert named and len(named[0]) > len(key) + 10, status.stdout  # named, with the reason in a sentence
-
     listed = runtime.cli("get", "jobs", "-A")
     assert listed.returncode == 0, listed.stderr
     assert "Traceback" not in listed.stdout + listed.stderr
     rows = {row["NAME"]: row for row in parse_table(listed.stdout, "NAMESPACE")}
     assert {"before", "after"} <= set(rows)
     with runtime.client() as client:
-        [record] = [r for r in client.ops.quarantined() if r.key == key]
-    if kind == "TrainingJob":
+        records = {record.key: record for record in client.ops.quarantined()}
+    for case, (kind, namespace, name) in rows_written.items():
+        key = f"{kind} {namespace}/{name}"
+        named = [line for line in lines if line.startswith(f"{key}:")]
+        assert named and len(named[0]) > len(key) + 10, f"{case}: {status.stdout}"  # with a reason, in a sentence
+        record = records[key]
+        if kind != "TrainingJob":
+            continue
         described = runtime.cli("describe", "job", name, "-n", namespace)
         said = " ".join((described.stdout + described.stderr).split())
-        assert "Traceback" not in said
+        assert "Traceback" not in said, case
         if record.readable:
-            assert rows[name]["PHASE"] == QUARANTINED
-            assert described.returncode == 0 and QUARANTINED in said, said
+            assert rows[name]["PHASE"] == QUARANTINED, case
+            assert described.returncode == 0 and QUARANTINED in said, f"{case}: {said}"
         else:  # a listing never hides a job silently, and describing it says why it cannot
-            assert f"job {namespace}/{name} is stored but cannot be read" in " ".join(listed.stderr.split())
-            assert described.returncode == 1 and said.startswith("error: ") and "cannot be read" in said, said
+            assert f"job {namespace}/{name} is stored but cannot be read" in " ".join(listed.stderr.split()), case
+            assert described.returncode == 1 and said.startswith("error: ") and "cannot be read" in said, case
 
-    # With the pill still stored, the control plane stops and starts again, and still runs jobs.
+    # With the pills still stored, the control plane stops and starts again, and still runs jobs.
     down = runtime.cli("down")
     assert down.returncode == 0 and "control plane stopped" in down.stdout, down.stdout + down.stderr
     again = runtime.cli("up")
@@ -185,22 +190,24 @@ def test_a_bad_row_is_quarantined_and_the_control_plane_runs_on(runtime: Runtime
     assert second != pid
     run_good_job(runtime, "after-restart", second)
     with runtime.client() as client:
-        if record.readable and kind == "TrainingJob":
-            # Set aside once, not retried on every pass nor by the restarted control plane: one Quarantined
-            # event, seen once, and the job listed as Quarantined.
-            events = client.store.list_event_records(kind, namespace, name)
-            assert [e.count for e in events if e.event.reason == QUARANTINED] == [1]
-            assert shown_phase(client.store.get(TrainingJob, namespace, name).status) == QUARANTINED
+        for case, (kind, namespace, name) in rows_written.items():
+            if records[f"{kind} {namespace}/{name}"].readable and kind == "TrainingJob":
+                # Set aside once, not retried on every pass nor by the restarted control plane: one Quarantined
+                # event, seen once, and the job listed as Quarantined.
+                events = client.store.list_event_records(kind, namespace, name)
+                assert [e.count for e in events if e.event.reason == QUARANTINED] == [1], case
+                assert shown_phase(client.store.get(TrainingJob, namespace, name).status) == QUARANTINED, case
 
-    deleted = runtime.cli(*pill.delete)
-    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
-    assert "Traceback" not in deleted.stdout + deleted.stderr
-    assert stored_kinds(runtime.state_dir, namespace, name) == []
+    for case, (_kind, namespace, name) in rows_written.items():
+        deleted = runtime.cli(*PILLS[case].delete(name))
+        assert deleted.returncode == 0, f"{case}: {deleted.stdout + deleted.stderr}"
+        assert "Traceback" not in deleted.stdout + deleted.stderr, case
+        assert stored_kinds(runtime.state_dir, namespace, name) == [], case
     with runtime.client() as client:
         assert [record.key for record in client.ops.quarantined()] == []
-        assert client.get("after-restart").status.phase == Phase.SUCCEEDED  # deleting the pill took nothing else
+        assert client.get("after-restart").status.phase == Phase.SUCCEEDED  # deleting the pills took nothing else
     log = (runtime.state_dir / "controlplane.log").read_text(errors="replace")
-    assert "a pass failed" not in log  # each step set the pill aside itself; the loop's last resort never ran
+    assert "a pass failed" not in log  # each step set the pills aside itself; the loop's last resort never ran
     assert alive(second)
 
 
