@@ -15,13 +15,30 @@ from typing import Any
 
 from pydantic import ValidationError
 
+#: The longest message and path a FieldError keeps. A message may quote the value it refuses, and a value can be
+#: 128 KiB (or a whole file, when it is the file that is refused): past these, the middle is cut, keeping the start
+#: (what was refused) and the end (the fix), so every error stays a readable sentence.
+MAX_MESSAGE_CHARS = 1000
+MAX_PATH_CHARS = 600
+
+
+def _clipped(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    tail = limit // 4
+    return f"{text[: limit - tail - 5]} ... {text[-tail:]}"
+
 
 @dataclass(frozen=True, slots=True)
 class FieldError:
-    """One problem with a spec: where it is and what to do about it."""
+    """One problem with a spec: where it is and what to do about it (each kept to a readable length)."""
 
     path: str
     message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", _clipped(self.path, MAX_PATH_CHARS))
+        object.__setattr__(self, "message", _clipped(self.message, MAX_MESSAGE_CHARS))
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message

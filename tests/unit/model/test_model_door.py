@@ -315,3 +315,13 @@ def test_node_inventory_numbers_are_bounded(status: dict[str, Any], fix: str) ->
         Node.model_validate(node(**status))
     found = [str(e) for e in from_validation_error(caught.value)]
     assert any(e.startswith("status.") and fix in e for e in found), found
+
+
+def test_an_error_keeps_to_a_readable_length_with_its_start_and_its_fix() -> None:
+    from phalanx.model.errors import MAX_MESSAGE_CHARS, FieldError
+
+    value = "x" * 100_000
+    error = FieldError("spec.source.url", f"{value!r} is not a URL with a scheme; write e.g. https://host/data.csv")
+    assert len(error.message) == MAX_MESSAGE_CHARS
+    assert error.message.startswith("'xxx") and error.message.endswith("write e.g. https://host/data.csv")
+    assert FieldError("a", "short").message == "short"
