@@ -22,6 +22,19 @@ MAX_QUOTA_GPU = 10**7
 
 #: Roles of one job or JobType: real jobs have 1 to 4 (master, worker, ps, chief, evaluator, launcher...).
 MAX_ROLES = 32
+
+
+def few_roles(value: object, what: str) -> object:
+    """``value`` (a raw roles mapping) unchanged, or ``ValueError`` past ``MAX_ROLES``.
+
+    Checked before the roles are parsed, by the job and JobType models alike: 100,000 roles must cost a len(), not
+    100,000 validations.
+    """
+    if isinstance(value, dict) and len(value) > MAX_ROLES:
+        raise ValueError(f"{what} has at most {MAX_ROLES} roles, got {len(value)}")
+    return value
+
+
 #: Replicas of one role, and of a whole job over all its roles: a gang larger than this is not admitted whole.
 MAX_REPLICAS = 4096
 

@@ -40,10 +40,10 @@ from phalanx.model.bounds import (
     MAX_REPLICA_GPU,
     MAX_REPLICA_MEMORY,
     MAX_REPLICAS,
-    MAX_ROLES,
     MAX_SECONDS,
     MAX_STRING_BYTES,
     MIN_PRIORITY,
+    few_roles,
 )
 from phalanx.model.datasets import DatasetMount
 from phalanx.model.meta import ObjectMeta
@@ -372,10 +372,7 @@ class TrainingJobSpec(ApiModel):
     @field_validator("replicas", mode="before")
     @classmethod
     def _few_roles(cls, value: Any) -> Any:
-        # Before the roles are parsed: 100,000 roles must cost a len(), not 100,000 validations.
-        if isinstance(value, dict) and len(value) > MAX_ROLES:
-            raise ValueError(f"a job has at most {MAX_ROLES} roles, got {len(value)}")
-        return value
+        return few_roles(value, "a job")
 
     @field_validator("replicas")
     @classmethod

@@ -17,7 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from phalanx.model.base import ApiModel, every_problem
-from phalanx.model.bounds import MAX_REPLICAS, MAX_ROLES, MAX_SLOTS_PER_HOST
+from phalanx.model.bounds import MAX_REPLICAS, MAX_SLOTS_PER_HOST, few_roles
 from phalanx.model.jobs import EnvMap, ReplicaTemplate, Resources, RoleName
 from phalanx.model.meta import ObjectMeta
 
@@ -89,9 +89,7 @@ class JobTypeSpec(ApiModel):
     @field_validator("roles", mode="before")
     @classmethod
     def _few_roles(cls, value: Any) -> Any:
-        if isinstance(value, dict) and len(value) > MAX_ROLES:
-            raise ValueError(f"a job type has at most {MAX_ROLES} roles, got {len(value)}")
-        return value
+        return few_roles(value, "a job type")
 
     @model_validator(mode="after")
     def _roles_are_known(self) -> JobTypeSpec:
