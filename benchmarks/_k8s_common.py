@@ -459,7 +459,7 @@ def benchmark_stages(directory: Path, source: Path = E2E_STAGES) -> Path:
 
 def phalanx_missing() -> str | None:
     """Why Phalanx's operator and scheduler cannot run here, or None when both are installed."""
-    for module in ("phalanx.entrypoints.kube.operator", "phalanx.entrypoints.kube.scheduler"):
+    for module in ("phalanx.entrypoints.kubernetes.operator", "phalanx.entrypoints.kubernetes.scheduler"):
         try:
             found = importlib.util.find_spec(module)
         except ImportError:
@@ -627,7 +627,7 @@ class Cluster:
         argv = [
             sys.executable,
             "-m",
-            f"phalanx.entrypoints.kube.{component}",
+            f"phalanx.entrypoints.kubernetes.{component}",
             "--kubeconfig",
             str(self.env.kubeconfig),
             "--namespace",

@@ -33,7 +33,7 @@ from phalanx.entrypoints.client import Client
 from phalanx.model.datasets import Dataset, DatasetPhase
 from phalanx.model.jobs import Phase
 from phalanx.model.replicas import Replica, ReplicaPhase
-from phalanx.services.daemon import start_control_plane, stop_control_plane
+from phalanx.services.embedded.daemon import start_control_plane, stop_control_plane
 
 MB = 1_000_000
 

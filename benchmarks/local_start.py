@@ -25,7 +25,7 @@ import yaml
 from phalanx.entrypoints.client import Client
 from phalanx.model.jobs import Phase
 from phalanx.model.replicas import Replica, ReplicaPhase
-from phalanx.services.daemon import start_control_plane, stop_control_plane
+from phalanx.services.embedded.daemon import start_control_plane, stop_control_plane
 
 STAMP = """
 import sys, time

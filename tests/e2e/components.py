@@ -160,7 +160,7 @@ class Components:
         argv = [
             sys.executable,
             "-m",
-            f"phalanx.entrypoints.kube.{name.replace('-', '_')}",
+            f"phalanx.entrypoints.kubernetes.{name.replace('-', '_')}",
             "--kubeconfig",
             str(kubeconfig),
             "--namespace",

@@ -22,7 +22,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.validation import validate_job
-from phalanx.services.scheduler import queue_quotas, replica_requests
+from phalanx.services.scheduling import queue_quotas, replica_requests
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 GiB = 2**30
@@ -46,7 +46,7 @@ CLUSTER = (_node("cpu-node", 16, 64 * GiB, 0), _node("gpu-node", 32, 256 * GiB, 
 
 
 def pending_job(job: TrainingJob, jobtype: JobType | None) -> PendingJob:
-    """The scheduler's view of a queued job, as ``services.scheduler`` builds it."""
+    """The scheduler's view of a queued job, as ``services.embedded.scheduler`` builds it."""
     return PendingJob(
         key=job.key,
         priority=job.spec.scheduling.effective_priority(),

@@ -15,7 +15,7 @@ import yaml
 
 from fuzz.corpus import cases
 from integration.runtime.conftest import ControlPlaneProcess, Runtime
-from phalanx.services.daemon import current_leader
+from phalanx.services.embedded.daemon import current_leader
 
 SECONDS_PER_RUN = 20.0
 DOCUMENTED_EXIT_CODES = {0, 1, 2, 3}

@@ -24,7 +24,7 @@ from phalanx.entrypoints.client import Client
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.loading import builtin_jobtypes
-from phalanx.services.daemon import current_leader
+from phalanx.services.embedded.daemon import current_leader
 from phalanx.services.operations import OperationError, validate_documents
 from support.waiting import wait_until
 

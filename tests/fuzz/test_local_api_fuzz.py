@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phalanx.services.layout import StateLayout
+from phalanx.services.embedded.layout import StateLayout
 from support.waiting import wait_until
 
 API_TIMEOUT = 1.0

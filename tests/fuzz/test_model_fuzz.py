@@ -35,8 +35,9 @@ from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.queues import Queue
-from phalanx.services.layout import StateLayout
-from phalanx.services.operations import Operations, seed_builtin_jobtypes, validate_documents
+from phalanx.services.embedded.layout import StateLayout
+from phalanx.services.embedded.operations import Operations, seed_builtin_jobtypes
+from phalanx.services.operations import validate_documents
 
 KINDS: dict[str, type[Any]] = {"TrainingJob": TrainingJob, "JobType": JobType, "Queue": Queue, "Dataset": Dataset}
 DOCUMENTS = int(os.environ.get("PHALANX_FUZZ_DOCUMENTS", 10_000)) * SCALE

@@ -8,7 +8,7 @@ final = client.wait(job.name)
 print(final.status.phase, final.status.metrics)
 
 ``Client()`` is the embedded runtime of a state directory; ``Client.kubernetes(context=...)`` is a cluster, with
-the same verbs (``entrypoints.kube_client``).
+the same verbs (``entrypoints.kubernetes.client``).
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from phalanx.adapters.store import SqliteStore
 from phalanx.core.lifecycle import ACTIVE_PHASES
 from phalanx.entrypoints.job_verbs import JobSpec, JobVerbs, spec_documents
 from phalanx.model.jobs import Phase, TrainingJob
-from phalanx.services.daemon import LeaderInfo, start_control_plane, stop_control_plane
-from phalanx.services.layout import StateLayout, default_state_dir
-from phalanx.services.operations import OperationError, Operations, Submitted
+from phalanx.services.embedded.daemon import LeaderInfo, start_control_plane, stop_control_plane
+from phalanx.services.embedded.layout import StateLayout, default_state_dir
+from phalanx.services.embedded.operations import Operations
+from phalanx.services.operations import OperationError, Submitted
 
 if TYPE_CHECKING:
-    from phalanx.entrypoints.kube_client import KubernetesClient
+    from phalanx.entrypoints.kubernetes.client import KubernetesClient
 
 KUBERNETES_EXTRA_HINT = "the kubernetes backend needs lightkube: pip install 'phalanx[kubernetes]'"
 
@@ -71,7 +72,7 @@ class Client(JobVerbs):
             OperationError: lightkube is not installed, or the kubeconfig or context cannot be used.
         """
         try:
-            from phalanx.entrypoints.kube_client import KubernetesClient
+            from phalanx.entrypoints.kubernetes.client import KubernetesClient
         except ModuleNotFoundError as error:
             if error.name and error.name.split(".")[0] in ("lightkube", "httpx"):
                 raise OperationError(KUBERNETES_EXTRA_HINT) from None

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from phalanx.entrypoints.masked_logging import mask_log_handlers
 from phalanx.model.resources import parse_memory
-from phalanx.services.api_http import HttpLimits
-from phalanx.services.controlplane import ControlPlane, ControlPlaneConfig
-from phalanx.services.layout import default_state_dir
+from phalanx.services.embedded.api_http import HttpLimits
+from phalanx.services.embedded.controlplane import ControlPlane, ControlPlaneConfig
+from phalanx.services.embedded.layout import default_state_dir
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """The SDK's verbs on one job, shared by ``phalanx.Client`` (embedded) and ``KubernetesClient``.
 
-Each verb is one call to the backend's operations object (``services.operations.Operations`` or
-``services.kube_operations.KubeOperations``), which keeps the two clients' behaviour the same by construction.
+Each verb is one call to the backend's operations object (``services.embedded.operations.Operations`` or
+``services.kubernetes.operations.KubeOperations``), which keeps the two clients' behaviour the same by construction.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What both dataset managers share: the store of materialised versions and the staging plan of a job.
 
-The embedded control plane (``services.datasets``) and the Kubernetes operator and node agents
-(``services.kube_datasets``, ``services.kube_node_cache``) keep materialised Datasets the same way and plan a
-job's staging the same way, so that every component that computes a job's plan computes the same one:
+The embedded control plane (``services.embedded.datasets``) and the Kubernetes operator and node agents
+(``services.kubernetes.datasets``, ``services.kubernetes.node_cache``) keep materialised Datasets the same way and
+plan a job's staging the same way, so that every component that computes a job's plan computes the same one:
 
 - **The store**: ``<root>/<namespace>/<name>/<version label>/`` holds one materialised version, and
   ``<version label>.json`` beside it its manifest (files, bytes, version, lineage), written once the copy is in

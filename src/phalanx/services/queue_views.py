@@ -6,7 +6,7 @@ resources of the placed replicas (``status.placements``) of every job of the que
 (``core.lifecycle.HOLDING_PHASES``). A job names its queue by ``spec.scheduling.queue`` (``default`` unless it
 says otherwise). Admitted jobs are those; pending jobs are the queue's Pending and Queued ones. Jobs being
 deleted count for neither. The scheduler writes the same into each Queue's status
-(``services.scheduler.queue_statuses`` is ``QueueView.current`` of these views).
+(``services.scheduling.queue_statuses`` is ``QueueView.current`` of these views).
 
 A GPU share (``gpuMilli``) counts as its fraction of a GPU, as in the scheduler core's quota accounting.
 """

@@ -20,7 +20,7 @@ import yaml
 
 from phalanx.entrypoints.client import Client
 from phalanx.model.jobs import Phase, TrainingJob
-from phalanx.services.daemon import current_leader
+from phalanx.services.embedded.daemon import current_leader
 from support.waiting import wait_until
 
 HERE = Path(__file__).parent

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conftest import Runtime, generic_job, wait_until
 from phalanx.model.jobs import Phase
-from phalanx.services.daemon import current_leader
+from phalanx.services.embedded.daemon import current_leader
 
 
 def test_kill_9_mid_job_then_restart_finishes_without_running_a_replica_twice(runtime: Runtime, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import Runtime, generic_job
 from phalanx.entrypoints.cli.local_api import ApiError, LocalApi
-from phalanx.services.layout import StateLayout
+from phalanx.services.embedded.layout import StateLayout
 from support.waiting import wait_until
 
 

@@ -24,8 +24,8 @@ import pytest
 from conftest import ControlPlaneProcess, Runtime, generic_job
 from phalanx.entrypoints.cli.local_api import LocalApi
 from phalanx.model.jobs import Phase, TrainingJob
-from phalanx.services.api_http import MAX_BODY_BYTES, HttpError, HttpLimits, HttpServer, Request, Response
-from phalanx.services.layout import StateLayout
+from phalanx.services.embedded.api_http import MAX_BODY_BYTES, HttpError, HttpLimits, HttpServer, Request, Response
+from phalanx.services.embedded.layout import StateLayout
 from support.waiting import wait_until
 
 API_TIMEOUT = 2.0

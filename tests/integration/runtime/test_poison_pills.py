@@ -29,8 +29,8 @@ from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import CpuInfo, Node, NodeStatus
 from phalanx.model.validation import validate_job
-from phalanx.services.daemon import current_leader
-from phalanx.services.scheduler import SchedulerService
+from phalanx.services.embedded.daemon import current_leader
+from phalanx.services.embedded.scheduler import SchedulerService
 
 pytestmark = pytest.mark.integration
 
@@ -244,7 +244,7 @@ def test_the_pending_job_that_breaks_the_scheduling_cycle_is_found_and_the_other
     The model now refuses every value known to break the cycle (a 10**30 millicore row no longer even parses: see
     the next test), so the bug is stood in for: the real cycle, made to raise whenever the pill is among its jobs.
     """
-    import phalanx.services.scheduler as scheduling_service
+    import phalanx.services.embedded.scheduler as scheduling_service
 
     real_schedule = scheduling_service.schedule
 

@@ -16,7 +16,7 @@ from conftest import REPO, Runtime, parse_table, program_role, typed_job
 from phalanx.entrypoints.cli.local_api import ApiError, LocalApi
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.queues import Queue
-from phalanx.services.layout import StateLayout
+from phalanx.services.embedded.layout import StateLayout
 
 INVENTORY = REPO / "examples" / "inventories" / "dgx-2socket-8gpu.yaml"
 

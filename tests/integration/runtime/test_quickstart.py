@@ -6,8 +6,8 @@ import json
 import shutil
 
 from conftest import REPO, Runtime
-from phalanx.services.daemon import stop_control_plane
-from phalanx.services.layout import StateLayout
+from phalanx.services.embedded.daemon import stop_control_plane
+from phalanx.services.embedded.layout import StateLayout
 
 PHASES = ["Queued", "Admitted", "Downloading", "Running", "Storing", "Succeeded"]
 

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import REPO, Runtime
 from phalanx import JobExistsError
-from phalanx.services.daemon import stop_control_plane
-from phalanx.services.layout import StateLayout
+from phalanx.services.embedded.daemon import stop_control_plane
+from phalanx.services.embedded.layout import StateLayout
 
 
 def readme_sdk_snippet() -> str:

@@ -16,8 +16,8 @@ import pytest
 from conftest import Runtime, generic_job, wait_until
 from phalanx.model.jobs import Phase
 from phalanx.model.nodes import Node
-from phalanx.services.controlplane import Bell, ControlPlane, ControlPlaneConfig
-from phalanx.services.daemon import current_leader
+from phalanx.services.embedded.controlplane import Bell, ControlPlane, ControlPlaneConfig
+from phalanx.services.embedded.daemon import current_leader
 
 pytestmark = pytest.mark.integration
 HOUR = 3600.0

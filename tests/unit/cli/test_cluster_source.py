@@ -9,7 +9,7 @@ import pytest
 
 from phalanx.entrypoints.cli.cluster import ClusterJobSource
 from phalanx.entrypoints.cli.follow import LogTailer
-from phalanx.services.kube_operations import ReplicaLog
+from phalanx.services.kubernetes.operations import ReplicaLog
 
 
 class FakeOps:

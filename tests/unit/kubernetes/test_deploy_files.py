@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from phalanx.services.install import InstallRequest, deploy_files, render_install
+from phalanx.services.kubernetes.install import InstallRequest, deploy_files, render_install
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 FIX = "deploy/ is stale: run scripts/generate-deploy and commit the result"

@@ -30,14 +30,14 @@ from phalanx.adapters.kubernetes.api import (
 from phalanx.adapters.kubernetes.objects import job_from_object
 from phalanx.adapters.kubernetes.rendering import DatasetVolumes, render_pod
 from phalanx.core.data import DatasetCounters, entry_key
-from phalanx.entrypoints.kube import node_agent as agent_entrypoint
-from phalanx.entrypoints.kube import operator as operator_entrypoint
+from phalanx.entrypoints.kubernetes import node_agent as agent_entrypoint
+from phalanx.entrypoints.kubernetes import operator as operator_entrypoint
 from phalanx.model.datasets import version_label
 from phalanx.model.jobs import TrainingJobStatus
 from phalanx.model.loading import builtin_jobtypes, parse_dataset
 from phalanx.services.dataset_store import DATASET_VERSIONS_ANNOTATION, materialize_version
-from phalanx.services.kube_apply import may_hold
-from phalanx.services.kube_datasets import (
+from phalanx.services.kubernetes.apply import may_hold
+from phalanx.services.kubernetes.datasets import (
     CACHE_ANNOTATION,
     EVICT_ANNOTATION,
     CacheReport,
@@ -48,7 +48,7 @@ from phalanx.services.kube_datasets import (
     eviction_request,
     nodes_holding,
 )
-from phalanx.services.kube_node_cache import CacheSettings, NodeCacheKeeper, node_patch
+from phalanx.services.kubernetes.node_cache import CacheSettings, NodeCacheKeeper, node_patch
 from support.merge_patch import merge
 
 FILES = {"a.bin": 4000, "b.bin": 1500, "c.bin": 1200, "sub/d.bin": 900}

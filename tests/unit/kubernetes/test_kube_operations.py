@@ -23,7 +23,7 @@ from phalanx.adapters.kubernetes.crds import crd_kind, custom_resource_definitio
 from phalanx.adapters.kubernetes.structural import validate_value
 from phalanx.model.errors import SpecError
 from phalanx.model.loading import parse_documents
-from phalanx.services.kube_operations import (
+from phalanx.services.kubernetes.operations import (
     NOT_INSTALLED,
     KubeOperations,
     event_from_object,

@@ -11,8 +11,8 @@ from phalanx.adapters.kubernetes.objects import job_from_object, node_from_objec
 from phalanx.model.jobs import ReplicaPlacement
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.resources import ResourceVector
-from phalanx.services import kube_scheduler
-from phalanx.services.kube_scheduler import KubeScheduler, SchedulerSettings, _foreign_holdings, pod_requests
+from phalanx.services.kubernetes import scheduler as kube_scheduler
+from phalanx.services.kubernetes.scheduler import KubeScheduler, SchedulerSettings, _foreign_holdings, pod_requests
 
 
 def test_pod_requests_sum_containers_and_fall_back_to_limits() -> None:

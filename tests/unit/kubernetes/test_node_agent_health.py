@@ -14,7 +14,7 @@ import pytest
 
 from phalanx.adapters.devices.nvml import XidWatcher, describe_xid
 from phalanx.model.errors import SpecError
-from phalanx.services.kube_node_agent import HostDiscovery, InventoryDiscovery, node_report
+from phalanx.services.kubernetes.node_agent import HostDiscovery, InventoryDiscovery, node_report
 
 ROOT = Path(__file__).resolve().parents[3]
 XID_CRITICAL = 0x8

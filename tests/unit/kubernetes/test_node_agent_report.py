@@ -13,7 +13,7 @@ import pytest
 from phalanx.adapters.devices.inventory import load_inventory
 from phalanx.adapters.kubernetes.objects import node_from_object
 from phalanx.model.nodes import CpuInfo, GpuInfo, Node
-from phalanx.services.kube_node_agent import (
+from phalanx.services.kubernetes.node_agent import (
     gpu_topology,
     label_value,
     metadata_patch,

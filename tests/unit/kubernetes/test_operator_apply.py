@@ -15,7 +15,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.replicas import ReplicaPhase
 from phalanx.model.validation import validate_job
-from phalanx.services.kube_apply import (
+from phalanx.services.kubernetes.apply import (
     PodSettings,
     Timers,
     check_renderable,
@@ -259,7 +259,7 @@ def test_a_spec_error_becomes_one_line_of_field_paths() -> None:
 
 
 def test_normal_events_are_budgeted_under_a_burst_and_warnings_never_are() -> None:
-    from phalanx.services.kube_apply import EventBudget
+    from phalanx.services.kubernetes.apply import EventBudget
 
     now = [0.0]
     budget = EventBudget(burst=3, per_s=2.0, clock=lambda: now[0])
@@ -272,7 +272,7 @@ def test_normal_events_are_budgeted_under_a_burst_and_warnings_never_are() -> No
 def test_an_informer_index_follows_writes_and_deletions() -> None:
     from phalanx.adapters.kubernetes.api import PODS
     from phalanx.adapters.kubernetes.informer import Informer
-    from phalanx.services.kube_apply import job_uid_of
+    from phalanx.services.kubernetes.apply import job_uid_of
 
     informer = Informer(None, PODS, index=job_uid_of)  # type: ignore[arg-type]
 

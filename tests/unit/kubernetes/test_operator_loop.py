@@ -26,7 +26,7 @@ from phalanx.adapters.kubernetes.api import (
     Resource,
 )
 from phalanx.adapters.kubernetes.informer import Informer
-from phalanx.services.kube_operator import KubeOperator, OperatorSettings
+from phalanx.services.kubernetes.operator import KubeOperator, OperatorSettings
 
 NS = "team-a"
 

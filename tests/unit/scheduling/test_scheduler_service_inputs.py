@@ -6,7 +6,7 @@ from typing import Any
 
 from phalanx.core.scheduling import QueueQuota, QuotaAmounts
 from phalanx.model.loading import parse_queue
-from phalanx.services.scheduler import queue_quotas
+from phalanx.services.scheduling import queue_quotas
 
 
 def queue(name: str, spec: dict[str, Any], namespace: str = "default") -> Any:
@@ -67,7 +67,7 @@ def training_job(namespace: str = "team-a", **scheduling: Any) -> Any:
 
 
 def test_a_queue_refuses_jobs_of_other_namespaces_and_priority_classes_naming_the_fix() -> None:
-    from phalanx.services.scheduler import queue_refusal
+    from phalanx.services.scheduling import queue_refusal
 
     queues = {"shared": queue("shared", {"namespaces": ["team-a", "team-b"], "priorityClasses": ["low", "normal"]})}
     assert queue_refusal(training_job("team-a", priorityClass="normal"), queues) is None
@@ -84,7 +84,7 @@ def test_a_queue_refuses_jobs_of_other_namespaces_and_priority_classes_naming_th
 
 def test_queue_statuses_count_admitted_and_pending_jobs_and_the_placed_replicas_usage() -> None:
     from phalanx.model.jobs import ReplicaPlacement, TrainingJob
-    from phalanx.services.scheduler import queue_statuses
+    from phalanx.services.scheduling import queue_statuses
 
     def job(name: str, phase: str, queue_name: str, placed: int = 0) -> TrainingJob:
         parsed = TrainingJob.model_validate(
@@ -124,7 +124,7 @@ def test_queue_statuses_count_admitted_and_pending_jobs_and_the_placed_replicas_
 def test_dataset_needs_weigh_what_a_replica_fetches_and_skip_unknown_datasets() -> None:
     from phalanx.model.jobs import TrainingJob
     from phalanx.model.loading import parse_dataset
-    from phalanx.services.scheduler import dataset_needs
+    from phalanx.services.scheduling import dataset_needs
 
     def dataset(name: str, distribution: str, size: int) -> Any:
         parsed = parse_dataset(

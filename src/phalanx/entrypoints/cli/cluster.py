@@ -24,8 +24,8 @@ from phalanx.entrypoints.cli.output import escape, fail, spec_errors, writer
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING
 
 if TYPE_CHECKING:
-    from phalanx.entrypoints.kube_client import KubernetesClient
-    from phalanx.services.kube_operations import KubeOperations
+    from phalanx.entrypoints.kubernetes.client import KubernetesClient
+    from phalanx.services.kubernetes.operations import KubeOperations
 
 MIN_POLL_SECONDS = 0.5  # how often a follower asks the API server for the job when nothing changed
 LOG_FETCH_SECONDS = 1.0  # how often a running Pod's log is fetched again, at most

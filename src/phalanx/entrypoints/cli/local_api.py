@@ -1,4 +1,4 @@
-"""A client of the control plane's local API (``services/api_server.py``), standard library only.
+"""A client of the control plane's local API (``services/embedded/api_server.py``), standard library only.
 
 ``phalanx run`` uses it so that submitting and following a job does not load the model layer in the CLI
 process: the control plane validates and reads on its behalf. Responses are plain JSON (the wire form of the

@@ -2,7 +2,7 @@
 
 Every job verb takes ``--backend embedded|kubernetes`` (default: ``$PHALANX_BACKEND``, else kubernetes when
 ``--context`` or ``--kubeconfig`` names a cluster, else embedded; ``backends.choose_backend``). On Kubernetes the
-verbs talk to the API server (``cluster.py``, ``services.kube_operations``) and the phalanx-operator and
+verbs talk to the API server (``cluster.py``, ``services.kubernetes.operations``) and the phalanx-operator and
 phalanx-scheduler run the jobs; ``up``, ``down`` and ``status`` are the embedded control plane's only.
 
 Exit codes: 0 success; 1 the job failed (``run``) or an operation failed (e.g. no such job); 2 invalid input
@@ -38,7 +38,7 @@ from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, styled_phase
 
 if TYPE_CHECKING:
     from phalanx.entrypoints.client import Client
-    from phalanx.entrypoints.kube_client import KubernetesClient
+    from phalanx.entrypoints.kubernetes.client import KubernetesClient
 
 app = typer.Typer(
     name="phalanx",
@@ -246,7 +246,7 @@ def submit(
             for item in cluster.submit(file):
                 console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
         return
-    from phalanx.services.daemon import current_leader
+    from phalanx.services.embedded.daemon import current_leader
 
     with session(state_dir, namespace or "default") as client:
         documents = read_documents(file)
@@ -305,7 +305,7 @@ def get(
                     else "No nodes yet: the control plane registers them when it starts (`phalanx up`)."
                 )
             else:
-                from phalanx.services.scheduler import holdings_of  # only this view needs the scheduler
+                from phalanx.services.scheduling import holdings_of  # only this view needs the scheduler
 
                 usage: dict[str, dict[str, int]] = {}
                 # On a cluster, what admitted jobs were placed on; locally, every replica that still exists too.
@@ -441,7 +441,7 @@ def halt(
 ) -> None:
     """Stop every replica of a job; it keeps its outputs and can be resumed."""
     from phalanx.model.jobs import Phase
-    from phalanx.services.daemon import current_leader
+    from phalanx.services.embedded.daemon import current_leader
 
     choice = _choose(backend, kubeconfig, context)
     with _session(choice, state_dir, namespace) as client:
@@ -718,7 +718,7 @@ def up(
     context: ContextOption = None,
 ) -> None:
     """Start the local control plane in the background (or report the running one)."""
-    from phalanx.services.daemon import start_control_plane
+    from phalanx.services.embedded.daemon import start_control_plane
 
     _embedded_only(_choose(backend, kubeconfig, context), "up", f"install Phalanx once: {_INSTALL}")
 
@@ -752,7 +752,7 @@ def status(
 ) -> None:
     """Is the control plane running, what does this machine hold, and what is quarantined?"""
     from phalanx.core.lifecycle.quarantine import shown_phase
-    from phalanx.services.daemon import current_leader
+    from phalanx.services.embedded.daemon import current_leader
 
     _embedded_only(
         _choose(backend, kubeconfig, context),
@@ -806,7 +806,7 @@ def install(
             "phalanx install --print | kubectl apply -f -",
             2,
         )
-    from phalanx.services.install import InstallRequest, render_install
+    from phalanx.services.kubernetes.install import InstallRequest, render_install
 
     request = InstallRequest(image=image, crds_only=crds_only)
     if namespace is not None:

@@ -19,7 +19,7 @@ from phalanx.entrypoints.cli.follow import ApiConnectionLostError, ApiJobSource,
 from phalanx.entrypoints.cli.local_api import ApiError, LocalApi
 from phalanx.entrypoints.cli.output import STORE_UNAVAILABLE_EXIT, Writer, escape, fail, spec_errors, writer
 from phalanx.entrypoints.cli.styles import styled_phase
-from phalanx.services.layout import StateLayout, default_state_dir
+from phalanx.services.embedded.layout import StateLayout, default_state_dir
 
 if TYPE_CHECKING:
     from phalanx.entrypoints.client import Client
@@ -31,7 +31,7 @@ def session(state_dir: Path | None, namespace: str = "default") -> Iterator[Clie
     from phalanx.adapters.store import StoreError, StoreUnavailableError, UnreadableError
     from phalanx.entrypoints.client import Client
     from phalanx.model.errors import SpecError
-    from phalanx.services.daemon import DaemonError
+    from phalanx.services.embedded.daemon import DaemonError
     from phalanx.services.operations import OperationError
 
     try:
@@ -91,7 +91,7 @@ def run_job(
         # never leaves a control plane behind, then start one.
         with session(state_dir, namespace) as client:
             from phalanx.model.loading import read_documents
-            from phalanx.services.daemon import start_control_plane
+            from phalanx.services.embedded.daemon import start_control_plane
 
             documents = read_documents(file)
             client.ops.validate(documents, source=str(file), namespace=None if namespace == "default" else namespace)

@@ -39,15 +39,15 @@ from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
 from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError, StoreUnavailableError, UnreadableError
 from phalanx.model.nodes import Node
-from phalanx.services.api_server import HttpLimits, LocalApiServer
-from phalanx.services.controller import JobController
-from phalanx.services.datasets import DatasetManager
-from phalanx.services.layout import StateLayout
-from phalanx.services.leadership import LEASE_NAME, Leadership
-from phalanx.services.node_runtime import NodeRuntime
-from phalanx.services.operations import seed_builtin_jobtypes
-from phalanx.services.scheduler import SchedulerService
-from phalanx.services.store_faults import StoreFaults
+from phalanx.services.embedded.api_server import HttpLimits, LocalApiServer
+from phalanx.services.embedded.controller import JobController
+from phalanx.services.embedded.datasets import DatasetManager
+from phalanx.services.embedded.layout import StateLayout
+from phalanx.services.embedded.leadership import LEASE_NAME, Leadership
+from phalanx.services.embedded.node_runtime import NodeRuntime
+from phalanx.services.embedded.operations import seed_builtin_jobtypes
+from phalanx.services.embedded.scheduler import SchedulerService
+from phalanx.services.embedded.store_faults import StoreFaults
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -282,7 +282,7 @@ class ControlPlane:
                 log.exception("a pass failed on the store; retrying")
                 wake = 0.5
             except Exception as err:
-                # Steps set aside the objects they fail on (services.quarantine); anything that still escapes
+                # Steps set aside the objects they fail on (services.embedded.quarantine); anything that still escapes
                 # must not stop the control plane either. Said once per distinct error, then retried each pass.
                 if repr(err) != failed:
                     log.exception("a pass failed; retrying on every pass until it succeeds")

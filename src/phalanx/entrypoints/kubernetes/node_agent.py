@@ -6,7 +6,7 @@ Options beyond the common ones: ``--node-name`` (``$NODE_NAME``, from the downwa
 ``--no-gpu-resource`` (leave ``nvidia.com/gpu`` to the NVIDIA device plugin), ``--ignored-xids`` and ``--once``.
 
 With ``--dataset-store`` (``$PHALANX_DATASET_STORE``: the volume the operator materialises Datasets into) the
-agent also keeps the node's dataset cache (``services.kube_node_cache``): ``--cache-dir`` (default
+agent also keeps the node's dataset cache (``services.kubernetes.node_cache``): ``--cache-dir`` (default
 ``/var/cache/phalanx/datasets``, a hostPath), ``--cache-host-dir`` (that directory on the host, when the
 container mounts it elsewhere) and ``--cache-size`` (e.g. ``50Gi``; default: what the cache recorded, half the
 free disk when new), ``--sample-dir`` and ``--sample-host-dir`` (the replicas' in-job sample caches, default
@@ -27,7 +27,7 @@ from phalanx.adapters.datacache import CacheError
 from phalanx.adapters.devices.nvml import APPLICATION_XIDS
 from phalanx.adapters.kubernetes.api import KubeApiError
 from phalanx.adapters.kubernetes.rendering import SAMPLE_MOUNT_PATH
-from phalanx.entrypoints.kube.common import (
+from phalanx.entrypoints.kubernetes.common import (
     add_common_options,
     add_dataset_store_option,
     common_options,
@@ -37,9 +37,9 @@ from phalanx.entrypoints.kube.common import (
 )
 from phalanx.model.errors import SpecError
 from phalanx.model.resources import QuantityError, parse_memory
-from phalanx.services.kube_datasets import DEFAULT_CACHE_DIR
-from phalanx.services.kube_node_agent import AgentSettings, HostDiscovery, InventoryDiscovery, NodeAgent
-from phalanx.services.kube_node_cache import CacheSettings, NodeCacheKeeper
+from phalanx.services.kubernetes.datasets import DEFAULT_CACHE_DIR
+from phalanx.services.kubernetes.node_agent import AgentSettings, HostDiscovery, InventoryDiscovery, NodeAgent
+from phalanx.services.kubernetes.node_cache import CacheSettings, NodeCacheKeeper
 
 log = logging.getLogger("phalanx.node_agent")
 

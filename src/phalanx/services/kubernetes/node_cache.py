@@ -62,8 +62,8 @@ from phalanx.services.dataset_store import (
     manifests_reader,
     resolve_staging,
 )
-from phalanx.services.kube_apply import event_body
-from phalanx.services.kube_datasets import (
+from phalanx.services.kubernetes.apply import event_body
+from phalanx.services.kubernetes.datasets import (
     CACHE_ANNOTATION,
     EVICT_ANNOTATION,
     CacheReport,

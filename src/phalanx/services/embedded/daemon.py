@@ -18,8 +18,8 @@ from pathlib import Path
 from phalanx.adapters.private_files import open_private, tighten
 from phalanx.adapters.store import SqliteStore
 from phalanx.model.nodes import Node
-from phalanx.services.layout import StateLayout
-from phalanx.services.leadership import LEASE_NAME, holder_is_dead
+from phalanx.services.embedded.layout import StateLayout
+from phalanx.services.embedded.leadership import LEASE_NAME, holder_is_dead
 
 
 class DaemonError(RuntimeError):

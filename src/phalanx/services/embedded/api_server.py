@@ -47,9 +47,10 @@ from phalanx.model.errors import FieldError, SpecError, from_validation_error
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import parse_documents
 from phalanx.model.meta import check_dns_label
-from phalanx.services.api_http import MAX_BODY_BYTES, HttpError, HttpLimits, HttpServer, Request, Response
-from phalanx.services.layout import StateLayout
-from phalanx.services.operations import OperationError, Operations
+from phalanx.services.embedded.api_http import MAX_BODY_BYTES, HttpError, HttpLimits, HttpServer, Request, Response
+from phalanx.services.embedded.layout import StateLayout
+from phalanx.services.embedded.operations import Operations
+from phalanx.services.operations import OperationError
 from phalanx.services.queue_views import QueueView
 
 log = logging.getLogger(__name__)

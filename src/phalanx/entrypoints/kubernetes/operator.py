@@ -1,4 +1,4 @@
-"""``phalanx-operator``: parse options, connect, run ``services.kube_operator`` until SIGTERM or SIGINT.
+"""``phalanx-operator``: parse options, connect, run ``services.kubernetes.operator`` until SIGTERM or SIGINT.
 
 Besides the options every component takes (``common.py``): ``--scheduler-name`` (``$PHALANX_SCHEDULER_NAME``),
 the scheduler that binds the Pods it creates, ``--image`` (``$PHALANX_DEFAULT_IMAGE``), the image of replicas
@@ -23,7 +23,7 @@ from types import FrameType
 
 from phalanx.adapters.kubernetes.api import KubeApiError
 from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME
-from phalanx.entrypoints.kube.common import (
+from phalanx.entrypoints.kubernetes.common import (
     add_common_options,
     add_dataset_store_option,
     common_options,
@@ -31,8 +31,8 @@ from phalanx.entrypoints.kube.common import (
     serve_health,
     setup,
 )
-from phalanx.services.kube_datasets import DEFAULT_CACHE_DIR, SourcePolicy
-from phalanx.services.kube_operator import KubeOperator, OperatorSettings
+from phalanx.services.kubernetes.datasets import DEFAULT_CACHE_DIR, SourcePolicy
+from phalanx.services.kubernetes.operator import KubeOperator, OperatorSettings
 
 log = logging.getLogger("phalanx.operator")
 

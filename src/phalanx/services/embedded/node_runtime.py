@@ -12,7 +12,7 @@ before it could record itself, so before it ran anything) is not the replica's f
 goes back to) Pending, its status message says why, and launches are tried again with backoff, one warning per
 episode (``store_faults.FaultEpisodes``), until the machine lets them through.
 
-A replica whose handling raises what nobody expected is quarantined (``services.quarantine``) and the others go
+A replica whose handling raises what nobody expected is quarantined (``services.embedded.quarantine``) and the others go
 on. Replicas of a job whose row cannot be read are left as they are (not started, not garbage-collected): the
 job is quarantined, not gone.
 """
@@ -40,10 +40,10 @@ from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, St
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica, ReplicaPhase
-from phalanx.services.layout import StateLayout
-from phalanx.services.operations import SUBMIT_DIR_ANNOTATION
-from phalanx.services.quarantine import NODE_RUNTIME_ERROR, Quarantine, guarded_hold
-from phalanx.services.store_faults import FaultEpisodes
+from phalanx.services.embedded.layout import StateLayout
+from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION
+from phalanx.services.embedded.quarantine import NODE_RUNTIME_ERROR, Quarantine, guarded_hold
+from phalanx.services.embedded.store_faults import FaultEpisodes
 
 log = logging.getLogger(__name__)
 

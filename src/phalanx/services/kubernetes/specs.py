@@ -24,7 +24,7 @@ from phalanx.adapters.kubernetes.rendering import RenderError
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TERMINAL_PHASES, Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.services.kube_apply import PodSettings, check_renderable, invalid_spec_message
+from phalanx.services.kubernetes.apply import PodSettings, check_renderable, invalid_spec_message
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ The agent compares what it wants with the Node it last read or wrote, and reads 
 heartbeat, so a change made by someone else is repaired within ``heartbeat_interval``.
 
 Given a dataset store, the same process also keeps the node's dataset cache, on a thread of its own
-(``services.kube_node_cache``): it stages the data of the jobs placed on the node and publishes the
+(``services.kubernetes.node_cache``): it stages the data of the jobs placed on the node and publishes the
 ``dataset.phalanx.dev/<name>`` labels and the ``phalanx.dev/dataset-cache`` annotation, keys this module never
 writes.
 """

@@ -81,7 +81,7 @@ from phalanx.services.dataset_views import (
     eviction_failure,
     readers,
 )
-from phalanx.services.kube_datasets import EVICT_ANNOTATION, CacheReport, cache_report, eviction_request
+from phalanx.services.kubernetes.datasets import EVICT_ANNOTATION, CacheReport, cache_report, eviction_request
 from phalanx.services.operations import (
     MAX_CONFLICT_RETRIES,
     JobDescription,

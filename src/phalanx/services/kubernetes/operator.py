@@ -1,6 +1,6 @@
 """phalanx-operator: the embedded runtime's job controller on a Kubernetes cluster.
 
-For every TrainingJob it does what ``services/controller.py`` does for the embedded store — observe, call the
+For every TrainingJob it does what ``services/embedded/controller.py`` does for the embedded store — observe, call the
 same pure ``core.reconcile.plan``, apply the plan — with Pods for replicas and the API server for the store:
 
 - **Observe** from informer caches (TrainingJobs, JobTypes, and the Pods, Services and ConfigMaps labelled
@@ -27,7 +27,7 @@ same pure ``core.reconcile.plan``, apply the plan — with Pods for replicas and
   remembered (Pods being deleted), so the next pass does not act on the state from before it.
 - **Collect orphans**: a Pod whose job uid names no job (confirmed with one GET) is deleted at once;
   ownerReferences alone would leave it to kube-controller-manager's garbage collector, tens of seconds later.
-- **Datasets** (with ``dataset_store``; ``services.kube_datasets``): a ``KubeDatasetManager`` on its own thread
+- **Datasets** (with ``dataset_store``; ``services.kubernetes.datasets``): a ``KubeDatasetManager`` on its own thread
   materialises Datasets into the dataset store and writes their status; a job that reads datasets is created
   Pods only once every node agent of its plan reports its entries ready (``staged``), fails with reason
   StagingFailed when one cannot be (``staging_error``), and its Pods mount the entries they read (hostPath,
@@ -100,7 +100,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
 from phalanx.model.meta import ObjectMeta
 from phalanx.services.dataset_store import DATASET_VERSIONS_ANNOTATION, STAGING_PHASES, chosen_versions
-from phalanx.services.kube_apply import (
+from phalanx.services.kubernetes.apply import (
     EventBudget,
     HeldStatus,
     PodSettings,
@@ -114,8 +114,8 @@ from phalanx.services.kube_apply import (
     render_children,
     render_creates,
 )
-from phalanx.services.kube_datasets import DEFAULT_CACHE_DIR, KubeDatasetManager, KubeStaging, SourcePolicy
-from phalanx.services.kube_specs import SpecCache
+from phalanx.services.kubernetes.datasets import DEFAULT_CACHE_DIR, KubeDatasetManager, KubeStaging, SourcePolicy
+from phalanx.services.kubernetes.specs import SpecCache
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]  # (namespace, name)

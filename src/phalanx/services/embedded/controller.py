@@ -5,7 +5,7 @@ stored are all no-ops, so replaying a plan after a crash is safe. Rendezvous end
 replica) are chosen once per job and kept in ``status.endpoints``, so restarted replicas find each other where
 the others expect them.
 
-A job whose reconciling raises what nobody expected is quarantined (``services.quarantine``): the others are
+A job whose reconciling raises what nobody expected is quarantined (``services.embedded.quarantine``): the others are
 reconciled as usual, and it is left alone until it changes or its retry time comes.
 """
 
@@ -44,10 +44,10 @@ from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaPhase, replica_name
-from phalanx.services.datasets import DatasetManager, StagingObservation
-from phalanx.services.layout import StateLayout
-from phalanx.services.quarantine import CONTROLLER_ERROR, Quarantine, guarded_hold
-from phalanx.services.storing import observe_outputs, store_outputs
+from phalanx.services.embedded.datasets import DatasetManager, StagingObservation
+from phalanx.services.embedded.layout import StateLayout
+from phalanx.services.embedded.quarantine import CONTROLLER_ERROR, Quarantine, guarded_hold
+from phalanx.services.embedded.storing import observe_outputs, store_outputs
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"

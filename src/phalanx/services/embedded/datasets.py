@@ -17,7 +17,7 @@ soon).
   ``dataset.phalanx.dev/<name>=<version label>`` for what their cache holds, which the scheduler's
   data-locality plugin reads; ``Dataset.status.nodes`` lists them.
 
-A Dataset or job on which this raises what nobody expected is quarantined (``services.quarantine``) and the
+A Dataset or job on which this raises what nobody expected is quarantined (``services.embedded.quarantine``) and the
 others go on; a Dataset row that cannot be read is skipped (the store quarantines it).
 """
 
@@ -67,10 +67,10 @@ from phalanx.services.dataset_store import (
     source_request,
     sweep_leftovers,
 )
-from phalanx.services.layout import StateLayout
-from phalanx.services.operations import SUBMIT_DIR_ANNOTATION
-from phalanx.services.quarantine import DATASET_MANAGER_ERROR, Quarantine, guarded_hold
-from phalanx.services.storing import destination
+from phalanx.services.embedded.layout import StateLayout
+from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION
+from phalanx.services.embedded.quarantine import DATASET_MANAGER_ERROR, Quarantine, guarded_hold
+from phalanx.services.embedded.storing import destination
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ decisions through the API:
    of a gang of one, a job with a single placed replica, is created on its node by the operator: there is
    nothing to wait for, and a Pod that has its node is never bound again.)
 
-3. **Quotas and preemption**, as in the embedded runtime (``services.scheduler``): the cycle passes the core one
-   ``QueueQuota`` per Queue object (cluster-scoped; quota, cohort borrowing, fair share) and every job that
+3. **Quotas and preemption**, as in the embedded runtime (``services.embedded.scheduler``): the cycle passes the core
+   one ``QueueQuota`` per Queue object (cluster-scoped; quota, cohort borrowing, fair share) and every job that
    holds placements as a ``RunningJob``. A job its queue does not take (namespace or priority class not
    allowed) waits with that reason. Victims of a preemption are moved to Preempted by a status write; the
    operator's planner deletes their Pods and queues them again. Their preemptor (and every admission decided
@@ -100,9 +100,9 @@ from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, parse_memory
-from phalanx.services.kube_apply import EventBudget, PodSettings, check_renderable
-from phalanx.services.kube_leader import LeaseElector
-from phalanx.services.scheduler import (
+from phalanx.services.kubernetes.apply import EventBudget, PodSettings, check_renderable
+from phalanx.services.kubernetes.leader import LeaseElector
+from phalanx.services.scheduling import (
     dataset_needs,
     describe_admission,
     preemptor_reason,

@@ -7,7 +7,7 @@ with Client.kubernetes(context="my-cluster", namespace="team-a") as client:
     print(job.status.phase)
 
 The phalanx-operator and phalanx-scheduler on the cluster run the jobs; this client only talks to the API server
-(``services.kube_operations``). It needs the ``kubernetes`` extra (``pip install 'phalanx[kubernetes]'``).
+(``services.kubernetes.operations``). It needs the ``kubernetes`` extra (``pip install 'phalanx[kubernetes]'``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from phalanx.adapters.kubernetes.api import KubeApi, KubeApiError, load_kubeconfig
 from phalanx.entrypoints.job_verbs import JobSpec, JobVerbs, spec_documents
 from phalanx.model.jobs import Phase, TrainingJob
-from phalanx.services.kube_operations import KubeOperations
+from phalanx.services.kubernetes.operations import KubeOperations
 from phalanx.services.operations import OperationError, Submitted
 
 FINISHED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED})

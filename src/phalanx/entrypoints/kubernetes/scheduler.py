@@ -14,8 +14,8 @@ import threading
 from collections.abc import Sequence
 
 from phalanx.adapters.kubernetes.api import KubeApiError
-from phalanx.entrypoints.kube.common import add_common_options, common_options, parse, serve_health, setup
-from phalanx.services.kube_scheduler import KubeScheduler, SchedulerSettings
+from phalanx.entrypoints.kubernetes.common import add_common_options, common_options, parse, serve_health, setup
+from phalanx.services.kubernetes.scheduler import KubeScheduler, SchedulerSettings
 
 log = logging.getLogger("phalanx.scheduler")
 

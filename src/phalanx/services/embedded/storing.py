@@ -13,8 +13,8 @@ from pathlib import Path
 
 from phalanx.core.reconcile.types import OutputsObservation
 from phalanx.model.jobs import TrainingJob
-from phalanx.services.layout import StateLayout
-from phalanx.services.operations import SUBMIT_DIR_ANNOTATION
+from phalanx.services.embedded.layout import StateLayout
+from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION
 
 MARKER = "stored.json"
 

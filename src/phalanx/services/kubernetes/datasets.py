@@ -1,6 +1,6 @@
 """Datasets on Kubernetes, the operator's side: materialise Datasets into the dataset store, gate jobs on staging.
 
-The node agents (``services.kube_node_cache``) copy a job's entries into their nodes' caches; the operator
+The node agents (``services.kubernetes.node_cache``) copy a job's entries into their nodes' caches; the operator
 materialises, decides when a job's data is in place, and renders what its Pods mount. They share two things:
 the **dataset store**, a directory every one of them mounts (in production a ReadWriteMany volume; the
 operator's ``--dataset-store`` and each agent's), laid out as the embedded one (``services.dataset_store``);
@@ -75,7 +75,7 @@ from phalanx.services.dataset_store import (
     sweep_leftovers,
 )
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
-from phalanx.services.kube_apply import event_body
+from phalanx.services.kubernetes.apply import event_body
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,265 @@
+"""What every scheduler of Phalanx observes the same way: the core's view of jobs, replicas, queues and datasets.
+
+The embedded scheduler (``services.embedded.scheduler``) and phalanx-scheduler (``services.kubernetes.scheduler``)
+turn the objects they read into the core's ``PendingJob``, ``RunningJob`` and ``QueueQuota`` with these
+functions, and word an admission and a preemptor's wait with them, so both say and count the same.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+from phalanx.core.lifecycle import HOLDING_PHASES, can_transition
+from phalanx.core.rendezvous import replica_names
+from phalanx.core.scheduling.types import (
+    Admission,
+    DatasetNeed,
+    DeviceAssignment,
+    PendingJob,
+    QueueQuota,
+    QuotaAmounts,
+    ReplicaRequest,
+    RunningJob,
+)
+from phalanx.model.datasets import Dataset, Distribution
+from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
+from phalanx.model.jobtypes import JobType
+from phalanx.model.queues import Queue, QueueStatus, ResourceAmounts
+from phalanx.model.replicas import Replica
+from phalanx.model.resources import ResourceVector
+from phalanx.services.queue_views import queue_views
+
+log = logging.getLogger(__name__)
+
+
+def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[ReplicaRequest]:
+    """Every replica of the job as the scheduler sees it, in rank order (unranked roles last).
+
+    The order matters with ``minAvailable``: the scheduler places replicas in this order and leaves out the
+    last ones when not all fit, so rank 0 (the coordinator) is never the one left out.
+    """
+    requests = []
+    for role, _, name in replica_names(job, jobtype):
+        resources = job.spec.replicas[role].template.resources
+        requests.append(
+            ReplicaRequest(name=name, role=role, resources=resources.vector(), gpu_model=resources.gpu_model)
+        )
+    return requests
+
+
+def holdings_of(jobs: list[TrainingJob], replicas: list[Replica]) -> list[tuple[ReplicaPlacement, ResourceVector]]:
+    """What work holds on nodes.
+
+    That is every replica that still exists (even one still exiting after its job finished), and every replica
+    placed for a job in a holding phase that has not been created yet.
+    """
+    held = []
+    existing: set[tuple[str, str]] = set()
+    for replica in replicas:
+        spec = replica.spec
+        existing.add((spec.job_uid, replica.metadata.name))
+        vector = ResourceVector(
+            cpu_milli=spec.cpu_milli,
+            memory=spec.memory,
+            gpu=len(spec.placement.gpus) if not spec.placement.gpu_milli else 0,
+            gpu_milli=spec.placement.gpu_milli,
+        )
+        held.append((spec.placement, vector))
+    for job in jobs:
+        if Phase(job.status.phase) not in HOLDING_PHASES:
+            continue
+        vectors = {r.name: r.resources for r in replica_requests(job)}
+        for name, placement in job.status.placements.items():
+            if name in vectors and (job.metadata.uid or "", name) not in existing:
+                held.append((placement, vectors[name]))
+    return held
+
+
+def running_job(
+    job: TrainingJob,
+    requests: tuple[ReplicaRequest, ...],
+    placements: Iterable[tuple[str, ReplicaPlacement]],
+    now: datetime,
+) -> RunningJob | None:
+    """The core's ``RunningJob`` for a job holding ``placements`` (replica name, placement); None for none."""
+    assignments = tuple(
+        DeviceAssignment(
+            replica=name,
+            node=placement.node,
+            cpus=tuple(placement.cpus),
+            gpus=tuple(placement.gpus),
+            gpu_milli=placement.gpu_milli,
+        )
+        for name, placement in placements
+    )
+    if not assignments:
+        return None
+    return RunningJob(
+        key=job.key,
+        priority=job.spec.scheduling.effective_priority(),
+        queue=job.spec.scheduling.queue,
+        started=job.status.admitted_time or job.metadata.creation_timestamp or now,
+        replicas=requests,
+        assignments=assignments,
+        checkpointed=False,
+        # Storing and Halting jobs are about to give their room back; the lifecycle cannot preempt them.
+        preemptible=can_transition(Phase(job.status.phase), Phase.PREEMPTED),
+    )
+
+
+def running_jobs(
+    jobs: Iterable[TrainingJob],
+    replicas: Iterable[Replica],
+    *,
+    jobtypes: Mapping[str, JobType],
+    nodes: Iterable[str],
+    now: datetime,
+) -> tuple[RunningJob, ...]:
+    """The jobs in holding phases that hold placements, as the core's ``RunningJob``s.
+
+    Only placements ``holdings_of`` counts are assigned: a replica the job still asks for whose Replica object
+    has not been created, or exists with that very placement, on a node the snapshot lists. Whatever else a
+    job's replicas hold stays counted in the nodes' use without a job behind it (taken, never given back).
+    """
+    existing = {(r.spec.job_uid, r.metadata.name): r.spec.placement for r in replicas}
+    known = set(nodes)
+    running = []
+    for job in jobs:
+        if Phase(job.status.phase) not in HOLDING_PHASES or not job.status.placements:
+            continue
+        requests = tuple(replica_requests(job, jobtypes.get(job.spec.type)))
+        names = {request.name for request in requests}
+        kept = [
+            (name, placement)
+            for name, placement in job.status.placements.items()
+            if name in names
+            and existing.get((job.metadata.uid or "", name), placement) == placement
+            and placement.node in known
+        ]
+        found = running_job(job, requests, kept, now)
+        if found is not None:
+            running.append(found)
+    return tuple(running)
+
+
+def _amounts(amounts: ResourceAmounts) -> QuotaAmounts:
+    return QuotaAmounts(cpu_milli=amounts.cpu, memory=amounts.memory, gpus=amounts.gpu)
+
+
+def queue_quotas(queues: Iterable[Queue]) -> tuple[QueueQuota, ...]:
+    """One ``QueueQuota`` per queue name; a name repeated in another namespace is ignored (the first wins).
+
+    Queues are cluster-scoped: the embedded store keeps them in a namespace, but jobs name a queue by name.
+    """
+    quotas: dict[str, QueueQuota] = {}
+    for queue in queues:
+        name = queue.metadata.name
+        if name in quotas:
+            log.warning("Queue %s/%s: a Queue named %s already exists; ignored", queue.metadata.namespace, name, name)
+            continue
+        spec = queue.spec
+        quotas[name] = QueueQuota(
+            name=name,
+            nominal=_amounts(spec.quota),
+            cohort=spec.cohort,
+            borrowing_limit=_amounts(spec.borrowing_limit) if spec.borrowing_limit is not None else None,
+            weight=spec.weight,
+        )
+    return tuple(quotas.values())
+
+
+def dataset_needs(job: TrainingJob, datasets: Mapping[tuple[str, str], Dataset]) -> tuple[DatasetNeed, ...]:
+    """What each replica of the job would fetch of its datasets, for the data-locality plugin.
+
+    ``datasets`` by (namespace, name). A mount pins a version or takes the Dataset's materialised one; a replica
+    fetches the whole dataset when it is replicated, its share of the bytes when sharded. A Dataset not known
+    or not materialised yet weighs nothing (there is nothing to prefer a node for).
+    """
+    needs = []
+    replicas = max(1, job.spec.total_replicas())
+    for mount in job.spec.datasets:
+        dataset = datasets.get((job.metadata.namespace, mount.dataset_name))
+        if dataset is None:
+            continue
+        distribution = mount.distribution or dataset.spec.distribution
+        size = dataset.status.bytes if distribution == Distribution.REPLICATE else -(-dataset.status.bytes // replicas)
+        needs.append(DatasetNeed(name=mount.dataset_name, version=mount.version or dataset.status.version, bytes=size))
+    return tuple(needs)
+
+
+def queue_refusal(job: TrainingJob, queues: Mapping[str, Queue]) -> str | None:
+    """Why the job's queue does not take it (its namespace or priority class is not allowed), or None.
+
+    Such a job waits, as in Kueue, until the queue's spec or the job's changes; a job naming a queue that does not
+    exist is not limited by any queue.
+    """
+    name = job.spec.scheduling.queue
+    queue = queues.get(name)
+    if queue is None:
+        return None
+    namespaces, classes = queue.spec.namespaces, queue.spec.priority_classes
+    namespace = job.metadata.namespace
+    if namespaces and namespace not in namespaces:
+        return (
+            f"queue {name} takes jobs of namespace {', '.join(namespaces)} only, not {namespace}: set "
+            f"spec.scheduling.queue to a queue that takes {namespace}, or add {namespace} to the queue's "
+            "spec.namespaces"
+        )
+    priority_class = job.spec.scheduling.priority_class
+    if classes and priority_class not in classes:
+        named = f"priority class {priority_class}" if priority_class else "no priority class"
+        return (
+            f"queue {name} takes priority classes {', '.join(classes)} only, and the job has {named}: set "
+            f"spec.scheduling.priorityClass to one of them"
+        )
+    return None
+
+
+def queue_statuses(queues: Iterable[Queue], jobs: Iterable[TrainingJob]) -> dict[str, QueueStatus]:
+    """What each queue's jobs hold and how many of them wait, as ``phalanx get queues`` computes it.
+
+    Admitted: jobs in holding phases with placements; usage: their placed replicas' requests summed (cpu,
+    memory, GPUs, a share counting as its fraction); pending: the Pending and Queued jobs. A queue with no job
+    has a zero status; every name in ``queues`` gets a status, whatever its namespace.
+    """
+    return {view.name: view.current().status for view in queue_views(queues, jobs)}
+
+
+def pending_job(
+    job: TrainingJob, jobtype: JobType | None, datasets: Mapping[tuple[str, str], Dataset], now: datetime
+) -> PendingJob:
+    """The core's ``PendingJob`` for a queued job."""
+    return PendingJob(
+        key=job.key,
+        priority=job.spec.scheduling.effective_priority(),
+        created=job.metadata.creation_timestamp or now,
+        queue=job.spec.scheduling.queue,
+        replicas=tuple(replica_requests(job, jobtype)),
+        min_available=job.spec.scheduling.min_available,
+        placement=str(job.spec.scheduling.placement),
+        topology=job.spec.scheduling.topology,
+        datasets=dataset_needs(job, datasets),
+    )
+
+
+def preemptor_reason(victims: Iterable[str]) -> str:
+    """What a job that preempted others waits for."""
+    return f"preempted {', '.join(victims)} to make room; starts once their replicas have stopped"
+
+
+def describe_admission(admission: Admission) -> str:
+    """'placed 2 replicas on local: quickstart-master-0 CPUs 0; quickstart-worker-0 CPUs 1'."""
+    nodes = sorted({a.node for a in admission.assignments})
+    parts = []
+    for a in admission.assignments:
+        devices = []
+        if a.cpus:
+            devices.append("CPUs " + ",".join(map(str, a.cpus)))
+        if a.gpus:
+            devices.append("GPUs " + ",".join(map(str, a.gpus)))
+        if a.gpu_milli:
+            devices.append(f"{a.gpu_milli} milli-GPU")
+        parts.append(f"{a.replica} {' '.join(devices) or 'shared CPUs'}")
+    return f"placed {len(admission.assignments)} replica(s) on {', '.join(nodes)}: " + "; ".join(parts)
