@@ -8,7 +8,7 @@ functions, and word an admission and a preemptor's wait with them, so both say a
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition
@@ -111,19 +111,26 @@ def running_job(
 
 def running_jobs(
     jobs: Iterable[TrainingJob],
-    replicas: Iterable[Replica],
+    replicas: Iterable[Replica] = (),
     *,
     jobtypes: Mapping[str, JobType],
     nodes: Iterable[str],
     now: datetime,
+    counted: Callable[[TrainingJob, str, ReplicaPlacement], bool] | None = None,
 ) -> tuple[RunningJob, ...]:
     """The jobs in holding phases that hold placements, as the core's ``RunningJob``s.
 
-    Only placements ``holdings_of`` counts are assigned: a replica the job still asks for whose Replica object
-    has not been created, or exists with that very placement, on a node the snapshot lists. Whatever else a
-    job's replicas hold stays counted in the nodes' use without a job behind it (taken, never given back).
+    Only placements the holdings count are assigned: on a node the snapshot lists, and ``counted`` (by default: a
+    replica the job still asks for whose Replica object has not been created, or exists with that very
+    placement; phalanx-scheduler asks the same of the job's Pods). Whatever else a job's replicas hold stays
+    counted in the nodes' use without a job behind it (taken, never given back).
     """
-    existing = {(r.spec.job_uid, r.metadata.name): r.spec.placement for r in replicas}
+    if counted is None:
+        existing = {(r.spec.job_uid, r.metadata.name): r.spec.placement for r in replicas}
+
+        def counted(job: TrainingJob, name: str, placement: ReplicaPlacement) -> bool:
+            return existing.get((job.metadata.uid or "", name), placement) == placement
+
     known = set(nodes)
     running = []
     for job in jobs:
@@ -134,9 +141,7 @@ def running_jobs(
         kept = [
             (name, placement)
             for name, placement in job.status.placements.items()
-            if name in names
-            and existing.get((job.metadata.uid or "", name), placement) == placement
-            and placement.node in known
+            if name in names and placement.node in known and counted(job, name, placement)
         ]
         found = running_job(job, requests, kept, now)
         if found is not None:
@@ -242,11 +247,6 @@ def pending_job(
         topology=job.spec.scheduling.topology,
         datasets=dataset_needs(job, datasets),
     )
-
-
-def preemptor_reason(victims: Iterable[str]) -> str:
-    """What a job that preempted others waits for."""
-    return f"preempted {', '.join(victims)} to make room; starts once their replicas have stopped"
 
 
 def describe_admission(admission: Admission) -> str:
