@@ -38,7 +38,6 @@ from phalanx.core.scheduling.session import SchedulingSession
 from phalanx.core.scheduling.types import (
     Admission,
     ClusterSnapshot,
-    Decisions,
     PendingJob,
     Preemption,
     QueueQuota,
@@ -109,7 +108,7 @@ def run_pass(
     refusals: Mapping[str, str] | None = None,
     explain: bool | None = None,
 ) -> PassPlan:
-    """One pass on ``session``: nominated jobs first, then the rest; preemptors wait for their victims.
+    """One cycle on ``session``, nominated jobs first; preemptors wait for their victims.
 
     Args:
         session: the cluster as the pass starts (it keeps the deferred admissions' reservations: a caller that
@@ -125,29 +124,27 @@ def run_pass(
         ValueError: what ``SchedulingSession.cycle`` raises; nothing is decided then.
     """
     nominated = nominated or {}
-    nominees = [job for job in pending if job.key in nominated]
-    others = [job for job in pending if job.key not in nominated]
-    first = session.cycle(nominees, now, explain=explain) if nominees else Decisions()
-    rest = session.cycle(others, now, explain=explain) if others else Decisions()
-    preempted = (*first.preempted, *rest.preempted)
+    decisions = session.cycle(pending, now, explain=explain, first=frozenset(nominated))
     preemptors: dict[str, list[str]] = {}
-    for preemption in preempted:
+    for preemption in decisions.preempted:
         preemptors.setdefault(preemption.preemptor, []).append(preemption.victim)
-    first_admitted = {admission.key for admission in first.admitted}
+    decided_first = {admission.key for admission in decisions.admitted if admission.key in nominated}
     # A nominee that waits while its victims stop keeps the room they free; one that does not fit once they have
     # stopped loses its nomination (it would otherwise block every other job).
     reserving = [
-        job.key for job in nominees if job.key not in first_admitted and job.key not in preemptors and stopping
+        job.key
+        for job in pending
+        if job.key in nominated and job.key not in decided_first and job.key not in preemptors and stopping
     ]
     admitted: list[Admission] = []
     deferred: list[Admission] = []
-    for index, admission in enumerate((*first.admitted, *rest.admitted)):
-        cut = admission.key in preemptors or (reserving and index >= len(first.admitted))
+    for admission in decisions.admitted:
+        cut = admission.key in preemptors or (reserving and admission.key not in nominated)
         if cut or deferred:
             deferred.append(admission)
         else:
             admitted.append(admission)
-    waiting = {**first.waiting, **rest.waiting}
+    waiting = dict(decisions.waiting)
     for admission in deferred:
         if admission.key not in preemptors:
             waiting[admission.key] = reserved_reason(reserving or preemptors)
@@ -158,7 +155,7 @@ def run_pass(
     carried = {key: nominated[key] for key in reserving}
     carried.update({key: tuple(victims) for key, victims in preemptors.items()})
     return PassPlan(
-        preempted=preempted,
+        preempted=decisions.preempted,
         admitted=tuple(admitted),
         deferred=tuple(deferred),
         waiting=waiting,

@@ -27,7 +27,7 @@ The session is pure like the rest of the core: no I/O, no clock, no randomness; 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -78,12 +78,20 @@ class SchedulingSession:
         self._tally = ShapeTally()
         self._profile: WorkloadProfile | None = None
 
-    def cycle(self, pending: Sequence[PendingJob], now: datetime, *, explain: bool | None = None) -> Decisions:
+    def cycle(
+        self,
+        pending: Sequence[PendingJob],
+        now: datetime,
+        *,
+        explain: bool | None = None,
+        first: Collection[str] = (),
+    ) -> Decisions:
         """Decide which pending gangs to admit now, with their devices, and why the others wait.
 
         With preemption (or time slicing) on, it also decides which running jobs to stop. Admitted gangs keep
         their reservations in the session until ``release``; preempted ones lose theirs at once. ``explain``
-        overrides ``SchedulerConfig.explain`` for this cycle: False leaves every waiting reason empty.
+        overrides ``SchedulerConfig.explain`` for this cycle: False leaves every waiting reason empty. The jobs
+        whose keys are in ``first`` are decided before every other (nominated preemptors: ``passes.py``).
 
         Raises:
             ValueError: two pending jobs share a key, a pending job is already running in this session, or a
@@ -99,7 +107,7 @@ class SchedulingSession:
             check_policies(job)
         profile = self._current_profile(pending)
         explain_it = self.config.explain if explain is None else explain
-        return Cycle(self._state, now, profile, explain=explain_it).run(pending)
+        return Cycle(self._state, now, profile, explain=explain_it).run(pending, first)
 
     def profile(self) -> WorkloadProfile:
         """The workload profile fragmentation-aware placement currently scores against."""
