@@ -65,12 +65,13 @@ from phalanx.core.scheduling import (
     Admission,
     ClusterSnapshot,
     PendingJob,
+    QueueQuota,
     ReplicaRequest,
     SchedulerConfig,
     SchedulingSession,
     TaskShape,
 )
-from phalanx.core.scheduling.passes import run_pass
+from phalanx.core.scheduling.passes import pass_config, run_pass
 from phalanx.model.resources import ResourceVector
 from phalanx.sim.clusters import gpu_capacity
 from phalanx.sim.workloads import MILLI, SimJob
@@ -106,6 +107,8 @@ class SimOptions:
             times as long as it ran since its last promotion (``SchedulerConfig.las_starve_limit``); 0: never.
         restart_penalty: seconds a preempted job adds to its remaining run time when it resumes.
         explain: let the core explain every waiting job in every cycle (slower; the decisions are the same).
+        queues: the queues' quotas (jobs name theirs in ``SimJob.queue``); with any, fair share across queues is
+            on, as in the runtimes (``core.scheduling.passes.pass_config``).
     """
 
     queue_order: str = "fifo"
@@ -120,6 +123,7 @@ class SimOptions:
     starve_limit: float = 0.0
     restart_penalty: float = 0.0
     explain: bool = False
+    queues: tuple[QueueQuota, ...] = ()
 
     @property
     def label(self) -> str:
@@ -139,7 +143,7 @@ class SimOptions:
         Raises:
             ValueError: the queue order is unknown.
         """
-        return SchedulerConfig(
+        policy = SchedulerConfig(
             queue_order=self.queue_order,
             workload=self.workload,
             seed=self.seed,
@@ -149,6 +153,8 @@ class SimOptions:
             las_starve_limit=self.starve_limit,
             explain=self.explain,
         )
+        # A simulated victim has stopped by the next pass, which runs at once: no pass starts while one stops.
+        return pass_config(policy, queues=self.queues, stopping=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +172,7 @@ class JobOutcome:
         first_start: when its first run started (``start`` unless it was preempted); None: ``start``.
         run_time: seconds it ran, over all its runs (restart penalties included); None: ``end - start``.
         preempted: how many times it was preempted.
+        runs: (start, end) of every run, in order: a preempted run ends when it was stopped.
     """
 
     job: SimJob
@@ -178,6 +185,7 @@ class JobOutcome:
     first_start: float | None = None
     run_time: float | None = None
     preempted: int = 0
+    runs: tuple[tuple[float, float], ...] = ()
 
     @property
     def queueing_delay(self) -> float | None:
@@ -287,6 +295,7 @@ class _JobState:
     first_start: float | None = None
     served: float = 0.0  # seconds run so far, over every run
     preempted: int = 0
+    runs: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of every run that ended
 
 
 def check_options(options: SimOptions) -> None:
@@ -444,6 +453,7 @@ class _Engine:
             served = now - (state.start if state.start is not None else now)
             state.served += served
             state.attained += milli / MILLI * served
+            state.runs.append((now if state.start is None else state.start, now))
             self.running -= 1
             self.finished += 1
 
@@ -489,6 +499,7 @@ class _Engine:
         state.attained += milli / MILLI * served
         state.remaining = max(0.0, state.remaining - served) + self.options.restart_penalty
         state.served += served
+        state.runs.append((now if state.start is None else state.start, now))
         state.preempted += 1
         state.status = WAITING
         state.start = None
@@ -611,6 +622,7 @@ class _Engine:
                 first_start=state.first_start,
                 run_time=state.served if state.status == FINISHED else None,
                 preempted=state.preempted,
+                runs=tuple(state.runs),
             )
             for index, state in enumerate(self.states)
         )
