@@ -10,11 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
+import pytest
 from queue_builders import cluster, gpu_node, pending, quota
 from scheduling_builders import T0, make_job
 
-from phalanx.core.scheduling import NodeSnapshot, PendingJob, QueueQuota, RunningJob
-from phalanx.core.scheduling.passes import RUNTIME_POLICY, PassPlan, plan_pass, preemptor_reason, reserved_reason
+from phalanx.core.scheduling import NodeSnapshot, PendingJob, QueueQuota, RunningJob, SchedulerConfig
+from phalanx.core.scheduling.passes import (
+    RUNTIME_POLICY,
+    PassPlan,
+    pass_config,
+    plan_pass,
+    preemptor_reason,
+    reserved_reason,
+)
 
 # docs/queues.md's worked example: 8 GPUs; team-a and team-b guaranteed 4 each in cohort research.
 QUEUES = (
@@ -148,3 +156,23 @@ def test_a_nomination_lapses_when_its_job_does_not_fit_once_the_victims_have_sto
     assert [a.key for a in plan.admitted] == ["default/small"]
     assert plan.nominated == {}
     assert plan.waiting["default/big"].startswith("needs 4 GPUs"), plan.waiting["default/big"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "stopping", "preemption"),
+    [
+        (RUNTIME_POLICY, False, True),
+        (RUNTIME_POLICY, True, False),
+        (SchedulerConfig(preemption=False), False, False),
+    ],
+    ids=["runtime-default", "victims-stopping", "policy-without-preemption"],
+)
+def test_a_pass_derives_its_settings_from_the_base_policy(
+    policy: SchedulerConfig, stopping: bool, preemption: bool
+) -> None:
+    base = replace(policy, queue_order="shortest-first", queueing_strategy="backfill")
+    settings = pass_config(base, queues=QUEUES, stopping=stopping)
+    assert settings.preemption is preemption
+    assert (settings.queues, settings.fair_share) == (QUEUES, True)
+    assert (settings.queue_order, settings.queueing_strategy) == ("shortest-first", "backfill")
+    assert pass_config(base, queues=(), stopping=stopping).fair_share is False
