@@ -43,6 +43,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
             P.PREEMPTED,
             P.FAILED,  # a dataset could not be staged, or a replica failed at start with no retry left
             P.RESTARTING,  # a replica failed while the gang was starting and may be retried
+            P.QUEUED,  # a GPU of its placement turned unhealthy before its replicas started: place it again
         }
     ),
     P.RUNNING: frozenset(
@@ -57,6 +58,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     P.RESTARTING: frozenset(
         {
             P.RUNNING,  # the failed replicas (or the whole gang) run again
+            P.QUEUED,  # a GPU of its placement is unhealthy: place it again, on healthy GPUs
             P.FAILED,  # deadline passed during backoff
             P.HALTING,
             P.PREEMPTED,

@@ -76,6 +76,7 @@ class Resource(StrEnum):
 
 QUEUE_RESOURCES = ("queue", "queues")
 DATASET_RESOURCES = ("dataset", "datasets")
+NODE_RESOURCES = ("node", "nodes")
 dataset_app = typer.Typer(help="Datasets: create, get, describe, delete (see docs/datasets.md).", no_args_is_help=True)
 cache_app = typer.Typer(help="Node dataset caches: list what they hold, evict entries.", no_args_is_help=True)
 app.add_typer(dataset_app, name="dataset")
@@ -339,6 +340,20 @@ def get(
                 console.print(jobtypes_table(jobtypes))
 
 
+def _describe_node(client: Client | KubernetesClient, name: str) -> None:
+    """`phalanx describe node NAME`; the events are the local control plane's (on a cluster: `kubectl describe`)."""
+    from phalanx.entrypoints.cli.render import print_node_description
+
+    nodes = client.ops.list_nodes()
+    node = next((n for n in nodes if n.metadata.name == name), None)
+    if node is None:
+        known = ", ".join(sorted(n.metadata.name for n in nodes)) or "none"
+        fail(f"node {name!r} not found; known: {known}")
+    store = getattr(client, "store", None)
+    events = store.list_events("Node", node.metadata.namespace, name) if store is not None else []
+    print_node_description(console, node, events)
+
+
 def _warn_unreadable_jobs(client: Client | KubernetesClient, namespace: str | None) -> None:
     """Say which stored jobs cannot be read, so that a listing never hides them silently."""
     store = getattr(client, "store", None)
@@ -358,7 +373,7 @@ def _warn_unreadable_jobs(client: Client | KubernetesClient, namespace: str | No
 
 @app.command()
 def describe(
-    resource: Annotated[str, typer.Argument(help="job, queue or dataset")],
+    resource: Annotated[str, typer.Argument(help="job, queue, dataset or node")],
     name: Annotated[str, typer.Argument(help="Its name.")],
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
@@ -366,12 +381,16 @@ def describe(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Show a job (roles, placement, replicas, conditions, events), a queue (quota, usage, jobs) or a dataset."""
+    """Show a job (roles, placement, replicas, events), a queue (quota, usage, jobs), a dataset or a node (GPUs)."""
     from phalanx.entrypoints.cli.render import print_description, print_queue_description
 
-    _require_jobs(resource, "describe")
+    if resource not in NODE_RESOURCES:
+        _require_jobs(resource, "describe")
     choice = _choose(backend, kubeconfig, context)
     with _session(choice, state_dir, namespace) as client:
+        if resource in NODE_RESOURCES:
+            _describe_node(client, name)
+            return
         if resource in QUEUE_RESOURCES:
             print_queue_description(console, client.describe_queue(name))
             return

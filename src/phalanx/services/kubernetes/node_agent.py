@@ -43,178 +43,46 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from phalanx.adapters.clock import SystemClock
-from phalanx.adapters.devices.inventory import GPU_DISCOVERY_ANNOTATION, load_inventory
-from phalanx.adapters.devices.nvml import (
-    APPLICATION_XIDS,
-    NvmlUnavailableError,
-    XidWatcher,
-    check_health,
-    describe_xid,
-    discover_gpus,
-)
-from phalanx.adapters.devices.sysfs import discover_cpus, format_cpu_list, parse_cpu_list
+from phalanx.adapters.devices.inventory import GPU_DISCOVERY_ANNOTATION
+from phalanx.adapters.devices.sysfs import format_cpu_list
 from phalanx.adapters.kubernetes.api import EVENTS, NODES, KubeApi, KubeApiError
 from phalanx.adapters.kubernetes.objects import (
+    GPU_PROBLEMS_ANNOTATION,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     GPU_TOPOLOGY_ANNOTATION,
     UNHEALTHY_GPUS_ANNOTATION,
     unhealthy_gpus,
 )
-from phalanx.model.errors import FieldError, SpecError
-from phalanx.model.meta import ObjectMeta
-from phalanx.model.nodes import Node, NodeStatus
+from phalanx.core.gpu_health import unhealthy_reasons
+from phalanx.model.errors import SpecError
+from phalanx.model.nodes import Node
+
+# Discovery is shared with the embedded control plane; these names stay importable from here.
+from phalanx.services.gpu_discovery import (
+    Discover,
+    Discovered,
+    HostDiscovery,
+    InventoryDiscovery,
+    read_fault_file,
+)
+
+__all__ = ["Discover", "Discovered", "HostDiscovery", "InventoryDiscovery", "NodeAgent", "read_fault_file"]
 
 log = logging.getLogger(__name__)
 
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 NUMA_NODES_LABEL = "phalanx.dev/numa-nodes"
-GPU_PROBLEMS_ANNOTATION = "phalanx.dev/gpu-problems"
 HEARTBEAT_ANNOTATION = "phalanx.dev/node-agent-heartbeat"
 COMPONENT = "phalanx-node-agent"
 EVENT_NAMESPACE = "default"  # where kubelet records Node events, and where `kubectl describe node` finds them
-
-
-# -- discovery ------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Discovered:
-    """What one discovery found.
-
-    Attributes:
-        node: CPUs and GPUs; a GPU's ``healthy`` is the discoverer's health check.
-        problems: why each unhealthy GPU is unhealthy, by index (a GPU may be unhealthy without a reason here).
-        note: why no GPUs were found, when that is not simply because there are none (e.g. no NVML driver).
-    """
-
-    node: Node
-    problems: Mapping[int, Sequence[str]] = field(default_factory=dict)
-    note: str | None = None
-
-
-Discover = Callable[[], Discovered]
-
-
-class InventoryDiscovery:
-    """One node of a simulated inventory file, read again on every call (so a demo can edit it)."""
-
-    def __init__(self, path: Path, node_name: str) -> None:
-        self.path = path
-        self.node_name = node_name
-
-    def __call__(self) -> Discovered:
-        """The inventory's node of our name, or its only node.
-
-        Raises:
-            SpecError: the file is not a valid inventory, or names several nodes and none is ours.
-        """
-        nodes = load_inventory(self.path)
-        chosen = next((node for node in nodes if node.metadata.name == self.node_name), None)
-        if chosen is None and len(nodes) == 1:
-            chosen = nodes[0]
-        if chosen is None:
-            names = ", ".join(node.metadata.name for node in nodes) or "none"
-            message = f"no node {self.node_name!r} in the inventory (it has {names}); name one so, or keep one node"
-            raise SpecError([FieldError("metadata.name", message)], source=str(self.path))
-        problems = {
-            gpu.index: ["marked unhealthy in the simulated inventory"] for gpu in chosen.status.gpus if not gpu.healthy
-        }
-        return Discovered(node=chosen, problems=problems)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-class HostDiscovery:
-    """This machine: GPUs through NVML, every CPU of the host from sysfs, critical XIDs from NVML events.
-
-    The CPUs are the host's present CPUs, not this process's affinity: the agent's own Pod is confined to a
-    shared cpuset, but the Node's topology is the machine's.
-    """
-
-    def __init__(self, sys_root: Path = Path("/sys"), *, ignored_xids: frozenset[int] = APPLICATION_XIDS) -> None:
-        self.sys_root = sys_root
-        self.xids = XidWatcher(ignored_xids)
-        self._xid_note: str | None = None
-
-    def __call__(self) -> Discovered:
-        """Discover once; XID watching starts with the first discovery that finds GPUs."""
-        gpus, note = discover_gpus(self.sys_root)
-        present = _read_cpu_list(self.sys_root / "devices" / "system" / "cpu" / "present")
-        cpus = discover_cpus(self.sys_root, allowed=present)
-        problems: dict[int, list[str]] = {}
-        for gpu in gpus:
-            if not gpu.healthy:
-                problems[gpu.index] = self._problems(gpu.index)
-        if gpus and not self.xids.started and self._xid_note is None:
-            self._xid_note = self.xids.start()
-            if self._xid_note:
-                log.info("critical XID errors are not watched: %s", self._xid_note)
-        by_index = {gpu.index: gpu for gpu in gpus}
-        for index, xids in self.xids.poll().items():
-            if index in by_index:
-                problems.setdefault(index, []).extend(describe_xid(xid) for xid in xids)
-                by_index[index] = by_index[index].model_copy(update={"healthy": False})
-        node = Node(
-            metadata=ObjectMeta(name="local"),
-            status=NodeStatus(
-                cpus=cpus, gpus=[by_index[index] for index in sorted(by_index)], source="nvml" if gpus else "sysfs"
-            ),
-        )
-        return Discovered(node=node, problems=problems, note=note)
-
-    @staticmethod
-    def _problems(index: int) -> list[str]:
-        try:
-            health = check_health(index)
-        except NvmlUnavailableError as err:
-            return [str(err)]
-        return health.problems or ["NVML queries about the GPU fail"]
-
-    def close(self) -> None:
-        """Stop watching XIDs."""
-        self.xids.close()
-
-
-def _read_cpu_list(path: Path) -> set[int] | None:
-    try:
-        return parse_cpu_list(path.read_text(encoding="ascii"))
-    except (OSError, ValueError):
-        return None
-
-
-def read_fault_file(path: Path | None) -> set[int]:
-    """GPU indices the fault file marks unhealthy: numbers separated by commas, spaces or lines; ``#`` comments.
-
-    A missing file (or none configured) injects no fault; a word that is not a GPU index is logged and skipped.
-    """
-    if path is None:
-        return set()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return set()
-    except OSError as err:
-        log.warning("cannot read the fault file %s: %s", path, err)
-        return set()
-    faults: set[int] = set()
-    for line in text.splitlines():
-        for word in re.split(r"[\s,]+", line.split("#", 1)[0]):
-            if not word:
-                continue
-            if word.isdigit():
-                faults.add(int(word))
-            else:
-                log.warning("fault file %s: %r is not a GPU index; ignored", path, word)
-    return faults
 
 
 # -- what the Node should say (pure) --------------------------------------------------------------------------------
@@ -304,8 +172,8 @@ def node_report(
 ) -> NodeReport:
     """What the Node should say about a discovered node.
 
-    A GPU is unhealthy when discovery says so (``healthy`` false or a problem listed) or it is in ``faults``
-    (the fault file); indices that name no GPU are ignored.
+    Which GPUs are unhealthy, and why, is ``core.gpu_health.unhealthy_reasons``: discovery says so (``healthy``
+    false or a problem listed) or ``faults`` (the fault file) names it.
 
     Args:
         node: the discovered node.
@@ -317,15 +185,7 @@ def node_report(
             and the note. A broken driver or a container without the NVIDIA runtime must not erase a GPU node.
     """
     gpus = sorted(node.status.gpus, key=lambda gpu: gpu.index)
-    reasons: dict[int, list[str]] = {}
-    for gpu in gpus:
-        found = list(problems.get(gpu.index, ()))
-        if not gpu.healthy and not found:
-            found = ["unhealthy"]
-        if gpu.index in faults:
-            found.append("listed in the fault file")
-        if found:
-            reasons[gpu.index] = found
+    reasons = unhealthy_reasons(node, problems, faults)
     numa_count = len({cpu.numa for cpu in node.status.cpus} | {gpu.numa for gpu in gpus}) or 1
     if gpus_unknown:
         return NodeReport(
