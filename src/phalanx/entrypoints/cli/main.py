@@ -118,11 +118,12 @@ OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table, wid
 _INSTALL = "phalanx install --print | kubectl apply -f -"
 
 
-def _require_jobs(resource: str, verb: str) -> None:
-    """Verbs on one object take ``job NAME``, ``queue NAME`` or ``dataset NAME``; anything else is a usage error."""
-    if resource not in ("job", "jobs", *QUEUE_RESOURCES, *DATASET_RESOURCES):
+def _require_jobs(resource: str, verb: str, *, nodes: bool = False) -> None:
+    """Verbs on one object take ``job NAME``, ``queue NAME`` or ``dataset NAME`` (``node NAME`` where ``nodes``)."""
+    if resource not in ("job", "jobs", *QUEUE_RESOURCES, *DATASET_RESOURCES, *(NODE_RESOURCES if nodes else ())):
+        node = f", `phalanx {verb} node NAME`" if nodes else ""
         fail(
-            f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`, `phalanx {verb} queue NAME` or "
+            f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`, `phalanx {verb} queue NAME`{node} or "
             f"`phalanx {verb} dataset NAME`",
             2,
         )
@@ -384,8 +385,7 @@ def describe(
     """Show a job (roles, placement, replicas, events), a queue (quota, usage, jobs), a dataset or a node (GPUs)."""
     from phalanx.entrypoints.cli.render import print_description, print_queue_description
 
-    if resource not in NODE_RESOURCES:
-        _require_jobs(resource, "describe")
+    _require_jobs(resource, "describe", nodes=True)
     choice = _choose(backend, kubeconfig, context)
     with _session(choice, state_dir, namespace) as client:
         if resource in NODE_RESOURCES:
@@ -732,6 +732,10 @@ def up(
         str | None,
         typer.Option(help="Each node's dataset cache, e.g. 50Gi (default: as recorded; half the free disk when new)."),
     ] = None,
+    gpu_fault_file: Annotated[
+        Path | None,
+        typer.Option(help="A file of this machine's GPU indices to treat as unhealthy, read every 10 s."),
+    ] = None,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
@@ -742,7 +746,9 @@ def up(
     _embedded_only(_choose(backend, kubeconfig, context), "up", f"install Phalanx once: {_INSTALL}")
 
     with session(state_dir) as client:
-        leader, started = start_control_plane(client.layout, inventory=inventory, cache_size=cache_size)
+        leader, started = start_control_plane(
+            client.layout, inventory=inventory, cache_size=cache_size, gpu_fault_file=gpu_fault_file
+        )
         word = "started" if started else "already running"
         console.print(f"control plane {word} (pid {leader.pid}); state in {client.layout.root}")
         console.print(f"log: {client.layout.control_plane_log}")
