@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from phalanx.adapters.devices.discovery import HostDiscovery
 from phalanx.adapters.devices.inventory import load_inventory
 from phalanx.adapters.store import SqliteStore
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import GpuInfo, Node, NodeStatus
 from phalanx.services.embedded.gpu_watch import GpuWatch
-from phalanx.services.gpu_discovery import HostDiscovery
 from support.fake_nvml import XID_CRITICAL, make_fake_sys, three_gpus
 
 

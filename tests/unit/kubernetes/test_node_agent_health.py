@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from phalanx.adapters.devices.discovery import HostDiscovery, InventoryDiscovery
 from phalanx.adapters.devices.nvml import XidWatcher, describe_xid
+from phalanx.adapters.kubernetes.node_report import node_report
 from phalanx.model.errors import SpecError
-from phalanx.services.kubernetes.node_agent import HostDiscovery, InventoryDiscovery, node_report
 from support.fake_nvml import XID_CRITICAL, FakeGpu, FakeNvml, NVMLError, make_fake_sys, three_gpus
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -4,7 +4,7 @@ Every ``interval_s`` it looks at the GPUs again and writes any change of health 
 store (``healthy`` and ``problem`` of each GPU), with a Warning event ``GPUUnhealthy`` on the node when a GPU
 fails and a Normal ``GPUHealthy`` when it recovers:
 
-- on a **simulated inventory** it reads the file again (``services.gpu_discovery.InventoryDiscovery``), so a
+- on a **simulated inventory** it reads the file again (``adapters.devices.discovery.InventoryDiscovery``), so a
   GPU marked ``healthy: false`` there while the control plane runs turns unhealthy here, and recovers when the
   mark is removed; only health is taken from the file (the nodes' hardware is what was registered at start);
 - on **this machine** it asks NVML (``HostDiscovery``: failing queries, pending retired pages or row
@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.devices.discovery import Discover, HostDiscovery, InventoryDiscovery, read_fault_file
 from phalanx.adapters.store import SqliteStore
 from phalanx.core.gpu_health import gpu_health_changes, unhealthy_reasons, with_health
 from phalanx.model.errors import SpecError
 from phalanx.model.events import Event
 from phalanx.model.nodes import Node
-from phalanx.services.gpu_discovery import Discover, HostDiscovery, InventoryDiscovery, read_fault_file
 
 log = logging.getLogger(__name__)
 
