@@ -11,6 +11,10 @@ step of the new phase runs too, until the phase settles. So a plan already conta
 input, and replanning on the world it leads to plans nothing new (only ``StoreOutputs`` and ``DeleteJob``
 repeat; both are idempotent by contract).
 
+A replica placed on a GPU that turned unhealthy (``ReconcileInput.unhealthy_gpus``, ``core.gpu_health``) fails
+for the restart policy (reason ``GPUUnhealthy``); every replica then stops and the job goes back to Queued to be
+placed on healthy GPUs, since the scheduler places whole gangs and the old placement cannot be kept.
+
 Invariants:
     - A replica is never created while a replica of the same name exists, even one being deleted: two copies
       of one replica never run at once.
