@@ -1,4 +1,4 @@
-"""The wall clock, for services. ``core`` never reads it; services pass its readings in."""
+"""The wall clock, for services (``core.clock.Clock``). ``core`` never reads it; services pass its readings in."""
 
 from __future__ import annotations
 
@@ -16,3 +16,7 @@ class SystemClock:
     def monotonic(self) -> float:
         """Seconds on a clock that never goes back, for timeouts."""
         return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        """Block the calling thread for ``seconds``."""
+        time.sleep(max(0.0, seconds))

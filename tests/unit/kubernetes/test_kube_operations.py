@@ -21,9 +21,11 @@ from phalanx.adapters.kubernetes.api import (
 )
 from phalanx.adapters.kubernetes.crds import crd_kind, custom_resource_definition
 from phalanx.adapters.kubernetes.structural import validate_value
+from phalanx.core.clock import VirtualClock
 from phalanx.model.errors import SpecError
 from phalanx.model.loading import parse_documents
 from phalanx.services.kubernetes.operations import (
+    DELETE_WAIT_SECONDS,
     NOT_INSTALLED,
     KubeOperations,
     event_from_object,
@@ -231,6 +233,15 @@ def test_run_replaces_a_finished_job_but_never_an_active_one(api: FakeApi) -> No
     api.objects[("trainingjobs", "default", "quickstart")]["status"] = {"phase": "Halted"}
     with pytest.raises(OperationError, match="it is Halted"):
         KubeOperations(api).submit([quickstart()], replace_finished=True)
+
+
+def test_a_finished_job_that_never_goes_away_is_reported_after_the_wait_on_the_injected_clock(api: FakeApi) -> None:
+    stored_job(api, "Failed")
+    api.delete = lambda *_, **__: None  # type: ignore[method-assign]  # a finalizer that never clears
+    clock = VirtualClock()
+    with pytest.raises(OperationError, match="job default/quickstart is still being deleted"):
+        KubeOperations(api, clock=clock).submit([quickstart()], replace_finished=True)
+    assert DELETE_WAIT_SECONDS <= clock.monotonic() < DELETE_WAIT_SECONDS + 1, "it polled on the clock it was given"
 
 
 # -- errors ----------------------------------------------------------------------------------------------------------

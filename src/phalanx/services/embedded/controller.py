@@ -26,6 +26,7 @@ from phalanx.adapters.store import (
     StoreUnavailableError,
     UnreadableError,
 )
+from phalanx.core.clock import Clock
 from phalanx.core.lifecycle import transition
 from phalanx.core.reconcile import plan
 from phalanx.core.reconcile.types import (
@@ -90,7 +91,7 @@ class JobController:
 
     store: SqliteStore
     layout: StateLayout
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
     identity: str = "controller"
     data: DatasetManager | None = None
     quarantine: Quarantine | None = None

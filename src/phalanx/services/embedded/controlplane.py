@@ -38,6 +38,7 @@ from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
 from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError, StoreUnavailableError, UnreadableError
+from phalanx.core.clock import Clock
 from phalanx.model.nodes import Node
 from phalanx.services.embedded.api_server import HttpLimits, LocalApiServer
 from phalanx.services.embedded.controller import JobController
@@ -115,7 +116,7 @@ class ControlPlane:
     """The local control plane of one state directory."""
 
     config: ControlPlaneConfig
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
 
     def __post_init__(self) -> None:
         self.layout = StateLayout(self.config.state_dir)

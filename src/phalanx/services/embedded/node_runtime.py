@@ -37,6 +37,7 @@ from phalanx.adapters.executor import (
     read_exit_code,
 )
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError, StoreUnavailableError
+from phalanx.core.clock import Clock
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica, ReplicaPhase
@@ -99,7 +100,7 @@ class NodeRuntime:
     layout: StateLayout
     nodes: Mapping[str, Node]
     grace_seconds: float = 10.0
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
     _stopping: dict[str, _Stopping] = field(default_factory=dict)
     _pinned: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _exit_watches: dict[ProcessHandle, _ExitWatch] = field(default_factory=dict)

@@ -34,6 +34,7 @@ from phalanx.adapters.store import (
     StoreError,
     describe_error,
 )
+from phalanx.core.clock import Clock
 from phalanx.core.lifecycle.quarantine import quarantine_condition, quarantined, released
 from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
@@ -84,7 +85,7 @@ class Quarantine:
     """Sets objects aside for the steps of one control plane, and lets them go again."""
 
     store: SqliteStore
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
     retry_seconds: float = QUARANTINE_RETRY_SECONDS
 
     def held(self, kind: str) -> Held:

@@ -30,6 +30,7 @@ from datetime import datetime
 
 from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError
+from phalanx.core.clock import Clock
 from phalanx.core.culprits import find_culprits
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.scheduling import build_snapshot, schedule
@@ -91,7 +92,7 @@ class SchedulerService:
     """One scheduling cycle per call, over the whole store."""
 
     store: SqliteStore
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
     identity: str = "scheduler"
     quarantine: Quarantine | None = None
     _failure: str | None = field(default=None, init=False, repr=False)

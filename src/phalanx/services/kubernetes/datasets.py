@@ -56,6 +56,7 @@ from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key
 from phalanx.adapters.kubernetes.objects import dataset_from_object
 from phalanx.adapters.kubernetes.parsed import ParsedObjects
 from phalanx.adapters.kubernetes.rendering import DATASET_MOUNT_PATH, DatasetVolumes
+from phalanx.core.clock import Clock
 from phalanx.core.data import DatasetCounters, env_name
 from phalanx.model.datasets import Dataset, DatasetPhase, DatasetStatus, version_label
 from phalanx.model.jobs import Phase, TrainingJob
@@ -424,7 +425,7 @@ class KubeDatasetManager:
         *,
         mount_path: str = DEFAULT_CACHE_DIR,
         on_change: Callable[[str, dict[str, Any]], None] | None = None,
-        clock: SystemClock | None = None,
+        clock: Clock | None = None,
         workers: int = 2,
         base_dir: Path | None = None,
         policy: SourcePolicy | None = None,
@@ -559,7 +560,7 @@ class KubeDatasetManager:
                 self._progress[key] = message
             self.signal.set()
 
-        return progress_reporter(say, _PROGRESS_EVERY_S)
+        return progress_reporter(say, _PROGRESS_EVERY_S, clock=self.clock)
 
     def _collect(self) -> None:
         with self._lock:

@@ -68,6 +68,7 @@ from phalanx.adapters.kubernetes.objects import (
     UNHEALTHY_GPUS_ANNOTATION,
     unhealthy_gpus,
 )
+from phalanx.core.clock import Clock
 from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node, NodeStatus
@@ -433,9 +434,7 @@ class CycleResult:
 class NodeAgent:
     """Discovers, checks and writes one Node, every ``interval`` seconds."""
 
-    def __init__(
-        self, api: KubeApi, settings: AgentSettings, discover: Discover, clock: SystemClock | None = None
-    ) -> None:
+    def __init__(self, api: KubeApi, settings: AgentSettings, discover: Discover, clock: Clock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.discover = discover

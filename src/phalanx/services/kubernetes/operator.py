@@ -83,6 +83,7 @@ from phalanx.adapters.kubernetes.objects import (
     status_body,
 )
 from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME, RenderError
+from phalanx.core.clock import Clock
 from phalanx.core.lifecycle import can_transition, transition
 from phalanx.core.reconcile import (
     CreateReplica,
@@ -184,7 +185,7 @@ class OperatorCounters:
 class KubeOperator:
     """The operator's caches, reconcile and loop."""
 
-    def __init__(self, api: KubeApi, settings: OperatorSettings, clock: SystemClock | None = None) -> None:
+    def __init__(self, api: KubeApi, settings: OperatorSettings, clock: Clock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -215,7 +216,7 @@ class KubeOperator:
         self._held: dict[str, HeldStatus] = {}  # job uid -> a planned status not written yet (``may_hold``)
         self._warned: set[tuple[str, str]] = set()  # (job uid, warning) given once per job
         self._posting: set[Future[None]] = set()  # events being recorded in the background
-        self.events = EventBudget()
+        self.events = EventBudget(clock=self.clock.monotonic)
         self.data: KubeDatasetManager | None = None
         if settings.dataset_store is not None:
             self.data = KubeDatasetManager(

@@ -78,6 +78,7 @@ from phalanx.adapters.kubernetes.objects import (
 )
 from phalanx.adapters.kubernetes.parsed import ParsedObjects
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOURCE, RenderError
+from phalanx.core.clock import Clock
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
 from phalanx.core.reconcile.types import EventRecord
@@ -193,7 +194,7 @@ def pod_requests(pod: dict[str, Any]) -> ResourceVector:
 class KubeScheduler:
     """The scheduler's caches, cycle and loop."""
 
-    def __init__(self, api: KubeApi, settings: SchedulerSettings, clock: SystemClock | None = None) -> None:
+    def __init__(self, api: KubeApi, settings: SchedulerSettings, clock: Clock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -230,7 +231,7 @@ class KubeScheduler:
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
         self._lock = threading.Lock()
-        self.events = EventBudget()
+        self.events = EventBudget(clock=self.clock.monotonic)
         self.ready = threading.Event()
         self.counters: Counter[str] = Counter()  # cycles, admitted, bound: for logs and benchmarks
 
