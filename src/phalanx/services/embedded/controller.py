@@ -16,7 +16,7 @@ import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.store import (
     AlreadyExistsError,
     ConflictError,
@@ -26,7 +26,6 @@ from phalanx.adapters.store import (
     StoreUnavailableError,
     UnreadableError,
 )
-from phalanx.core.clock import Clock
 from phalanx.core.lifecycle import transition
 from phalanx.core.reconcile import plan
 from phalanx.core.reconcile.types import (

@@ -15,10 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.private_files import open_private, tighten
 from phalanx.adapters.store import SqliteStore
-from phalanx.core.clock import Clock
 from phalanx.model.nodes import Node
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.leadership import LEASE_NAME, holder_is_dead

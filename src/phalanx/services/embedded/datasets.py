@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
 from phalanx.adapters.datasources import Materialized, SourceRequest
 from phalanx.adapters.store import (
@@ -44,7 +44,6 @@ from phalanx.adapters.store import (
     StoreUnavailableError,
     UnreadableError,
 )
-from phalanx.core.clock import Clock
 from phalanx.core.data import CacheEntry, StagingPlan, env_name
 from phalanx.core.scheduling.types import DATASET_LABEL_PREFIX
 from phalanx.model.datasets import Dataset, DatasetPhase, version_label

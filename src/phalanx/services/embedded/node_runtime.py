@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.executor import (
     LaunchDeferredError,
     LaunchError,
@@ -37,7 +37,6 @@ from phalanx.adapters.executor import (
     read_exit_code,
 )
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError, StoreUnavailableError
-from phalanx.core.clock import Clock
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica, ReplicaPhase

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.store import (
     ConflictError,
     NotFoundError,
@@ -34,7 +34,6 @@ from phalanx.adapters.store import (
     StoreError,
     describe_error,
 )
-from phalanx.core.clock import Clock
 from phalanx.core.lifecycle.quarantine import quarantine_condition, quarantined, released
 from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob

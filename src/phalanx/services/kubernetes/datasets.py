@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datasources import Materialized
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
@@ -56,7 +56,6 @@ from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key
 from phalanx.adapters.kubernetes.objects import dataset_from_object
 from phalanx.adapters.kubernetes.parsed import ParsedObjects
 from phalanx.adapters.kubernetes.rendering import DATASET_MOUNT_PATH, DatasetVolumes
-from phalanx.core.clock import Clock
 from phalanx.core.data import DatasetCounters, env_name
 from phalanx.model.datasets import Dataset, DatasetPhase, DatasetStatus, version_label
 from phalanx.model.jobs import Phase, TrainingJob

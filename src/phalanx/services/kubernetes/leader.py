@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.kubernetes.api import LEASES, ConflictError, KubeApi, KubeApiError, NotFoundError
-from phalanx.core.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices.inventory import GPU_DISCOVERY_ANNOTATION, load_inventory
 from phalanx.adapters.devices.nvml import (
     APPLICATION_XIDS,
@@ -68,7 +68,6 @@ from phalanx.adapters.kubernetes.objects import (
     UNHEALTHY_GPUS_ANNOTATION,
     unhealthy_gpus,
 )
-from phalanx.core.clock import Clock
 from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node, NodeStatus

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
@@ -48,7 +48,6 @@ from phalanx.adapters.kubernetes.api import (
 from phalanx.adapters.kubernetes.informer import Informer, Signal, wait_all_synced
 from phalanx.adapters.kubernetes.objects import dataset_from_object, job_from_object, jobtype_from_object
 from phalanx.adapters.kubernetes.parsed import ParsedObjects
-from phalanx.core.clock import Clock
 from phalanx.core.data import CacheEntry
 from phalanx.core.scheduling.types import DATASET_LABEL_PREFIX
 from phalanx.model.datasets import Dataset, version_label

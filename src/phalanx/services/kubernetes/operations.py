@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import in_use_sentence
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
@@ -61,7 +61,6 @@ from phalanx.adapters.kubernetes.objects import (
     pod_exit,
 )
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, CONTAINER_NAME
-from phalanx.core.clock import Clock
 from phalanx.core.lifecycle import ACTIVE_PHASES
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError

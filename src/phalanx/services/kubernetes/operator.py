@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.kubernetes.api import (
     CONFIGMAPS,
     EVENTS,
@@ -83,7 +83,6 @@ from phalanx.adapters.kubernetes.objects import (
     status_body,
 )
 from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME, RenderError
-from phalanx.core.clock import Clock
 from phalanx.core.lifecycle import can_transition, transition
 from phalanx.core.reconcile import (
     CreateReplica,
