@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pkgutil
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,31 @@ def test_the_kubernetes_adapter_docstring_names_each_of_its_modules_and_crds() -
     modules = {module.name for module in pkgutil.iter_modules(kubernetes_adapter.__path__)}
     assert {name for name in modules if f"``{name}``" not in docstring} == set()
     assert [kind.kind for kind in KINDS if kind.kind not in docstring] == []
+
+
+def test_architecture_md_draws_paths_that_exist_and_the_contracts_the_project_keeps() -> None:
+    text = (DOCS / "architecture.md").read_text()
+    layout = text[text.index("```\nsrc/phalanx/\n") + 4 :]
+    layout = layout[: layout.index("```")]
+    source = Path(__file__).resolve().parents[2] / "src" / "phalanx"
+    drawn, missing, parent = [], [], source
+    for line in layout.splitlines()[1:]:
+        found = re.match(r"^( {2}| {4})((?:\w+(?:/|\.py)(?:, )?)+)(?: |$)", line)
+        if found is None:
+            continue
+        names = found.group(2).split(", ")
+        base = source if found.group(1) == "  " else parent
+        for name in names:
+            drawn.append(base / name)
+            if not (base / name).exists():
+                missing.append(str((base / name).relative_to(source)))
+        if found.group(1) == "  ":
+            parent = source / names[0]
+    assert len(drawn) > 25 and missing == []
+
+    project = tomllib.loads((source.parents[1] / "pyproject.toml").read_text())
+    configured = [contract["name"] for contract in project["tool"]["importlinter"]["contracts"]]
+    listed = re.findall(r"^(.+) KEPT$", text, re.MULTILINE)
+    assert sorted(listed) == sorted(configured)
+    assert f"{NUMBERS[len(configured)].capitalize()} import-linter contracts" in text
+    assert f"Contracts: {len(configured)} kept, 0 broken." in text
