@@ -4,7 +4,6 @@ inventory edited at run time, a fault file; what it writes on the Node and the e
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,23 +12,11 @@ import yaml
 from phalanx.adapters.devices.discovery import HostDiscovery
 from phalanx.adapters.devices.inventory import load_inventory
 from phalanx.adapters.store import SqliteStore
+from phalanx.core.clock import VirtualClock
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import GpuInfo, Node, NodeStatus
 from phalanx.services.embedded.gpu_watch import GpuWatch
 from support.fake_nvml import XID_CRITICAL, make_fake_sys, three_gpus
-
-
-class Clock:
-    """Monotonic time moved by hand; wall time from the system (events only)."""
-
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 @pytest.fixture
@@ -63,26 +50,26 @@ def test_an_inventory_edited_at_run_time_marks_a_gpu_and_clears_it(store: Sqlite
     path.write_text(yaml.safe_dump(inventory_doc()))
     [node] = load_inventory(path)
     register(store, node)
-    clock = Clock()
-    watch = GpuWatch(store, {"sim-0": node}, inventory=path, interval_s=5, clock=clock)  # type: ignore[arg-type]
+    clock = VirtualClock()
+    watch = GpuWatch(store, {"sim-0": node}, inventory=path, interval_s=5, clock=clock)
     assert watch.sync() is False  # first check: nothing changed
     assert health(store, "sim-0") == [(0, True, ""), (1, True, "")]
 
     path.write_text(yaml.safe_dump(inventory_doc({1: "XID 79 (injected)"})))
     assert watch.sync() is False  # not due yet
     assert watch.due_in() == 5
-    clock.t += 5
+    clock.advance(5)
     assert watch.sync() is True
     assert health(store, "sim-0") == [(0, True, ""), (1, False, "XID 79 (injected)")]
     assert reasons(store, "sim-0") == [("GPUUnhealthy", "GPU 1 is unhealthy: XID 79 (injected); 1 of 2 GPU(s) healthy")]
 
     path.write_text("status: [half-written")  # an edit in progress: health stays as it was
-    clock.t += 5
+    clock.advance(5)
     assert watch.sync() is False
     assert health(store, "sim-0")[1] == (1, False, "XID 79 (injected)")
 
     path.write_text(yaml.safe_dump(inventory_doc()))
-    clock.t += 5
+    clock.advance(5)
     assert watch.sync() is True
     assert health(store, "sim-0") == [(0, True, ""), (1, True, "")]
     assert reasons(store, "sim-0")[-1] == ("GPUHealthy", "GPU 1 is healthy again; 2 of 2 GPU(s) healthy")
@@ -100,15 +87,15 @@ def test_nvml_health_xids_and_the_fault_file_reach_the_node(
     )
     register(store, node)
     faults = tmp_path / "faults"
-    clock = Clock()
+    clock = VirtualClock()
     discovery = HostDiscovery(fake_sys)
-    watch = GpuWatch(store, {"box": node}, fault_file=faults, interval_s=1, clock=clock, discover={"box": discovery})  # type: ignore[arg-type]
+    watch = GpuWatch(store, {"box": node}, fault_file=faults, interval_s=1, clock=clock, discover={"box": discovery})
     assert watch.sync() is False
 
     nvml.gpus[0].retired_pending = True
     nvml.events.append((2, XID_CRITICAL, 79))
     faults.write_text("1\n")
-    clock.t += 1
+    clock.advance(1)
     assert watch.sync() is True
     assert health(store, "box") == [
         (0, False, "retired memory pages are pending; the GPU needs a reset"),

@@ -174,3 +174,13 @@ def test_life_across_a_gpu_failure() -> None:
     assert phases == [P.QUEUED, P.DOWNLOADING, P.RUNNING, P.RESTARTING, P.QUEUED, P.DOWNLOADING, P.RUNNING]
     assert inp.job.status.restarts == 1
     assert [r.attempt for r in inp.replicas] == [2]
+
+
+def test_a_missing_replica_is_not_started_on_an_unhealthy_gpu() -> None:
+    """Found by the planner's property test: Running, the replica gone, its GPU unhealthy: placed again instead."""
+    result = reconcile(
+        job("q").role("worker", 1).phase(P.RUNNING).placed().restart("Never"),
+        unhealthy_gpus=SICK_GPU0,
+    )
+    assert result.status.phase == P.QUEUED
+    assert result.actions == ()

@@ -50,6 +50,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
         {
             P.STORING,  # the success policy is met: save outputs
             P.RESTARTING,  # a replica failed within backoffLimit
+            P.QUEUED,  # a replica to start again is placed on an unhealthy GPU: place the job again
             P.FAILED,  # a replica failed with no retry left, or the deadline passed
             P.HALTING,  # the user halted it
             P.PREEMPTED,

@@ -263,7 +263,7 @@ def _step_running(d: _Draft) -> None:
         d.move(P.STORING, "SuccessPolicyMet", f"{message}; storing outputs")
         _stop_unfinished(d, "SuccessPolicyMet")
         return
-    if _handled_failures(d):
+    if _handled_failures(d) or _placed_again_off_unhealthy(d):
         return
     _delete_stale_attempts(d)
     _create_missing(d)
@@ -460,12 +460,14 @@ def _lost_to_unhealthy_gpus(d: _Draft) -> list[ObservedReplica]:
 
 
 def _placed_again_off_unhealthy(d: _Draft) -> bool:
-    """Before (re)starting replicas: a placement holding an unhealthy GPU sends the job back to the queue.
+    """Before (re)starting replicas: one to start on an unhealthy GPU sends the job back to the queue.
 
     Every replica stops first (a new placement may put any of them elsewhere); the job then waits in Queued,
-    where the scheduler places it on healthy GPUs. True when it acted.
+    where the scheduler places it on healthy GPUs. A replica that exists (finished, say) is not started again,
+    so its placement does not count. True when it acted.
     """
-    lost = lost_replicas(d.status.placements, d.inp.unhealthy_gpus) if d.inp.unhealthy_gpus else {}
+    to_start = {name: p for name, p in d.status.placements.items() if name not in d.world}
+    lost = lost_replicas(to_start, d.inp.unhealthy_gpus) if d.inp.unhealthy_gpus and to_start else {}
     if not lost:
         return False
     if d.world:

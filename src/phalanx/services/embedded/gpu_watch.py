@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices.discovery import Discover, HostDiscovery, InventoryDiscovery, read_fault_file
 from phalanx.adapters.store import SqliteStore
 from phalanx.core.gpu_health import gpu_health_changes, unhealthy_reasons, with_health
@@ -42,7 +42,7 @@ class GpuWatch:
         inventory: Path | None = None,
         fault_file: Path | None = None,
         interval_s: float = 10.0,
-        clock: SystemClock | None = None,
+        clock: Clock | None = None,
         discover: Mapping[str, Discover] | None = None,
     ) -> None:
         self.store = store

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices.discovery import Discover, read_fault_file
 from phalanx.adapters.kubernetes.api import EVENTS, NODES, KubeApi, KubeApiError
 from phalanx.adapters.kubernetes.node_report import (
@@ -99,9 +99,7 @@ class CycleResult:
 class NodeAgent:
     """Discovers, checks and writes one Node, every ``interval`` seconds."""
 
-    def __init__(
-        self, api: KubeApi, settings: AgentSettings, discover: Discover, clock: SystemClock | None = None
-    ) -> None:
+    def __init__(self, api: KubeApi, settings: AgentSettings, discover: Discover, clock: Clock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.discover = discover
