@@ -351,7 +351,7 @@ def _describe_node(client: Client | KubernetesClient, name: str) -> None:
         known = ", ".join(sorted(n.metadata.name for n in nodes)) or "none"
         fail(f"node {name!r} not found; known: {known}")
     store = getattr(client, "store", None)
-    events = store.list_events("Node", node.metadata.namespace, name) if store is not None else []
+    events = store.list_events("Node", node.metadata.namespace, name) if store is not None else None
     print_node_description(console, node, events)
 
 

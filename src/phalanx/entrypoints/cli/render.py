@@ -82,8 +82,11 @@ def nodes_table(nodes: list[Node], usage: dict[str, dict[str, int]]) -> Table:
     return table
 
 
-def print_node_description(console: Console, node: Node, events: list[Event]) -> None:
-    """`phalanx describe node NAME`: the node, its GPUs with their health (and why one is unhealthy), events."""
+def print_node_description(console: Console, node: Node, events: list[Event] | None) -> None:
+    """`phalanx describe node NAME`: the node, its GPUs with their health (and why one is unhealthy), events.
+
+    ``events`` None: the backend keeps none here (a cluster's are `kubectl describe node`'s), so no Events table.
+    """
     status = node.status
     console.print(f"[bold]Name:[/]        {node.metadata.name}")
     console.print(f"[bold]Source:[/]      {status.source}")
@@ -105,7 +108,8 @@ def print_node_description(console: Console, node: Node, events: list[Event]) ->
             health = "healthy" if gpu.healthy else f"[red]unhealthy[/]: {gpu.problem or 'unhealthy'}"
             gpus.add_row(str(gpu.index), gpu.model, human_memory(gpu.memory), str(gpu.numa), peers or "-", health)
         console.print(gpus)
-    console.print(events_table(events, None))
+    if events is not None:
+        console.print(events_table(events, None))
 
 
 def jobtypes_table(jobtypes: list[JobType]) -> Table:
