@@ -104,6 +104,7 @@ def test_nvml_health_xids_and_the_fault_file_reach_the_node(
     ]
     assert [r for r, _ in reasons(store, "box")] == ["GPUUnhealthy"] * 3
     watch.close()
+    discovery.close()  # the watch closes only the discovery it made
     assert nvml.sets == 0
 
 
