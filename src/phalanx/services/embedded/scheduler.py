@@ -23,7 +23,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.scheduling import build_snapshot
@@ -69,7 +69,7 @@ class SchedulerService:
     """One scheduling cycle per call, over the whole store."""
 
     store: SqliteStore
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
     identity: str = "scheduler"
     quarantine: Quarantine | None = None
     policy: SchedulerConfig | None = None  # the base settings (a scheduler configuration); None: RUNTIME_POLICY
