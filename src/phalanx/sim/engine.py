@@ -64,6 +64,7 @@ from phalanx.core.scheduling import (
     SchedulingSession,
     TaskShape,
 )
+from phalanx.core.scheduling.config import DEFAULT_LAS_THRESHOLDS
 from phalanx.model.resources import ResourceVector
 from phalanx.sim.clusters import gpu_capacity
 from phalanx.sim.workloads import MILLI, SimJob
@@ -98,6 +99,7 @@ class SimOptions:
         starve_limit: with time slicing, promote a waiting job to the top band once it has waited this many
             times as long as it ran since its last promotion (``SchedulerConfig.las_starve_limit``); 0: never.
         restart_penalty: seconds a preempted job adds to its remaining run time when it resumes.
+        las_thresholds: the least-attained-service bands, in GPU-seconds (``SchedulerConfig.las_thresholds``).
         explain: let the core explain every waiting job in every cycle (slower; the decisions are the same).
     """
 
@@ -112,6 +114,7 @@ class SimOptions:
     time_slicing: bool = False
     starve_limit: float = 0.0
     restart_penalty: float = 0.0
+    las_thresholds: tuple[float, ...] = DEFAULT_LAS_THRESHOLDS
     explain: bool = False
 
     @property
@@ -140,6 +143,7 @@ class SimOptions:
             preemption=self.preemption,
             las_preempt=self.time_slicing,
             las_starve_limit=self.starve_limit,
+            las_thresholds=self.las_thresholds,
             explain=self.explain,
         )
 

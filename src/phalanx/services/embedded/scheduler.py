@@ -2,8 +2,9 @@
 
 Each cycle passes the core the running jobs (every job in a holding phase, with the placements the snapshot
 counts as held) and one ``QueueQuota`` per ``Queue`` object in the store, with fair share on when there are
-queues and preemption on. A job its queue does not take (``spec.namespaces``, ``spec.priorityClasses``) waits
-with that reason and is not passed to the core.
+queues, under the base ``policy`` (the SchedulerConfiguration of ``phalanx up --scheduler-config``;
+``services.scheduling.cycle_config``). A job its queue does not take (``spec.namespaces``,
+``spec.priorityClasses``) waits with that reason and is not passed to the core.
 
 Admission writes the chosen devices into ``status.placements`` and moves the job Queued → Admitted in one
 status write, so a job is never half-admitted. A job left waiting gets the scheduler's one-sentence reason in
@@ -51,6 +52,9 @@ from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.services.embedded.quarantine import SCHEDULER_ERROR, Held, Quarantine, guarded_hold
 from phalanx.services.scheduling import (
+    DEFAULT_POLICY,
+    AttainedService,
+    cycle_config,
     describe_admission,
     holdings_of,
     pending_job,
@@ -94,6 +98,8 @@ class SchedulerService:
     clock: SystemClock = field(default_factory=SystemClock)
     identity: str = "scheduler"
     quarantine: Quarantine | None = None
+    policy: SchedulerConfig = DEFAULT_POLICY
+    _attained: AttainedService = field(default_factory=AttainedService, init=False, repr=False)
     _failure: str | None = field(default=None, init=False, repr=False)
     _queue_failure: str | None = field(default=None, init=False, repr=False)
 
@@ -155,6 +161,7 @@ class SchedulerService:
         changed |= changed_replicas
         snapshot = build_snapshot(nodes, holdings_of(jobs, replicas))
         running = running_jobs(jobs, replicas, jobtypes=jobtypes, nodes=(node.metadata.name for node in nodes), now=now)
+        running = self._attained.observe(running, now, (job.key for job in jobs))
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
         stored_queues, changed_queues = self._usable_queues(self.store.list(Queue))
         changed |= changed_queues
@@ -165,13 +172,14 @@ class SchedulerService:
         refused = {job.key: queue_refusal(job, queue_objects) for job in queued}
         # Victims still stopping free room for their preemptors: preempting again meanwhile would stop more.
         stopping = any(Phase(job.status.phase) == Phase.PREEMPTED for job in jobs)
-        config = SchedulerConfig(queues=queues, fair_share=bool(queues), preemption=not stopping)
+        config = cycle_config(self.policy, queues, stopping=stopping)
         pending = []
         for job in queued:
             if refused[job.key] is not None:
                 continue
             try:
-                pending.append(pending_job(job, jobtypes.get(job.spec.type), datasets, now))
+                attained = self._attained.before(job.key)
+                pending.append(pending_job(job, jobtypes.get(job.spec.type), datasets, now, attained))
             except Exception as err:
                 guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=err)
                 changed = True
@@ -234,12 +242,12 @@ class SchedulerService:
             # The running jobs may not match what the nodes count as used (a bug, or a store edited by hand):
             # then schedule without them rather than not at all; quotas and preemption are off for that cycle.
             attempts.append((replace(snapshot, running=()), replace(config, preemption=False)))
-        for cycle_snapshot, cycle_config in attempts:
+        for attempt_snapshot, attempt_config in attempts:
 
             def cycle(
-                jobs: Sequence[PendingJob], at: ClusterSnapshot = cycle_snapshot, c: SchedulerConfig = cycle_config
+                jobs: Sequence[PendingJob], at: ClusterSnapshot = attempt_snapshot, c: SchedulerConfig = attempt_config
             ) -> Decisions:
-                return schedule(at, list(jobs), now, c)
+                return schedule(at, list(jobs), now, c, bands=self._attained.bands(self.policy))
 
             try:
                 return cycle(pending), {}

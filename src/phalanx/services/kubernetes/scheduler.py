@@ -103,8 +103,11 @@ from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, pa
 from phalanx.services.kubernetes.apply import EventBudget, PodSettings, check_renderable
 from phalanx.services.kubernetes.leader import LeaseElector
 from phalanx.services.scheduling import (
-    dataset_needs,
+    DEFAULT_POLICY,
+    AttainedService,
+    cycle_config,
     describe_admission,
+    pending_job,
     preemptor_reason,
     queue_quotas,
     queue_refusal,
@@ -143,6 +146,7 @@ class SchedulerSettings:
     coalesce_s: float = 0.05  # after a wake-up, wait at least this long so a burst of events makes one cycle
     coalesce_max_s: float = 0.5  # ... and at most this long, however much the last cycle computed
     cycle_share: float = 0.2  # ... so that cycles take about this share of a CPU under a burst
+    policy: SchedulerConfig = DEFAULT_POLICY  # the base policy: --config's SchedulerConfiguration
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,7 @@ class KubeScheduler:
         self.api = api
         self.settings = settings
         self.clock = clock or SystemClock()
+        self._attained = AttainedService()
         self.signal = Signal()
         self.jobs = Informer(api, TRAININGJOBS, signal=self.signal)
         self.pods = Informer(api, PODS, signal=self.signal, index=_unbound_job_uid)
@@ -302,15 +307,18 @@ class KubeScheduler:
             by_key = {candidate.job.key: candidate for candidate in queued}
             refused = {key: queue_refusal(c.job, queues) for key, c in by_key.items()}
             datasets = self._current_datasets() if any(c.job.spec.datasets for c in queued) else {}
-            pending = [
-                self._pending(c.job, jobtypes, now, datasets) for key, c in by_key.items() if refused[key] is None
-            ]
             snapshot = build_snapshot(nodes, self._holdings(jobs, pods, nodes))
             running = self._running(jobs, pods, nodes, jobtypes, now)
+            running = self._attained.observe(running, now, [job.key for _, job in jobs])
+            pending = [
+                pending_job(c.job, jobtypes.get(c.job.spec.type), datasets, now, self._attained.before(key))
+                for key, c in by_key.items()
+                if refused[key] is None
+            ]
             quotas = queue_quotas(queues.values())
             # Victims still stopping free room for their preemptors: preempting again meanwhile would stop more.
             stopping = any(Phase(job.status.phase) == Phase.PREEMPTED for _, job in jobs)
-            config = SchedulerConfig(queues=quotas, fair_share=bool(quotas), preemption=not stopping)
+            config = cycle_config(self.settings.policy, quotas, stopping=stopping)
             decisions = self._decide(snapshot, running, pending, now, config)
             result.preempted = self._preempt(jobs, decisions.preempted)
             preemptors: dict[str, list[str]] = {}
@@ -380,8 +388,9 @@ class KubeScheduler:
         now: datetime,
         config: SchedulerConfig,
     ) -> Decisions:
+        bands = self._attained.bands(self.settings.policy)
         try:
-            return schedule(replace(snapshot, running=running), pending, now, config)
+            return schedule(replace(snapshot, running=running), pending, now, config, bands=bands)
         except ValueError:
             # The running jobs do not match what the nodes count as used (a bug, or objects edited by hand):
             # schedule without them rather than stop scheduling; quotas and preemption are off for this cycle.
@@ -628,25 +637,6 @@ class KubeScheduler:
     def _current_datasets(self) -> dict[tuple[str, str], Dataset]:
         """The Dataset objects by (namespace, name), parsed once per version; an invalid one is ignored."""
         return {(d.metadata.namespace, d.metadata.name): d for d in self._parsed_datasets.all(self.datasets.items())}
-
-    def _pending(
-        self,
-        job: TrainingJob,
-        jobtypes: dict[str, JobType],
-        now: datetime,
-        datasets: dict[tuple[str, str], Dataset] | None = None,
-    ) -> PendingJob:
-        return PendingJob(
-            key=job.key,
-            priority=job.spec.scheduling.effective_priority(),
-            created=job.metadata.creation_timestamp or now,
-            queue=job.spec.scheduling.queue,
-            replicas=tuple(replica_requests(job, jobtypes.get(job.spec.type))),
-            min_available=job.spec.scheduling.min_available,
-            placement=str(job.spec.scheduling.placement),
-            topology=job.spec.scheduling.topology,
-            datasets=dataset_needs(job, datasets or {}),
-        )
 
     # -- writing ------------------------------------------------------------------------------------------------
 
