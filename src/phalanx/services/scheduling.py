@@ -42,6 +42,8 @@ from phalanx.services.queue_views import queue_views
 
 log = logging.getLogger(__name__)
 
+FINISHED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
 #: What the runtimes do when given no SchedulerConfiguration: FIFO, best-effort, auto placement, preemption on.
 DEFAULT_POLICY = from_configuration(SchedulerConfiguration())
 
@@ -142,11 +144,21 @@ def running_jobs(
     Only placements ``holdings_of`` counts are assigned: a replica the job still asks for whose Replica object
     has not been created, or exists with that very placement, on a node the snapshot lists. Whatever else a
     job's replicas hold stays counted in the nodes' use without a job behind it (taken, never given back).
+
+    A finished job whose replicas are still exiting is running too, ending now and not preemptible: backfill
+    must see that room come back, or the first waiting job would get no reservation and any job could pass it.
     """
     existing = {(r.spec.job_uid, r.metadata.name): r.spec.placement for r in replicas}
+    exiting: dict[str, list[tuple[str, ReplicaPlacement]]] = {}
+    for (uid, name), placement in existing.items():
+        exiting.setdefault(uid, []).append((name, placement))
     known = set(nodes)
     running = []
     for job in jobs:
+        if Phase(job.status.phase) in FINISHED_PHASES and (job.metadata.uid or "") in exiting:
+            ending = _exiting_job(job, jobtypes.get(job.spec.type), exiting[job.metadata.uid or ""], known, now)
+            running.extend(ending)
+            continue
         if Phase(job.status.phase) not in HOLDING_PHASES or not job.status.placements:
             continue
         requests = tuple(replica_requests(job, jobtypes.get(job.spec.type)))
@@ -162,6 +174,23 @@ def running_jobs(
         if found is not None:
             running.append(found)
     return tuple(running)
+
+
+def _exiting_job(
+    job: TrainingJob,
+    jobtype: JobType | None,
+    replicas: list[tuple[str, ReplicaPlacement]],
+    known: set[str],
+    now: datetime,
+) -> list[RunningJob]:
+    """A finished job's replicas still exiting, as a ``RunningJob`` that ends now (none if they cannot be)."""
+    try:
+        requests = tuple(replica_requests(job, jobtype))
+    except Exception:  # a spec the scheduler cannot read: its room stays taken until the replicas are gone
+        return []
+    names = {request.name for request in requests}
+    found = running_job(job, requests, [(n, p) for n, p in replicas if n in names and p.node in known], now)
+    return [] if found is None else [replace(found, expected_end=now, preemptible=False)]
 
 
 def _amounts(amounts: ResourceAmounts) -> QuotaAmounts:
@@ -334,6 +363,15 @@ class AttainedService:
         for key in [key for key in self._past if key not in live]:
             del self._past[key]
         return tuple(replace(job, attained_service=self.before(job.key)) for job in running)
+
+    def not_started(self, keys: Iterable[str]) -> None:
+        """Admissions the cycle decided but the scheduler did not apply (a preemptor waits for its victims).
+
+        The core's bands took them as started; forgotten there, they count from what they attained before.
+        """
+        if self._bands is not None:
+            for key in keys:
+                self._bands.release(key)
 
     def _end(self, key: str, run: tuple[datetime, float, datetime]) -> None:
         started, gpus, seen = run

@@ -38,6 +38,7 @@ from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
 from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError, StoreUnavailableError, UnreadableError
+from phalanx.core.scheduling.config import SchedulerConfig
 from phalanx.model.nodes import Node
 from phalanx.services.embedded.api_server import HttpLimits, LocalApiServer
 from phalanx.services.embedded.controller import JobController
@@ -48,6 +49,7 @@ from phalanx.services.embedded.node_runtime import NodeRuntime
 from phalanx.services.embedded.operations import seed_builtin_jobtypes
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
+from phalanx.services.scheduling import DEFAULT_POLICY
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -108,6 +110,7 @@ class ControlPlaneConfig:
     keep_events_days: float = 7.0
     cache_bytes: int | None = None
     api_limits: HttpLimits = field(default_factory=HttpLimits)
+    scheduler_policy: SchedulerConfig = DEFAULT_POLICY
 
 
 @dataclass
@@ -246,7 +249,7 @@ class ControlPlane:
 
     def _passes(self, stop: threading.Event, runtime: NodeRuntime, bell: Bell, datasets: DatasetManager) -> None:
         controller = JobController(self.store, self.layout, identity=self.leadership.holder, data=datasets)
-        scheduler = SchedulerService(self.store, identity=self.leadership.holder)
+        scheduler = SchedulerService(self.store, identity=self.leadership.holder, policy=self.config.scheduler_policy)
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
         seq = self._retrying(stop, self.store.latest_seq)
