@@ -364,15 +364,6 @@ class AttainedService:
             del self._past[key]
         return tuple(replace(job, attained_service=self.before(job.key)) for job in running)
 
-    def not_started(self, keys: Iterable[str]) -> None:
-        """Admissions the cycle decided but the scheduler did not apply (a preemptor waits for its victims).
-
-        The core's bands took them as started; forgotten there, they count from what they attained before.
-        """
-        if self._bands is not None:
-            for key in keys:
-                self._bands.release(key)
-
     def _end(self, key: str, run: tuple[datetime, float, datetime]) -> None:
         started, gpus, seen = run
         self._past[key] = self._past.get(key, 0.0) + gpus * max(0.0, (seen - started).total_seconds())

@@ -197,7 +197,6 @@ class SchedulerService:
         preemptors: dict[str, list[str]] = {}
         for preemption in decisions.preempted:
             preemptors.setdefault(preemption.preemptor, []).append(preemption.victim)
-        applied = set()
         for admission in decisions.admitted:
             if admission.key in preemptors:
                 # Its devices are still held by the victims' processes: a later cycle admits it. So does every
@@ -205,13 +204,11 @@ class SchedulerService:
                 break
             try:
                 self._admit(by_key[admission.key], admission)
-                applied.add(admission.key)
                 changed = True
             except (ConflictError, NotFoundError):
                 # The job changed (halted, deleted) since the snapshot; the next cycle decides again.
                 changed = True
                 break  # later admissions in this cycle assumed this one's devices were taken
-        self._attained.not_started(a.key for a in decisions.admitted if a.key not in applied)
         waiting = dict(decisions.waiting)
         waiting.update({key: preemptor_reason(victims) for key, victims in preemptors.items()})
         waiting.update({key: reason for key, reason in refused.items() if reason is not None})

@@ -338,7 +338,6 @@ class KubeScheduler:
             ):
                 if admitted:
                     result.admitted.append(key)
-            self._attained.not_started(a.key for a in decisions.admitted if a.key not in result.admitted)
             waiting = dict(decisions.waiting)
             waiting.update({key: preemptor_reason(victims) for key, victims in preemptors.items()})
             waiting.update({key: reason for key, reason in refused.items() if reason is not None})
