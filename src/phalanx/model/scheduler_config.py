@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from phalanx.model.base import API_VERSION, ApiModel
+from phalanx.model.base import ApiModel
 from phalanx.model.bounds import MAX_LAS_THRESHOLD, MAX_LAS_THRESHOLDS, MAX_STARVE_LIMIT
 
 SCHEDULER_CONFIGURATION = "SchedulerConfiguration"
@@ -65,8 +65,8 @@ class TimeSlicing(ApiModel):
 class SchedulerConfiguration(ApiModel):
     """How the scheduler orders, admits, places and preempts (every field optional)."""
 
-    api_version: Literal["phalanx.dev/v1alpha1"] = API_VERSION
-    kind: Literal["SchedulerConfiguration"] = SCHEDULER_CONFIGURATION
+    api_version: Literal["phalanx.dev/v1alpha1"] = "phalanx.dev/v1alpha1"
+    kind: Literal["SchedulerConfiguration"] = "SchedulerConfiguration"
     queue_order: QueueOrder = Field(
         default="fifo",
         description="order among jobs of equal priority; priority always goes first, so 'priority' is 'fifo'",
