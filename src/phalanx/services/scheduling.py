@@ -4,10 +4,8 @@ The embedded scheduler (``services.embedded.scheduler``) and phalanx-scheduler (
 turn the objects they read into the core's ``PendingJob``, ``RunningJob`` and ``QueueQuota`` with these
 functions, and word an admission and a preemptor's wait with them, so both say and count the same.
 
-Both take the base policy (the SchedulerConfiguration file, ``core.scheduling.config.from_configuration``) and
-derive each cycle's ``SchedulerConfig`` from it with ``cycle_config``; both keep what least-attained-service
-needs across cycles in an ``AttainedService``. A job's ``activeDeadlineSeconds`` is its duration estimate
-(shortest-first, backfill): the controller stops it by then, so backfill never counts on an end that may not come.
+A job's ``activeDeadlineSeconds`` is its duration estimate (shortest-first, backfill): the controller stops it
+by then, so backfill never counts on an end that may not come.
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ from datetime import datetime, timedelta
 
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition
 from phalanx.core.rendezvous import replica_names
-from phalanx.core.scheduling.config import SchedulerConfig, from_configuration
-from phalanx.core.scheduling.preemption import ServiceBands
 from phalanx.core.scheduling.types import (
     Admission,
     DatasetNeed,
@@ -37,15 +33,11 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.queues import Queue, QueueStatus, ResourceAmounts
 from phalanx.model.replicas import Replica
 from phalanx.model.resources import ResourceVector
-from phalanx.model.scheduler_config import SchedulerConfiguration
 from phalanx.services.queue_views import queue_views
 
 log = logging.getLogger(__name__)
 
 FINISHED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
-
-#: What the runtimes do when given no SchedulerConfiguration: FIFO, best-effort, auto placement, preemption on.
-DEFAULT_POLICY = from_configuration(SchedulerConfiguration())
 
 
 def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[ReplicaRequest]:
@@ -298,75 +290,6 @@ def pending_job(
         duration_estimate=float(deadline) if deadline is not None else None,
         attained_service=attained,
     )
-
-
-def cycle_config(policy: SchedulerConfig, quotas: tuple[QueueQuota, ...], *, stopping: bool) -> SchedulerConfig:
-    """This cycle's configuration: the base policy with the Queues' quotas (fair share when there are some).
-
-    While victims are still stopping (``stopping``), nothing is preempted, by priority or by time slicing: the
-    room they free is already bought, and preempting again meanwhile would stop more.
-    """
-    slicing = policy.las_preempt and not stopping
-    return replace(
-        policy,
-        queues=quotas,
-        fair_share=bool(quotas),
-        preemption=policy.preemption and not stopping,
-        las_preempt=slicing,
-        las_starve_limit=policy.las_starve_limit if slicing else 0.0,
-    )
-
-
-class AttainedService:
-    """What least-attained-service needs across cycles: each job's GPU-seconds in the runs this scheduler saw.
-
-    A run is counted from the job's admission to the last cycle that saw it hold its devices (a preemption is
-    decided in such a cycle, so a preempted run counts whole). It lives in the scheduler's memory: a restarted
-    scheduler counts earlier runs from zero. ``bands`` is the core's time-slicing state, handed to every cycle.
-    """
-
-    def __init__(self) -> None:
-        self._past: dict[str, float] = {}
-        self._runs: dict[str, tuple[datetime, float, datetime]] = {}  # key -> (started, GPUs, last seen)
-        self._bands: ServiceBands | None = None
-
-    def bands(self, policy: SchedulerConfig) -> ServiceBands | None:
-        """The time-slicing state every cycle under ``policy`` shares (None without time slicing)."""
-        if not policy.las_preempt:
-            return None
-        if self._bands is None:
-            self._bands = ServiceBands(policy.las_thresholds, policy.las_starve_limit)
-        return self._bands
-
-    def before(self, key: str) -> float:
-        """GPU-seconds of the job's runs that have ended."""
-        return self._past.get(key, 0.0)
-
-    def observe(self, running: Iterable[RunningJob], now: datetime, jobs: Iterable[str]) -> tuple[RunningJob, ...]:
-        """Note the runs of this cycle's ``running`` jobs; forget jobs no longer among ``jobs`` (keys).
-
-        Returns:
-            ``running``, each with the service of its earlier runs.
-        """
-        running = tuple(running)
-        seen = set()
-        for job in running:
-            seen.add(job.key)
-            run = self._runs.get(job.key)
-            if run is not None and run[0] != job.started:
-                self._end(job.key, run)
-            gpus = sum(len(a.gpus) + a.gpu_milli / 1000 for a in job.assignments)
-            self._runs[job.key] = (job.started, gpus, now)
-        for key in [key for key in self._runs if key not in seen]:
-            self._end(key, self._runs.pop(key))
-        live = set(jobs)
-        for key in [key for key in self._past if key not in live]:
-            del self._past[key]
-        return tuple(replace(job, attained_service=self.before(job.key)) for job in running)
-
-    def _end(self, key: str, run: tuple[datetime, float, datetime]) -> None:
-        started, gpus, seen = run
-        self._past[key] = self._past.get(key, 0.0) + gpus * max(0.0, (seen - started).total_seconds())
 
 
 def preemptor_reason(victims: Iterable[str]) -> str:

@@ -15,9 +15,8 @@ from phalanx.adapters.kubernetes.manifests import (
     install_manifests,
     render_yaml,
 )
-from phalanx.core.scheduling.config import from_configuration
+from phalanx.core.scheduling.config import DEFAULT_POLICY, from_configuration
 from phalanx.model.loading import read_scheduler_configuration
-from phalanx.services.scheduling import DEFAULT_POLICY
 
 PARAMETERS = InstallParameters(image="example/phalanx:test", namespace="ml-system")
 DOCUMENTS = install_manifests(PARAMETERS)

@@ -6,11 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.core.scheduling.config import DEFAULT_LAS_THRESHOLDS, SchedulerConfig, from_configuration
+from phalanx.core.scheduling.config import (
+    DEFAULT_LAS_THRESHOLDS,
+    DEFAULT_POLICY,
+    SchedulerConfig,
+    cycle_config,
+    from_configuration,
+)
 from phalanx.model.errors import SpecError
 from phalanx.model.loading import read_scheduler_configuration
 from phalanx.model.scheduler_config import SchedulerConfiguration
-from phalanx.services.scheduling import DEFAULT_POLICY, cycle_config
 
 HEAD = "apiVersion: phalanx.dev/v1alpha1\nkind: SchedulerConfiguration\n"
 

@@ -1,7 +1,7 @@
 """The base policy as the runtimes use it: default placement, attained service across cycles, bands handed on.
 
 The runtimes rebuild the snapshot every cycle, so what least-attained-service needs across cycles lives in the
-scheduler (``services.scheduling.AttainedService``) and in the core's ``ServiceBands`` handed to each new
+scheduler (``core.scheduling.attained.AttainedService``) and in the core's ``ServiceBands`` handed to each new
 session. Thresholds here are 100 and 1,000 GPU-seconds.
 """
 
@@ -14,7 +14,7 @@ from queue_builders import cluster, gpu_node, keys, on, running, victims
 from scheduling_builders import T0, make_job
 
 from phalanx.core.scheduling import PendingJob, SchedulerConfig, schedule
-from phalanx.services.scheduling import AttainedService
+from phalanx.core.scheduling.attained import AttainedService
 
 LAS = SchedulerConfig(queue_order="least-attained-service", las_preempt=True, las_thresholds=(100.0, 1000.0))
 

@@ -10,7 +10,7 @@ preemption, no time slicing, every waiting job explained.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from phalanx.core.scheduling.policies import AUTO, PLACEMENTS
 from phalanx.core.scheduling.types import QueueQuota, TaskShape
@@ -119,4 +119,25 @@ def from_configuration(configuration: SchedulerConfiguration) -> SchedulerConfig
         las_preempt=slicing is not None and slicing.enabled,
         las_starve_limit=slicing.starve_limit if slicing is not None else 0.0,
         placement=configuration.placement,
+    )
+
+
+#: What the runtimes do when given no SchedulerConfiguration: FIFO, best-effort, auto placement, preemption on.
+DEFAULT_POLICY = from_configuration(SchedulerConfiguration())
+
+
+def cycle_config(policy: SchedulerConfig, quotas: tuple[QueueQuota, ...], *, stopping: bool) -> SchedulerConfig:
+    """This cycle's configuration: the base policy with the Queues' quotas (fair share when there are some).
+
+    While victims are still stopping (``stopping``), nothing is preempted, by priority or by time slicing: the
+    room they free is already bought, and preempting again meanwhile would stop more.
+    """
+    slicing = policy.las_preempt and not stopping
+    return replace(
+        policy,
+        queues=quotas,
+        fair_share=bool(quotas),
+        preemption=policy.preemption and not stopping,
+        las_preempt=slicing,
+        las_starve_limit=policy.las_starve_limit if slicing else 0.0,
     )

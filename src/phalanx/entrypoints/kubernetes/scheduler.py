@@ -16,12 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from phalanx.adapters.kubernetes.api import KubeApiError
-from phalanx.core.scheduling.config import from_configuration
+from phalanx.core.scheduling.config import DEFAULT_POLICY, from_configuration
 from phalanx.entrypoints.kubernetes.common import add_common_options, common_options, parse, serve_health, setup
 from phalanx.model.errors import SpecError
 from phalanx.model.loading import read_scheduler_configuration
 from phalanx.services.kubernetes.scheduler import KubeScheduler, SchedulerSettings
-from phalanx.services.scheduling import DEFAULT_POLICY
 
 log = logging.getLogger("phalanx.scheduler")
 

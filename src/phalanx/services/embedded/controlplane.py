@@ -38,7 +38,7 @@ from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
 from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError, StoreUnavailableError, UnreadableError
-from phalanx.core.scheduling.config import SchedulerConfig
+from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
 from phalanx.model.nodes import Node
 from phalanx.services.embedded.api_server import HttpLimits, LocalApiServer
 from phalanx.services.embedded.controller import JobController
@@ -49,7 +49,6 @@ from phalanx.services.embedded.node_runtime import NodeRuntime
 from phalanx.services.embedded.operations import seed_builtin_jobtypes
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
-from phalanx.services.scheduling import DEFAULT_POLICY
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -72,15 +72,7 @@ def start_control_plane(
     scheduler_config: SchedulerConfiguration | None = None,
     timeout: float = 20.0,
 ) -> tuple[LeaderInfo, bool]:
-    """Reuse the running control plane or start one in the background.
-
-    Args:
-        layout: the state directory.
-        inventory: simulated nodes instead of this machine's.
-        cache_size: each node's dataset cache.
-        scheduler_config: record this configuration for the directory before starting (None: keep the
-            recorded one).
-        timeout: seconds to wait for the new control plane to lead.
+    """Reuse the running control plane or start one, first recording ``scheduler_config`` when given.
 
     Returns:
         (leader, started): who leads, and whether this call started it.

@@ -3,7 +3,7 @@
 Each cycle passes the core the running jobs (every job in a holding phase, with the placements the snapshot
 counts as held) and one ``QueueQuota`` per ``Queue`` object in the store, with fair share on when there are
 queues, under the base ``policy`` (the SchedulerConfiguration of ``phalanx up --scheduler-config``;
-``services.scheduling.cycle_config``). A job its queue does not take (``spec.namespaces``,
+``core.scheduling.config.cycle_config``). A job its queue does not take (``spec.namespaces``,
 ``spec.priorityClasses``) waits with that reason and is not passed to the core.
 
 Admission writes the chosen devices into ``status.placements`` and moves the job Queued → Admitted in one
@@ -34,7 +34,8 @@ from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, St
 from phalanx.core.culprits import find_culprits
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.scheduling import build_snapshot, schedule
-from phalanx.core.scheduling.config import SchedulerConfig
+from phalanx.core.scheduling.attained import AttainedService
+from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig, cycle_config
 from phalanx.core.scheduling.types import (
     Admission,
     ClusterSnapshot,
@@ -52,9 +53,6 @@ from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.services.embedded.quarantine import SCHEDULER_ERROR, Held, Quarantine, guarded_hold
 from phalanx.services.scheduling import (
-    DEFAULT_POLICY,
-    AttainedService,
-    cycle_config,
     describe_admission,
     holdings_of,
     pending_job,

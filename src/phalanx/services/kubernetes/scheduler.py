@@ -82,7 +82,8 @@ from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
 from phalanx.core.reconcile.types import EventRecord
 from phalanx.core.scheduling import build_snapshot, schedule
-from phalanx.core.scheduling.config import SchedulerConfig
+from phalanx.core.scheduling.attained import AttainedService
+from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig, cycle_config
 from phalanx.core.scheduling.types import (
     Admission,
     ClusterSnapshot,
@@ -103,9 +104,6 @@ from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, pa
 from phalanx.services.kubernetes.apply import EventBudget, PodSettings, check_renderable
 from phalanx.services.kubernetes.leader import LeaseElector
 from phalanx.services.scheduling import (
-    DEFAULT_POLICY,
-    AttainedService,
-    cycle_config,
     describe_admission,
     pending_job,
     preemptor_reason,
