@@ -71,7 +71,8 @@ from phalanx.core.scheduling import (
     SchedulingSession,
     TaskShape,
 )
-from phalanx.core.scheduling.passes import pass_config, run_pass
+from phalanx.core.scheduling.config import DEFAULT_LAS_THRESHOLDS, cycle_config
+from phalanx.core.scheduling.passes import run_pass
 from phalanx.model.resources import ResourceVector
 from phalanx.sim.clusters import gpu_capacity
 from phalanx.sim.workloads import MILLI, SimJob
@@ -106,9 +107,10 @@ class SimOptions:
         starve_limit: with time slicing, promote a waiting job to the top band once it has waited this many
             times as long as it ran since its last promotion (``SchedulerConfig.las_starve_limit``); 0: never.
         restart_penalty: seconds a preempted job adds to its remaining run time when it resumes.
+        las_thresholds: the least-attained-service bands, in GPU-seconds (``SchedulerConfig.las_thresholds``).
         explain: let the core explain every waiting job in every cycle (slower; the decisions are the same).
         queues: the queues' quotas (jobs name theirs in ``SimJob.queue``); with any, fair share across queues is
-            on, as in the runtimes (``core.scheduling.passes.pass_config``).
+            on, as in the runtimes (``core.scheduling.config.cycle_config``).
     """
 
     queue_order: str = "fifo"
@@ -122,6 +124,7 @@ class SimOptions:
     time_slicing: bool = False
     starve_limit: float = 0.0
     restart_penalty: float = 0.0
+    las_thresholds: tuple[float, ...] = DEFAULT_LAS_THRESHOLDS
     explain: bool = False
     queues: tuple[QueueQuota, ...] = ()
 
@@ -151,10 +154,11 @@ class SimOptions:
             preemption=self.preemption,
             las_preempt=self.time_slicing,
             las_starve_limit=self.starve_limit,
+            las_thresholds=self.las_thresholds,
             explain=self.explain,
         )
         # A simulated victim has stopped by the next pass, which runs at once: no pass starts while one stops.
-        return pass_config(policy, queues=self.queues, stopping=False)
+        return cycle_config(policy, self.queues, stopping=False)
 
 
 @dataclass(frozen=True, slots=True)

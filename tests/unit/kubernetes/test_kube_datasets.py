@@ -685,9 +685,14 @@ def test_an_install_with_a_dataset_store_mounts_it_and_the_node_cache_and_one_wi
     from phalanx.adapters.kubernetes.manifests import InstallParameters, install_manifests
 
     plain = install_manifests(InstallParameters(image="p:1", namespace="ml"))
-    assert not any(
-        "volumes" in d["spec"]["template"]["spec"] for d in plain if d["kind"] in ("Deployment", "DaemonSet")
-    )
+    # The only volume of a plain install is the scheduler's configuration file (a ConfigMap), no data.
+    volumes = [
+        volume
+        for d in plain
+        if d["kind"] in ("Deployment", "DaemonSet")
+        for volume in d["spec"]["template"]["spec"].get("volumes", [])
+    ]
+    assert volumes == [{"name": "config", "configMap": {"name": "phalanx-scheduler-config"}}]
     documents = install_manifests(InstallParameters(image="p:1", namespace="ml", dataset_store_claim="datasets"))
     by_name = {(d["kind"], d["metadata"]["name"]): d for d in documents}
     labels = by_name[("Namespace", "ml")]["metadata"]["labels"]

@@ -15,10 +15,9 @@ from queue_builders import cluster, gpu_node, pending, quota
 from scheduling_builders import T0, make_job
 
 from phalanx.core.scheduling import NodeSnapshot, PendingJob, QueueQuota, RunningJob, SchedulerConfig
+from phalanx.core.scheduling.config import DEFAULT_POLICY, cycle_config
 from phalanx.core.scheduling.passes import (
-    RUNTIME_POLICY,
     PassPlan,
-    pass_config,
     plan_pass,
     preemptor_reason,
     reserved_reason,
@@ -60,7 +59,7 @@ class Backend:
         plan = plan_pass(
             snapshot,
             list(self.pending.values()),
-            policy=RUNTIME_POLICY,
+            policy=DEFAULT_POLICY,
             now=now,
             queues=self.queues,
             stopping=bool(self.stopping),
@@ -131,7 +130,7 @@ def test_a_nomination_reserves_the_room_against_every_other_job_while_victims_st
     plan = plan_pass(
         replace(cluster(backend.nodes, [half]), running=()),
         [backend.pending["default/high"], small],
-        policy=RUNTIME_POLICY,
+        policy=DEFAULT_POLICY,
         now=T0,
         stopping=True,
         nominated=backend.nominated,
@@ -149,7 +148,7 @@ def test_a_nomination_lapses_when_its_job_does_not_fit_once_the_victims_have_sto
     plan = plan_pass(
         cluster([gpu_node("n0", gpus=2)]),
         [job("big", "default", workers=2, created=0), job("small", "default", workers=1, created=1)],
-        policy=RUNTIME_POLICY,
+        policy=DEFAULT_POLICY,
         now=T0,
         nominated={"default/big": ("default/gone",)},
     )
@@ -161,8 +160,8 @@ def test_a_nomination_lapses_when_its_job_does_not_fit_once_the_victims_have_sto
 @pytest.mark.parametrize(
     ("policy", "stopping", "preemption"),
     [
-        (RUNTIME_POLICY, False, True),
-        (RUNTIME_POLICY, True, False),
+        (DEFAULT_POLICY, False, True),
+        (DEFAULT_POLICY, True, False),
         (SchedulerConfig(preemption=False), False, False),
     ],
     ids=["runtime-default", "victims-stopping", "policy-without-preemption"],
@@ -171,8 +170,8 @@ def test_a_pass_derives_its_settings_from_the_base_policy(
     policy: SchedulerConfig, stopping: bool, preemption: bool
 ) -> None:
     base = replace(policy, queue_order="shortest-first", queueing_strategy="backfill")
-    settings = pass_config(base, queues=QUEUES, stopping=stopping)
+    settings = cycle_config(base, QUEUES, stopping=stopping)
     assert settings.preemption is preemption
     assert (settings.queues, settings.fair_share) == (QUEUES, True)
     assert (settings.queue_order, settings.queueing_strategy) == ("shortest-first", "backfill")
-    assert pass_config(base, queues=(), stopping=stopping).fair_share is False
+    assert cycle_config(base, (), stopping=stopping).fair_share is False

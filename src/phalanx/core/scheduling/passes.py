@@ -4,9 +4,9 @@ A pass wraps the core cycle (``SchedulingSession.cycle``) in the rules every bac
 a policy proven in the simulator is the policy that runs:
 
 1. **Per-pass settings from the base policy.** The run's ``SchedulerConfig`` (a configuration file, or
-   ``RUNTIME_POLICY``) with this pass's queues filled in, fair share on when there are queues, and preemption
-   on only when the policy allows it and no victim of an earlier pass is still stopping: room already being
-   freed is not bought twice by stopping more jobs (``pass_config``).
+   ``config.DEFAULT_POLICY``) with this pass's queues filled in, fair share on when there are queues, and
+   preemption and time slicing on only when the policy allows them and no victim of an earlier pass is still
+   stopping: room already being freed is not bought twice by stopping more jobs (``config.cycle_config``).
 2. **Nominated first.** A job that preempted others is *nominated*: the room its victims free is its own. The
    next passes try the nominated jobs before every other pending job, so a victim queued again cannot be
    admitted into the room freed for its preemptor (which, before this rule, let a reclaimed borrower be
@@ -33,7 +33,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from phalanx.core.culprits import find_culprits
-from phalanx.core.scheduling.config import SchedulerConfig
+from phalanx.core.scheduling.config import SchedulerConfig, cycle_config
+from phalanx.core.scheduling.preemption import ServiceBands
 from phalanx.core.scheduling.session import SchedulingSession
 from phalanx.core.scheduling.types import (
     Admission,
@@ -42,10 +43,6 @@ from phalanx.core.scheduling.types import (
     Preemption,
     QueueQuota,
 )
-
-# What the embedded runtime and phalanx-scheduler use when no scheduler configuration says otherwise: the core's
-# defaults with preemption on (priority preemption and reclaim within a cohort).
-RUNTIME_POLICY = SchedulerConfig(preemption=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +84,6 @@ def reserved_reason(nominees: Iterable[str]) -> str:
         f"waits while the room being freed for {', '.join(nominees)} is reserved for it; "
         "scheduled again once it has started"
     )
-
-
-def pass_config(policy: SchedulerConfig, *, queues: tuple[QueueQuota, ...], stopping: bool) -> SchedulerConfig:
-    """The settings of one pass: ``policy`` with this pass's queues.
-
-    Fair share is on when there are queues; preemption only when the policy allows it and no victim is still
-    stopping.
-    """
-    return replace(policy, queues=queues, fair_share=bool(queues), preemption=policy.preemption and not stopping)
 
 
 def run_pass(
@@ -173,6 +161,7 @@ def plan_pass(
     stopping: bool = False,
     nominated: Mapping[str, tuple[str, ...]] | None = None,
     refusals: Mapping[str, str] | None = None,
+    bands: ServiceBands | None = None,
 ) -> PassPlan:
     """One pass from a frozen snapshot (its ``running`` jobs included), as the runtimes run it.
 
@@ -184,14 +173,15 @@ def plan_pass(
     Args:
         snapshot: the nodes, what is held on them, and the running jobs behind it.
         pending: the jobs that may be admitted.
-        policy: the run's base settings (``RUNTIME_POLICY`` when nobody configured them).
+        policy: the run's base settings (``config.DEFAULT_POLICY`` when nobody configured them).
         now: the pass's time.
         queues: the queues' quotas observed now.
         stopping: whether a victim of an earlier pass still holds its devices.
         nominated: the previous pass's ``PassPlan.nominated``.
         refusals: job key -> why its queue does not take it.
+        bands: with time slicing, the attained service and waiting times carried from earlier passes.
     """
-    config = pass_config(policy, queues=queues, stopping=stopping)
+    config = cycle_config(policy, queues, stopping=stopping)
     attempts = [(snapshot, config)]
     if snapshot.running:
         attempts.append((replace(snapshot, running=()), replace(config, preemption=False)))
@@ -202,7 +192,7 @@ def plan_pass(
             jobs: Sequence[PendingJob], at: ClusterSnapshot = at, settings: SchedulerConfig = settings
         ) -> PassPlan:
             return run_pass(
-                SchedulingSession(at, settings),
+                SchedulingSession(at, settings, bands=bands),
                 jobs,
                 now=now,
                 nominated=nominated,

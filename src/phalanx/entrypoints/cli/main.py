@@ -737,6 +737,15 @@ def up(
         str | None,
         typer.Option(help="Each node's dataset cache, e.g. 50Gi (default: as recorded; half the free disk when new)."),
     ] = None,
+    scheduler_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--scheduler-config",
+            help="A SchedulerConfiguration file (queue order, queueing strategy, placement, preemption, time "
+            "slicing; docs/scheduling.md). Recorded in the state directory: later starts keep it.",
+            show_default=False,
+        ),
+    ] = None,
     gpu_fault_file: Annotated[
         Path | None,
         typer.Option(help="A file of this machine's GPU indices to treat as unhealthy, read every 10 s."),
@@ -746,13 +755,19 @@ def up(
     context: ContextOption = None,
 ) -> None:
     """Start the local control plane in the background (or report the running one)."""
+    from phalanx.model.loading import read_scheduler_configuration
     from phalanx.services.embedded.daemon import start_control_plane
 
     _embedded_only(_choose(backend, kubeconfig, context), "up", f"install Phalanx once: {_INSTALL}")
 
     with session(state_dir) as client:
+        configuration = read_scheduler_configuration(scheduler_config) if scheduler_config is not None else None
         leader, started = start_control_plane(
-            client.layout, inventory=inventory, cache_size=cache_size, gpu_fault_file=gpu_fault_file
+            client.layout,
+            inventory=inventory,
+            cache_size=cache_size,
+            gpu_fault_file=gpu_fault_file,
+            scheduler_config=configuration,
         )
         word = "started" if started else "already running"
         console.print(f"control plane {word} (pid {leader.pid}); state in {client.layout.root}")

@@ -1,7 +1,8 @@
 """The embedded scheduler loop: snapshot the store, run the scheduling pass (``core.scheduling.passes``), apply it.
 
 Each cycle gives the pass the running jobs (every job in a holding phase, with the placements the snapshot counts
-as held), one ``QueueQuota`` per ``Queue`` object in the store, the jobs their queue refuses
+as held), one ``QueueQuota`` per ``Queue`` object in the store, the base ``policy`` (the SchedulerConfiguration of
+``phalanx up --scheduler-config``), the jobs their queue refuses
 (``spec.namespaces``, ``spec.priorityClasses``) with that reason, and whether a victim is still stopping. The
 pass decides what the simulator and phalanx-scheduler decide: preemptions, admissions (a preemptor waits until
 its victims' replicas are gone, and the room they free is nominated for it), and a reason for every waiting job.
@@ -27,8 +28,9 @@ from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.scheduling import build_snapshot
-from phalanx.core.scheduling.config import SchedulerConfig
-from phalanx.core.scheduling.passes import RUNTIME_POLICY, plan_pass
+from phalanx.core.scheduling.attained import AttainedService
+from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
+from phalanx.core.scheduling.passes import plan_pass
 from phalanx.core.scheduling.types import Admission, Preemption, ReplicaRequest
 from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
@@ -72,10 +74,12 @@ class SchedulerService:
     clock: Clock = field(default_factory=SystemClock)
     identity: str = "scheduler"
     quarantine: Quarantine | None = None
-    policy: SchedulerConfig | None = None  # the base settings (a scheduler configuration); None: RUNTIME_POLICY
+    policy: SchedulerConfig = DEFAULT_POLICY  # the base settings (a SchedulerConfiguration file)
     # Preemptors whose victims' room is theirs (``core.scheduling.passes``); kept in memory: after a restart, a
     # victim still stopping keeps preemption off, and the preemptor is tried in the usual order again.
     _nominated: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False, repr=False)
+    # GPU-seconds each job attained in earlier runs and the time-slicing bands, carried from cycle to cycle.
+    _attained: AttainedService = field(default_factory=AttainedService, init=False, repr=False)
     _failure: str | None = field(default=None, init=False, repr=False)
     _queue_failure: str | None = field(default=None, init=False, repr=False)
 
@@ -137,6 +141,7 @@ class SchedulerService:
         changed |= changed_replicas
         snapshot = build_snapshot(nodes, holdings_of(jobs, replicas))
         running = running_jobs(jobs, replicas, jobtypes=jobtypes, nodes=(node.metadata.name for node in nodes), now=now)
+        running = self._attained.observe(running, now, (job.key for job in jobs))
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
         stored_queues, changed_queues = self._usable_queues(self.store.list(Queue))
         changed |= changed_queues
@@ -152,7 +157,8 @@ class SchedulerService:
             if refused[job.key] is not None:
                 continue
             try:
-                pending.append(pending_job(job, jobtypes.get(job.spec.type), datasets, now))
+                attained = self._attained.before(job.key)
+                pending.append(pending_job(job, jobtypes.get(job.spec.type), datasets, now, attained))
             except Exception as err:
                 guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=err)
                 changed = True
@@ -160,7 +166,8 @@ class SchedulerService:
         plan = plan_pass(
             replace(snapshot, running=running),
             pending,
-            policy=self.policy or RUNTIME_POLICY,
+            policy=self.policy,
+            bands=self._attained.bands(self.policy),
             now=now,
             queues=queues,
             stopping=stopping,

@@ -80,8 +80,9 @@ from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
 from phalanx.core.reconcile.types import EventRecord
 from phalanx.core.scheduling import build_snapshot
-from phalanx.core.scheduling.config import SchedulerConfig
-from phalanx.core.scheduling.passes import RUNTIME_POLICY, plan_pass
+from phalanx.core.scheduling.attained import AttainedService
+from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
+from phalanx.core.scheduling.passes import plan_pass
 from phalanx.core.scheduling.types import Admission, Preemption, RunningJob
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
@@ -124,7 +125,7 @@ class SchedulerSettings:
     coalesce_s: float = 0.05  # after a wake-up, wait at least this long so a burst of events makes one cycle
     coalesce_max_s: float = 0.5  # ... and at most this long, however much the last cycle computed
     cycle_share: float = 0.2  # ... so that cycles take about this share of a CPU under a burst
-    policy: SchedulerConfig | None = None  # the base scheduling settings; None: ``passes.RUNTIME_POLICY``
+    policy: SchedulerConfig = DEFAULT_POLICY  # the base policy: --config's SchedulerConfiguration
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,7 @@ class KubeScheduler:
         self._parsed_datasets = ParsedObjects("Dataset", dataset_from_object)
         # Preemptors whose victims' room is theirs (``core.scheduling.passes``); a new leader starts without them.
         self._nominated: dict[str, tuple[str, ...]] = {}
+        self._attained = AttainedService()  # GPU-seconds of earlier runs and the time-slicing bands, across cycles
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
         self._lock = threading.Lock()
@@ -286,16 +288,19 @@ class KubeScheduler:
             by_key = {candidate.job.key: candidate for candidate in queued}
             refused = {key: queue_refusal(c.job, queues) for key, c in by_key.items()}
             datasets = self._current_datasets() if any(c.job.spec.datasets for c in queued) else {}
+            running = self._running(jobs, pods, nodes, jobtypes, now)
+            running = self._attained.observe(running, now, [job.key for _, job in jobs])
             pending = [
-                pending_job(c.job, jobtypes.get(c.job.spec.type), datasets, now)
+                pending_job(c.job, jobtypes.get(c.job.spec.type), datasets, now, self._attained.before(key))
                 for key, c in by_key.items()
                 if refused[key] is None
             ]
             snapshot = build_snapshot(nodes, self._holdings(jobs, pods, nodes))
             plan = plan_pass(
-                replace(snapshot, running=self._running(jobs, pods, nodes, jobtypes, now)),
+                replace(snapshot, running=running),
                 pending,
-                policy=self.settings.policy or RUNTIME_POLICY,
+                policy=self.settings.policy,
+                bands=self._attained.bands(self.settings.policy),
                 now=now,
                 queues=queue_quotas(queues.values()),
                 # Victims still stopping free room for their preemptors (the pass turns preemption off meanwhile).
