@@ -5,6 +5,7 @@ job reads it, `cache ls` with entries, pins and counters, `cache evict` refused 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,37 @@ def test_dataset_create_exits_1_with_the_reason_when_materialising_fails(runtime
     assert "dataset/gone Failed" in result.stdout and "spec.source.url" in result.stdout
     unknown = runtime.cli("describe", "dataset", "nope")
     assert unknown.returncode == 1 and "dataset default/nope not found; datasets in default: gone" in unknown.stderr
+
+
+def test_dataset_create_on_a_changed_spec_reports_the_new_specs_outcome(runtime: Runtime, tmp_path: Path) -> None:
+    """Giving an existing Dataset a new spec prints (and exits with) the new spec's outcome, not the old status.
+
+    The old Ready (or Failed) stays in ``status`` until the control plane takes up the new generation; the CLI
+    must wait for ``status.observedGeneration`` to reach it.
+    """
+    import sqlite3
+
+    database = tmp_path / "rows.db"
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        connection.executescript("CREATE TABLE t (a INTEGER, b TEXT); INSERT INTO t VALUES (1, 'x'), (2, 'y');")
+        connection.commit()
+    url = f"sqlite:///{database}"
+    runtime.start_control_plane()
+
+    def create(query: str) -> Any:
+        return runtime.cli(
+            "dataset", "create", "-f", str(dataset_file(runtime, "rows", {"sql": {"url": url, "query": query}}))
+        )
+
+    first = create("SELECT a, b FROM t")
+    assert first.returncode == 0 and "dataset/rows Ready" in first.stdout, first.stdout
+    broken = create("SELECT a, b FROM no_such_table")
+    assert "dataset/rows configured" in broken.stdout
+    assert broken.returncode == 1, broken.stdout
+    assert "dataset/rows Failed" in broken.stdout and "spec.source.sql" in broken.stdout
+    fixed = create("SELECT a FROM t")
+    assert fixed.returncode == 0, fixed.stdout
+    with runtime.client() as client:
+        version = client.dataset("rows").status.version
+    assert version and f"dataset/rows Ready: version {version}" in fixed.stdout
+    assert version not in first.stdout  # the new query's content, not the first one's
