@@ -19,23 +19,18 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from phalanx.adapters.datasources import Materialized, SourceError, SourceRequest, materialize
+from phalanx.adapters.datasources import Materialized, SourceRequest, materialize
 from phalanx.core.data import DatasetFiles, StagingPlan, plan_staging
 from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.rendezvous import ranked_roles, replica_names
 from phalanx.model.datasets import Dataset, DatasetPhase, DatasetSource, Distribution, version_label
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.model.masking import mask_url
 
 log = logging.getLogger(__name__)
 
@@ -75,64 +70,6 @@ def human_bytes(size: float) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size} B"
-
-
-def progress_reporter(say: Callable[[str], None], every_s: float) -> Callable[[int, int | None], None]:
-    """A materialisation's ``progress(done, total)``: ``say`` a sentence at most once every ``every_s`` seconds.
-
-    The sentence reads ``materialising: 1.0 MiB of 4.0 MiB written``.
-    """
-    last = [0.0]
-
-    def report(done: int, total: int | None) -> None:
-        now = time.monotonic()
-        if now - last[0] < every_s:
-            return
-        last[0] = now
-        of = f" of {human_bytes(total)}" if total else ""
-        say(f"materialising: {human_bytes(done)}{of} written")
-
-    return report
-
-
-@dataclass(frozen=True)
-class MaterializeOutcome:
-    """What a finished materialisation makes of a Dataset: its status fields, and the event that says so."""
-
-    changes: dict[str, Any]
-    reason: str  # Materialized or MaterializeFailed
-    message: str
-    warning: bool
-
-
-def materialize_outcome(future: Future[Materialized], generation: int, now: datetime) -> MaterializeOutcome:
-    """The status of a Dataset whose materialisation of ``generation`` ended as ``future`` (done) did.
-
-    A SourceError's sentence (naming the field and the fix) goes to the status as it is; anything else is a bug,
-    logged with its traceback.
-    """
-    error = future.exception()
-    if error is None:
-        done = future.result()
-        message = f"{human_bytes(done.bytes)} in {len(done.files)} files, version {done.version[:19]}"
-        changes = {
-            "phase": DatasetPhase.READY,
-            "version": done.version,
-            "bytes": done.bytes,
-            "files": len(done.files),
-            "lineage": done.lineage,
-            "message": message,
-            "materialized_time": now,
-            "observed_generation": generation,
-        }
-        return MaterializeOutcome(changes, "Materialized", f"{message}; {done.lineage}", warning=False)
-    # A source masks the URLs it names; an unexpected error (a driver's, say) may not have, so mask here too:
-    # this text becomes the status message and an event on both backends.
-    text = mask_url(str(error) if isinstance(error, SourceError) else f"materialising failed: {error!r}")
-    if not isinstance(error, SourceError):
-        log.error("materialising failed", exc_info=error)
-    changes = {"phase": DatasetPhase.FAILED, "message": text, "observed_generation": generation}
-    return MaterializeOutcome(changes, "MaterializeFailed", text, warning=True)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,14 @@ from phalanx.adapters.kubernetes.api import (
     KubeApi,
     KubeApiError,
 )
+from phalanx.adapters.kubernetes.cache_report import (
+    CACHE_ANNOTATION,
+    EVICT_ANNOTATION,
+    CacheReport,
+    HeldEntry,
+    JobCacheState,
+    eviction_request,
+)
 from phalanx.adapters.kubernetes.informer import Informer, Signal, wait_all_synced
 from phalanx.adapters.kubernetes.objects import dataset_from_object, job_from_object, jobtype_from_object
 from phalanx.adapters.kubernetes.parsed import ParsedObjects
@@ -63,14 +71,6 @@ from phalanx.services.dataset_store import (
     resolve_staging,
 )
 from phalanx.services.kubernetes.apply import event_body
-from phalanx.services.kubernetes.datasets import (
-    CACHE_ANNOTATION,
-    EVICT_ANNOTATION,
-    CacheReport,
-    HeldEntry,
-    JobCacheState,
-    eviction_request,
-)
 
 log = logging.getLogger(__name__)
 COMPONENT = "phalanx-node-agent"
