@@ -18,7 +18,6 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future
@@ -35,6 +34,7 @@ from phalanx.services.dataset_store import (
     DatasetStore,
     human_bytes,
     materialize_version,
+    progress_reporter,
     remove_unknown_datasets,
     sweep_leftovers,
 )
@@ -224,16 +224,9 @@ class DatasetMaterializer:
             remove_unknown_datasets(self.store.root, known)
 
     def _reporter(self, key: tuple[str, str]) -> Callable[[int, int | None], None]:
-        """A materialisation's ``progress(done, total)``: says ``materialising: 1.0 MiB of 4.0 MiB written``."""
-        last = [0.0]
-
-        def report(done: int, total: int | None) -> None:
-            if time.monotonic() - last[0] < self._every_s:
-                return
-            last[0] = time.monotonic()
-            of = f" of {human_bytes(total)}" if total else ""
+        def say(message: str) -> None:
             with self._lock:
-                self._progress[key] = f"materialising: {human_bytes(done)}{of} written"
+                self._progress[key] = message
             self._wake()
 
-        return report
+        return progress_reporter(say, self._every_s, clock=self._clock)

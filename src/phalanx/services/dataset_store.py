@@ -21,11 +21,14 @@ import logging
 import shutil
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from phalanx.adapters.datacache import CacheError, StageOutcome
 from phalanx.adapters.datasources import Materialized, SourceRequest, materialize
-from phalanx.core.data import DatasetFiles, StagingPlan, plan_staging
+from phalanx.core.clock import Clock
+from phalanx.core.data import CacheEntry, DatasetFiles, StagingPlan, plan_staging
 from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.rendezvous import ranked_roles, replica_names
 from phalanx.model.datasets import Dataset, DatasetPhase, DatasetSource, Distribution, version_label
@@ -70,6 +73,44 @@ def human_bytes(size: float) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size} B"
+
+
+def progress_reporter(say: Callable[[str], None], every_s: float, *, clock: Clock) -> Callable[[int, int | None], None]:
+    """A materialisation's ``progress(done, total)``: ``say`` a sentence at most once every ``every_s`` seconds.
+
+    The sentence reads ``materialising: 1.0 MiB of 4.0 MiB written``.
+    """
+    last = [float("-inf")]  # the first report is said at once, whatever the clock reads
+
+    def report(done: int, total: int | None) -> None:
+        now = clock.monotonic()
+        if now - last[0] < every_s:
+            return
+        last[0] = now
+        of = f" of {human_bytes(total)}" if total else ""
+        say(f"materialising: {human_bytes(done)}{of} written")
+
+    return report
+
+
+def staging_ended(
+    future: Future[StageOutcome], entry: CacheEntry, *, node: str, seconds: float
+) -> tuple[StageOutcome | None, str]:
+    """How a finished copy of ``entry`` into ``node``'s cache ended: its outcome and the sentence that says so.
+
+    The outcome is None when the copy failed: a CacheError's sentence is the reason as it is; anything else is a
+    bug, logged with its traceback. A hit or a copy reads ``default/images (sha256-…, 4.0 KiB) on n0: copied in
+    0.1 s`` (the Staged event).
+    """
+    failure = future.exception()
+    if failure is not None:
+        if isinstance(failure, CacheError):
+            return None, str(failure)
+        log.error("staging %s on %s failed", entry.key, node, exc_info=failure)
+        return None, f"staging failed: {failure!r}"
+    outcome = future.result()
+    how = "cache hit" if outcome == StageOutcome.HIT else f"copied in {seconds:.1f} s"
+    return outcome, f"{entry.dataset} ({entry.key}, {human_bytes(entry.bytes)}) on {node}: {how}"
 
 
 @dataclass(frozen=True)

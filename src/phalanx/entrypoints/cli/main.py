@@ -30,7 +30,7 @@ from rich.markup import escape
 
 from phalanx.entrypoints.cli.backends import Backend, BackendChoice, BackendError, choose_backend
 from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, StoreJobSource, follow
-from phalanx.entrypoints.cli.output import console, fail, warn
+from phalanx.entrypoints.cli.output import console, fail, print_replica_logs, warn
 from phalanx.entrypoints.cli.running import refuse_bad_namespace, run_job, session
 from phalanx.entrypoints.cli.sim import sim_app
 from phalanx.entrypoints.cli.sim_fgd import fgd as _fgd  # noqa: F401  (registers `phalanx sim fgd`)
@@ -422,11 +422,16 @@ def logs(
                         console.print(escape(line), highlight=False)
                     return
                 client.store.wait_for_change(seq, LOG_POLL_SECONDS)
-        prefix = len(files) > 1
+        from phalanx.adapters.executor import read_exit_code
+
+        job_ended = client.get(job).status.phase in STOP_FOLLOWING
+        shown: list[tuple[str, str, bool]] = []
         for short, path in files:
             text = path.read_text(errors="replace") if path.exists() else ""
-            for line in text.splitlines():
-                sys.stdout.write(f"{short:>10} | {line}\n" if prefix else f"{line}\n")
+            # A replica has ended once its shim recorded an exit code, or once the whole job has (a halted job's
+            # replicas were stopped, maybe before they could record one).
+            shown.append((short, text, job_ended or read_exit_code(path.parent) is not None))
+        print_replica_logs(shown)
 
 
 @app.command()

@@ -16,7 +16,7 @@ import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.store import (
     AlreadyExistsError,
     ConflictError,
@@ -90,7 +90,7 @@ class JobController:
 
     store: SqliteStore
     layout: StateLayout
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
     identity: str = "controller"
     data: DatasetManager | None = None
     quarantine: Quarantine | None = None

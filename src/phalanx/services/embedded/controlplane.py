@@ -34,7 +34,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
 from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError, StoreUnavailableError, UnreadableError
@@ -115,7 +115,7 @@ class ControlPlane:
     """The local control plane of one state directory."""
 
     config: ControlPlaneConfig
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
 
     def __post_init__(self) -> None:
         self.layout = StateLayout(self.config.state_dir)

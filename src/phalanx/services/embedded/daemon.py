@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.private_files import open_private, tighten
 from phalanx.adapters.store import SqliteStore
 from phalanx.model.nodes import Node
@@ -35,12 +36,10 @@ class LeaderInfo:
     host: str | None
 
 
-def current_leader(store: SqliteStore) -> LeaderInfo | None:
+def current_leader(store: SqliteStore, clock: Clock | None = None) -> LeaderInfo | None:
     """The live holder of the control-plane lease, or None when nobody leads."""
     lease = store.get_lease(LEASE_NAME)
-    if lease is None or holder_is_dead(lease):
-        return None
-    if lease.renewed_at.timestamp() + lease.ttl_seconds < time.time():
+    if lease is None or holder_is_dead(lease) or lease.is_expired((clock or SystemClock()).now()):
         return None
     info = lease.holder_info or {}
     pid = info.get("pid")

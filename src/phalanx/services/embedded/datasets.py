@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,8 +32,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
-from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
+from phalanx.adapters.clock import Clock, SystemClock
+from phalanx.adapters.datacache import NodeDataCache, StageOutcome
 from phalanx.adapters.datasources import SourceRequest
 from phalanx.adapters.store import (
     ConflictError,
@@ -56,10 +55,10 @@ from phalanx.services.dataset_store import (
     STAGING_PHASES,
     DatasetStore,
     chosen_versions,
-    human_bytes,
     read_manifest,
     resolve_staging,
     source_request,
+    staging_ended,
 )
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION
@@ -117,7 +116,7 @@ class DatasetManager:
         layout: StateLayout,
         *,
         wake: Callable[[], None] = lambda: None,
-        clock: SystemClock | None = None,
+        clock: Clock | None = None,
         cache_capacity: int | None = None,
         cache_write_limit: int | None = None,
         workers: int = 4,
@@ -272,21 +271,13 @@ class DatasetManager:
             del self._stagings[staging_key]
             changed = True
             job_uid = staging_key[0]
-            failure = staging.future.exception()
-            if failure is not None:
-                text = str(failure) if isinstance(failure, CacheError) else f"staging failed: {failure!r}"
-                if not isinstance(failure, CacheError):
-                    log.error("staging %s on %s failed", staging.entry.key, staging.node, exc_info=failure)
-                self._errors[job_uid] = text
-                continue
-            outcome = staging.future.result()
-            if outcome in (StageOutcome.HIT, StageOutcome.COPIED):
+            seconds = self.clock.monotonic() - staging.started
+            outcome, said = staging_ended(staging.future, staging.entry, node=staging.node, seconds=seconds)
+            if outcome is None:
+                self._errors[job_uid] = said
+            elif outcome in (StageOutcome.HIT, StageOutcome.COPIED):
                 self._staged.add(staging_key)
-                seconds = time.monotonic() - staging.started
-                how = "cache hit" if outcome == StageOutcome.HIT else f"copied in {seconds:.1f} s"
-                entry = staging.entry
-                what = f"{entry.dataset} ({entry.key}, {human_bytes(entry.bytes)})"
-                self._record_job(staging.job, "Staged", f"{what} on {staging.node}: {how}")
+                self._record_job(staging.job, "Staged", said)
             elif outcome == StageOutcome.WAITING:
                 self._say_waiting(staging.job, job_uid, self._cache(staging.node).why_waiting(staging.entry))
         return changed
@@ -349,7 +340,7 @@ class DatasetManager:
         cache = self._cache(node)
         future = self._pool.submit(cache.stage, entry, source, job.key, reader=uid)
         future.add_done_callback(lambda _f: self._wake())
-        self._stagings[key] = _Staging(job.key, node, entry, future, time.monotonic())
+        self._stagings[key] = _Staging(job.key, node, entry, future, self.clock.monotonic())
 
     def _forget(self, live: set[str]) -> None:
         """Drop what is remembered of jobs that no longer hold placements (they stage afresh if admitted again)."""

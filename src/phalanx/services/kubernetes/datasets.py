@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
     EVENTS,
@@ -250,7 +250,7 @@ class KubeDatasetManager:
         *,
         mount_path: str = DEFAULT_CACHE_DIR,
         on_change: Callable[[str, dict[str, Any]], None] | None = None,
-        clock: SystemClock | None = None,
+        clock: Clock | None = None,
         workers: int = 2,
         base_dir: Path | None = None,
         policy: SourcePolicy | None = None,

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices.inventory import GPU_DISCOVERY_ANNOTATION, load_inventory
 from phalanx.adapters.devices.nvml import (
     APPLICATION_XIDS,
@@ -433,9 +433,7 @@ class CycleResult:
 class NodeAgent:
     """Discovers, checks and writes one Node, every ``interval`` seconds."""
 
-    def __init__(
-        self, api: KubeApi, settings: AgentSettings, discover: Discover, clock: SystemClock | None = None
-    ) -> None:
+    def __init__(self, api: KubeApi, settings: AgentSettings, discover: Discover, clock: Clock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.discover = discover

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
@@ -69,6 +68,7 @@ from phalanx.services.dataset_store import (
     human_bytes,
     manifests_reader,
     resolve_staging,
+    staging_ended,
 )
 from phalanx.services.kubernetes.apply import event_body
 
@@ -147,7 +147,7 @@ def dataset_labels(cache: NodeDataCache) -> dict[str, str]:
 class NodeCacheKeeper:
     """Keeps one node's dataset cache in step with the jobs placed on it, and reports it on the Node."""
 
-    def __init__(self, api: KubeApi, settings: CacheSettings, clock: SystemClock | None = None) -> None:
+    def __init__(self, api: KubeApi, settings: CacheSettings, clock: Clock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -339,13 +339,13 @@ class NodeCacheKeeper:
     def _stage_if_due(self, job: TrainingJob, entry: CacheEntry) -> None:
         uid = job.metadata.uid or ""
         key = (uid, entry.key)
-        if key in self._stagings or self._retry_at.get(key, 0.0) > time.monotonic():
+        if key in self._stagings or self._retry_at.get(key, 0.0) > self.clock.monotonic():
             return
         namespace, name = dataset_of(entry.dataset)
         source = self.store.version_dir(namespace, name, entry.version)
         future = self._pool.submit(self.cache.stage, entry, source, job.key, reader=uid)
         future.add_done_callback(lambda _f: self.signal.set())
-        self._stagings[key] = _Staging(job.key, uid, entry, future, time.monotonic())
+        self._stagings[key] = _Staging(job.key, uid, entry, future, self.clock.monotonic())
 
     def _collect(self) -> bool:
         """Take in the copies that ended; whether any did."""
@@ -355,32 +355,24 @@ class NodeCacheKeeper:
                 continue
             del self._stagings[key]
             ended = True
-            failure = staging.future.exception()
-            if failure is not None:
-                text = str(failure) if isinstance(failure, CacheError) else f"staging failed: {failure!r}"
-                if not isinstance(failure, CacheError):
-                    log.error("staging %s failed", staging.entry.key, exc_info=failure)
-                log.warning("job %s: %s", staging.job, text)
-                self._errors[staging.uid] = text
-                self._event(staging, "StagingFailed", text, warning=True)
-                continue
-            outcome = staging.future.result()
-            if outcome in (StageOutcome.HIT, StageOutcome.COPIED):
+            seconds = self.clock.monotonic() - staging.started
+            outcome, said = staging_ended(staging.future, staging.entry, node=self.settings.node_name, seconds=seconds)
+            if outcome is None:
+                log.warning("job %s: %s", staging.job, said)
+                self._errors[staging.uid] = said
+                self._event(staging, "StagingFailed", said, warning=True)
+            elif outcome in (StageOutcome.HIT, StageOutcome.COPIED):
                 self._waiting.pop(key, None)
                 self._served.add(key)
                 # Another job waiting for this entry's copy (IN_PROGRESS) finds it now.
                 self._retry_at = {k: at for k, at in self._retry_at.items() if k[1] != staging.entry.key}
-                seconds = time.monotonic() - staging.started
-                how = "cache hit" if outcome == StageOutcome.HIT else f"copied in {seconds:.1f} s"
-                entry = staging.entry
-                what = f"{entry.dataset} ({entry.key}, {human_bytes(entry.bytes)})"
-                log.info("job %s: staged %s: %s", staging.job, what, how)
-                self._event(staging, "Staged", f"{what} on {self.settings.node_name}: {how}")
+                log.info("job %s: staged %s", staging.job, said)
+                self._event(staging, "Staged", said)
             elif outcome == StageOutcome.WAITING:
                 self._waiting[key] = self.cache.why_waiting(staging.entry)
-                self._retry_at[key] = time.monotonic() + self.settings.interval_s
+                self._retry_at[key] = self.clock.monotonic() + self.settings.interval_s
             else:  # IN_PROGRESS: another job's copy of the same entry; its end wakes the next pass
-                self._retry_at[key] = time.monotonic() + self.settings.interval_s
+                self._retry_at[key] = self.clock.monotonic() + self.settings.interval_s
         return ended
 
     # -- the Node ---------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.kubernetes.api import (
     CONFIGMAPS,
     EVENTS,
@@ -185,7 +185,7 @@ class OperatorCounters:
 class KubeOperator:
     """The operator's caches, reconcile and loop."""
 
-    def __init__(self, api: KubeApi, settings: OperatorSettings, clock: SystemClock | None = None) -> None:
+    def __init__(self, api: KubeApi, settings: OperatorSettings, clock: Clock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -216,7 +216,7 @@ class KubeOperator:
         self._held: dict[str, HeldStatus] = {}  # job uid -> a planned status not written yet (``may_hold``)
         self._warned: set[tuple[str, str]] = set()  # (job uid, warning) given once per job
         self._posting: set[Future[None]] = set()  # events being recorded in the background
-        self.events = EventBudget()
+        self.events = EventBudget(clock=self.clock.monotonic)
         self.data: KubeDatasetManager | None = None
         if settings.dataset_store is not None:
             self.data = KubeDatasetManager(
