@@ -9,9 +9,11 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from conftest import Runtime, generic_job, parse_table
+from phalanx.model.datasets import Dataset, DatasetPhase
 from phalanx.model.jobs import Phase
 from support.waiting import wait_until
 
@@ -118,3 +120,26 @@ def test_dataset_create_on_a_changed_spec_reports_the_new_specs_outcome(runtime:
         version = client.dataset("rows").status.version
     assert version and f"dataset/rows Ready: version {version}" in fixed.stdout
     assert version not in first.stdout  # the new query's content, not the first one's
+
+
+def test_a_wait_that_runs_out_says_whether_the_new_spec_was_ever_taken_up(runtime: Runtime, tmp_path: Path) -> None:
+    """No control plane runs: a new Dataset stays Pending; one given a new spec keeps the old spec's Ready."""
+
+    def document(path: Path) -> dict[str, Any]:
+        spec = {"source": {"path": str(path)}}
+        return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Dataset", "metadata": {"name": "d"}, "spec": spec}
+
+    with runtime.client() as client:
+        client.submit([document(tmp_path / "a")])
+        with pytest.raises(TimeoutError, match=r"^dataset d is still Pending after 0\.05 s$"):
+            client.wait_dataset("d", timeout=0.05)
+        stored = client.store.get(Dataset, "default", "d")
+        ready = stored.status.model_copy(update={"phase": DatasetPhase.READY, "observed_generation": 1})
+        client.store.update_status(stored.model_copy(update={"status": ready}))
+        assert client.wait_dataset("d", timeout=0.05).status.phase == DatasetPhase.READY
+        client.submit([document(tmp_path / "b")])
+        with pytest.raises(TimeoutError) as waited:
+            client.wait_dataset("d", timeout=0.05)
+    assert str(waited.value) == (
+        "dataset d's new spec (generation 2) was not taken up within 0.05 s; its status (Ready) is for generation 1"
+    )
