@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
+from phalanx.adapters.devices.discovery import Discovered, InventoryDiscovery
 from phalanx.adapters.kubernetes.api import EVENTS, NODES, NotFoundError, Resource
 from phalanx.adapters.kubernetes.objects import node_from_object
 from phalanx.core.clock import VirtualClock
 from phalanx.entrypoints.kubernetes import node_agent as entrypoint
 from phalanx.model.nodes import Node
-from phalanx.services.kubernetes.node_agent import AgentSettings, Discovered, InventoryDiscovery, NodeAgent
+from phalanx.services.kubernetes.node_agent import AgentSettings, NodeAgent
 from support.merge_patch import merge
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -48,7 +48,12 @@ def current_leader(store: SqliteStore, clock: Clock | None = None) -> LeaderInfo
 
 
 def start_control_plane(
-    layout: StateLayout, *, inventory: Path | None = None, cache_size: str | None = None, timeout: float = 20.0
+    layout: StateLayout,
+    *,
+    inventory: Path | None = None,
+    cache_size: str | None = None,
+    gpu_fault_file: Path | None = None,
+    timeout: float = 20.0,
 ) -> tuple[LeaderInfo, bool]:
     """Reuse the running control plane or start one in the background.
 
@@ -69,6 +74,8 @@ def start_control_plane(
             command += ["--inventory", str(inventory.resolve())]
         if cache_size is not None:
             command += ["--cache-size", cache_size]
+        if gpu_fault_file is not None:
+            command += ["--gpu-fault-file", str(gpu_fault_file.resolve())]
         # The log names jobs, datasets and errors: the owner's alone (0600), like the rest of the state.
         tighten(layout.control_plane_log)  # written 0644 by older versions
         with os.fdopen(open_private(layout.control_plane_log, os.O_WRONLY | os.O_APPEND), "ab") as log_file:
