@@ -253,7 +253,7 @@ class ControlPlane:
 
     def _loop(self, stop: threading.Event, runtime: NodeRuntime, gpus: GpuWatch, bell: Bell) -> None:
         datasets = DatasetManager(self.store, self.layout, wake=bell.ring, cache_capacity=self.config.cache_bytes)
-        for leftover in datasets.sweep_leftovers():
+        for leftover in datasets.materializer.sweep_leftovers():
             log.info("removed %s, left by an interrupted materialisation", leftover)
         try:
             self._passes(stop, runtime, gpus, bell, datasets)

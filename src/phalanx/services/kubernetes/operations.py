@@ -46,6 +46,7 @@ from phalanx.adapters.kubernetes.api import (
     NotFoundError,
     Resource,
 )
+from phalanx.adapters.kubernetes.cache_report import EVICT_ANNOTATION, CacheReport, cache_report, eviction_request
 from phalanx.adapters.kubernetes.objects import (
     LABEL_ATTEMPT,
     LABEL_INDEX,
@@ -74,6 +75,7 @@ from phalanx.model.queues import Queue, QueueStatus
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
 from phalanx.model.validation import parse_job
 from phalanx.services.dataset_views import (
+    CacheEntryView,
     DatasetDescription,
     NodeCacheView,
     cache_view_from_labels,
@@ -81,7 +83,6 @@ from phalanx.services.dataset_views import (
     eviction_failure,
     readers,
 )
-from phalanx.services.kubernetes.datasets import EVICT_ANNOTATION, CacheReport, cache_report, eviction_request
 from phalanx.services.operations import (
     MAX_CONFLICT_RETRIES,
     JobDescription,
@@ -555,7 +556,7 @@ class KubeOperations:
                 continue
             report = cache_report(obj)
             if report is not None:
-                views.append(report.view(str(meta["name"])))
+                views.append(cache_view(report, str(meta["name"])))
             else:
                 views.append(cache_view_from_labels(str(meta["name"]), dict(meta.get("labels") or {})))
         return views
@@ -941,3 +942,12 @@ def _exists_error(job: TrainingJob, phase: Phase | None) -> JobExistsError:
         name=job.metadata.name,
         phase=phase_name,
     )
+
+
+def cache_view(report: CacheReport, node: str) -> NodeCacheView:
+    """What ``phalanx cache ls`` shows of a node's cache report."""
+    entries = [
+        CacheEntryView(key, e.dataset, e.bytes, report.entries.get(key, "ready"), e.pinned_by)
+        for key, e in sorted(report.held.items())
+    ]
+    return NodeCacheView(node, report.capacity, report.used, entries, dict(report.counters))

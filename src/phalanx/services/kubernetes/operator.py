@@ -75,6 +75,7 @@ from phalanx.adapters.kubernetes.api import (
     KubeApiError,
     NotFoundError,
 )
+from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
 from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key, wait_all_synced
 from phalanx.adapters.kubernetes.objects import (
     LABEL_ATTEMPT,
@@ -117,7 +118,7 @@ from phalanx.services.kubernetes.apply import (
     render_children,
     render_creates,
 )
-from phalanx.services.kubernetes.datasets import DEFAULT_CACHE_DIR, KubeDatasetManager, KubeStaging, SourcePolicy
+from phalanx.services.kubernetes.datasets import KubeDatasetManager, KubeStaging, SourcePolicy
 from phalanx.services.kubernetes.specs import SpecCache
 
 log = logging.getLogger(__name__)
