@@ -31,6 +31,10 @@ def up(
         str | None,
         typer.Option(help="Each node's dataset cache, e.g. 50Gi (default: as recorded; half the free disk when new)."),
     ] = None,
+    gpu_fault_file: Annotated[
+        Path | None,
+        typer.Option(help="A file of this machine's GPU indices to treat as unhealthy, read every 10 s."),
+    ] = None,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
@@ -41,7 +45,9 @@ def up(
     embedded_only(choose(backend, kubeconfig, context), "up", f"install Phalanx once: {INSTALL_HINT}")
 
     with session(state_dir) as client:
-        leader, started = start_control_plane(client.layout, inventory=inventory, cache_size=cache_size)
+        leader, started = start_control_plane(
+            client.layout, inventory=inventory, cache_size=cache_size, gpu_fault_file=gpu_fault_file
+        )
         word = "started" if started else "already running"
         console.print(f"control plane {word} (pid {leader.pid}); state in {client.layout.root}")
         console.print(f"log: {client.layout.control_plane_log}")

@@ -6,7 +6,6 @@ they read the resource argument here and hand the other kinds to their noun's mo
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,6 +15,7 @@ from rich.markup import escape
 from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, StoreJobSource, follow
 from phalanx.entrypoints.cli.options import (
     DATASET_RESOURCES,
+    NODE_RESOURCES,
     QUEUE_RESOURCES,
     BackendOption,
     ContextOption,
@@ -31,7 +31,7 @@ from phalanx.entrypoints.cli.options import (
     print_objects,
     require_named_resource,
 )
-from phalanx.entrypoints.cli.output import console, fail, warn
+from phalanx.entrypoints.cli.output import console, fail, print_replica_logs, warn
 from phalanx.entrypoints.cli.running import refuse_bad_namespace, run_job, session
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, styled_phase
 
@@ -192,7 +192,7 @@ def _warn_unreadable_jobs(client: Client | KubernetesClient, namespace: str | No
 
 
 def describe(
-    resource: Annotated[str, typer.Argument(help="job, queue or dataset")],
+    resource: Annotated[str, typer.Argument(help="job, queue, dataset or node")],
     name: Annotated[str, typer.Argument(help="Its name.")],
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
@@ -200,12 +200,16 @@ def describe(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Show a job (roles, placement, replicas, conditions, events), a queue (quota, usage, jobs) or a dataset."""
+    """Show a job (roles, placement, replicas, events), a queue (quota, usage, jobs), a dataset or a node (GPUs)."""
+    from phalanx.entrypoints.cli.nodes import describe_node
     from phalanx.entrypoints.cli.render import print_description, print_queue_description
 
-    require_named_resource(resource, "describe")
+    require_named_resource(resource, "describe", nodes=True)
     choice = choose(backend, kubeconfig, context)
     with backend_session(choice, state_dir, namespace) as client:
+        if resource in NODE_RESOURCES:
+            describe_node(client, name)
+            return
         if resource in QUEUE_RESOURCES:
             print_queue_description(console, client.describe_queue(name))
             return
@@ -255,11 +259,16 @@ def logs(
                         console.print(escape(line), highlight=False)
                     return
                 client.store.wait_for_change(seq, LOG_POLL_SECONDS)
-        prefix = len(files) > 1
+        from phalanx.adapters.executor import read_exit_code
+
+        job_ended = client.get(job).status.phase in STOP_FOLLOWING
+        shown: list[tuple[str, str, bool]] = []
         for short, path in files:
             text = path.read_text(errors="replace") if path.exists() else ""
-            for line in text.splitlines():
-                sys.stdout.write(f"{short:>10} | {line}\n" if prefix else f"{line}\n")
+            # A replica has ended once its shim recorded an exit code, or once the whole job has (a halted job's
+            # replicas were stopped, maybe before they could record one).
+            shown.append((short, text, job_ended or read_exit_code(path.parent) is not None))
+        print_replica_logs(shown)
 
 
 def halt(

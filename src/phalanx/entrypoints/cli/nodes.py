@@ -1,11 +1,11 @@
-"""``phalanx get nodes``: the nodes of either backend, with what the jobs placed on them hold."""
+"""``phalanx get nodes`` and ``describe node``: the nodes of either backend, what is placed on them, GPU health."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from phalanx.entrypoints.cli.options import Output, print_objects
-from phalanx.entrypoints.cli.output import console
+from phalanx.entrypoints.cli.output import console, fail
 
 if TYPE_CHECKING:
     from phalanx.entrypoints.cli.backends import BackendChoice
@@ -38,6 +38,20 @@ def show_nodes(client: Client | KubernetesClient, choice: BackendChoice, name: s
             used["cpu_milli"] += vector.cpu_milli
             used["gpu"] += len(placement.gpus)
         console.print(nodes_table(nodes, usage))
+
+
+def describe_node(client: Client | KubernetesClient, name: str) -> None:
+    """`phalanx describe node NAME`; the events are the local control plane's (on a cluster: `kubectl describe`)."""
+    from phalanx.entrypoints.cli.render import print_node_description
+
+    nodes = client.ops.list_nodes()
+    node = next((n for n in nodes if n.metadata.name == name), None)
+    if node is None:
+        known = ", ".join(sorted(n.metadata.name for n in nodes)) or "none"
+        fail(f"node {name!r} not found; known: {known}")
+    store = getattr(client, "store", None)
+    events = store.list_events("Node", node.metadata.namespace, name) if store is not None else None
+    print_node_description(console, node, events)
 
 
 def _placed_jobs(client: Client | KubernetesClient) -> list[Any]:

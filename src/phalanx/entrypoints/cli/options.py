@@ -53,6 +53,7 @@ class Resource(StrEnum):
 
 QUEUE_RESOURCES = ("queue", "queues")
 DATASET_RESOURCES = ("dataset", "datasets")
+NODE_RESOURCES = ("node", "nodes")
 
 StateDirOption = Annotated[
     Path | None,
@@ -89,11 +90,12 @@ OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table, wid
 INSTALL_HINT = "phalanx install --print | kubectl apply -f -"
 
 
-def require_named_resource(resource: str, verb: str) -> None:
-    """Verbs on one object take ``job NAME``, ``queue NAME`` or ``dataset NAME``; anything else is a usage error."""
-    if resource not in ("job", "jobs", *QUEUE_RESOURCES, *DATASET_RESOURCES):
+def require_named_resource(resource: str, verb: str, *, nodes: bool = False) -> None:
+    """Verbs on one object take ``job NAME``, ``queue NAME`` or ``dataset NAME`` (``node NAME`` where ``nodes``)."""
+    if resource not in ("job", "jobs", *QUEUE_RESOURCES, *DATASET_RESOURCES, *(NODE_RESOURCES if nodes else ())):
+        node = f", `phalanx {verb} node NAME`" if nodes else ""
         fail(
-            f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`, `phalanx {verb} queue NAME` or "
+            f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`, `phalanx {verb} queue NAME`{node} or "
             f"`phalanx {verb} dataset NAME`",
             2,
         )

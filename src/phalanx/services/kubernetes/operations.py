@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import in_use_sentence
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
@@ -265,10 +265,13 @@ def event_from_object(obj: Mapping[str, Any]) -> Event:
 class KubeOperations:
     """User-facing operations on one cluster (one kubeconfig context)."""
 
-    def __init__(self, api: KubeApi, *, server: str = "", poll_seconds: float = 0.5) -> None:
+    def __init__(
+        self, api: KubeApi, *, server: str = "", poll_seconds: float = 0.5, clock: Clock | None = None
+    ) -> None:
         self.api = api
         self.server = server
         self.poll_seconds = poll_seconds
+        self.clock = clock or SystemClock()
         self._installed: bool | None = None
 
     # -- errors --------------------------------------------------------------------------------------------------
@@ -588,7 +591,7 @@ class KubeOperations:
         for name, keys in requests.items():
             self._request_eviction(name, keys)
         evicted: list[str] = []
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         for name, keys in requests.items():
             report = self._eviction_answer(name, deadline)
             if report is None:
@@ -635,9 +638,9 @@ class KubeOperations:
                 obj = self.api.get(NODES, node)
             if eviction_request(obj) is None:
                 return cache_report(obj) or CacheReport(directory="")
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 return None
-            time.sleep(0.2)  # a CLI waiting for another process; a watch would cost more than it saves here
+            self.clock.sleep(0.2)  # a CLI waiting for another process; a watch would cost more than it saves here
 
     def pods_of(self, job: TrainingJob) -> list[dict[str, Any]]:
         """The job's Pods (of this incarnation of its name), by name."""
@@ -823,8 +826,8 @@ class KubeOperations:
         # NotFound: gone already; Conflict: a newer job of that name exists (then creating it says so).
         with self.calling("delete", TRAININGJOBS, namespace), contextlib.suppress(NotFoundError, ConflictError):
             self.api.delete(TRAININGJOBS, name, namespace, uid=uid)
-        deadline = time.monotonic() + DELETE_WAIT_SECONDS
-        while time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + DELETE_WAIT_SECONDS
+        while self.clock.monotonic() < deadline:
             with self.calling("get", TRAININGJOBS, namespace):
                 try:
                     current = self.api.get(TRAININGJOBS, name, namespace)
@@ -832,7 +835,7 @@ class KubeOperations:
                     return
             if (current.get("metadata") or {}).get("uid") != uid:
                 return
-            time.sleep(self.poll_seconds)
+            self.clock.sleep(self.poll_seconds)
         raise OperationError(f"job {key} is still being deleted; try again in a moment")
 
     def _apply_jobtype(self, jobtype: JobType) -> None:

@@ -27,10 +27,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.kubernetes.api import (
     CONFIGMAPS,
     JOBTYPES,
+    NODES,
     PHALANX_VERSION,
     PODS,
     SERVICES,
@@ -40,7 +41,8 @@ from phalanx.adapters.kubernetes.api import (
     KubeApiError,
 )
 from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key, wait_all_synced
-from phalanx.adapters.kubernetes.objects import LABEL_JOB
+from phalanx.adapters.kubernetes.objects import LABEL_JOB, node_from_object
+from phalanx.core.gpu_health import sick_gpus
 from phalanx.model.base import API_GROUP
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
@@ -65,7 +67,7 @@ _HOUSEKEEPING_S = 1.0
 class KubeOperator:
     """The operator's caches and loop."""
 
-    def __init__(self, api: KubeApi, settings: OperatorSettings, clock: SystemClock | None = None) -> None:
+    def __init__(self, api: KubeApi, settings: OperatorSettings, clock: Clock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -77,6 +79,10 @@ class KubeOperator:
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal, on_change=self._jobtype_changed)
         self.services = Informer(api, SERVICES, label_selector=LABEL_JOB, signal=self.signal)
         self.configmaps = Informer(api, CONFIGMAPS, label_selector=LABEL_JOB, signal=self.signal)
+        # GPU health as the node agents report it: a replica on an unhealthy GPU is stopped and its job placed again.
+        self.nodes = Informer(api, NODES, signal=self.signal, on_change=self._node_changed)
+        self._sick_lock = threading.Lock()
+        self._sick: dict[str, dict[int, str]] = {}  # node -> unhealthy GPU index -> why
         self.counters = OperatorCounters()
         self.ready = threading.Event()
         self._pool = ThreadPoolExecutor(max(1, settings.workers), thread_name_prefix="operator-api")
@@ -116,13 +122,14 @@ class KubeOperator:
             pool=self._pool,
             counters=self.counters,
             clock=self.clock,
+            unhealthy_gpus=self._unhealthy_gpus,
         )
 
     @property
     def informers(self) -> list[Informer]:
         """Every cache the operator reads."""
         data = self.data.informers if self.data is not None else []
-        return [self.jobs, self.pods, self.jobtypes, self.services, self.configmaps, *data]
+        return [self.jobs, self.pods, self.jobtypes, self.services, self.configmaps, self.nodes, *data]
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -215,6 +222,24 @@ class KubeOperator:
         job = (meta.get("labels") or {}).get(LABEL_JOB)
         if job:
             self.queue.mark({(str(meta.get("namespace") or ""), str(job))})
+
+    def _node_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        """A Node changed: when its unhealthy GPUs did, every job is looked at again (GPU failures are rare)."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        sick = {} if kind == "DELETED" else sick_gpus([node_from_object(obj)]).get(name, {})
+        with self._sick_lock:
+            if self._sick.get(name, {}) == sick:
+                return
+            if sick:
+                self._sick[name] = sick
+            else:
+                self._sick.pop(name, None)
+        self.queue.mark_all()
+
+    def _unhealthy_gpus(self) -> dict[str, dict[int, str]]:
+        """Node -> unhealthy GPU index -> why, as the node agents report it now."""
+        with self._sick_lock:
+            return dict(self._sick)
 
     def _jobtype_changed(self, kind: str, obj: dict[str, Any]) -> None:
         self.queue.mark_all()  # any job may use it; JobTypes change rarely

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock
 from phalanx.adapters.kubernetes.api import (
     CONFIGMAPS,
     PODS,
@@ -163,7 +163,8 @@ class JobReconciler:
         deletions: PodDeletions,
         pool: Executor,
         counters: OperatorCounters,
-        clock: SystemClock,
+        clock: Clock,
+        unhealthy_gpus: Callable[[], dict[str, dict[int, str]]],
     ) -> None:
         self.api = api
         self.settings = settings
@@ -174,6 +175,7 @@ class JobReconciler:
         self.deletions = deletions
         self.counters = counters
         self.clock = clock
+        self.unhealthy_gpus = unhealthy_gpus  # node -> unhealthy GPU index -> why (the node agents' reports)
         self._pool = pool
 
     def reconcile(self, obj: dict[str, Any], jobtypes: dict[str, JobType], pods: list[dict[str, Any]]) -> Outcome:
@@ -205,6 +207,7 @@ class JobReconciler:
                 outputs=_OUTPUTS_STAY,
                 staged=staging.staged,
                 staging_error=staging.error,
+                unhealthy_gpus=self.unhealthy_gpus(),
             )
         )
         waits = Phase(decided.status.phase) == Phase.DOWNLOADING and staging.waiting

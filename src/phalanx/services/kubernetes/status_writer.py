@@ -25,7 +25,7 @@ from collections.abc import Collection, Mapping
 from concurrent.futures import Executor, Future, wait
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock
 from phalanx.adapters.kubernetes.api import EVENTS, TRAININGJOBS, ConflictError, KubeApi, KubeApiError, NotFoundError
 from phalanx.adapters.kubernetes.informer import Informer, object_key
 from phalanx.adapters.kubernetes.objects import status_body
@@ -52,7 +52,7 @@ class StatusWriter:
         *,
         pool: Executor,
         counters: Counting,
-        clock: SystemClock,
+        clock: Clock,
         component: str,
         identity: str,
     ) -> None:
@@ -60,7 +60,7 @@ class StatusWriter:
         self.jobs = jobs
         self.counters = counters
         self.clock = clock
-        self.events = EventBudget()
+        self.events = EventBudget(clock=clock.monotonic)
         self._pool = pool
         self._component = component
         self._identity = identity
