@@ -11,8 +11,9 @@ by then, so backfill never counts on an end that may not come.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition
@@ -30,6 +31,7 @@ from phalanx.core.scheduling.types import (
 from phalanx.model.datasets import Dataset, Distribution
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
 from phalanx.model.jobtypes import JobType
+from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue, QueueStatus, ResourceAmounts
 from phalanx.model.replicas import Replica
 from phalanx.model.resources import ResourceVector
@@ -55,32 +57,86 @@ def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[R
     return requests
 
 
-def holdings_of(jobs: list[TrainingJob], replicas: list[Replica]) -> list[tuple[ReplicaPlacement, ResourceVector]]:
-    """What work holds on nodes.
+@dataclass(frozen=True)
+class Occupant:
+    """What one observed replica (a process, a Pod) holds on its node.
 
-    That is every replica that still exists (even one still exiting after its job finished), and every replica
-    placed for a job in a holding phase that has not been created yet.
+    ``placement`` is None for work Phalanx did not place (a foreign Pod, or one of a job's Pods away from its
+    placement): it holds ``held`` without named devices. ``replica`` is the (job uid, replica name) whose
+    placement the occupant accounts for, so that placement is not counted a second time.
     """
-    held = []
-    existing: set[tuple[str, str]] = set()
-    for replica in replicas:
-        spec = replica.spec
-        existing.add((spec.job_uid, replica.metadata.name))
-        vector = ResourceVector(
-            cpu_milli=spec.cpu_milli,
-            memory=spec.memory,
-            gpu=len(spec.placement.gpus) if not spec.placement.gpu_milli else 0,
-            gpu_milli=spec.placement.gpu_milli,
-        )
-        held.append((spec.placement, vector))
+
+    node: str
+    held: ResourceVector
+    placement: ReplicaPlacement | None = None
+    replica: tuple[str, str] = ("", "")
+
+
+def replica_occupant(replica: Replica) -> Occupant:
+    """A replica of the embedded runtime: it holds its placement, and what its spec says."""
+    spec = replica.spec
+    held = ResourceVector(
+        cpu_milli=spec.cpu_milli,
+        memory=spec.memory,
+        gpu=len(spec.placement.gpus) if not spec.placement.gpu_milli else 0,
+        gpu_milli=spec.placement.gpu_milli,
+    )
+    return Occupant(spec.placement.node, held, spec.placement, (spec.job_uid, replica.metadata.name))
+
+
+def holdings_of(
+    jobs: Iterable[TrainingJob],
+    occupants: Iterable[Occupant],
+    nodes: Iterable[Node] = (),
+    requests: Callable[[TrainingJob], Mapping[str, ResourceVector]] | None = None,
+) -> list[tuple[ReplicaPlacement, ResourceVector]]:
+    """What work holds on nodes, as ``build_snapshot`` takes it.
+
+    That is every occupant (even a replica still exiting after its job finished), and every placement of a job
+    in a holding phase that no occupant accounts for (its replica is not created yet, or is away from it). A
+    placement the job's spec no longer names is left out: no replica will be started for it. An occupant without
+    a placement takes its GPUs from the highest indexes of ``nodes`` no placement holds (the device plugin's
+    choice is not visible). ``requests`` gives a job's replicas' requests by name (default: ``replica_requests``;
+    phalanx-scheduler passes its cache).
+    """
+    requested = requests or (lambda job: {r.name: r.resources for r in replica_requests(job)})
+    held: list[tuple[ReplicaPlacement, ResourceVector]] = []
+    covered: set[tuple[str, str]] = set()
+    foreign: list[Occupant] = []
+    for occupant in occupants:
+        if occupant.placement is None:
+            foreign.append(occupant)
+        else:
+            held.append((occupant.placement, occupant.held))
+            covered.add(occupant.replica)
     for job in jobs:
         if Phase(job.status.phase) not in HOLDING_PHASES:
             continue
-        vectors = {r.name: r.resources for r in replica_requests(job)}
+        vectors = requested(job)
         for name, placement in job.status.placements.items():
-            if name in vectors and (job.metadata.uid or "", name) not in existing:
+            if name in vectors and (job.metadata.uid or "", name) not in covered:
                 held.append((placement, vectors[name]))
+    if foreign:
+        held.extend(_without_placement(foreign, held, nodes))
     return held
+
+
+def _without_placement(
+    occupants: list[Occupant], held: list[tuple[ReplicaPlacement, ResourceVector]], nodes: Iterable[Node]
+) -> list[tuple[ReplicaPlacement, ResourceVector]]:
+    """Occupants without a placement: their CPU and memory, and GPUs counted down from the highest free index."""
+    taken: dict[str, set[int]] = defaultdict(set)
+    for placement, _ in held:
+        taken[placement.node].update(placement.gpus)
+    free = {node.metadata.name: [g.index for g in sorted(node.status.gpus, key=lambda g: -g.index)] for node in nodes}
+    extra = []
+    for occupant in occupants:
+        left = [index for index in free.get(occupant.node, []) if index not in taken[occupant.node]]
+        chosen = left[: occupant.held.gpu]
+        taken[occupant.node].update(chosen)
+        vector = ResourceVector(cpu_milli=occupant.held.cpu_milli, memory=occupant.held.memory, gpu=len(chosen))
+        extra.append((ReplicaPlacement(node=occupant.node, gpus=chosen), vector))
+    return extra
 
 
 def running_job(

@@ -47,6 +47,7 @@ from phalanx.services.scheduling import (
     queue_quotas,
     queue_refusal,
     queue_statuses,
+    replica_occupant,
     replica_requests,
     running_jobs,
 )
@@ -139,7 +140,7 @@ class SchedulerService:
         queued = [job for job in queued if job.key not in bad]
         replicas, changed_replicas = self._countable(replicas)
         changed |= changed_replicas
-        snapshot = build_snapshot(nodes, holdings_of(jobs, replicas))
+        snapshot = build_snapshot(nodes, holdings_of(jobs, map(replica_occupant, replicas)))
         running = running_jobs(jobs, replicas, jobtypes=jobtypes, nodes=(node.metadata.name for node in nodes), now=now)
         running = self._attained.observe(running, now, (job.key for job in jobs))
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}

@@ -42,7 +42,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -97,7 +97,9 @@ from phalanx.services.kubernetes.apply import EventBudget, PodSettings, check_re
 from phalanx.services.kubernetes.leader import LeaseElector
 from phalanx.services.kubernetes.operations import queue_from_object
 from phalanx.services.scheduling import (
+    Occupant,
     describe_admission,
+    holdings_of,
     pending_job,
     queue_quotas,
     queue_refusal,
@@ -518,46 +520,39 @@ class KubeScheduler:
     def _holdings(
         self, jobs: list[tuple[dict[str, Any], TrainingJob]], pods: list[dict[str, Any]], nodes: list[Node]
     ) -> list[tuple[ReplicaPlacement, ResourceVector]]:
-        held: list[tuple[ReplicaPlacement, ResourceVector]] = []
+        """``holdings_of`` over the Pods on nodes or being bound.
+
+        A job's Pod on its placement holds the placement; any other Pod holds its requests without named devices.
+        """
         by_uid = {job.metadata.uid: job for _, job in jobs}
-        covered: set[tuple[str, str]] = set()
-        foreign: dict[str, list[ResourceVector]] = defaultdict(list)
         with self._lock:
             binding = dict(self._binding)
-        vectors = self._vectors  # (job uid, generation) -> replica -> what it requested; kept across cycles
-
-        def vector(job: TrainingJob, name: str) -> ResourceVector:
-            key = (job.metadata.uid or "", job.metadata.generation)
-            requests = vectors.get(key)
-            if requests is None:
-                requests = vectors[key] = {request.name: request.resources for request in replica_requests(job)}
-            found = requests.get(name)
-            return found if found is not None else ResourceVector()
-
+        occupants = []
         for pod in pods:
             meta = pod.get("metadata") or {}
             uid = str(meta.get("uid"))
-            node = (pod.get("spec") or {}).get("nodeName") or binding.get(uid)
+            node = str((pod.get("spec") or {}).get("nodeName") or binding.get(uid) or "")
             if not node or not (pod_holds_resources(pod) or uid in binding):
                 continue
-            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+            name = str(meta.get("name"))
             job = by_uid.get((meta.get("annotations") or {}).get(ANNOTATION_JOB_UID, ""))
             placement = (
                 job.status.placements.get(name) if job is not None and LABEL_JOB in (meta.get("labels") or {}) else None
             )
             if job is not None and placement is not None and placement.node == node:
-                held.append((placement, vector(job, name)))
-                covered.add((namespace, name))
+                held = self._requests(job).get(name, ResourceVector())
+                occupants.append(Occupant(node, held, placement, (job.metadata.uid or "", name)))
             else:
-                foreign[str(node)].append(pod_requests(pod))
-        for _, job in jobs:
-            if Phase(job.status.phase) not in HOLDING_PHASES:
-                continue
-            for name, placement in job.status.placements.items():
-                if (job.metadata.namespace, name) not in covered:
-                    held.append((placement, vector(job, name)))
-        held.extend(_foreign_holdings(foreign, held, nodes))
-        return held
+                occupants.append(Occupant(node, pod_requests(pod)))
+        return holdings_of((job for _, job in jobs), occupants, nodes, self._requests)
+
+    def _requests(self, job: TrainingJob) -> dict[str, ResourceVector]:
+        """The job's replicas' requests by name, kept across cycles per (job uid, generation)."""
+        key = (job.metadata.uid or "", job.metadata.generation)
+        found = self._vectors.get(key)
+        if found is None:
+            found = self._vectors[key] = {request.name: request.resources for request in replica_requests(job)}
+        return found
 
     def _running(
         self,
@@ -779,26 +774,6 @@ class KubeScheduler:
             if not pending:
                 return
             wait(pending)
-
-
-def _foreign_holdings(
-    foreign: dict[str, list[ResourceVector]],
-    held: list[tuple[ReplicaPlacement, ResourceVector]],
-    nodes: list[Node],
-) -> list[tuple[ReplicaPlacement, ResourceVector]]:
-    """Pods Phalanx did not place: their CPU and memory, and GPUs counted down from the highest free index."""
-    taken: dict[str, set[int]] = defaultdict(set)
-    for placement, _ in held:
-        taken[placement.node].update(placement.gpus)
-    gpus_of = {node.metadata.name: sorted((gpu.index for gpu in node.status.gpus), reverse=True) for node in nodes}
-    extra = []
-    for node, vectors in foreign.items():
-        free = [index for index in gpus_of.get(node, []) if index not in taken[node]]
-        for vector in vectors:
-            chosen, free = free[: vector.gpu], free[vector.gpu :]
-            placement = ReplicaPlacement(node=node, gpus=chosen)
-            extra.append((placement, ResourceVector(cpu_milli=vector.cpu_milli, memory=vector.memory, gpu=len(chosen))))
-    return extra
 
 
 def _unbound_job_uid(pod: dict[str, Any]) -> str:
