@@ -62,7 +62,7 @@ from phalanx.adapters.kubernetes.api import (
     KubeApiError,
     NotFoundError,
 )
-from phalanx.adapters.kubernetes.informer import Informer, Signal, wait_all_synced
+from phalanx.adapters.kubernetes.informer import Informer, Signal, start_synced
 from phalanx.adapters.kubernetes.objects import (
     LABEL_JOB,
     dataset_from_object,
@@ -189,6 +189,7 @@ class KubeScheduler:
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal)
         self.queues = Informer(api, QUEUES, signal=self.signal)
         self.datasets = Informer(api, DATASETS)  # read when jobs are placed; a change alone needs no cycle
+        self._informers = [self.jobs, self.pods, self.nodes, self.jobtypes, self.queues, self.datasets]
         self.elector = LeaseElector(
             api,
             settings.namespace,
@@ -226,11 +227,7 @@ class KubeScheduler:
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the informers and wait for their first lists."""
-        informers = [self.jobs, self.pods, self.nodes, self.jobtypes, self.queues, self.datasets]
-        for informer in informers:
-            informer.start()
-        if not wait_all_synced(informers, timeout):
-            raise KubeApiError(0, "NotSynced", f"the caches did not fill within {timeout:.0f}s")
+        start_synced(self._informers, timeout)
         self.ready.set()
 
     def run(self, stop: threading.Event) -> None:
@@ -269,7 +266,7 @@ class KubeScheduler:
             self.elector.release()
             self._pool.shutdown(wait=True)
             self._events_pool.shutdown(wait=True)
-            for informer in (self.jobs, self.pods, self.nodes, self.jobtypes, self.queues, self.datasets):
+            for informer in self._informers:
                 informer.stop()
 
     # -- one cycle ----------------------------------------------------------------------------------------------

@@ -22,17 +22,15 @@ import json
 import logging
 import threading
 from collections.abc import Collection, Mapping
-from concurrent.futures import Executor, Future, wait
+from concurrent.futures import Future, wait
 from typing import Any
 
-from phalanx.adapters.clock import Clock
-from phalanx.adapters.kubernetes.api import EVENTS, TRAININGJOBS, ConflictError, KubeApi, KubeApiError, NotFoundError
+from phalanx.adapters.kubernetes.api import EVENTS, TRAININGJOBS, ConflictError, KubeApiError, NotFoundError
 from phalanx.adapters.kubernetes.informer import Informer, object_key
 from phalanx.adapters.kubernetes.objects import status_body
 from phalanx.model.jobs import TrainingJobStatus
 from phalanx.services.dataset_store import DATASET_VERSIONS_ANNOTATION
-from phalanx.services.kubernetes.apply import EventBudget, HeldStatus, event_body
-from phalanx.services.kubernetes.gc import Counting
+from phalanx.services.kubernetes.apply import EventBudget, HeldStatus, Wiring, event_body
 
 log = logging.getLogger(__name__)
 
@@ -45,23 +43,10 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 class StatusWriter:
     """Writes statuses, held statuses, dataset versions and events of the jobs in one informer's cache."""
 
-    def __init__(
-        self,
-        api: KubeApi,
-        jobs: Informer,
-        *,
-        pool: Executor,
-        counters: Counting,
-        clock: Clock,
-        component: str,
-        identity: str,
-    ) -> None:
-        self.api = api
-        self.jobs = jobs
-        self.counters = counters
-        self.clock = clock
-        self.events = EventBudget(clock=clock.monotonic)
-        self._pool = pool
+    def __init__(self, wiring: Wiring, jobs: Informer, *, component: str, identity: str) -> None:
+        self.api, self.jobs, self.counters, self.clock = wiring.api, jobs, wiring.counters, wiring.clock
+        self.events = EventBudget(clock=wiring.clock.monotonic)
+        self._pool = wiring.pool
         self._component = component
         self._identity = identity
         self._lock = threading.Lock()
