@@ -283,7 +283,7 @@ class DatasetManager:
         return changed
 
     def _guarded(self, obj: Dataset | TrainingJob, held: Held, step: Callable[[], bool], doing: str) -> bool:
-        return guarded_step(self.quarantine, obj, held, step, reason=DATASET_MANAGER_ERROR, doing=doing)
+        return bool(guarded_step(self.quarantine, obj, held, step, reason=DATASET_MANAGER_ERROR, doing=doing))
 
     # -- staging ----------------------------------------------------------------------------------------------
     def _stage_job(
