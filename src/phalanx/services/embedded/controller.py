@@ -295,15 +295,7 @@ class JobController:
 
     def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
         self.store.record_event(
-            Event(
-                object_kind="TrainingJob",
-                object_name=job.metadata.name,
-                namespace=job.metadata.namespace,
-                type="Warning" if warning else "Normal",
-                reason=reason,
-                message=message,
-                time=self.clock.now(),
-            )
+            Event.about("TrainingJob", job.metadata, reason, message, self.clock.now(), warning=warning)
         )
 
     def _finalize_deletion(self, job: TrainingJob, replicas: list[Replica]) -> bool:

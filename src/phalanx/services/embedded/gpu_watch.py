@@ -123,17 +123,7 @@ class GpuWatch:
             self._event(node, "GPUHealthy", f"GPU {index} is healthy again; {left}")
 
     def _event(self, node: Node, reason: str, message: str, *, warning: bool = False) -> None:
-        self.store.record_event(
-            Event(
-                object_kind="Node",
-                object_name=node.metadata.name,
-                namespace=node.metadata.namespace,
-                type="Warning" if warning else "Normal",
-                reason=reason,
-                message=message,
-                time=self.clock.now(),
-            )
-        )
+        self.store.record_event(Event.about("Node", node.metadata, reason, message, self.clock.now(), warning=warning))
 
     def close(self) -> None:
         """Stop watching XIDs."""

@@ -146,15 +146,7 @@ class Quarantine:
 
     def _event(self, kind: str, meta: ObjectMeta, message: str, now: datetime) -> None:
         try:
-            event = Event(
-                object_kind=kind,
-                object_name=meta.name,
-                namespace=meta.namespace,
-                type="Warning",
-                reason="Quarantined",
-                message=message,
-                time=now,
-            )
+            event = Event.about(kind, meta, "Quarantined", message, now, warning=True)
         except ValueError:  # an event model stricter than the object it is about: the record still names it
             return
         self.store.record_event(event)

@@ -317,13 +317,4 @@ class SchedulerService:
         log.info("admitted %s: %s", job.key, message)
 
     def _event(self, job: TrainingJob, reason: str, message: str) -> None:
-        self.store.record_event(
-            Event(
-                object_kind="TrainingJob",
-                object_name=job.metadata.name,
-                namespace=job.metadata.namespace,
-                reason=reason,
-                message=message,
-                time=self.clock.now(),
-            )
-        )
+        self.store.record_event(Event.about("TrainingJob", job.metadata, reason, message, self.clock.now()))
