@@ -16,20 +16,21 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from phalanx.core.lifecycle import HOLDING_PHASES, can_transition
+from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.rendezvous import replica_names
 from phalanx.core.scheduling.types import (
     Admission,
     DatasetNeed,
     DeviceAssignment,
     PendingJob,
+    Preemption,
     QueueQuota,
     QuotaAmounts,
     ReplicaRequest,
     RunningJob,
 )
 from phalanx.model.datasets import Dataset, Distribution
-from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
+from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue, QueueStatus, ResourceAmounts
@@ -351,6 +352,24 @@ def pending_job(
         duration_estimate=float(deadline) if deadline is not None else None,
         attained_service=attained,
     )
+
+
+def admitted_status(job: TrainingJob, admission: Admission, now: datetime) -> tuple[TrainingJobStatus, str]:
+    """The job's status once admitted (Admitted, with its placements), and the sentence that says where."""
+    placements = {
+        a.replica: ReplicaPlacement(node=a.node, cpus=list(a.cpus), gpus=list(a.gpus), gpu_milli=a.gpu_milli)
+        for a in admission.assignments
+    }
+    message = describe_admission(admission)
+    status = transition(job.status, Phase.ADMITTED, reason="Scheduled", message=message, now=now)
+    return status.model_copy(update={"placements": placements, "admitted_time": now}), message
+
+
+def preempted_status(job: TrainingJob, preemption: Preemption, now: datetime) -> TrainingJobStatus | None:
+    """The victim's status once preempted; None when its phase cannot be (never with a consistent snapshot)."""
+    if not can_transition(Phase(job.status.phase), Phase.PREEMPTED):
+        return None
+    return transition(job.status, Phase.PREEMPTED, reason="Preempted", message=preemption.reason, now=now)
 
 
 def describe_admission(admission: Admission) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError
-from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
+from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.scheduling import build_snapshot
 from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
@@ -34,16 +34,17 @@ from phalanx.core.scheduling.passes import plan_pass
 from phalanx.core.scheduling.types import Admission, Preemption, ReplicaRequest
 from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
-from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
+from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.services.embedded.quarantine import SCHEDULER_ERROR, Held, Quarantine, guarded_hold
 from phalanx.services.scheduling import (
-    describe_admission,
+    admitted_status,
     holdings_of,
     pending_job,
+    preempted_status,
     queue_quotas,
     queue_refusal,
     queue_statuses,
@@ -287,11 +288,10 @@ class SchedulerService:
         changed = False
         for preemption in preempted:
             job = by_key[preemption.victim]
-            if not can_transition(Phase(job.status.phase), Phase.PREEMPTED):
-                continue  # not preemptible (see running_jobs); never happens with a consistent snapshot
-            now = self.clock.now()
+            status = preempted_status(job, preemption, self.clock.now())
+            if status is None:
+                continue
             try:
-                status = transition(job.status, Phase.PREEMPTED, reason="Preempted", message=preemption.reason, now=now)
                 self.store.update_status(job.model_copy(update={"status": status}))
             except (ConflictError, NotFoundError):
                 # The victim changed since the snapshot (it finished, was halted or deleted); its room is being
@@ -304,14 +304,7 @@ class SchedulerService:
         return changed
 
     def _admit(self, job: TrainingJob, admission: Admission) -> None:
-        now = self.clock.now()
-        placements = {
-            a.replica: ReplicaPlacement(node=a.node, cpus=list(a.cpus), gpus=list(a.gpus), gpu_milli=a.gpu_milli)
-            for a in admission.assignments
-        }
-        message = describe_admission(admission)
-        status = transition(job.status, Phase.ADMITTED, reason="Scheduled", message=message, now=now)
-        status = status.model_copy(update={"placements": placements, "admitted_time": now})
+        status, message = admitted_status(job, admission, self.clock.now())
         self.store.update_status(job.model_copy(update={"status": status}))
         self._event(job, "Scheduled", f"{message} (by {self.identity})")
         log.info("admitted %s: %s", job.key, message)

@@ -76,7 +76,7 @@ from phalanx.adapters.kubernetes.objects import (
 )
 from phalanx.adapters.kubernetes.parsed import ParsedObjects
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOURCE, RenderError
-from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
+from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
 from phalanx.core.reconcile.types import EventRecord
 from phalanx.core.scheduling import build_snapshot
@@ -98,9 +98,10 @@ from phalanx.services.kubernetes.leader import LeaseElector
 from phalanx.services.kubernetes.operations import queue_from_object
 from phalanx.services.scheduling import (
     Occupant,
-    describe_admission,
+    admitted_status,
     holdings_of,
     pending_job,
+    preempted_status,
     queue_quotas,
     queue_refusal,
     queue_statuses,
@@ -366,11 +367,9 @@ class KubeScheduler:
         moved = []
         for preemption in preempted:
             obj, job = by_key[preemption.victim]
-            if not can_transition(Phase(job.status.phase), Phase.PREEMPTED):
-                continue  # not preemptible (see _running); never happens with a consistent snapshot
-            status = transition(
-                job.status, Phase.PREEMPTED, reason="Preempted", message=preemption.reason, now=self.clock.now()
-            )
+            status = preempted_status(job, preemption, self.clock.now())
+            if status is None:
+                continue
             try:
                 written = self._write_status(obj, status)
             except KubeApiError as error:
@@ -602,14 +601,7 @@ class KubeScheduler:
 
     def _admit(self, candidate: _Candidate, admission: Admission) -> bool:
         obj, job = candidate.obj, candidate.job
-        now = self.clock.now()
-        placements = {
-            a.replica: ReplicaPlacement(node=a.node, cpus=list(a.cpus), gpus=list(a.gpus), gpu_milli=a.gpu_milli)
-            for a in admission.assignments
-        }
-        message = describe_admission(admission)
-        status = transition(job.status, Phase.ADMITTED, reason="Scheduled", message=message, now=now)
-        status = status.model_copy(update={"placements": placements, "admitted_time": now})
+        status, message = admitted_status(job, admission, self.clock.now())
         try:
             updated = self._write_status(obj, status)
         except (ConflictError, NotFoundError):
