@@ -14,7 +14,8 @@ the pure pieces they are made of, so unit tests can check them without a cluster
 - ``EventBudget``: how many Normal events may be posted under a burst (Warnings always are);
 - ``may_hold`` and ``HeldStatus``: which planned status may wait to be written together with the next one;
 - ``Timers``: when each job asked to be looked at again;
-- ``Wiring`` and ``OperatorCounters``: what the operator's parts (reconcile, status writer, GC) share.
+- ``Wiring`` and ``OperatorCounters``: what the operator's parts (reconcile, status writer, GC) share;
+- ``Background``: writes made in the background (Events, explanations) that ``flush`` waits for.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, KeysView, Mapping
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -375,3 +376,32 @@ class Wiring:
     pool: Executor
     counters: OperatorCounters
     clock: Clock
+
+
+class Background:
+    """Writes made in the background (Events, explanations): best effort, waited for only by ``flush``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: set[Future[Any]] = set()
+
+    def track(self, future: Future[Any]) -> None:
+        """Count ``future`` among the writes under way until it is done."""
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until the writes under way, and those they started, are done (or ``timeout`` has passed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                pending = set(self._pending)
+            left = None if deadline is None else deadline - time.monotonic()
+            if not pending or (left is not None and left <= 0):
+                return
+            wait(pending, left)

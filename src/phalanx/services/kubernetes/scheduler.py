@@ -43,7 +43,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -93,7 +93,7 @@ from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, parse_memory
-from phalanx.services.kubernetes.apply import EventBudget, PodSettings, check_renderable
+from phalanx.services.kubernetes.apply import Background, EventBudget, PodSettings, check_renderable, event_body
 from phalanx.services.kubernetes.leader import LeaseElector
 from phalanx.services.kubernetes.operations import queue_from_object
 from phalanx.services.scheduling import (
@@ -202,7 +202,7 @@ class KubeScheduler:
         self._pool = ThreadPoolExecutor(max(1, settings.workers), thread_name_prefix="scheduler-api")
         # Events go out in the background: a cycle waits for its admissions and bindings, not for their Events.
         self._events_pool = ThreadPoolExecutor(2, thread_name_prefix="scheduler-events")
-        self._posting: set[Future[None]] = set()  # explanations and Events under way (``flush``)
+        self._background = Background()  # explanations and Events under way (``flush``)
         # id(cached object) -> (the object, the job parsed from it): the informer replaces an object's dict on
         # every change, so the dict's identity stands for its version and a cycle finds its parse in one lookup.
         self._parsed_jobs: dict[int, tuple[dict[str, Any], TrainingJob | None, bool]] = {}  # ..., Pending/Queued
@@ -639,7 +639,7 @@ class KubeScheduler:
         if self._explained.get(job.key) == version:
             return
         self._explained[job.key] = version
-        self._track(self._pool.submit(self._explain, candidate, reason))
+        self._background.track(self._pool.submit(self._explain, candidate, reason))
 
     def _explain(self, candidate: _Candidate, reason: str) -> None:
         job = candidate.job
@@ -716,38 +716,20 @@ class KubeScheduler:
     def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
         if not self.events.allow(warning=warning):
             return  # a burst: Normal events are budgeted (the job's status says the same)
-        now = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{job.metadata.name}.", "namespace": job.metadata.namespace},
-            "involvedObject": {
-                "apiVersion": job.api_version,
-                "kind": "TrainingJob",
-                "name": job.metadata.name,
-                "namespace": job.metadata.namespace,
-                "uid": job.metadata.uid,
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": self.settings.scheduler_name},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "reportingComponent": self.settings.scheduler_name,
-            "reportingInstance": self.settings.identity,
+        owner = {
+            "apiVersion": job.api_version,
+            "metadata": job.metadata.model_dump(include={"name", "namespace", "uid"}),
         }
-        self._track(self._events_pool.submit(self._post_event, job.key, body))
-
-    def _track(self, future: Future[None]) -> None:
-        with self._lock:
-            self._posting.add(future)
-        future.add_done_callback(self._posted)
-
-    def _posted(self, future: Future[None]) -> None:
-        with self._lock:
-            self._posting.discard(future)
+        body = event_body(
+            owner,
+            reason,
+            message,
+            warning=warning,
+            now=self.clock.now(),
+            component=self.settings.scheduler_name,
+            instance=self.settings.identity,
+        )
+        self._background.track(self._events_pool.submit(self._post_event, job.key, body))
 
     def _post_event(self, key: str, body: dict[str, Any]) -> None:
         try:
@@ -757,12 +739,7 @@ class KubeScheduler:
 
     def flush(self) -> None:
         """Wait until the explanations and Events under way have been written (or failed)."""
-        while True:
-            with self._lock:
-                pending = set(self._posting)
-            if not pending:
-                return
-            wait(pending)
+        self._background.flush()
 
 
 def _unbound_job_uid(pod: dict[str, Any]) -> str:

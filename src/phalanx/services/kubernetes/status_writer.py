@@ -22,7 +22,6 @@ import json
 import logging
 import threading
 from collections.abc import Collection, Mapping
-from concurrent.futures import Future, wait
 from typing import Any
 
 from phalanx.adapters.kubernetes.api import EVENTS, TRAININGJOBS, ConflictError, KubeApiError, NotFoundError
@@ -30,7 +29,7 @@ from phalanx.adapters.kubernetes.informer import Informer, object_key
 from phalanx.adapters.kubernetes.objects import status_body
 from phalanx.model.jobs import TrainingJobStatus
 from phalanx.services.dataset_store import DATASET_VERSIONS_ANNOTATION
-from phalanx.services.kubernetes.apply import EventBudget, HeldStatus, Wiring, event_body
+from phalanx.services.kubernetes.apply import Background, EventBudget, HeldStatus, Wiring, event_body
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +51,7 @@ class StatusWriter:
         self._lock = threading.Lock()
         self._held: dict[str, HeldStatus] = {}  # job uid -> a planned status not written yet (``may_hold``)
         self._warned: set[tuple[str, str]] = set()  # (job uid, warning) given once per job
-        self._posting: set[Future[None]] = set()  # events being recorded in the background
+        self._background = Background()  # events being recorded
 
     # -- held statuses ------------------------------------------------------------------------------------------
 
@@ -158,20 +157,11 @@ class StatusWriter:
             except KubeApiError as error:
                 log.debug("event %s on %s not recorded: %s", reason, object_key(job), error)
 
-        future = self._pool.submit(post)
-        with self._lock:
-            self._posting.add(future)
-        future.add_done_callback(self._posted)
-
-    def _posted(self, future: Future[None]) -> None:
-        with self._lock:
-            self._posting.discard(future)
+        self._background.track(self._pool.submit(post))
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until the events recorded so far have been sent (or failed)."""
-        with self._lock:
-            pending = set(self._posting)
-        wait(pending, timeout)
+        self._background.flush(timeout)
 
     def first_time(self, obj: Mapping[str, Any], what: str) -> bool:
         """Whether ``what`` is news about this job (each warning is given once per job)."""
