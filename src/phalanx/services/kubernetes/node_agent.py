@@ -90,8 +90,6 @@ class CycleResult:
     """What one cycle did."""
 
     report: NodeReport
-    patched_metadata: bool = False
-    patched_status: bool = False
     failed: list[int] = field(default_factory=list)
     recovered: list[int] = field(default_factory=list)
 
@@ -146,15 +144,12 @@ class NodeAgent:
         status_first = bool(status) and current is not None and report.healthy_gpus >= current
         if status and status_first:
             observed = self.api.patch(NODES, name, status, subresource="status")
-            result.patched_status = True
         if meta or heartbeat_due:
             meta.setdefault("annotations", {})[HEARTBEAT_ANNOTATION] = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
             observed = self.api.patch(NODES, name, {"metadata": meta})
             self._last_heartbeat = now
-            result.patched_metadata = True
         if status and not status_first:
             observed = self.api.patch(NODES, name, status, subresource="status")
-            result.patched_status = True
         self._observed = observed
         if report.gpus_known:
             self._record_transitions(report, result)
