@@ -164,8 +164,11 @@ class Informer:
         """Put an object this process just wrote into the cache, unless the cache already has a newer one.
 
         Without it a controller that wrote an object and looks again before the watch event arrives would act
-        on the old version (and, e.g., create a Pod twice or write a status on a stale resourceVersion).
+        on the old version (and, e.g., create a Pod twice or write a status on a stale resourceVersion). A write's
+        answer may lack ``kind`` and ``apiVersion`` (a status subresource's does): they are filled in.
         """
+        obj.setdefault("kind", self.resource.kind)
+        obj.setdefault("apiVersion", self.resource.api_version)
         key = object_key(obj)
         with self._lock:
             current = self._cache.get(key)

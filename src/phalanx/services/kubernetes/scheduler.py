@@ -357,8 +357,6 @@ class KubeScheduler:
             except KubeApiError as error:
                 log.debug("queue %s status: %s", name, error)  # changed meanwhile: the next cycle counts again
                 continue
-            written.setdefault("kind", QUEUES.kind)
-            written.setdefault("apiVersion", QUEUES.api_version)
             self.queues.observe(written)
 
     def _preempt(self, jobs: list[tuple[dict[str, Any], TrainingJob]], preempted: tuple[Preemption, ...]) -> list[str]:
@@ -371,13 +369,12 @@ class KubeScheduler:
             if status is None:
                 continue
             try:
-                written = self._write_status(obj, status)
+                self._write_status(obj, status)
             except KubeApiError as error:
                 # The victim changed since the cycle read it (finished, halted, deleted): its room is being given
                 # back anyway, or the next cycle decides again.
                 log.info("preempting %s: %s", job.key, error)
                 continue
-            self.jobs.observe(written)
             self._event(job, "Preempted", f"{preemption.reason} (by {self.settings.identity})", warning=True)
             log.info("preempted %s: %s", job.key, preemption.reason)
             moved.append(job.key)
@@ -588,15 +585,14 @@ class KubeScheduler:
     # -- writing ------------------------------------------------------------------------------------------------
 
     def _write_status(self, obj: dict[str, Any], status: TrainingJobStatus) -> dict[str, Any]:
-        """Replace the job's status, conditional on the resourceVersion it was decided on (409 if it changed).
+        """Replace the job's status, conditional on the resourceVersion it was decided on (409 if it changed); cache it.
 
         A PUT of the status subresource with only the job's identity and the new status: the API server applies
         it without the decode and merge of the stored object that a patch costs it (about a tenth of its CPU per
         one-Pod job).
         """
         written = self.api.replace_status(TRAININGJOBS, status_body(obj, status))
-        written.setdefault("kind", TRAININGJOBS.kind)
-        written.setdefault("apiVersion", TRAININGJOBS.api_version)
+        self.jobs.observe(written)
         return written
 
     def _admit(self, candidate: _Candidate, admission: Admission) -> bool:
@@ -610,7 +606,6 @@ class KubeScheduler:
         except KubeApiError as error:
             log.warning("admitting %s failed: %s", job.key, error)
             return False
-        self.jobs.observe(updated)
         self._remember_parsed(updated, job, status)
         for event in candidate.events:  # accepted here: the operator's planner's events (Accepted)
             self._event(job, event.reason, event.message, warning=event.type == "Warning")
@@ -645,10 +640,9 @@ class KubeScheduler:
         job = candidate.job
         status = job.status.model_copy(update={"message": reason, "reason": "Waiting"})
         try:
-            updated = self._write_status(candidate.obj, status)
+            self._write_status(candidate.obj, status)
         except KubeApiError:
             return  # changed meanwhile; the next cycle explains again if it still waits
-        self.jobs.observe(updated)
         for event in candidate.events:  # accepted here: the operator's planner's events (Accepted)
             self._event(job, event.reason, event.message, warning=event.type == "Warning")
         self._event(job, "Waiting", reason)

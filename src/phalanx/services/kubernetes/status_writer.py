@@ -87,7 +87,7 @@ class StatusWriter:
         if resource_version(current) == resource_version(obj):
             return True
         self.counters.add("conflicts")
-        self._observe(current)
+        self.jobs.observe(current)
         return False
 
     # -- writes -------------------------------------------------------------------------------------------------
@@ -105,7 +105,7 @@ class StatusWriter:
             self.jobs.forget(namespace, name)
             return None
         self.counters.add("status_writes")
-        self._observe(written)
+        self.jobs.observe(written)
         return written
 
     def record_versions(self, obj: dict[str, Any], versions: dict[str, str]) -> bool:
@@ -126,13 +126,8 @@ class StatusWriter:
         except NotFoundError:
             self.jobs.forget(namespace, name)
             return False
-        self._observe(written)
+        self.jobs.observe(written)
         return True
-
-    def _observe(self, obj: dict[str, Any]) -> None:
-        obj.setdefault("kind", TRAININGJOBS.kind)
-        obj.setdefault("apiVersion", TRAININGJOBS.api_version)
-        self.jobs.observe(obj)
 
     # -- events -------------------------------------------------------------------------------------------------
 
