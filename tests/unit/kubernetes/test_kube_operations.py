@@ -20,16 +20,11 @@ from phalanx.adapters.kubernetes.api import (
     error_from,
 )
 from phalanx.adapters.kubernetes.crds import crd_kind, custom_resource_definition
+from phalanx.adapters.kubernetes.objects import event_from_object, job_body, replica_from_pod
 from phalanx.adapters.kubernetes.structural import validate_value
 from phalanx.model.errors import SpecError
 from phalanx.model.loading import parse_documents
-from phalanx.services.kubernetes.operations import (
-    NOT_INSTALLED,
-    KubeOperations,
-    event_from_object,
-    job_body,
-    replica_from_pod,
-)
+from phalanx.services.kubernetes.operations import NOT_INSTALLED, KubeOperations
 from phalanx.services.operations import OperationError
 
 REPO = Path(__file__).resolve().parents[3]
