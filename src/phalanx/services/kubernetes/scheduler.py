@@ -74,6 +74,7 @@ from phalanx.adapters.kubernetes.objects import (
     model_metadata,
     node_from_object,
     pod_holds_resources,
+    queue_from_object,
     status_body,
 )
 from phalanx.adapters.kubernetes.parsed import ParsedObjects
@@ -95,7 +96,7 @@ from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
-from phalanx.model.loading import builtin_jobtypes, parse_queue
+from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
@@ -115,17 +116,6 @@ from phalanx.services.scheduling import (
 
 log = logging.getLogger(__name__)
 _UNSETTLED = frozenset({Phase.PENDING, Phase.QUEUED})  # phases in which a job may be admitted
-
-
-def _queue_from_object(obj: dict[str, Any]) -> Queue:
-    """A Queue object as the model reads it (cluster-scoped: no namespace)."""
-    document = {
-        "apiVersion": obj.get("apiVersion"),
-        "kind": "Queue",
-        "metadata": model_metadata(obj, cluster_scoped=True),
-        "spec": obj.get("spec") or {},
-    }
-    return parse_queue(document, source=f"queue/{(obj.get('metadata') or {}).get('name')}")
 
 
 @dataclass(frozen=True)
@@ -225,7 +215,7 @@ class KubeScheduler:
         self._accepted: dict[tuple[str, str], Plan | None] = {}  # (uid, resourceVersion) of a Pending job -> plan
         self._parsed_nodes = ParsedObjects("Node", node_from_object)
         self._parsed_jobtypes = ParsedObjects("JobType", jobtype_from_object)
-        self._parsed_queues = ParsedObjects("Queue", _queue_from_object)
+        self._parsed_queues = ParsedObjects("Queue", queue_from_object)
         self._parsed_datasets = ParsedObjects("Dataset", dataset_from_object)
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
