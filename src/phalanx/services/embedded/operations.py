@@ -125,8 +125,6 @@ class SqliteBackend:
 
     def delete(self, kind: type[Stored], namespace: str, name: str, *, uid: str | None = None) -> None:
         """Remove an object at once (only the incarnation ``uid``, when given)."""
-        if kind is Queue:
-            namespace = QUEUE_NAMESPACE
         try:
             if uid is not None:
                 current = self.store.try_get(kind, namespace, name)
