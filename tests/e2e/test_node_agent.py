@@ -23,6 +23,7 @@ import pytest
 from components import Components, service_account_kubeconfig, wait_alive
 from phalanx.adapters.kubernetes.objects import node_from_object
 from phalanx.model.nodes import Node
+from support.sim_jobs import gpu_job
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -170,6 +171,60 @@ def test_the_agent_restores_gpu_allocatable_that_someone_else_overwrote(
     assert annotation(node, "phalanx.dev/unhealthy-gpus") == "1,6"
     assert unhealthy(node) == [1, 6]
     assert len(events(kube, node_name, "GPUUnhealthy")) == 2  # one per GPU; the repair is no new failure
+
+
+JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
+
+
+def bound_pod(kube: Any, namespace: str, job: str) -> tuple[str, int, list[int]] | None:
+    """The job's one bound, running Pod that is not being deleted: (node, attempt, GPUs); None while there is none."""
+    pods = kube.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=phalanx.dev/job={job}")["items"]
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp") and p["spec"].get("nodeName")]
+    if len(live) != 1 or (live[0].get("status") or {}).get("phase") != "Running":
+        return None
+    meta = live[0]["metadata"]
+    gpus = [int(gpu) for gpu in meta["annotations"]["phalanx.dev/gpus"].split(",")]
+    return live[0]["spec"]["nodeName"], int(meta["labels"]["phalanx.dev/attempt"]), gpus
+
+
+def test_a_pod_on_a_gpu_that_fails_is_replaced_on_a_healthy_one(
+    kube: Any, components: Components, node_name: str, namespace: str, tmp_path: Path
+) -> None:
+    faults = tmp_path / "faults"
+    start_agent(components, node_name, faults)
+    path = f"/api/v1/nodes/{node_name}"
+    kube.wait_for(path, lambda n: gpus(n, "allocatable") == "8", 30, "8 allocatable GPUs")
+    components.operator()
+    components.scheduler()
+    retry = {"restartPolicy": "OnFailure", "backoffSeconds": 0}
+    kube.create(JOBS.format(ns=namespace), gpu_job("hit", PRODUCT, runPolicy=retry))
+    where, attempt, [sick] = wait_until(lambda: bound_pod(kube, namespace, "hit"), 60, "hit's Pod running")
+    assert where == node_name
+
+    inject(faults, f"{sick}\n")
+    moved = wait_until(
+        lambda: (found := bound_pod(kube, namespace, "hit")) and found[1] > attempt and found,
+        60,
+        "hit's Pod replaced",
+    )
+    assert moved[0] == node_name and sick not in moved[2]
+    job = kube.get(JOBS.format(ns=namespace) + "/hit")
+    assert job["status"]["restarts"] == 1
+    reasons = {c["reason"] for c in job["status"]["conditions"]}
+    assert "GPUUnhealthy" in reasons
+
+    # Six healthy GPUs are free: a 7-GPU job waits, and takes the GPU once it is healthy again.
+    kube.create(JOBS.format(ns=namespace), gpu_job("wide", PRODUCT, gpus=7))
+    kube.wait_for(
+        JOBS.format(ns=namespace) + "/wide",
+        lambda j: (j.get("status") or {}).get("reason") == "Waiting",
+        60,
+        "wide waiting",
+    )
+    assert not kube.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=phalanx.dev/job=wide")["items"]
+    inject(faults, "")
+    _, _, wide = wait_until(lambda: bound_pod(kube, namespace, "wide"), 60, "wide's Pod running")
+    assert sick in wide and not set(wide) & set(moved[2])
 
 
 def test_once_through_the_console_script(phalanx_installed: Any, node_name: str, tmp_path: Path) -> None:

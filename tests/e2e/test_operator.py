@@ -428,8 +428,13 @@ def test_an_invalid_spec_fails_the_job_with_the_field_path(
     assert status["reason"] == "InvalidSpec"
     assert message in status["message"], status["message"]
     assert pods_of(kube, namespace, "bad") == []
-    warnings = [e for e in events_of(kube, namespace, "bad") if e["reason"] == "InvalidSpec"]
-    assert warnings and warnings[0]["type"] == "Warning"
+    # Events are posted from the operator's own pool after the status write: wait for it, do not race it.
+    warnings = wait_until(
+        lambda: [e for e in events_of(kube, namespace, "bad") if e["reason"] == "InvalidSpec"],
+        30,
+        "the InvalidSpec event",
+    )
+    assert warnings[0]["type"] == "Warning"
     assert components.started[0].alive, "an invalid job must not stop the operator"
 
 

@@ -44,6 +44,18 @@ def main(argv: list[str] | None = None) -> int:
         default=HttpLimits.workers,
         help="threads answering local API requests; four times as many may wait for one",
     )
+    parser.add_argument(
+        "--gpu-check-interval",
+        type=float,
+        default=10.0,
+        help="seconds between GPU health checks (NVML, or the simulated inventory read again)",
+    )
+    parser.add_argument(
+        "--gpu-fault-file",
+        type=Path,
+        default=None,
+        help="a file of GPU indices of this machine to treat as unhealthy, read at every check",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     try:
@@ -52,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--cache-size: {exc}")
     if not 0 < args.api_timeout <= 3600 or not 1 <= args.api_workers <= 1024:
         parser.error("--api-timeout must be in (0, 3600] seconds and --api-workers in 1..1024")
+    if not 0 < args.gpu_check_interval <= 86400:
+        parser.error("--gpu-check-interval must be in (0, 86400] seconds")
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -70,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             grace_seconds=args.grace_seconds,
             cache_bytes=cache_bytes,
             api_limits=HttpLimits(timeout=args.api_timeout, workers=args.api_workers, backlog=4 * args.api_workers),
+            gpu_check_seconds=args.gpu_check_interval,
+            gpu_fault_file=args.gpu_fault_file,
         )
     )
     plane.run(stop)

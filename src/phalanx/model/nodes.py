@@ -59,6 +59,7 @@ class GpuInfo(ApiModel):
     memory: int = Field(default=0, ge=0, le=MAX_NODE_MEMORY, description="bytes of device memory")
     numa: int = Field(default=0, ge=0, le=MAX_CPU_ID)
     healthy: bool = True
+    problem: str = Field(default="", max_length=1000, description="why the GPU is unhealthy; empty when healthy")
     nvlinks: dict[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)], Annotated[int, Field(ge=0, le=MAX_NVLINKS)]] = Field(
         default_factory=dict, description="peer GPU index -> number of NVLink links to it"
     )

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.adapters.datasources import Materialized, SourceError, SourceRequest, materialize
+from phalanx.core.clock import Clock
 from phalanx.core.data import DatasetFiles, StagingPlan, plan_staging
 from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.rendezvous import ranked_roles, replica_names
@@ -77,15 +77,15 @@ def human_bytes(size: float) -> str:
     return f"{size} B"
 
 
-def progress_reporter(say: Callable[[str], None], every_s: float) -> Callable[[int, int | None], None]:
+def progress_reporter(say: Callable[[str], None], every_s: float, *, clock: Clock) -> Callable[[int, int | None], None]:
     """A materialisation's ``progress(done, total)``: ``say`` a sentence at most once every ``every_s`` seconds.
 
     The sentence reads ``materialising: 1.0 MiB of 4.0 MiB written``.
     """
-    last = [0.0]
+    last = [float("-inf")]  # the first report is said at once, whatever the clock reads
 
     def report(done: int, total: int | None) -> None:
-        now = time.monotonic()
+        now = clock.monotonic()
         if now - last[0] < every_s:
             return
         last[0] = now

@@ -199,6 +199,37 @@ def test_logs_of_one_replica_and_of_all(runtime: Runtime) -> None:
     assert "replica 'worker-7' of job chatty has no logs yet; replicas: worker-0, worker-1" in flat(missing.stderr)
 
 
+def test_logs_name_a_replica_that_printed_nothing_while_it_runs_and_after_it_ended(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    silent = [
+        "python",
+        "-c",
+        "import pathlib, sys, time\nwhile not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.05)",
+    ]
+    quiet = {"count": 1, "template": {"command": [*silent, str(hold)], "resources": {"cpu": "100m", "memory": "64Mi"}}}
+    runtime.start_control_plane()
+    runtime.submit(generic_job("hushed", args=["--hold", str(hold)], extra_roles={"quiet": quiet}))
+    runtime.wait_phase("hushed", {Phase.RUNNING})
+    running = wait_until(
+        lambda: (
+            (result := runtime.cli("logs", "hushed", check=True)) and "worker-0 started" in result.stdout and result
+        ),
+        message="worker-0's first line",
+    )
+    assert "quiet-0" not in running.stdout, "stdout stays the replicas' own output"
+    assert "note: quiet-0 has printed nothing yet" in flat(running.stderr), running.stderr
+
+    hold.write_text("go")
+    assert runtime.wait_phase("hushed", {Phase.SUCCEEDED, Phase.FAILED}).status.phase == Phase.SUCCEEDED
+    ended = runtime.cli("logs", "hushed", check=True)
+    assert "worker-0 | worker-0 done" in ended.stdout and "quiet-0" not in ended.stdout, ended.stdout
+    assert "note: quiet-0 printed nothing" in flat(ended.stderr) and "yet" not in ended.stderr, ended.stderr
+    one = runtime.cli("logs", "hushed", "--replica", "quiet-0", check=True)
+    assert (one.stdout, flat(one.stderr)) == ("", "note: quiet-0 printed nothing")
+
+
 def test_logs_follow_prints_as_replicas_write_and_returns_when_the_job_ends(runtime: Runtime, tmp_path: Path) -> None:
     hold = tmp_path / "hold"
     runtime.start_control_plane()

@@ -6,6 +6,7 @@ import copy
 import itertools
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,9 +23,11 @@ from phalanx.adapters.kubernetes.api import (
 from phalanx.adapters.kubernetes.crds import crd_kind, custom_resource_definition
 from phalanx.adapters.kubernetes.objects import event_from_object, job_body, replica_from_pod
 from phalanx.adapters.kubernetes.structural import validate_value
+from phalanx.core.clock import VirtualClock
+from phalanx.entrypoints.cli.cluster import print_logs
 from phalanx.model.errors import SpecError
 from phalanx.model.loading import parse_documents
-from phalanx.services.kubernetes.operations import NOT_INSTALLED, KubeOperations
+from phalanx.services.kubernetes.operations import DELETE_WAIT_SECONDS, NOT_INSTALLED, KubeOperations
 from phalanx.services.operations import OperationError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -228,6 +231,15 @@ def test_run_replaces_a_finished_job_but_never_an_active_one(api: FakeApi) -> No
         KubeOperations(api).submit([quickstart()], replace_finished=True)
 
 
+def test_a_finished_job_that_never_goes_away_is_reported_after_the_wait_on_the_injected_clock(api: FakeApi) -> None:
+    stored_job(api, "Failed")
+    api.delete = lambda *_, **__: None  # type: ignore[method-assign]  # a finalizer that never clears
+    clock = VirtualClock()
+    with pytest.raises(OperationError, match="job default/quickstart is still being deleted"):
+        KubeOperations(api, clock=clock).submit([quickstart()], replace_finished=True)
+    assert DELETE_WAIT_SECONDS <= clock.monotonic() < DELETE_WAIT_SECONDS + 1, "it polled on the clock it was given"
+
+
 # -- errors ----------------------------------------------------------------------------------------------------------
 
 
@@ -357,6 +369,27 @@ def test_logs_are_the_pods_latest_attempt_by_replica(api: FakeApi) -> None:
     api.fail["logs"] = [error_from(500, {"message": "dial tcp: no such host"})]
     (log,) = KubeOperations(api).logs("default", "quickstart", "quickstart-worker-0")
     assert log.error == "the log of pod quickstart-worker-0 cannot be read: dial tcp: no such host"
+
+
+def test_a_pod_that_printed_nothing_is_named_with_a_note_by_phalanx_logs(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uid = stored_job(api)["metadata"]["uid"]
+    for name, phase in (("quickstart-master-0", "Running"), ("quickstart-worker-0", "Running")):
+        api.objects[("pods", "default", name)] = pod(name, uid, phase=phase)
+    api.logs_text["quickstart-master-0"] = "epoch 1\n"
+    cluster = SimpleNamespace(ops=KubeOperations(api), namespace="default")
+    logs = cluster.ops.logs("default", "quickstart")
+    assert [(log.replica, log.text) for log in logs] == [("master-0", "epoch 1\n"), ("worker-0", "")]
+
+    assert print_logs(cluster, "quickstart", None, follow_logs=False) == 0  # type: ignore[arg-type]
+    out, err = capsys.readouterr()
+    assert out == "  master-0 | epoch 1\n", "stdout stays the replicas' own output"
+    assert err == "note: worker-0 has printed nothing yet\n"
+
+    api.objects[("pods", "default", "quickstart-worker-0")]["status"]["phase"] = "Succeeded"
+    assert print_logs(cluster, "quickstart", "worker-0", follow_logs=False) == 0  # type: ignore[arg-type]
+    assert capsys.readouterr() == ("", "note: worker-0 printed nothing\n")
 
 
 def test_explain_says_why_a_job_waits(api: FakeApi) -> None:

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import copy
 import threading
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from phalanx.adapters.devices.discovery import Discovered, InventoryDiscovery
 from phalanx.adapters.kubernetes.api import EVENTS, NODES, NotFoundError, Resource
 from phalanx.adapters.kubernetes.objects import node_from_object
+from phalanx.core.clock import VirtualClock
 from phalanx.entrypoints.kubernetes import node_agent as entrypoint
 from phalanx.model.nodes import Node
-from phalanx.services.kubernetes.node_agent import AgentSettings, Discovered, InventoryDiscovery, NodeAgent
+from phalanx.services.kubernetes.node_agent import AgentSettings, NodeAgent
 from support.merge_patch import merge
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -64,18 +65,6 @@ class FakeApi:
         pass
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.wall = datetime(2026, 1, 1, tzinfo=UTC)
-        self.seconds = 0.0
-
-    def now(self) -> datetime:
-        return self.wall + timedelta(seconds=self.seconds)
-
-    def monotonic(self) -> float:
-        return self.seconds
-
-
 def kwok_node(name: str = "gpu-0") -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -94,13 +83,13 @@ def faults(tmp_path: Path) -> Path:
     return tmp_path / "faults"
 
 
-def agent_for(api: FakeApi, faults: Path, clock: FakeClock, **settings: Any) -> NodeAgent:
+def agent_for(api: FakeApi, faults: Path, clock: VirtualClock, **settings: Any) -> NodeAgent:
     options = AgentSettings(node_name="gpu-0", fault_file=faults, heartbeat_interval_s=60, **settings)
     return NodeAgent(api, options, InventoryDiscovery(DGX, "gpu-0"), clock)  # type: ignore[arg-type]
 
 
 def test_first_cycle_writes_labels_annotations_and_gpu_resources(faults: Path) -> None:
-    api, clock = FakeApi(kwok_node()), FakeClock()
+    api, clock = FakeApi(kwok_node()), VirtualClock()
     agent = agent_for(api, faults, clock)
 
     result = agent.cycle()
@@ -120,16 +109,16 @@ def test_first_cycle_writes_labels_annotations_and_gpu_resources(faults: Path) -
 
 
 def test_nothing_is_written_until_something_changes_or_the_heartbeat_is_due(faults: Path) -> None:
-    api, clock = FakeApi(kwok_node()), FakeClock()
+    api, clock = FakeApi(kwok_node()), VirtualClock()
     agent = agent_for(api, faults, clock)
     agent.cycle()
     api.writes()
 
-    clock.seconds = 30
+    clock.advance(30)
     agent.cycle()
     assert api.calls == []  # not even a read: the agent compares with the Node it last wrote
 
-    clock.seconds = 61
+    clock.advance(31)  # 61 s after the first cycle
     agent.cycle()
     assert api.calls[0] == ("get", "gpu-0")
     assert api.writes() == ["metadata"]
@@ -138,7 +127,7 @@ def test_nothing_is_written_until_something_changes_or_the_heartbeat_is_due(faul
 
 
 def test_a_fault_removes_the_gpu_from_allocatable_after_the_annotation_names_it(faults: Path) -> None:
-    api, clock = FakeApi(kwok_node()), FakeClock()
+    api, clock = FakeApi(kwok_node()), VirtualClock()
     agent = agent_for(api, faults, clock)
     agent.cycle()
     api.writes()
@@ -159,7 +148,7 @@ def test_a_fault_removes_the_gpu_from_allocatable_after_the_annotation_names_it(
 
 
 def test_recovery_returns_the_gpu_to_allocatable_before_the_annotation_forgets_it(faults: Path) -> None:
-    api, clock = FakeApi(kwok_node()), FakeClock()
+    api, clock = FakeApi(kwok_node()), VirtualClock()
     agent = agent_for(api, faults, clock)
     faults.write_text("3")
     agent.cycle()
@@ -178,7 +167,7 @@ def test_recovery_returns_the_gpu_to_allocatable_before_the_annotation_forgets_i
 
 
 def test_every_intermediate_node_shows_only_the_failing_gpu_as_unhealthy(faults: Path) -> None:
-    api, clock = FakeApi(kwok_node()), FakeClock()
+    api, clock = FakeApi(kwok_node()), VirtualClock()
     agent = agent_for(api, faults, clock)
     agent.cycle()
     seen: list[set[int]] = []
@@ -199,7 +188,7 @@ def test_every_intermediate_node_shows_only_the_failing_gpu_as_unhealthy(faults:
 
 
 def test_a_restarted_agent_does_not_repeat_events_for_known_faults(faults: Path) -> None:
-    api, clock = FakeApi(kwok_node()), FakeClock()
+    api, clock = FakeApi(kwok_node()), VirtualClock()
     faults.write_text("5")
     agent_for(api, faults, clock).cycle()
     assert len(api.events) == 1
@@ -211,7 +200,7 @@ def test_a_restarted_agent_does_not_repeat_events_for_known_faults(faults: Path)
 
 
 def test_someone_elses_change_is_repaired_at_the_next_heartbeat(faults: Path) -> None:
-    api, clock = FakeApi(kwok_node()), FakeClock()
+    api, clock = FakeApi(kwok_node()), VirtualClock()
     agent = agent_for(api, faults, clock)
     agent.cycle()
     assert api.node is not None
@@ -219,7 +208,7 @@ def test_someone_elses_change_is_repaired_at_the_next_heartbeat(faults: Path) ->
     api.node["metadata"]["labels"]["nvidia.com/gpu.count"] = "2"
     api.writes()
 
-    clock.seconds = 60
+    clock.advance(60)
     agent.cycle()
 
     assert api.node["metadata"]["labels"]["nvidia.com/gpu.count"] == "8"
@@ -229,7 +218,7 @@ def test_someone_elses_change_is_repaired_at_the_next_heartbeat(faults: Path) ->
 
 
 def test_without_the_gpu_resource_the_status_is_left_to_the_device_plugin(faults: Path) -> None:
-    api, clock = FakeApi(kwok_node()), FakeClock()
+    api, clock = FakeApi(kwok_node()), VirtualClock()
     agent = agent_for(api, faults, clock, manage_gpu_resource=False)
     faults.write_text("1")
 
@@ -245,7 +234,7 @@ def test_an_agent_without_nvml_on_a_gpu_node_leaves_the_gpus_alone(faults: Path)
     node = kwok_node()
     node["status"]["capacity"]["nvidia.com/gpu"] = node["status"]["allocatable"]["nvidia.com/gpu"] = "8"
     node["metadata"]["annotations"]["phalanx.dev/unhealthy-gpus"] = "4"
-    api, clock = FakeApi(node), FakeClock()
+    api, clock = FakeApi(node), VirtualClock()
     cpus_only = Node.model_validate({"metadata": {"name": "x"}, "status": {"cpus": [{"id": 0}]}})
     settings = AgentSettings(node_name="gpu-0", fault_file=faults)
 
@@ -262,7 +251,7 @@ def test_an_agent_without_nvml_on_a_gpu_node_leaves_the_gpus_alone(faults: Path)
 
 
 def test_a_missing_node_fails_the_cycle(faults: Path) -> None:
-    agent = agent_for(FakeApi(None), faults, FakeClock())
+    agent = agent_for(FakeApi(None), faults, VirtualClock())
 
     with pytest.raises(NotFoundError):
         agent.cycle()
@@ -270,7 +259,7 @@ def test_a_missing_node_fails_the_cycle(faults: Path) -> None:
 
 
 def test_the_loop_survives_a_failed_check(faults: Path) -> None:
-    api, clock = FakeApi(kwok_node()), FakeClock()
+    api, clock = FakeApi(kwok_node()), VirtualClock()
     inventory = InventoryDiscovery(DGX, "gpu-0")
     stop = threading.Event()
     calls: list[int] = []

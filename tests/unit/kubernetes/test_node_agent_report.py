@@ -10,17 +10,11 @@ from typing import Any
 
 import pytest
 
-from phalanx.adapters.devices.inventory import load_inventory
+from phalanx.adapters.devices.discovery import read_fault_file
+from phalanx.adapters.devices.inventory import label_value, load_inventory
+from phalanx.adapters.kubernetes.node_report import gpu_topology, metadata_patch, node_report, status_patch
 from phalanx.adapters.kubernetes.objects import node_from_object
 from phalanx.model.nodes import CpuInfo, GpuInfo, Node
-from phalanx.services.kubernetes.node_agent import (
-    gpu_topology,
-    label_value,
-    metadata_patch,
-    node_report,
-    read_fault_file,
-    status_patch,
-)
 from support.merge_patch import merge
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from phalanx.adapters.clock import SystemClock
 from phalanx.adapters.kubernetes.api import (
     EVENTS,
     JOBTYPES,
@@ -26,6 +25,7 @@ from phalanx.adapters.kubernetes.api import (
     Resource,
 )
 from phalanx.adapters.kubernetes.informer import Informer
+from phalanx.core.clock import Clock, VirtualClock
 from phalanx.services.kubernetes.operator import KubeOperator, OperatorSettings
 
 NS = "team-a"
@@ -115,26 +115,10 @@ class FakeApi:
         return [write for write in self.writes if write[1] == plural]
 
 
-class SteppedClock(SystemClock):
-    """The system clock, moved forward by hand (``advance``) for timers."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def now(self) -> datetime:
-        return super().now() + timedelta(seconds=self.offset)
-
-    def monotonic(self) -> float:
-        return super().monotonic() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
-
-
 class Harness:
     """An operator on a FakeApi, with its caches fed like a watch would feed them."""
 
-    def __init__(self, api: FakeApi | None = None, *, clock: SystemClock | None = None, **settings: Any) -> None:
+    def __init__(self, api: FakeApi | None = None, *, clock: Clock | None = None, **settings: Any) -> None:
         self.api = api or FakeApi()
         # No resync inside a test: a pass reconciles what changed and what a timer asked for. Pending -> Queued is
         # written at once unless a test says otherwise (no scheduler here to admit a Pending job).
@@ -303,7 +287,7 @@ def test_downloading_waits_for_the_pods_to_start_and_is_written_with_running(har
 
 
 def test_a_held_status_is_written_once_its_time_is_up_if_the_pods_have_not_started() -> None:
-    clock = SteppedClock()
+    clock = VirtualClock()
     harness = Harness(clock=clock, hold_s=5.0)
     harness.submit("ddp", pytorch())
     harness.sync()
@@ -366,7 +350,7 @@ def test_a_restarted_operator_that_lost_a_held_status_creates_no_pod_and_writes_
 
 
 def test_a_new_job_waits_unqueued_for_the_scheduler_then_is_queued_when_its_time_is_up() -> None:
-    clock = SteppedClock()
+    clock = VirtualClock()
     harness = Harness(clock=clock, accept_hold_s=2.0)
     harness.submit("ddp", pytorch())
     wait = harness.sync()
@@ -602,7 +586,7 @@ def test_a_finished_job_is_deleted_when_its_ttl_has_passed(harness: Harness) -> 
 
 
 def test_every_job_is_looked_at_again_at_the_latest_resync_s_after_its_last_reconcile() -> None:
-    clock = SteppedClock()
+    clock = VirtualClock()
     harness = Harness(clock=clock, resync_s=30.0, accept_hold_s=0.0)
     harness.submit("ddp", pytorch())
     wait = harness.sync()

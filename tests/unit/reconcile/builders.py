@@ -233,6 +233,7 @@ def build_input(
     staging_error: str | None = None,
     outputs: OutputsObservation | None = None,
     jobtype: JobType | None = _DEFAULT,
+    unhealthy_gpus: dict[str, dict[int, str]] | None = None,
 ) -> ReconcileInput:
     built = job_.obj() if isinstance(job_, JobBuilder) else job_
     return ReconcileInput(
@@ -243,6 +244,7 @@ def build_input(
         staged=staged,
         staging_error=staging_error,
         outputs=outputs or OutputsObservation(),
+        unhealthy_gpus=unhealthy_gpus or {},
     )
 
 

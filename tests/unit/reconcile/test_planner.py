@@ -952,6 +952,8 @@ def inputs(draw: st.DrawFn) -> ReconcileInput:
         staged=not draw(sometimes()),
         staging_error="unreachable" if draw(sometimes()) else None,
         outputs=outputs,
+        # Worker i is placed on GPU i of node-(i % 2) (see builders): sometimes one of those GPUs is unhealthy.
+        unhealthy_gpus={"node-0": {0: "XID 79"}} if draw(sometimes()) else {},
     )
 
 

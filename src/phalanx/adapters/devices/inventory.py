@@ -98,7 +98,7 @@ def discover_local_node(name: str | None = None) -> Node:
     metadata = ObjectMeta(name=name or node_name_from_hostname(socket.gethostname()))
     models = {gpu.model for gpu in gpus}
     if len(models) == 1:
-        metadata.labels[GPU_MODEL_LABEL] = _label_value(models.pop())
+        metadata.labels[GPU_MODEL_LABEL] = label_value(models.pop())
     if reason is not None:
         metadata.annotations[GPU_DISCOVERY_ANNOTATION] = reason
     return Node(
@@ -112,7 +112,7 @@ def discover_local_node(name: str | None = None) -> Node:
     )
 
 
-def _label_value(value: str) -> str:
-    """Kubernetes label values: at most 63 characters of ``[A-Za-z0-9._-]``, alphanumeric at both ends."""
+def label_value(value: str) -> str:
+    """A valid label value: ≤ 63 of ``[A-Za-z0-9._-]``, alphanumeric at both ends (``A100 SXM4`` → ``A100-SXM4``)."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", value)[:63]
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)

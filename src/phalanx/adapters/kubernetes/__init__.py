@@ -1,4 +1,13 @@
-"""Phalanx on Kubernetes: CRD manifests generated from the models, and the install manifests.
+"""Phalanx's Kubernetes adapter: what speaks the Kubernetes API and its objects; nothing here decides.
 
-The client, pod and service rendering and binding come with the operator and scheduler (issue 3).
+- ``api``: a small dict-level client of the API (connection and auth from lightkube); ``informer``: one kind
+  cached by a LIST and kept current by a WATCH; ``parsed``: cached objects parsed once per resourceVersion.
+- ``objects``: API objects (jobs, JobTypes, Datasets, Nodes, Pods) read as models, and job statuses written back;
+  ``rendering``: a job into the Pods, headless Service and hostfile ConfigMap that run it; ``node_report``: a
+  discovered node into the labels, annotations and GPU quantities its node agent writes on the Node.
+- ``crds``: the CustomResourceDefinitions of TrainingJob, JobType, Queue and Dataset, generated from the models
+  (``schemas``) and checked structural (``structural``); ``manifests``: the install manifests.
+
+The operator, scheduler and node agent that use them are ``services.kubernetes``; their mains are
+``entrypoints.kubernetes``.
 """

@@ -16,7 +16,7 @@ ClusterTrainingRuntime; the embedded runtime, too, keeps one set of JobTypes for
 the administrator's to hand out, so a Queue is cluster-scoped like Kueue's ClusterQueue and Volcano's Queue,
 and says in ``spec.namespaces`` whose jobs may use it.
 
-Kinds that later issues add (Dataset, Sweep, Pipeline…) are one more entry in ``KINDS``.
+Kinds that later issues add (Sweep, Pipeline…) are one more entry in ``KINDS``.
 """
 
 from __future__ import annotations

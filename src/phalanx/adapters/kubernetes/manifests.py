@@ -172,7 +172,8 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([API_GROUP], with_status, ["update", "patch"]),
             _rule([""], ["pods"], ["create", "delete", *READ]),
             _rule([""], ["services", "configmaps"], ["create", "delete", *READ]),
-            # Each node agent's dataset cache report (an annotation): when a job's data is staged there.
+            # Each node agent's dataset cache report (an annotation): when a job's data is staged there; and
+            # its unhealthy GPUs, whose replicas are stopped and whose jobs are placed again.
             _rule([""], ["nodes"], READ),
             events,
         ],

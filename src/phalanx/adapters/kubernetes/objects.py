@@ -42,6 +42,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_TOPOLOGY_ANNOTATION = "phalanx.dev/gpu-topology"
 UNHEALTHY_GPUS_ANNOTATION = "phalanx.dev/unhealthy-gpus"
+GPU_PROBLEMS_ANNOTATION = "phalanx.dev/gpu-problems"  # why, per unhealthy GPU: {"1": "XID 79 ..."}
 LABEL_JOB = "phalanx.dev/job"
 LABEL_ROLE = "phalanx.dev/role"
 LABEL_INDEX = "phalanx.dev/replica-index"
@@ -355,6 +356,18 @@ def unhealthy_gpus(obj: Mapping[str, Any]) -> set[int]:
     return {int(part) for part in str(raw).split(",") if part.strip().isdigit()}
 
 
+def gpu_problems(obj: Mapping[str, Any]) -> dict[int, str]:
+    """Why each unhealthy GPU is unhealthy, as the node agent wrote it (``phalanx.dev/gpu-problems``); {} if unsaid."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(GPU_PROBLEMS_ANNOTATION)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {int(key): str(why)[:1000] for key, why in value.items() if str(key).isdigit()}
+
+
 def _topology(obj: Mapping[str, Any]) -> dict[str, Any]:
     raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(GPU_TOPOLOGY_ANNOTATION)
     if not raw:
@@ -420,9 +433,15 @@ def node_from_object(obj: Mapping[str, Any]) -> Node:
         if a in links and b in links:
             links[a][b] = links[b][a] = 1
     model = str((meta.get("labels") or {}).get(GPU_PRODUCT_LABEL, "unknown"))
+    why = gpu_problems(obj)
     gpus = [
         GpuInfo(
-            index=index, model=model, numa=numa_of_gpu.get(index, 0), healthy=index not in sick, nvlinks=links[index]
+            index=index,
+            model=model,
+            numa=numa_of_gpu.get(index, 0),
+            healthy=index not in sick,
+            problem=(why.get(index) or "not allocatable") if index in sick else "",
+            nvlinks=links[index],
         )
         for index in range(gpu_count)
     ]

@@ -43,12 +43,14 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
             P.PREEMPTED,
             P.FAILED,  # a dataset could not be staged, or a replica failed at start with no retry left
             P.RESTARTING,  # a replica failed while the gang was starting and may be retried
+            P.QUEUED,  # a GPU of its placement turned unhealthy before its replicas started: place it again
         }
     ),
     P.RUNNING: frozenset(
         {
             P.STORING,  # the success policy is met: save outputs
             P.RESTARTING,  # a replica failed within backoffLimit
+            P.QUEUED,  # a replica to start again is placed on an unhealthy GPU: place the job again
             P.FAILED,  # a replica failed with no retry left, or the deadline passed
             P.HALTING,  # the user halted it
             P.PREEMPTED,
@@ -57,6 +59,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     P.RESTARTING: frozenset(
         {
             P.RUNNING,  # the failed replicas (or the whole gang) run again
+            P.QUEUED,  # a GPU of its placement is unhealthy: place it again, on healthy GPUs
             P.FAILED,  # deadline passed during backoff
             P.HALTING,
             P.PREEMPTED,

@@ -11,6 +11,10 @@ step of the new phase runs too, until the phase settles. So a plan already conta
 input, and replanning on the world it leads to plans nothing new (only ``StoreOutputs`` and ``DeleteJob``
 repeat; both are idempotent by contract).
 
+A replica placed on a GPU that turned unhealthy (``ReconcileInput.unhealthy_gpus``, ``core.gpu_health``) fails
+for the restart policy (reason ``GPUUnhealthy``); every replica then stops and the job goes back to Queued to be
+placed on healthy GPUs, since the scheduler places whole gangs and the old placement cannot be kept.
+
 Invariants:
     - A replica is never created while a replica of the same name exists, even one being deleted: two copies
       of one replica never run at once.
@@ -29,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from phalanx.core.gpu_health import lost_replicas
 from phalanx.core.lifecycle import transition
 from phalanx.core.reconcile.policies import backoff_delay, decide_restart, success_message
 from phalanx.core.reconcile.types import (
@@ -52,6 +57,7 @@ P = Phase
 _DEADLINE_PHASES = frozenset({P.QUEUED, P.ADMITTED, P.DOWNLOADING, P.RUNNING, P.RESTARTING, P.HALTED})
 _UNFINISHED = frozenset({ReplicaPhase.PENDING, ReplicaPhase.RUNNING})
 _STARTED = frozenset({ReplicaPhase.RUNNING, ReplicaPhase.SUCCEEDED})
+GPU_UNHEALTHY = "GPUUnhealthy"
 # The longest chain of phase changes one plan can make is Preempted -> Queued -> Halted, or
 # Running -> Storing -> Succeeded; more than this is a cycle, which is a bug.
 _MAX_STEPS = len(Phase)
@@ -232,7 +238,7 @@ def _step_downloading(d: _Draft) -> None:
     if d.inp.staging_error is not None:
         d.fail("StagingFailed", f"staging the job's data failed: {d.inp.staging_error}")
         return
-    if _handled_failures(d):
+    if _handled_failures(d) or _placed_again_off_unhealthy(d):
         return
     _delete_stale_attempts(d)
     _create_missing(d)
@@ -257,7 +263,7 @@ def _step_running(d: _Draft) -> None:
         d.move(P.STORING, "SuccessPolicyMet", f"{message}; storing outputs")
         _stop_unfinished(d, "SuccessPolicyMet")
         return
-    if _handled_failures(d):
+    if _handled_failures(d) or _placed_again_off_unhealthy(d):
         return
     _delete_stale_attempts(d)
     _create_missing(d)
@@ -273,6 +279,8 @@ def _step_restarting(d: _Draft) -> None:
     if any(replica.deleting for replica in d.world.values()):
         return
     if d.status.next_retry_time is not None and d.now < d.status.next_retry_time:
+        return
+    if _placed_again_off_unhealthy(d):
         return
     _create_missing(d)
     _say_why_not_started(d)
@@ -402,15 +410,23 @@ def _handled_failures(d: _Draft) -> bool:
             if replica.attempt < d.status.attempt:
                 d.delete(replica.name, "ReplicaFailed")
         failed = [replica for replica in failed if replica.attempt >= d.status.attempt]
-    if not failed:
+    lost = _lost_to_unhealthy_gpus(d)
+    if not failed and not lost:
         return False
-    decision = decide_restart(d.policy, failed, restarts=d.status.restarts)
+    decision = decide_restart(d.policy, lost + failed, restarts=d.status.restarts)
+    if lost and decision.culprit is lost[0] and decision.reason != "BackoffLimitExceeded":
+        decision = replace(decision, reason=GPU_UNHEALTHY)
     if not decision.retry:
         d.fail(decision.reason, decision.message)
         return True
     gang = d.policy.gang_restart
-    victims = d.live() if gang else failed
-    message = decision.message + (f"; restarting all {len(victims)} replica(s) together" if gang else "")
+    # The scheduler places whole gangs: a replica that needs other devices takes the whole job with it.
+    victims = d.live() if gang or lost else failed
+    message = decision.message + (
+        f"; stopping all {len(victims)} replica(s) to place the job again on healthy GPUs"
+        if lost
+        else (f"; restarting all {len(victims)} replica(s) together" if gang else "")
+    )
     delay = backoff_delay(d.policy, d.status.restarts)
     updates: dict[str, object] = {
         "restarts": d.status.restarts + 1,
@@ -423,7 +439,50 @@ def _handled_failures(d: _Draft) -> bool:
     else:
         d.move(P.RESTARTING, decision.reason, message, warning=True, **updates)
     for replica in victims:
-        d.delete(replica.name, "GangRestart" if gang else "ReplicaFailed")
+        d.delete(replica.name, GPU_UNHEALTHY if lost else "GangRestart" if gang else "ReplicaFailed")
+    return True
+
+
+def _lost_to_unhealthy_gpus(d: _Draft) -> list[ObservedReplica]:
+    """The unfinished replicas whose placement holds an unhealthy GPU, as failures saying so (no exit code).
+
+    A device failure is not the program's, but it counts as a restart (so ``backoffLimit`` bounds a GPU that
+    keeps failing) and ``restartPolicy: Never`` fails the job rather than run it twice.
+    """
+    if not d.inp.unhealthy_gpus:
+        return []
+    lost = lost_replicas(d.status.placements, d.inp.unhealthy_gpus)
+    return [
+        replace(replica, phase=ReplicaPhase.FAILED, exit_code=None, message=lost[replica.name])
+        for replica in d.live()
+        if replica.name in lost and replica.phase in _UNFINISHED
+    ]
+
+
+def _placed_again_off_unhealthy(d: _Draft) -> bool:
+    """Before (re)starting replicas: one to start on an unhealthy GPU sends the job back to the queue.
+
+    Every replica stops first (a new placement may put any of them elsewhere); the job then waits in Queued,
+    where the scheduler places it on healthy GPUs. A replica that exists (finished, say) is not started again,
+    so its placement does not count. True when it acted.
+    """
+    to_start = {name: p for name, p in d.status.placements.items() if name not in d.world}
+    lost = lost_replicas(to_start, d.inp.unhealthy_gpus) if d.inp.unhealthy_gpus and to_start else {}
+    if not lost:
+        return False
+    if d.world:
+        for replica in d.live():
+            d.delete(replica.name, GPU_UNHEALTHY)
+        return True
+    name, why = next(iter(lost.items()))
+    d.move(
+        P.QUEUED,
+        GPU_UNHEALTHY,
+        f"{why}, where replica {name} was placed; waiting to be placed again on healthy GPUs",
+        warning=True,
+        attempt=d.status.attempt + 1,
+        next_retry_time=None,
+    )
     return True
 
 

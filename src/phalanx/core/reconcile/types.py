@@ -8,6 +8,7 @@ that is not in its input, and running it again on the same input plans nothing n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -54,6 +55,8 @@ class ReconcileInput:
         staging_error: why staging failed, if it did.
         outputs: what the Storing phase produced so far.
         now: the current time.
+        unhealthy_gpus: the unhealthy GPUs of the nodes, node -> index -> why (``core.gpu_health.sick_gpus``):
+            replicas placed on one are stopped and the job placed again.
 
     """
 
@@ -64,6 +67,7 @@ class ReconcileInput:
     staged: bool = True
     staging_error: str | None = None
     outputs: OutputsObservation = field(default_factory=OutputsObservation)
+    unhealthy_gpus: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ comes from the API server, and each replica's Pod log is mirrored into a local f
 from __future__ import annotations
 
 import math
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.entrypoints.cli.backends import BackendChoice
 from phalanx.entrypoints.cli.follow import follow
-from phalanx.entrypoints.cli.output import escape, fail, spec_errors, writer
+from phalanx.entrypoints.cli.output import escape, fail, print_replica_logs, spec_errors, writer
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING
 
 if TYPE_CHECKING:
@@ -164,16 +163,12 @@ def print_logs(client: KubernetesClient, job: str, replica: str | None, *, follo
             return 0
         return _follow_one(client, job, replica)
     logs = client.ops.logs(client.namespace, job, replica)
-    prefix = len(logs) > 1
-    failed = False
     for log in logs:
         if log.error:
             writer(stderr=True).print(f"[bold red]error:[/] {escape(log.error)}")
-            failed = True
-            continue
-        for line in log.text.splitlines():
-            sys.stdout.write(f"{log.replica:>10} | {line}\n" if prefix else f"{line}\n")
-    return 1 if failed else 0
+    readable = [(log.replica, log.text, log.phase in FINISHED_POD_PHASES) for log in logs if not log.error]
+    print_replica_logs(readable, prefix=len(logs) > 1)
+    return 1 if any(log.error for log in logs) else 0
 
 
 def _follow_one(client: KubernetesClient, job: str, replica: str) -> int:

@@ -30,7 +30,7 @@ from rich.markup import escape
 
 from phalanx.entrypoints.cli.backends import Backend, BackendChoice, BackendError, choose_backend
 from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, StoreJobSource, follow
-from phalanx.entrypoints.cli.output import console, fail, warn
+from phalanx.entrypoints.cli.output import console, fail, print_replica_logs, warn
 from phalanx.entrypoints.cli.running import refuse_bad_namespace, run_job, session
 from phalanx.entrypoints.cli.sim import sim_app
 from phalanx.entrypoints.cli.sim_fgd import fgd as _fgd  # noqa: F401  (registers `phalanx sim fgd`)
@@ -76,6 +76,7 @@ class Resource(StrEnum):
 
 QUEUE_RESOURCES = ("queue", "queues")
 DATASET_RESOURCES = ("dataset", "datasets")
+NODE_RESOURCES = ("node", "nodes")
 dataset_app = typer.Typer(help="Datasets: create, get, describe, delete (see docs/datasets.md).", no_args_is_help=True)
 cache_app = typer.Typer(help="Node dataset caches: list what they hold, evict entries.", no_args_is_help=True)
 app.add_typer(dataset_app, name="dataset")
@@ -117,11 +118,12 @@ OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table, wid
 _INSTALL = "phalanx install --print | kubectl apply -f -"
 
 
-def _require_jobs(resource: str, verb: str) -> None:
-    """Verbs on one object take ``job NAME``, ``queue NAME`` or ``dataset NAME``; anything else is a usage error."""
-    if resource not in ("job", "jobs", *QUEUE_RESOURCES, *DATASET_RESOURCES):
+def _require_jobs(resource: str, verb: str, *, nodes: bool = False) -> None:
+    """Verbs on one object take ``job NAME``, ``queue NAME`` or ``dataset NAME`` (``node NAME`` where ``nodes``)."""
+    if resource not in ("job", "jobs", *QUEUE_RESOURCES, *DATASET_RESOURCES, *(NODE_RESOURCES if nodes else ())):
+        node = f", `phalanx {verb} node NAME`" if nodes else ""
         fail(
-            f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`, `phalanx {verb} queue NAME` or "
+            f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`, `phalanx {verb} queue NAME`{node} or "
             f"`phalanx {verb} dataset NAME`",
             2,
         )
@@ -339,6 +341,20 @@ def get(
                 console.print(jobtypes_table(jobtypes))
 
 
+def _describe_node(client: Client | KubernetesClient, name: str) -> None:
+    """`phalanx describe node NAME`; the events are the local control plane's (on a cluster: `kubectl describe`)."""
+    from phalanx.entrypoints.cli.render import print_node_description
+
+    nodes = client.ops.list_nodes()
+    node = next((n for n in nodes if n.metadata.name == name), None)
+    if node is None:
+        known = ", ".join(sorted(n.metadata.name for n in nodes)) or "none"
+        fail(f"node {name!r} not found; known: {known}")
+    store = getattr(client, "store", None)
+    events = store.list_events("Node", node.metadata.namespace, name) if store is not None else None
+    print_node_description(console, node, events)
+
+
 def _warn_unreadable_jobs(client: Client | KubernetesClient, namespace: str | None) -> None:
     """Say which stored jobs cannot be read, so that a listing never hides them silently."""
     store = getattr(client, "store", None)
@@ -358,7 +374,7 @@ def _warn_unreadable_jobs(client: Client | KubernetesClient, namespace: str | No
 
 @app.command()
 def describe(
-    resource: Annotated[str, typer.Argument(help="job, queue or dataset")],
+    resource: Annotated[str, typer.Argument(help="job, queue, dataset or node")],
     name: Annotated[str, typer.Argument(help="Its name.")],
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
@@ -366,12 +382,15 @@ def describe(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Show a job (roles, placement, replicas, conditions, events), a queue (quota, usage, jobs) or a dataset."""
+    """Show a job (roles, placement, replicas, events), a queue (quota, usage, jobs), a dataset or a node (GPUs)."""
     from phalanx.entrypoints.cli.render import print_description, print_queue_description
 
-    _require_jobs(resource, "describe")
+    _require_jobs(resource, "describe", nodes=True)
     choice = _choose(backend, kubeconfig, context)
     with _session(choice, state_dir, namespace) as client:
+        if resource in NODE_RESOURCES:
+            _describe_node(client, name)
+            return
         if resource in QUEUE_RESOURCES:
             print_queue_description(console, client.describe_queue(name))
             return
@@ -422,11 +441,16 @@ def logs(
                         console.print(escape(line), highlight=False)
                     return
                 client.store.wait_for_change(seq, LOG_POLL_SECONDS)
-        prefix = len(files) > 1
+        from phalanx.adapters.executor import read_exit_code
+
+        job_ended = client.get(job).status.phase in STOP_FOLLOWING
+        shown: list[tuple[str, str, bool]] = []
         for short, path in files:
             text = path.read_text(errors="replace") if path.exists() else ""
-            for line in text.splitlines():
-                sys.stdout.write(f"{short:>10} | {line}\n" if prefix else f"{line}\n")
+            # A replica has ended once its shim recorded an exit code, or once the whole job has (a halted job's
+            # replicas were stopped, maybe before they could record one).
+            shown.append((short, text, job_ended or read_exit_code(path.parent) is not None))
+        print_replica_logs(shown)
 
 
 @app.command()
@@ -713,6 +737,10 @@ def up(
         str | None,
         typer.Option(help="Each node's dataset cache, e.g. 50Gi (default: as recorded; half the free disk when new)."),
     ] = None,
+    gpu_fault_file: Annotated[
+        Path | None,
+        typer.Option(help="A file of this machine's GPU indices to treat as unhealthy, read every 10 s."),
+    ] = None,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
@@ -723,7 +751,9 @@ def up(
     _embedded_only(_choose(backend, kubeconfig, context), "up", f"install Phalanx once: {_INSTALL}")
 
     with session(state_dir) as client:
-        leader, started = start_control_plane(client.layout, inventory=inventory, cache_size=cache_size)
+        leader, started = start_control_plane(
+            client.layout, inventory=inventory, cache_size=cache_size, gpu_fault_file=gpu_fault_file
+        )
         word = "started" if started else "already running"
         console.print(f"control plane {word} (pid {leader.pid}); state in {client.layout.root}")
         console.print(f"log: {client.layout.control_plane_log}")

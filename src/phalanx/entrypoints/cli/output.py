@@ -181,6 +181,26 @@ def warn(message: str) -> None:
     writer(stderr=True).print(f"[bold yellow]warning:[/] {escape(one_line(mask_url(message)))}")
 
 
+def print_replica_logs(logs: Sequence[tuple[str, str, bool]], *, prefix: bool | None = None) -> None:
+    """`phalanx logs` on either backend: each (replica, log text, ended) in order.
+
+    The lines go to stdout, prefixed with the replica's name when ``prefix`` (default: when there are several
+    replicas). A replica that printed
+    nothing gets a note on stderr (``note: worker-1 printed nothing``, or ``has printed nothing yet`` while it
+    has not ended) instead of vanishing from the output, where it would read as a replica that does not exist;
+    stdout stays the replicas' own output, for a script that reads it.
+    """
+    prefix = len(logs) > 1 if prefix is None else prefix
+    for replica, text, ended in logs:
+        lines = text.splitlines()
+        if not lines:
+            sys.stdout.flush()  # the note lands between the replicas' lines it sits between
+            said = "printed nothing" if ended else "has printed nothing yet"
+            writer(stderr=True).print(f"[dim]note: {escape(one_line(replica))} {said}[/]")
+        for line in lines:
+            sys.stdout.write(f"{replica:>10} | {line}\n" if prefix else f"{line}\n")
+
+
 def spec_errors(source: str | None, errors: Sequence[tuple[str, str]]) -> NoReturn:
     """Print every field error of an invalid spec and exit 2.
 

@@ -59,12 +59,14 @@ def jobs_table(jobs: list[TrainingJob], *, wide: bool = False) -> Table:
 def nodes_table(nodes: list[Node], usage: dict[str, dict[str, int]]) -> Table:
     """NAME CPUS MEMORY GPUS (model) SOURCE and what is allocated."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("NAME", "CPUS", "NUMA", "MEMORY", "GPUS", "GPU MODEL", "CPU ALLOC", "GPU ALLOC", "SOURCE"):
+    columns = ("NAME", "CPUS", "NUMA", "MEMORY", "GPUS", "GPU MODEL", "CPU ALLOC", "GPU ALLOC", "UNHEALTHY", "SOURCE")
+    for column in columns:
         table.add_column(column)
     for node in nodes:
         status = node.status
         used = usage.get(node.metadata.name, {})
         models = sorted({g.model for g in status.gpus})
+        sick = sorted(g.index for g in status.gpus if not g.healthy)
         table.add_row(
             node.metadata.name,
             str(len(status.cpus)),
@@ -74,9 +76,40 @@ def nodes_table(nodes: list[Node], usage: dict[str, dict[str, int]]) -> Table:
             ", ".join(models) or "-",
             f"{format_cpu(used.get('cpu_milli', 0))}/{len(status.cpus)}",
             f"{used.get('gpu', 0)}/{len(status.gpus)}",
+            f"[red]GPU {','.join(map(str, sick))}[/]" if sick else "-",
             status.source,
         )
     return table
+
+
+def print_node_description(console: Console, node: Node, events: list[Event] | None) -> None:
+    """`phalanx describe node NAME`: the node, its GPUs with their health (and why one is unhealthy), events.
+
+    ``events`` None: the backend keeps none here (a cluster's are `kubectl describe node`'s), so no Events table.
+    """
+    status = node.status
+    console.print(f"[bold]Name:[/]        {node.metadata.name}")
+    console.print(f"[bold]Source:[/]      {status.source}")
+    console.print(f"[bold]CPUs:[/]        {len(status.cpus)} on {len({c.numa for c in status.cpus}) or 1} NUMA node(s)")
+    console.print(f"[bold]Memory:[/]      {human_memory(status.memory)}")
+    if node.spec.unschedulable:
+        console.print("[bold]Schedulable:[/] no")
+    for key, value in sorted(node.metadata.annotations.items()):
+        if key == "phalanx.dev/gpu-discovery":
+            console.print(f"[bold]GPU discovery:[/] {value}")
+    healthy = sum(g.healthy for g in status.gpus)
+    console.print(f"[bold]GPUs:[/]        {len(status.gpus)}, {healthy} healthy")
+    if status.gpus:
+        gpus = Table(title="GPUs", box=None, title_justify="left", header_style="bold")
+        for column in ("INDEX", "MODEL", "MEMORY", "NUMA", "NVLINK PEERS", "HEALTH"):
+            gpus.add_column(column, overflow="fold")
+        for gpu in sorted(status.gpus, key=lambda g: g.index):
+            peers = ",".join(str(peer) for peer, links in sorted(gpu.nvlinks.items()) if links > 0)
+            health = "healthy" if gpu.healthy else f"[red]unhealthy[/]: {gpu.problem or 'unhealthy'}"
+            gpus.add_row(str(gpu.index), gpu.model, human_memory(gpu.memory), str(gpu.numa), peers or "-", health)
+        console.print(gpus)
+    if events is not None:
+        console.print(events_table(events, None))
 
 
 def jobtypes_table(jobtypes: list[JobType]) -> Table:

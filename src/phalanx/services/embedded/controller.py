@@ -16,7 +16,7 @@ import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.store import (
     AlreadyExistsError,
     ConflictError,
@@ -26,6 +26,7 @@ from phalanx.adapters.store import (
     StoreUnavailableError,
     UnreadableError,
 )
+from phalanx.core.gpu_health import SickGpus, sick_gpus
 from phalanx.core.lifecycle import transition
 from phalanx.core.reconcile import plan
 from phalanx.core.reconcile.types import (
@@ -43,6 +44,7 @@ from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import ObjectMeta
+from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaPhase, replica_name
 from phalanx.services.embedded.datasets import DatasetManager, StagingObservation
 from phalanx.services.embedded.layout import StateLayout
@@ -90,7 +92,7 @@ class JobController:
 
     store: SqliteStore
     layout: StateLayout
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
     identity: str = "controller"
     data: DatasetManager | None = None
     quarantine: Quarantine | None = None
@@ -105,6 +107,7 @@ class JobController:
         by_job: dict[str, list[Replica]] = defaultdict(list)
         for replica in self.store.list(Replica):
             by_job[replica.spec.job_uid].append(replica)
+        sick = sick_gpus(self.store.list(Node))
         changed = False
         wake: float | None = None
         assert self.quarantine is not None
@@ -113,7 +116,7 @@ class JobController:
             if held.skips(job):
                 continue
             try:
-                job_changed, job_wake = self._sync_job(job, jobtypes, by_job.get(job.metadata.uid or "", []))
+                job_changed, job_wake = self._sync_job(job, jobtypes, by_job.get(job.metadata.uid or "", []), sick)
             except (ConflictError, NotFoundError):
                 changed = True  # the job changed under us; the next pass sees the new version
                 continue
@@ -145,7 +148,7 @@ class JobController:
         return changed, wake
 
     def _sync_job(
-        self, job: TrainingJob, jobtypes: dict[str, JobType], replicas: list[Replica]
+        self, job: TrainingJob, jobtypes: dict[str, JobType], replicas: list[Replica], sick: SickGpus
     ) -> tuple[bool, float | None]:
         if job.metadata.deletion_timestamp is not None:
             return self._finalize_deletion(job, replicas), None
@@ -162,6 +165,7 @@ class JobController:
                 outputs=outputs,
                 staged=staging.staged,
                 staging_error=staging.error,
+                unhealthy_gpus=sick,
             )
         )
         return self._apply(job, jobtypes.get(job.spec.type), decided, staging), decided.requeue_after

@@ -3,7 +3,9 @@
 Only the lease holder acts. The loop is level-triggered: each pass reads the store and processes, acts, and
 sleeps until something may have changed: the store (a write by any process), a replica's process (its shim
 exited), a timer that is due. A pass that changed something is followed at once by another, so a submitted job
-runs through Queued → Admitted → Downloading → Running within a few passes.
+runs through Queued → Admitted → Downloading → Running within a few passes. A pass also checks the GPUs'
+health when due, every ``gpu_check_seconds`` (``services.embedded.gpu_watch``), as the node agent does on
+Kubernetes.
 
 The sleep is one ``poll(2)`` on the shims' exit descriptors (pidfds, see ``NodeRuntime``) and on a ``Bell``
 that the local API rings when it writes, so neither a finished replica nor a job submitted through the API
@@ -34,7 +36,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
 from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError, StoreUnavailableError, UnreadableError
@@ -42,6 +44,7 @@ from phalanx.model.nodes import Node
 from phalanx.services.embedded.api_server import HttpLimits, LocalApiServer
 from phalanx.services.embedded.controller import JobController
 from phalanx.services.embedded.datasets import DatasetManager
+from phalanx.services.embedded.gpu_watch import GpuWatch
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.leadership import LEASE_NAME, Leadership
 from phalanx.services.embedded.node_runtime import NodeRuntime
@@ -108,6 +111,8 @@ class ControlPlaneConfig:
     keep_events_days: float = 7.0
     cache_bytes: int | None = None
     api_limits: HttpLimits = field(default_factory=HttpLimits)
+    gpu_check_seconds: float = 10.0
+    gpu_fault_file: Path | None = None
 
 
 @dataclass
@@ -115,7 +120,7 @@ class ControlPlane:
     """The local control plane of one state directory."""
 
     config: ControlPlaneConfig
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
 
     def __post_init__(self) -> None:
         self.layout = StateLayout(self.config.state_dir)
@@ -230,21 +235,32 @@ class ControlPlane:
     def _lead(self, stop: threading.Event, nodes: dict[str, Node], bell: Bell) -> None:
         executor = LocalExecutor(self.layout.root / "runs")
         runtime = NodeRuntime(self.store, executor, self.layout, nodes, grace_seconds=self.config.grace_seconds)
+        gpus = GpuWatch(
+            self.store,
+            nodes,
+            inventory=self.config.inventory,
+            fault_file=self.config.gpu_fault_file,
+            interval_s=self.config.gpu_check_seconds,
+            clock=self.clock,
+        )
         try:
-            self._loop(stop, runtime, bell)
+            self._loop(stop, runtime, gpus, bell)
         finally:
             runtime.close()
+            gpus.close()
 
-    def _loop(self, stop: threading.Event, runtime: NodeRuntime, bell: Bell) -> None:
+    def _loop(self, stop: threading.Event, runtime: NodeRuntime, gpus: GpuWatch, bell: Bell) -> None:
         datasets = DatasetManager(self.store, self.layout, wake=bell.ring, cache_capacity=self.config.cache_bytes)
         for leftover in datasets.sweep_leftovers():
             log.info("removed %s, left by an interrupted materialisation", leftover)
         try:
-            self._passes(stop, runtime, bell, datasets)
+            self._passes(stop, runtime, gpus, bell, datasets)
         finally:
             datasets.close()
 
-    def _passes(self, stop: threading.Event, runtime: NodeRuntime, bell: Bell, datasets: DatasetManager) -> None:
+    def _passes(
+        self, stop: threading.Event, runtime: NodeRuntime, gpus: GpuWatch, bell: Bell, datasets: DatasetManager
+    ) -> None:
         controller = JobController(self.store, self.layout, identity=self.leadership.holder, data=datasets)
         scheduler = SchedulerService(self.store, identity=self.leadership.holder)
         renew_every = self.config.lease_ttl_seconds / 3
@@ -264,7 +280,8 @@ class ControlPlane:
                     last_renew = now
                 for _ in range(self.config.max_busy_passes):
                     seq = self.store.latest_seq()
-                    changed_runtime = runtime.sync()
+                    changed_runtime = gpus.sync()
+                    changed_runtime |= runtime.sync()
                     changed_runtime |= datasets.sync()
                     changed_jobs, wake = controller.sync()
                     changed_sched = scheduler.sync()
@@ -295,6 +312,8 @@ class ControlPlane:
             timeout = period if wake is None else max(0.0, min(period, wake))
             if (launch_in := runtime.launch_retry_in()) is not None:
                 timeout = min(timeout, launch_in)  # a launch deferred by a fault of the machine is due
+            if (check_in := gpus.due_in()) is not None:
+                timeout = min(timeout, check_in)  # the GPUs' health is due to be checked
             if self.faults.active and wake is not None:
                 timeout = wake  # the backoff, however often polling would look otherwise
             runtime.exits_noticed(self._wait(stop, seq, timeout, bell, runtime.exit_fds(), datasets.has_results))

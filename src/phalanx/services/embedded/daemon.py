@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.private_files import open_private, tighten
 from phalanx.adapters.store import SqliteStore
 from phalanx.model.nodes import Node
@@ -35,12 +36,10 @@ class LeaderInfo:
     host: str | None
 
 
-def current_leader(store: SqliteStore) -> LeaderInfo | None:
+def current_leader(store: SqliteStore, clock: Clock | None = None) -> LeaderInfo | None:
     """The live holder of the control-plane lease, or None when nobody leads."""
     lease = store.get_lease(LEASE_NAME)
-    if lease is None or holder_is_dead(lease):
-        return None
-    if lease.renewed_at.timestamp() + lease.ttl_seconds < time.time():
+    if lease is None or holder_is_dead(lease) or lease.is_expired((clock or SystemClock()).now()):
         return None
     info = lease.holder_info or {}
     pid = info.get("pid")
@@ -49,7 +48,12 @@ def current_leader(store: SqliteStore) -> LeaderInfo | None:
 
 
 def start_control_plane(
-    layout: StateLayout, *, inventory: Path | None = None, cache_size: str | None = None, timeout: float = 20.0
+    layout: StateLayout,
+    *,
+    inventory: Path | None = None,
+    cache_size: str | None = None,
+    gpu_fault_file: Path | None = None,
+    timeout: float = 20.0,
 ) -> tuple[LeaderInfo, bool]:
     """Reuse the running control plane or start one in the background.
 
@@ -70,6 +74,8 @@ def start_control_plane(
             command += ["--inventory", str(inventory.resolve())]
         if cache_size is not None:
             command += ["--cache-size", cache_size]
+        if gpu_fault_file is not None:
+            command += ["--gpu-fault-file", str(gpu_fault_file.resolve())]
         # The log names jobs, datasets and errors: the owner's alone (0600), like the rest of the state.
         tighten(layout.control_plane_log)  # written 0644 by older versions
         with os.fdopen(open_private(layout.control_plane_log, os.O_WRONLY | os.O_APPEND), "ab") as log_file:

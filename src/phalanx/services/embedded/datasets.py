@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
 from phalanx.adapters.datasources import Materialized, SourceRequest
 from phalanx.adapters.store import (
@@ -128,7 +127,7 @@ class DatasetManager:
         layout: StateLayout,
         *,
         wake: Callable[[], None] = lambda: None,
-        clock: SystemClock | None = None,
+        clock: Clock | None = None,
         cache_capacity: int | None = None,
         cache_write_limit: int | None = None,
         workers: int = 4,
@@ -330,7 +329,7 @@ class DatasetManager:
             self._progress[key] = message
             self._wake()
 
-        return progress_reporter(say, _PROGRESS_EVERY_S)
+        return progress_reporter(say, _PROGRESS_EVERY_S, clock=self.clock)
 
     def _report_progress(self, dataset: Dataset) -> bool:
         key = (dataset.metadata.namespace, dataset.metadata.name)
@@ -371,7 +370,7 @@ class DatasetManager:
             outcome = staging.future.result()
             if outcome in (StageOutcome.HIT, StageOutcome.COPIED):
                 self._staged.add(staging_key)
-                seconds = time.monotonic() - staging.started
+                seconds = self.clock.monotonic() - staging.started
                 how = "cache hit" if outcome == StageOutcome.HIT else f"copied in {seconds:.1f} s"
                 entry = staging.entry
                 what = f"{entry.dataset} ({entry.key}, {human_bytes(entry.bytes)})"
@@ -447,7 +446,7 @@ class DatasetManager:
         cache = self._cache(node)
         future = self._pool.submit(cache.stage, entry, source, job.key, reader=uid)
         future.add_done_callback(lambda _f: self._wake())
-        self._stagings[key] = _Staging(job.key, node, entry, future, time.monotonic())
+        self._stagings[key] = _Staging(job.key, node, entry, future, self.clock.monotonic())
 
     def _forget(self, live: set[str]) -> None:
         """Drop what is remembered of jobs that no longer hold placements (they stage afresh if admitted again)."""

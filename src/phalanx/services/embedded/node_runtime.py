@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.executor import (
     LaunchDeferredError,
     LaunchError,
@@ -99,7 +99,7 @@ class NodeRuntime:
     layout: StateLayout
     nodes: Mapping[str, Node]
     grace_seconds: float = 10.0
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
     _stopping: dict[str, _Stopping] = field(default_factory=dict)
     _pinned: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _exit_watches: dict[ProcessHandle, _ExitWatch] = field(default_factory=dict)

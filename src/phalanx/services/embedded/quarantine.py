@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.store import (
     ConflictError,
     NotFoundError,
@@ -84,7 +84,7 @@ class Quarantine:
     """Sets objects aside for the steps of one control plane, and lets them go again."""
 
     store: SqliteStore
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
     retry_seconds: float = QUARANTINE_RETRY_SECONDS
 
     def held(self, kind: str) -> Held:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError
 from phalanx.core.culprits import find_culprits
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
@@ -91,7 +91,7 @@ class SchedulerService:
     """One scheduling cycle per call, over the whole store."""
 
     store: SqliteStore
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
     identity: str = "scheduler"
     quarantine: Quarantine | None = None
     _failure: str | None = field(default=None, init=False, repr=False)

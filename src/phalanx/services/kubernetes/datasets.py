@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datasources import Materialized
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
@@ -424,7 +424,7 @@ class KubeDatasetManager:
         *,
         mount_path: str = DEFAULT_CACHE_DIR,
         on_change: Callable[[str, dict[str, Any]], None] | None = None,
-        clock: SystemClock | None = None,
+        clock: Clock | None = None,
         workers: int = 2,
         base_dir: Path | None = None,
         policy: SourcePolicy | None = None,
@@ -559,7 +559,7 @@ class KubeDatasetManager:
                 self._progress[key] = message
             self.signal.set()
 
-        return progress_reporter(say, _PROGRESS_EVERY_S)
+        return progress_reporter(say, _PROGRESS_EVERY_S, clock=self.clock)
 
     def _collect(self) -> None:
         with self._lock:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.kubernetes.api import LEASES, ConflictError, KubeApi, KubeApiError, NotFoundError
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class LeaseElector:
     identity: str
     duration_s: float = 15.0
     renew_deadline_s: float = 10.0
-    clock: SystemClock = field(default_factory=SystemClock)
+    clock: Clock = field(default_factory=SystemClock)
     _leading_until: float = 0.0  # monotonic deadline of our last successful renewal
     _transitions_seen: int = 0
 

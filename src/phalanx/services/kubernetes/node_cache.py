@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
@@ -147,7 +146,7 @@ def dataset_labels(cache: NodeDataCache) -> dict[str, str]:
 class NodeCacheKeeper:
     """Keeps one node's dataset cache in step with the jobs placed on it, and reports it on the Node."""
 
-    def __init__(self, api: KubeApi, settings: CacheSettings, clock: SystemClock | None = None) -> None:
+    def __init__(self, api: KubeApi, settings: CacheSettings, clock: Clock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -339,13 +338,13 @@ class NodeCacheKeeper:
     def _stage_if_due(self, job: TrainingJob, entry: CacheEntry) -> None:
         uid = job.metadata.uid or ""
         key = (uid, entry.key)
-        if key in self._stagings or self._retry_at.get(key, 0.0) > time.monotonic():
+        if key in self._stagings or self._retry_at.get(key, 0.0) > self.clock.monotonic():
             return
         namespace, name = dataset_of(entry.dataset)
         source = self.store.version_dir(namespace, name, entry.version)
         future = self._pool.submit(self.cache.stage, entry, source, job.key, reader=uid)
         future.add_done_callback(lambda _f: self.signal.set())
-        self._stagings[key] = _Staging(job.key, uid, entry, future, time.monotonic())
+        self._stagings[key] = _Staging(job.key, uid, entry, future, self.clock.monotonic())
 
     def _collect(self) -> bool:
         """Take in the copies that ended; whether any did."""
@@ -370,7 +369,7 @@ class NodeCacheKeeper:
                 self._served.add(key)
                 # Another job waiting for this entry's copy (IN_PROGRESS) finds it now.
                 self._retry_at = {k: at for k, at in self._retry_at.items() if k[1] != staging.entry.key}
-                seconds = time.monotonic() - staging.started
+                seconds = self.clock.monotonic() - staging.started
                 how = "cache hit" if outcome == StageOutcome.HIT else f"copied in {seconds:.1f} s"
                 entry = staging.entry
                 what = f"{entry.dataset} ({entry.key}, {human_bytes(entry.bytes)})"
@@ -378,9 +377,9 @@ class NodeCacheKeeper:
                 self._event(staging, "Staged", f"{what} on {self.settings.node_name}: {how}")
             elif outcome == StageOutcome.WAITING:
                 self._waiting[key] = self.cache.why_waiting(staging.entry)
-                self._retry_at[key] = time.monotonic() + self.settings.interval_s
+                self._retry_at[key] = self.clock.monotonic() + self.settings.interval_s
             else:  # IN_PROGRESS: another job's copy of the same entry; its end wakes the next pass
-                self._retry_at[key] = time.monotonic() + self.settings.interval_s
+                self._retry_at[key] = self.clock.monotonic() + self.settings.interval_s
         return ended
 
     # -- the Node ---------------------------------------------------------------------------------------------

@@ -23,12 +23,12 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import in_use_sentence
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
@@ -124,12 +124,19 @@ class KubeBackend:
     namespaced_kinds = CLUSTER_NAMESPACED_KINDS
 
     def __init__(
-        self, api: KubeApi, *, server: str = "", poll_seconds: float = 0.5, evict_timeout: float = EVICT_TIMEOUT_S
+        self,
+        api: KubeApi,
+        *,
+        server: str = "",
+        poll_seconds: float = 0.5,
+        evict_timeout: float = EVICT_TIMEOUT_S,
+        clock: Clock | None = None,
     ) -> None:
         self.api = api
         self.server = server
         self.poll_seconds = poll_seconds
         self.evict_timeout = evict_timeout
+        self.clock = clock or SystemClock()
         self._installed: bool | None = None
 
     # -- errors --------------------------------------------------------------------------------------------------
@@ -376,12 +383,12 @@ class KubeBackend:
         namespace, name, uid = job.metadata.namespace, job.metadata.name, job.metadata.uid
         with contextlib.suppress(port.NotFoundError):
             self.delete(TrainingJob, namespace, name, uid=uid)
-        deadline = time.monotonic() + DELETE_WAIT_SECONDS
-        while time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + DELETE_WAIT_SECONDS
+        while self.clock.monotonic() < deadline:
             current = self.raw(TRAININGJOBS, namespace, name)
             if current is None or (current.get("metadata") or {}).get("uid") != uid:
                 return
-            time.sleep(self.poll_seconds)
+            self.clock.sleep(self.poll_seconds)
         raise OperationError(f"job {job.key} is still being deleted; try again in a moment")
 
     def pending_explanation(self) -> str:
@@ -430,7 +437,7 @@ class KubeBackend:
         for name, keys in requests.items():
             self._request_eviction(name, keys)
         evicted: builtins.list[str] = []
-        deadline = time.monotonic() + self.evict_timeout
+        deadline = self.clock.monotonic() + self.evict_timeout
         for name, keys in requests.items():
             report = self._eviction_answer(name, deadline)
             if report is None:
@@ -474,9 +481,9 @@ class KubeBackend:
                 obj = self.api.get(NODES, node)
             if eviction_request(obj) is None:
                 return cache_report(obj) or CacheReport(directory="")
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 return None
-            time.sleep(0.2)  # a CLI waiting for another process; a watch would cost more than it saves here
+            self.clock.sleep(0.2)  # a CLI waiting for another process; a watch would cost more than it saves here
 
 
 class KubeOperations(Operations):
@@ -484,8 +491,10 @@ class KubeOperations(Operations):
 
     backend: KubeBackend
 
-    def __init__(self, api: KubeApi, *, server: str = "", poll_seconds: float = 0.5) -> None:
-        super().__init__(KubeBackend(api, server=server, poll_seconds=poll_seconds))
+    def __init__(
+        self, api: KubeApi, *, server: str = "", poll_seconds: float = 0.5, clock: Clock | None = None
+    ) -> None:
+        super().__init__(KubeBackend(api, server=server, poll_seconds=poll_seconds, clock=clock))
         self.api = api
         self.server = server
         self.poll_seconds = poll_seconds

@@ -60,11 +60,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.kubernetes.api import (
     CONFIGMAPS,
     EVENTS,
     JOBTYPES,
+    NODES,
     PHALANX_VERSION,
     PODS,
     SERVICES,
@@ -80,9 +81,11 @@ from phalanx.adapters.kubernetes.objects import (
     LABEL_JOB,
     job_status,
     model_metadata,
+    node_from_object,
     status_body,
 )
 from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME, RenderError
+from phalanx.core.gpu_health import sick_gpus
 from phalanx.core.lifecycle import can_transition, transition
 from phalanx.core.reconcile import (
     CreateReplica,
@@ -184,7 +187,7 @@ class OperatorCounters:
 class KubeOperator:
     """The operator's caches, reconcile and loop."""
 
-    def __init__(self, api: KubeApi, settings: OperatorSettings, clock: SystemClock | None = None) -> None:
+    def __init__(self, api: KubeApi, settings: OperatorSettings, clock: Clock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -196,6 +199,9 @@ class KubeOperator:
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal, on_change=self._jobtype_changed)
         self.services = Informer(api, SERVICES, label_selector=LABEL_JOB, signal=self.signal)
         self.configmaps = Informer(api, CONFIGMAPS, label_selector=LABEL_JOB, signal=self.signal)
+        # GPU health as the node agents report it: a replica on an unhealthy GPU is stopped and its job placed again.
+        self.nodes = Informer(api, NODES, signal=self.signal, on_change=self._node_changed)
+        self._sick: dict[str, dict[int, str]] = {}  # node -> unhealthy GPU index -> why
         self.counters = OperatorCounters()
         self.ready = threading.Event()
         self._pool = ThreadPoolExecutor(max(1, settings.workers), thread_name_prefix="operator-api")
@@ -215,7 +221,7 @@ class KubeOperator:
         self._held: dict[str, HeldStatus] = {}  # job uid -> a planned status not written yet (``may_hold``)
         self._warned: set[tuple[str, str]] = set()  # (job uid, warning) given once per job
         self._posting: set[Future[None]] = set()  # events being recorded in the background
-        self.events = EventBudget()
+        self.events = EventBudget(clock=self.clock.monotonic)
         self.data: KubeDatasetManager | None = None
         if settings.dataset_store is not None:
             self.data = KubeDatasetManager(
@@ -231,7 +237,7 @@ class KubeOperator:
     def informers(self) -> list[Informer]:
         """Every cache the operator reads."""
         data = self.data.informers if self.data is not None else []
-        return [self.jobs, self.pods, self.jobtypes, self.services, self.configmaps, *data]
+        return [self.jobs, self.pods, self.jobtypes, self.services, self.configmaps, self.nodes, *data]
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -326,6 +332,19 @@ class KubeOperator:
         if job:
             with self._lock:
                 self._dirty.add((str(meta.get("namespace") or ""), str(job)))
+
+    def _node_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        """A Node changed: when its unhealthy GPUs did, every job is looked at again (GPU failures are rare)."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        sick = {} if kind == "DELETED" else sick_gpus([node_from_object(obj)]).get(name, {})
+        with self._lock:
+            if self._sick.get(name, {}) == sick:
+                return
+            if sick:
+                self._sick[name] = sick
+            else:
+                self._sick.pop(name, None)
+            self._everything = True
 
     def _jobtype_changed(self, kind: str, obj: dict[str, Any]) -> None:
         with self._lock:
@@ -458,6 +477,7 @@ class KubeOperator:
         jobtype = jobtypes.get(job.spec.type)
         with self._lock:
             deleting = set(self._deleting)
+            sick = dict(self._sick)
         decided = plan(
             ReconcileInput(
                 job=job,
@@ -467,6 +487,7 @@ class KubeOperator:
                 outputs=_OUTPUTS_STAY,
                 staged=staging.staged,
                 staging_error=staging.error,
+                unhealthy_gpus=sick,
             )
         )
         waits = Phase(decided.status.phase) == Phase.DOWNLOADING and staging.waiting

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from phalanx.adapters.clock import SystemClock
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
     EVENTS,
@@ -183,7 +183,7 @@ def pod_requests(pod: dict[str, Any]) -> ResourceVector:
 class KubeScheduler:
     """The scheduler's caches, cycle and loop."""
 
-    def __init__(self, api: KubeApi, settings: SchedulerSettings, clock: SystemClock | None = None) -> None:
+    def __init__(self, api: KubeApi, settings: SchedulerSettings, clock: Clock | None = None) -> None:
         self.api = api
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -220,7 +220,7 @@ class KubeScheduler:
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
         self._lock = threading.Lock()
-        self.events = EventBudget()
+        self.events = EventBudget(clock=self.clock.monotonic)
         self.ready = threading.Event()
         self.counters: Counter[str] = Counter()  # cycles, admitted, bound: for logs and benchmarks
 
