@@ -39,6 +39,7 @@ _COLLECTIONS = {
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
     "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
 }
 
 

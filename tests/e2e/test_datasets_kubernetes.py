@@ -298,3 +298,26 @@ def test_a_job_reading_an_unreachable_dataset_fails_with_staging_failed(
     assert "spec.source.url" in message
     pods = kube.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=phalanx.dev/job=reader")["items"]
     assert pods == []
+
+
+def test_waiting_on_a_dataset_given_a_new_spec_returns_the_new_specs_outcome(
+    components: Components, namespace: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    """What `phalanx dataset create -f` waits for on a cluster: the new spec's Ready or Failed, not the old one's."""
+    from phalanx import Client
+
+    components.operator("--dataset-store", str(cluster.store), "--allow-path-under", str(tmp_path))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "one.bin").write_bytes(b"1" * 100)
+    with Client.kubernetes(kubeconfig=components.kube.kubeconfig, namespace=namespace) as client:
+        client.submit([dataset("moving", {"path": str(cluster.source)})])
+        first = client.wait_dataset("moving", timeout=60)
+        assert (first.status.phase, first.status.files) == ("Ready", len(FILES))
+        client.submit([dataset("moving", {"path": str(tmp_path / "missing")})])
+        broken = client.wait_dataset("moving", timeout=60)
+        assert broken.status.phase == "Failed", broken.status
+        assert broken.status.observed_generation == broken.metadata.generation == 2
+        client.submit([dataset("moving", {"path": str(other)})])
+        fixed = client.wait_dataset("moving", timeout=60)
+        assert (fixed.status.phase, fixed.status.files, fixed.status.observed_generation) == ("Ready", 1, 3)

@@ -259,7 +259,8 @@ def test_an_mpi_job_gets_a_headless_service_and_a_hostfile(running: tuple[Compon
         f"allreduce-worker-0.allreduce.{namespace}.svc slots=1",
         f"allreduce-worker-1.allreduce.{namespace}.svc slots=1",
     ]
-    service = kube.get(f"/api/v1/namespaces/{namespace}/services/allreduce")
+    # The operator creates the Service and the ConfigMap at the same time (a pool of writes): either may be first.
+    service = kube.wait_for(f"/api/v1/namespaces/{namespace}/services/allreduce", lambda obj: True, 30, "Service")
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
     pods = wait_until(lambda: (p := pods_of(kube, namespace, "allreduce")) and len(p) == 3 and p, 30, "three pods")

@@ -4,7 +4,7 @@ Each test has an 8-GPU kwok node of its own: its jobs ask for a GPU model only t
 preempts a low-priority one holding every GPU (the victim goes Preempted, loses its Pod, waits Queued; the
 critical job is bound only once the victim's Pod is gone); a Queue with a 4-GPU quota keeps its second 4-GPU job
 waiting, with the quota as the reason, on a node with room for both; a Queue for another namespace leaves the
-job waiting with the fix.
+job waiting with the fix; reclaiming GPUs a queue of the cohort borrowed preempts the borrower once.
 """
 
 from __future__ import annotations
@@ -153,3 +153,35 @@ def test_a_queue_for_another_namespace_says_so(
     assert waiting["status"]["message"].startswith(
         f"queue {team} takes jobs of namespace somewhere-else only, not {namespace}"
     )
+
+
+def test_reclaiming_borrowed_gpus_preempts_the_borrower_once(
+    components: Components, namespace: str, gpu_model: str, make_queue: Callable[[dict[str, Any]], str]
+) -> None:
+    """docs/queues.md's worked example, then one more job of team-b (issue 14, "Reclaim loops").
+
+    The borrower used to be queued again and re-admitted into the room freed for the reclaiming job, then
+    preempted again, over and over; the room is now nominated for its preemptor.
+    """
+    kube = components.kube
+    components.operator()
+    components.scheduler()
+    cohort = kube.unique("research")
+    quota = {"gpu": 4, "cpu": 32, "memory": "256Gi"}
+    team_a = make_queue({"quota": quota, "cohort": cohort, "weight": 2})
+    team_b = make_queue({"quota": quota, "cohort": cohort, "borrowingLimit": {"gpu": 2}})
+    jobs = JOBS.format(ns=namespace)
+    kube.create(jobs, gpu_job("a-train", gpu_model, workers=3, gpus=2, scheduling={"queue": team_a}))
+    kube.wait_for(f"{jobs}/a-train", lambda obj: phase_of(obj) == "Running", 60, "a-train to run")
+    kube.create(jobs, gpu_job("b-train", gpu_model, gpus=2, scheduling={"queue": team_b}))
+    kube.wait_for(f"{jobs}/b-train", lambda obj: phase_of(obj) == "Running", 60, "b-train to run")
+    kube.create(jobs, gpu_job("a-eval", gpu_model, gpus=2, scheduling={"queue": team_a}))
+    kube.wait_for(f"{jobs}/a-eval", lambda obj: (obj.get("status") or {}).get("reason") == "Waiting", 60, "a-eval")
+
+    kube.create(jobs, gpu_job("b-more", gpu_model, gpus=2, scheduling={"queue": team_b}))
+    kube.wait_for(f"{jobs}/b-more", lambda obj: phase_of(obj) == "Running", 60, "b-more to run")
+    train = kube.get(f"{jobs}/a-train")
+    preempted = [c for c in (train.get("status") or {}).get("conditions") or [] if c["type"] == "Preempted"]
+    assert train["status"]["attempt"] == 1, train["status"]
+    assert len(preempted) == 1 and "b-more" in preempted[0]["message"], preempted
+    assert phase_of(train) == "Queued"

@@ -174,3 +174,41 @@ def test_time_slicing_options_that_cannot_work_exit_2(tmp_path: Path, args: list
     done = phalanx("sim", "run", "--trace", f"itp:{CLUSTER10}", *args, "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in " ".join((done.stdout + done.stderr).split())
+
+
+def test_a_scheduler_config_file_runs_as_its_flags_do_and_a_flag_given_wins(tmp_path: Path) -> None:
+    config = tmp_path / "scheduler.yaml"
+    config.write_text(
+        "apiVersion: phalanx.dev/v1alpha1\nkind: SchedulerConfiguration\nqueueOrder: least-attained-service\n"
+        "timeSlicing: {enabled: true, starveLimit: 2}\nqueueingStrategy: backfill\nplacement: pack\n"
+        "preemption: false\n"
+    )
+    args = ["sim", "run", "--trace", f"itp:{CLUSTER10}", "--jobs", "80", "--nodes", "1", "--gpus-per-node", "8"]
+    flags = ["--queue-order", "least-attained-service", "--time-slicing", "--starve-limit", "2"]
+    flags += ["--queueing-strategy", "backfill", "--placement", "pack"]
+    by_file = phalanx(*args, "--scheduler-config", str(config), "--out", str(tmp_path / "file"), cwd=tmp_path)
+    by_flags = phalanx(*args, *flags, "--out", str(tmp_path / "flags"), cwd=tmp_path)
+    assert by_file.returncode == by_flags.returncode == 0, by_file.stderr + by_flags.stderr
+    for name in ("metrics.csv", "jobs.csv"):
+        assert read_csv(tmp_path / "file" / name) == read_csv(tmp_path / "flags" / name), name
+    [row] = read_csv(tmp_path / "file" / "metrics.csv")
+    assert row["run"] == "least-attained-service/pack/gang/backfill/time-slicing/starve-2"
+
+    overridden = phalanx(
+        *args,
+        "--scheduler-config",
+        str(config),
+        "--queueing-strategy",
+        "strict-fifo",
+        "--out",
+        str(tmp_path / "o"),
+        cwd=tmp_path,
+    )
+    assert overridden.returncode == 0, overridden.stderr
+    [row] = read_csv(tmp_path / "o" / "metrics.csv")
+    assert row["run"] == "least-attained-service/pack/gang/strict-fifo/time-slicing/starve-2"
+
+    config.write_text("apiVersion: phalanx.dev/v1alpha1\nkind: SchedulerConfiguration\nqueueOrder: lifo\n")
+    bad = phalanx(*args, "--scheduler-config", str(config), "--out", str(tmp_path / "bad"), cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "queueOrder: must be one of" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,6 +1,7 @@
 """``python -m phalanx.entrypoints.controlplane``: the embedded control plane as a process.
 
-Runs until SIGTERM or SIGINT, then releases its lease so another control plane can lead at once.
+Runs until SIGTERM or SIGINT, then releases its lease so another control plane can lead at once. Schedules
+under the SchedulerConfiguration recorded in the state directory (``phalanx up --scheduler-config``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import sys
 import threading
 from pathlib import Path
 
+from phalanx.core.scheduling.config import from_configuration
 from phalanx.entrypoints.masked_logging import mask_log_handlers
+from phalanx.model.errors import SpecError
 from phalanx.model.resources import parse_memory
 from phalanx.services.embedded.api_http import HttpLimits
 from phalanx.services.embedded.controlplane import ControlPlane, ControlPlaneConfig
-from phalanx.services.embedded.layout import default_state_dir
+from phalanx.services.embedded.daemon import recorded_scheduler_configuration
+from phalanx.services.embedded.layout import StateLayout, default_state_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     mask_log_handlers()  # the log may quote a datasource URL: never with its password
+    layout = StateLayout(args.state_dir)
+    try:
+        policy = from_configuration(recorded_scheduler_configuration(layout))
+    except SpecError as exc:
+        parser.error(str(exc))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -86,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             api_limits=HttpLimits(timeout=args.api_timeout, workers=args.api_workers, backlog=4 * args.api_workers),
             gpu_check_seconds=args.gpu_check_interval,
             gpu_fault_file=args.gpu_fault_file,
+            scheduler_policy=policy,
         )
     )
     plane.run(stop)

@@ -93,7 +93,10 @@ class JobVerbs:
         return self.ops.get_dataset(self.namespace, name)
 
     def wait_dataset(self, name: str, *, timeout: float = 600.0, poll_seconds: float = 0.2) -> Dataset:
-        """Block until the Dataset is materialised (Ready) or Failed, and return it.
+        """Block until the Dataset's current spec is materialised (Ready) or Failed, and return it.
+
+        A Dataset just given a new spec still shows the old spec's outcome until the control plane takes the new
+        one up: that is not waited for (``Dataset.settled``).
 
         Raises:
             TimeoutError: it was neither within ``timeout`` seconds.
@@ -101,10 +104,16 @@ class JobVerbs:
         deadline = time.monotonic() + timeout
         while True:
             dataset = self.dataset(name)
-            if dataset.status.phase in (DatasetPhase.READY, DatasetPhase.FAILED):
+            if dataset.settled:
                 return dataset
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"dataset {name} is still {dataset.status.phase} after {timeout:g} s")
+                status = dataset.status
+                if status.phase not in (DatasetPhase.READY, DatasetPhase.FAILED):
+                    raise TimeoutError(f"dataset {name} is still {status.phase} after {timeout:g} s")
+                raise TimeoutError(
+                    f"dataset {name}'s new spec (generation {dataset.metadata.generation}) was not taken up within "
+                    f"{timeout:g} s; its status ({status.phase}) is for generation {status.observed_generation}"
+                )
             time.sleep(poll_seconds)
 
     def describe_dataset(self, name: str) -> DatasetDescription:

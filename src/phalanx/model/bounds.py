@@ -71,3 +71,10 @@ MAX_GPU_INDEX = 1023
 MAX_GPUS_PER_NODE = 1024
 MAX_NODE_MEMORY = 2**50
 MAX_NVLINKS = 64
+
+#: Scheduler configuration: least-attained-service band limits, in GPU-seconds (a million GPU-years is past any
+#: job; datetime arithmetic on the seconds stays exact), how many of them, and the starvation limit (a ratio of
+#: waiting to running time).
+MAX_LAS_THRESHOLD = 3.2e13
+MAX_LAS_THRESHOLDS = 16
+MAX_STARVE_LIMIT = 1_000_000.0

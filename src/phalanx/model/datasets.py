@@ -199,6 +199,18 @@ class Dataset(ApiModel):
     spec: DatasetSpec
     status: DatasetStatus = Field(default_factory=DatasetStatus)
 
+    @property
+    def settled(self) -> bool:
+        """Whether ``status`` holds the outcome (Ready or Failed) of the current spec, not of an earlier one.
+
+        A spec change moves ``metadata.generation``; until the dataset manager takes it up, ``status`` still says
+        how the previous spec ended, with the previous ``observedGeneration``.
+        """
+        return self.status.observed_generation == self.metadata.generation and self.status.phase in (
+            DatasetPhase.READY,
+            DatasetPhase.FAILED,
+        )
+
 
 class DatasetMount(ApiModel):
     """A dataset a job reads, as listed under the job's ``spec.datasets``."""

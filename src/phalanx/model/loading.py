@@ -22,6 +22,7 @@ from phalanx.model.datasets import Dataset
 from phalanx.model.errors import FieldError, SpecError, from_validation_error
 from phalanx.model.jobtypes import JobType
 from phalanx.model.queues import Queue
+from phalanx.model.scheduler_config import SCHEDULER_CONFIGURATION, SchedulerConfiguration
 from phalanx.model.textfiles import MAX_FILE_BYTES, FileTextError, read_spec_text, too_large
 from phalanx.model.validation import allowed_fields
 from phalanx.model.yaml_limits import LimitedLoader, LimitExceededError, measure_documents
@@ -145,6 +146,28 @@ def parse_dataset(raw: dict[str, Any], *, source: str | None = None) -> Dataset:
     except ValidationError as err:
         raise SpecError(
             from_validation_error(err, fields_at=lambda loc: allowed_fields(Dataset, loc)), source=source
+        ) from None
+
+
+def read_scheduler_configuration(path: Path) -> SchedulerConfiguration:
+    """The one SchedulerConfiguration document of a file (``--scheduler-config``, ``--config``).
+
+    Raises:
+        SpecError: the file cannot be read, holds more than one document or another kind, or a field is wrong.
+    """
+    documents = read_documents(path)
+    if len(documents) != 1 or documents[0].get("kind") != SCHEDULER_CONFIGURATION:
+        kinds = ", ".join(str(doc.get("kind")) for doc in documents)
+        raise SpecError(
+            [FieldError("kind", f"the file must hold one {SCHEDULER_CONFIGURATION} document, not: {kinds}")],
+            source=str(path),
+        )
+    try:
+        return SchedulerConfiguration.model_validate(documents[0])
+    except ValidationError as err:
+        raise SpecError(
+            from_validation_error(err, fields_at=lambda loc: allowed_fields(SchedulerConfiguration, loc)),
+            source=str(path),
         ) from None
 
 

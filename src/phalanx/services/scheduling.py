@@ -3,13 +3,17 @@
 The embedded scheduler (``services.embedded.scheduler``) and phalanx-scheduler (``services.kubernetes.scheduler``)
 turn the objects they read into the core's ``PendingJob``, ``RunningJob`` and ``QueueQuota`` with these
 functions, and word an admission and a preemptor's wait with them, so both say and count the same.
+
+A job's ``activeDeadlineSeconds`` is its duration estimate (shortest-first, backfill): the controller stops it
+by then, so backfill never counts on an end that may not come.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
 
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition
 from phalanx.core.rendezvous import replica_names
@@ -32,6 +36,8 @@ from phalanx.model.resources import ResourceVector
 from phalanx.services.queue_views import queue_views
 
 log = logging.getLogger(__name__)
+
+FINISHED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
 
 def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[ReplicaRequest]:
@@ -104,29 +110,54 @@ def running_job(
         replicas=requests,
         assignments=assignments,
         checkpointed=False,
+        expected_end=_deadline(job),
         # Storing and Halting jobs are about to give their room back; the lifecycle cannot preempt them.
         preemptible=can_transition(Phase(job.status.phase), Phase.PREEMPTED),
     )
 
 
+def _deadline(job: TrainingJob) -> datetime | None:
+    """When the controller stops the job for ``activeDeadlineSeconds`` (as ``core.reconcile`` anchors it)."""
+    seconds = job.spec.run_policy.active_deadline_seconds
+    anchor = job.status.start_time or job.metadata.creation_timestamp
+    return None if seconds is None or anchor is None else anchor + timedelta(seconds=seconds)
+
+
 def running_jobs(
     jobs: Iterable[TrainingJob],
-    replicas: Iterable[Replica],
+    replicas: Iterable[Replica] = (),
     *,
     jobtypes: Mapping[str, JobType],
     nodes: Iterable[str],
     now: datetime,
+    counted: Callable[[TrainingJob, str, ReplicaPlacement], bool] | None = None,
 ) -> tuple[RunningJob, ...]:
     """The jobs in holding phases that hold placements, as the core's ``RunningJob``s.
 
-    Only placements ``holdings_of`` counts are assigned: a replica the job still asks for whose Replica object
-    has not been created, or exists with that very placement, on a node the snapshot lists. Whatever else a
-    job's replicas hold stays counted in the nodes' use without a job behind it (taken, never given back).
+    Only placements the holdings count are assigned: on a node the snapshot lists, and ``counted`` (by default: a
+    replica the job still asks for whose Replica object has not been created, or exists with that very
+    placement; phalanx-scheduler asks the same of the job's Pods). Whatever else a job's replicas hold stays
+    counted in the nodes' use without a job behind it (taken, never given back).
+
+    A finished job whose replicas (``replicas``) are still exiting is running too, ending now and not preemptible:
+    backfill must see that room come back, or the first waiting job would get no reservation and any job could
+    pass it.
     """
     existing = {(r.spec.job_uid, r.metadata.name): r.spec.placement for r in replicas}
+    exiting: dict[str, list[tuple[str, ReplicaPlacement]]] = {}
+    for (uid, name), placement in existing.items():
+        exiting.setdefault(uid, []).append((name, placement))
+    if counted is None:
+
+        def counted(job: TrainingJob, name: str, placement: ReplicaPlacement) -> bool:
+            return existing.get((job.metadata.uid or "", name), placement) == placement
+
     known = set(nodes)
     running = []
     for job in jobs:
+        if Phase(job.status.phase) in FINISHED_PHASES and (job.metadata.uid or "") in exiting:
+            running.extend(_exiting_job(job, jobtypes.get(job.spec.type), exiting[job.metadata.uid or ""], known, now))
+            continue
         if Phase(job.status.phase) not in HOLDING_PHASES or not job.status.placements:
             continue
         requests = tuple(replica_requests(job, jobtypes.get(job.spec.type)))
@@ -134,14 +165,29 @@ def running_jobs(
         kept = [
             (name, placement)
             for name, placement in job.status.placements.items()
-            if name in names
-            and existing.get((job.metadata.uid or "", name), placement) == placement
-            and placement.node in known
+            if name in names and placement.node in known and counted(job, name, placement)
         ]
         found = running_job(job, requests, kept, now)
         if found is not None:
             running.append(found)
     return tuple(running)
+
+
+def _exiting_job(
+    job: TrainingJob,
+    jobtype: JobType | None,
+    replicas: list[tuple[str, ReplicaPlacement]],
+    known: set[str],
+    now: datetime,
+) -> list[RunningJob]:
+    """A finished job's replicas still exiting, as a ``RunningJob`` that ends now (none if they cannot be)."""
+    try:
+        requests = tuple(replica_requests(job, jobtype))
+    except Exception:  # a spec the scheduler cannot read: its room stays taken until the replicas are gone
+        return []
+    names = {request.name for request in requests}
+    found = running_job(job, requests, [(n, p) for n, p in replicas if n in names and p.node in known], now)
+    return [] if found is None else [replace(found, expected_end=now, preemptible=False)]
 
 
 def _amounts(amounts: ResourceAmounts) -> QuotaAmounts:
@@ -228,9 +274,14 @@ def queue_statuses(queues: Iterable[Queue], jobs: Iterable[TrainingJob]) -> dict
 
 
 def pending_job(
-    job: TrainingJob, jobtype: JobType | None, datasets: Mapping[tuple[str, str], Dataset], now: datetime
+    job: TrainingJob,
+    jobtype: JobType | None,
+    datasets: Mapping[tuple[str, str], Dataset],
+    now: datetime,
+    attained: float = 0.0,
 ) -> PendingJob:
-    """The core's ``PendingJob`` for a queued job."""
+    """The core's ``PendingJob`` for a queued job that attained ``attained`` GPU-seconds in earlier runs."""
+    deadline = job.spec.run_policy.active_deadline_seconds
     return PendingJob(
         key=job.key,
         priority=job.spec.scheduling.effective_priority(),
@@ -241,12 +292,9 @@ def pending_job(
         placement=str(job.spec.scheduling.placement),
         topology=job.spec.scheduling.topology,
         datasets=dataset_needs(job, datasets),
+        duration_estimate=float(deadline) if deadline is not None else None,
+        attained_service=attained,
     )
-
-
-def preemptor_reason(victims: Iterable[str]) -> str:
-    """What a job that preempted others waits for."""
-    return f"preempted {', '.join(victims)} to make room; starts once their replicas have stopped"
 
 
 def describe_admission(admission: Admission) -> str:

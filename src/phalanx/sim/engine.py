@@ -6,8 +6,8 @@ event due then is handled as one batch:
 
 1. completions: finished jobs give their devices back (``session.release``);
 2. arrivals: new jobs join the pending set;
-3. one ``session.cycle(pending, now)`` over every pending job; each admitted job starts now and its
-   completion is scheduled ``duration`` seconds later;
+3. one scheduling pass over every pending job (``core.scheduling.passes.run_pass`` on the session: the pass
+   the runtimes run); each admitted job starts now and its completion is scheduled ``duration`` seconds later;
 4. a sample of the cluster (GPUs allocated, GPUs running jobs, jobs pending and running) is recorded; it holds
    until the next event time.
 
@@ -26,7 +26,7 @@ and draws no random number, so a run is a function of its inputs (the seed goes 
 placement baseline through ``SchedulerConfig``). Shortest-first gets each job's true run time as its estimate
 (an oracle, as in the Helios and PAI simulators' SJF).
 
-With ``preemption`` on, the core may stop running jobs for higher-priority ones (``Decisions.preempted``);
+With ``preemption`` on, the core may stop running jobs for higher-priority ones (``PassPlan.preempted``);
 with ``time_slicing`` (least-attained-service only, gang only), also jobs of the same priority whose attained
 GPU-seconds put them in a lower band than a waiting job's (Tiresias' discretised LAS, in the core:
 ``SchedulerConfig.las_preempt``). A victim adds its served GPU-seconds to ``attained``, subtracts its served time
@@ -38,6 +38,12 @@ stopped run is then skipped: completions carry the run number they belong to, an
 time slicing a running job changes band between events too: the session says when
 (``next_band_change``) and the engine adds that time as an event with nothing but a cycle, so demotions (and
 starvation promotions) take effect when they happen.
+
+A preemptor starts only once its victims have stopped, as in the runtimes (the pass's rule): the pass that
+preempts defers the preemptor and every admission decided after it (the engine releases them from the
+session), and nominates the preemptor. A victim's stop takes effect at the next pass, which the engine runs at
+the same virtual time (no stop delay is modelled); the pass tries nominated jobs first, so the room their
+victims freed is theirs.
 
 Waiting reasons: the core explains every waiting job only with ``explain`` (off by default; about half of a
 cycle's time). The report needs a reason only for the jobs that never started, so when a run ends with jobs
@@ -59,11 +65,14 @@ from phalanx.core.scheduling import (
     Admission,
     ClusterSnapshot,
     PendingJob,
+    QueueQuota,
     ReplicaRequest,
     SchedulerConfig,
     SchedulingSession,
     TaskShape,
 )
+from phalanx.core.scheduling.config import DEFAULT_LAS_THRESHOLDS, cycle_config
+from phalanx.core.scheduling.passes import run_pass
 from phalanx.model.resources import ResourceVector
 from phalanx.sim.clusters import gpu_capacity
 from phalanx.sim.workloads import MILLI, SimJob
@@ -98,7 +107,10 @@ class SimOptions:
         starve_limit: with time slicing, promote a waiting job to the top band once it has waited this many
             times as long as it ran since its last promotion (``SchedulerConfig.las_starve_limit``); 0: never.
         restart_penalty: seconds a preempted job adds to its remaining run time when it resumes.
+        las_thresholds: the least-attained-service bands, in GPU-seconds (``SchedulerConfig.las_thresholds``).
         explain: let the core explain every waiting job in every cycle (slower; the decisions are the same).
+        queues: the queues' quotas (jobs name theirs in ``SimJob.queue``); with any, fair share across queues is
+            on, as in the runtimes (``core.scheduling.config.cycle_config``).
     """
 
     queue_order: str = "fifo"
@@ -112,7 +124,9 @@ class SimOptions:
     time_slicing: bool = False
     starve_limit: float = 0.0
     restart_penalty: float = 0.0
+    las_thresholds: tuple[float, ...] = DEFAULT_LAS_THRESHOLDS
     explain: bool = False
+    queues: tuple[QueueQuota, ...] = ()
 
     @property
     def label(self) -> str:
@@ -132,7 +146,7 @@ class SimOptions:
         Raises:
             ValueError: the queue order is unknown.
         """
-        return SchedulerConfig(
+        policy = SchedulerConfig(
             queue_order=self.queue_order,
             workload=self.workload,
             seed=self.seed,
@@ -140,8 +154,11 @@ class SimOptions:
             preemption=self.preemption,
             las_preempt=self.time_slicing,
             las_starve_limit=self.starve_limit,
+            las_thresholds=self.las_thresholds,
             explain=self.explain,
         )
+        # A simulated victim has stopped by the next pass, which runs at once: no pass starts while one stops.
+        return cycle_config(policy, self.queues, stopping=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +176,7 @@ class JobOutcome:
         first_start: when its first run started (``start`` unless it was preempted); None: ``start``.
         run_time: seconds it ran, over all its runs (restart penalties included); None: ``end - start``.
         preempted: how many times it was preempted.
+        runs: (start, end) of every run, in order: a preempted run ends when it was stopped.
     """
 
     job: SimJob
@@ -171,6 +189,7 @@ class JobOutcome:
     first_start: float | None = None
     run_time: float | None = None
     preempted: int = 0
+    runs: tuple[tuple[float, float], ...] = ()
 
     @property
     def queueing_delay(self) -> float | None:
@@ -280,6 +299,7 @@ class _JobState:
     first_start: float | None = None
     served: float = 0.0  # seconds run so far, over every run
     preempted: int = 0
+    runs: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of every run that ended
 
 
 def check_options(options: SimOptions) -> None:
@@ -365,6 +385,9 @@ class _Engine:
         self.holder: dict[str, int] = {}  # session key -> index of the job whose devices it holds
         self.preemptions = 0
         self.wake: float | None = None  # time slicing: the next band change, an event with only a cycle
+        # Preemptors whose victims' room is theirs (``core.scheduling.passes``): while there are any, one more
+        # pass runs at the same time, once the victims have stopped.
+        self.nominated: dict[str, tuple[str, ...]] = {}
         self.samples: tuple[list[float], list[float], list[float], list[int], list[int]] = ([], [], [], [], [])
 
     # --- the loop ---------------------------------------------------------------------------------------
@@ -373,7 +396,7 @@ class _Engine:
         next_arrival = 0
         last_time: float | None = None
         deadlock: Deadlock | None = None
-        while next_arrival < len(self.arrivals) or self.completions:
+        while next_arrival < len(self.arrivals) or self.completions or self.nominated:
             now = self._next_time(next_arrival)
             if last_time is not None:
                 # Partial gangs held their GPUs idle over the whole interval since the last event.
@@ -398,6 +421,8 @@ class _Engine:
         return self._result(deadlock)
 
     def _next_time(self, next_arrival: int) -> float:
+        if self.nominated and self.samples[0]:
+            return self.samples[0][-1]  # the victims of the last pass have stopped: their preemptors start now
         candidates = []
         if next_arrival < len(self.arrivals):
             candidates.append(self.states[self.arrivals[next_arrival]].job.submit)
@@ -432,6 +457,7 @@ class _Engine:
             served = now - (state.start if state.start is not None else now)
             state.served += served
             state.attained += milli / MILLI * served
+            state.runs.append((now if state.start is None else state.start, now))
             self.running -= 1
             self.finished += 1
 
@@ -446,15 +472,21 @@ class _Engine:
 
     def _cycle(self, now: float) -> bool:
         if not self.pending:
+            self.nominated = {}
             return False
-        decisions = self.session.cycle(list(self.pending.values()), EPOCH + timedelta(seconds=now))
+        plan = run_pass(
+            self.session, list(self.pending.values()), now=EPOCH + timedelta(seconds=now), nominated=self.nominated
+        )
         self.cycles += 1
-        self.reasons = decisions.waiting
-        for preemption in decisions.preempted:
+        self.reasons = plan.waiting
+        self.nominated = plan.nominated
+        for admission in plan.deferred:
+            self.session.release(admission.key)  # they wait for the victims to stop, as in the runtimes
+        for preemption in plan.preempted:
             self._preempt(preemption.victim, now)
-        for admission in decisions.admitted:
+        for admission in plan.admitted:
             self._admit(admission, now)
-        return bool(decisions.admitted)
+        return bool(plan.admitted)
 
     def _preempt(self, key: str, now: float) -> None:
         """Stop the running job that holds ``key``, whole, and queue it again with the time it has left."""
@@ -471,6 +503,7 @@ class _Engine:
         state.attained += milli / MILLI * served
         state.remaining = max(0.0, state.remaining - served) + self.options.restart_penalty
         state.served += served
+        state.runs.append((now if state.start is None else state.start, now))
         state.preempted += 1
         state.status = WAITING
         state.start = None
@@ -484,7 +517,8 @@ class _Engine:
 
     def _stuck(self, admitted: bool) -> bool:
         """Partial gangs hold GPUs, nothing runs or will finish, and the last cycle placed nothing."""
-        return bool(self.partial_jobs) and not self.running and not self.completions and not admitted
+        waits_for_nothing = not self.running and not self.completions and not self.nominated
+        return bool(self.partial_jobs) and waits_for_nothing and not admitted
 
     # --- pending work -----------------------------------------------------------------------------------
 
@@ -592,6 +626,7 @@ class _Engine:
                 first_start=state.first_start,
                 run_time=state.served if state.status == FINISHED else None,
                 preempted=state.preempted,
+                runs=tuple(state.runs),
             )
             for index, state in enumerate(self.states)
         )

@@ -5,12 +5,15 @@ job reads it, `cache ls` with entries, pins and counters, `cache evict` refused 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from conftest import Runtime, generic_job, parse_table
+from phalanx.model.datasets import Dataset, DatasetPhase
 from phalanx.model.jobs import Phase
 from support.waiting import wait_until
 
@@ -83,3 +86,60 @@ def test_dataset_create_exits_1_with_the_reason_when_materialising_fails(runtime
     assert "dataset/gone Failed" in result.stdout and "spec.source.url" in result.stdout
     unknown = runtime.cli("describe", "dataset", "nope")
     assert unknown.returncode == 1 and "dataset default/nope not found; datasets in default: gone" in unknown.stderr
+
+
+def test_dataset_create_on_a_changed_spec_reports_the_new_specs_outcome(runtime: Runtime, tmp_path: Path) -> None:
+    """Giving an existing Dataset a new spec prints (and exits with) the new spec's outcome, not the old status.
+
+    The old Ready (or Failed) stays in ``status`` until the control plane takes up the new generation; the CLI
+    must wait for ``status.observedGeneration`` to reach it.
+    """
+    import sqlite3
+
+    database = tmp_path / "rows.db"
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        connection.executescript("CREATE TABLE t (a INTEGER, b TEXT); INSERT INTO t VALUES (1, 'x'), (2, 'y');")
+        connection.commit()
+    url = f"sqlite:///{database}"
+    runtime.start_control_plane()
+
+    def create(query: str) -> Any:
+        return runtime.cli(
+            "dataset", "create", "-f", str(dataset_file(runtime, "rows", {"sql": {"url": url, "query": query}}))
+        )
+
+    first = create("SELECT a, b FROM t")
+    assert first.returncode == 0 and "dataset/rows Ready" in first.stdout, first.stdout
+    broken = create("SELECT a, b FROM no_such_table")
+    assert "dataset/rows configured" in broken.stdout
+    assert broken.returncode == 1, broken.stdout
+    assert "dataset/rows Failed" in broken.stdout and "spec.source.sql" in broken.stdout
+    fixed = create("SELECT a FROM t")
+    assert fixed.returncode == 0, fixed.stdout
+    with runtime.client() as client:
+        version = client.dataset("rows").status.version
+    assert version and f"dataset/rows Ready: version {version}" in fixed.stdout
+    assert version not in first.stdout  # the new query's content, not the first one's
+
+
+def test_a_wait_that_runs_out_says_whether_the_new_spec_was_ever_taken_up(runtime: Runtime, tmp_path: Path) -> None:
+    """No control plane runs: a new Dataset stays Pending; one given a new spec keeps the old spec's Ready."""
+
+    def document(path: Path) -> dict[str, Any]:
+        spec = {"source": {"path": str(path)}}
+        return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Dataset", "metadata": {"name": "d"}, "spec": spec}
+
+    with runtime.client() as client:
+        client.submit([document(tmp_path / "a")])
+        with pytest.raises(TimeoutError, match=r"^dataset d is still Pending after 0\.05 s$"):
+            client.wait_dataset("d", timeout=0.05)
+        stored = client.store.get(Dataset, "default", "d")
+        ready = stored.status.model_copy(update={"phase": DatasetPhase.READY, "observed_generation": 1})
+        client.store.update_status(stored.model_copy(update={"status": ready}))
+        assert client.wait_dataset("d", timeout=0.05).status.phase == DatasetPhase.READY
+        client.submit([document(tmp_path / "b")])
+        with pytest.raises(TimeoutError) as waited:
+            client.wait_dataset("d", timeout=0.05)
+    assert str(waited.value) == (
+        "dataset d's new spec (generation 2) was not taken up within 0.05 s; its status (Ready) is for generation 1"
+    )

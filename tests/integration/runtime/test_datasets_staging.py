@@ -504,3 +504,34 @@ def test_a_restarted_replica_reads_the_version_its_job_started_with(runtime: Run
     assert runtime.wait_phase("later", FINISHED).status.phase == Phase.SUCCEEDED
     later = Path(read_envs(tmp_path / "env")["worker-0"]["PHALANX_DATASET_MOVING_PATH"])
     assert (later / "data.txt").read_text() == "two", "a new job reads the Dataset's latest version"
+
+
+def test_a_dataset_deleted_and_created_again_mid_materialisation_gets_its_own_data(
+    runtime: Runtime, source_dir: Path, tmp_path: Path
+) -> None:
+    """The outcome of a materialisation belongs to the Dataset object it started for (its uid), not to its name.
+
+    A Dataset deleted while its script runs and created again from a directory must end with the directory's
+    files, not with what the deleted one's script wrote.
+    """
+    release = tmp_path / "release"
+    script = (
+        "import os, pathlib, time\n"
+        f"while not pathlib.Path({str(release)!r}).exists(): time.sleep(0.05)\n"
+        "pathlib.Path(os.environ['PHALANX_DATASET_OUTPUT'], 'script.bin').write_bytes(b's' * 7)\n"
+    )
+    runtime.start_control_plane()
+    runtime.submit(dataset_doc("again", {"script": {"command": ["python", "-c", script]}}))
+    old = wait_dataset(runtime, "again", {DatasetPhase.MATERIALIZING})
+    runtime.cli("delete", "dataset", "again", check=True)
+    runtime.submit(dataset_doc("again", {"path": str(source_dir)}))
+    with runtime.client() as client:
+        new_uid = client.dataset("again").metadata.uid
+    assert new_uid != old.metadata.uid
+    release.touch()
+    with runtime.client() as client:
+        dataset = client.wait_dataset("again", timeout=60)
+    assert dataset.metadata.uid == new_uid
+    assert dataset.status.phase == DatasetPhase.READY, dataset.status.message
+    assert dataset.status.files == len(tree(source_dir)), dataset.status.lineage
+    assert "script" not in (dataset.status.lineage or "")

@@ -244,16 +244,15 @@ def test_the_pending_job_that_breaks_the_scheduling_cycle_is_found_and_the_other
     The model now refuses every value known to break the cycle (a 10**30 millicore row no longer even parses: see
     the next test), so the bug is stood in for: the real cycle, made to raise whenever the pill is among its jobs.
     """
-    import phalanx.services.embedded.scheduler as scheduling_service
+    import phalanx.core.scheduling.passes as passes
 
-    real_schedule = scheduling_service.schedule
+    class FailingOnThePill(passes.SchedulingSession):
+        def cycle(self, pending: Any, *args: Any, **kwargs: Any) -> Any:
+            if any(job.key == "default/pill" for job in pending):
+                raise OverflowError("Python int too large to convert to C long")
+            return super().cycle(pending, *args, **kwargs)
 
-    def schedule_failing_on_the_pill(snapshot: Any, pending: Any, *args: Any, **kwargs: Any) -> Any:
-        if any(job.key == "default/pill" for job in pending):
-            raise OverflowError("Python int too large to convert to C long")
-        return real_schedule(snapshot, pending, *args, **kwargs)
-
-    monkeypatch.setattr(scheduling_service, "schedule", schedule_failing_on_the_pill)
+    monkeypatch.setattr(passes, "SchedulingSession", FailingOnThePill)
     with store_with_queued_jobs(tmp_path / "phalanx.db", ["a", "b", "c"]) as store:
         body = stored_body("pill")
         body["status"] = {"phase": "Queued"}

@@ -21,7 +21,7 @@ from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
 from phalanx.model.loading import dump_json, dump_yaml
 from phalanx.model.masking import mask_url, mask_urls_in
-from phalanx.services.dataset_store import materialize_outcome
+from phalanx.services.dataset_manager import materialize_outcome
 from phalanx.services.dataset_views import DatasetDescription
 
 PASSWORD = "hunter2-Pw"

@@ -27,6 +27,14 @@ from phalanx.adapters.kubernetes.api import (
     NotFoundError,
     Resource,
 )
+from phalanx.adapters.kubernetes.cache_report import (
+    CACHE_ANNOTATION,
+    EVICT_ANNOTATION,
+    CacheReport,
+    HeldEntry,
+    JobCacheState,
+    eviction_request,
+)
 from phalanx.adapters.kubernetes.objects import job_from_object
 from phalanx.adapters.kubernetes.rendering import DatasetVolumes, render_pod
 from phalanx.core.data import DatasetCounters, entry_key
@@ -37,18 +45,9 @@ from phalanx.model.jobs import TrainingJobStatus
 from phalanx.model.loading import builtin_jobtypes, parse_dataset
 from phalanx.services.dataset_store import DATASET_VERSIONS_ANNOTATION, materialize_version
 from phalanx.services.kubernetes.apply import may_hold
-from phalanx.services.kubernetes.datasets import (
-    CACHE_ANNOTATION,
-    EVICT_ANNOTATION,
-    CacheReport,
-    HeldEntry,
-    JobCacheState,
-    KubeDatasetManager,
-    SourcePolicy,
-    eviction_request,
-    nodes_holding,
-)
+from phalanx.services.kubernetes.datasets import KubeDatasetManager, SourcePolicy, nodes_holding
 from phalanx.services.kubernetes.node_cache import CacheSettings, NodeCacheKeeper, node_patch
+from phalanx.services.kubernetes.operations import cache_view
 from support.merge_patch import merge
 
 FILES = {"a.bin": 4000, "b.bin": 1500, "c.bin": 1200, "sub/d.bin": 900}
@@ -161,7 +160,7 @@ def test_a_cache_report_reads_back_what_it_wrote_and_garbage_is_no_report() -> N
     for garbage in (None, "", "{", "[]", '{"jobs": {"a": 1}}'):
         assert CacheReport.from_annotation(garbage) is None
     assert report.ready_keys() == {"sha256-ab"}
-    view = report.view("n1")
+    view = cache_view(report, "n1")
     assert (view.node, view.capacity, view.used) == ("n1", 100, 40)
     assert [(e.key, e.dataset, e.bytes, e.state, e.pinned_by) for e in view.entries] == [
         ("sha256-ab", "ns/imagenet", 30, "ready", ("ns/job",)),
@@ -685,9 +684,14 @@ def test_an_install_with_a_dataset_store_mounts_it_and_the_node_cache_and_one_wi
     from phalanx.adapters.kubernetes.manifests import InstallParameters, install_manifests
 
     plain = install_manifests(InstallParameters(image="p:1", namespace="ml"))
-    assert not any(
-        "volumes" in d["spec"]["template"]["spec"] for d in plain if d["kind"] in ("Deployment", "DaemonSet")
-    )
+    # The only volume of a plain install is the scheduler's configuration file (a ConfigMap), no data.
+    volumes = [
+        volume
+        for d in plain
+        if d["kind"] in ("Deployment", "DaemonSet")
+        for volume in d["spec"]["template"]["spec"].get("volumes", [])
+    ]
+    assert volumes == [{"name": "config", "configMap": {"name": "phalanx-scheduler-config"}}]
     documents = install_manifests(InstallParameters(image="p:1", namespace="ml", dataset_store_claim="datasets"))
     by_name = {(d["kind"], d["metadata"]["name"]): d for d in documents}
     labels = by_name[("Namespace", "ml")]["metadata"]["labels"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,10 +15,12 @@ from phalanx.adapters.kubernetes.manifests import (
     install_manifests,
     render_yaml,
 )
+from phalanx.core.scheduling.config import DEFAULT_POLICY, from_configuration
+from phalanx.model.loading import read_scheduler_configuration
 
 PARAMETERS = InstallParameters(image="example/phalanx:test", namespace="ml-system")
 DOCUMENTS = install_manifests(PARAMETERS)
-NAMESPACED = {"ServiceAccount", "Role", "RoleBinding", "Deployment", "DaemonSet"}
+NAMESPACED = {"ServiceAccount", "Role", "RoleBinding", "Deployment", "DaemonSet", "ConfigMap"}
 
 
 def of_kind(kind: str) -> list[dict[str, Any]]:
@@ -203,3 +206,17 @@ def test_rendered_yaml_reads_back_as_the_same_documents_without_aliases() -> Non
     assert text.startswith("# line one\n#\n# line three\napiVersion: v1\nkind: Namespace\n")
     assert "&id" not in text and "*id" not in text
     assert list(yaml.safe_load_all(text)) == DOCUMENTS
+
+
+def test_the_scheduler_reads_its_configuration_from_a_config_map_that_holds_a_valid_file(tmp_path: Path) -> None:
+    [config_map] = of_kind("ConfigMap")
+    assert config_map["metadata"]["name"] == "phalanx-scheduler-config"
+    file = tmp_path / "scheduler-config.yaml"
+    file.write_text(config_map["data"]["scheduler-config.yaml"])
+    assert from_configuration(read_scheduler_configuration(file)) == DEFAULT_POLICY
+    [scheduler] = [d for d in of_kind("Deployment") if d["metadata"]["name"] == "phalanx-scheduler"]
+    spec = scheduler["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    assert container["args"] == ["--config", "/etc/phalanx/scheduler-config.yaml"]
+    assert container["volumeMounts"] == [{"name": "config", "mountPath": "/etc/phalanx", "readOnly": True}]
+    assert spec["volumes"] == [{"name": "config", "configMap": {"name": "phalanx-scheduler-config"}}]

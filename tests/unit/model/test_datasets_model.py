@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from phalanx.model.datasets import DatasetMount, Distribution
+from phalanx.model.datasets import DatasetMount, DatasetPhase, DatasetStatus, Distribution
 from phalanx.model.errors import SpecError
 from phalanx.model.loading import parse_dataset
 
@@ -77,3 +77,30 @@ def test_a_mount_defaults_to_the_dataset_of_its_name_and_checks_names() -> None:
     assert DatasetMount.model_validate({"name": "train", "dataset": "imagenet-v2"}).dataset_name == "imagenet-v2"
     with pytest.raises(ValueError, match="dataset name"):
         DatasetMount.model_validate({"name": "Train_Set"})
+
+
+@pytest.mark.parametrize(
+    ("generation", "observed", "phase", "settled"),
+    [
+        (1, None, "Pending", False),
+        (1, None, "Materializing", False),
+        (1, 1, "Ready", True),
+        (1, 1, "Failed", True),
+        (2, 1, "Ready", False),  # a new spec: the Ready is the previous spec's outcome
+        (2, 1, "Failed", False),  # a new spec: the Failed is the previous spec's outcome
+        (2, 1, "Materializing", False),
+        (2, 2, "Failed", True),
+    ],
+    ids=["new", "materializing", "ready", "failed", "old-ready", "old-failed", "rematerializing", "new-failed"],
+)
+def test_a_dataset_is_settled_only_by_the_outcome_of_its_current_spec(
+    generation: int, observed: int | None, phase: str, settled: bool
+) -> None:
+    dataset = parse_dataset(doc({"source": {"path": "/data/mnist"}}))
+    dataset = dataset.model_copy(
+        update={
+            "metadata": dataset.metadata.model_copy(update={"generation": generation}),
+            "status": DatasetStatus(phase=DatasetPhase(phase), observed_generation=observed),
+        }
+    )
+    assert dataset.settled is settled

@@ -7,7 +7,8 @@ the table):
   status;
 - the **scheduler** binds pending Pods whose ``schedulerName`` is ``phalanx-scheduler`` through the binding
   subresource, whole gangs at once, explains why a job waits in its status, and holds a Lease in the install
-  namespace so that one replica leads;
+  namespace so that one replica leads; it schedules under the SchedulerConfiguration in the ConfigMap
+  ``phalanx-scheduler-config`` (mounted, read at start);
 - the **node agent** (a DaemonSet) discovers each node's GPUs, their health and topology and writes them to its
   Node's labels, annotations and status, records an Event on its Node when a GPU fails or recovers, and may read
   the Pods on its node; with a dataset store it reads TrainingJobs, Datasets and JobTypes to stage the data of
@@ -39,12 +40,16 @@ import yaml
 from phalanx.adapters.kubernetes.crds import KINDS, custom_resource_definitions
 from phalanx.adapters.kubernetes.rendering import DATASET_MOUNT_PATH, SAMPLE_MOUNT_PATH
 from phalanx.model.base import API_GROUP
+from phalanx.model.scheduler_config import SchedulerConfiguration
 
 DEFAULT_NAMESPACE = "phalanx-system"
 DEFAULT_CACHE_DIR = DATASET_MOUNT_PATH  # the node agents' hostPath
 DATASET_STORE_PATH = "/var/lib/phalanx/datasets"  # where the dataset store's claim is mounted in the containers
 SCHEDULER_NAME = "phalanx-scheduler"
 SCHEDULER_LEASE = "phalanx-scheduler"
+SCHEDULER_CONFIG_MAP = "phalanx-scheduler-config"
+SCHEDULER_CONFIG_DIR = "/etc/phalanx"
+SCHEDULER_CONFIG_FILE = "scheduler-config.yaml"
 HEALTH_PORT = 8081
 NONROOT_UID = 65532
 READ = ["get", "list", "watch"]
@@ -105,6 +110,7 @@ def install_manifests(parameters: InstallParameters) -> list[dict[str, Any]]:
         *custom_resource_definitions(),
         *(service_account(component, parameters.namespace) for component in COMPONENTS),
         *rbac(parameters.namespace),
+        scheduler_config_map(parameters),
         operator_deployment(parameters),
         scheduler_deployment(parameters),
         node_agent_daemonset(parameters),
@@ -126,6 +132,19 @@ class _Dumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+class _FileText(str):
+    """A file held in a ConfigMap: written as a literal block, so it reads and edits as the file itself."""
+
+    __slots__ = ()
+
+
+def _file_text(dumper: yaml.SafeDumper, data: _FileText) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(data), style="|")
+
+
+_Dumper.add_representer(_FileText, _file_text)
 
 
 def namespace(name: str, *, privileged: bool = False) -> dict[str, Any]:
@@ -334,13 +353,34 @@ def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
     return deployment
 
 
+def scheduler_config_map(parameters: InstallParameters) -> dict[str, Any]:
+    """The scheduler's SchedulerConfiguration (docs/scheduling.md), every field at its default, to edit in place."""
+    text = yaml.safe_dump(SchedulerConfiguration().to_dict(), sort_keys=False)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": SCHEDULER_CONFIG_MAP, "namespace": parameters.namespace, "labels": SCHEDULER.labels},
+        "data": {SCHEDULER_CONFIG_FILE: _FileText(text)},
+    }
+
+
 def scheduler_deployment(parameters: InstallParameters) -> dict[str, Any]:
-    """The scheduler: the replica holding the Lease ``phalanx-scheduler`` leads; others wait."""
+    """The scheduler: the replica holding the Lease ``phalanx-scheduler`` leads; others wait.
+
+    It reads its SchedulerConfiguration from the ConfigMap ``phalanx-scheduler-config``, mounted as a file
+    (``--config``); it reads it once, at start: ``kubectl rollout restart`` after editing it.
+    """
     env = [
         {"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME},
         {"name": "PHALANX_LEASE_NAME", "value": SCHEDULER_LEASE},
     ]
-    return _deployment(SCHEDULER, parameters, env, strategy="RollingUpdate")
+    deployment = _deployment(SCHEDULER, parameters, env, strategy="RollingUpdate")
+    spec = deployment["spec"]["template"]["spec"]
+    spec["volumes"] = [{"name": "config", "configMap": {"name": SCHEDULER_CONFIG_MAP}}]
+    container = spec["containers"][0]
+    container["args"] = ["--config", f"{SCHEDULER_CONFIG_DIR}/{SCHEDULER_CONFIG_FILE}"]
+    container["volumeMounts"] = [{"name": "config", "mountPath": SCHEDULER_CONFIG_DIR, "readOnly": True}]
+    return deployment
 
 
 def node_agent_daemonset(parameters: InstallParameters) -> dict[str, Any]:

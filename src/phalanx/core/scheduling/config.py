@@ -10,9 +10,11 @@ preemption, no time slicing, every waiting job explained.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from phalanx.core.scheduling.policies import AUTO, PLACEMENTS
 from phalanx.core.scheduling.types import QueueQuota, TaskShape
+from phalanx.model.scheduler_config import SchedulerConfiguration
 
 FIFO = "fifo"
 SHORTEST_FIRST = "shortest-first"
@@ -60,6 +62,7 @@ class SchedulerConfig:
         las_starve_limit: with ``las_preempt``, a waiting job that has run and waited, since its last promotion,
             at least this many times as long as it ran goes back to the top band (its service counts from zero
             again for the bands); 0 turns the guard off. It needs a ``SchedulingSession`` kept across cycles.
+        placement: the placement policy of jobs that ask for ``auto`` (the default); jobs that name one keep it.
         explain: write the one-sentence reason of every job left waiting (``Decisions.waiting``). Off, each
             waiting job maps to an empty string and the cycle is about twice as fast; the decisions are the
             same. The runtimes keep it on; the simulator turns it off.
@@ -75,6 +78,7 @@ class SchedulerConfig:
     preemption: bool = False
     las_preempt: bool = False
     las_starve_limit: float = 0.0
+    placement: str = AUTO
     explain: bool = True
 
     def __post_init__(self) -> None:
@@ -93,5 +97,47 @@ class SchedulerConfig:
             raise ValueError(f"las_preempt needs queue_order {LEAST_ATTAINED_SERVICE!r}, not {self.queue_order!r}")
         if not self.las_starve_limit >= 0:
             raise ValueError(f"las_starve_limit must be 0 (off) or positive, got {self.las_starve_limit}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement {self.placement!r} is not one of {', '.join(sorted(PLACEMENTS))}")
         if self.las_starve_limit and not self.las_preempt:
             raise ValueError("las_starve_limit needs las_preempt: promotion undoes the demotion time slicing applies")
+
+
+def from_configuration(configuration: SchedulerConfiguration) -> SchedulerConfig:
+    """The base policy a SchedulerConfiguration file describes (queues and fair share come from the Queues).
+
+    ``queueOrder: priority`` is ``fifo``: every order puts higher priorities first, and among equal priorities
+    the order that remains is submission time.
+    """
+    slicing = configuration.time_slicing
+    order = FIFO if configuration.queue_order == "priority" else configuration.queue_order
+    return SchedulerConfig(
+        queue_order=order,
+        las_thresholds=tuple(slicing.thresholds) if slicing is not None else DEFAULT_LAS_THRESHOLDS,
+        queueing_strategy=configuration.queueing_strategy,
+        preemption=configuration.preemption,
+        las_preempt=slicing is not None and slicing.enabled,
+        las_starve_limit=slicing.starve_limit if slicing is not None else 0.0,
+        placement=configuration.placement,
+    )
+
+
+#: What the runtimes do when given no SchedulerConfiguration: FIFO, best-effort, auto placement, preemption on.
+DEFAULT_POLICY = from_configuration(SchedulerConfiguration())
+
+
+def cycle_config(policy: SchedulerConfig, quotas: tuple[QueueQuota, ...], *, stopping: bool) -> SchedulerConfig:
+    """This cycle's configuration: the base policy with the Queues' quotas (fair share when there are some).
+
+    While victims are still stopping (``stopping``), nothing is preempted, by priority or by time slicing: the
+    room they free is already bought, and preempting again meanwhile would stop more.
+    """
+    slicing = policy.las_preempt and not stopping
+    return replace(
+        policy,
+        queues=quotas,
+        fair_share=bool(quotas),
+        preemption=policy.preemption and not stopping,
+        las_preempt=slicing,
+        las_starve_limit=policy.las_starve_limit if slicing else 0.0,
+    )

@@ -32,7 +32,7 @@ also the ``TrialSpace`` the victim search works through.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -150,13 +150,21 @@ class Cycle:
         self._sorted: tuple[list[tuple[int, int, int, float, str]], list[Holding]] | None = None
         self._ranks: dict[str, Rank] = {}
 
-    def run(self, pending: Sequence[PendingJob]) -> Decisions:
-        """Decide every pending job (already validated) and return the cycle's decisions."""
+    def run(self, pending: Sequence[PendingJob], first: Collection[str] = ()) -> Decisions:
+        """Decide every pending job (already validated) and return the cycle's decisions.
+
+        The jobs whose keys are in ``first`` (nominated preemptors, ``passes.py``) are decided before the others,
+        in their queue order: the room their victims freed is theirs.
+        """
         config = self.state.config
         bands = self.state.bands
         if bands is not None:
             pending = bands.observe(pending, self.state.held, self.now)
         ordered = queue_order(pending, config)
+        if first:
+            for job in [job for job in ordered if job.key in first]:
+                self._consider(job)
+            ordered = [job for job in ordered if job.key not in first]
         jobs: Sequence[PendingJob] | FairOrder = ordered
         if config.fair_share:
             self._capacity = _capacity(self.state.cluster)

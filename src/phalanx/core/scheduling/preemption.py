@@ -417,7 +417,7 @@ class ServiceBands:
     A waiting job's service is its ``PendingJob.attained_service``; a running job's grows by its GPUs times the
     seconds since it started (``base + gpus * (now - started)``). The band is the number of ``thresholds`` that
     service (less what starvation promotions forgave) has reached: 0 is the top band. Running jobs handed in by
-    a snapshot count from their ``started`` with nothing attained before (``RunningJob`` carries no service).
+    a snapshot count from their ``started`` on top of their ``RunningJob.attained_service`` (earlier runs).
 
     Starvation guard (Tiresias' STARVELIMIT): a waiting job that ran since its last promotion, sits below the
     top band and has waited, since that promotion, ``starve_limit`` times as long as it ran there goes back to
@@ -581,13 +581,13 @@ class ServiceBands:
         return now + timedelta(seconds=max(1, math.ceil(min(waits))))
 
     def _running(self, job: RunningJob) -> _Service:
-        """The record of a running job; one handed in by a snapshot starts at its ``started``, nothing before."""
+        """The record of a running job; one handed in by a snapshot starts at its ``started``, on its earlier runs."""
         record = self._jobs.get(job.key)
         if record is None or record.started is None:
             requests = {replica.name: replica for replica in job.replicas}
             assigned = [requests[a.replica] for a in job.assignments if a.replica in requests]
             if record is None:
-                record = self._jobs[job.key] = _Service(base=0.0)
+                record = self._jobs[job.key] = _Service(base=job.attained_service)
             record.gpus = _gpus(assigned)
             record.started = job.started
         return record

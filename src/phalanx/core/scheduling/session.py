@@ -18,6 +18,12 @@ cycles (``preemption.ServiceBands``): running jobs accrue GPU-seconds as the cyc
 to lower bands, where waiting jobs of a higher band may preempt them; starved waiting jobs are promoted.
 ``next_band_change`` says when the next band changes, for callers that run cycles only on events.
 
+A runtime that rebuilds the snapshot every cycle keeps the attained service across cycles by handing each new
+session the previous one's ``bands`` (``ServiceBands``), and says what its jobs attained in earlier runs
+(``PendingJob.attained_service``, ``RunningJob.attained_service``).
+
+Jobs that ask for ``auto`` placement get ``SchedulerConfig.placement``.
+
 ``cycle(..., explain=False)`` skips the waiting reasons for one cycle (``SchedulerConfig.explain`` sets the
 default); the decisions are the same.
 
@@ -27,7 +33,7 @@ The session is pure like the rest of the core: no I/O, no clock, no randomness; 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -37,7 +43,7 @@ from phalanx.core.scheduling.demands import demand_of
 from phalanx.core.scheduling.fitting import FitMemo
 from phalanx.core.scheduling.fragmentation import ShapeTally, WorkloadProfile
 from phalanx.core.scheduling.holdings import Holding, snapshot_holdings
-from phalanx.core.scheduling.policies import check_policies
+from phalanx.core.scheduling.policies import AUTO, check_policies
 from phalanx.core.scheduling.preemption import ServiceBands
 from phalanx.core.scheduling.quotas import QuotaLedger
 from phalanx.core.scheduling.types import ClusterSnapshot, Decisions, PendingJob, RunningJob
@@ -49,8 +55,13 @@ class SchedulingSession:
 
     __slots__ = ("_profile", "_state", "_tally", "cluster", "config")
 
-    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig | None = None) -> None:
+    def __init__(
+        self, snapshot: ClusterSnapshot, config: SchedulerConfig | None = None, *, bands: ServiceBands | None = None
+    ) -> None:
         """Start from ``snapshot`` (what running work already holds is taken) under ``config``.
+
+        With time slicing, ``bands`` carries the attained service and waiting times of an earlier session on
+        (a new one when None).
 
         Raises:
             ValueError: two nodes share a name, or a running job is listed twice, assigns a replica it does
@@ -64,8 +75,9 @@ class SchedulingSession:
             held[holding.key] = holding
             if ledger is not None:
                 ledger.charge(holding.job.queue, holding.usage)
-        bands = None
-        if self.config.las_preempt:
+        if not self.config.las_preempt:
+            bands = None
+        elif bands is None:
             bands = ServiceBands(self.config.las_thresholds, self.config.las_starve_limit)
         self._state = SessionState(
             config=self.config,
@@ -78,12 +90,20 @@ class SchedulingSession:
         self._tally = ShapeTally()
         self._profile: WorkloadProfile | None = None
 
-    def cycle(self, pending: Sequence[PendingJob], now: datetime, *, explain: bool | None = None) -> Decisions:
+    def cycle(
+        self,
+        pending: Sequence[PendingJob],
+        now: datetime,
+        *,
+        explain: bool | None = None,
+        first: Collection[str] = (),
+    ) -> Decisions:
         """Decide which pending gangs to admit now, with their devices, and why the others wait.
 
         With preemption (or time slicing) on, it also decides which running jobs to stop. Admitted gangs keep
         their reservations in the session until ``release``; preempted ones lose theirs at once. ``explain``
-        overrides ``SchedulerConfig.explain`` for this cycle: False leaves every waiting reason empty.
+        overrides ``SchedulerConfig.explain`` for this cycle: False leaves every waiting reason empty. The jobs
+        whose keys are in ``first`` are decided before every other (nominated preemptors: ``passes.py``).
 
         Raises:
             ValueError: two pending jobs share a key, a pending job is already running in this session, or a
@@ -97,9 +117,12 @@ class SchedulingSession:
             raise ValueError(f"pending jobs already admitted in this session: {', '.join(admitted_again)}")
         for job in pending:
             check_policies(job)
+        if self.config.placement != AUTO:
+            chosen = self.config.placement
+            pending = [replace(job, placement=chosen) if job.placement == AUTO else job for job in pending]
         profile = self._current_profile(pending)
         explain_it = self.config.explain if explain is None else explain
-        return Cycle(self._state, now, profile, explain=explain_it).run(pending)
+        return Cycle(self._state, now, profile, explain=explain_it).run(pending, first)
 
     def profile(self) -> WorkloadProfile:
         """The workload profile fragmentation-aware placement currently scores against."""
@@ -152,6 +175,11 @@ class SchedulingSession:
         return bands.next_change((holding.job for holding in self._state.held.values()), now)
 
     @property
+    def bands(self) -> ServiceBands | None:
+        """Attained service and bands (time slicing), to hand to the next session; None without."""
+        return self._state.bands
+
+    @property
     def promotions(self) -> int:
         """Starvation promotions so far (time slicing)."""
         bands = self._state.bands
@@ -170,15 +198,21 @@ class SchedulingSession:
 
 
 def schedule(
-    snapshot: ClusterSnapshot, pending: Sequence[PendingJob], now: datetime, config: SchedulerConfig | None = None
+    snapshot: ClusterSnapshot,
+    pending: Sequence[PendingJob],
+    now: datetime,
+    config: SchedulerConfig | None = None,
+    *,
+    bands: ServiceBands | None = None,
 ) -> Decisions:
-    """One cycle from a frozen snapshot: ``SchedulingSession(snapshot, config).cycle(pending, now)``.
+    """One cycle from a frozen snapshot: ``SchedulingSession(snapshot, config, bands=bands).cycle(pending, now)``.
 
     Args:
         snapshot: the nodes, what running work already holds on them, and the running jobs behind it.
         pending: jobs waiting for room, in any order.
         now: the cycle's time (injected; never read from the wall clock).
         config: run-wide settings; the defaults when None.
+        bands: with time slicing, the attained service kept from earlier cycles (updated in place).
 
     Returns:
         The admitted jobs in decision order, the running jobs to preempt, and a reason for every other
@@ -188,4 +222,4 @@ def schedule(
         ValueError: two pending jobs share a key, a pending job is also running, two nodes share a name, a
             running job does not match the nodes' use, or a job's placement or topology is unknown.
     """
-    return SchedulingSession(snapshot, config).cycle(pending, now)
+    return SchedulingSession(snapshot, config, bands=bands).cycle(pending, now)

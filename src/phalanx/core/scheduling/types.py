@@ -200,6 +200,7 @@ class RunningJob:
             never assumes a job without one ends.
         checkpointed: whether it has a recent checkpoint, so preempting it loses little work (preferred victim).
         preemptible: False: never preempted, whatever its priority.
+        attained_service: GPU-seconds it received in earlier runs, before ``started`` (least-attained-service).
     """
 
     key: str
@@ -211,6 +212,7 @@ class RunningJob:
     expected_end: datetime | None = None
     checkpointed: bool = False
     preemptible: bool = True
+    attained_service: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

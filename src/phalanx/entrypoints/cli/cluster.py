@@ -1,9 +1,10 @@
 """The CLI's kubernetes backend: a session on a cluster, and what `run` and `logs` do there.
 
-The verbs themselves are main.py's commands; this module holds what differs on a cluster: connecting (with a
-message instead of a traceback for every expected failure), following a job through the API server, and Pod
-logs. Following reuses the embedded runtime's follower (``follow.follow``) with a ``ClusterJobSource``: the job
-comes from the API server, and each replica's Pod log is mirrored into a local file the follower tails.
+The verbs themselves are the commands of jobs.py and the other noun modules; this module holds what differs on
+a cluster: connecting (with a message instead of a traceback for every expected failure), following a job
+through the API server, and Pod logs. Following reuses the embedded runtime's follower (``follow.follow``) with
+a ``ClusterJobSource``: the job comes from the API server, and each replica's Pod log is mirrored into a local
+file the follower tails.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@
 gang on/off) through ``phalanx.sim.engine.simulate`` — the same scheduler core the runtimes use — with a
 progress bar, prints a summary and writes the report directory (``phalanx.sim.report``).
 
+``--scheduler-config FILE`` reads the SchedulerConfiguration that ``phalanx up`` and ``phalanx-scheduler`` read
+(docs/scheduling.md): its fields are the defaults of ``--queue-order``, ``--queueing-strategy``, ``--placement``,
+``--preemption``, ``--time-slicing`` and ``--starve-limit`` (and the bands), and a flag given as well wins.
+
 This module only translates options; the simulator itself is imported when the command runs, so ``phalanx``'s
 other commands do not pay for numpy. Bad input (a missing file, a bad column, a nonsense number, an unknown
 policy) exits with code 2 and a message naming what to fix.
@@ -25,6 +29,7 @@ from phalanx.entrypoints.cli.output import fail
 
 if TYPE_CHECKING:
     from phalanx.core.scheduling import ClusterSnapshot
+    from phalanx.core.scheduling.config import SchedulerConfig
     from phalanx.sim.engine import SimOptions, SimResult
     from phalanx.sim.workloads import SimJob
 
@@ -160,25 +165,40 @@ def run(
         ),
     ] = None,
     preemption: Annotated[
-        bool, typer.Option("--preemption", help="Let higher-priority jobs stop lower-priority ones.")
-    ] = False,
-    time_slicing: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--time-slicing",
+            "--preemption/--no-preemption",
+            help="Let higher-priority jobs stop lower-priority ones (default: off, or the --scheduler-config's).",
+            show_default=False,
+        ),
+    ] = None,
+    time_slicing: Annotated[
+        bool | None,
+        typer.Option(
+            "--time-slicing/--no-time-slicing",
             help="least-attained-service runs: preempt running jobs whose attained GPU time put them in a "
             "lower band (Tiresias); needs gang admission.",
+            show_default=False,
         ),
-    ] = False,
+    ] = None,
     starve_limit: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--starve-limit",
             min=0.0,
             help="With --time-slicing: promote a waiting job to the top band once it waited this many times "
-            "as long as it ran (0: never).",
+            "as long as it ran (default 0: never).",
+            show_default=False,
         ),
-    ] = 0.0,
+    ] = None,
+    scheduler_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--scheduler-config",
+            help="A SchedulerConfiguration file (as for phalanx up and phalanx-scheduler); flags given win.",
+            show_default=False,
+        ),
+    ] = None,
     restart_penalty: Annotated[
         float,
         typer.Option("--restart-penalty", min=0.0, help="Seconds a preempted job adds to its run time."),
@@ -234,19 +254,22 @@ def run(
                 seed=seed,
                 max_gpus_per_replica=max_gpus_per_replica,
             )
+        policy = _policy(scheduler_config)
+        from_file = scheduler_config is not None
         variants = _variants(
-            queue_order,
-            placement,
+            queue_order or ([policy.queue_order] if from_file else None),
+            placement or ([policy.placement] if from_file else None),
             topology=topology,
             gang=gang,
             compare=compare,
             seed=seed,
-            strategies=strategy,
-            preemption=preemption,
-            time_slicing=time_slicing,
-            starve_limit=starve_limit,
+            strategies=strategy or ([policy.queueing_strategy] if from_file else None),
+            preemption=policy.preemption if preemption is None else preemption,
+            time_slicing=policy.las_preempt if time_slicing is None else time_slicing,
+            starve_limit=policy.las_starve_limit if starve_limit is None else starve_limit,
             restart_penalty=restart_penalty,
             explain=explain,
+            las_thresholds=policy.las_thresholds,
         )
         for variant in variants:
             check_options(variant)
@@ -372,9 +395,10 @@ def _variants(
     starve_limit: float = 0.0,
     restart_penalty: float = 0.0,
     explain: bool = False,
+    las_thresholds: tuple[float, ...] | None = None,
 ) -> list[SimOptions]:
     """Every combination of the options; time slicing applies to the least-attained-service gang runs."""
-    from phalanx.core.scheduling.config import LEAST_ATTAINED_SERVICE
+    from phalanx.core.scheduling.config import DEFAULT_LAS_THRESHOLDS, LEAST_ATTAINED_SERVICE
     from phalanx.sim.engine import SimOptions
 
     orders = list(dict.fromkeys(queue_orders or (["fifo", "shortest-first"] if compare else ["fifo"])))
@@ -404,10 +428,21 @@ def _variants(
                 time_slicing=slicing,
                 starve_limit=starve_limit if slicing else 0.0,
                 restart_penalty=restart_penalty,
+                las_thresholds=las_thresholds or DEFAULT_LAS_THRESHOLDS,
                 explain=explain,
             )
         )
     return variants
+
+
+def _policy(path: Path | None) -> SchedulerConfig:
+    """The base policy of ``--scheduler-config`` (the simulator's defaults without one: preemption off)."""
+    from phalanx.core.scheduling.config import SchedulerConfig, from_configuration
+    from phalanx.model.loading import read_scheduler_configuration
+
+    if path is None:
+        return SchedulerConfig()
+    return from_configuration(read_scheduler_configuration(path))
 
 
 def _simulate_all(

@@ -27,6 +27,7 @@ from phalanx.adapters.datacache import CacheError
 from phalanx.adapters.devices.discovery import HostDiscovery, InventoryDiscovery
 from phalanx.adapters.devices.nvml import APPLICATION_XIDS
 from phalanx.adapters.kubernetes.api import KubeApiError
+from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
 from phalanx.adapters.kubernetes.rendering import SAMPLE_MOUNT_PATH
 from phalanx.entrypoints.kubernetes.common import (
     add_common_options,
@@ -38,7 +39,6 @@ from phalanx.entrypoints.kubernetes.common import (
 )
 from phalanx.model.errors import SpecError
 from phalanx.model.resources import QuantityError, parse_memory
-from phalanx.services.kubernetes.datasets import DEFAULT_CACHE_DIR
 from phalanx.services.kubernetes.node_agent import AgentSettings, NodeAgent
 from phalanx.services.kubernetes.node_cache import CacheSettings, NodeCacheKeeper
 

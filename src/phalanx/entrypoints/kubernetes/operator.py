@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 
 from phalanx.adapters.kubernetes.api import KubeApiError
+from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
 from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME
 from phalanx.entrypoints.kubernetes.common import (
     add_common_options,
@@ -31,7 +32,7 @@ from phalanx.entrypoints.kubernetes.common import (
     serve_health,
     setup,
 )
-from phalanx.services.kubernetes.datasets import DEFAULT_CACHE_DIR, SourcePolicy
+from phalanx.services.kubernetes.datasets import SourcePolicy
 from phalanx.services.kubernetes.operator import KubeOperator, OperatorSettings
 
 log = logging.getLogger("phalanx.operator")

@@ -1,7 +1,8 @@
 """``phalanx-scheduler``: run the Phalanx scheduler against a cluster until SIGTERM.
 
 Options beyond the common ones: ``--scheduler-name`` (the ``schedulerName`` of the Pods it binds),
-``--lease-name`` and ``--lease-duration`` (leader election; one scheduler leads, others stand by).
+``--lease-name`` and ``--lease-duration`` (leader election; one scheduler leads, others stand by), ``--config``
+(a SchedulerConfiguration file, docs/scheduling.md; the install mounts it from a ConfigMap).
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ import os
 import signal
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from phalanx.adapters.kubernetes.api import KubeApiError
+from phalanx.core.scheduling.config import DEFAULT_POLICY, from_configuration
 from phalanx.entrypoints.kubernetes.common import add_common_options, common_options, parse, serve_health, setup
+from phalanx.model.errors import SpecError
+from phalanx.model.loading import read_scheduler_configuration
 from phalanx.services.kubernetes.scheduler import KubeScheduler, SchedulerSettings
 
 log = logging.getLogger("phalanx.scheduler")
@@ -41,13 +46,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a silent leader keeps the Lease before another may take it",
     )
     parser.add_argument("--workers", type=int, default=8, help="concurrent API writes (admissions, bindings)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="a SchedulerConfiguration file: queue order, queueing strategy, placement, preemption, time slicing "
+        "(default: every field's default)",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run until SIGTERM or SIGINT; exit 0 on a clean stop, 1 when the API is unusable."""
-    args = parse(build_parser(), argv)
+    parser = build_parser()
+    args = parse(parser, argv)
     options = common_options(args)
+    policy = DEFAULT_POLICY
+    if args.config is not None:
+        try:
+            policy = from_configuration(read_scheduler_configuration(args.config))
+        except SpecError as error:
+            parser.error(f"--config: {error}")  # exits 2, before anything touches the cluster
     try:
         api = setup(options, "scheduler")
     except KubeApiError as error:
@@ -61,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lease_duration_s=args.lease_duration,
         renew_interval_s=max(0.2, args.lease_duration / 5),
         workers=args.workers,
+        policy=policy,
     )
     scheduler = KubeScheduler(api, settings)
     stop = threading.Event()

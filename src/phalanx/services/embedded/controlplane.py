@@ -40,6 +40,7 @@ from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
 from phalanx.adapters.store import AlreadyExistsError, SqliteStore, StoreError, StoreUnavailableError, UnreadableError
+from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
 from phalanx.model.nodes import Node
 from phalanx.services.embedded.api_server import HttpLimits, LocalApiServer
 from phalanx.services.embedded.controller import JobController
@@ -113,6 +114,7 @@ class ControlPlaneConfig:
     api_limits: HttpLimits = field(default_factory=HttpLimits)
     gpu_check_seconds: float = 10.0
     gpu_fault_file: Path | None = None
+    scheduler_policy: SchedulerConfig = DEFAULT_POLICY
 
 
 @dataclass
@@ -251,7 +253,7 @@ class ControlPlane:
 
     def _loop(self, stop: threading.Event, runtime: NodeRuntime, gpus: GpuWatch, bell: Bell) -> None:
         datasets = DatasetManager(self.store, self.layout, wake=bell.ring, cache_capacity=self.config.cache_bytes)
-        for leftover in datasets.sweep_leftovers():
+        for leftover in datasets.materializer.sweep_leftovers():
             log.info("removed %s, left by an interrupted materialisation", leftover)
         try:
             self._passes(stop, runtime, gpus, bell, datasets)
@@ -262,7 +264,7 @@ class ControlPlane:
         self, stop: threading.Event, runtime: NodeRuntime, gpus: GpuWatch, bell: Bell, datasets: DatasetManager
     ) -> None:
         controller = JobController(self.store, self.layout, identity=self.leadership.holder, data=datasets)
-        scheduler = SchedulerService(self.store, identity=self.leadership.holder)
+        scheduler = SchedulerService(self.store, identity=self.leadership.holder, policy=self.config.scheduler_policy)
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
         seq = self._retrying(stop, self.store.latest_seq)

@@ -2,6 +2,10 @@
 
 ``phalanx run`` and ``phalanx up`` start it when none is running and reuse it otherwise; the lease in the
 store says who leads, so no pid file can go stale.
+
+The scheduler configuration (``phalanx up --scheduler-config``) is recorded in the state directory, so every
+control plane started there later (by ``up`` or ``run``) schedules the same way; a running one is never
+silently given another: ``up`` with a different file refuses and says how to switch.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phalanx.adapters.clock import Clock, SystemClock
-from phalanx.adapters.private_files import open_private, tighten
+from phalanx.adapters.private_files import open_private, tighten, write_private
 from phalanx.adapters.store import SqliteStore
+from phalanx.model.loading import dump_yaml, read_scheduler_configuration
 from phalanx.model.nodes import Node
+from phalanx.model.scheduler_config import SchedulerConfiguration
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.leadership import LEASE_NAME, holder_is_dead
 
@@ -47,28 +53,51 @@ def current_leader(store: SqliteStore, clock: Clock | None = None) -> LeaderInfo
     return LeaderInfo(lease.holder, pid if isinstance(pid, int) else None, host if isinstance(host, str) else None)
 
 
+def recorded_scheduler_configuration(layout: StateLayout) -> SchedulerConfiguration:
+    """The scheduler configuration recorded for the state directory (the defaults when none is).
+
+    Raises:
+        SpecError: the recorded file was edited into something invalid.
+    """
+    if not layout.scheduler_config.exists():
+        return SchedulerConfiguration()
+    return read_scheduler_configuration(layout.scheduler_config)
+
+
 def start_control_plane(
     layout: StateLayout,
     *,
     inventory: Path | None = None,
     cache_size: str | None = None,
     gpu_fault_file: Path | None = None,
+    scheduler_config: SchedulerConfiguration | None = None,
     timeout: float = 20.0,
 ) -> tuple[LeaderInfo, bool]:
-    """Reuse the running control plane or start one in the background.
+    """Reuse the running control plane or start one, first recording ``scheduler_config`` when given.
 
     Returns:
         (leader, started): who leads, and whether this call started it.
 
     Raises:
-        DaemonError: it did not take the lead within ``timeout`` seconds.
+        DaemonError: it did not take the lead within ``timeout`` seconds, or one runs with another scheduler
+            configuration than ``scheduler_config``.
+        SpecError: the recorded scheduler configuration is invalid.
     """
     layout.ensure()
     store = SqliteStore(layout.database)
     try:
         leader = current_leader(store)
         if leader is not None:
+            if scheduler_config is not None and scheduler_config != recorded_scheduler_configuration(layout):
+                raise DaemonError(
+                    f"the control plane (pid {leader.pid}) runs with another scheduler configuration, the one in "
+                    f"{layout.scheduler_config}: run `phalanx down`, then `phalanx up --scheduler-config` again"
+                )
             return leader, False
+        if scheduler_config is not None:
+            write_private(layout.scheduler_config, dump_yaml(scheduler_config.to_dict()))
+        else:
+            recorded_scheduler_configuration(layout)  # refused here, not in the background process's log
         command = [sys.executable, "-m", "phalanx.entrypoints.controlplane", "--state-dir", str(layout.root)]
         if inventory is not None:
             command += ["--inventory", str(inventory.resolve())]

@@ -4,11 +4,10 @@ Level-triggered like the controller, and never blocking its loop: ``sync`` looks
 on a small thread pool; finished work is collected on the next ``sync`` (``wake`` is called so that one comes
 soon).
 
-- **Materialise** a Dataset when its spec generation has no status yet: from its source, once, into
-  ``<state>/datasets/<ns>/<name>/<sha256-label>/`` with a manifest of its files beside it
-  (``<label>.json``), then write ``status`` (Ready with version, bytes, files, lineage; or Failed with the
-  source's error naming the field and the fix). ``fromJob`` waits for the job to succeed and takes its stored
-  outputs.
+- **Materialise** with the shared ``services.dataset_manager.DatasetMaterializer`` into
+  ``<state>/datasets/<ns>/<name>/<sha256-label>/``: this module is its backend (the SQLite store holds the
+  Datasets, their status and events; a relative local source is relative to the directory it was submitted
+  from; ``fromJob`` waits for the job to succeed and takes its stored outputs).
 - **Stage** the datasets of every job that holds a placement (from admission on, so staging overlaps the
   controller's work and a preemptor's wait for its victims): ``core.data.plan_staging`` says which entries each
   node needs; ``adapters.datacache.NodeDataCache`` copies what the node's cache lacks and pins it for the job.
@@ -26,54 +25,51 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from phalanx.adapters.clock import Clock, SystemClock
-from phalanx.adapters.datacache import CacheError, NodeDataCache, StageOutcome
-from phalanx.adapters.datasources import Materialized, SourceRequest
+from phalanx.adapters.datacache import NodeDataCache, StageOutcome
+from phalanx.adapters.datasources import SourceRequest
 from phalanx.adapters.store import (
     ConflictError,
     NotFoundError,
     SqliteStore,
-    StoreError,
-    StoreUnavailableError,
     UnreadableError,
 )
 from phalanx.core.data import CacheEntry, StagingPlan, env_name
 from phalanx.core.scheduling.types import DATASET_LABEL_PREFIX
-from phalanx.model.datasets import Dataset, DatasetPhase, version_label
+from phalanx.model.datasets import Dataset, version_label
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.masking import mask_url
 from phalanx.model.nodes import Node
+from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice, Written
 from phalanx.services.dataset_store import (
     DATASET_VERSIONS_ANNOTATION,
     STAGING_PHASES,
+    DatasetStore,
     chosen_versions,
-    human_bytes,
-    materialize_outcome,
-    materialize_version,
-    progress_reporter,
     read_manifest,
-    remove_unknown_datasets,
     resolve_staging,
     source_request,
-    sweep_leftovers,
+    staging_ended,
 )
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION
-from phalanx.services.embedded.quarantine import DATASET_MANAGER_ERROR, Quarantine, guarded_hold
+from phalanx.services.embedded.quarantine import DATASET_MANAGER_ERROR, Held, Quarantine, guarded_step
 from phalanx.services.embedded.storing import destination
 
 log = logging.getLogger(__name__)
 
 _PROGRESS_EVERY_S = 1.0
+#: Per node, per cache entry: the jobs (namespace/name) that hold it pinned.
+_Holders = dict[str, dict[str, set[str]]]
 
 
 @dataclass(frozen=True)
@@ -89,13 +85,6 @@ class StagingObservation:
     staged: bool = True
     error: str | None = None
     env: dict[str, dict[str, str]] = field(default_factory=dict)
-
-
-@dataclass
-class _Materialization:
-    key: tuple[str, str]
-    generation: int
-    future: Future[Materialized]
 
 
 @dataclass
@@ -142,8 +131,14 @@ class DatasetManager:
         self._write_limit = cache_write_limit
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="datasets")
         self._caches: dict[str, NodeDataCache] = {}
-        self._materializing: dict[tuple[str, str], _Materialization] = {}
-        self._progress: dict[tuple[str, str], str] = {}
+        self.materializer = DatasetMaterializer(
+            self,
+            DatasetStore(layout.datasets_root),
+            self._pool,
+            wake=wake,
+            clock=self.clock,
+            progress_every_s=_PROGRESS_EVERY_S,
+        )
         self._stagings: dict[tuple[str, str, str], _Staging] = {}
         self._staged: set[tuple[str, str, str]] = set()  # (job uid, node, key)
         self._errors: dict[str, str] = {}  # job uid -> why staging failed
@@ -152,20 +147,10 @@ class DatasetManager:
         self._ledger_stamp: dict[str, float] = {}
         self._plans: dict[str, tuple[StagingPlan | None, str | None, str | None]] = {}
         self._policies: dict[str, dict[str, str]] = {}  # job uid -> mount name -> the Dataset's cache policy
-        self._known_datasets: frozenset[tuple[str, str]] | None = None
-
-    def sweep_leftovers(self) -> list[Path]:
-        """Remove what materialisations interrupted by a crash left (dot-named temp files and directories).
-
-        Call once before the first ``sync``: nothing of this manager's is in flight then. Returns what went.
-        """
-        return sweep_leftovers(self.layout.datasets_root)
 
     def has_results(self) -> bool:
         """Whether background work finished that the next ``sync`` would collect."""
-        return any(w.future.done() for w in self._materializing.values()) or any(
-            s.future.done() for s in self._stagings.values()
-        )
+        return self.materializer.has_results() or any(s.future.done() for s in self._stagings.values())
 
     def close(self) -> None:
         """Stop the workers (running copies finish; nothing new starts)."""
@@ -174,64 +159,27 @@ class DatasetManager:
     # -- the pass ---------------------------------------------------------------------------------------------
     def sync(self) -> bool:
         """Collect finished work, start what is due, refresh pins and node labels. Returns whether anything changed."""
-        changed = self._collect()
+        changed = self.materializer.collect()
+        changed |= self._collect()
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
-        jobs = self.store.list(TrainingJob)
         held = self.quarantine.held("Dataset")
         for dataset in datasets.values():
-            if held.skips(dataset):
-                continue
-            try:
-                changed |= self._materialize_if_due(dataset, jobs)
-            except StoreUnavailableError:
-                raise  # the whole pass waits for the store (see store_faults)
-            except StoreError:
-                # The store failed (busy, full): not the dataset's fault, so it is simply tried again.
-                log.exception(
-                    "materialising dataset %s/%s failed on the store; retrying on the next pass",
-                    dataset.metadata.namespace,
-                    dataset.metadata.name,
-                )
-            except Exception as err:
-                # One dataset's unexpected failure must not stop the others (nor the control plane's loop).
-                guarded_hold(self.quarantine, dataset, reason=DATASET_MANAGER_ERROR, error=err)
-                changed = True
-            else:
-                if held.has(dataset):
-                    self.quarantine.clear(dataset, held, reason=DATASET_MANAGER_ERROR)
-        self._remove_orphan_versions(datasets)
+            if not held.skips(dataset):
+                materialize = partial(self.materializer.materialize_if_due, dataset)
+                changed |= self._guarded(dataset, held, materialize, "materialising dataset")
+        self.materializer.remove_deleted(frozenset(datasets))
         jobtypes = {jt.metadata.name: jt for jt in self.store.list(JobType)}
         self._plans = {}
-        holders: dict[str, dict[str, set[str]]] = {}
+        holders: _Holders = {}
         live: set[str] = set()
         held_jobs = self.quarantine.held("TrainingJob")
-        for job in jobs:
+        for job in self.store.list(TrainingJob):
             if not job.spec.datasets or Phase(job.status.phase) not in STAGING_PHASES or not job.status.placements:
                 continue
-            uid = job.metadata.uid or ""
-            live.add(uid)
-            if held_jobs.skips(job):
-                continue
-            try:
-                plan, error, waiting = self._plan(job, jobtypes.get(job.spec.type), datasets)
-            except StoreUnavailableError:
-                raise  # the whole pass waits for the store (see store_faults)
-            except StoreError:
-                log.exception("planning the staging of job %s failed on the store; retrying on the next pass", job.key)
-                continue
-            except Exception as err:
-                guarded_hold(self.quarantine, job, reason=DATASET_MANAGER_ERROR, error=err)
-                changed = True
-                continue
-            if held_jobs.has(job):
-                self.quarantine.clear(job, held_jobs, reason=DATASET_MANAGER_ERROR)
-            self._plans[uid] = (plan, error, waiting)
-            if plan is None:
-                continue
-            for node, entries in plan.entries.items():
-                for entry in entries:
-                    holders.setdefault(node, {}).setdefault(entry.key, set()).add(job.key)
-                    self._stage_if_due(job, node, entry)
+            live.add(job.metadata.uid or "")
+            if not held_jobs.skips(job):
+                stage = partial(self._stage_job, job, jobtypes.get(job.spec.type), datasets, holders)
+                changed |= self._guarded(job, held_jobs, stage, "planning the staging of job")
         self._forget(live)
         changed |= self._refresh_pins(holders)
         changed |= self._refresh_labels(datasets)
@@ -261,149 +209,95 @@ class DatasetManager:
                 env[replica][f"{env_name(mount_name)}_CACHE_POLICY"] = policy
         return StagingObservation(staged=staged, env=env)
 
-    # -- materialisation --------------------------------------------------------------------------------------
-    def _materialize_if_due(self, dataset: Dataset, jobs: list[TrainingJob]) -> bool:
-        key = (dataset.metadata.namespace, dataset.metadata.name)
-        generation = dataset.metadata.generation
-        status = dataset.status
-        if key in self._materializing:
-            return self._report_progress(dataset)
-        if status.observed_generation == generation and status.phase in (DatasetPhase.READY, DatasetPhase.FAILED):
-            return False
-        source = dataset.spec.source
-        base_dir = Path(dataset.metadata.annotations.get(SUBMIT_DIR_ANNOTATION, "."))
-        if source.from_job is not None:
-            request, waiting, failed = self._from_job(dataset, jobs)
-            if failed is not None:
-                self._record(dataset, "MaterializeFailed", failed, warning=True)
-                return self._set_status(
-                    dataset, phase=DatasetPhase.FAILED, message=failed, observed_generation=generation
-                )
-            if request is None:
-                return self._set_status(dataset, phase=DatasetPhase.PENDING, message=waiting)
-            base_dir = Path(".")
-        else:
-            request = source_request(source)
-        target_dir = self.layout.dataset_dir(*key)
-        target_dir.mkdir(parents=True, exist_ok=True)
-        incoming = target_dir / f".incoming-{uuid.uuid4().hex[:12]}"
-        progress = self._progress_reporter(key)
-        future = self._pool.submit(self._materialize, request, incoming, base_dir, progress)
-        future.add_done_callback(lambda _f: self._wake())
-        self._materializing[key] = _Materialization(key, generation, future)
-        self._record(dataset, "Materializing", f"materialising from {source.kind}")
-        return self._set_status(dataset, phase=DatasetPhase.MATERIALIZING, message=f"materialising from {source.kind}")
+    # -- the materialiser's backend (services.dataset_manager.DatasetBackend) -----------------------------------
+    def current(self, namespace: str, name: str) -> Dataset | None:
+        """The stored Dataset; None when it is gone or its row no longer parses (the store quarantined it)."""
+        try:
+            return self.store.try_get(Dataset, namespace, name)
+        except UnreadableError:
+            return None
 
-    def _from_job(
-        self, dataset: Dataset, jobs: list[TrainingJob]
-    ) -> tuple[SourceRequest | None, str | None, str | None]:
-        """For a fromJob source: (the path request, why it waits, why it failed), one of them set."""
+    def write_status(self, dataset: Dataset, changes: Mapping[str, Any]) -> Written:
+        """Apply ``changes`` to the status stored now (this pass may have written it already), if it is that object."""
+        current = self.current(dataset.metadata.namespace, dataset.metadata.name)
+        if current is None or current.metadata.uid != dataset.metadata.uid:
+            return Written.LOST
+        status = current.status.model_copy(update=dict(changes))
+        if status == current.status:
+            return Written.UNCHANGED
+        try:
+            self.store.update_status(current.model_copy(update={"status": status}))
+        except (ConflictError, NotFoundError):
+            return Written.LOST
+        return Written.WROTE
+
+    def source(self, dataset: Dataset) -> SourceChoice:
+        """Its source, relative to where it was submitted; ``fromJob``: the job's stored outputs, once it succeeded."""
         from_job = dataset.spec.source.from_job
-        assert from_job is not None
-        job = next(
-            (j for j in jobs if j.metadata.namespace == dataset.metadata.namespace and j.metadata.name == from_job.job),
-            None,
-        )
+        if from_job is None:
+            base_dir = Path(dataset.metadata.annotations.get(SUBMIT_DIR_ANNOTATION, "."))
+            return SourceChoice(source_request(dataset.spec.source), base_dir)
+        try:
+            job = self.store.try_get(TrainingJob, dataset.metadata.namespace, from_job.job)
+        except UnreadableError:
+            job = None  # quarantined by the store: as if it did not exist
         if job is None:
-            return None, f"waiting for job {from_job.job} (spec.source.fromJob.job) to exist and succeed", None
+            return SourceChoice(
+                waiting=f"waiting for job {from_job.job} (spec.source.fromJob.job) to exist and succeed"
+            )
         phase = Phase(job.status.phase)
         if phase == Phase.FAILED:
-            return (
-                None,
-                None,
-                (
+            return SourceChoice(
+                refusal=(
                     f"spec.source.fromJob.job: job {from_job.job} failed ({job.status.message}); rerun it, or point "
                     "fromJob at a job that succeeded"
-                ),
+                )
             )
         if phase != Phase.SUCCEEDED:
-            return None, f"waiting for job {from_job.job} to succeed (it is {phase.value})", None
+            return SourceChoice(waiting=f"waiting for job {from_job.job} to succeed (it is {phase.value})")
         outputs = destination(job, self.layout) / from_job.output
-        return SourceRequest("path", path=str(outputs), field="spec.source.fromJob.output"), None, None
+        return SourceChoice(SourceRequest("path", path=str(outputs), field="spec.source.fromJob.output"), Path("."))
 
-    def _materialize(self, request: SourceRequest, incoming: Path, base_dir: Path, progress: Any) -> Materialized:
-        return materialize_version(request, incoming, base_dir, progress)
-
-    def _progress_reporter(self, key: tuple[str, str]) -> Callable[[int, int | None], None]:
-        def say(message: str) -> None:
-            self._progress[key] = message
-            self._wake()
-
-        return progress_reporter(say, _PROGRESS_EVERY_S, clock=self.clock)
-
-    def _report_progress(self, dataset: Dataset) -> bool:
-        key = (dataset.metadata.namespace, dataset.metadata.name)
-        message = self._progress.get(key)
-        if message is None or message == dataset.status.message:
-            return False
-        return self._set_status(dataset, message=message)
+    def record(self, dataset: Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+        """An event on the Dataset."""
+        self._event("Dataset", dataset.metadata.namespace, dataset.metadata.name, reason, message, warning)
 
     def _collect(self) -> bool:
+        """Take up finished stagings."""
         changed = False
-        for key, work in list(self._materializing.items()):
-            if not work.future.done():
-                continue
-            del self._materializing[key]
-            self._progress.pop(key, None)
-            try:
-                dataset = self.store.try_get(Dataset, *key)
-            except UnreadableError:
-                continue  # quarantined by the store meanwhile: nothing to record the outcome on
-            if dataset is None:
-                continue
-            ended = materialize_outcome(work.future, work.generation, self.clock.now())
-            changed |= self._set_status(dataset, **ended.changes)
-            self._record(dataset, ended.reason, ended.message, warning=ended.warning)
         for staging_key, staging in list(self._stagings.items()):
             if not staging.future.done():
                 continue
             del self._stagings[staging_key]
             changed = True
             job_uid = staging_key[0]
-            failure = staging.future.exception()
-            if failure is not None:
-                text = str(failure) if isinstance(failure, CacheError) else f"staging failed: {failure!r}"
-                if not isinstance(failure, CacheError):
-                    log.error("staging %s on %s failed", staging.entry.key, staging.node, exc_info=failure)
-                self._errors[job_uid] = text
-                continue
-            outcome = staging.future.result()
-            if outcome in (StageOutcome.HIT, StageOutcome.COPIED):
+            seconds = self.clock.monotonic() - staging.started
+            outcome, said = staging_ended(staging.future, staging.entry, node=staging.node, seconds=seconds)
+            if outcome is None:
+                self._errors[job_uid] = said
+            elif outcome in (StageOutcome.HIT, StageOutcome.COPIED):
                 self._staged.add(staging_key)
-                seconds = self.clock.monotonic() - staging.started
-                how = "cache hit" if outcome == StageOutcome.HIT else f"copied in {seconds:.1f} s"
-                entry = staging.entry
-                what = f"{entry.dataset} ({entry.key}, {human_bytes(entry.bytes)})"
-                self._record_job(staging.job, "Staged", f"{what} on {staging.node}: {how}")
+                self._record_job(staging.job, "Staged", said)
             elif outcome == StageOutcome.WAITING:
                 self._say_waiting(staging.job, job_uid, self._cache(staging.node).why_waiting(staging.entry))
         return changed
 
-    def _set_status(self, dataset: Dataset, **changes: Any) -> bool:
-        try:
-            current = self.store.try_get(Dataset, dataset.metadata.namespace, dataset.metadata.name)
-        except UnreadableError:
-            return False  # its row no longer parses: the store quarantined it
-        if current is None:
-            return False
-        status = current.status.model_copy(update=changes)
-        if status == current.status:
-            return False
-        try:
-            self.store.update_status(current.model_copy(update={"status": status}))
-        except (ConflictError, NotFoundError):
-            return True  # it changed under us: the next pass looks again
-        return True
-
-    def _remove_orphan_versions(self, datasets: dict[tuple[str, str], Dataset]) -> None:
-        """Delete the materialised copies of Datasets that are gone (their node cache entries stay, evictable)."""
-        known = frozenset(datasets) | frozenset(self._materializing)
-        if known == self._known_datasets:
-            return  # the same Datasets as last pass: nothing new to remove
-        self._known_datasets = known
-        remove_unknown_datasets(self.layout.datasets_root, known)
+    def _guarded(self, obj: Dataset | TrainingJob, held: Held, step: Callable[[], bool], doing: str) -> bool:
+        return guarded_step(self.quarantine, obj, held, step, reason=DATASET_MANAGER_ERROR, doing=doing)
 
     # -- staging ----------------------------------------------------------------------------------------------
+    def _stage_job(
+        self, job: TrainingJob, jobtype: JobType | None, datasets: dict[tuple[str, str], Dataset], holders: _Holders
+    ) -> bool:
+        """Plan the job's staging, start the copies its nodes lack and note the entries it holds in ``holders``."""
+        plan, error, waiting = self._plan(job, jobtype, datasets)
+        self._plans[job.metadata.uid or ""] = (plan, error, waiting)
+        for node, entries in plan.entries.items() if plan is not None else ():
+            for entry in entries:
+                holders.setdefault(node, {}).setdefault(entry.key, set()).add(job.key)
+                self._stage_if_due(job, node, entry)
+        return False
+
     def _plan(
         self, job: TrainingJob, jobtype: JobType | None, datasets: dict[tuple[str, str], Dataset]
     ) -> tuple[StagingPlan | None, str | None, str | None]:
@@ -480,7 +374,7 @@ class DatasetManager:
             self._caches[node] = cache
         return cache
 
-    def _refresh_pins(self, holders: dict[str, dict[str, set[str]]]) -> bool:
+    def _refresh_pins(self, holders: _Holders) -> bool:
         changed = False
         for node in set(holders) | set(self._pins):
             wanted = holders.get(node, {})
@@ -530,13 +424,10 @@ class DatasetManager:
         for key, held_dataset in datasets.items():
             nodes = sorted(holding.get(key, set()))
             if nodes != held_dataset.status.nodes:
-                changed_any |= self._set_status(held_dataset, nodes=nodes)
+                changed_any |= self.write_status(held_dataset, {"nodes": nodes}) is not Written.UNCHANGED
         return changed_any
 
     # -- events -----------------------------------------------------------------------------------------------
-    def _record(self, dataset: Dataset, reason: str, message: str, *, warning: bool = False) -> None:
-        self._event("Dataset", dataset.metadata.namespace, dataset.metadata.name, reason, message, warning)
-
     def _record_job(self, job_key: str, reason: str, message: str) -> None:
         namespace, name = job_key.split("/", 1)
         self._event("TrainingJob", namespace, name, reason, message, False)

@@ -1,8 +1,9 @@
 """Where the embedded runtime keeps things under its state directory, in one place.
 
-``<state>/phalanx.db`` (SQLite store), ``<state>/controlplane.log``, ``<state>/runs/<ns>/<job>/<uid8>/``
-(per job: ``<outputs.path>/`` shared by its replicas, ``replicas/<replica>-a<attempt>/`` per launched replica with
-its log), ``<state>/artifacts/<ns>/<job>/`` (default destination of stored outputs),
+``<state>/phalanx.db`` (SQLite store), ``<state>/controlplane.log``,
+``<state>/scheduler-config.yaml`` (``phalanx up --scheduler-config``), ``<state>/runs/<ns>/<job>/<uid8>/``
+(per job: ``<outputs.path>/`` shared by its replicas, ``replicas/<replica>-a<attempt>/`` per launched replica
+with its log), ``<state>/artifacts/<ns>/<job>/`` (default destination of stored outputs),
 ``<state>/datasets/<ns>/<name>/`` (materialised datasets), ``<state>/cache/<node>/`` (each node's dataset cache).
 
 The state directory is its owner's alone (0700): the store holds tokens of job environments and datasource
@@ -44,6 +45,11 @@ class StateLayout:
     def api_socket(self) -> Path:
         """The control plane's local API (a Unix socket)."""
         return self.root / "api.sock"
+
+    @property
+    def scheduler_config(self) -> Path:
+        """The SchedulerConfiguration every control plane of this directory runs (``up --scheduler-config``)."""
+        return self.root / "scheduler-config.yaml"
 
     @property
     def control_plane_log(self) -> Path:

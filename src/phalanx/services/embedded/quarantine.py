@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -32,6 +33,7 @@ from phalanx.adapters.store import (
     QuarantineRecord,
     SqliteStore,
     StoreError,
+    StoreUnavailableError,
     describe_error,
 )
 from phalanx.core.lifecycle.quarantine import quarantine_condition, quarantined, released
@@ -167,6 +169,33 @@ def guarded_hold(quarantine: Quarantine, obj: BaseModel, *, reason: str, error: 
     except StoreError:
         meta = _meta(obj)
         log.exception("cannot quarantine %s %s/%s; retrying on the next pass", _kind(obj), meta.namespace, meta.name)
+
+
+def guarded_step(
+    quarantine: Quarantine, obj: BaseModel, held: Held, step: Callable[[], bool], *, reason: str, doing: str
+) -> bool:
+    """Run one object's step: a store fault is retried on the next pass; anything unexpected sets ``obj`` aside.
+
+    Returns what ``step`` returned (whether it changed anything), True when it set ``obj`` aside, False after a
+    store fault. ``StoreUnavailableError`` propagates: the whole pass waits for the store (see store_faults).
+    An object set aside is released once its step succeeds.
+    """
+    try:
+        changed = step()
+    except StoreUnavailableError:
+        raise
+    except StoreError:
+        # The store failed (busy, full): not the object's fault, so it is simply tried again.
+        meta = _meta(obj)
+        log.exception("%s %s/%s failed on the store; retrying on the next pass", doing, meta.namespace, meta.name)
+        return False
+    except Exception as err:
+        # One object's unexpected failure must not stop the others (nor the control plane's loop).
+        guarded_hold(quarantine, obj, reason=reason, error=err)
+        return True
+    if held.has(obj):
+        quarantine.clear(obj, held, reason=reason)
+    return changed
 
 
 def _meta(obj: BaseModel) -> ObjectMeta:

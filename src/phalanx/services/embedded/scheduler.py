@@ -1,47 +1,37 @@
-"""The embedded scheduler loop: snapshot the store, call ``core.scheduling.schedule``, apply the decisions.
+"""The embedded scheduler loop: snapshot the store, run the scheduling pass (``core.scheduling.passes``), apply it.
 
-Each cycle passes the core the running jobs (every job in a holding phase, with the placements the snapshot
-counts as held) and one ``QueueQuota`` per ``Queue`` object in the store, with fair share on when there are
-queues and preemption on. A job its queue does not take (``spec.namespaces``, ``spec.priorityClasses``) waits
-with that reason and is not passed to the core.
+Each cycle gives the pass the running jobs (every job in a holding phase, with the placements the snapshot counts
+as held), one ``QueueQuota`` per ``Queue`` object in the store, the base ``policy`` (the SchedulerConfiguration of
+``phalanx up --scheduler-config``), the jobs their queue refuses
+(``spec.namespaces``, ``spec.priorityClasses``) with that reason, and whether a victim is still stopping. The
+pass decides what the simulator and phalanx-scheduler decide: preemptions, admissions (a preemptor waits until
+its victims' replicas are gone, and the room they free is nominated for it), and a reason for every waiting job.
 
 Admission writes the chosen devices into ``status.placements`` and moves the job Queued → Admitted in one
-status write, so a job is never half-admitted. A job left waiting gets the scheduler's one-sentence reason in
-``status.message`` (written only when it changes, and recorded as an event).
-
-Preemption is applied in two steps, because a victim's processes still hold its devices when the cycle ends:
-the cycle moves each victim to Preempted (the controller then stops its replicas and queues it again) and does
-not admit its preemptors; a later cycle admits them once the victims' replicas are gone. While any job is still
-Preempted, cycles run without preemption, so that room already being freed is not bought twice by stopping
-more jobs.
+status write, so a job is never half-admitted. A job left waiting gets the pass's one-sentence reason in
+``status.message`` (written only when it changes, and recorded as an event). A victim is moved to Preempted;
+the controller then stops its replicas and queues it again.
 
 One job cannot stop every other from being scheduled: a job whose own inputs fail to convert is quarantined
-(``services.embedded.quarantine``) before the cycle, and when the cycle itself raises, ``core.culprits.find_culprits``
-runs it on subsets of the pending jobs to find the ones that make it fail; they are quarantined and the cycle
-runs without them. Quarantined jobs are left out of later cycles until they change or their retry time comes.
+(``services.embedded.quarantine``) before the cycle, and the jobs the pass finds make the cycle fail
+(``PassPlan.culprits``) are quarantined and the cycle runs without them. Quarantined jobs are left out of later
+cycles until they change or their retry time comes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError
-from phalanx.core.culprits import find_culprits
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
-from phalanx.core.scheduling import build_snapshot, schedule
-from phalanx.core.scheduling.config import SchedulerConfig
-from phalanx.core.scheduling.types import (
-    Admission,
-    ClusterSnapshot,
-    Decisions,
-    PendingJob,
-    Preemption,
-    ReplicaRequest,
-)
+from phalanx.core.scheduling import build_snapshot
+from phalanx.core.scheduling.attained import AttainedService
+from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
+from phalanx.core.scheduling.passes import plan_pass
+from phalanx.core.scheduling.types import Admission, Preemption, ReplicaRequest
 from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
@@ -54,7 +44,6 @@ from phalanx.services.scheduling import (
     describe_admission,
     holdings_of,
     pending_job,
-    preemptor_reason,
     queue_quotas,
     queue_refusal,
     queue_statuses,
@@ -77,15 +66,6 @@ def _check_countable(request: ReplicaRequest) -> None:
             raise OverflowError(f"replica {request.name} asks for {field_name} {value}, more than any node can count")
 
 
-def _raises(cycle: Callable[[Sequence[PendingJob]], Decisions], jobs: Sequence[PendingJob]) -> Exception | None:
-    """What the cycle raises on ``jobs``, or None when it succeeds."""
-    try:
-        cycle(jobs)
-    except Exception as err:
-        return err
-    return None
-
-
 @dataclass
 class SchedulerService:
     """One scheduling cycle per call, over the whole store."""
@@ -94,6 +74,12 @@ class SchedulerService:
     clock: Clock = field(default_factory=SystemClock)
     identity: str = "scheduler"
     quarantine: Quarantine | None = None
+    policy: SchedulerConfig = DEFAULT_POLICY  # the base settings (a SchedulerConfiguration file)
+    # Preemptors whose victims' room is theirs (``core.scheduling.passes``); kept in memory: after a restart, a
+    # victim still stopping keeps preemption off, and the preemptor is tried in the usual order again.
+    _nominated: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False, repr=False)
+    # GPU-seconds each job attained in earlier runs and the time-slicing bands, carried from cycle to cycle.
+    _attained: AttainedService = field(default_factory=AttainedService, init=False, repr=False)
     _failure: str | None = field(default=None, init=False, repr=False)
     _queue_failure: str | None = field(default=None, init=False, repr=False)
 
@@ -155,6 +141,7 @@ class SchedulerService:
         changed |= changed_replicas
         snapshot = build_snapshot(nodes, holdings_of(jobs, replicas))
         running = running_jobs(jobs, replicas, jobtypes=jobtypes, nodes=(node.metadata.name for node in nodes), now=now)
+        running = self._attained.observe(running, now, (job.key for job in jobs))
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
         stored_queues, changed_queues = self._usable_queues(self.store.list(Queue))
         changed |= changed_queues
@@ -163,37 +150,43 @@ class SchedulerService:
         for queue in stored_queues:  # the first of a name wins, as in queue_quotas
             queue_objects.setdefault(queue.metadata.name, queue)
         refused = {job.key: queue_refusal(job, queue_objects) for job in queued}
-        # Victims still stopping free room for their preemptors: preempting again meanwhile would stop more.
+        # Victims still stopping free room for their preemptors (the pass turns preemption off meanwhile).
         stopping = any(Phase(job.status.phase) == Phase.PREEMPTED for job in jobs)
-        config = SchedulerConfig(queues=queues, fair_share=bool(queues), preemption=not stopping)
         pending = []
         for job in queued:
             if refused[job.key] is not None:
                 continue
             try:
-                pending.append(pending_job(job, jobtypes.get(job.spec.type), datasets, now))
+                attained = self._attained.before(job.key)
+                pending.append(pending_job(job, jobtypes.get(job.spec.type), datasets, now, attained))
             except Exception as err:
                 guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=err)
                 changed = True
         by_key = {job.key: job for job in queued}
-        decisions, culprits = self._decide(replace(snapshot, running=running), pending, now, config)
-        for key, error in culprits.items():
+        plan = plan_pass(
+            replace(snapshot, running=running),
+            pending,
+            policy=self.policy,
+            bands=self._attained.bands(self.policy),
+            now=now,
+            queues=queues,
+            stopping=stopping,
+            nominated=self._nominated,
+            refusals={key: reason for key, reason in refused.items() if reason is not None},
+        )
+        for error in plan.errors:
+            log.error("a scheduling cycle failed: %s: %s", type(error).__name__, error, exc_info=error)
+        for key, error in plan.culprits.items():
             guarded_hold(self.quarantine, by_key[key], reason=SCHEDULER_ERROR, error=error)
             changed = True
-        if decisions is None:
+        if not plan.decided:
             return changed
+        self._nominated = plan.nominated
         for job in queued:
-            if held.has(job) and job.key not in culprits:
+            if held.has(job) and job.key not in plan.culprits:
                 self.quarantine.clear(job, held, reason=SCHEDULER_ERROR)  # its retry went through
-        changed |= self._preempt(jobs, decisions.preempted)
-        preemptors: dict[str, list[str]] = {}
-        for preemption in decisions.preempted:
-            preemptors.setdefault(preemption.preemptor, []).append(preemption.victim)
-        for admission in decisions.admitted:
-            if admission.key in preemptors:
-                # Its devices are still held by the victims' processes: a later cycle admits it. So does every
-                # admission decided after it, which may have been given the rest of what the victims hold.
-                break
+        changed |= self._preempt(jobs, plan.preempted)
+        for admission in plan.admitted:
             try:
                 self._admit(by_key[admission.key], admission)
                 changed = True
@@ -201,10 +194,7 @@ class SchedulerService:
                 # The job changed (halted, deleted) since the snapshot; the next cycle decides again.
                 changed = True
                 break  # later admissions in this cycle assumed this one's devices were taken
-        waiting = dict(decisions.waiting)
-        waiting.update({key: preemptor_reason(victims) for key, victims in preemptors.items()})
-        waiting.update({key: reason for key, reason in refused.items() if reason is not None})
-        for key, reason in waiting.items():
+        for key, reason in plan.waiting.items():
             job = by_key[key]
             if job.status.message == reason:
                 continue
@@ -220,52 +210,10 @@ class SchedulerService:
                 changed = True
         return changed
 
-    def _decide(
-        self, snapshot: ClusterSnapshot, pending: list[PendingJob], now: datetime, config: SchedulerConfig
-    ) -> tuple[Decisions | None, dict[str, Exception]]:
-        """Run the cycle; when it raises, find the pending jobs that make it fail and run it without them.
-
-        Returns:
-            The decisions (None: the cycle fails whatever the pending jobs), and the jobs to quarantine, by key,
-            with what the cycle raised on them.
-        """
-        attempts = [(snapshot, config)]
-        if snapshot.running:
-            # The running jobs may not match what the nodes count as used (a bug, or a store edited by hand):
-            # then schedule without them rather than not at all; quotas and preemption are off for that cycle.
-            attempts.append((replace(snapshot, running=()), replace(config, preemption=False)))
-        for cycle_snapshot, cycle_config in attempts:
-
-            def cycle(
-                jobs: Sequence[PendingJob], at: ClusterSnapshot = cycle_snapshot, c: SchedulerConfig = cycle_config
-            ) -> Decisions:
-                return schedule(at, list(jobs), now, c)
-
-            try:
-                return cycle(pending), {}
-            except Exception:
-                log.exception("a scheduling cycle failed; looking for the jobs that make it fail")
-            culprits = find_culprits(pending, lambda jobs: _raises(cycle, jobs) is not None)
-            if culprits is None or (len(pending) > 1 and len(culprits) == len(pending)):
-                # Not the pending jobs' doing (it fails without them, or with any of them: a node, say): try
-                # without the running jobs, or give up this cycle; no job is blamed.
-                continue
-            errors = {
-                job.key: _raises(cycle, [job]) or RuntimeError("the cycle fails with it and succeeds without it")
-                for job in culprits
-            }
-            rest = [job for job in pending if job.key not in errors]
-            try:
-                return cycle(rest), errors
-            except Exception:  # it passed a moment ago: the cycle is not a function of its inputs (a bug)
-                log.exception("a scheduling cycle failed without the jobs that made it fail")
-                return None, errors
-        return None, {}
-
     def _unconvertible(self, jobs: list[TrainingJob], jobtypes: Mapping[str, JobType], held: Held) -> set[str]:
         """Keys of the jobs holding room whose replicas cannot be counted; those not quarantined yet are.
 
-        Such jobs are part of the snapshot every cycle starts from, so the search among pending jobs (``_decide``)
+        Such jobs are part of the snapshot every cycle starts from, so the pass's search among pending jobs
         could not find them: they are checked here instead.
         """
         bad = set()

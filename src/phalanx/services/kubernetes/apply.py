@@ -1,7 +1,7 @@
 """What the operator writes to the cluster for one job, decided without I/O: Pods, children, events, orphans.
 
-``kube_operator`` runs the loop and talks to the API; this module holds the pure pieces it is made of, so unit
-tests can check them without a cluster:
+``operator`` runs the loop, and ``reconcile``, ``status_writer`` and ``gc`` talk to the API; this module holds
+the pure pieces they are made of, so unit tests can check them without a cluster:
 
 - ``observe_job_pods``: the planner's view of a job's Pods (``objects.observe_pod``), with the Pods this
   process has asked to delete counted as deleting before the watch says so;

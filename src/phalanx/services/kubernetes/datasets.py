@@ -4,14 +4,14 @@ The node agents (``services.kubernetes.node_cache``) copy a job's entries into t
 materialises, decides when a job's data is in place, and renders what its Pods mount. They share two things:
 the **dataset store**, a directory every one of them mounts (in production a ReadWriteMany volume; the
 operator's ``--dataset-store`` and each agent's), laid out as the embedded one (``services.dataset_store``);
-and each Node's **cache report**, the annotation ``phalanx.dev/dataset-cache`` its agent writes (``CacheReport``).
+and each Node's **cache report**, the annotation ``phalanx.dev/dataset-cache`` its agent writes
+(``adapters.kubernetes.cache_report``).
 
 - **Materialise** (``KubeDatasetManager``, its own thread, and a small pool for the copies, so a long download
-  never holds up the operator's reconcile loop): a Dataset whose spec generation has no final status yet is
-  read from its source once into ``<store>/<ns>/<name>/<version label>/`` with its manifest beside it; its
-  status goes ``Materializing`` (with progress) -> ``Ready`` (version, bytes, files, lineage,
-  observedGeneration) or ``Failed`` (the source's error, naming the field and the fix), written through the
-  status subresource. ``fromJob`` fails with a sentence: outputs are not collected on Kubernetes yet.
+  never holds up the operator's reconcile loop) with the shared ``services.dataset_manager.DatasetMaterializer``
+  into ``<store>/<ns>/<name>/<version label>/``: this class is its backend (the Datasets from an informer, their
+  status through the status subresource on the resourceVersion read, events as core/v1 Events). ``fromJob``
+  fails with a sentence: outputs are not collected on Kubernetes yet.
   The operator reads sources with its own identity, on behalf of whoever may create Datasets, so what it
   reads is limited (``SourcePolicy``): local files (``path``, ``file://`` URLs, SQLite files) only under the
   directories it is started with (``--allow-path-under``), and scripts only when allowed
@@ -31,18 +31,15 @@ and each Node's **cache report**, the annotation ``phalanx.dev/dataset-cache`` i
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from phalanx.adapters.clock import Clock, SystemClock
-from phalanx.adapters.datasources import Materialized
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
     EVENTS,
@@ -52,40 +49,29 @@ from phalanx.adapters.kubernetes.api import (
     KubeApiError,
     NotFoundError,
 )
+from phalanx.adapters.kubernetes.cache_report import CACHE_ANNOTATION, DEFAULT_CACHE_DIR, CacheReport, cache_report
 from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key
 from phalanx.adapters.kubernetes.objects import dataset_from_object
 from phalanx.adapters.kubernetes.parsed import ParsedObjects
-from phalanx.adapters.kubernetes.rendering import DATASET_MOUNT_PATH, DatasetVolumes
-from phalanx.core.data import DatasetCounters, env_name
-from phalanx.model.datasets import Dataset, DatasetPhase, DatasetStatus, version_label
+from phalanx.adapters.kubernetes.rendering import DatasetVolumes
+from phalanx.core.data import env_name
+from phalanx.model.datasets import Dataset, DatasetPhase, version_label
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.masking import mask_url
+from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice, Written
 from phalanx.services.dataset_store import (
     STAGING_PHASES,
     DatasetStore,
     StagingResolution,
     manifests_reader,
-    materialize_outcome,
-    materialize_version,
-    progress_reporter,
-    remove_unknown_datasets,
     resolve_staging,
     source_request,
-    sweep_leftovers,
 )
-from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 from phalanx.services.kubernetes.apply import event_body
 
 log = logging.getLogger(__name__)
 
-#: On a Node: what its agent's dataset cache holds and how each job placed there stands (``CacheReport``).
-CACHE_ANNOTATION = "phalanx.dev/dataset-cache"
-#: On a Node: cache entries someone asked its agent to evict (``phalanx cache evict``), a JSON list of keys; the
-#: agent evicts those no job uses, says in its report which it kept and why, and removes the request.
-EVICT_ANNOTATION = "phalanx.dev/dataset-cache-evict"
-#: Where node agents keep their cache on the host, and where Pods see its entries, unless told otherwise.
-DEFAULT_CACHE_DIR = DATASET_MOUNT_PATH
 COMPONENT = "phalanx-operator"
 _PROGRESS_EVERY_S = 2.0
 _FROM_JOB_UNSUPPORTED = (
@@ -142,159 +128,6 @@ class SourcePolicy:
             f"{field_name}: {value} is not under a directory phalanx-operator may read (its --allow-path-under "
             f"directories: {allowed}); put the data there (e.g. on the dataset store's volume), or use a URL"
         )
-
-
-# -- the cache report a node agent publishes --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class JobCacheState:
-    """How one job's entries stand on one node: ``ready``, ``staging``, ``waiting`` or ``error``, and why."""
-
-    uid: str
-    state: str
-    message: str | None = None
-
-
-@dataclass(frozen=True)
-class HeldEntry:
-    """What a node's cache holds under one key: whose data, how many bytes, and the jobs it is pinned for."""
-
-    dataset: str
-    bytes: int
-    pinned_by: tuple[str, ...] = ()
-
-
-_COUNTER_FIELDS = {
-    "hits": "hits",
-    "misses": "misses",
-    "bytesFromCache": "bytes_from_cache",
-    "bytesFetched": "bytes_fetched",
-    "evictions": "evictions",
-}
-
-
-@dataclass(frozen=True)
-class CacheReport:
-    """What a node agent says about its dataset cache, in the Node's ``phalanx.dev/dataset-cache`` annotation.
-
-    Attributes:
-        directory: the cache's directory on the host (what Pods mount entries from).
-        entries: per entry key: ``ready``, ``staging`` or ``waiting`` (what the operator's gate reads).
-        jobs: per job (``namespace/name``) placed on the node with datasets: its uid and state.
-        capacity: the cache's size limit in bytes.
-        used: bytes held or reserved.
-        held: per entry key the cache holds: its dataset, bytes and pins (what ``phalanx cache ls`` shows).
-        counters: per dataset (``namespace/name``): hits, misses, bytes served and fetched, evictions.
-        refused: the entries of the last eviction request the agent kept, and why (in use by a job).
-        samples: the host directory of the node's sample caches (``<samples>/<namespace>`` per namespace,
-            made by the agent for the jobs placed there), or None when the agent keeps none.
-    """
-
-    directory: str
-    entries: Mapping[str, str] = field(default_factory=dict)
-    jobs: Mapping[str, JobCacheState] = field(default_factory=dict)
-    capacity: int | None = None
-    used: int | None = None
-    held: Mapping[str, HeldEntry] = field(default_factory=dict)
-    counters: Mapping[str, DatasetCounters] = field(default_factory=dict)
-    refused: Mapping[str, str] = field(default_factory=dict)
-    samples: str | None = None
-
-    def to_annotation(self) -> str:
-        """The annotation's value: compact JSON with sorted keys (so an unchanged report is an unchanged value)."""
-        jobs = {
-            key: {"uid": state.uid, "state": state.state, **({"message": state.message} if state.message else {})}
-            for key, state in self.jobs.items()
-        }
-        document: dict[str, Any] = {"dir": self.directory, "entries": dict(self.entries), "jobs": jobs}
-        if self.capacity is not None:
-            document["capacity"] = self.capacity
-        if self.used is not None:
-            document["used"] = self.used
-        if self.held:
-            document["held"] = {
-                key: {"dataset": e.dataset, "bytes": e.bytes, **({"pins": list(e.pinned_by)} if e.pinned_by else {})}
-                for key, e in self.held.items()
-            }
-        if self.counters:
-            document["counters"] = {
-                dataset: {name: getattr(c, attribute) for name, attribute in _COUNTER_FIELDS.items()}
-                for dataset, c in self.counters.items()
-            }
-        if self.refused:
-            document["refused"] = dict(self.refused)
-        if self.samples is not None:
-            document["samples"] = self.samples
-        return json.dumps(document, sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def from_annotation(cls, text: str | None) -> CacheReport | None:
-        """The report in an annotation's value; None when there is none or it cannot be read."""
-        if not text:
-            return None
-        try:
-            document = json.loads(text)
-            jobs = {
-                str(key): JobCacheState(str(value["uid"]), str(value["state"]), value.get("message"))
-                for key, value in (document.get("jobs") or {}).items()
-            }
-            held = {
-                str(key): HeldEntry(str(value["dataset"]), int(value["bytes"]), tuple(map(str, value.get("pins", ()))))
-                for key, value in (document.get("held") or {}).items()
-            }
-            counters = {
-                str(dataset): DatasetCounters(
-                    **{attribute: int(values.get(name, 0)) for name, attribute in _COUNTER_FIELDS.items()}
-                )
-                for dataset, values in (document.get("counters") or {}).items()
-            }
-            return cls(
-                directory=str(document.get("dir") or DEFAULT_CACHE_DIR),
-                entries={str(k): str(v) for k, v in (document.get("entries") or {}).items()},
-                jobs=jobs,
-                capacity=document.get("capacity"),
-                used=document.get("used"),
-                held=held,
-                counters=counters,
-                refused={str(k): str(v) for k, v in (document.get("refused") or {}).items()},
-                samples=str(document["samples"]) if document.get("samples") else None,
-            )
-        except (ValueError, TypeError, KeyError, AttributeError):
-            return None
-
-    def ready_keys(self) -> set[str]:
-        """The keys of the entries held completely."""
-        return {key for key, state in self.entries.items() if state == "ready"}
-
-    def view(self, node: str) -> NodeCacheView:
-        """What ``phalanx cache ls`` shows of this report."""
-        entries = [
-            CacheEntryView(key, e.dataset, e.bytes, self.entries.get(key, "ready"), e.pinned_by)
-            for key, e in sorted(self.held.items())
-        ]
-        return NodeCacheView(node, self.capacity, self.used, entries, dict(self.counters))
-
-
-def eviction_request(node: Mapping[str, Any] | None) -> list[str] | None:
-    """The keys a Node's ``EVICT_ANNOTATION`` asks its agent to evict; None when it asks nothing (or garbage)."""
-    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
-    text = annotations.get(EVICT_ANNOTATION)
-    if not text:
-        return None
-    try:
-        keys = json.loads(text)
-    except ValueError:
-        return []
-    return [str(key) for key in keys] if isinstance(keys, list) else []
-
-
-def cache_report(node: Mapping[str, Any] | None) -> CacheReport | None:
-    """The cache report on a Node object (None when the Node or the report is missing)."""
-    if node is None:
-        return None
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    return CacheReport.from_annotation(annotations.get(CACHE_ANNOTATION))
 
 
 # -- the staging gate (pure) ------------------------------------------------------------------------------------
@@ -396,13 +229,6 @@ def nodes_holding(version: str, reports: Mapping[str, CacheReport | None]) -> li
 # -- the manager ------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Materialization:
-    generation: int
-    uid: str
-    future: Future[Materialized]
-
-
 class KubeDatasetManager:
     """The operator's dataset manager: Datasets -> the dataset store and their status; jobs' staging gate.
 
@@ -435,19 +261,19 @@ class KubeDatasetManager:
         self.clock = clock or SystemClock()
         self.signal = Signal()
         self._on_change = on_change
-        self.datasets = Informer(api, DATASETS, signal=self.signal, on_change=self._dataset_changed)
+        self.datasets = Informer(api, DATASETS, signal=self.signal, on_change=on_change)
         self.nodes = Informer(api, NODES, on_change=self._node_changed)
         self.ready = threading.Event()
         self._base_dir = base_dir or Path.cwd()
         self.policy = policy or SourcePolicy()
         self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="datasets")
         self._lock = threading.Lock()
-        self._materializing: dict[tuple[str, str], _Materialization] = {}
-        self._progress: dict[tuple[str, str], str] = {}
         self._parsed = ParsedObjects("Dataset", dataset_from_object)
         self._reports: dict[str, str] = {}  # node -> the cache annotation last seen
-        self._known: frozenset[tuple[str, str]] | None = None
         self._manifest = manifests_reader(self.store)
+        self.materializer = DatasetMaterializer(
+            self, self.store, self._pool, wake=self.signal.set, clock=self.clock, progress_every_s=_PROGRESS_EVERY_S
+        )
 
     @property
     def informers(self) -> list[Informer]:
@@ -455,10 +281,6 @@ class KubeDatasetManager:
         return [self.datasets, self.nodes]
 
     # -- what changed -----------------------------------------------------------------------------------------
-
-    def _dataset_changed(self, kind: str, obj: dict[str, Any]) -> None:
-        if self._on_change is not None:
-            self._on_change(kind, obj)
 
     def _node_changed(self, kind: str, obj: dict[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name") or "")
@@ -477,7 +299,7 @@ class KubeDatasetManager:
 
     def run(self, stop: threading.Event, idle_s: float = 5.0) -> None:
         """Materialise and write Dataset status until ``stop`` is set (set ``signal`` too, to end a wait)."""
-        self.sweep_leftovers()
+        self.materializer.sweep_leftovers()
         try:
             while not stop.is_set():
                 try:
@@ -489,141 +311,73 @@ class KubeDatasetManager:
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def sweep_leftovers(self) -> list[Path]:
-        """Remove what materialisations interrupted by a crash left (dot-named files and directories)."""
-        return sweep_leftovers(self.store.root)
-
     def sync(self) -> None:
         """Collect finished materialisations, start due ones, refresh ``status.nodes``, drop deleted Datasets."""
-        self._collect()
+        self.materializer.collect()
         reports = {str(obj["metadata"].get("name")): cache_report(obj) for obj in self.nodes.items()}
         objects = {object_key(obj): obj for obj in self.datasets.items()}
         for key, obj in objects.items():
             try:
-                self._materialize_if_due(obj)
+                dataset = self._dataset(obj)
+                if dataset is not None:
+                    self.materializer.materialize_if_due(dataset)
                 self._refresh_nodes(key, reports)
             except KubeApiError as error:
                 log.warning("dataset %s/%s: %s; retrying", *key, error)
             except Exception:
                 log.exception("dataset %s/%s failed; retrying on the next pass", *key)
         if self.datasets.synced:
-            self._remove_deleted(frozenset(objects))
+            self.materializer.remove_deleted(frozenset(objects))
 
-    # -- materialisation --------------------------------------------------------------------------------------
+    # -- the materialiser's backend (services.dataset_manager.DatasetBackend) -----------------------------------
 
-    def _materialize_if_due(self, obj: dict[str, Any]) -> None:
-        key = object_key(obj)
-        dataset = self._dataset(obj)
-        if dataset is None:
-            return
-        generation = dataset.metadata.generation or 0
-        with self._lock:
-            running = self._materializing.get(key)
-            progress = self._progress.get(key)
-        if running is not None:
-            if progress and progress != dataset.status.message:
-                self._write_status(obj, dataset.status.model_copy(update={"message": progress}))
-            return
-        status = dataset.status
-        if status.observed_generation == generation and status.phase in (DatasetPhase.READY, DatasetPhase.FAILED):
-            return
-        source = dataset.spec.source
-        refusal = _FROM_JOB_UNSUPPORTED if source.from_job is not None else self.policy.refusal(dataset, self._base_dir)
-        if refusal is not None:
-            failed = status.model_copy(
-                update={"phase": DatasetPhase.FAILED, "message": refusal, "observed_generation": generation}
-            )
-            if self._write_status(obj, failed):
-                self._event(obj, "MaterializeFailed", refusal, warning=True)
-                log.warning("dataset %s/%s refused: %s", *key, refusal)
-            return
-        request = source_request(source)
-        target = self.store.dataset_dir(*key)
-        target.mkdir(parents=True, exist_ok=True)
-        incoming = target / f".incoming-{uuid.uuid4().hex[:12]}"
-        message = f"materialising from {source.kind}"
-        written = self._write_status(
-            obj, status.model_copy(update={"phase": DatasetPhase.MATERIALIZING, "message": message})
-        )
-        if written is None:
-            return  # changed meanwhile: the next pass looks again
-        future = self._pool.submit(materialize_version, request, incoming, self._base_dir, self._reporter(key))
-        future.add_done_callback(lambda _f: self.signal.set())
-        with self._lock:
-            self._materializing[key] = _Materialization(generation, str(obj["metadata"].get("uid") or ""), future)
-        self._event(written, "Materializing", message)
+    def current(self, namespace: str, name: str) -> Dataset | None:
+        """The Dataset as the informer holds it; None when it is gone or invalid."""
+        obj = self.datasets.get(namespace, name)
+        return self._dataset(obj) if obj is not None else None
 
-    def _reporter(self, key: tuple[str, str]) -> Callable[[int, int | None], None]:
-        def say(message: str) -> None:
-            with self._lock:
-                self._progress[key] = message
-            self.signal.set()
-
-        return progress_reporter(say, _PROGRESS_EVERY_S, clock=self.clock)
-
-    def _collect(self) -> None:
-        with self._lock:
-            finished = {key: work for key, work in self._materializing.items() if work.future.done()}
-            for key in finished:
-                del self._materializing[key]
-                self._progress.pop(key, None)
-        for key, work in finished.items():
-            obj = self.datasets.get(*key)
-            if obj is None or str(obj["metadata"].get("uid") or "") != work.uid:
-                continue  # deleted (or deleted and created again) meanwhile
-            dataset = self._dataset(obj)
-            if dataset is None:
-                continue
-            outcome = materialize_outcome(work.future, work.generation, self.clock.now())
-            written = self._write_status(obj, dataset.status.model_copy(update=outcome.changes))
-            if written is not None:
-                self._event(written, outcome.reason, outcome.message, warning=outcome.warning)
-                level = logging.WARNING if outcome.warning else logging.INFO
-                log.log(level, "dataset %s/%s: %s", *key, outcome.message)
-
-    def _refresh_nodes(self, key: tuple[str, str], reports: Mapping[str, CacheReport | None]) -> None:
-        obj = self.datasets.get(*key)
-        dataset = self._dataset(obj) if obj is not None else None
-        if obj is None or dataset is None:
-            return
-        version = dataset.status.version
-        nodes = nodes_holding(version, reports) if version and dataset.status.phase == DatasetPhase.READY else []
-        if nodes != dataset.status.nodes:
-            self._write_status(obj, dataset.status.model_copy(update={"nodes": nodes}))
-
-    def _remove_deleted(self, live: frozenset[tuple[str, str]]) -> None:
-        """Delete the materialised copies of Datasets that are gone (node caches keep theirs, evictable)."""
-        with self._lock:
-            known = live | frozenset(self._materializing)
-        if known == self._known:
-            return
-        self._known = known
-        remove_unknown_datasets(self.store.root, known)
-
-    def _write_status(self, obj: dict[str, Any], status: DatasetStatus) -> dict[str, Any] | None:
-        """PUT the Dataset's status on the version read; the written object, or None when it changed or went."""
+    def write_status(self, dataset: Dataset, changes: Mapping[str, Any]) -> Written:
+        """PUT the status with ``changes`` on the resourceVersion ``dataset`` was read at."""
+        status = dataset.status.model_copy(update=dict(changes))
+        if status == dataset.status:
+            return Written.UNCHANGED
+        meta = dataset.metadata
         body = {
-            "apiVersion": obj.get("apiVersion", DATASETS.api_version),
+            "apiVersion": DATASETS.api_version,
             "kind": "Dataset",
-            "metadata": {k: obj["metadata"][k] for k in ("name", "namespace", "resourceVersion")},
+            "metadata": {"name": meta.name, "namespace": meta.namespace, "resourceVersion": meta.resource_version},
             "status": status.to_dict(),
         }
         try:
             written = self.api.replace_status(DATASETS, body)
         except ConflictError:
-            return None
+            return Written.LOST
         except NotFoundError:
-            self.datasets.forget(*object_key(obj))
-            return None
+            self.datasets.forget(meta.namespace, meta.name)
+            return Written.LOST
         written.setdefault("kind", "Dataset")
         written.setdefault("apiVersion", DATASETS.api_version)
         self.datasets.observe(written)
-        return written
+        return Written.WROTE
 
-    def _event(self, obj: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
-        meta = obj.get("metadata") or {}
+    def source(self, dataset: Dataset) -> SourceChoice:
+        """Its source, relative to the operator's directory, unless the operator may not read it."""
+        if dataset.spec.source.from_job is not None:
+            return SourceChoice(refusal=_FROM_JOB_UNSUPPORTED)
+        refusal = self.policy.refusal(dataset, self._base_dir)
+        if refusal is not None:
+            return SourceChoice(refusal=refusal)
+        return SourceChoice(source_request(dataset.spec.source), self._base_dir)
+
+    def record(self, dataset: Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+        """A core/v1 Event on the Dataset (best effort: a lost event is logged)."""
+        meta = dataset.metadata
+        subject = {
+            "apiVersion": DATASETS.api_version,
+            "metadata": {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid},
+        }
         body = event_body(
-            {**obj, "apiVersion": obj.get("apiVersion", DATASETS.api_version)},
+            subject,
             reason,
             mask_url(message),  # events are shown (kubectl describe): never a datasource password
             warning=warning,
@@ -633,9 +387,18 @@ class KubeDatasetManager:
             kind="Dataset",
         )
         try:
-            self.api.create(EVENTS, body, str(meta.get("namespace")))
+            self.api.create(EVENTS, body, meta.namespace)
         except KubeApiError as error:
-            log.debug("event %s on dataset %s not recorded: %s", reason, meta.get("name"), error)
+            log.debug("event %s on dataset %s not recorded: %s", reason, meta.name, error)
+
+    def _refresh_nodes(self, key: tuple[str, str], reports: Mapping[str, CacheReport | None]) -> None:
+        dataset = self.current(*key)
+        if dataset is None:
+            return
+        version = dataset.status.version
+        nodes = nodes_holding(version, reports) if version and dataset.status.phase == DatasetPhase.READY else []
+        if nodes != dataset.status.nodes:
+            self.write_status(dataset, {"nodes": nodes})
 
     # -- reading ----------------------------------------------------------------------------------------------
 
@@ -645,14 +408,8 @@ class KubeDatasetManager:
 
     def datasets_read_by(self, job: TrainingJob) -> dict[tuple[str, str], Dataset]:
         """The Datasets the job mounts that exist, by (namespace, name)."""
-        found = {}
-        for mount in job.spec.datasets:
-            key = (job.metadata.namespace, mount.dataset_name)
-            obj = self.datasets.get(*key)
-            parsed = self._dataset(obj) if obj is not None else None
-            if parsed is not None:
-                found[key] = parsed
-        return found
+        keys = {(job.metadata.namespace, mount.dataset_name) for mount in job.spec.datasets}
+        return {key: dataset for key in keys if (dataset := self.current(*key)) is not None}
 
     def staging(self, job: TrainingJob, jobtype: JobType | None) -> KubeStaging:
         """Whether the job's data is on its nodes (as their agents report), why not, and what its Pods mount.

@@ -45,6 +45,14 @@ from phalanx.adapters.kubernetes.api import (
     KubeApi,
     KubeApiError,
 )
+from phalanx.adapters.kubernetes.cache_report import (
+    CACHE_ANNOTATION,
+    EVICT_ANNOTATION,
+    CacheReport,
+    HeldEntry,
+    JobCacheState,
+    eviction_request,
+)
 from phalanx.adapters.kubernetes.informer import Informer, Signal, wait_all_synced
 from phalanx.adapters.kubernetes.objects import dataset_from_object, job_from_object, jobtype_from_object
 from phalanx.adapters.kubernetes.parsed import ParsedObjects
@@ -60,16 +68,9 @@ from phalanx.services.dataset_store import (
     human_bytes,
     manifests_reader,
     resolve_staging,
+    staging_ended,
 )
 from phalanx.services.kubernetes.apply import event_body
-from phalanx.services.kubernetes.datasets import (
-    CACHE_ANNOTATION,
-    EVICT_ANNOTATION,
-    CacheReport,
-    HeldEntry,
-    JobCacheState,
-    eviction_request,
-)
 
 log = logging.getLogger(__name__)
 COMPONENT = "phalanx-node-agent"
@@ -354,27 +355,19 @@ class NodeCacheKeeper:
                 continue
             del self._stagings[key]
             ended = True
-            failure = staging.future.exception()
-            if failure is not None:
-                text = str(failure) if isinstance(failure, CacheError) else f"staging failed: {failure!r}"
-                if not isinstance(failure, CacheError):
-                    log.error("staging %s failed", staging.entry.key, exc_info=failure)
-                log.warning("job %s: %s", staging.job, text)
-                self._errors[staging.uid] = text
-                self._event(staging, "StagingFailed", text, warning=True)
-                continue
-            outcome = staging.future.result()
-            if outcome in (StageOutcome.HIT, StageOutcome.COPIED):
+            seconds = self.clock.monotonic() - staging.started
+            outcome, said = staging_ended(staging.future, staging.entry, node=self.settings.node_name, seconds=seconds)
+            if outcome is None:
+                log.warning("job %s: %s", staging.job, said)
+                self._errors[staging.uid] = said
+                self._event(staging, "StagingFailed", said, warning=True)
+            elif outcome in (StageOutcome.HIT, StageOutcome.COPIED):
                 self._waiting.pop(key, None)
                 self._served.add(key)
                 # Another job waiting for this entry's copy (IN_PROGRESS) finds it now.
                 self._retry_at = {k: at for k, at in self._retry_at.items() if k[1] != staging.entry.key}
-                seconds = self.clock.monotonic() - staging.started
-                how = "cache hit" if outcome == StageOutcome.HIT else f"copied in {seconds:.1f} s"
-                entry = staging.entry
-                what = f"{entry.dataset} ({entry.key}, {human_bytes(entry.bytes)})"
-                log.info("job %s: staged %s: %s", staging.job, what, how)
-                self._event(staging, "Staged", f"{what} on {self.settings.node_name}: {how}")
+                log.info("job %s: staged %s", staging.job, said)
+                self._event(staging, "Staged", said)
             elif outcome == StageOutcome.WAITING:
                 self._waiting[key] = self.cache.why_waiting(staging.entry)
                 self._retry_at[key] = self.clock.monotonic() + self.settings.interval_s

@@ -45,6 +45,7 @@ from phalanx.adapters.kubernetes.api import (
     NotFoundError,
     Resource,
 )
+from phalanx.adapters.kubernetes.cache_report import EVICT_ANNOTATION, CacheReport, cache_report, eviction_request
 from phalanx.adapters.kubernetes.objects import (
     LABEL_ATTEMPT,
     LABEL_JOB,
@@ -72,7 +73,6 @@ from phalanx.model.replicas import Replica
 from phalanx.model.validation import parse_job
 from phalanx.services import port
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView, cache_view_from_labels
-from phalanx.services.kubernetes.datasets import EVICT_ANNOTATION, CacheReport, cache_report, eviction_request
 from phalanx.services.operations import OperationError, Operations
 from phalanx.services.port import Readable, Stored
 
@@ -414,7 +414,7 @@ class KubeBackend:
                 continue
             report = cache_report(obj)
             if report is not None:
-                views.append(report.view(str(meta["name"])))
+                views.append(cache_view(report, str(meta["name"])))
             else:
                 views.append(cache_view_from_labels(str(meta["name"]), dict(meta.get("labels") or {})))
         return views
@@ -549,3 +549,12 @@ class KubeOperations(Operations):
                 elif not (error.status == 400 and phase == "Pending"):  # 400 while the container is being created
                     problem = f"the log of pod {pod_name} cannot be read: {error.message}"
         return ReplicaLog(short, pod_name, attempt, phase, text, problem)
+
+
+def cache_view(report: CacheReport, node: str) -> NodeCacheView:
+    """What ``phalanx cache ls`` shows of a node's cache report."""
+    entries = [
+        CacheEntryView(key, e.dataset, e.bytes, report.entries.get(key, "ready"), e.pinned_by)
+        for key, e in sorted(report.held.items())
+    ]
+    return NodeCacheView(node, report.capacity, report.used, entries, dict(report.counters))

@@ -19,14 +19,12 @@ decisions through the API:
    of a gang of one, a job with a single placed replica, is created on its node by the operator: there is
    nothing to wait for, and a Pod that has its node is never bound again.)
 
-3. **Quotas and preemption**, as in the embedded runtime (``services.embedded.scheduler``): the cycle passes the core
-   one ``QueueQuota`` per Queue object (cluster-scoped; quota, cohort borrowing, fair share) and every job that
-   holds placements as a ``RunningJob``. A job its queue does not take (namespace or priority class not
-   allowed) waits with that reason. Victims of a preemption are moved to Preempted by a status write; the
-   operator's planner deletes their Pods and queues them again. Their preemptor (and every admission decided
-   after it) is not admitted in that cycle: the victims' Pods still hold the devices, and a later cycle admits
-   it once they are gone. While any job is Preempted, cycles run without preemption, so that room already
-   being freed is not bought twice.
+3. **Quotas and preemption**, decided by the scheduling pass the embedded runtime and the simulator run
+   (``core.scheduling.passes``): the cycle gives it one ``QueueQuota`` per Queue object (cluster-scoped; quota,
+   cohort borrowing, fair share), every job that holds placements as a ``RunningJob``, the jobs their queue does
+   not take (namespace or priority class not allowed) with that reason, and whether a victim is still stopping.
+   Victims are moved to Preempted by a status write; the operator's planner deletes their Pods and queues them
+   again. Their preemptor waits until the victims' Pods are gone, and the room they free is nominated for it.
 
 What is held on a node: every bound Pod that has not finished (a Phalanx Pod holds exactly its placement's
 devices; any other Pod its CPU and memory requests and as many GPUs as it requests, counted from the highest
@@ -82,16 +80,11 @@ from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOUR
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
 from phalanx.core.reconcile.types import EventRecord
-from phalanx.core.scheduling import build_snapshot, schedule
-from phalanx.core.scheduling.config import SchedulerConfig
-from phalanx.core.scheduling.types import (
-    Admission,
-    ClusterSnapshot,
-    Decisions,
-    PendingJob,
-    Preemption,
-    RunningJob,
-)
+from phalanx.core.scheduling import build_snapshot
+from phalanx.core.scheduling.attained import AttainedService
+from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
+from phalanx.core.scheduling.passes import plan_pass
+from phalanx.core.scheduling.types import Admission, Preemption, RunningJob
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob, TrainingJobStatus
@@ -104,14 +97,13 @@ from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, pa
 from phalanx.services.kubernetes.apply import EventBudget, PodSettings, check_renderable
 from phalanx.services.kubernetes.leader import LeaseElector
 from phalanx.services.scheduling import (
-    dataset_needs,
     describe_admission,
-    preemptor_reason,
+    pending_job,
     queue_quotas,
     queue_refusal,
     queue_statuses,
     replica_requests,
-    running_job,
+    running_jobs,
 )
 
 log = logging.getLogger(__name__)
@@ -133,6 +125,7 @@ class SchedulerSettings:
     coalesce_s: float = 0.05  # after a wake-up, wait at least this long so a burst of events makes one cycle
     coalesce_max_s: float = 0.5  # ... and at most this long, however much the last cycle computed
     cycle_share: float = 0.2  # ... so that cycles take about this share of a CPU under a burst
+    policy: SchedulerConfig = DEFAULT_POLICY  # the base policy: --config's SchedulerConfiguration
 
 
 @dataclass(frozen=True)
@@ -217,6 +210,9 @@ class KubeScheduler:
         self._parsed_jobtypes = ParsedObjects("JobType", jobtype_from_object)
         self._parsed_queues = ParsedObjects("Queue", queue_from_object)
         self._parsed_datasets = ParsedObjects("Dataset", dataset_from_object)
+        # Preemptors whose victims' room is theirs (``core.scheduling.passes``); a new leader starts without them.
+        self._nominated: dict[str, tuple[str, ...]] = {}
+        self._attained = AttainedService()  # GPU-seconds of earlier runs and the time-slicing bands, across cycles
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
         self._lock = threading.Lock()
@@ -292,27 +288,33 @@ class KubeScheduler:
             by_key = {candidate.job.key: candidate for candidate in queued}
             refused = {key: queue_refusal(c.job, queues) for key, c in by_key.items()}
             datasets = self._current_datasets() if any(c.job.spec.datasets for c in queued) else {}
+            running = self._running(jobs, pods, nodes, jobtypes, now)
+            running = self._attained.observe(running, now, [job.key for _, job in jobs])
             pending = [
-                self._pending(c.job, jobtypes, now, datasets) for key, c in by_key.items() if refused[key] is None
+                pending_job(c.job, jobtypes.get(c.job.spec.type), datasets, now, self._attained.before(key))
+                for key, c in by_key.items()
+                if refused[key] is None
             ]
             snapshot = build_snapshot(nodes, self._holdings(jobs, pods, nodes))
-            running = self._running(jobs, pods, nodes, jobtypes, now)
-            quotas = queue_quotas(queues.values())
-            # Victims still stopping free room for their preemptors: preempting again meanwhile would stop more.
-            stopping = any(Phase(job.status.phase) == Phase.PREEMPTED for _, job in jobs)
-            config = SchedulerConfig(queues=quotas, fair_share=bool(quotas), preemption=not stopping)
-            decisions = self._decide(snapshot, running, pending, now, config)
-            result.preempted = self._preempt(jobs, decisions.preempted)
-            preemptors: dict[str, list[str]] = {}
-            for preemption in decisions.preempted:
-                preemptors.setdefault(preemption.preemptor, []).append(preemption.victim)
-            admissions = []
-            for admission in decisions.admitted:
-                if admission.key in preemptors:
-                    # Its devices are still held by the victims' Pods: a later cycle admits it. So does every
-                    # admission decided after it, which may have been given the rest of what the victims hold.
-                    break
-                admissions.append((by_key[admission.key], admission))
+            plan = plan_pass(
+                replace(snapshot, running=running),
+                pending,
+                policy=self.settings.policy,
+                bands=self._attained.bands(self.settings.policy),
+                now=now,
+                queues=queue_quotas(queues.values()),
+                # Victims still stopping free room for their preemptors (the pass turns preemption off meanwhile).
+                stopping=any(Phase(job.status.phase) == Phase.PREEMPTED for _, job in jobs),
+                nominated=self._nominated,
+                refusals={key: reason for key, reason in refused.items() if reason is not None},
+            )
+            for error in plan.errors:
+                log.error("a scheduling cycle failed: %s: %s", type(error).__name__, error, exc_info=error)
+            for key, error in plan.culprits.items():
+                log.error("job %s makes the scheduling cycle fail; left out of it: %s", key, error)
+            self._nominated = plan.nominated
+            result.preempted = self._preempt(jobs, plan.preempted)
+            admissions = [(by_key[admission.key], admission) for admission in plan.admitted]
             for key, admitted in zip(
                 [a.key for _, a in admissions],
                 self._pool.map(lambda item: self._admit(*item), admissions),
@@ -320,10 +322,7 @@ class KubeScheduler:
             ):
                 if admitted:
                     result.admitted.append(key)
-            waiting = dict(decisions.waiting)
-            waiting.update({key: preemptor_reason(victims) for key, victims in preemptors.items()})
-            waiting.update({key: reason for key, reason in refused.items() if reason is not None})
-            for key, reason in waiting.items():
+            for key, reason in plan.waiting.items():
                 result.waiting[key] = reason
                 self._maybe_explain(by_key[key], reason)
         elif queued:
@@ -361,22 +360,6 @@ class KubeScheduler:
             written.setdefault("kind", QUEUES.kind)
             written.setdefault("apiVersion", QUEUES.api_version)
             self.queues.observe(written)
-
-    def _decide(
-        self,
-        snapshot: ClusterSnapshot,
-        running: tuple[RunningJob, ...],
-        pending: list[PendingJob],
-        now: datetime,
-        config: SchedulerConfig,
-    ) -> Decisions:
-        try:
-            return schedule(replace(snapshot, running=running), pending, now, config)
-        except ValueError:
-            # The running jobs do not match what the nodes count as used (a bug, or objects edited by hand):
-            # schedule without them rather than stop scheduling; quotas and preemption are off for this cycle.
-            log.exception("the running jobs do not match the nodes' use; scheduling without them")
-            return schedule(snapshot, pending, now, replace(config, preemption=False))
 
     def _preempt(self, jobs: list[tuple[dict[str, Any], TrainingJob]], preempted: tuple[Preemption, ...]) -> list[str]:
         """Move each victim to Preempted (the operator stops its Pods and queues it again); the keys moved."""
@@ -595,48 +578,21 @@ class KubeScheduler:
             uid = str((meta.get("annotations") or {}).get(ANNOTATION_JOB_UID, ""))
             if uid:
                 pod_nodes[(uid, str(meta.get("name")))] = str((pod.get("spec") or {}).get("nodeName") or "")
-        known = {node.metadata.name for node in nodes}
-        running = []
-        for _, job in jobs:
-            phase = Phase(job.status.phase)
-            if phase not in HOLDING_PHASES or not job.status.placements:
-                continue
-            requests = tuple(replica_requests(job, jobtypes.get(job.spec.type)))
-            names = {request.name for request in requests}
-            kept = [
-                (name, placement)
-                for name, placement in job.status.placements.items()
-                if name in names
-                and placement.node in known
-                and pod_nodes.get((job.metadata.uid or "", name)) in (None, "", placement.node)
-            ]
-            found = running_job(job, requests, kept, now)
-            if found is not None:
-                running.append(found)
-        return tuple(running)
+
+        def counted(job: TrainingJob, name: str, placement: ReplicaPlacement) -> bool:
+            return pod_nodes.get((job.metadata.uid or "", name)) in (None, "", placement.node)
+
+        return running_jobs(
+            (job for _, job in jobs),
+            jobtypes=jobtypes,
+            nodes=(node.metadata.name for node in nodes),
+            now=now,
+            counted=counted,
+        )
 
     def _current_datasets(self) -> dict[tuple[str, str], Dataset]:
         """The Dataset objects by (namespace, name), parsed once per version; an invalid one is ignored."""
         return {(d.metadata.namespace, d.metadata.name): d for d in self._parsed_datasets.all(self.datasets.items())}
-
-    def _pending(
-        self,
-        job: TrainingJob,
-        jobtypes: dict[str, JobType],
-        now: datetime,
-        datasets: dict[tuple[str, str], Dataset] | None = None,
-    ) -> PendingJob:
-        return PendingJob(
-            key=job.key,
-            priority=job.spec.scheduling.effective_priority(),
-            created=job.metadata.creation_timestamp or now,
-            queue=job.spec.scheduling.queue,
-            replicas=tuple(replica_requests(job, jobtypes.get(job.spec.type))),
-            min_available=job.spec.scheduling.min_available,
-            placement=str(job.spec.scheduling.placement),
-            topology=job.spec.scheduling.topology,
-            datasets=dataset_needs(job, datasets or {}),
-        )
 
     # -- writing ------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,42 @@
+"""``phalanx install``: the manifests that install Phalanx on Kubernetes (CRDs, RBAC, operator, scheduler, agent)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from phalanx.entrypoints.cli.output import fail
+
+
+def install(
+    print_yaml: Annotated[
+        bool, typer.Option("--print", help="Print the manifests as YAML, e.g. for `| kubectl apply -f -`.")
+    ] = False,
+    crds_only: Annotated[
+        bool,
+        typer.Option("--crds-only", help="Only the CustomResourceDefinitions (TrainingJob, JobType, Queue, Dataset)."),
+    ] = False,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Namespace of the components (default: phalanx-system).")
+    ] = None,
+    image: Annotated[str | None, typer.Option(help="Image the components run (default: phalanx:<version>).")] = None,
+) -> None:
+    """Install Phalanx on Kubernetes: CRDs, RBAC, operator, scheduler and node agent."""
+    if not print_yaml:
+        fail(
+            "nothing is applied by phalanx itself yet; print the manifests and apply them with kubectl: "
+            "phalanx install --print | kubectl apply -f -",
+            2,
+        )
+    from phalanx.services.kubernetes.install import InstallRequest, render_install
+
+    request = InstallRequest(image=image, crds_only=crds_only)
+    if namespace is not None:
+        request = InstallRequest(namespace=namespace, image=image, crds_only=crds_only)
+    try:
+        text = render_install(request)
+    except ValueError as err:
+        fail(str(err), 2)
+    sys.stdout.write(text)

@@ -1,0 +1,374 @@
+"""The job verbs of ``phalanx``: run, submit, get, describe, logs, halt, resume, delete and explain.
+
+``get``, ``describe`` and ``delete`` take other kinds too (nodes, job types, queues, datasets), kubectl-style:
+they read the resource argument here and hand the other kinds to their noun's module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+
+from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, StoreJobSource, follow
+from phalanx.entrypoints.cli.options import (
+    DATASET_RESOURCES,
+    NODE_RESOURCES,
+    QUEUE_RESOURCES,
+    BackendOption,
+    ContextOption,
+    KubeconfigOption,
+    NamespaceOption,
+    Output,
+    OutputOption,
+    Resource,
+    StateDirOption,
+    backend_session,
+    choose,
+    embedded_only,
+    print_objects,
+    require_named_resource,
+)
+from phalanx.entrypoints.cli.output import console, fail, print_replica_logs, warn
+from phalanx.entrypoints.cli.running import refuse_bad_namespace, run_job, session
+from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, styled_phase
+
+if TYPE_CHECKING:
+    from phalanx.entrypoints.client import Client
+    from phalanx.entrypoints.kubernetes.client import KubernetesClient
+
+
+def run(
+    file: Annotated[Path, typer.Argument(help="A TrainingJob YAML/JSON file (JobTypes in it are created too).")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Submit and return at once.")] = False,
+    logs: Annotated[bool, typer.Option("--logs/--no-logs", help="Stream replica logs.")] = True,
+    inventory: Annotated[
+        Path | None, typer.Option(help="Start the control plane on simulated nodes (YAML of Node objects).")
+    ] = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Submit a job, starting the local control plane if needed, and follow it to the end."""
+    refuse_bad_namespace(namespace)
+    choice = choose(backend, kubeconfig, context)
+    if choice.kubernetes:
+        if inventory is not None:
+            fail("--inventory simulates nodes for the embedded backend; a cluster has its own nodes", 2)
+        from phalanx.entrypoints.cli.cluster import cluster_session, run_on_cluster
+
+        with cluster_session(choice, namespace) as cluster:
+            code = run_on_cluster(cluster, file, detach=detach, logs=logs)
+        raise typer.Exit(code)
+    raise typer.Exit(
+        run_job(
+            file, state_dir=state_dir, namespace=namespace or "default", detach=detach, logs=logs, inventory=inventory
+        )
+    )
+
+
+def submit(
+    file: Annotated[
+        Path | None, typer.Argument(help="A YAML/JSON file of TrainingJobs, JobTypes and Queues.", show_default=False)
+    ] = None,
+    filename: Annotated[
+        Path | None, typer.Option("--filename", "-f", help="The file, kubectl-style (instead of the argument).")
+    ] = None,
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate only; print the defaulted spec.")] = False,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Validate and create jobs, job types and queues without following them (the control plane picks them up).
+
+    Every document is validated first: if any is invalid, nothing is created. An existing Queue or JobType gets
+    the new spec (`configured`), as `kubectl apply` does.
+    """
+    from phalanx.model.loading import read_documents
+
+    if (file is None) == (filename is None):
+        fail("give the file once: `phalanx submit -f FILE` or `phalanx submit FILE`", 2)
+    file = filename or file
+    assert file is not None
+    refuse_bad_namespace(namespace)
+    choice = choose(backend, kubeconfig, context)
+    if choice.kubernetes:
+        from phalanx.entrypoints.cli.cluster import cluster_session
+
+        with cluster_session(choice, namespace) as cluster:
+            if dry_run:
+                target = None if cluster.namespace == "default" else cluster.namespace  # as `submit` does
+                print_objects(
+                    cluster.ops.validate(read_documents(file), source=str(file), namespace=target), Output.YAML
+                )
+                return
+            for item in cluster.submit(file):
+                console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
+        return
+    from phalanx.services.embedded.daemon import current_leader
+
+    with session(state_dir, namespace or "default") as client:
+        documents = read_documents(file)
+        if dry_run:
+            objects = client.ops.validate(documents, source=str(file), namespace=namespace)
+            print_objects(objects, Output.YAML)
+            return
+        submitted = client.submit(file)
+        for item in submitted:
+            console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
+        if current_leader(client.store) is None:
+            console.print("[yellow]note:[/] no control plane is running; start one with `phalanx up`")
+
+
+def get(
+    resource: Annotated[Resource, typer.Argument(help="jobs, nodes, jobtypes, queues or datasets")],
+    name: Annotated[str | None, typer.Argument(help="Only this one.")] = None,
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
+    output: OutputOption = Output.TABLE,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """List jobs, nodes, job types, queues (usage/quota, admitted and pending jobs) or datasets."""
+    from phalanx.entrypoints.cli.datasets import show_datasets
+    from phalanx.entrypoints.cli.jobtypes import show_jobtypes
+    from phalanx.entrypoints.cli.nodes import show_nodes
+    from phalanx.entrypoints.cli.queues import show_queues
+
+    choice = choose(backend, kubeconfig, context)
+    with backend_session(choice, state_dir, namespace) as client:
+        namespace = client.namespace
+        if resource in (Resource.JOBS, Resource.JOB):
+            _show_jobs(client, name, output, namespace=None if all_namespaces else namespace)
+            if not choice.kubernetes and not name:
+                _warn_unreadable_jobs(client, None if all_namespaces else namespace)
+        elif resource in (Resource.NODES, Resource.NODE):
+            show_nodes(client, choice, name, output)
+        elif resource in (Resource.DATASETS, Resource.DATASET):
+            show_datasets(client, name, output, all_namespaces)
+        elif resource in (Resource.QUEUES, Resource.QUEUE):
+            show_queues(client, name, output)
+        else:
+            show_jobtypes(client, name, output)
+
+
+def _show_jobs(client: Client | KubernetesClient, name: str | None, output: Output, *, namespace: str | None) -> None:
+    """Print the jobs of ``namespace`` (every namespace's when None; only ``name`` when given)."""
+    from phalanx.entrypoints.cli.render import jobs_table
+
+    everywhere = namespace is None
+    jobs = [client.ops.get_job(client.namespace, name)] if name else client.ops.list_jobs(namespace)
+    if output in (Output.YAML, Output.JSON):
+        print_objects(jobs, output)
+    elif not jobs:
+        console.print(f"No jobs in {'any namespace' if everywhere else namespace}.")
+    else:
+        console.print(jobs_table(jobs, wide=output == Output.WIDE or everywhere))
+
+
+def _warn_unreadable_jobs(client: Client | KubernetesClient, namespace: str | None) -> None:
+    """Say which stored jobs cannot be read, so that a listing never hides them silently."""
+    store = getattr(client, "store", None)
+    if store is None:
+        return
+    unreadable = [
+        record
+        for record in store.quarantined("TrainingJob")
+        if not record.readable and namespace in (None, record.namespace)
+    ]
+    for record in unreadable:
+        warn(
+            f"job {record.namespace}/{record.name} is stored but cannot be read ({record.message}); it is "
+            f"quarantined: delete it with `phalanx delete job {record.name} -n {record.namespace}`"
+        )
+
+
+def describe(
+    resource: Annotated[str, typer.Argument(help="job, queue, dataset or node")],
+    name: Annotated[str, typer.Argument(help="Its name.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Show a job (roles, placement, replicas, events), a queue (quota, usage, jobs), a dataset or a node (GPUs)."""
+    from phalanx.entrypoints.cli.nodes import describe_node
+    from phalanx.entrypoints.cli.render import print_description, print_queue_description
+
+    require_named_resource(resource, "describe", nodes=True)
+    choice = choose(backend, kubeconfig, context)
+    with backend_session(choice, state_dir, namespace) as client:
+        if resource in NODE_RESOURCES:
+            describe_node(client, name)
+            return
+        if resource in QUEUE_RESOURCES:
+            print_queue_description(console, client.describe_queue(name))
+            return
+        if resource in DATASET_RESOURCES:
+            from phalanx.entrypoints.cli.render_data import print_dataset_description
+
+            print_dataset_description(console, client.describe_dataset(name))
+            return
+        print_description(console, client.describe(name), pods=choice.kubernetes)
+
+
+def logs(
+    job: Annotated[str, typer.Argument(help="The job's name.")],
+    replica: Annotated[str | None, typer.Option("--replica", "-r", help="e.g. worker-0")] = None,
+    follow_logs: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Print the logs of a job's replicas (latest attempt of each)."""
+    choice = choose(backend, kubeconfig, context)
+    if choice.kubernetes:
+        from phalanx.entrypoints.cli.cluster import cluster_session, print_logs
+
+        with cluster_session(choice, namespace) as cluster:
+            code = print_logs(cluster, job, replica, follow_logs=follow_logs)
+        if code:
+            raise typer.Exit(code)
+        return
+    namespace = namespace or "default"
+    with session(state_dir, namespace) as client:
+        files = client.ops.log_files(namespace, job, replica)
+        if follow_logs:
+            if replica is None:
+                follow(StoreJobSource(client, job), console, show_phases=False)
+                return
+            tailer = LogTailer()
+            while True:
+                seq = client.store.latest_seq()
+                for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
+                    console.print(escape(line), highlight=False)
+                current = client.get(job)
+                if current.status.phase in STOP_FOLLOWING:
+                    for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
+                        console.print(escape(line), highlight=False)
+                    return
+                client.store.wait_for_change(seq, LOG_POLL_SECONDS)
+        from phalanx.adapters.executor import read_exit_code
+
+        job_ended = client.get(job).status.phase in STOP_FOLLOWING
+        shown: list[tuple[str, str, bool]] = []
+        for short, path in files:
+            text = path.read_text(errors="replace") if path.exists() else ""
+            # A replica has ended once its shim recorded an exit code, or once the whole job has (a halted job's
+            # replicas were stopped, maybe before they could record one).
+            shown.append((short, text, job_ended or read_exit_code(path.parent) is not None))
+        print_replica_logs(shown)
+
+
+def halt(
+    job: Annotated[str, typer.Argument(help="The job's name.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until it is Halted.")] = True,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Stop every replica of a job; it keeps its outputs and can be resumed."""
+    from phalanx.model.jobs import Phase
+    from phalanx.services.embedded.daemon import current_leader
+
+    choice = choose(backend, kubeconfig, context)
+    with backend_session(choice, state_dir, namespace) as client:
+        client.halt(job)
+        # Locally, nothing moves the job while no control plane runs; on a cluster the operator always runs.
+        if wait and (choice.kubernetes or current_leader(client.store) is not None):  # type: ignore[union-attr]
+            final = client.wait(job, until={Phase.HALTED, Phase.SUCCEEDED, Phase.FAILED}, timeout=120)
+            console.print(f"job/{job} {styled_phase(final.status.phase)}")
+        else:
+            console.print(f"job/{job} halting")
+
+
+def resume(
+    job: Annotated[str, typer.Argument(help="The job's name.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Queue a halted job again."""
+    choice = choose(backend, kubeconfig, context)
+    with backend_session(choice, state_dir, namespace) as client:
+        client.resume(job)
+        console.print(f"job/{job} resumed")
+
+
+def delete(
+    resource: Annotated[str | None, typer.Argument(help="job, queue or dataset", show_default=False)] = None,
+    name: Annotated[str | None, typer.Argument(help="Its name.", show_default=False)] = None,
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    quarantined: Annotated[
+        bool,
+        typer.Option(
+            "--quarantined",
+            help="Delete every quarantined object instead (see `phalanx status`), even rows that cannot be read.",
+        ),
+    ] = False,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Delete a job (stop its replicas, then remove it with its logs), a queue (its jobs keep running) or a dataset.
+
+    With --quarantined: every object the control plane set aside (see `phalanx status`), rows it cannot read
+    included.
+    """
+    from phalanx.entrypoints.cli.datasets import delete_dataset
+    from phalanx.entrypoints.cli.queues import delete_queue
+
+    choice = choose(backend, kubeconfig, context)
+    if quarantined:
+        if resource is not None:
+            fail("`phalanx delete --quarantined` takes no resource or name: it deletes every quarantined object", 2)
+        embedded_only(choice, "delete --quarantined", "objects the API server cannot read are its to report")
+        with session(state_dir) as local:
+            removed = local.ops.delete_quarantined()
+        for record in removed:
+            console.print(f"{record.kind.lower()}/{escape(record.name)} deleted (namespace {escape(record.namespace)})")
+        if not removed:
+            console.print("nothing is quarantined")
+        return
+    if resource is None or name is None:
+        fail("give what to delete: `phalanx delete job NAME` (or queue, dataset), or `phalanx delete --quarantined`", 2)
+    require_named_resource(resource, "delete")
+    with backend_session(choice, state_dir, namespace) as client:
+        if resource in DATASET_RESOURCES:
+            delete_dataset(client, name)
+            return
+        if resource in QUEUE_RESOURCES:
+            delete_queue(client, name)
+            return
+        client.delete(name)
+        console.print(f"job/{name} deleted")
+
+
+def explain(
+    job: Annotated[str, typer.Argument(help="The job's name.")],
+    state_dir: StateDirOption = None,
+    namespace: NamespaceOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Say in one sentence why a job is where it is (why it waits)."""
+    choice = choose(backend, kubeconfig, context)
+    with backend_session(choice, state_dir, namespace) as client:
+        console.print(escape(client.explain(job)))

@@ -1,0 +1,139 @@
+"""What every command module of the ``phalanx`` CLI shares: option types, output formats, the backend session.
+
+``--backend``/``--kubeconfig``/``--context`` become a client of the chosen backend for one command here.
+
+The option types are ``Annotated`` aliases so that every verb spells an option the same way (same flag, same
+help text); ``backends.choose_backend`` decides the backend, this module only turns its refusal into exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from phalanx.entrypoints.cli.backends import Backend, BackendChoice, BackendError, choose_backend
+from phalanx.entrypoints.cli.output import fail
+from phalanx.entrypoints.cli.running import session
+
+if TYPE_CHECKING:
+    from phalanx.entrypoints.client import Client
+    from phalanx.entrypoints.kubernetes.client import KubernetesClient
+
+
+class Output(StrEnum):
+    """Output formats."""
+
+    TABLE = "table"
+    WIDE = "wide"
+    YAML = "yaml"
+    JSON = "json"
+
+
+class Resource(StrEnum):
+    """What `get` lists."""
+
+    JOBS = "jobs"
+    JOB = "job"
+    NODES = "nodes"
+    NODE = "node"
+    JOBTYPES = "jobtypes"
+    JOBTYPE = "jobtype"
+    QUEUES = "queues"
+    QUEUE = "queue"
+    DATASETS = "datasets"
+    DATASET = "dataset"
+
+
+QUEUE_RESOURCES = ("queue", "queues")
+DATASET_RESOURCES = ("dataset", "datasets")
+NODE_RESOURCES = ("node", "nodes")
+
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option("--state-dir", envvar="PHALANX_HOME", help="State directory (default: ~/.local/share/phalanx)."),
+]
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--namespace", "-n", help="Namespace of the job (default: default; on Kubernetes, the context's namespace)."
+    ),
+]
+BackendOption = Annotated[
+    Backend | None,
+    typer.Option(
+        "--backend",
+        help="embedded or kubernetes (default: $PHALANX_BACKEND, else kubernetes when --context or --kubeconfig "
+        "is given, else embedded).",
+        case_sensitive=False,
+        show_default=False,
+    ),
+]
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        help="kubeconfig file of the cluster (kubernetes backend; default: $KUBECONFIG, ~/.kube/config).",
+    ),
+]
+ContextOption = Annotated[
+    str | None,
+    typer.Option("--context", help="kubeconfig context: the cluster to use (selects the kubernetes backend)."),
+]
+OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table, wide, yaml or json.")]
+INSTALL_HINT = "phalanx install --print | kubectl apply -f -"
+
+
+def require_named_resource(resource: str, verb: str, *, nodes: bool = False) -> None:
+    """Verbs on one object take ``job NAME``, ``queue NAME`` or ``dataset NAME`` (``node NAME`` where ``nodes``)."""
+    if resource not in ("job", "jobs", *QUEUE_RESOURCES, *DATASET_RESOURCES, *(NODE_RESOURCES if nodes else ())):
+        node = f", `phalanx {verb} node NAME`" if nodes else ""
+        fail(
+            f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`, `phalanx {verb} queue NAME`{node} or "
+            f"`phalanx {verb} dataset NAME`",
+            2,
+        )
+
+
+def choose(backend: Backend | None, kubeconfig: Path | None, context: str | None) -> BackendChoice:
+    """The command's backend (``backends.choose_backend``); a contradiction is a usage error (exit 2)."""
+    try:
+        return choose_backend(backend, os.environ, kubeconfig=kubeconfig, context=context)
+    except BackendError as err:
+        fail(str(err), 2)
+
+
+@contextmanager
+def backend_session(
+    choice: BackendChoice, state_dir: Path | None, namespace: str | None
+) -> Iterator[Client | KubernetesClient]:
+    """A client of the chosen backend for one command; expected errors become messages and exit codes."""
+    if choice.kubernetes:
+        from phalanx.entrypoints.cli.cluster import cluster_session
+
+        with cluster_session(choice, namespace) as cluster:
+            yield cluster
+    else:
+        with session(state_dir, namespace or "default") as client:
+            yield client
+
+
+def embedded_only(choice: BackendChoice, verb: str, instead: str) -> None:
+    """Refuse (exit 2) a verb of the local control plane when the command's backend is Kubernetes."""
+    if choice.kubernetes:
+        fail(f"`phalanx {verb}` is for the embedded backend's local control plane; on Kubernetes, {instead}", 2)
+
+
+def print_objects(objects: list[Any], output: Output) -> None:
+    """Write objects as their wire form, YAML or JSON (``-o yaml|json``)."""
+    from phalanx.entrypoints.cli.render import as_wire
+    from phalanx.model.loading import dump_json, dump_yaml
+
+    data = as_wire(objects)
+    sys.stdout.write(dump_json(data) + "\n" if output == Output.JSON else dump_yaml(data))
