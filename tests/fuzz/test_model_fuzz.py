@@ -1,7 +1,7 @@
 """Property A of the fuzz tier: every generated document is refused cleanly, or accepted and safe to consume.
 
 Documents of every kind are derived from the models' JSON schemas and then mutated (``strategies``); each goes
-through the one door every entry uses, ``Operations.submit`` on a real SQLite store, with a namespace override
+through the one door every entry uses, ``EmbeddedOperations.submit`` on a real SQLite store, with a namespace override
 like ``phalanx submit -n`` some of the time. The outcome must be one of:
 
 - refused with a ``SpecError`` whose every error names a path found in the document (its parent, for a missing
@@ -36,7 +36,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.queues import Queue
 from phalanx.services.embedded.layout import StateLayout
-from phalanx.services.embedded.operations import Operations, seed_builtin_jobtypes
+from phalanx.services.embedded.operations import EmbeddedOperations, seed_builtin_jobtypes
 from phalanx.services.operations import validate_documents
 
 KINDS: dict[str, type[Any]] = {"TrainingJob": TrainingJob, "JobType": JobType, "Queue": Queue, "Dataset": Dataset}
@@ -46,14 +46,14 @@ MAX_MESSAGE = 2_000
 
 
 class Door:
-    """``Operations`` on a real store in a temporary state directory, emptied after every accepted document."""
+    """``EmbeddedOperations`` on a real store in a temporary state directory, emptied after every accepted document."""
 
     def __init__(self, root: Path) -> None:
         self.layout = StateLayout(root)
         self.layout.ensure()
         self.store = SqliteStore(self.layout.database)
         seed_builtin_jobtypes(self.store)
-        self.ops = Operations(self.store, self.layout)
+        self.ops = EmbeddedOperations(self.store, self.layout)
         self.jobtypes = builtin_jobtypes()
         self.work = root / "work"
         self.work.mkdir()

@@ -24,7 +24,7 @@ from phalanx.entrypoints.job_verbs import JobSpec, JobVerbs, spec_documents
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.services.embedded.daemon import LeaderInfo, start_control_plane, stop_control_plane
 from phalanx.services.embedded.layout import StateLayout, default_state_dir
-from phalanx.services.embedded.operations import Operations
+from phalanx.services.embedded.operations import EmbeddedOperations
 from phalanx.services.operations import OperationError, Submitted
 
 if TYPE_CHECKING:
@@ -43,13 +43,13 @@ class Client(JobVerbs):
 
     state_dir: Path | None = None
     namespace: str = "default"
-    ops: Operations = field(init=False, repr=False)
+    ops: EmbeddedOperations = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.layout = StateLayout(Path(self.state_dir) if self.state_dir else default_state_dir())
         self.layout.ensure()
         self.store = SqliteStore(self.layout.database)
-        self.ops = Operations(self.store, self.layout)
+        self.ops = EmbeddedOperations(self.store, self.layout)
 
     @staticmethod
     def kubernetes(

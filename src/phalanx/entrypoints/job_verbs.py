@@ -1,7 +1,7 @@
 """The SDK's verbs on one job, shared by ``phalanx.Client`` (embedded) and ``KubernetesClient``.
 
-Each verb is one call to the backend's operations object (``services.embedded.operations.Operations`` or
-``services.kubernetes.operations.KubeOperations``), which keeps the two clients' behaviour the same by construction.
+Each verb is one call to the one ``services.operations.Operations`` (over the embedded or the Kubernetes backend,
+as ``services.operations.JobOperations``), which keeps the two clients' behaviour the same by construction.
 """
 
 from __future__ import annotations
@@ -9,40 +9,15 @@ from __future__ import annotations
 import builtins
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from phalanx.model.datasets import Dataset, DatasetPhase
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import read_documents
 from phalanx.model.queues import Queue
 from phalanx.services.dataset_views import DatasetDescription, NodeCacheView
-from phalanx.services.operations import JobDescription
+from phalanx.services.operations import JobDescription, JobOperations
 from phalanx.services.queue_views import QueueDescription, QueueView
-
-
-class JobOperations(Protocol):
-    """What both backends' operations offer for one job."""
-
-    def get_job(self, namespace: str, name: str) -> TrainingJob: ...  # noqa: D102
-    def list_jobs(self, namespace: str | None = None) -> list[TrainingJob]: ...  # noqa: D102
-    def describe(self, namespace: str, name: str) -> JobDescription: ...  # noqa: D102
-    def explain(self, namespace: str, name: str) -> str: ...  # noqa: D102
-    def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob: ...  # noqa: D102
-    def delete_job(self, namespace: str, name: str) -> None: ...  # noqa: D102
-    def list_queues(self) -> list[Queue]: ...  # noqa: D102
-    def get_queue(self, name: str) -> Queue: ...  # noqa: D102
-    def queue_views(self) -> list[QueueView]: ...  # noqa: D102
-    def describe_queue(self, name: str) -> QueueDescription: ...  # noqa: D102
-    def delete_queue(self, name: str) -> QueueView: ...  # noqa: D102
-    def list_datasets(self, namespace: str | None = None) -> list[Dataset]: ...  # noqa: D102
-    def get_dataset(self, namespace: str, name: str) -> Dataset: ...  # noqa: D102
-    def describe_dataset(self, namespace: str, name: str) -> DatasetDescription: ...  # noqa: D102
-    def delete_dataset(self, namespace: str, name: str) -> Dataset: ...  # noqa: D102
-    def cache_views(self, node: str | None = None) -> list[NodeCacheView]: ...  # noqa: D102
-    def evict(  # noqa: D102
-        self, *, key: str | None = None, dataset: str | None = None, node: str | None = None
-    ) -> list[str]: ...
-
 
 JobSpec = str | Path | dict[str, Any] | list[dict[str, Any]]
 

@@ -1,27 +1,47 @@
-"""What the operations of both backends share: their errors, results and the one validation of submissions.
+"""The operations users call — submit, validate, get, describe, explain, halt, resume, delete — written once.
 
-``services.embedded.operations`` (a state directory) and ``services.kubernetes.operations`` (a cluster) raise
-these errors, return these results and validate every submission with ``validate_documents``, so the CLI and the
-SDK say the same thing on both.
+``Operations`` runs every operation over a backend port (``services.port.OperationsBackend``): the SQLite store
+of a state directory (``services.embedded.operations``) or a cluster's API server (``services.kubernetes.
+operations``). Both raise these errors, return these results and validate every submission with
+``validate_documents``, so the CLI and the SDK say the same thing on both; ``JobOperations`` is what the SDK's
+verbs (``entrypoints.job_verbs``) need of them. What only one backend has (logs, quarantine) is a method of its
+subclass.
+
+Submitting validates every document first (nothing is created when one is wrong), checks that every job's name
+is free (or, with ``replace_finished``, held by a finished job, removed first) and that the Datasets its jobs
+read exist, then creates or configures Queues, then JobTypes, then Datasets, then jobs: each object exists before
+the objects that name it.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from phalanx.core.lifecycle import ACTIVE_PHASES
+from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.model.loading import check_documents, parse_dataset, parse_jobtype, parse_queue
+from phalanx.model.loading import builtin_jobtypes, check_documents, parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.names import MAX_NAME_LENGTH, check_dns_label
+from phalanx.model.nodes import Node
+from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.model.validation import validate_job, with_namespace
-from phalanx.services.dataset_views import readers
+from phalanx.services.dataset_views import (
+    DatasetDescription,
+    NodeCacheView,
+    entries_to_evict,
+    eviction_failure,
+    readers,
+)
+from phalanx.services.port import AlreadyExistsError, ConflictError, NotFoundError, OperationsBackend, Stored
+from phalanx.services.queue_views import QueueDescription, QueueView, describe_queue, queue_views, unique_queues
 
 MAX_CONFLICT_RETRIES = 20
 
@@ -173,3 +193,395 @@ def check_no_readers(dataset: Dataset, jobs: Sequence[TrainingJob]) -> None:
             f"dataset {dataset.metadata.namespace}/{dataset.metadata.name} is read by unfinished jobs: {names}; "
             "delete them or wait for them to finish, then delete the dataset"
         )
+
+
+class JobOperations(Protocol):
+    """What the SDK's verbs (``entrypoints.job_verbs``) need of the operations; ``Operations`` offers it."""
+
+    def get_job(self, namespace: str, name: str) -> TrainingJob: ...  # noqa: D102
+    def list_jobs(self, namespace: str | None = None) -> list[TrainingJob]: ...  # noqa: D102
+    def describe(self, namespace: str, name: str) -> JobDescription: ...  # noqa: D102
+    def explain(self, namespace: str, name: str) -> str: ...  # noqa: D102
+    def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob: ...  # noqa: D102
+    def delete_job(self, namespace: str, name: str) -> None: ...  # noqa: D102
+    def list_queues(self) -> list[Queue]: ...  # noqa: D102
+    def get_queue(self, name: str) -> Queue: ...  # noqa: D102
+    def queue_views(self) -> list[QueueView]: ...  # noqa: D102
+    def describe_queue(self, name: str) -> QueueDescription: ...  # noqa: D102
+    def delete_queue(self, name: str) -> QueueView: ...  # noqa: D102
+    def list_datasets(self, namespace: str | None = None) -> list[Dataset]: ...  # noqa: D102
+    def get_dataset(self, namespace: str, name: str) -> Dataset: ...  # noqa: D102
+    def describe_dataset(self, namespace: str, name: str) -> DatasetDescription: ...  # noqa: D102
+    def delete_dataset(self, namespace: str, name: str) -> Dataset: ...  # noqa: D102
+    def cache_views(self, node: str | None = None) -> list[NodeCacheView]: ...  # noqa: D102
+    def evict(  # noqa: D102
+        self, *, key: str | None = None, dataset: str | None = None, node: str | None = None
+    ) -> list[str]: ...
+
+
+def _by_creation(jobs: Sequence[TrainingJob]) -> list[TrainingJob]:
+    return sorted(
+        jobs,
+        key=lambda j: (
+            j.metadata.creation_timestamp.timestamp() if j.metadata.creation_timestamp else 0.0,
+            j.metadata.name,
+        ),
+    )
+
+
+def _no_queue_message(name: str, names: Sequence[str]) -> str:
+    known = f"queues: {', '.join(names[:20])}" if names else "there are no queues; create one with `phalanx submit -f`"
+    return f"queue {name} not found; {known}"
+
+
+class Operations:
+    """The user's operations over one backend (a state directory, a cluster)."""
+
+    def __init__(self, backend: OperationsBackend) -> None:
+        self.backend = backend
+
+    # -- reading -------------------------------------------------------------------------------------------
+
+    def jobtypes(self) -> dict[str, JobType]:
+        """Every JobType by name: the built-ins (even before a control plane first ran) and the stored ones."""
+        found = dict(builtin_jobtypes())
+        for jobtype in self.backend.list(JobType):
+            found[jobtype.metadata.name] = jobtype
+        return found
+
+    def get_job(self, namespace: str, name: str) -> TrainingJob:
+        """One job.
+
+        Raises:
+            OperationError: no such job, with the names of existing ones.
+        """
+        job = self.backend.get(TrainingJob, namespace, name)
+        if job is None:
+            raise self.no_job(namespace, name)
+        return job
+
+    def no_job(self, namespace: str, name: str) -> OperationError:
+        """That the job is not found, naming the jobs of its namespace."""
+        names = sorted(j.metadata.name for j in self.backend.list(TrainingJob, namespace))
+        hint = f"; jobs in {namespace}: {', '.join(names[:10])}" if names else f"; {namespace} has no jobs"
+        return OperationError(f"job {namespace}/{name} not found{hint}")
+
+    def list_jobs(self, namespace: str | None = None) -> list[TrainingJob]:
+        """Jobs of a namespace (None: every namespace), newest last."""
+        return _by_creation(self.backend.list(TrainingJob, namespace))
+
+    def _all_jobs(self) -> list[TrainingJob] | None:
+        """Every job of every namespace, or None when the user may not list them cluster-wide."""
+        try:
+            return self.list_jobs(None)
+        except OperationError as err:
+            if "forbidden" in str(err):
+                return None
+            raise
+
+    def list_nodes(self) -> list[Node]:
+        """The nodes, by name, as the scheduler sees them (CPUs, memory, GPUs, topology)."""
+        return sorted(self.backend.list(Node), key=lambda n: n.metadata.name)
+
+    def replicas_of(self, job: TrainingJob) -> list[Replica]:
+        """The job's current replicas (its Pods on a cluster)."""
+        return self.backend.replicas_of(job)
+
+    def describe(self, namespace: str, name: str) -> JobDescription:
+        """The job, its replicas and its events."""
+        job = self.get_job(namespace, name)
+        return JobDescription(job=job, replicas=self.backend.replicas_of(job), events=self.backend.events_of(job))
+
+    def explain(self, namespace: str, name: str) -> str:
+        """One sentence: why the job is where it is (why it waits, when it waits)."""
+        job = self.get_job(namespace, name)
+        phase = Phase(job.status.phase)
+        if phase == Phase.PENDING:
+            return self.backend.pending_explanation()
+        if phase == Phase.QUEUED:
+            return f"Queued: {job.status.message or job.status.reason or 'waiting for the next scheduling cycle'}"
+        detail = job.status.message or job.status.reason
+        return f"{phase}: {detail}" if detail else str(phase)
+
+    # -- queues --------------------------------------------------------------------------------------------
+
+    def list_queues(self) -> list[Queue]:
+        """Every Queue, one per name, sorted by name (Queues are cluster-scoped: ``-n`` does not apply)."""
+        return unique_queues(self.backend.list(Queue))
+
+    def get_queue(self, name: str) -> Queue:
+        """One Queue.
+
+        Raises:
+            OperationError: no such queue (with the names of existing ones), or it cannot be read.
+        """
+        queue = self.backend.get(Queue, "", name)
+        if queue is None:
+            raise OperationError(_no_queue_message(name, [q.metadata.name for q in self.list_queues()]))
+        return queue
+
+    def queue_views(self) -> list[QueueView]:
+        """Every Queue with what its jobs hold now (from its status when the jobs cannot be listed)."""
+        queues = self.list_queues()
+        return queue_views(queues, self._all_jobs() if queues else [])
+
+    def describe_queue(self, name: str) -> QueueDescription:
+        """The Queue, its usage, its admitted and pending jobs, and the other queues of its cohort.
+
+        Raises:
+            OperationError: no such queue.
+        """
+        queue = self.get_queue(name)
+        queues = [q for q in self.list_queues() if q.metadata.name != name] + [queue]
+        described = describe_queue(name, queues, self._all_jobs())
+        assert described is not None  # the queue is among them
+        return described
+
+    def delete_queue(self, name: str) -> QueueView:
+        """Delete a Queue; its jobs keep running, and are no longer limited by any quota.
+
+        Returns:
+            The queue as it was, with its admitted jobs (the CLI warns that they keep running).
+
+        Raises:
+            OperationError: no such queue.
+        """
+        view = self.describe_queue(name).view
+        meta = view.queue.metadata
+        with contextlib.suppress(NotFoundError):  # deleted meanwhile: the outcome is the same
+            self.backend.delete(Queue, meta.namespace, name, uid=meta.uid)
+        return view
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def validate(
+        self, documents: Sequence[dict[str, Any]], *, source: str | None = None, namespace: str | None = None
+    ) -> list[Any]:
+        """Validate every document (moved to ``namespace`` when given); nothing is created.
+
+        Raises:
+            SpecError: every problem in every document, each with its field path.
+        """
+        return validate_documents(
+            documents,
+            self.jobtypes(),
+            source=source,
+            namespace=namespace,
+            namespaced_kinds=self.backend.namespaced_kinds,
+        )
+
+    def submit(
+        self,
+        documents: Sequence[dict[str, Any]],
+        *,
+        namespace: str | None = None,
+        replace_finished: bool = False,
+        source: str | None = None,
+        annotations: Mapping[str, str] | None = None,
+    ) -> list[Submitted]:
+        """Validate everything first, then create the objects (Queues, JobTypes, Datasets, then jobs).
+
+        An existing Queue, JobType or Dataset gets the submitted spec (``configured``, as ``kubectl apply``); a
+        job of an existing name is an error unless ``replace_finished`` and it finished.
+
+        Args:
+            documents: TrainingJobs, JobTypes, Queues and Datasets.
+            namespace: put the namespaced documents in this namespace (None: their own, else ``default``).
+            replace_finished: a job of the same name that finished is removed first, as ``phalanx run`` does.
+            source: the file the documents came from, for error messages.
+            annotations: added to every job and Dataset (e.g. the directory relative paths start from).
+
+        Raises:
+            SpecError: invalid documents, or a job reads a Dataset that does not exist (nothing is created).
+            JobExistsError: a job of that name exists (and is active, or replacing was not asked for).
+            OperationError: the backend refused a write.
+        """
+        objects = self.validate(documents, source=source, namespace=namespace)
+        if annotations:
+            objects = [_annotated(o, annotations) if isinstance(o, TrainingJob | Dataset) else o for o in objects]
+        self._check_datasets_exist(objects)
+        # Every name is checked before anything is changed: a job in the way leaves everything as it was.
+        replaced: dict[str, TrainingJob] = {}
+        for job in (o for o in objects if isinstance(o, TrainingJob)):
+            existing = self.backend.get(TrainingJob, job.metadata.namespace, job.metadata.name)
+            if existing is None:
+                continue
+            if not replace_finished or Phase(existing.status.phase) in ACTIVE_PHASES:
+                raise self._exists_error(job, str(existing.status.phase))
+            replaced[job.key] = existing
+        for existing in replaced.values():
+            self.backend.remove_finished(existing)
+        created: list[Submitted] = []
+        order: dict[type, int] = {Queue: 0, JobType: 1, Dataset: 2}
+        for obj in sorted(objects, key=lambda o: order.get(type(o), 3)):
+            kind = type(obj).__name__
+            namespace_shown = obj.metadata.namespace if kind in self.backend.namespaced_kinds else ""
+            if not isinstance(obj, TrainingJob):
+                configured = self.apply(obj)
+                # A JobType is reported created either way, as it always was.
+                created.append(
+                    Submitted(kind, namespace_shown, obj.metadata.name, configured=configured and kind != "JobType")
+                )
+                continue
+            try:
+                self.backend.create(obj)
+            except AlreadyExistsError:
+                raise self._exists_error(obj, None) from None
+            created.append(Submitted(kind, obj.metadata.namespace, obj.metadata.name, replaced=obj.key in replaced))
+        return created
+
+    def _exists_error(self, job: TrainingJob, phase: str | None) -> JobExistsError:
+        namespace = job.metadata.namespace
+        flag = "" if namespace == "default" else f" -n {namespace}"
+        return JobExistsError(
+            exists_message(f"{self.backend.job_noun} {job.key}", job.metadata.name, flag, phase),
+            namespace=namespace,
+            name=job.metadata.name,
+            phase=phase,
+        )
+
+    def _check_datasets_exist(self, objects: Sequence[Any]) -> None:
+        """Refuse jobs that read a Dataset neither stored nor in this submission (nothing is created)."""
+        submitted = {(o.metadata.namespace, o.metadata.name) for o in objects if isinstance(o, Dataset)}
+        errors = []
+        for obj in objects:
+            if not isinstance(obj, TrainingJob):
+                continue
+            for position, mount in enumerate(obj.spec.datasets):
+                key = (obj.metadata.namespace, mount.dataset_name)
+                if key in submitted or self.backend.get(Dataset, *key) is not None:
+                    continue
+                field_name = "dataset" if mount.dataset else "name"
+                errors.append(
+                    FieldError(
+                        f"spec.datasets[{position}].{field_name}",
+                        f"job {obj.metadata.name}: dataset {mount.dataset_name} does not exist in namespace "
+                        f"{obj.metadata.namespace}; create it first (phalanx dataset create -f dataset.yaml), put "
+                        "it in the same file, or fix the name",
+                    )
+                )
+        if errors:
+            raise SpecError(errors)
+
+    def apply(self, obj: Queue | JobType | Dataset) -> bool:
+        """Create the object, or give the existing one the submitted spec (``kubectl apply``); True when it existed.
+
+        Labels and annotations are replaced when the submission has some; the status stays (a changed Dataset
+        is materialised again).
+        """
+        kind, meta = type(obj), obj.metadata
+        for _ in range(MAX_CONFLICT_RETRIES):
+            existing: Any = self.backend.get(kind, meta.namespace, meta.name)  # a Queue, JobType or Dataset
+            if existing is None:
+                try:
+                    self.backend.create(obj)
+                    return False
+                except AlreadyExistsError:
+                    continue
+            metadata = validated_copy(
+                existing.metadata,
+                labels=meta.labels or existing.metadata.labels,
+                annotations=meta.annotations or existing.metadata.annotations,
+            )
+            updated = validated_copy(existing, metadata=metadata, spec=obj.spec)
+            if updated == existing:
+                return True
+            try:
+                self.backend.replace(updated)
+                return True
+            except (ConflictError, NotFoundError):
+                continue
+        namespaced = kind.__name__ in self.backend.namespaced_kinds
+        where = f"{meta.namespace}/{meta.name}" if namespaced else meta.name
+        raise OperationError(f"{kind.__name__.lower()} {where} kept changing; try again")
+
+    def set_suspended(self, namespace: str, name: str, suspend: bool) -> TrainingJob:
+        """Halt (suspend) or resume a job, on the version read; level-triggered: the controller does the rest.
+
+        Raises:
+            OperationError: no such job, or the job is finished.
+        """
+        for _ in range(MAX_CONFLICT_RETRIES):
+            job = self.get_job(namespace, name)
+            if Phase(job.status.phase) not in ACTIVE_PHASES:
+                raise OperationError(f"job {job.key} is {job.status.phase}; it cannot be halted or resumed")
+            if job.spec.run_policy.suspend == suspend:
+                return job
+            try:
+                return self.backend.set_suspend(job, suspend)
+            except ConflictError:
+                continue
+        raise OperationError(f"job {namespace}/{name} kept changing; try again")
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete a job; its replicas are stopped (the backend's way) and removed with it.
+
+        Raises:
+            OperationError: no such job.
+        """
+        try:
+            self.backend.delete_job(namespace, name)
+        except NotFoundError:
+            self.get_job(namespace, name)  # says it is not found, naming the others
+
+    # -- datasets and node caches ---------------------------------------------------------------------------
+
+    def list_datasets(self, namespace: str | None = None) -> list[Dataset]:
+        """Datasets of the namespace (every namespace when None), by namespace and name."""
+        return sorted(self.backend.list(Dataset, namespace), key=lambda d: (d.metadata.namespace, d.metadata.name))
+
+    def get_dataset(self, namespace: str, name: str) -> Dataset:
+        """One Dataset.
+
+        Raises:
+            OperationError: no such Dataset (with the names of the others), or it cannot be read.
+        """
+        dataset = self.backend.get(Dataset, namespace, name)
+        if dataset is None:
+            raise OperationError(not_found_message("dataset", namespace, name, self.list_datasets(namespace)))
+        return dataset
+
+    def describe_dataset(self, namespace: str, name: str) -> DatasetDescription:
+        """The Dataset, the jobs that read it and its events."""
+        dataset = self.get_dataset(namespace, name)
+        jobs = readers(dataset, self.list_jobs(namespace))
+        return DatasetDescription(dataset=dataset, jobs=jobs, events=self.backend.events_of(dataset))
+
+    def delete_dataset(self, namespace: str, name: str) -> Dataset:
+        """Delete a Dataset no unfinished job reads; the dataset manager then removes its materialised copies.
+
+        Raises:
+            OperationError: no such Dataset, or unfinished jobs read it (named).
+        """
+        dataset = self.get_dataset(namespace, name)
+        check_no_readers(dataset, self.list_jobs(namespace))
+        with contextlib.suppress(NotFoundError):
+            self.backend.delete(Dataset, namespace, name, uid=dataset.metadata.uid)
+        return dataset
+
+    def cache_views(self, node: str | None = None) -> list[NodeCacheView]:
+        """Every node's dataset cache (or one node's), with entries, pins and counters."""
+        return self.backend.cache_views(node)
+
+    def evict(self, *, key: str | None = None, dataset: str | None = None, node: str | None = None) -> list[str]:
+        """Evict one cache entry (``key``) or every entry of a Dataset, on one node or on all.
+
+        ``dataset`` is ``namespace/name``, or a name in ``default``. Returns ``node: key`` of each entry evicted.
+
+        Raises:
+            OperationError: nothing matched, or an entry is in use (naming the jobs); nothing in use is evicted.
+        """
+        try:
+            targets = entries_to_evict(self.cache_views(node), key, dataset)
+        except ValueError as error:
+            raise OperationError(str(error)) from None
+        evicted, problems = self.backend.evict_entries(targets)
+        failure = eviction_failure(problems, evicted)
+        if failure is not None:
+            raise OperationError(failure)
+        return evicted
+
+
+def _annotated(obj: Stored, annotations: Mapping[str, str]) -> Any:
+    metadata = validated_copy(obj.metadata, annotations={**obj.metadata.annotations, **annotations})
+    return validated_copy(obj, metadata=metadata)

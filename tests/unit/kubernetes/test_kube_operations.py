@@ -21,19 +21,13 @@ from phalanx.adapters.kubernetes.api import (
     error_from,
 )
 from phalanx.adapters.kubernetes.crds import crd_kind, custom_resource_definition
+from phalanx.adapters.kubernetes.objects import event_from_object, job_body, replica_from_pod
 from phalanx.adapters.kubernetes.structural import validate_value
 from phalanx.core.clock import VirtualClock
 from phalanx.entrypoints.cli.cluster import print_logs
 from phalanx.model.errors import SpecError
 from phalanx.model.loading import parse_documents
-from phalanx.services.kubernetes.operations import (
-    DELETE_WAIT_SECONDS,
-    NOT_INSTALLED,
-    KubeOperations,
-    event_from_object,
-    job_body,
-    replica_from_pod,
-)
+from phalanx.services.kubernetes.operations import DELETE_WAIT_SECONDS, NOT_INSTALLED, KubeOperations
 from phalanx.services.operations import OperationError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -439,3 +433,22 @@ def test_a_pod_without_a_placement_or_node_still_reads() -> None:
     bare["spec"].pop("nodeName")
     replica = replica_from_pod(bare, job)
     assert (replica.spec.placement.node, replica.status.phase) == ("-", "Pending")
+
+
+def test_a_job_reading_a_dataset_that_exists_nowhere_creates_nothing(api: FakeApi) -> None:
+    document = quickstart()
+    document["spec"]["datasets"] = [{"name": "images"}]
+    with pytest.raises(SpecError, match="dataset images does not exist in namespace default; create it first"):
+        KubeOperations(api).submit([document])
+    assert creates(api) == []
+
+
+def test_configuring_a_queue_keeps_what_controllers_set_in_its_metadata(api: FakeApi) -> None:
+    queue = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "team-a"}}
+    KubeOperations(api).submit([{**queue, "spec": {"quota": {"gpu": 4}}}])
+    stored = api.objects[("queues", None, "team-a")]
+    stored["metadata"]["finalizers"] = ["example.com/keep"]
+    (submitted,) = KubeOperations(api).submit([{**queue, "spec": {"quota": {"gpu": 8}}}])
+    assert submitted.configured
+    stored = api.objects[("queues", None, "team-a")]
+    assert (stored["spec"]["quota"]["gpu"], stored["metadata"]["finalizers"]) == (8, ["example.com/keep"])

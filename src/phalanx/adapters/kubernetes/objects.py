@@ -6,6 +6,10 @@
   runtime validates it (``model.validation``), so a bad spec fails with the same field-path error in both.
 - **Pods as replicas.** A Pod of a job is the planner's ``ObservedReplica``: its role, index and attempt come
   from labels the renderer set, its phase and exit code from the Pod's status.
+- **Objects users submit.** ``object_body`` is a validated object as it is POSTed (no status, only the metadata a
+  user may set); ``queue_from_object`` and the others read them back with the status the controllers wrote.
+- **Pods and Events for users.** ``replica_from_pod`` shows a job's Pod as the embedded runtime's ``Replica``, and
+  ``event_from_object`` a core/v1 Event as the model's ``Event``, so ``describe`` shows both backends alike.
 - **Nodes.** A Kubernetes Node becomes a ``model.nodes.Node`` for ``core.scheduling``: allocatable CPUs,
   memory and ``nvidia.com/gpu``; the GPU model from ``nvidia.com/gpu.product``; NUMA and NVLink from the
   ``phalanx.dev/gpu-topology`` annotation (written by the node agent, or by hand for fake nodes); GPUs the
@@ -14,19 +18,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from phalanx.adapters.kubernetes.rendering import CONTAINER_NAME
 from phalanx.core.reconcile.types import ObservedReplica
 from phalanx.model.datasets import Dataset, DatasetStatus
-from phalanx.model.jobs import TrainingJob, TrainingJobStatus
+from phalanx.model.events import Event
+from phalanx.model.jobs import ReplicaPlacement, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
-from phalanx.model.loading import parse_dataset, parse_jobtype
+from phalanx.model.loading import parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import CpuInfo, GpuInfo, Node, NodeSpec, NodeStatus
-from phalanx.model.replicas import ReplicaPhase
+from phalanx.model.queues import Queue, QueueStatus
+from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
 from phalanx.model.resources import QuantityError, parse_cpu, parse_memory
 from phalanx.model.validation import validate_job
 
@@ -138,6 +146,50 @@ def dataset_from_object(obj: Mapping[str, Any]) -> Dataset:
     return dataset.model_copy(update={"status": status})
 
 
+def object_body(obj: TrainingJob | JobType | Queue | Dataset, *, namespaced: bool) -> dict[str, Any]:
+    """The object to POST: no status (the controllers'), only the metadata a user may set.
+
+    That is its name, namespace (``namespaced`` kinds only), labels and annotations; for a job, the validated,
+    defaulted spec.
+    """
+    data = obj.to_dict()
+    data.pop("status", None)
+    meta = obj.metadata
+    metadata: dict[str, Any] = {"name": meta.name}
+    if namespaced:
+        metadata["namespace"] = meta.namespace
+    if meta.labels:
+        metadata["labels"] = dict(meta.labels)
+    if meta.annotations:
+        metadata["annotations"] = dict(meta.annotations)
+    data["metadata"] = metadata
+    return data
+
+
+def job_body(job: TrainingJob) -> dict[str, Any]:
+    """The TrainingJob to POST: the validated, defaulted spec; metadata the user may set; no status."""
+    return object_body(job, namespaced=True)
+
+
+def queue_from_object(obj: Mapping[str, Any]) -> Queue:
+    """A stored Queue as the model's, with the status the scheduler wrote (an unreadable status is empty).
+
+    Raises:
+        SpecError: its spec is not a valid Queue (written with kubectl past the schema).
+    """
+    meta = obj.get("metadata") or {}
+    document = {
+        "apiVersion": obj.get("apiVersion", "phalanx.dev/v1alpha1"),
+        "kind": "Queue",
+        "metadata": model_metadata(obj, cluster_scoped=True),
+        "spec": obj.get("spec") or {},
+    }
+    queue = parse_queue(document, source=f"queue/{meta.get('name')}")
+    with contextlib.suppress(ValueError):
+        queue = queue.model_copy(update={"status": QueueStatus.model_validate(obj.get("status") or {})})
+    return queue
+
+
 def jobtype_from_object(obj: Mapping[str, Any]) -> JobType:
     """A JobType read from the API server.
 
@@ -158,9 +210,12 @@ def jobtype_from_object(obj: Mapping[str, Any]) -> JobType:
 
 
 def _timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 time of the API; None when absent or not a time."""
     if not value:
         return None
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    with contextlib.suppress(ValueError):
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return None
 
 
 def pod_exit(pod: Mapping[str, Any]) -> tuple[int | None, datetime | None, str]:
@@ -206,6 +261,74 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedReplica | None:
     )
 
 
+def replica_from_pod(pod: Mapping[str, Any], job: TrainingJob) -> Replica:
+    """A job's Pod as a ``Replica``, the embedded runtime's object, so ``describe`` shows both alike."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    name = str(meta.get("name"))
+    containers = spec.get("containers") or [{}]
+    container = next((c for c in containers if c.get("name") == CONTAINER_NAME), containers[0])
+    planned = job.status.placements.get(name)
+    node = str(spec.get("nodeName") or "")
+    placement = (
+        planned.model_copy(update={"node": node or planned.node})
+        if planned is not None
+        else ReplicaPlacement(node=node or "-")
+    )
+    exit_code, finished, reason = pod_exit(pod)
+    return Replica(
+        metadata=ObjectMeta(
+            name=name,
+            namespace=str(meta.get("namespace") or job.metadata.namespace),
+            uid=meta.get("uid"),
+            creation_timestamp=_timestamp(meta.get("creationTimestamp")),
+            deletion_timestamp=_timestamp(meta.get("deletionTimestamp")),
+        ),
+        spec=ReplicaObjectSpec(
+            job_name=job.metadata.name,
+            job_uid=job.metadata.uid or "",
+            role=str(labels.get(LABEL_ROLE, "")),
+            index=max(0, _count(labels.get(LABEL_INDEX))),
+            attempt=max(0, _count(labels.get(LABEL_ATTEMPT))),
+            command=[*(container.get("command") or []), *(container.get("args") or [])],
+            placement=placement,
+        ),
+        status=ReplicaObjectStatus(
+            phase=_POD_PHASES.get(str(status.get("phase") or "Pending"), ReplicaPhase.PENDING),
+            exit_code=exit_code,
+            start_time=_timestamp(status.get("startTime")),
+            finish_time=finished,
+            message=str(status.get("message") or reason or ""),
+        ),
+    )
+
+
+def event_from_object(obj: Mapping[str, Any]) -> Event:
+    """A core/v1 Event about an object as the model's ``Event`` (``(xN)`` when it happened N times)."""
+    involved = obj.get("involvedObject") or {}
+    meta = obj.get("metadata") or {}
+    when = (
+        _timestamp(obj.get("lastTimestamp"))
+        or _timestamp(obj.get("eventTime"))
+        or _timestamp(obj.get("firstTimestamp"))
+        or _timestamp(meta.get("creationTimestamp"))
+        or datetime.now(UTC)
+    )
+    count = _count(obj.get("count"), 1)
+    message = str(obj.get("message") or "")
+    return Event(
+        object_kind=str(involved.get("kind") or "TrainingJob"),
+        object_name=str(involved.get("name") or ""),
+        namespace=str(involved.get("namespace") or meta.get("namespace") or "default"),
+        type="Warning" if obj.get("type") == "Warning" else "Normal",
+        reason=str(obj.get("reason") or ""),
+        message=f"{message} (x{count})" if count > 1 else message,
+        time=when,
+    )
+
+
 def pod_is_bound(pod: Mapping[str, Any]) -> bool:
     """True once a scheduler bound the Pod to a node."""
     return bool((pod.get("spec") or {}).get("nodeName"))
@@ -220,11 +343,11 @@ def pod_holds_resources(pod: Mapping[str, Any]) -> bool:
 # -- nodes ---------------------------------------------------------------------------------------------------------
 
 
-def _count(value: Any) -> int:
+def _count(value: Any, default: int = 0) -> int:
     try:
         return int(str(value))
     except (TypeError, ValueError):
-        return 0
+        return default
 
 
 def unhealthy_gpus(obj: Mapping[str, Any]) -> set[int]:

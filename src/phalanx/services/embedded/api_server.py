@@ -49,7 +49,7 @@ from phalanx.model.loading import parse_documents
 from phalanx.model.meta import check_dns_label
 from phalanx.services.embedded.api_http import MAX_BODY_BYTES, HttpError, HttpLimits, HttpServer, Request, Response
 from phalanx.services.embedded.layout import StateLayout
-from phalanx.services.embedded.operations import Operations
+from phalanx.services.embedded.operations import EmbeddedOperations
 from phalanx.services.operations import OperationError
 from phalanx.services.queue_views import QueueView
 
@@ -71,9 +71,9 @@ def store_failure(err: StoreError) -> dict[str, str]:
 
 
 class _Routes:
-    """The API's routes over one ``Operations``; called in the transport's worker threads."""
+    """The API's routes over one ``EmbeddedOperations``; called in the transport's worker threads."""
 
-    def __init__(self, ops: Operations, on_write: Callable[[], None]) -> None:
+    def __init__(self, ops: EmbeddedOperations, on_write: Callable[[], None]) -> None:
         self.ops = ops
         self.on_write = on_write
 
@@ -235,7 +235,7 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _job_after(ops: Operations, namespace: str, name: str, after: str, wait: float) -> TrainingJob:
+def _job_after(ops: EmbeddedOperations, namespace: str, name: str, after: str, wait: float) -> TrainingJob:
     """The job once its resourceVersion is not ``after`` (a long poll), or as it is when ``wait`` runs out."""
     deadline = time.monotonic() + wait
     while True:
@@ -291,7 +291,7 @@ class LocalApiServer:
         # spares each request the schema check. A store of our own (no control plane's to share) checks for
         # changes every 2-5 ms rather than backing off to 20: someone waits on every long poll.
         store = self.store or SqliteStore(self.layout.database, max_change_poll_interval=0.005)
-        server = HttpServer(path, _Routes(Operations(store, self.layout), self.on_write), self.limits)
+        server = HttpServer(path, _Routes(EmbeddedOperations(store, self.layout), self.on_write), self.limits)
         try:
             server.start()
         except OSError as err:

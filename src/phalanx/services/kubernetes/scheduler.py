@@ -72,6 +72,7 @@ from phalanx.adapters.kubernetes.objects import (
     model_metadata,
     node_from_object,
     pod_holds_resources,
+    queue_from_object,
     status_body,
 )
 from phalanx.adapters.kubernetes.parsed import ParsedObjects
@@ -95,7 +96,6 @@ from phalanx.model.queues import Queue
 from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, parse_memory
 from phalanx.services.kubernetes.apply import Background, EventBudget, PodSettings, check_renderable, event_body
 from phalanx.services.kubernetes.leader import LeaseElector
-from phalanx.services.kubernetes.operations import queue_from_object
 from phalanx.services.scheduling import (
     Occupant,
     admitted_status,

@@ -1,0 +1,150 @@
+"""The backend port: what a backend answers and does, so the services above it are written once.
+
+A backend is the SQLite store of the embedded runtime (``services.embedded.operations.SqliteBackend``), the API
+server of a cluster (``services.kubernetes.operations.KubeBackend``) or memory (``tests/support``). The port has
+a read side (``ObjectReader``: get and list the objects, a job's replicas and an object's events) and a write side
+(``ObjectWriter``: create, replace and delete objects, each write conditional on the resourceVersion read), and
+``OperationsBackend`` adds the few steps of the user's operations that truly differ between backends: how a job
+is deleted (graceful on the embedded runtime, garbage collection on a cluster), how a finished job gives up its
+name, why a Pending job waits, and how a node's dataset cache is read and evicted.
+
+Failures every backend reports the same way are the errors here; a failure only a backend can explain (an
+unreachable API server, a quarantined row) is an ``OperationError`` with its own sentence. Scheduling, status
+writes and events are not here yet: the operations need none of them, and a method is added when a service
+written once needs it, not before.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+from phalanx.model.datasets import Dataset
+from phalanx.model.events import Event
+from phalanx.model.jobs import TrainingJob
+from phalanx.model.jobtypes import JobType
+from phalanx.model.nodes import Node
+from phalanx.model.queues import Queue
+from phalanx.model.replicas import Replica
+from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
+
+Stored = TrainingJob | JobType | Queue | Dataset
+"""The kinds a user submits and the operations write."""
+Readable = TypeVar("Readable", TrainingJob, JobType, Queue, Dataset, Node)
+
+
+class PortError(Exception):
+    """A write the backend refused for a reason every backend shares."""
+
+
+class NotFoundError(PortError):
+    """The object does not exist (any longer)."""
+
+
+class ConflictError(PortError):
+    """The object changed since it was read (its resourceVersion moved on): read it again and retry."""
+
+
+class AlreadyExistsError(ConflictError):
+    """An object of that kind and name exists already."""
+
+
+class ObjectReader(Protocol):
+    """The read side: the stored objects as the model's, and what belongs to them."""
+
+    def get(self, kind: type[Readable], namespace: str, name: str) -> Readable | None:
+        """One object (``namespace`` is ignored for cluster-scoped kinds), or None when there is none."""
+        ...
+
+    def list(self, kind: type[Readable], namespace: str | None = None) -> builtins.list[Readable]:
+        """The objects of a namespace (None: all); one that cannot be read is left out."""
+        ...
+
+    def replicas_of(self, job: TrainingJob) -> builtins.list[Replica]:
+        """The job's replicas (Pods on a cluster), of this incarnation of its name."""
+        ...
+
+    def events_of(self, obj: TrainingJob | Dataset) -> builtins.list[Event]:
+        """Events about the object, oldest first."""
+        ...
+
+
+class ObjectWriter(Protocol):
+    """The write side; every write of an object read earlier is conditional on its resourceVersion."""
+
+    def create(self, obj: Stored) -> None:
+        """Store a new object.
+
+        Raises:
+            AlreadyExistsError: the name is taken.
+        """
+        ...
+
+    def replace(self, obj: Stored) -> None:
+        """Give the stored object ``obj``'s spec, labels and annotations (its status stays).
+
+        Raises:
+            ConflictError: it changed since ``obj`` was read.
+            NotFoundError: it is gone.
+        """
+        ...
+
+    def delete(self, kind: type[Stored], namespace: str, name: str, *, uid: str | None = None) -> None:
+        """Remove an object (only the incarnation ``uid``, when given).
+
+        Raises:
+            NotFoundError: there is none.
+        """
+        ...
+
+    def set_suspend(self, job: TrainingJob, suspend: bool) -> TrainingJob:
+        """Write ``spec.runPolicy.suspend`` alone, on the version read; the job as written.
+
+        Raises:
+            ConflictError: it changed since ``job`` was read.
+        """
+        ...
+
+
+class OperationsBackend(ObjectReader, ObjectWriter, Protocol):
+    """The port of the user's operations: the object port and the steps that differ between backends."""
+
+    job_noun: str
+    """How messages name a job: ``job`` on the embedded runtime, ``trainingjob`` (the resource) on a cluster."""
+    namespaced_kinds: frozenset[str]
+    """The kinds ``submit -n`` moves to its namespace (JobTypes are cluster-scoped on a cluster)."""
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete a job and, in the backend's way, its replicas.
+
+        Raises:
+            NotFoundError: there is no such job.
+        """
+        ...
+
+    def remove_finished(self, job: TrainingJob) -> None:
+        """Remove a finished job so a submission can take its name; return once the name is free.
+
+        Raises:
+            OperationError: it cannot be removed yet (its replicas are still finishing).
+        """
+        ...
+
+    def pending_explanation(self) -> str:
+        """Why a job is Pending, in a sentence that says what to check."""
+        ...
+
+    def cache_views(self, node: str | None) -> builtins.list[NodeCacheView]:
+        """Every node's dataset cache (or one node's).
+
+        Raises:
+            OperationError: no such node.
+        """
+        ...
+
+    def evict_entries(
+        self, targets: Sequence[tuple[NodeCacheView, CacheEntryView]]
+    ) -> tuple[builtins.list[str], builtins.list[str]]:
+        """Evict the entries; ``node: key`` of each evicted and a sentence for each that was not."""
+        ...

@@ -1,0 +1,165 @@
+"""The backend port in memory: ``services.port.OperationsBackend`` over dicts, for unit tests of the services.
+
+Objects are kept as the model's, by kind, namespace (cluster-scoped kinds: ``""``) and name; every write checks the
+resourceVersion read, as SQLite and the API server do, and moves it on. ``calls`` records each write (verb, kind,
+name) so a test can assert what was written and in which order; ``conflicts`` makes the next writes of a verb fail
+with ``ConflictError``, as if another client had written first.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from phalanx.model.base import validated_copy
+from phalanx.model.datasets import Dataset
+from phalanx.model.events import Event
+from phalanx.model.jobs import TrainingJob
+from phalanx.model.nodes import Node
+from phalanx.model.queues import Queue
+from phalanx.model.replicas import Replica
+from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
+from phalanx.services.operations import NAMESPACED_KINDS, OperationError
+from phalanx.services.port import AlreadyExistsError, ConflictError, NotFoundError, Readable, Stored
+
+_CLUSTER_SCOPED = (Queue, Node)
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class MemoryBackend:
+    """Every object in a dict; the replicas, events and caches a test puts there."""
+
+    job_noun = "job"
+    namespaced_kinds = NAMESPACED_KINDS
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], Any] = {}
+        self.replicas: dict[str, list[Replica]] = {}  # by job uid
+        self.events: dict[str, list[Event]] = {}  # by object uid
+        self.caches: dict[str, list[CacheEntryView]] = {}  # by node
+        self.calls: list[tuple[str, str, str]] = []
+        self.conflicts: dict[str, int] = {}
+        self.pending = "Pending: accepted."
+        self._versions = itertools.count(1)
+
+    def _key(self, kind: type, namespace: str | None, name: str) -> tuple[str, str, str]:
+        return (kind.__name__, "" if kind in _CLUSTER_SCOPED else namespace or "default", name)
+
+    def _write(self, verb: str, obj: Any) -> None:
+        self.calls.append((verb, type(obj).__name__, obj.metadata.name))
+        if self.conflicts.get(verb):
+            self.conflicts[verb] -= 1
+            raise ConflictError(f"{obj.metadata.name} was written meanwhile")
+
+    def _stored(self, obj: Any, *, uid: str | None = None) -> Any:
+        version = next(self._versions)
+        changes = {"resource_version": str(version)}
+        if uid is not None:
+            changes |= {"uid": uid, "creation_timestamp": _EPOCH + timedelta(seconds=version)}
+        stored = validated_copy(obj, metadata=validated_copy(obj.metadata, **changes))
+        self.objects[self._key(type(obj), obj.metadata.namespace, obj.metadata.name)] = stored
+        return stored
+
+    # -- the object port -------------------------------------------------------------------------------------
+
+    def get(self, kind: type[Readable], namespace: str, name: str) -> Readable | None:
+        """One object, or None."""
+        found: Readable | None = self.objects.get(self._key(kind, namespace, name))
+        return found
+
+    def list(self, kind: type[Readable], namespace: str | None = None) -> builtins.list[Readable]:
+        """The objects of a kind (in a namespace), by namespace and name."""
+        return [
+            obj
+            for (k, ns, _), obj in sorted(self.objects.items())
+            if k == kind.__name__ and (namespace is None or kind in _CLUSTER_SCOPED or ns == namespace)
+        ]
+
+    def replicas_of(self, job: TrainingJob) -> builtins.list[Replica]:
+        """What a test put in ``replicas`` for the job's uid."""
+        return list(self.replicas.get(job.metadata.uid or "", []))
+
+    def events_of(self, obj: TrainingJob | Dataset) -> builtins.list[Event]:
+        """What a test put in ``events`` for the object's uid."""
+        return list(self.events.get(obj.metadata.uid or "", []))
+
+    def create(self, obj: Stored) -> None:
+        """Store a new object with a uid and a creation time."""
+        self._write("create", obj)
+        if self._key(type(obj), obj.metadata.namespace, obj.metadata.name) in self.objects:
+            raise AlreadyExistsError(obj.metadata.name)
+        self._stored(obj, uid=f"uid-{obj.metadata.name}-{len(self.calls)}")
+
+    def replace(self, obj: Stored) -> None:
+        """Replace spec, labels and annotations on the version read; the status stays."""
+        self._write("replace", obj)
+        current = self.get(type(obj), obj.metadata.namespace, obj.metadata.name)
+        if current is None:
+            raise NotFoundError(obj.metadata.name)
+        if current.metadata.resource_version != obj.metadata.resource_version:
+            raise ConflictError(obj.metadata.name)
+        self._stored(validated_copy(obj, status=current.status))
+
+    def delete(self, kind: type[Stored], namespace: str, name: str, *, uid: str | None = None) -> None:
+        """Remove an object (only the incarnation ``uid``, when given)."""
+        current = self.get(kind, namespace, name)
+        self.calls.append(("delete", kind.__name__, name))
+        if current is None or (uid is not None and current.metadata.uid != uid):
+            raise NotFoundError(name)
+        del self.objects[self._key(kind, namespace, name)]
+
+    def set_suspend(self, job: TrainingJob, suspend: bool) -> TrainingJob:
+        """Write ``spec.runPolicy.suspend`` on the version read."""
+        self._write("set_suspend", job)
+        current = self.get(TrainingJob, job.metadata.namespace, job.metadata.name)
+        if current is None or current.metadata.resource_version != job.metadata.resource_version:
+            raise ConflictError(job.metadata.name)
+        spec = validated_copy(current.spec, run_policy=validated_copy(current.spec.run_policy, suspend=suspend))
+        written: TrainingJob = self._stored(validated_copy(current, spec=spec))
+        return written
+
+    # -- the steps that differ between backends ---------------------------------------------------------------
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Remove the job and its replicas at once."""
+        job = self.get(TrainingJob, namespace, name)
+        if job is None:
+            raise NotFoundError(name)
+        self.replicas.pop(job.metadata.uid or "", None)
+        self.delete(TrainingJob, namespace, name)
+
+    def remove_finished(self, job: TrainingJob) -> None:
+        """Remove a finished job, unless a test left replicas of it."""
+        if self.replicas.get(job.metadata.uid or ""):
+            raise OperationError(f"job {job.key} is finishing; try again in a moment")
+        self.delete(TrainingJob, job.metadata.namespace, job.metadata.name, uid=job.metadata.uid)
+
+    def pending_explanation(self) -> str:
+        """What a test set in ``pending``."""
+        return self.pending
+
+    def cache_views(self, node: str | None) -> builtins.list[NodeCacheView]:
+        """A view of each node in ``caches``."""
+        if node is not None and node not in self.caches:
+            raise OperationError(f"node {node} not found; nodes: {', '.join(sorted(self.caches))}")
+        return [
+            NodeCacheView(name, 1 << 30, sum(e.bytes for e in entries), list(entries))
+            for name, entries in sorted(self.caches.items())
+            if node in (None, name)
+        ]
+
+    def evict_entries(
+        self, targets: Sequence[tuple[NodeCacheView, CacheEntryView]]
+    ) -> tuple[builtins.list[str], builtins.list[str]]:
+        """Evict unpinned entries; a pinned one is refused, naming its jobs."""
+        evicted, problems = [], []
+        for view, entry in targets:
+            if entry.pinned_by:
+                problems.append(f"{entry.key} on node {view.node} is in use by {', '.join(entry.pinned_by)}")
+                continue
+            self.caches[view.node] = [e for e in self.caches[view.node] if e.key != entry.key]
+            evicted.append(f"{view.node}: {entry.key}")
+        return evicted, problems
