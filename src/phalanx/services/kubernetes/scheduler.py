@@ -75,7 +75,7 @@ from phalanx.adapters.kubernetes.objects import (
     queue_from_object,
     status_body,
 )
-from phalanx.adapters.kubernetes.parsed import ParsedObjects
+from phalanx.adapters.kubernetes.parsed import ParsedCache
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOURCE, RenderError
 from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
@@ -92,7 +92,6 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
-from phalanx.model.queues import Queue
 from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, parse_memory
 from phalanx.services.kubernetes.apply import Background, EventBudget, PodSettings, check_renderable, event_body
 from phalanx.services.kubernetes.leader import LeaseElector
@@ -210,10 +209,10 @@ class KubeScheduler:
         self._parsed_specs: dict[tuple[str, int], TrainingJob | None] = {}  # (uid, generation) -> validated spec
         self._vectors: dict[tuple[str, int], dict[str, ResourceVector]] = {}  # (uid, generation) -> requests
         self._accepted: dict[tuple[str, str], Plan | None] = {}  # (uid, resourceVersion) of a Pending job -> plan
-        self._parsed_nodes = ParsedObjects("Node", node_from_object)
-        self._parsed_jobtypes = ParsedObjects("JobType", jobtype_from_object)
-        self._parsed_queues = ParsedObjects("Queue", queue_from_object)
-        self._parsed_datasets = ParsedObjects("Dataset", dataset_from_object)
+        self._parsed_nodes = ParsedCache(self.nodes, node_from_object)
+        self._parsed_jobtypes = ParsedCache(self.jobtypes, jobtype_from_object)
+        self._parsed_queues = ParsedCache(self.queues, queue_from_object)
+        self._parsed_datasets = ParsedCache(self.datasets, dataset_from_object)
         # Preemptors whose victims' room is theirs (``core.scheduling.passes``); a new leader starts without them.
         self._nominated: dict[str, tuple[str, ...]] = {}
         self._attained = AttainedService()  # GPU-seconds of earlier runs and the time-slicing bands, across cycles
@@ -280,11 +279,11 @@ class KubeScheduler:
         unsettled = self._unsettled
         pods = self.pods.items()
         self._forget_seen_bindings(pods)
-        nodes = self._current_nodes()
+        nodes = self._parsed_nodes.current()
         queued = self._candidates(unsettled, jobtypes)
         if queued and nodes:
             now = self.clock.now()
-            queues = {queue.metadata.name: queue for queue in self._current_queues()}
+            queues = {queue.metadata.name: queue for queue in self._parsed_queues.current()}
             by_key = {candidate.job.key: candidate for candidate in queued}
             refused = {key: queue_refusal(c.job, queues) for key, c in by_key.items()}
             datasets = self._current_datasets() if any(c.job.spec.datasets for c in queued) else {}
@@ -339,7 +338,7 @@ class KubeScheduler:
         objects = {str((obj.get("metadata") or {}).get("name")): obj for obj in self.queues.items()}
         if not objects:
             return
-        statuses = queue_statuses(self._current_queues(), [job for _, job in jobs])
+        statuses = queue_statuses(self._parsed_queues.current(), [job for _, job in jobs])
         for name, status in statuses.items():
             obj = objects.get(name)
             body = status.to_dict()
@@ -440,12 +439,8 @@ class KubeScheduler:
 
     def _current_jobtypes(self) -> dict[str, JobType]:
         jobtypes = dict(builtin_jobtypes())
-        jobtypes.update((parsed.metadata.name, parsed) for parsed in self._parsed_jobtypes.all(self.jobtypes.items()))
+        jobtypes.update((parsed.metadata.name, parsed) for parsed in self._parsed_jobtypes.current())
         return jobtypes
-
-    def _current_queues(self) -> list[Queue]:
-        """The Queue objects, parsed once per version; an invalid one is ignored (and logged once)."""
-        return self._parsed_queues.all(self.queues.items())
 
     def _current_jobs(self, jobtypes: dict[str, JobType]) -> list[tuple[dict[str, Any], TrainingJob]]:
         """Every job the scheduler can read (an invalid one is the operator's to fail), parsed once per version.
@@ -492,9 +487,6 @@ class KubeScheduler:
         except ValueError:
             return None
         return spec.model_copy(update={"metadata": metadata, "status": job_status(obj)})
-
-    def _current_nodes(self) -> list[Node]:
-        return self._parsed_nodes.all(self.nodes.items())
 
     def _forget_seen_bindings(self, pods: list[dict[str, Any]]) -> None:
         """Drop requested bindings the cache now shows (or whose Pod is gone)."""
@@ -580,7 +572,7 @@ class KubeScheduler:
 
     def _current_datasets(self) -> dict[tuple[str, str], Dataset]:
         """The Dataset objects by (namespace, name), parsed once per version; an invalid one is ignored."""
-        return {(d.metadata.namespace, d.metadata.name): d for d in self._parsed_datasets.all(self.datasets.items())}
+        return {(d.metadata.namespace, d.metadata.name): d for d in self._parsed_datasets.current()}
 
     # -- writing ------------------------------------------------------------------------------------------------
 
