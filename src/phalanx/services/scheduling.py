@@ -18,8 +18,12 @@ from datetime import datetime, timedelta
 
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.rendezvous import replica_names
+from phalanx.core.scheduling.attained import AttainedService
+from phalanx.core.scheduling.config import SchedulerConfig
+from phalanx.core.scheduling.passes import PassPlan, plan_pass
 from phalanx.core.scheduling.types import (
     Admission,
+    ClusterSnapshot,
     DatasetNeed,
     DeviceAssignment,
     PendingJob,
@@ -352,6 +356,55 @@ def pending_job(
         duration_estimate=float(deadline) if deadline is not None else None,
         attained_service=attained,
     )
+
+
+def plan_cycle(
+    snapshot: ClusterSnapshot,
+    queued: Iterable[TrainingJob],
+    jobs: Iterable[TrainingJob],
+    *,
+    queues: Mapping[str, Queue],
+    jobtypes: Mapping[str, JobType],
+    datasets: Mapping[tuple[str, str], Dataset],
+    attained: AttainedService,
+    policy: SchedulerConfig,
+    nominated: Mapping[str, tuple[str, ...]],
+    now: datetime,
+    unconvertible: Callable[[TrainingJob, Exception], None] | None = None,
+) -> PassPlan:
+    """One scheduling cycle of either backend: the ``queued`` jobs their queues take, planned by ``plan_pass``.
+
+    ``snapshot`` carries the running jobs; ``jobs`` are every job (a Preempted one still stopping keeps
+    preemption off); ``queues`` are the Queue objects by name. A queued job that cannot be turned into a
+    ``PendingJob`` goes to ``unconvertible`` (the embedded runtime quarantines it); without it, the error rises.
+    """
+    queued = list(queued)
+    refused = {job.key: queue_refusal(job, queues) for job in queued}
+    pending = []
+    for job in queued:
+        if refused[job.key] is not None:
+            continue
+        try:
+            pending.append(pending_job(job, jobtypes.get(job.spec.type), datasets, now, attained.before(job.key)))
+        except Exception as err:
+            if unconvertible is None:
+                raise
+            unconvertible(job, err)
+    plan = plan_pass(
+        snapshot,
+        pending,
+        policy=policy,
+        bands=attained.bands(policy),
+        now=now,
+        queues=queue_quotas(queues.values()),
+        # Victims still stopping free room for their preemptors (the pass turns preemption off meanwhile).
+        stopping=any(Phase(job.status.phase) == Phase.PREEMPTED for job in jobs),
+        nominated=nominated,
+        refusals={key: reason for key, reason in refused.items() if reason is not None},
+    )
+    for error in plan.errors:
+        log.error("a scheduling cycle failed: %s: %s", type(error).__name__, error, exc_info=error)
+    return plan
 
 
 def admitted_status(job: TrainingJob, admission: Admission, now: datetime) -> tuple[TrainingJobStatus, str]:

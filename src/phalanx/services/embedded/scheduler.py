@@ -30,7 +30,6 @@ from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.scheduling import build_snapshot
 from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
-from phalanx.core.scheduling.passes import plan_pass
 from phalanx.core.scheduling.types import Admission, Preemption, ReplicaRequest
 from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
@@ -43,10 +42,9 @@ from phalanx.services.embedded.quarantine import SCHEDULER_ERROR, Held, Quaranti
 from phalanx.services.scheduling import (
     admitted_status,
     holdings_of,
-    pending_job,
+    plan_cycle,
     preempted_status,
     queue_quotas,
-    queue_refusal,
     queue_statuses,
     replica_occupant,
     replica_requests,
@@ -147,39 +145,26 @@ class SchedulerService:
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
         stored_queues, changed_queues = self._usable_queues(self.store.list(Queue))
         changed |= changed_queues
-        queues = queue_quotas(stored_queues)
         queue_objects: dict[str, Queue] = {}
         for queue in stored_queues:  # the first of a name wins, as in queue_quotas
             queue_objects.setdefault(queue.metadata.name, queue)
-        refused = {job.key: queue_refusal(job, queue_objects) for job in queued}
-        # Victims still stopping free room for their preemptors (the pass turns preemption off meanwhile).
-        stopping = any(Phase(job.status.phase) == Phase.PREEMPTED for job in jobs)
-        pending = []
-        for job in queued:
-            if refused[job.key] is not None:
-                continue
-            try:
-                attained = self._attained.before(job.key)
-                pending.append(pending_job(job, jobtypes.get(job.spec.type), datasets, now, attained))
-            except Exception as err:
-                guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=err)
-                changed = True
+        unconvertible: list[tuple[TrainingJob, Exception]] = []  # queued jobs that make no PendingJob
         by_key = {job.key: job for job in queued}
-        plan = plan_pass(
+        plan = plan_cycle(
             replace(snapshot, running=running),
-            pending,
+            queued,
+            jobs,
+            queues=queue_objects,
+            jobtypes=jobtypes,
+            datasets=datasets,
+            attained=self._attained,
             policy=self.policy,
-            bands=self._attained.bands(self.policy),
-            now=now,
-            queues=queues,
-            stopping=stopping,
             nominated=self._nominated,
-            refusals={key: reason for key, reason in refused.items() if reason is not None},
+            now=now,
+            unconvertible=lambda job, err: unconvertible.append((job, err)),
         )
-        for error in plan.errors:
-            log.error("a scheduling cycle failed: %s: %s", type(error).__name__, error, exc_info=error)
-        for key, error in plan.culprits.items():
-            guarded_hold(self.quarantine, by_key[key], reason=SCHEDULER_ERROR, error=error)
+        for job, error in [*unconvertible, *((by_key[key], error) for key, error in plan.culprits.items())]:
+            guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=error)
             changed = True
         if not plan.decided:
             return changed

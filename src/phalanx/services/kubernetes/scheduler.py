@@ -83,7 +83,6 @@ from phalanx.core.reconcile.types import EventRecord
 from phalanx.core.scheduling import build_snapshot
 from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
-from phalanx.core.scheduling.passes import plan_pass
 from phalanx.core.scheduling.types import Admission, Preemption, RunningJob
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
@@ -99,10 +98,8 @@ from phalanx.services.scheduling import (
     Occupant,
     admitted_status,
     holdings_of,
-    pending_job,
+    plan_cycle,
     preempted_status,
-    queue_quotas,
-    queue_refusal,
     queue_statuses,
     replica_requests,
     running_jobs,
@@ -285,30 +282,22 @@ class KubeScheduler:
             now = self.clock.now()
             queues = {queue.metadata.name: queue for queue in self._parsed_queues.current()}
             by_key = {candidate.job.key: candidate for candidate in queued}
-            refused = {key: queue_refusal(c.job, queues) for key, c in by_key.items()}
             datasets = self._current_datasets() if any(c.job.spec.datasets for c in queued) else {}
             running = self._running(jobs, pods, nodes, jobtypes, now)
             running = self._attained.observe(running, now, [job.key for _, job in jobs])
-            pending = [
-                pending_job(c.job, jobtypes.get(c.job.spec.type), datasets, now, self._attained.before(key))
-                for key, c in by_key.items()
-                if refused[key] is None
-            ]
             snapshot = build_snapshot(nodes, self._holdings(jobs, pods, nodes))
-            plan = plan_pass(
+            plan = plan_cycle(
                 replace(snapshot, running=running),
-                pending,
+                (c.job for c in queued),
+                (job for _, job in jobs),
+                queues=queues,
+                jobtypes=jobtypes,
+                datasets=datasets,
+                attained=self._attained,
                 policy=self.settings.policy,
-                bands=self._attained.bands(self.settings.policy),
-                now=now,
-                queues=queue_quotas(queues.values()),
-                # Victims still stopping free room for their preemptors (the pass turns preemption off meanwhile).
-                stopping=any(Phase(job.status.phase) == Phase.PREEMPTED for _, job in jobs),
                 nominated=self._nominated,
-                refusals={key: reason for key, reason in refused.items() if reason is not None},
+                now=now,
             )
-            for error in plan.errors:
-                log.error("a scheduling cycle failed: %s: %s", type(error).__name__, error, exc_info=error)
             for key, error in plan.culprits.items():
                 log.error("job %s makes the scheduling cycle fail; left out of it: %s", key, error)
             self._nominated = plan.nominated
