@@ -363,7 +363,7 @@ def plan_cycle(
     queued: Iterable[TrainingJob],
     jobs: Iterable[TrainingJob],
     *,
-    queues: Mapping[str, Queue],
+    queues: Iterable[Queue],
     jobtypes: Mapping[str, JobType],
     datasets: Mapping[tuple[str, str], Dataset],
     attained: AttainedService,
@@ -375,11 +375,14 @@ def plan_cycle(
     """One scheduling cycle of either backend: the ``queued`` jobs their queues take, planned by ``plan_pass``.
 
     ``snapshot`` carries the running jobs; ``jobs`` are every job (a Preempted one still stopping keeps
-    preemption off); ``queues`` are the Queue objects by name. A queued job that cannot be turned into a
+    preemption off); of ``queues`` sharing a name, the first counts. A queued job that cannot be turned into a
     ``PendingJob`` goes to ``unconvertible`` (the embedded runtime quarantines it); without it, the error rises.
     """
     queued = list(queued)
-    refused = {job.key: queue_refusal(job, queues) for job in queued}
+    by_name: dict[str, Queue] = {}
+    for queue in queues:
+        by_name.setdefault(queue.metadata.name, queue)
+    refused = {job.key: queue_refusal(job, by_name) for job in queued}
     pending = []
     for job in queued:
         if refused[job.key] is not None:
@@ -396,7 +399,7 @@ def plan_cycle(
         policy=policy,
         bands=attained.bands(policy),
         now=now,
-        queues=queue_quotas(queues.values()),
+        queues=queue_quotas(by_name.values()),
         # Victims still stopping free room for their preemptors (the pass turns preemption off meanwhile).
         stopping=any(Phase(job.status.phase) == Phase.PREEMPTED for job in jobs),
         nominated=nominated,

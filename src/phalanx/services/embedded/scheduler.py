@@ -145,16 +145,13 @@ class SchedulerService:
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
         stored_queues, changed_queues = self._usable_queues(self.store.list(Queue))
         changed |= changed_queues
-        queue_objects: dict[str, Queue] = {}
-        for queue in stored_queues:  # the first of a name wins, as in queue_quotas
-            queue_objects.setdefault(queue.metadata.name, queue)
         unconvertible: list[tuple[TrainingJob, Exception]] = []  # queued jobs that make no PendingJob
         by_key = {job.key: job for job in queued}
         plan = plan_cycle(
             replace(snapshot, running=running),
             queued,
             jobs,
-            queues=queue_objects,
+            queues=stored_queues,
             jobtypes=jobtypes,
             datasets=datasets,
             attained=self._attained,

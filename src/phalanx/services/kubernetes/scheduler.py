@@ -280,7 +280,6 @@ class KubeScheduler:
         queued = self._candidates(unsettled, jobtypes)
         if queued and nodes:
             now = self.clock.now()
-            queues = {queue.metadata.name: queue for queue in self._parsed_queues.current()}
             by_key = {candidate.job.key: candidate for candidate in queued}
             datasets = self._current_datasets() if any(c.job.spec.datasets for c in queued) else {}
             running = self._running(jobs, pods, nodes, jobtypes, now)
@@ -290,7 +289,7 @@ class KubeScheduler:
                 replace(snapshot, running=running),
                 (c.job for c in queued),
                 (job for _, job in jobs),
-                queues=queues,
+                queues=self._parsed_queues.current(),
                 jobtypes=jobtypes,
                 datasets=datasets,
                 attained=self._attained,
