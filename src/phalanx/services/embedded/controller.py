@@ -92,11 +92,10 @@ class JobController:
     clock: Clock = field(default_factory=SystemClock)
     identity: str = "controller"
     data: DatasetManager | None = None
-    quarantine: Quarantine | None = None
+    quarantine: Quarantine = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.quarantine is None:
-            self.quarantine = Quarantine(self.store, self.clock)
+        self.quarantine = Quarantine(self.store, self.clock)
 
     def sync(self) -> tuple[bool, float | None]:
         """Reconcile every job once. Returns (something changed, seconds until a timer needs a look)."""
@@ -107,7 +106,6 @@ class JobController:
         sick = sick_gpus(self.store.list(Node))
         changed = False
         wake: float | None = None
-        assert self.quarantine is not None
         held = self.quarantine.held("TrainingJob")
         for job in self.store.list(TrainingJob):
             if held.skips(job):

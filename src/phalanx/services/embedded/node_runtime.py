@@ -111,11 +111,10 @@ class NodeRuntime:
     _launch_retry_at: float | None = None  # while launches back off: when to try the next one (monotonic)
     _launch_problem: str = ""  # why launches back off, for the replicas that wait
     _launches_waiting: bool = False  # the last pass left a replica Pending for the backoff
-    quarantine: Quarantine | None = None
+    quarantine: Quarantine = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.quarantine is None:
-            self.quarantine = Quarantine(self.store, self.clock)
+        self.quarantine = Quarantine(self.store, self.clock)
 
     def sync(self) -> bool:
         """Bring processes in line with Replica objects once; True when something changed.
@@ -129,7 +128,6 @@ class NodeRuntime:
         self._watch_exits(replicas)
         jobs = {job.metadata.uid: job for job in self.store.list(TrainingJob)}
         unreadable_jobs = {(r.namespace, r.name) for r in self.store.quarantined("TrainingJob") if not r.readable}
-        assert self.quarantine is not None
         held = self.quarantine.held("Replica")
         shared_pools = self._shared_pools(replicas)
         for replica in replicas:

@@ -73,7 +73,7 @@ class SchedulerService:
     store: SqliteStore
     clock: Clock = field(default_factory=SystemClock)
     identity: str = "scheduler"
-    quarantine: Quarantine | None = None
+    quarantine: Quarantine = field(init=False)
     policy: SchedulerConfig = DEFAULT_POLICY  # the base settings (a SchedulerConfiguration file)
     # Preemptors whose victims' room is theirs (``core.scheduling.passes``); kept in memory: after a restart, a
     # victim still stopping keeps preemption off, and the preemptor is tried in the usual order again.
@@ -84,8 +84,7 @@ class SchedulerService:
     _queue_failure: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.quarantine is None:
-            self.quarantine = Quarantine(self.store, self.clock)
+        self.quarantine = Quarantine(self.store, self.clock)
 
     def sync(self) -> bool:
         """Run one cycle; True when a job was admitted, preempted or quarantined, or its waiting reason changed."""
@@ -105,7 +104,6 @@ class SchedulerService:
         return changed
 
     def _cycle(self) -> bool:
-        assert self.quarantine is not None
         jobs = self.store.list(TrainingJob)
         try:
             self._write_queue_statuses(jobs)
@@ -210,13 +208,11 @@ class SchedulerService:
             except Exception as err:
                 bad.add(job.key)
                 if not held.skips(job):
-                    assert self.quarantine is not None
                     guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=err)
         return bad
 
     def _usable_queues(self, queues: list[Queue]) -> tuple[list[Queue], bool]:
         """The Queues the cycle can take as quotas; the others are quarantined (True when one was now)."""
-        assert self.quarantine is not None
         held = self.quarantine.held("Queue")
         usable, changed = [], False
         for queue in queues:
@@ -232,7 +228,6 @@ class SchedulerService:
 
     def _countable(self, replicas: list[Replica]) -> tuple[list[Replica], bool]:
         """The replicas whose holdings the cycle can count; the others are quarantined (True when one was now)."""
-        assert self.quarantine is not None
         held = self.quarantine.held("Replica")
         kept, changed = [], False
         for replica in replicas:
