@@ -61,6 +61,7 @@ from phalanx.adapters.kubernetes.node_report import (
     status_patch,
 )
 from phalanx.adapters.kubernetes.objects import GPU_PRODUCT_LABEL, GPU_RESOURCE, unhealthy_gpus
+from phalanx.core.gpu_health import health_events
 from phalanx.model.errors import SpecError
 
 log = logging.getLogger(__name__)
@@ -189,14 +190,11 @@ class NodeAgent:
         self._unhealthy = set(after)
         result.failed = sorted(after - before)
         result.recovered = sorted(before - after)
-        left = f"{report.healthy_gpus} of {report.gpus} GPU(s) healthy"
-        for index in result.failed:
-            why = "; ".join(report.problems[index])
-            log.warning("GPU %d is unhealthy: %s", index, why)
-            self._event("GPUUnhealthy", f"GPU {index} is unhealthy: {why}; {left}", warning=True)
-        for index in result.recovered:
-            log.info("GPU %d is healthy again", index)
-            self._event("GPUHealthy", f"GPU {index} is healthy again; {left}")
+        problems = {index: "; ".join(report.problems[index]) for index in result.failed}
+        changes = health_events(result.failed, result.recovered, problems, report.healthy_gpus, report.gpus)
+        for reason, message, warning in changes:
+            (log.warning if warning else log.info)("%s", message)
+            self._event(reason, message, warning=warning)
 
     def _event(self, reason: str, message: str, *, warning: bool = False) -> None:
         name = self.settings.node_name
