@@ -1,6 +1,6 @@
 """Datasets on Kubernetes without a cluster: the operator's manager and staging gate, and the node agent's cache.
 
-The operator runs on the in-memory API of ``test_operator_loop`` (plus merge patches); node agents' cache reports
+The operator runs on the in-memory API (``support.memory_kube_api``); node agents' cache reports
 are fed to it as a Node watch would; the agent's keeper stages into a real cache directory from a real store.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_operator_loop import NS, FakeApi, Harness, pod_names, template
+from test_operator_loop import NS, Harness, pod_names, template
 
 from phalanx.adapters.datasources import SourceRequest
 from phalanx.adapters.kubernetes.api import (
@@ -23,9 +23,6 @@ from phalanx.adapters.kubernetes.api import (
     NODES,
     PODS,
     TRAININGJOBS,
-    ConflictError,
-    NotFoundError,
-    Resource,
 )
 from phalanx.adapters.kubernetes.cache_report import (
     CACHE_ANNOTATION,
@@ -48,38 +45,10 @@ from phalanx.services.kubernetes.apply import may_hold
 from phalanx.services.kubernetes.datasets import KubeDatasetManager, SourcePolicy, nodes_holding
 from phalanx.services.kubernetes.node_cache import CacheSettings, NodeCacheKeeper, node_patch
 from phalanx.services.kubernetes.operations import cache_view
+from support.memory_kube_api import MemoryKubeApi
 from support.merge_patch import merge
 
 FILES = {"a.bin": 4000, "b.bin": 1500, "c.bin": 1200, "sub/d.bin": 900}
-
-
-class PatchingApi(FakeApi):
-    """The in-memory API with merge patches (a resourceVersion in the patch is a precondition)."""
-
-    def patch(
-        self,
-        resource: Resource,
-        name: str,
-        patch: Any,
-        namespace: str | None = None,
-        *,
-        subresource: str | None = None,
-        kind: str = "merge",
-    ) -> dict[str, Any]:
-        key = self._key(resource, namespace, name)
-        with self.lock:
-            current = self.objects.get(key)
-            if current is None:
-                raise NotFoundError(404, "NotFound", name)
-            patch = copy.deepcopy(patch)
-            wanted = (patch.get("metadata") or {}).pop("resourceVersion", None)
-            if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
-                raise ConflictError(409, "Conflict", "the object has been modified")
-            updated = merge(current, patch)
-            updated["metadata"]["resourceVersion"] = str(next(self.versions))
-            self.objects[key] = updated
-            self.writes.append(("patch", resource.plural, name))
-        return copy.deepcopy(updated)
 
 
 def until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
@@ -255,7 +224,7 @@ def staged_cluster(tmp_path: Path) -> tuple[Harness, str]:
     """An operator with a dataset store holding one materialised version of ``train`` (sharded); its version."""
     store = tmp_path / "store"
     version = materialise(store, write_source(tmp_path / "source"))
-    harness = Harness(PatchingApi(), dataset_store=store)
+    harness = Harness(MemoryKubeApi(), dataset_store=store)
     assert harness.operator.data is not None
     ready = dataset_object("train", {"path": "/data"}, phase="Ready", version=version, observedGeneration=1)
     harness.operator.data.datasets.observe(ready)
@@ -365,22 +334,22 @@ def test_without_a_dataset_store_datasets_are_not_staged_and_the_job_is_told() -
 # -- the operator's materialisation -----------------------------------------------------------------------------
 
 
-def manager_for(tmp_path: Path, api: PatchingApi, **options: Any) -> KubeDatasetManager:
+def manager_for(tmp_path: Path, api: MemoryKubeApi, **options: Any) -> KubeDatasetManager:
     return KubeDatasetManager(api, tmp_path / "store", base_dir=tmp_path, **options)  # type: ignore[arg-type]
 
 
-def create_dataset(api: PatchingApi, manager: KubeDatasetManager, name: str, source: dict[str, Any]) -> None:
+def create_dataset(api: MemoryKubeApi, manager: KubeDatasetManager, name: str, source: dict[str, Any]) -> None:
     body = dataset_object(name, source)
     del body["status"]
     manager.datasets.observe(api.create(DATASETS, body))
 
 
-def stored(api: PatchingApi, name: str) -> dict[str, Any]:
+def stored(api: MemoryKubeApi, name: str) -> dict[str, Any]:
     return api.get(DATASETS, name, NS)
 
 
 def test_a_dataset_is_materialised_once_into_the_store_with_its_status(tmp_path: Path) -> None:
-    api = PatchingApi()
+    api = MemoryKubeApi()
     source = write_source(tmp_path / "source")
     manager = manager_for(tmp_path, api, policy=SourcePolicy((source,)))
     create_dataset(api, manager, "train", {"path": str(source)})
@@ -425,7 +394,7 @@ def test_a_dataset_is_materialised_once_into_the_store_with_its_status(tmp_path:
 def test_a_dataset_that_cannot_be_read_fails_with_the_field_and_the_fix(
     tmp_path: Path, source: dict[str, Any], expected: str
 ) -> None:
-    api = PatchingApi()
+    api = MemoryKubeApi()
     manager = manager_for(tmp_path, api)
     create_dataset(api, manager, "d", source)
 
@@ -442,7 +411,7 @@ def test_a_dataset_that_cannot_be_read_fails_with_the_field_and_the_fix(
 # -- the node agent's cache -------------------------------------------------------------------------------------
 
 
-def keeper_for(tmp_path: Path, api: PatchingApi, capacity: int | None = 1 << 20) -> NodeCacheKeeper:
+def keeper_for(tmp_path: Path, api: MemoryKubeApi, capacity: int | None = 1 << 20) -> NodeCacheKeeper:
     keeper = NodeCacheKeeper(
         api,  # type: ignore[arg-type]
         CacheSettings(
@@ -462,8 +431,8 @@ def keeper_for(tmp_path: Path, api: PatchingApi, capacity: int | None = 1 << 20)
     return keeper
 
 
-def agent_cluster(tmp_path: Path) -> tuple[PatchingApi, str, dict[str, Any]]:
-    api = PatchingApi()
+def agent_cluster(tmp_path: Path) -> tuple[MemoryKubeApi, str, dict[str, Any]]:
+    api = MemoryKubeApi()
     api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-0", "labels": {"type": "kwok"}}})
     version = materialise(tmp_path / "store", write_source(tmp_path / "source"))
     job = {
@@ -527,7 +496,7 @@ def test_the_agent_stages_its_shard_pins_it_and_reports_it_on_its_node(tmp_path:
     assert not (tmp_path / "cache" / f".incoming-{key}-dead").exists()
 
 
-def staged_keeper(tmp_path: Path) -> tuple[PatchingApi, str, dict[str, Any], NodeCacheKeeper]:
+def staged_keeper(tmp_path: Path) -> tuple[MemoryKubeApi, str, dict[str, Any], NodeCacheKeeper]:
     """An agent whose node runs the job ``reader``, its shard staged and pinned."""
     api, version, job = agent_cluster(tmp_path)
     keeper = keeper_for(tmp_path, api)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import itertools
-from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,10 +11,7 @@ import pytest
 from phalanx.adapters.kubernetes.api import (
     EVENTS,
     JOBTYPES,
-    PODS,
-    TRAININGJOBS,
     KubeApiError,
-    Resource,
     error_from,
 )
 from phalanx.adapters.kubernetes.crds import crd_kind, custom_resource_definition
@@ -25,112 +19,19 @@ from phalanx.adapters.kubernetes.objects import event_from_object, job_body, rep
 from phalanx.adapters.kubernetes.structural import validate_value
 from phalanx.core.clock import VirtualClock
 from phalanx.entrypoints.cli.cluster import print_logs
+from phalanx.model.base import API_GROUP
 from phalanx.model.errors import SpecError
 from phalanx.model.loading import parse_documents
 from phalanx.services.kubernetes.operations import DELETE_WAIT_SECONDS, NOT_INSTALLED, KubeOperations
 from phalanx.services.operations import OperationError
+from support.memory_kube_api import Call, MemoryKubeApi
 
 REPO = Path(__file__).resolve().parents[3]
-DISCOVERY = f"/apis/{TRAININGJOBS.group}/{TRAININGJOBS.version}"
-
-
-class FakeApi:
-    """KubeApi's dict-level verbs over a dict of objects; ``fail`` makes the next calls of a verb fail."""
-
-    def __init__(self, *, installed: bool = True) -> None:
-        self.objects: dict[tuple[str, str | None, str], dict[str, Any]] = {}
-        self.installed = installed
-        self.calls: list[tuple[str, str, str | None]] = []
-        self.fail: dict[str, list[KubeApiError]] = {}
-        self.versions = itertools.count(1)
-        self.logs_text: dict[str, str] = {}
-        self.patches: list[Any] = []
-
-    def _check(self, verb: str, resource: Resource, namespace: str | None) -> None:
-        self.calls.append((verb, resource.plural, namespace))
-        if self.fail.get(verb):
-            raise self.fail[verb].pop(0)
-        if resource.group == TRAININGJOBS.group and not self.installed:
-            raise error_from(404, {"reason": "NotFound", "message": "the server could not find the requested resource"})
-
-    def _key(self, resource: Resource, name: str, namespace: str | None) -> tuple[str, str | None, str]:
-        return (resource.plural, namespace if resource.namespaced else None, name)
-
-    def _not_found(self, resource: Resource, name: str) -> KubeApiError:
-        return error_from(404, {"reason": "NotFound", "message": f'{resource.plural} "{name}" not found'})
-
-    def request(self, method: str, path: str, **_: Any) -> Any:
-        assert (method, path) == ("GET", DISCOVERY)
-        if not self.installed:
-            raise error_from(404, {"reason": "NotFound", "message": "the server could not find the requested resource"})
-        return {"resources": [{"name": "trainingjobs"}, {"name": "jobtypes"}]}
-
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        self._check("get", resource, namespace)
-        found = self.objects.get(self._key(resource, name, namespace))
-        if found is None:
-            raise self._not_found(resource, name)
-        return copy.deepcopy(found)
-
-    def list(
-        self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None, **_: Any
-    ) -> tuple[list[dict[str, Any]], str]:
-        self._check("list", resource, namespace)
-        items = []
-        for (plural, ns, _name), obj in self.objects.items():
-            if plural != resource.plural or (namespace is not None and ns != namespace):
-                continue
-            if label_selector:
-                key, _, value = label_selector.partition("=")
-                if (obj["metadata"].get("labels") or {}).get(key) != value:
-                    continue
-            item = copy.deepcopy(obj)
-            item.setdefault("kind", resource.kind)  # as KubeApi.list does
-            item.setdefault("apiVersion", resource.api_version)
-            items.append(item)
-        return items, "1"
-
-    def create(self, resource: Resource, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
-        namespace = namespace or body["metadata"].get("namespace")
-        self._check("create", resource, namespace)
-        key = self._key(resource, body["metadata"]["name"], namespace)
-        if key in self.objects:
-            raise error_from(409, {"reason": "AlreadyExists", "message": "already exists"})
-        obj = copy.deepcopy(dict(body))
-        obj["metadata"].update(uid=f"uid-{key[2]}", resourceVersion=str(next(self.versions)))
-        obj["metadata"].setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-        self.objects[key] = obj
-        return copy.deepcopy(obj)
-
-    def replace(self, resource: Resource, body: Mapping[str, Any], **_: Any) -> dict[str, Any]:
-        self._check("replace", resource, body["metadata"].get("namespace"))
-        key = self._key(resource, body["metadata"]["name"], body["metadata"].get("namespace"))
-        self.objects[key] = copy.deepcopy(dict(body))
-        return copy.deepcopy(self.objects[key])
-
-    def patch(self, resource: Resource, name: str, patch: Any, namespace: str | None = None, **_: Any) -> Any:
-        self._check("patch", resource, namespace)
-        obj = self.objects[self._key(resource, name, namespace)]
-        if patch["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"]:
-            raise error_from(409, {"reason": "Conflict", "message": "the object has been modified"})
-        obj["spec"].setdefault("runPolicy", {}).update(patch["spec"]["runPolicy"])
-        obj["metadata"]["resourceVersion"] = str(next(self.versions))
-        self.patches.append(patch)
-        return copy.deepcopy(obj)
-
-    def delete(self, resource: Resource, name: str, namespace: str | None = None, **_: Any) -> None:
-        self._check("delete", resource, namespace)
-        if self.objects.pop(self._key(resource, name, namespace), None) is None:
-            raise self._not_found(resource, name)
-
-    def logs(self, namespace: str, pod: str, **_: Any) -> str:
-        self._check("logs", PODS, namespace)
-        return self.logs_text.get(pod, "")
 
 
 @pytest.fixture
-def api() -> FakeApi:
-    return FakeApi()
+def api() -> MemoryKubeApi:
+    return MemoryKubeApi()
 
 
 def quickstart(**changes: Any) -> dict[str, Any]:
@@ -139,7 +40,7 @@ def quickstart(**changes: Any) -> dict[str, Any]:
     return document
 
 
-def stored_job(api: FakeApi, phase: str = "Running", **status: Any) -> dict[str, Any]:
+def stored_job(api: MemoryKubeApi, phase: str = "Running", **status: Any) -> dict[str, Any]:
     ops = KubeOperations(api)
     ops.submit([quickstart()])
     obj = api.objects[("trainingjobs", "default", "quickstart")]
@@ -147,14 +48,22 @@ def stored_job(api: FakeApi, phase: str = "Running", **status: Any) -> dict[str,
     return obj
 
 
-def creates(api: FakeApi) -> list[tuple[str, str, str | None]]:
-    return [call for call in api.calls if call[0] == "create"]
+def creates(api: MemoryKubeApi) -> list[Call]:
+    return [call for call in api.calls if call.verb == "create"]
+
+
+def patches(api: MemoryKubeApi) -> list[Any]:
+    return [call.body for call in api.writes if call.verb == "patch"]
+
+
+def requests(api: MemoryKubeApi) -> list[tuple[str, str, str | None]]:
+    return [(call.verb, call.plural, call.namespace) for call in api.calls]
 
 
 # -- submitting ------------------------------------------------------------------------------------------------------
 
 
-def test_a_spec_error_creates_nothing_and_names_the_field(api: FakeApi) -> None:
+def test_a_spec_error_creates_nothing_and_names_the_field(api: MemoryKubeApi) -> None:
     bad = quickstart()
     bad["spec"]["replicas"]["worker"]["count"] = 0
     jobtype = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "JobType", "metadata": {"name": "mine"}, "spec": {}}
@@ -164,7 +73,7 @@ def test_a_spec_error_creates_nothing_and_names_the_field(api: FakeApi) -> None:
     assert creates(api) == []
 
 
-def test_the_job_is_created_defaulted_and_acceptable_to_the_crd(api: FakeApi) -> None:
+def test_the_job_is_created_defaulted_and_acceptable_to_the_crd(api: MemoryKubeApi) -> None:
     submitted = KubeOperations(api).submit([quickstart()], namespace="team-a")
     assert [(s.kind, s.namespace, s.name) for s in submitted] == [("TrainingJob", "team-a", "quickstart")]
     body = api.objects[("trainingjobs", "team-a", "quickstart")]
@@ -190,7 +99,7 @@ def test_the_sim_and_template_annotations_reach_the_cluster() -> None:
     assert body["spec"]["replicas"]["worker"]["template"]["metadata"]["annotations"] == {"a": "b"}
 
 
-def test_jobtypes_are_created_before_the_jobs_that_use_them(api: FakeApi) -> None:
+def test_jobtypes_are_created_before_the_jobs_that_use_them(api: MemoryKubeApi) -> None:
     jobtype = {
         "apiVersion": "phalanx.dev/v1alpha1",
         "kind": "JobType",
@@ -204,7 +113,7 @@ def test_jobtypes_are_created_before_the_jobs_that_use_them(api: FakeApi) -> Non
     assert "namespace" not in api.objects[("jobtypes", None, "solo")]["metadata"]
 
 
-def test_a_job_in_the_way_creates_nothing_and_says_how_to_delete_it(api: FakeApi) -> None:
+def test_a_job_in_the_way_creates_nothing_and_says_how_to_delete_it(api: MemoryKubeApi) -> None:
     stored_job(api, "Succeeded")
     api.calls.clear()
     jobtype = {
@@ -221,7 +130,7 @@ def test_a_job_in_the_way_creates_nothing_and_says_how_to_delete_it(api: FakeApi
         KubeOperations(api).submit([quickstart()], namespace="team-a")
 
 
-def test_run_replaces_a_finished_job_but_never_an_active_one(api: FakeApi) -> None:
+def test_run_replaces_a_finished_job_but_never_an_active_one(api: MemoryKubeApi) -> None:
     stored_job(api, "Failed")
     submitted = KubeOperations(api, poll_seconds=0).submit([quickstart()], replace_finished=True)
     assert submitted[0].replaced
@@ -231,7 +140,9 @@ def test_run_replaces_a_finished_job_but_never_an_active_one(api: FakeApi) -> No
         KubeOperations(api).submit([quickstart()], replace_finished=True)
 
 
-def test_a_finished_job_that_never_goes_away_is_reported_after_the_wait_on_the_injected_clock(api: FakeApi) -> None:
+def test_a_finished_job_that_never_goes_away_is_reported_after_the_wait_on_the_injected_clock(
+    api: MemoryKubeApi,
+) -> None:
     stored_job(api, "Failed")
     api.delete = lambda *_, **__: None  # type: ignore[method-assign]  # a finalizer that never clears
     clock = VirtualClock()
@@ -244,7 +155,7 @@ def test_a_finished_job_that_never_goes_away_is_reported_after_the_wait_on_the_i
 
 
 def test_a_cluster_without_phalanx_says_how_to_install_it() -> None:
-    api = FakeApi(installed=False)
+    api = MemoryKubeApi(unserved={API_GROUP})
     ops = KubeOperations(api)
     for call in (
         lambda: ops.get_job("default", "x"),
@@ -257,20 +168,20 @@ def test_a_cluster_without_phalanx_says_how_to_install_it() -> None:
     assert NOT_INSTALLED.endswith("phalanx install --print | kubectl apply -f -")
 
 
-def test_forbidden_names_the_verb_and_the_resource(api: FakeApi) -> None:
+def test_forbidden_names_the_verb_and_the_resource(api: MemoryKubeApi) -> None:
     api.fail["list"] = [error_from(403, {"reason": "Forbidden", "message": "User alice cannot list"})]
     with pytest.raises(OperationError, match=r"^forbidden: you may not list trainingjobs.phalanx.dev in namespace ml "):
         KubeOperations(api).list_jobs("ml")
 
 
 def test_an_unreachable_server_is_named() -> None:
-    api = FakeApi()
+    api = MemoryKubeApi()
     api.fail["get"] = [KubeApiError(0, "Unreachable", "GET /x: connection refused")]
     with pytest.raises(OperationError, match=r"^cannot reach the Kubernetes API server at https://k:6443: GET"):
         KubeOperations(api, server="https://k:6443").get_job("default", "x")
 
 
-def test_a_missing_job_names_the_existing_ones(api: FakeApi) -> None:
+def test_a_missing_job_names_the_existing_ones(api: MemoryKubeApi) -> None:
     stored_job(api)
     with pytest.raises(OperationError, match=r"^job default/other not found; jobs in default: quickstart$"):
         KubeOperations(api).get_job("default", "other")
@@ -279,29 +190,29 @@ def test_a_missing_job_names_the_existing_ones(api: FakeApi) -> None:
 # -- halt, resume, delete --------------------------------------------------------------------------------------------
 
 
-def test_halt_is_a_merge_patch_of_suspend_on_the_version_read(api: FakeApi) -> None:
+def test_halt_is_a_merge_patch_of_suspend_on_the_version_read(api: MemoryKubeApi) -> None:
     obj = stored_job(api)
     version = obj["metadata"]["resourceVersion"]
     halted = KubeOperations(api).set_suspended("default", "quickstart", True)
     assert halted.spec.run_policy.suspend is True
-    assert api.patches == [{"metadata": {"resourceVersion": version}, "spec": {"runPolicy": {"suspend": True}}}]
+    assert patches(api) == [{"metadata": {"resourceVersion": version}, "spec": {"runPolicy": {"suspend": True}}}]
     KubeOperations(api).set_suspended("default", "quickstart", True)  # already: nothing to write
-    assert len(api.patches) == 1
+    assert len(patches(api)) == 1
 
 
-def test_halt_retries_when_the_job_changed_meanwhile(api: FakeApi) -> None:
+def test_halt_retries_when_the_job_changed_meanwhile(api: MemoryKubeApi) -> None:
     stored_job(api)
     api.fail["patch"] = [error_from(409, {"reason": "Conflict", "message": "modified"})]
     assert KubeOperations(api).set_suspended("default", "quickstart", True).spec.run_policy.suspend
 
 
-def test_a_finished_job_cannot_be_halted_or_resumed(api: FakeApi) -> None:
+def test_a_finished_job_cannot_be_halted_or_resumed(api: MemoryKubeApi) -> None:
     stored_job(api, "Succeeded")
     with pytest.raises(OperationError, match=r"^job default/quickstart is Succeeded; it cannot be halted or resumed$"):
         KubeOperations(api).set_suspended("default", "quickstart", False)
 
 
-def test_delete_removes_the_job(api: FakeApi) -> None:
+def test_delete_removes_the_job(api: MemoryKubeApi) -> None:
     stored_job(api)
     KubeOperations(api).delete_job("default", "quickstart")
     assert ("trainingjobs", "default", "quickstart") not in api.objects
@@ -334,7 +245,7 @@ def pod(name: str, job_uid: str, **status: Any) -> dict[str, Any]:
     }
 
 
-def test_pods_are_replicas_with_their_node_and_exit_code(api: FakeApi) -> None:
+def test_pods_are_replicas_with_their_node_and_exit_code(api: MemoryKubeApi) -> None:
     obj = stored_job(api)
     uid = obj["metadata"]["uid"]
     finished = {
@@ -354,10 +265,10 @@ def test_pods_are_replicas_with_their_node_and_exit_code(api: FakeApi) -> None:
         ("quickstart-master-0", "Running", 1, "gpu-1", None),
         ("quickstart-worker-0", "Failed", 1, "gpu-1", 3),
     ]
-    assert ("list", EVENTS.plural, "default") in api.calls
+    assert ("list", EVENTS.plural, "default") in requests(api)
 
 
-def test_logs_are_the_pods_latest_attempt_by_replica(api: FakeApi) -> None:
+def test_logs_are_the_pods_latest_attempt_by_replica(api: MemoryKubeApi) -> None:
     obj = stored_job(api)
     uid = obj["metadata"]["uid"]
     api.objects[("pods", "default", "quickstart-worker-0")] = pod("quickstart-worker-0", uid, phase="Running")
@@ -372,7 +283,7 @@ def test_logs_are_the_pods_latest_attempt_by_replica(api: FakeApi) -> None:
 
 
 def test_a_pod_that_printed_nothing_is_named_with_a_note_by_phalanx_logs(
-    api: FakeApi, capsys: pytest.CaptureFixture[str]
+    api: MemoryKubeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
     uid = stored_job(api)["metadata"]["uid"]
     for name, phase in (("quickstart-master-0", "Running"), ("quickstart-worker-0", "Running")):
@@ -392,7 +303,7 @@ def test_a_pod_that_printed_nothing_is_named_with_a_note_by_phalanx_logs(
     assert capsys.readouterr() == ("", "note: worker-0 printed nothing\n")
 
 
-def test_explain_says_why_a_job_waits(api: FakeApi) -> None:
+def test_explain_says_why_a_job_waits(api: MemoryKubeApi) -> None:
     stored_job(api, "Queued", reason="Waiting", message="a replica needs 16 GPUs but no node has that many")
     ops = KubeOperations(api)
     assert ops.explain("default", "quickstart") == "Queued: a replica needs 16 GPUs but no node has that many"
@@ -400,13 +311,13 @@ def test_explain_says_why_a_job_waits(api: FakeApi) -> None:
     assert ops.explain("default", "quickstart").startswith("Pending: accepted, waiting for the phalanx-operator")
 
 
-def test_cluster_jobtypes_join_the_builtins_and_an_invalid_one_is_left_out(api: FakeApi) -> None:
+def test_cluster_jobtypes_join_the_builtins_and_an_invalid_one_is_left_out(api: MemoryKubeApi) -> None:
     api.objects[("jobtypes", None, "solo")] = {"metadata": {"name": "solo"}, "spec": {"roles": {"main": {}}}}
     api.objects[("jobtypes", None, "broken")] = {"metadata": {"name": "broken"}, "spec": {"roles": "nope"}}
     names = set(KubeOperations(api).jobtypes())
     assert {"pytorch", "generic", "solo"} <= names
     assert "broken" not in names
-    assert ("list", JOBTYPES.plural, None) in api.calls
+    assert ("list", JOBTYPES.plural, None) in requests(api)
 
 
 def test_an_event_reads_as_the_models_event() -> None:
@@ -435,7 +346,7 @@ def test_a_pod_without_a_placement_or_node_still_reads() -> None:
     assert (replica.spec.placement.node, replica.status.phase) == ("-", "Pending")
 
 
-def test_a_job_reading_a_dataset_that_exists_nowhere_creates_nothing(api: FakeApi) -> None:
+def test_a_job_reading_a_dataset_that_exists_nowhere_creates_nothing(api: MemoryKubeApi) -> None:
     document = quickstart()
     document["spec"]["datasets"] = [{"name": "images"}]
     with pytest.raises(SpecError, match="dataset images does not exist in namespace default; create it first"):
@@ -443,7 +354,7 @@ def test_a_job_reading_a_dataset_that_exists_nowhere_creates_nothing(api: FakeAp
     assert creates(api) == []
 
 
-def test_configuring_a_queue_keeps_what_controllers_set_in_its_metadata(api: FakeApi) -> None:
+def test_configuring_a_queue_keeps_what_controllers_set_in_its_metadata(api: MemoryKubeApi) -> None:
     queue = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "team-a"}}
     KubeOperations(api).submit([{**queue, "spec": {"quota": {"gpu": 4}}}])
     stored = api.objects[("queues", None, "team-a")]

@@ -6,12 +6,13 @@ from typing import Any
 
 import pytest
 
-from phalanx.adapters.kubernetes.api import ConflictError
+from phalanx.adapters.kubernetes.api import EVENTS, TRAININGJOBS
 from phalanx.adapters.kubernetes.objects import job_from_object
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.resources import ResourceVector
 from phalanx.services.kubernetes import scheduler as kube_scheduler
 from phalanx.services.kubernetes.scheduler import KubeScheduler, SchedulerSettings, pod_requests
+from support.memory_kube_api import MemoryKubeApi
 
 
 def test_pod_requests_sum_containers_and_fall_back_to_limits() -> None:
@@ -62,27 +63,12 @@ def test_a_jobs_spec_is_validated_once_per_generation_and_its_status_read_at_eve
     assert calls == ["1", "4"], "validated at generation 1 and again at generation 2 only"
 
 
-class AdmittingApi:
-    """Status replacements (conditional on the resourceVersion) and Events, in memory."""
+def status_writes(api: MemoryKubeApi) -> list[dict[str, Any]]:
+    return [write.body for write in api.writes_to(TRAININGJOBS.plural)]
 
-    def __init__(self) -> None:
-        self.writes: list[dict[str, Any]] = []
-        self.events: list[str] = []
-        self.current: dict[str, str] = {}  # job name -> resourceVersion
 
-    def replace_status(self, resource: Any, body: dict[str, Any]) -> dict[str, Any]:
-        name = body["metadata"]["name"]
-        if body["metadata"]["resourceVersion"] != self.current[name]:
-            raise ConflictError(409, "Conflict", "the object has been modified")
-        self.writes.append(body)
-        self.current[name] = str(int(self.current[name]) + 1)
-        obj = _job(int(self.current[name]), 1, "Admitted")
-        obj["status"] = body["status"]
-        return obj
-
-    def create(self, resource: Any, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
-        self.events.append(body["reason"])
-        return body
+def event_reasons(api: MemoryKubeApi) -> list[str]:
+    return [event["reason"] for event in api.of(EVENTS)]
 
 
 def _node(name: str) -> dict[str, Any]:
@@ -92,12 +78,11 @@ def _node(name: str) -> dict[str, Any]:
     }
 
 
-def _scheduler_with(job: dict[str, Any]) -> tuple[KubeScheduler, AdmittingApi]:
-    api = AdmittingApi()
-    api.current[job["metadata"]["name"]] = job["metadata"]["resourceVersion"]
-    scheduler = KubeScheduler(api, SchedulerSettings(workers=1))  # type: ignore[arg-type]
+def _scheduler_with(job: dict[str, Any]) -> tuple[KubeScheduler, MemoryKubeApi]:
+    api = MemoryKubeApi()
+    scheduler = KubeScheduler(api, SchedulerSettings(workers=1))
     scheduler.nodes.observe(_node("gpu-0"))
-    scheduler.jobs.observe(job)
+    scheduler.jobs.observe(api.put(TRAININGJOBS, job))
     return scheduler, api
 
 
@@ -118,14 +103,14 @@ def test_a_new_job_that_fits_is_accepted_and_admitted_in_one_write() -> None:
     result = scheduler.cycle()
     scheduler.flush()
     assert result.admitted == ["team-a/ddp"]
-    [write] = api.writes
+    [write] = status_writes(api)
     status = write["status"]
     assert status["phase"] == "Admitted"
     conditions = {condition["type"]: condition for condition in status["conditions"]}
     assert (conditions["Queued"]["reason"], conditions["Queued"]["status"]) == ("Accepted", "False")
     assert (conditions["Admitted"]["reason"], conditions["Admitted"]["status"]) == ("Scheduled", "True")
     assert set(status["placements"]) == {"ddp-worker-0", "ddp-worker-1"}
-    assert api.events == ["Accepted", "Scheduled"], "the planner's event, then the scheduler's"
+    assert event_reasons(api) == ["Accepted", "Scheduled"], "the planner's event, then the scheduler's"
 
 
 @pytest.mark.parametrize(
@@ -139,7 +124,7 @@ def test_a_new_job_the_operator_must_decide_on_is_left_to_it(run_policy: dict[st
     scheduler, api = _scheduler_with(job)
     result = scheduler.cycle()
     scheduler.flush()
-    assert result.admitted == [] and api.writes == [] and api.events == []
+    assert result.admitted == [] and status_writes(api) == [] and event_reasons(api) == []
 
 
 def test_a_new_job_that_does_not_fit_is_queued_by_the_write_that_says_why_it_waits() -> None:
@@ -150,9 +135,9 @@ def test_a_new_job_that_does_not_fit_is_queued_by_the_write_that_says_why_it_wai
     result = scheduler.cycle()
     scheduler.flush()
     assert result.admitted == []
-    [write] = api.writes
+    [write] = status_writes(api)
     status = write["status"]
     assert (status["phase"], status["reason"]) == ("Queued", "Waiting")
     assert status["message"] == result.waiting["team-a/ddp"]
     assert [(c["type"], c["reason"]) for c in status["conditions"]] == [("Queued", "Accepted")]
-    assert api.events == ["Accepted", "Waiting"]
+    assert event_reasons(api) == ["Accepted", "Waiting"]

@@ -3,7 +3,6 @@ the heartbeat, Events on GPU failure and recovery, a restart that remembers, and
 
 from __future__ import annotations
 
-import copy
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,58 +10,59 @@ from typing import Any
 import pytest
 
 from phalanx.adapters.devices.discovery import Discovered, InventoryDiscovery
-from phalanx.adapters.kubernetes.api import EVENTS, NODES, NotFoundError, Resource
+from phalanx.adapters.kubernetes.api import EVENTS, NODES, NotFoundError
 from phalanx.adapters.kubernetes.objects import node_from_object
 from phalanx.core.clock import VirtualClock
 from phalanx.entrypoints.kubernetes import node_agent as entrypoint
 from phalanx.model.nodes import Node
 from phalanx.services.kubernetes.node_agent import AgentSettings, NodeAgent
-from support.merge_patch import merge
+from support.memory_kube_api import MemoryKubeApi
 
 ROOT = Path(__file__).resolve().parents[3]
 DGX = ROOT / "examples" / "inventories" / "dgx-2socket-8gpu.yaml"
 
 
-class FakeApi:
-    """One Node, merge patches as the API server applies them (status only through the subresource)."""
+class FakeApi(MemoryKubeApi):
+    """The in-memory API holding (at most) one Node; ``writes()`` names the Node writes since the last call."""
 
     def __init__(self, node: dict[str, Any] | None) -> None:
-        self.node = node
-        self.calls: list[tuple[str, Any]] = []
-        self.events: list[dict[str, Any]] = []
+        super().__init__()
+        self.seen = 0  # calls before this one were returned by writes()
+        if node is not None:
+            self.put(NODES, node)
 
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        assert resource == NODES
-        self.calls.append(("get", name))
-        if self.node is None or self.node["metadata"]["name"] != name:
-            raise NotFoundError(404, "NotFound", f'nodes "{name}" not found')
-        return copy.deepcopy(self.node)
+    @property
+    def node(self) -> dict[str, Any] | None:
+        """The Node as stored (a test may change it as another client would)."""
+        return next((obj for (plural, _, _), obj in self.objects.items() if plural == NODES.plural), None)
 
-    def patch(
-        self, resource: Resource, name: str, patch: Any, namespace: str | None = None, *, subresource: str | None = None
-    ) -> dict[str, Any]:
-        assert resource == NODES and self.node is not None
-        if subresource == "status":
-            assert set(patch) == {"status"}
-            self.calls.append(("status", copy.deepcopy(patch["status"])))
-        else:
-            assert set(patch) == {"metadata"}
-            self.calls.append(("metadata", copy.deepcopy(patch["metadata"])))
-        self.node = merge(self.node, patch)
-        return copy.deepcopy(self.node)
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return self.of(EVENTS)
 
-    def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
-        assert resource == EVENTS and namespace == "default"
-        self.events.append(body)
-        return body
+    def clear_events(self) -> None:
+        for key in [key for key in self.objects if key[0] == EVENTS.plural]:
+            del self.objects[key]
+
+    @property
+    def node_calls(self) -> list[tuple[str, Any]]:
+        """Reads and writes of the Node: ("get", name), or the part a patch wrote ("metadata" or "status", value)."""
+        calls: list[tuple[str, Any]] = []
+        for call in self.calls[self.seen :]:
+            if call.plural != NODES.plural:
+                continue
+            if call.verb == "get":
+                calls.append(("get", call.name))
+                continue
+            part = "status" if call.subresource == "status" else "metadata"
+            assert call.verb == "patch" and set(call.body) == {part}, "status only through the subresource"
+            calls.append((part, call.body[part]))
+        return calls
 
     def writes(self) -> list[str]:
-        kinds = [kind for kind, _ in self.calls if kind != "get"]
-        self.calls.clear()
+        kinds = [kind for kind, _ in self.node_calls if kind != "get"]
+        self.seen = len(self.calls)
         return kinds
-
-    def close(self) -> None:
-        pass
 
 
 def kwok_node(name: str = "gpu-0") -> dict[str, Any]:
@@ -115,11 +115,11 @@ def test_nothing_is_written_until_something_changes_or_the_heartbeat_is_due(faul
 
     clock.advance(30)
     agent.cycle()
-    assert api.calls == []  # not even a read: the agent compares with the Node it last wrote
+    assert api.node_calls == []  # not even a read: the agent compares with the Node it last wrote
 
     clock.advance(31)  # 61 s after the first cycle
     agent.cycle()
-    assert api.calls[0] == ("get", "gpu-0")
+    assert api.node_calls[0] == ("get", "gpu-0")
     assert api.writes() == ["metadata"]
     assert api.node is not None
     assert api.node["metadata"]["annotations"]["phalanx.dev/node-agent-heartbeat"] == "2026-01-01T00:01:01Z"
@@ -134,9 +134,9 @@ def test_a_fault_removes_the_gpu_from_allocatable_after_the_annotation_names_it(
     faults.write_text("3\n")
     result = agent.cycle()
 
-    assert api.calls[0][0] == "metadata" and api.calls[1][0] == "status"  # never 7 allocatable and no name
-    assert api.calls[0][1]["annotations"]["phalanx.dev/unhealthy-gpus"] == "3"
-    assert api.calls[1][1] == {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "7"}}
+    assert api.node_calls[0][0] == "metadata" and api.node_calls[1][0] == "status"  # never 7 allocatable and no name
+    assert api.node_calls[0][1]["annotations"]["phalanx.dev/unhealthy-gpus"] == "3"
+    assert api.node_calls[1][1] == {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "7"}}
     assert result.failed == [3]
     (event,) = api.events
     assert event["type"] == "Warning" and event["reason"] == "GPUUnhealthy"
@@ -152,12 +152,12 @@ def test_recovery_returns_the_gpu_to_allocatable_before_the_annotation_forgets_i
     faults.write_text("3")
     agent.cycle()
     api.writes()
-    api.events.clear()
+    api.clear_events()
 
     faults.unlink()
     result = agent.cycle()
 
-    assert [kind for kind, _ in api.calls] == ["status", "metadata"]
+    assert [kind for kind, _ in api.node_calls] == ["status", "metadata"]
     assert result.recovered == [3]
     (event,) = api.events
     assert (event["type"], event["reason"]) == ("Normal", "GPUHealthy")

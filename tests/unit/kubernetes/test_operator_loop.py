@@ -1,15 +1,12 @@
 """The operator's reconcile passes against an in-memory API: what it writes, and what it does not.
 
-No network and no informer threads: the caches are filled by hand (as a watch would), the fake API keeps
-objects with resourceVersions and answers 404 and 409 as the API server does.
+No network and no informer threads: the caches are filled by hand (as a watch would), the in-memory API
+(``support.memory_kube_api``) keeps objects with resourceVersions and answers 404 and 409 as the API server does.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
-import threading
-import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +17,6 @@ from phalanx.adapters.kubernetes.api import (
     JOBTYPES,
     PODS,
     TRAININGJOBS,
-    ConflictError,
     NotFoundError,
     Resource,
 )
@@ -28,99 +24,16 @@ from phalanx.adapters.kubernetes.informer import Informer
 from phalanx.core.clock import Clock, VirtualClock
 from phalanx.services.kubernetes.operator import KubeOperator
 from phalanx.services.kubernetes.reconcile import OperatorSettings
+from support.memory_kube_api import MemoryKubeApi
 
 NS = "team-a"
 
 
-class FakeApi:
-    """Objects by (plural, namespace, name), resourceVersions, uid preconditions; every write recorded."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self.writes: list[tuple[str, str, str]] = []
-        self.reads: list[tuple[str, str, str | None]] = []
-        self.versions = itertools.count(100)
-        self.lock = threading.Lock()
-
-    def _key(self, resource: Resource, namespace: str | None, name: str) -> tuple[str, str, str]:
-        return resource.plural, (namespace or "") if resource.namespaced else "", name
-
-    def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
-        obj = copy.deepcopy(body)
-        meta = obj["metadata"]
-        namespace = namespace or meta.get("namespace")
-        if "generateName" in meta:
-            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
-        key = self._key(resource, namespace, meta["name"])
-        with self.lock:
-            if key in self.objects:
-                raise ConflictError(409, "AlreadyExists", f"{meta['name']} already exists")
-            meta.update(uid=str(uuid.uuid4()), resourceVersion=str(next(self.versions)))
-            obj.setdefault("kind", resource.kind)
-            self.objects[key] = obj
-            self.writes.append(("create", resource.plural, meta["name"]))
-        return copy.deepcopy(obj)
-
-    def replace(self, resource: Resource, body: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
-        meta = body["metadata"]
-        key = self._key(resource, meta.get("namespace"), meta["name"])
-        with self.lock:
-            current = self.objects.get(key)
-            if current is None:
-                raise NotFoundError(404, "NotFound", meta["name"])
-            if current["metadata"]["resourceVersion"] != meta.get("resourceVersion"):
-                raise ConflictError(409, "Conflict", "the object has been modified")
-            updated = copy.deepcopy(current)
-            if subresource == "status":
-                updated["status"] = copy.deepcopy(body["status"])
-            else:
-                updated.update({k: copy.deepcopy(v) for k, v in body.items() if k != "status"})
-                if body.get("spec") != current.get("spec"):  # as for a CRD with a status subresource
-                    updated["metadata"]["generation"] = int(current["metadata"].get("generation") or 0) + 1
-            updated["metadata"]["resourceVersion"] = str(next(self.versions))
-            self.objects[key] = updated
-            self.writes.append((subresource or "replace", resource.plural, meta["name"]))
-        return copy.deepcopy(updated)
-
-    def replace_status(self, resource: Resource, body: dict[str, Any]) -> dict[str, Any]:
-        return self.replace(resource, body, subresource="status")
-
-    def get(
-        self, resource: Resource, name: str, namespace: str | None = None, *, not_older_than: str | None = None
-    ) -> dict[str, Any]:
-        with self.lock:
-            self.reads.append((resource.plural, name, not_older_than))
-            obj = self.objects.get(self._key(resource, namespace, name))
-        if obj is None:
-            raise NotFoundError(404, "NotFound", name)
-        return copy.deepcopy(obj)
-
-    def delete(self, resource: Resource, name: str, namespace: str | None = None, *, uid: str | None = None) -> None:
-        key = self._key(resource, namespace, name)
-        with self.lock:
-            current = self.objects.get(key)
-            if current is None:
-                raise NotFoundError(404, "NotFound", name)
-            if uid and current["metadata"]["uid"] != uid:
-                raise ConflictError(409, "Conflict", "uid precondition failed")
-            del self.objects[key]
-            self.writes.append(("delete", resource.plural, name))
-
-    # -- test helpers ---------------------------------------------------------------------------------------------
-
-    def of(self, resource: Resource) -> list[dict[str, Any]]:
-        with self.lock:
-            return [copy.deepcopy(o) for (plural, _, _), o in self.objects.items() if plural == resource.plural]
-
-    def writes_to(self, plural: str) -> list[tuple[str, str, str]]:
-        return [write for write in self.writes if write[1] == plural]
-
-
 class Harness:
-    """An operator on a FakeApi, with its caches fed like a watch would feed them."""
+    """An operator on the in-memory API, with its caches fed like a watch would feed them."""
 
-    def __init__(self, api: FakeApi | None = None, *, clock: Clock | None = None, **settings: Any) -> None:
-        self.api = api or FakeApi()
+    def __init__(self, api: MemoryKubeApi | None = None, *, clock: Clock | None = None, **settings: Any) -> None:
+        self.api = api or MemoryKubeApi()
         # No resync inside a test: a pass reconciles what changed and what a timer asked for. Pending -> Queued is
         # written at once unless a test says otherwise (no scheduler here to admit a Pending job).
         options = {"workers": 2, "resync_s": 3600.0, "accept_hold_s": 0.0, **settings}
@@ -188,7 +101,7 @@ class Harness:
         return [reason for reason, _ in self.events()]
 
     def status_writes(self) -> int:
-        return len([write for write in self.api.writes_to("trainingjobs") if write[0] == "status"])
+        return len([write for write in self.api.writes_to("trainingjobs") if write.subresource == "status"])
 
     def start_pods(self, *names: str) -> None:
         for name in names:
@@ -261,11 +174,13 @@ def test_downloading_waits_for_the_pods_to_start_and_is_written_with_running(har
     harness.admit("ddp")
     admitted = harness.status_writes()
     version = harness.job("ddp")["metadata"]["resourceVersion"]
-    harness.api.reads.clear()
+    earlier = len(harness.api.reads)
     wait = harness.sync()
     assert pod_names(harness) == ["ddp-worker-0", "ddp-worker-1"]
     # Without a write to check the version the plan was made on, one read checks it before the Pods are created.
-    assert harness.api.reads == [("trainingjobs", "ddp", version)]
+    assert [(read.plural, read.name, read.body) for read in harness.api.reads[earlier:]] == [
+        ("trainingjobs", "ddp", version)
+    ]
     assert harness.job("ddp")["status"]["phase"] == "Admitted", "Downloading is held, not written"
     assert harness.status_writes() == admitted
     assert "Staging" not in harness.reasons(), "a held status's events go out with it"
@@ -278,7 +193,9 @@ def test_downloading_waits_for_the_pods_to_start_and_is_written_with_running(har
     status = harness.job("ddp")["status"]
     assert status["phase"] == "Running"
     assert harness.status_writes() == admitted + 1, "Downloading and Running in one write"
-    assert len([read for read in harness.api.reads if read[2]]) == 1, "passes that create nothing read nothing"
+    assert len([read for read in harness.api.reads[earlier:] if read.body]) == 1, (
+        "passes that create nothing read nothing"
+    )
     conditions = {condition["type"]: condition for condition in status["conditions"]}
     assert conditions["Downloading"]["status"] == "False" and conditions["Running"]["status"] == "True"
     assert conditions["Downloading"]["reason"] == "Staging"
