@@ -335,7 +335,7 @@ def test_without_a_dataset_store_datasets_are_not_staged_and_the_job_is_told() -
 
 
 def manager_for(tmp_path: Path, api: MemoryKubeApi, **options: Any) -> KubeDatasetManager:
-    return KubeDatasetManager(api, tmp_path / "store", base_dir=tmp_path, **options)  # type: ignore[arg-type]
+    return KubeDatasetManager(api, tmp_path / "store", base_dir=tmp_path, **options)
 
 
 def create_dataset(api: MemoryKubeApi, manager: KubeDatasetManager, name: str, source: dict[str, Any]) -> None:
@@ -413,7 +413,7 @@ def test_a_dataset_that_cannot_be_read_fails_with_the_field_and_the_fix(
 
 def keeper_for(tmp_path: Path, api: MemoryKubeApi, capacity: int | None = 1 << 20) -> NodeCacheKeeper:
     keeper = NodeCacheKeeper(
-        api,  # type: ignore[arg-type]
+        api,
         CacheSettings(
             "gpu-0",
             tmp_path / "cache",

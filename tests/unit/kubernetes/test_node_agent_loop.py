@@ -23,11 +23,11 @@ DGX = ROOT / "examples" / "inventories" / "dgx-2socket-8gpu.yaml"
 
 
 class FakeApi(MemoryKubeApi):
-    """The in-memory API holding (at most) one Node; ``writes()`` names the Node writes since the last call."""
+    """The in-memory API holding (at most) one Node; ``node_writes()`` names the Node writes since the last call."""
 
     def __init__(self, node: dict[str, Any] | None) -> None:
         super().__init__()
-        self.seen = 0  # calls before this one were returned by writes()
+        self.seen = 0  # calls before this one were returned by node_writes()
         if node is not None:
             self.put(NODES, node)
 
@@ -59,7 +59,7 @@ class FakeApi(MemoryKubeApi):
             calls.append((part, call.body[part]))
         return calls
 
-    def writes(self) -> list[str]:
+    def node_writes(self) -> list[str]:
         kinds = [kind for kind, _ in self.node_calls if kind != "get"]
         self.seen = len(self.calls)
         return kinds
@@ -85,7 +85,7 @@ def faults(tmp_path: Path) -> Path:
 
 def agent_for(api: FakeApi, faults: Path, clock: VirtualClock, **settings: Any) -> NodeAgent:
     options = AgentSettings(node_name="gpu-0", fault_file=faults, heartbeat_interval_s=60, **settings)
-    return NodeAgent(api, options, InventoryDiscovery(DGX, "gpu-0"), clock)  # type: ignore[arg-type]
+    return NodeAgent(api, options, InventoryDiscovery(DGX, "gpu-0"), clock)
 
 
 def test_first_cycle_writes_labels_annotations_and_gpu_resources(faults: Path) -> None:
@@ -94,7 +94,7 @@ def test_first_cycle_writes_labels_annotations_and_gpu_resources(faults: Path) -
 
     agent.cycle()
 
-    assert api.writes() == ["metadata", "status"]  # GPUs appear with their topology already there
+    assert api.node_writes() == ["metadata", "status"]  # GPUs appear with their topology already there
     assert agent.ready.is_set()
     assert api.node is not None
     meta = api.node["metadata"]
@@ -111,7 +111,7 @@ def test_nothing_is_written_until_something_changes_or_the_heartbeat_is_due(faul
     api, clock = FakeApi(kwok_node()), VirtualClock()
     agent = agent_for(api, faults, clock)
     agent.cycle()
-    api.writes()
+    api.node_writes()
 
     clock.advance(30)
     agent.cycle()
@@ -120,7 +120,7 @@ def test_nothing_is_written_until_something_changes_or_the_heartbeat_is_due(faul
     clock.advance(31)  # 61 s after the first cycle
     agent.cycle()
     assert api.node_calls[0] == ("get", "gpu-0")
-    assert api.writes() == ["metadata"]
+    assert api.node_writes() == ["metadata"]
     assert api.node is not None
     assert api.node["metadata"]["annotations"]["phalanx.dev/node-agent-heartbeat"] == "2026-01-01T00:01:01Z"
 
@@ -129,7 +129,7 @@ def test_a_fault_removes_the_gpu_from_allocatable_after_the_annotation_names_it(
     api, clock = FakeApi(kwok_node()), VirtualClock()
     agent = agent_for(api, faults, clock)
     agent.cycle()
-    api.writes()
+    api.node_writes()
 
     faults.write_text("3\n")
     result = agent.cycle()
@@ -151,7 +151,7 @@ def test_recovery_returns_the_gpu_to_allocatable_before_the_annotation_forgets_i
     agent = agent_for(api, faults, clock)
     faults.write_text("3")
     agent.cycle()
-    api.writes()
+    api.node_writes()
     api.clear_events()
 
     faults.unlink()
@@ -205,7 +205,7 @@ def test_someone_elses_change_is_repaired_at_the_next_heartbeat(faults: Path) ->
     assert api.node is not None
     api.node["status"]["allocatable"]["nvidia.com/gpu"] = "8"
     api.node["metadata"]["labels"]["nvidia.com/gpu.count"] = "2"
-    api.writes()
+    api.node_writes()
 
     clock.advance(60)
     agent.cycle()
@@ -223,7 +223,7 @@ def test_without_the_gpu_resource_the_status_is_left_to_the_device_plugin(faults
 
     agent.cycle()
 
-    assert api.writes() == ["metadata"]
+    assert api.node_writes() == ["metadata"]
     assert api.node is not None and "nvidia.com/gpu" not in api.node["status"]["allocatable"]
     assert api.node["metadata"]["annotations"]["phalanx.dev/unhealthy-gpus"] == "1"
     assert len(api.events) == 1
@@ -240,7 +240,7 @@ def test_an_agent_without_nvml_on_a_gpu_node_leaves_the_gpus_alone(faults: Path)
     def discover() -> Discovered:
         return Discovered(node=cpus_only, note="NVML not available: Driver Not Loaded")
 
-    result = NodeAgent(api, settings, discover, clock).cycle()  # type: ignore[arg-type]
+    result = NodeAgent(api, settings, discover, clock).cycle()
 
     assert api.node is not None
     assert api.node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
@@ -270,7 +270,7 @@ def test_the_loop_survives_a_failed_check(faults: Path) -> None:
         stop.set()
         return inventory()
 
-    agent = NodeAgent(api, AgentSettings(node_name="gpu-0", interval_s=0.01), flaky, clock)  # type: ignore[arg-type]
+    agent = NodeAgent(api, AgentSettings(node_name="gpu-0", interval_s=0.01), flaky, clock)
     agent.run(stop)
 
     assert len(calls) == 2 and agent.ready.is_set()

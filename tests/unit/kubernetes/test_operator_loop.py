@@ -37,7 +37,7 @@ class Harness:
         # No resync inside a test: a pass reconciles what changed and what a timer asked for. Pending -> Queued is
         # written at once unless a test says otherwise (no scheduler here to admit a Pending job).
         options = {"workers": 2, "resync_s": 3600.0, "accept_hold_s": 0.0, **settings}
-        self.operator = KubeOperator(self.api, OperatorSettings(**options), clock)  # type: ignore[arg-type]
+        self.operator = KubeOperator(self.api, OperatorSettings(**options), clock)
         self.operator.seed_jobtypes()
 
     def feed(self, informer: Informer, obj: dict[str, Any]) -> None:
