@@ -7,12 +7,14 @@ moves on every write and is a precondition on a replace, a status replace and a 
 (``ConflictError``); ``generateName``; ``NotFoundError`` and ``ConflictError(reason="AlreadyExists")``; the status
 subresource (a write of the object keeps its status, a write of the status keeps the rest, ``generation`` moves
 when the spec changes); RFC 7386 merge patches; label and field selectors (equality, ``!=``, existence, ``in``
-and ``notin``); uid preconditions on delete; the binding subresource; Pod logs; discovery of the kinds it serves.
+and ``notin``); uid preconditions on delete; the binding subresource; Pod logs; discovery of the kinds it serves;
+watches, which replay the changes since a resourceVersion and end (an informer then watches again).
 
-Test hooks: ``calls`` records every request in order (``writes``, ``writes_to`` and ``reads`` filter it); ``of``
+Test hooks: ``calls`` records every request in order, refused ones too; ``writes`` and ``writes_to`` are the
+writes accepted, ``reads`` the gets (a get's ``body`` is its ``not_older_than``); ``of``
 lists a kind's objects; ``put`` stores an object as another client would have written it, without a record;
 ``objects`` is the store itself, for a test that changes an object behind the services' back; ``fail`` makes the
-next calls of a verb raise the error given; ``unserved`` API groups answer 404 as on a cluster without their CRDs;
+next calls of a verb raise the errors given (a list, used up; or an iterator such as ``itertools.repeat``); ``unserved`` API groups answer 404 as on a cluster without their CRDs;
 ``logs_text`` holds Pods' logs. Lenient where tests need it: a create keeps the status, generation and
 creationTimestamp the body carries, so a test makes an object in any state in one step.
 """
@@ -44,6 +46,7 @@ from support.merge_patch import merge
 # Every kind adapters/kubernetes/api.py names, for discovery and for reading a resource back from a path.
 SERVED = tuple(value for value in vars(kube).values() if isinstance(value, Resource))
 _NOT_SERVED = "the server could not find the requested resource"
+_IDLE_WATCH_S = 0.05
 
 
 class Call(NamedTuple):
@@ -70,9 +73,11 @@ class MemoryKubeApi(KubeApi):
         self.objects: dict[Key, dict[str, Any]] = {}
         self.calls: list[Call] = []  # every request, refused or not
         self._writes: list[Call] = []  # the writes the server accepted
-        self.fail: dict[str, list[KubeApiError]] = {}
+        # The next calls of a verb fail: a list is used up, an iterator (itertools.repeat) can fail them all.
+        self.fail: dict[str, builtins.list[KubeApiError] | Iterator[KubeApiError]] = {}
         self.logs_text: dict[str, str] = {}  # by Pod name
         self.lock = threading.RLock()
+        self._change = threading.Condition(self.lock)  # notified on every write, for watches
         self._versions = itertools.count(100)
         self._history: list[tuple[int, str, Resource, dict[str, Any]]] = []  # for watch
 
@@ -170,11 +175,14 @@ class MemoryKubeApi(KubeApi):
         field_selector: str | None = None,
         timeout_seconds: int = 300,
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """The changes after ``resource_version`` that have happened; then the watch ends (watch again for more)."""
-        with self.lock:
-            self._call("watch", resource, namespace, None)
-            after = int(resource_version or 0)
-            changes = [
+        """The changes after ``resource_version`` that have happened; then the watch ends (watch again for more).
+
+        With none yet it waits a moment for one, so that an informer watching in a loop does not spin.
+        """
+        after = int(resource_version or 0)
+
+        def changes() -> builtins.list[tuple[str, dict[str, Any]]]:
+            return [
                 (kind, copy.deepcopy(obj))
                 for version, kind, of, obj in self._history
                 if version > after
@@ -183,7 +191,14 @@ class MemoryKubeApi(KubeApi):
                 and _labels_match(obj, label_selector)
                 and _fields_match(obj, field_selector)
             ]
-        yield from changes
+
+        with self.lock:
+            self._call("watch", resource, namespace, None)
+            found = changes()
+            if not found:
+                self._change.wait(_IDLE_WATCH_S)
+                found = changes()
+        yield from found
 
     def create(self, resource: Resource, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
         namespace = namespace or (body.get("metadata") or {}).get("namespace")
@@ -262,7 +277,9 @@ class MemoryKubeApi(KubeApi):
                 message = f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
                 raise ConflictError(409, "Conflict", message + str(current["metadata"].get("uid")))
             del self.objects[self.key(resource, name, namespace)]
-            self._changed("DELETED", resource, current, call)
+            gone = copy.deepcopy(current)
+            gone["metadata"]["resourceVersion"] = self._next_version()  # as etcd: the deletion is a revision
+            self._changed("DELETED", resource, gone, call)
 
     def bind(self, namespace: str, pod: str, node: str, *, uid: str | None = None) -> None:
         with self.lock:
@@ -305,8 +322,12 @@ class MemoryKubeApi(KubeApi):
         """Record the request, then refuse it if a test asked for a failure or the kind is not served."""
         call = Call(verb, resource.plural, namespace, name, subresource, copy.deepcopy(body))
         self.calls.append(call)
-        if self.fail.get(verb):
-            raise self.fail[verb].pop(0)
+        failures = self.fail.get(verb)
+        if isinstance(failures, builtins.list):
+            if failures:
+                raise failures.pop(0)
+        elif failures is not None and (error := next(failures, None)) is not None:
+            raise error
         if resource.group in self.unserved:
             raise NotFoundError(404, "NotFound", _NOT_SERVED)
         return call
@@ -366,6 +387,7 @@ class MemoryKubeApi(KubeApi):
         if call is not None:
             self._writes.append(call)
         self._history.append((int(obj["metadata"]["resourceVersion"]), kind, resource, copy.deepcopy(obj)))
+        self._change.notify_all()
 
 
 def _no_network() -> Any:

@@ -1,43 +1,33 @@
-"""The informer's cache against a scripted API: lists, watch events, and the echoes of this process's own writes."""
+"""The informer's cache against the in-memory API: lists, watch events, and the echoes of this process's own writes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
 from typing import Any
 
-from phalanx.adapters.kubernetes.api import TRAININGJOBS, KubeApiError, Resource
+from phalanx.adapters.kubernetes.api import TRAININGJOBS, KubeApiError
 from phalanx.adapters.kubernetes.informer import Informer
+from support.memory_kube_api import MemoryKubeApi
 
 
-def job(name: str, version: int, phase: str = "Queued") -> dict[str, Any]:
-    return {
-        "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": "team-a", "resourceVersion": str(version)},
-        "status": {"phase": phase},
-    }
+def job(name: str, phase: str = "Queued") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "team-a"}, "status": {"phase": phase}}
 
 
-class ScriptedApi:
-    """One LIST answer, then one WATCH that yields the scripted events and ends."""
-
-    def __init__(self, items: list[dict[str, Any]], events: list[tuple[str, dict[str, Any]]]) -> None:
-        self.items = items
-        self.events = events
-
-    def list(self, resource: Resource, namespace: str | None = None, **_: Any) -> tuple[list[dict[str, Any]], str]:
-        return list(self.items), "1"
-
-    def watch(self, resource: Resource, version: str, namespace: str | None = None, **_: Any) -> Iterator[Any]:
-        yield from self.events
+def version(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["resourceVersion"])
 
 
-def informer_on(api: ScriptedApi) -> tuple[Informer, list[tuple[str, str]]]:
+def set_phase(api: MemoryKubeApi, name: str, phase: str) -> dict[str, Any]:
+    """Another client's (or this process's) status write; the object written."""
+    current = api.get(TRAININGJOBS, name, "team-a")
+    return api.replace_status(TRAININGJOBS, {**current, "status": {"phase": phase}})
+
+
+def informer_on(api: MemoryKubeApi) -> tuple[Informer, list[tuple[str, str]]]:
+    """An informer that has listed (the watch not started: a test runs it once, to the changes so far)."""
     seen: list[tuple[str, str]] = []
-    informer = Informer(
-        api,  # type: ignore[arg-type]
-        TRAININGJOBS,
-        on_change=lambda kind, obj: seen.append((kind, obj["metadata"]["resourceVersion"])),
-    )
+    informer = Informer(api, TRAININGJOBS, on_change=lambda kind, obj: seen.append((kind, version(obj))))
     informer._list()
     seen.clear()
     informer.signal.wait(0)
@@ -45,41 +35,44 @@ def informer_on(api: ScriptedApi) -> tuple[Informer, list[tuple[str, str]]]:
 
 
 def test_the_echo_of_an_observed_write_is_no_change_but_a_later_version_is() -> None:
-    api = ScriptedApi([job("a", 1)], [("MODIFIED", job("a", 5, "Admitted")), ("MODIFIED", job("a", 6, "Running"))])
+    api = MemoryKubeApi()
+    api.create(TRAININGJOBS, job("a"))
     informer, seen = informer_on(api)
-    informer.observe(job("a", 5, "Admitted"))  # this process wrote version 5
+    informer.observe(set_phase(api, "a", "Admitted"))  # this process's write
     assert informer.signal.wait(0)
+    running = set_phase(api, "a", "Running")  # someone else's
     informer._watch()
-    assert seen == [("MODIFIED", "6")], "version 5 was this process's own write, already in the cache"
+    assert seen == [("MODIFIED", version(running))], "the Admitted write was this process's, already in the cache"
     cached = informer.get("team-a", "a")
     assert cached is not None and cached["status"]["phase"] == "Running"
 
 
 def test_an_echo_alone_does_not_wake_the_loop() -> None:
-    api = ScriptedApi([job("a", 1)], [("MODIFIED", job("a", 5))])
+    api = MemoryKubeApi()
+    api.create(TRAININGJOBS, job("a"))
     informer, seen = informer_on(api)
-    informer.observe(job("a", 5))
+    written = set_phase(api, "a", "Admitted")
+    informer.observe(written)
     informer.signal.wait(0)
     informer._watch()
     assert seen == []
     assert not informer.signal.wait(0)
-    assert informer.resource_version == "5", "the watch still resumes after the echo"
+    assert informer.resource_version == version(written), "the watch still resumes after the echo"
 
 
 def test_events_of_versions_never_observed_are_reported() -> None:
-    api = ScriptedApi([job("a", 1)], [("ADDED", job("b", 2)), ("MODIFIED", job("a", 3)), ("DELETED", job("b", 4))])
+    api = MemoryKubeApi()
+    api.create(TRAININGJOBS, job("a"))
     informer, seen = informer_on(api)
+    added = api.create(TRAININGJOBS, job("b"))
+    modified = set_phase(api, "a", "Admitted")
+    api.delete(TRAININGJOBS, "b", "team-a")
     informer._watch()
-    assert seen == [("ADDED", "2"), ("MODIFIED", "3"), ("DELETED", "4")]
+    assert [kind for kind, _ in seen] == ["ADDED", "MODIFIED", "DELETED"]
+    assert seen[:2] == [("ADDED", version(added)), ("MODIFIED", version(modified))]
+    assert int(seen[2][1]) > int(version(modified)), "a deletion is a version of its own"
     assert informer.get("team-a", "b") is None
     assert informer.signal.wait(0)
-
-
-class ForbiddenApi(ScriptedApi):
-    """Every LIST is refused, as when the service account lacks a permission."""
-
-    def list(self, resource: Resource, namespace: str | None = None, **_: Any) -> tuple[list[dict[str, Any]], str]:
-        raise KubeApiError(403, "Forbidden", "cannot list")
 
 
 def test_start_synced_names_the_caches_that_did_not_fill_and_stops_early_when_asked() -> None:
@@ -90,8 +83,12 @@ def test_start_synced_names_the_caches_that_did_not_fill_and_stops_early_when_as
     from phalanx.adapters.kubernetes.api import PODS
     from phalanx.adapters.kubernetes.informer import start_synced
 
-    filled = Informer(ScriptedApi([job("a", 1)], []), TRAININGJOBS)  # type: ignore[arg-type]
-    refused = Informer(ForbiddenApi([], []), PODS)  # type: ignore[arg-type]
+    api = MemoryKubeApi()
+    api.create(TRAININGJOBS, job("a"))
+    forbidden = MemoryKubeApi()
+    forbidden.fail["list"] = itertools.repeat(KubeApiError(403, "Forbidden", "cannot list"))  # every LIST refused
+    filled = Informer(api, TRAININGJOBS)
+    refused = Informer(forbidden, PODS)
     assert start_synced([filled], timeout=5.0)
     with pytest.raises(KubeApiError, match="the caches of pods did not fill"):
         start_synced([filled, refused], timeout=0.2)
