@@ -11,12 +11,12 @@ and ``notin``); uid preconditions on delete; the binding subresource; Pod logs; 
 watches, which replay the changes since a resourceVersion and end (an informer then watches again).
 
 Test hooks: ``calls`` records every request in order, refused ones too; ``writes`` and ``writes_to`` are the
-writes accepted, ``reads`` the gets (a get's ``body`` is its ``not_older_than``); ``of``
-lists a kind's objects; ``put`` stores an object as another client would have written it, without a record;
-``objects`` is the store itself, for a test that changes an object behind the services' back; ``fail`` makes the
-next calls of a verb raise the errors given (a list, used up; or an iterator such as ``itertools.repeat``); ``unserved`` API groups answer 404 as on a cluster without their CRDs;
-``logs_text`` holds Pods' logs. Lenient where tests need it: a create keeps the status, generation and
-creationTimestamp the body carries, so a test makes an object in any state in one step.
+writes accepted, ``reads`` the gets (a get's ``body`` is its ``not_older_than``); ``of`` lists a kind's objects;
+``put`` stores an object as another client would have written it, without a record; ``objects`` is the store
+itself, for a test that changes an object behind the services' back; ``fail`` makes the next calls of a verb raise
+the errors given (a list, used up; or an iterator such as ``itertools.repeat``); ``unserved`` API groups answer 404
+as on a cluster without their CRDs; ``logs_text`` holds Pods' logs. Lenient where tests need it: a create keeps the
+status, generation and creationTimestamp the body carries, so a test makes an object in any state in one step.
 """
 
 from __future__ import annotations
