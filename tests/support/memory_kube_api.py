@@ -43,7 +43,7 @@ from phalanx.adapters.kubernetes.api import (
 from phalanx.core.clock import Clock, VirtualClock
 from support.merge_patch import merge
 
-# Every kind adapters/kubernetes/api.py names, for discovery and for reading a resource back from a path.
+# Every kind adapters/kubernetes/api.py names: what discovery answers with.
 SERVED = tuple(value for value in vars(kube).values() if isinstance(value, Resource))
 _NOT_SERVED = "the server could not find the requested resource"
 _IDLE_WATCH_S = 0.05
