@@ -287,8 +287,8 @@ class MemoryKubeApi(KubeApi):
             current = self._current(PODS, pod, namespace)
             if uid and current["metadata"].get("uid") != uid:
                 raise ConflictError(409, "Conflict", f"pod {pod} has uid {current['metadata'].get('uid')}, not {uid}")
-            if (current.get("spec") or {}).get("nodeName"):
-                raise ConflictError(409, "Conflict", f"pod {pod} is already assigned to node {node}")
+            if assigned := (current.get("spec") or {}).get("nodeName"):
+                raise ConflictError(409, "Conflict", f"pod {pod} is already assigned to node {assigned}")
             updated = copy.deepcopy(current)
             updated.setdefault("spec", {})["nodeName"] = node
             self._store(PODS, current, updated, call)
@@ -367,8 +367,12 @@ class MemoryKubeApi(KubeApi):
     def _store(
         self, resource: Resource, current: dict[str, Any], updated: dict[str, Any], call: Call
     ) -> dict[str, Any]:
-        """Keep a write: a new resourceVersion, and a new generation when the spec changed."""
+        """Keep a write: a new resourceVersion, and a new generation when the spec changed; a no-op changes nothing."""
         meta = updated["metadata"]
+        meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+        if updated == current:  # as the API server: no new version, no watch event
+            self._writes.append(call)
+            return copy.deepcopy(current)
         if updated.get("spec") != current.get("spec"):
             meta["generation"] = int(current["metadata"].get("generation") or 0) + 1
         meta["resourceVersion"] = self._next_version()

@@ -90,13 +90,15 @@ def test_a_merge_patch_merges_removes_and_checks_the_version_it_carries() -> Non
     version = api.get(NODES, "gpu-0")["metadata"]["resourceVersion"]
     patched = api.patch(NODES, "gpu-0", {"metadata": {"resourceVersion": version, "labels": {"a": None, "c": "3"}}})
     assert patched["metadata"]["labels"] == {"b": "2", "c": "3"}
+    same = api.patch(NODES, "gpu-0", {"metadata": {"labels": {"c": "3"}}})
+    assert same["metadata"]["resourceVersion"] == patched["metadata"]["resourceVersion"], "a no-op is no new version"
 
     with pytest.raises(ConflictError):
         api.patch(NODES, "gpu-0", {"metadata": {"resourceVersion": version, "labels": {"d": "4"}}})
     with pytest.raises(NotFoundError):
         api.patch(NODES, "gpu-1", {"metadata": {"labels": {"d": "4"}}})
-    assert [call.name for call in api.calls if call.verb == "patch"] == ["gpu-0", "gpu-0", "gpu-1"]
-    assert [call.name for call in api.writes_to("nodes")] == ["gpu-0"], "a refused write is not a write"
+    assert [call.name for call in api.calls if call.verb == "patch"] == ["gpu-0", "gpu-0", "gpu-0", "gpu-1"]
+    assert [call.name for call in api.writes_to("nodes")] == ["gpu-0", "gpu-0"], "a refused write is not a write"
 
 
 def test_selectors_uid_preconditions_and_logs() -> None:
