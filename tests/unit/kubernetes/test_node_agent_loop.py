@@ -46,10 +46,14 @@ class FakeApi(MemoryKubeApi):
 
     @property
     def node_calls(self) -> list[tuple[str, Any]]:
-        """Reads and writes of the Node: ("get", name), or the part a patch wrote ("metadata" or "status", value)."""
+        """Reads and writes of the Node: ("get", name), or the part a patch wrote ("metadata" or "status", value).
+
+        The agent makes no other requests than these and Events in ``default``.
+        """
         calls: list[tuple[str, Any]] = []
         for call in self.calls[self.seen :]:
             if call.plural != NODES.plural:
+                assert (call.verb, call.plural, call.namespace) == ("create", EVENTS.plural, "default"), call
                 continue
             if call.verb == "get":
                 calls.append(("get", call.name))
