@@ -64,7 +64,10 @@ def test_a_jobs_spec_is_validated_once_per_generation_and_its_status_read_at_eve
 
 
 def status_writes(api: MemoryKubeApi) -> list[dict[str, Any]]:
-    return [write.body for write in api.writes_to(TRAININGJOBS.plural)]
+    """The scheduler's writes to jobs, each a PUT of the status subresource."""
+    writes = api.writes_to(TRAININGJOBS.plural)
+    assert [(write.verb, write.subresource) for write in writes] == [("replace", "status")] * len(writes)
+    return [write.body for write in writes]
 
 
 def event_reasons(api: MemoryKubeApi) -> list[str]:
