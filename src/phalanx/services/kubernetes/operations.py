@@ -23,6 +23,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from phalanx.adapters.kubernetes.api import (
     Resource,
 )
 from phalanx.adapters.kubernetes.cache_report import EVICT_ANNOTATION, CacheReport, cache_report, eviction_request
+from phalanx.adapters.kubernetes.informer import Informer
 from phalanx.adapters.kubernetes.objects import (
     LABEL_ATTEMPT,
     LABEL_JOB,
@@ -67,14 +69,18 @@ from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
+from phalanx.model.masking import mask_url
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.model.validation import parse_job
 from phalanx.services import port
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView, cache_view_from_labels
+from phalanx.services.kubernetes.apply import event_body
 from phalanx.services.operations import OperationError, Operations
-from phalanx.services.port import Readable, Stored
+from phalanx.services.port import Readable, Stored, Written
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = "phalanx install --print | kubectl apply -f -"
 NOT_INSTALLED = f"Phalanx is not installed on this cluster: {INSTALL_HINT}"
@@ -131,12 +137,17 @@ class KubeBackend:
         poll_seconds: float = 0.5,
         evict_timeout: float = EVICT_TIMEOUT_S,
         clock: Clock | None = None,
+        component: str = "phalanx",
+        informers: Mapping[type, Informer] | None = None,
     ) -> None:
         self.api = api
         self.server = server
         self.poll_seconds = poll_seconds
         self.evict_timeout = evict_timeout
         self.clock = clock or SystemClock()
+        self.component = component  # who the Events it records say reported them
+        # A controller's caches, by kind: a status it writes is in its cache at once, for its next pass.
+        self.informers = dict(informers or {})
         self._installed: bool | None = None
 
     # -- errors --------------------------------------------------------------------------------------------------
@@ -369,6 +380,49 @@ class KubeBackend:
             except ConflictError as error:
                 raise port.ConflictError(error.message) from None
         return self.to_job(updated)
+
+    # -- the status side -------------------------------------------------------------------------------------
+
+    def write_status(self, obj: Dataset, changes: Mapping[str, Any]) -> Written:
+        """PUT the status subresource on the resourceVersion read; another API failure is raised as it is."""
+        status = obj.status.model_copy(update=dict(changes))
+        if status == obj.status:
+            return Written.UNCHANGED
+        resource, meta = _RESOURCES[type(obj)], obj.metadata
+        informer = self.informers.get(type(obj))
+        body = {
+            "apiVersion": resource.api_version,
+            "kind": obj.kind,
+            "metadata": {"name": meta.name, "namespace": meta.namespace, "resourceVersion": meta.resource_version},
+            "status": status.to_dict(),
+        }
+        try:
+            written = self.api.replace_status(resource, body)
+        except ConflictError:
+            return Written.LOST
+        except NotFoundError:
+            if informer is not None:
+                informer.forget(meta.namespace, meta.name)
+            return Written.LOST
+        if informer is not None:
+            informer.observe(written)
+        return Written.WROTE
+
+    def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+        """Create a core/v1 Event about the object (a lost one is logged)."""
+        meta = obj.metadata
+        subject = {
+            "apiVersion": _RESOURCES[type(obj)].api_version,
+            "metadata": {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid},
+        }
+        who, text = self.component, mask_url(message)  # events are shown (kubectl describe): never a password
+        body = event_body(
+            subject, reason, text, warning=warning, now=self.clock.now(), component=who, instance=who, kind=obj.kind
+        )
+        try:
+            self.api.create(EVENTS, body, meta.namespace)
+        except KubeApiError as error:
+            log.debug("event %s on %s %s not recorded: %s", reason, obj.kind, meta.name, error)
 
     def delete_job(self, namespace: str, name: str) -> None:
         """DELETE the TrainingJob; its Pods, Service and ConfigMap are garbage-collected with it."""
