@@ -124,7 +124,7 @@ class MemoryBackend:
 
     # -- the status side -------------------------------------------------------------------------------------
 
-    def write_status(self, obj: Dataset, changes: Mapping[str, Any]) -> Written:
+    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
         """Write the status on the version read (``conflicts["write_status"]`` loses the next writes)."""
         status = obj.status.model_copy(update=dict(changes))
         if status == obj.status:

@@ -120,12 +120,8 @@ class Written(enum.Enum):
 class StatusWriter(Protocol):
     """The status side: what a controller writes about an object it read, and the Events that say so."""
 
-    def write_status(self, obj: Dataset, changes: Mapping[str, Any]) -> Written:
-        """Write ``obj``'s status with ``changes`` (status fields), on the resourceVersion ``obj`` was read at.
-
-        UNCHANGED when ``changes`` change nothing; LOST when the object moved on or is gone (no error: the next
-        pass reads it again).
-        """
+    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
+        """Write ``obj``'s status with ``changes`` (status fields) on the resourceVersion read (moved on: LOST)."""
         ...
 
     def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:

@@ -5,7 +5,7 @@ on a small thread pool; finished work is collected on the next ``sync`` (``wake`
 soon).
 
 - **Materialise** with the shared ``services.dataset_manager.DatasetMaterializer`` into
-  ``<state>/datasets/<ns>/<name>/<sha256-label>/``: statuses and events go through the port (``SqliteBackend``)
+  ``<state>/datasets/<ns>/<name>/<sha256-label>/``: statuses and events go through the port (``SqliteStatus``)
   and this module reads the sources (a relative local source is relative to the directory it was submitted
   from; ``fromJob`` waits for the job to succeed and takes its stored outputs).
 - **Stage** the datasets of every job that holds a placement (from admission on, so staging overlaps the
@@ -61,7 +61,7 @@ from phalanx.services.dataset_store import (
     staging_ended,
 )
 from phalanx.services.embedded.layout import StateLayout
-from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteBackend
+from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteStatus
 from phalanx.services.embedded.quarantine import DATASET_MANAGER_ERROR, Held, Quarantine, guarded_step
 from phalanx.services.embedded.storing import destination
 from phalanx.services.port import Written
@@ -132,15 +132,10 @@ class DatasetManager:
         self._write_limit = cache_write_limit
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="datasets")
         self._caches: dict[str, NodeDataCache] = {}
-        self.port = SqliteBackend(store, layout, clock=self.clock)
+        self.port = SqliteStatus(store, clock=self.clock)
+        store_root, every = DatasetStore(layout.datasets_root), _PROGRESS_EVERY_S
         self.materializer = DatasetMaterializer(
-            self.port,
-            self,
-            DatasetStore(layout.datasets_root),
-            self._pool,
-            wake=wake,
-            clock=self.clock,
-            progress_every_s=_PROGRESS_EVERY_S,
+            self.port, self, store_root, self._pool, wake=wake, clock=self.clock, progress_every_s=every
         )
         self._stagings: dict[tuple[str, str, str], _Staging] = {}
         self._staged: set[tuple[str, str, str]] = set()  # (job uid, node, key)

@@ -68,16 +68,39 @@ def seed_builtin_jobtypes(store: SqliteStore) -> None:
             store.update(validated_copy(existing, spec=jobtype.spec))
 
 
-class SqliteBackend:
+class SqliteStatus:
+    """The port's status side over the SQLite store (``services.port.StatusWriter``), for the control loops."""
+
+    def __init__(self, store: SqliteStore, *, clock: Clock | None = None) -> None:
+        self.store = store
+        self.clock = clock or SystemClock()
+
+    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
+        """Replace the stored status on the version read."""
+        status = obj.status.model_copy(update=dict(changes))
+        if status == obj.status:
+            return Written.UNCHANGED
+        try:
+            self.store.update_status(obj.model_copy(update={"status": status}))
+        except (stored.ConflictError, NotFoundError):
+            return Written.LOST
+        return Written.WROTE
+
+    def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+        """Store an Event about the object."""
+        event = Event.about(obj.kind, obj.metadata, reason, mask_url(message), self.clock.now(), warning=warning)
+        self.store.record_event(event)
+
+
+class SqliteBackend(SqliteStatus):
     """The operations' port over one state directory: its SQLite store and its files."""
 
     job_noun = "job"
     namespaced_kinds = NAMESPACED_KINDS
 
     def __init__(self, store: SqliteStore, layout: StateLayout, *, clock: Clock | None = None) -> None:
-        self.store = store
+        super().__init__(store, clock=clock)
         self.layout = layout
-        self.clock = clock or SystemClock()
 
     # -- the object port -----------------------------------------------------------------------------------
 
@@ -144,24 +167,6 @@ class SqliteBackend:
             return self.store.update(validated_copy(job, spec=spec))
         except stored.ConflictError as err:
             raise port.ConflictError(str(err)) from None
-
-    # -- the status side -------------------------------------------------------------------------------------
-
-    def write_status(self, obj: Dataset, changes: Mapping[str, Any]) -> Written:
-        """Replace the stored status on the version read."""
-        status = obj.status.model_copy(update=dict(changes))
-        if status == obj.status:
-            return Written.UNCHANGED
-        try:
-            self.store.update_status(obj.model_copy(update={"status": status}))
-        except (stored.ConflictError, NotFoundError):
-            return Written.LOST
-        return Written.WROTE
-
-    def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
-        """Store an Event about the object."""
-        event = Event.about(obj.kind, obj.metadata, reason, mask_url(message), self.clock.now(), warning=warning)
-        self.store.record_event(event)
 
     # -- the steps of the operations that are the embedded runtime's own --------------------------------------
 

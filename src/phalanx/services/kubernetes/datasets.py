@@ -268,14 +268,9 @@ class KubeDatasetManager:
         self._reports: dict[str, str] = {}  # node -> the cache annotation last seen
         self._manifest = manifests_reader(self.store)
         self.port = KubeBackend(api, clock=self.clock, component=COMPONENT, informers={Dataset: self.datasets})
+        every = _PROGRESS_EVERY_S
         self.materializer = DatasetMaterializer(
-            self.port,
-            self,
-            self.store,
-            self._pool,
-            wake=self.signal.set,
-            clock=self.clock,
-            progress_every_s=_PROGRESS_EVERY_S,
+            self.port, self, self.store, self._pool, wake=self.signal.set, clock=self.clock, progress_every_s=every
         )
 
     @property

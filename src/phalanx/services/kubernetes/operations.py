@@ -61,6 +61,7 @@ from phalanx.adapters.kubernetes.objects import (
     object_body,
     queue_from_object,
     replica_from_pod,
+    status_body,
 )
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, CONTAINER_NAME
 from phalanx.model.datasets import Dataset
@@ -111,6 +112,12 @@ class ReplicaLog:
     error: str = ""  # why the log could not be read, when it could not
 
 
+def _identity(obj: TrainingJob | Dataset) -> dict[str, Any]:
+    """What a status write and an Event carry of the object: its kind and identity, as the API names them."""
+    meta = obj.metadata.model_dump(include={"name", "namespace", "uid", "resource_version"}, by_alias=True)
+    return {"apiVersion": obj.api_version, "kind": obj.kind, "metadata": meta}
+
+
 def resource_name(resource: Resource) -> str:
     """``trainingjobs.phalanx.dev``, ``pods``: how kubectl and RBAC name a resource."""
     return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
@@ -138,6 +145,7 @@ class KubeBackend:
         evict_timeout: float = EVICT_TIMEOUT_S,
         clock: Clock | None = None,
         component: str = "phalanx",
+        instance: str | None = None,
         informers: Mapping[type, Informer] | None = None,
     ) -> None:
         self.api = api
@@ -145,7 +153,7 @@ class KubeBackend:
         self.poll_seconds = poll_seconds
         self.evict_timeout = evict_timeout
         self.clock = clock or SystemClock()
-        self.component = component  # who the Events it records say reported them
+        self.component, self.instance = component, instance or component  # who the Events say reported them
         # A controller's caches, by kind: a status it writes is in its cache at once, for its next pass.
         self.informers = dict(informers or {})
         self._installed: bool | None = None
@@ -383,25 +391,16 @@ class KubeBackend:
 
     # -- the status side -------------------------------------------------------------------------------------
 
-    def write_status(self, obj: Dataset, changes: Mapping[str, Any]) -> Written:
+    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
         """PUT the status subresource on the resourceVersion read; another API failure is raised as it is."""
         status = obj.status.model_copy(update=dict(changes))
         if status == obj.status:
             return Written.UNCHANGED
-        resource, meta = _RESOURCES[type(obj)], obj.metadata
-        informer = self.informers.get(type(obj))
-        body = {
-            "apiVersion": resource.api_version,
-            "kind": obj.kind,
-            "metadata": {"name": meta.name, "namespace": meta.namespace, "resourceVersion": meta.resource_version},
-            "status": status.to_dict(),
-        }
+        informer, meta = self.informers.get(type(obj)), obj.metadata
         try:
-            written = self.api.replace_status(resource, body)
-        except ConflictError:
-            return Written.LOST
-        except NotFoundError:
-            if informer is not None:
+            written = self.api.replace_status(_RESOURCES[type(obj)], status_body(_identity(obj), status))
+        except (ConflictError, NotFoundError) as error:
+            if informer is not None and isinstance(error, NotFoundError):
                 informer.forget(meta.namespace, meta.name)
             return Written.LOST
         if informer is not None:
@@ -410,19 +409,13 @@ class KubeBackend:
 
     def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
         """Create a core/v1 Event about the object (a lost one is logged)."""
-        meta = obj.metadata
-        subject = {
-            "apiVersion": _RESOURCES[type(obj)].api_version,
-            "metadata": {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid},
-        }
-        who, text = self.component, mask_url(message)  # events are shown (kubectl describe): never a password
-        body = event_body(
-            subject, reason, text, warning=warning, now=self.clock.now(), component=who, instance=who, kind=obj.kind
-        )
+        text, now = mask_url(message), self.clock.now()  # events are shown (kubectl describe): never a password
+        who = {"component": self.component, "instance": self.instance, "kind": obj.kind}
+        body = event_body(_identity(obj), reason, text, warning=warning, now=now, **who)
         try:
-            self.api.create(EVENTS, body, meta.namespace)
+            self.api.create(EVENTS, body, obj.metadata.namespace)
         except KubeApiError as error:
-            log.debug("event %s on %s %s not recorded: %s", reason, obj.kind, meta.name, error)
+            log.debug("event %s on %s %s not recorded: %s", reason, obj.kind, obj.metadata.name, error)
 
     def delete_job(self, namespace: str, name: str) -> None:
         """DELETE the TrainingJob; its Pods, Service and ConfigMap are garbage-collected with it."""
