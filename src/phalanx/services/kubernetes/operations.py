@@ -146,7 +146,7 @@ class KubeBackend:
         clock: Clock | None = None,
         component: str = "phalanx",
         instance: str | None = None,
-        informers: Mapping[type, Informer] | None = None,
+        informers: Mapping[Any, Informer] | None = None,  # by model class
     ) -> None:
         self.api = api
         self.server = server

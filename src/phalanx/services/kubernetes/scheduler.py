@@ -94,6 +94,7 @@ from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, pa
 from phalanx.services.kubernetes.apply import Background, EventBudget, PodSettings, check_renderable
 from phalanx.services.kubernetes.leader import LeaseElector
 from phalanx.services.kubernetes.operations import KubeBackend
+from phalanx.services.port import Written
 from phalanx.services.scheduling import (
     Occupant,
     admitted_status,
@@ -181,8 +182,8 @@ class KubeScheduler:
         self.clock = clock or SystemClock()
         self.signal = Signal()
         self.jobs = Informer(api, TRAININGJOBS, signal=self.signal)
-        # Events (and, through ``jobs``, statuses) of the jobs it decides on.
-        self.port = KubeBackend(api, clock=self.clock, component=settings.scheduler_name, instance=settings.identity)
+        jobs, name = {TrainingJob: self.jobs}, settings.scheduler_name  # the port: waiting reasons and events
+        self.port = KubeBackend(api, clock=self.clock, component=name, instance=settings.identity, informers=jobs)
         self.pods = Informer(api, PODS, signal=self.signal, index=_unbound_job_uid)
         self.nodes = Informer(api, NODES, signal=self.signal)
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal)
@@ -621,10 +622,12 @@ class KubeScheduler:
     def _explain(self, candidate: _Candidate, reason: str) -> None:
         job = candidate.job
         status = job.status.model_copy(update={"message": reason, "reason": "Waiting"})
+        as_stored = job.model_copy(update={"status": candidate.stored})  # what the write replaces
         try:
-            self._write_status(candidate.obj, status)
+            if self.port.write_status(as_stored, dict(status)) is not Written.WROTE:
+                return  # changed meanwhile; the next cycle explains again if it still waits
         except KubeApiError:
-            return  # changed meanwhile; the next cycle explains again if it still waits
+            return  # likewise
         for event in candidate.events:  # accepted here: the operator's planner's events (Accepted)
             self._event(job, event.reason, event.message, warning=event.type == "Warning")
         self._event(job, "Waiting", reason)
