@@ -1,4 +1,4 @@
-"""The backend port in memory: ``services.port.OperationsBackend`` over dicts, for unit tests of the services.
+"""The backend port in memory (``services.port.OperationsBackend``, ``StatusWriter``) over dicts, for unit tests.
 
 Objects are kept as the model's, by kind, namespace (cluster-scoped kinds: ``""``) and name; every write checks the
 resourceVersion read, as SQLite and the API server do, and moves it on. ``calls`` records each write (verb, kind,
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,12 +18,13 @@ from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
+from phalanx.model.masking import mask_url
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 from phalanx.services.operations import NAMESPACED_KINDS, OperationError
-from phalanx.services.port import AlreadyExistsError, ConflictError, NotFoundError, Readable, Stored
+from phalanx.services.port import AlreadyExistsError, ConflictError, NotFoundError, Readable, Stored, Written
 
 _CLUSTER_SCOPED = (Queue, Node)
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -120,6 +121,30 @@ class MemoryBackend:
         spec = validated_copy(current.spec, run_policy=validated_copy(current.spec.run_policy, suspend=suspend))
         written: TrainingJob = self._stored(validated_copy(current, spec=spec))
         return written
+
+    # -- the status side -------------------------------------------------------------------------------------
+
+    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
+        """Write the status on the version read (``conflicts["write_status"]`` loses the next writes)."""
+        status = obj.status.model_copy(update=dict(changes))
+        if status == obj.status:
+            return Written.UNCHANGED
+        current = self.get(type(obj), obj.metadata.namespace, obj.metadata.name)
+        try:
+            self._write("write_status", obj)
+        except ConflictError:
+            return Written.LOST
+        if current is None or current.metadata.resource_version != obj.metadata.resource_version:
+            return Written.LOST
+        self._stored(validated_copy(current, status=status))
+        return Written.WROTE
+
+    def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+        """Keep the Event in ``events``, under the object's uid, stamped one second after the one before."""
+        time = _EPOCH + timedelta(seconds=len(self.calls))
+        self.calls.append(("record", obj.kind, obj.metadata.name))
+        event = Event.about(obj.kind, obj.metadata, reason, mask_url(message), time, warning=warning)
+        self.events.setdefault(obj.metadata.uid or "", []).append(event)
 
     # -- the steps that differ between backends ---------------------------------------------------------------
 

@@ -8,18 +8,18 @@ its job) or ``Materializing`` (with progress) -> ``Ready`` (version, bytes, file
 until the spec changes. An outcome belongs to the Dataset object it started for (its uid), not to a namesake
 created after a delete. The copies of Datasets that are gone leave the store.
 
-What differs is a ``DatasetBackend``: how Datasets are read and their status written (the SQLite store; the API's
-status subresource), how events are recorded, which sources it reads and from where. How data then reaches a node
-stays with each backend (local staging in ``services.embedded.datasets``; node agents on Kubernetes).
+Statuses and events go through the backend port's status side (``services.port.StatusWriter``: the SQLite store;
+the API's status subresource). What else differs is ``DatasetSources``: how a Dataset is read now, which sources
+it reads and from where. How data then reaches a node stays with each backend (local staging in
+``services.embedded.datasets``; node agents on Kubernetes).
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,16 +38,9 @@ from phalanx.services.dataset_store import (
     remove_unknown_datasets,
     sweep_leftovers,
 )
+from phalanx.services.port import StatusWriter, Written
 
 log = logging.getLogger(__name__)
-
-
-class Written(enum.Enum):
-    """What became of a status write: written, nothing to write, or lost (changed or gone: the next pass looks)."""
-
-    WROTE = "wrote"
-    UNCHANGED = "unchanged"
-    LOST = "lost"
 
 
 @dataclass(frozen=True)
@@ -60,17 +53,11 @@ class SourceChoice:
     refusal: str | None = None
 
 
-class DatasetBackend(Protocol):
-    """What the dataset manager needs of a backend."""
+class DatasetSources(Protocol):
+    """What the dataset manager reads of a backend besides the port: the Datasets as held now, their sources."""
 
     def current(self, namespace: str, name: str) -> Dataset | None:
         """The Dataset as the backend holds it now; None when it is gone (or cannot be read)."""
-
-    def write_status(self, dataset: Dataset, changes: Mapping[str, Any]) -> Written:
-        """Write ``dataset``'s status with ``changes``, provided it is still that object."""
-
-    def record(self, dataset: Dataset, reason: str, message: str, *, warning: bool = False) -> None:
-        """Record an event about the Dataset (mask any credentials in the message)."""
 
     def source(self, dataset: Dataset) -> SourceChoice:
         """How to read the Dataset's source, or why not (yet)."""
@@ -132,7 +119,8 @@ class DatasetMaterializer:
 
     def __init__(
         self,
-        backend: DatasetBackend,
+        port: StatusWriter,
+        sources: DatasetSources,
         store: DatasetStore,
         pool: Executor,
         *,
@@ -140,7 +128,8 @@ class DatasetMaterializer:
         clock: Clock,
         progress_every_s: float,
     ) -> None:
-        self.backend = backend
+        self.port = port
+        self.sources = sources
         self.store = store
         self._pool = pool
         self._wake = wake
@@ -169,32 +158,32 @@ class DatasetMaterializer:
         if running is not None:
             if running.uid != (dataset.metadata.uid or "") or progress in (None, dataset.status.message):
                 return False  # nothing new, or the progress of a deleted namesake
-            return self.backend.write_status(dataset, {"message": progress}) is not Written.UNCHANGED
+            return self.port.write_status(dataset, {"message": progress}) is not Written.UNCHANGED
         if dataset.settled:
             return False
         generation = dataset.metadata.generation
-        choice = self.backend.source(dataset)
+        choice = self.sources.source(dataset)
         if choice.refusal is not None:
             failed = {"phase": DatasetPhase.FAILED, "message": choice.refusal, "observed_generation": generation}
-            written = self.backend.write_status(dataset, failed)
+            written = self.port.write_status(dataset, failed)
             if written is Written.WROTE:
-                self.backend.record(dataset, "MaterializeFailed", choice.refusal, warning=True)
+                self.port.record(dataset, "MaterializeFailed", choice.refusal, warning=True)
                 log.warning("dataset %s/%s refused: %s", *key, choice.refusal)
             return written is not Written.UNCHANGED
         if choice.request is None:
             waiting = {"phase": DatasetPhase.PENDING, "message": choice.waiting}
-            return self.backend.write_status(dataset, waiting) is not Written.UNCHANGED
+            return self.port.write_status(dataset, waiting) is not Written.UNCHANGED
         incoming = self.store.dataset_dir(*key) / f".incoming-{uuid.uuid4().hex[:12]}"
         incoming.parent.mkdir(parents=True, exist_ok=True)  # before the status says so: readers may look
         message = f"materialising from {dataset.spec.source.kind}"
         status = {"phase": DatasetPhase.MATERIALIZING, "message": message}
-        if self.backend.write_status(dataset, status) is Written.LOST:
+        if self.port.write_status(dataset, status) is Written.LOST:
             return True  # changed meanwhile: the next pass looks again
         future = self._pool.submit(materialize_version, choice.request, incoming, choice.base_dir, self._reporter(key))
         future.add_done_callback(lambda _f: self._wake())
         with self._lock:
             self._running[key] = _Materialization(dataset.metadata.uid or "", generation, future)
-        self.backend.record(dataset, "Materializing", message)
+        self.port.record(dataset, "Materializing", message)
         return True
 
     def collect(self) -> bool:
@@ -205,13 +194,13 @@ class DatasetMaterializer:
                 del self._running[key]
                 self._progress.pop(key, None)
         for key, work in finished.items():
-            dataset = self.backend.current(*key)
+            dataset = self.sources.current(*key)
             if dataset is None or (dataset.metadata.uid or "") != work.uid:
                 continue  # deleted (or deleted and created again) meanwhile
             outcome = materialize_outcome(work.future, work.generation, self._clock.now())
-            if self.backend.write_status(dataset, outcome.changes) is Written.LOST:
+            if self.port.write_status(dataset, outcome.changes) is Written.LOST:
                 continue  # changed meanwhile (a new spec, say): the next pass looks again
-            self.backend.record(dataset, outcome.reason, outcome.message, warning=outcome.warning)
+            self.port.record(dataset, outcome.reason, outcome.message, warning=outcome.warning)
             log.log(logging.WARNING if outcome.warning else logging.INFO, "dataset %s/%s: %s", *key, outcome.message)
         return bool(finished)
 

@@ -6,19 +6,21 @@ a read side (``ObjectReader``: get and list the objects, a job's replicas and an
 (``ObjectWriter``: create, replace and delete objects, each write conditional on the resourceVersion read), and
 ``OperationsBackend`` adds the few steps of the user's operations that truly differ between backends: how a job
 is deleted (graceful on the embedded runtime, garbage collection on a cluster), how a finished job gives up its
-name, why a Pending job waits, and how a node's dataset cache is read and evicted.
+name, why a Pending job waits, and how a node's dataset cache is read and evicted. The status side
+(``StatusWriter``) writes an object's status on the resourceVersion read and records Events about it (the dataset
+manager's, the schedulers' waiting reasons).
 
 Failures every backend reports the same way are the errors here; a failure only a backend can explain (an
-unreachable API server, a quarantined row) is an ``OperationError`` with its own sentence. Scheduling, status
-writes and events are not here yet: the operations need none of them, and a method is added when a service
-written once needs it, not before.
+unreachable API server, a quarantined row) is an ``OperationError`` with its own sentence. A method is added
+when a service written once needs it, not before.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
-from typing import Protocol, TypeVar
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
@@ -104,6 +106,26 @@ class ObjectWriter(Protocol):
         Raises:
             ConflictError: it changed since ``job`` was read.
         """
+        ...
+
+
+class Written(enum.Enum):
+    """What became of a status write: written, nothing to write, or lost (changed or gone: the next pass looks)."""
+
+    WROTE = "wrote"
+    UNCHANGED = "unchanged"
+    LOST = "lost"
+
+
+class StatusWriter(Protocol):
+    """The status side: what a controller writes about an object it read, and the Events that say so."""
+
+    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
+        """Write ``obj``'s status with ``changes`` (status fields) on the resourceVersion read (moved on: LOST)."""
+        ...
+
+    def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+        """Record an Event about the object (best effort), its message with any credentials masked."""
         ...
 
 

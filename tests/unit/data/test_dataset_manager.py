@@ -6,17 +6,18 @@ the test holds, not a race.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
 from phalanx.core.clock import VirtualClock
+from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset, DatasetPhase
 from phalanx.model.loading import parse_dataset
-from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice, Written
+from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice
 from phalanx.services.dataset_store import DatasetStore, source_request
+from support.memory_backend import MemoryBackend
 
 NS = "default"
 
@@ -42,39 +43,36 @@ class HeldPool(Executor):
 
 
 class MemoryDatasets:
-    """The backend: Datasets in a dict, events in a list; ``refusals`` by name."""
+    """The Datasets of a ``MemoryBackend`` (the port the materialiser writes through) and their sources."""
 
     def __init__(self) -> None:
-        self.objects: dict[tuple[str, str], Dataset] = {}
-        self.events: list[tuple[str, str]] = []
-        self.refusals: dict[str, str] = {}
-        self._uids = itertools.count(1)
+        self.port = MemoryBackend()
+        self.refusals: dict[str, str] = {}  # by name
 
-    def put(self, name: str, source: Path, *, generation: int = 1, new: bool = False) -> Dataset:
-        old = self.objects.get((NS, name))
+    @property
+    def objects(self) -> dict[tuple[str, str], Dataset]:
+        return {(d.metadata.namespace, d.metadata.name): d for d in self.port.list(Dataset)}
+
+    @property
+    def events(self) -> list[tuple[str, str]]:
+        """(name, reason) of every event recorded, oldest first."""
+        events = sorted((e for found in self.port.events.values() for e in found), key=lambda e: e.time)
+        return [(e.object_name, e.reason) for e in events]
+
+    def put(self, name: str, source: Path, *, generation: int = 1) -> Dataset:
+        """Create the Dataset, or give it a new spec (its status stays)."""
         document = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Dataset", "metadata": {"name": name}}
         dataset = parse_dataset({**document, "spec": {"source": {"path": str(source)}}})
-        uid = f"uid-{next(self._uids)}" if old is None or new else old.metadata.uid
-        metadata = dataset.metadata.model_copy(update={"uid": uid, "generation": generation})
-        status = old.status if old is not None and not new else dataset.status
-        self.objects[(NS, name)] = dataset.model_copy(update={"metadata": metadata, "status": status})
+        old = self.port.get(Dataset, NS, name)
+        if old is None:
+            self.port.create(dataset)
+            old = self.port.get(Dataset, NS, name)
+            assert old is not None
+        self.port.replace(validated_copy(dataset, metadata=validated_copy(old.metadata, generation=generation)))
         return self.objects[(NS, name)]
 
     def current(self, namespace: str, name: str) -> Dataset | None:
-        return self.objects.get((namespace, name))
-
-    def write_status(self, dataset: Dataset, changes: Mapping[str, Any]) -> Written:
-        current = self.current(dataset.metadata.namespace, dataset.metadata.name)
-        if current is None or current.metadata.uid != dataset.metadata.uid:
-            return Written.LOST
-        status = current.status.model_copy(update=dict(changes))
-        if status == current.status:
-            return Written.UNCHANGED
-        self.objects[(NS, dataset.metadata.name)] = current.model_copy(update={"status": status})
-        return Written.WROTE
-
-    def record(self, dataset: Dataset, reason: str, message: str, *, warning: bool = False) -> None:
-        self.events.append((dataset.metadata.name, reason))
+        return self.port.get(Dataset, namespace, name)
 
     def source(self, dataset: Dataset) -> SourceChoice:
         refusal = self.refusals.get(dataset.metadata.name)
@@ -94,7 +92,7 @@ def manager(tmp_path: Path) -> tuple[DatasetMaterializer, MemoryDatasets, HeldPo
     backend, pool = MemoryDatasets(), HeldPool()
     store = DatasetStore(tmp_path / "store")
     materializer = DatasetMaterializer(
-        backend, store, pool, wake=lambda: None, clock=VirtualClock(), progress_every_s=1
+        backend.port, backend, store, pool, wake=lambda: None, clock=VirtualClock(), progress_every_s=1
     )
     return materializer, backend, pool
 
@@ -132,8 +130,8 @@ def test_an_outcome_is_not_given_to_a_namesake_created_after_a_delete(tmp_path: 
     materializer, backend, pool = manager(tmp_path)
     backend.put("d", directory(tmp_path / "old", old=10))
     pass_over(materializer, backend)
-    del backend.objects[(NS, "d")]
-    backend.put("d", directory(tmp_path / "new", a=1, b=2, c=3), new=True)
+    backend.port.delete(Dataset, NS, "d")
+    backend.put("d", directory(tmp_path / "new", a=1, b=2, c=3))
     pass_over(materializer, backend)  # the deleted one's copy still runs: the new one waits for it to end
     pool.run()
     pass_over(materializer, backend)
@@ -167,6 +165,17 @@ def test_the_copies_of_a_deleted_dataset_leave_the_store(tmp_path: Path) -> None
     pass_over(materializer, backend)
     materializer.remove_deleted(frozenset(backend.objects))
     assert (tmp_path / "store" / NS / "d").is_dir()
-    del backend.objects[(NS, "d")]
+    backend.port.delete(Dataset, NS, "d")
     materializer.remove_deleted(frozenset(backend.objects))
     assert not (tmp_path / "store" / NS / "d").exists()
+
+
+def test_a_status_write_lost_to_another_writer_says_nothing_and_the_next_pass_starts(tmp_path: Path) -> None:
+    materializer, backend, pool = manager(tmp_path)
+    backend.put("d", directory(tmp_path / "a", one=1))
+    backend.port.conflicts["write_status"] = 1  # another client wrote the Dataset first
+    pass_over(materializer, backend)
+    assert (backend.events, pool.queued) == ([], []), "no event and no copy for a status that was not written"
+    pass_over(materializer, backend)
+    assert backend.objects[(NS, "d")].status.phase == DatasetPhase.MATERIALIZING
+    assert (backend.events, len(pool.queued)) == ([("d", "Materializing")], 1)

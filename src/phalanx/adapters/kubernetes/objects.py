@@ -106,8 +106,8 @@ def job_from_object(obj: Mapping[str, Any], jobtypes: Mapping[str, JobType]) -> 
     return job.model_copy(update={"status": job_status(obj)})
 
 
-def status_body(obj: Mapping[str, Any], status: TrainingJobStatus) -> dict[str, Any]:
-    """The body of a PUT to ``trainingjobs/<name>/status``: the job's identity as read, with the new status.
+def status_body(obj: Mapping[str, Any], status: TrainingJobStatus | DatasetStatus) -> dict[str, Any]:
+    """The body of a PUT to ``trainingjobs/<name>/status`` (or a Dataset's): its identity as read, the new status.
 
     The object's resourceVersion rides along, so a write against a job that changed since it was read (or was
     deleted and created again under its name) fails with 409 instead of overwriting the newer version.

@@ -37,7 +37,6 @@ from phalanx.core.reconcile.types import (
     StoreOutputs,
 )
 from phalanx.core.rendezvous import Endpoint, RendezvousError, render_hostfile, render_replica_env
-from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import ObjectMeta
@@ -45,6 +44,7 @@ from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaPhase, replica_name
 from phalanx.services.embedded.datasets import DatasetManager, StagingObservation
 from phalanx.services.embedded.layout import StateLayout
+from phalanx.services.embedded.operations import SqliteStatus
 from phalanx.services.embedded.quarantine import CONTROLLER_ERROR, Quarantine, guarded_step
 from phalanx.services.embedded.storing import observe_outputs, store_outputs
 
@@ -93,9 +93,11 @@ class JobController:
     identity: str = "controller"
     data: DatasetManager | None = None
     quarantine: Quarantine = field(init=False)
+    port: SqliteStatus = field(init=False)  # events about the jobs
 
     def __post_init__(self) -> None:
         self.quarantine = Quarantine(self.store, self.clock)
+        self.port = SqliteStatus(self.store, clock=self.clock)
 
     def sync(self) -> tuple[bool, float | None]:
         """Reconcile every job once. Returns (something changed, seconds until a timer needs a look)."""
@@ -292,9 +294,7 @@ class JobController:
         log.warning("job %s failed: %s", job.key, message)
 
     def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
-        self.store.record_event(
-            Event.about("TrainingJob", job.metadata, reason, message, self.clock.now(), warning=warning)
-        )
+        self.port.record(job, reason, message, warning=warning)
 
     def _finalize_deletion(self, job: TrainingJob, replicas: list[Replica]) -> bool:
         changed = False

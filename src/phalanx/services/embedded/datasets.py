@@ -5,8 +5,8 @@ on a small thread pool; finished work is collected on the next ``sync`` (``wake`
 soon).
 
 - **Materialise** with the shared ``services.dataset_manager.DatasetMaterializer`` into
-  ``<state>/datasets/<ns>/<name>/<sha256-label>/``: this module is its backend (the SQLite store holds the
-  Datasets, their status and events; a relative local source is relative to the directory it was submitted
+  ``<state>/datasets/<ns>/<name>/<sha256-label>/``: statuses and events go through the port (``SqliteStatus``)
+  and this module reads the sources (a relative local source is relative to the directory it was submitted
   from; ``fromJob`` waits for the job to succeed and takes its stored outputs).
 - **Stage** the datasets of every job that holds a placement (from admission on, so staging overlaps the
   controller's work and a preemptor's wait for its victims): ``core.data.plan_staging`` says which entries each
@@ -25,12 +25,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import NodeDataCache, StageOutcome
@@ -50,7 +49,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.masking import mask_url
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
-from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice, Written
+from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice
 from phalanx.services.dataset_store import (
     DATASET_VERSIONS_ANNOTATION,
     STAGING_PHASES,
@@ -62,9 +61,10 @@ from phalanx.services.dataset_store import (
     staging_ended,
 )
 from phalanx.services.embedded.layout import StateLayout
-from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION
+from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteStatus
 from phalanx.services.embedded.quarantine import DATASET_MANAGER_ERROR, Held, Quarantine, guarded_step
 from phalanx.services.embedded.storing import destination
+from phalanx.services.port import Written
 
 log = logging.getLogger(__name__)
 
@@ -132,13 +132,10 @@ class DatasetManager:
         self._write_limit = cache_write_limit
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="datasets")
         self._caches: dict[str, NodeDataCache] = {}
+        self.port = SqliteStatus(store, clock=self.clock)
+        store_root, every = DatasetStore(layout.datasets_root), _PROGRESS_EVERY_S
         self.materializer = DatasetMaterializer(
-            self,
-            DatasetStore(layout.datasets_root),
-            self._pool,
-            wake=wake,
-            clock=self.clock,
-            progress_every_s=_PROGRESS_EVERY_S,
+            self.port, self, store_root, self._pool, wake=wake, clock=self.clock, progress_every_s=every
         )
         self._stagings: dict[tuple[str, str, str], _Staging] = {}
         self._staged: set[tuple[str, str, str]] = set()  # (job uid, node, key)
@@ -210,27 +207,13 @@ class DatasetManager:
                 env[replica][f"{env_name(mount_name)}_CACHE_POLICY"] = policy
         return StagingObservation(staged=staged, env=env)
 
-    # -- the materialiser's backend (services.dataset_manager.DatasetBackend) -----------------------------------
+    # -- the materialiser's sources (services.dataset_manager.DatasetSources) -----------------------------------
     def current(self, namespace: str, name: str) -> Dataset | None:
         """The stored Dataset; None when it is gone or its row no longer parses (the store quarantined it)."""
         try:
             return self.store.try_get(Dataset, namespace, name)
         except UnreadableError:
             return None
-
-    def write_status(self, dataset: Dataset, changes: Mapping[str, Any]) -> Written:
-        """Apply ``changes`` to the status stored now (this pass may have written it already), if it is that object."""
-        current = self.current(dataset.metadata.namespace, dataset.metadata.name)
-        if current is None or current.metadata.uid != dataset.metadata.uid:
-            return Written.LOST
-        status = current.status.model_copy(update=dict(changes))
-        if status == current.status:
-            return Written.UNCHANGED
-        try:
-            self.store.update_status(current.model_copy(update={"status": status}))
-        except (ConflictError, NotFoundError):
-            return Written.LOST
-        return Written.WROTE
 
     def source(self, dataset: Dataset) -> SourceChoice:
         """Its source, relative to where it was submitted; ``fromJob``: the job's stored outputs, once it succeeded."""
@@ -258,10 +241,6 @@ class DatasetManager:
             return SourceChoice(waiting=f"waiting for job {from_job.job} to succeed (it is {phase.value})")
         outputs = destination(job, self.layout) / from_job.output
         return SourceChoice(SourceRequest("path", path=str(outputs), field="spec.source.fromJob.output"), Path("."))
-
-    def record(self, dataset: Dataset, reason: str, message: str, *, warning: bool = False) -> None:
-        """An event on the Dataset."""
-        self._event("Dataset", dataset.metadata, reason, message, warning)
 
     def _collect(self) -> bool:
         """Take up finished stagings."""
@@ -424,15 +403,14 @@ class DatasetManager:
                 changed_any = True
         for key, held_dataset in datasets.items():
             nodes = sorted(holding.get(key, set()))
-            if nodes != held_dataset.status.nodes:
-                changed_any |= self.write_status(held_dataset, {"nodes": nodes}) is not Written.UNCHANGED
+            # Read again: this pass may have written its status since it was listed.
+            if nodes != held_dataset.status.nodes and (fresh := self.current(*key)) is not None:
+                changed_any |= self.port.write_status(fresh, {"nodes": nodes}) is not Written.UNCHANGED
         return changed_any
 
     # -- events -----------------------------------------------------------------------------------------------
     def _record_job(self, job_key: str, reason: str, message: str) -> None:
         namespace, name = job_key.split("/", 1)
-        self._event("TrainingJob", ObjectMeta(namespace=namespace, name=name), reason, message, False)
-
-    def _event(self, kind: str, meta: ObjectMeta, reason: str, message: str, warning: bool) -> None:
+        meta = ObjectMeta(namespace=namespace, name=name)
         # Events are shown (describe): never a datasource password.
-        self.store.record_event(Event.about(kind, meta, reason, mask_url(message), self.clock.now(), warning=warning))
+        self.store.record_event(Event.about("TrainingJob", meta, reason, mask_url(message), self.clock.now()))

@@ -14,11 +14,12 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from phalanx.adapters import store as stored
+from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import CacheError, NodeDataCache
 from phalanx.adapters.store import AlreadyExistsError, NotFoundError, QuarantineRecord, SqliteStore, UnreadableError
 from phalanx.core.lifecycle import HOLDING_PHASES
@@ -29,6 +30,7 @@ from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
+from phalanx.model.masking import mask_url
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
@@ -37,7 +39,7 @@ from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 from phalanx.services.embedded.daemon import current_leader
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.operations import NAMESPACED_KINDS, OperationError, Operations, Submitted
-from phalanx.services.port import Readable, Stored
+from phalanx.services.port import Readable, Stored, Written
 from phalanx.services.queue_views import unique_queues
 
 SUBMIT_DIR_ANNOTATION = "phalanx.dev/submit-dir"
@@ -66,14 +68,38 @@ def seed_builtin_jobtypes(store: SqliteStore) -> None:
             store.update(validated_copy(existing, spec=jobtype.spec))
 
 
-class SqliteBackend:
+class SqliteStatus:
+    """The port's status side over the SQLite store (``services.port.StatusWriter``), for the control loops."""
+
+    def __init__(self, store: SqliteStore, *, clock: Clock | None = None) -> None:
+        self.store = store
+        self.clock = clock or SystemClock()
+
+    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
+        """Replace the stored status on the version read."""
+        status = obj.status.model_copy(update=dict(changes))
+        if status == obj.status:
+            return Written.UNCHANGED
+        try:
+            self.store.update_status(obj.model_copy(update={"status": status}))
+        except (stored.ConflictError, NotFoundError):
+            return Written.LOST
+        return Written.WROTE
+
+    def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+        """Store an Event about the object."""
+        event = Event.about(obj.kind, obj.metadata, reason, mask_url(message), self.clock.now(), warning=warning)
+        self.store.record_event(event)
+
+
+class SqliteBackend(SqliteStatus):
     """The operations' port over one state directory: its SQLite store and its files."""
 
     job_noun = "job"
     namespaced_kinds = NAMESPACED_KINDS
 
-    def __init__(self, store: SqliteStore, layout: StateLayout) -> None:
-        self.store = store
+    def __init__(self, store: SqliteStore, layout: StateLayout, *, clock: Clock | None = None) -> None:
+        super().__init__(store, clock=clock)
         self.layout = layout
 
     # -- the object port -----------------------------------------------------------------------------------

@@ -32,13 +32,14 @@ from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
 from phalanx.core.scheduling.types import Admission, Preemption, ReplicaRequest
 from phalanx.model.datasets import Dataset
-from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
+from phalanx.services.embedded.operations import SqliteStatus
 from phalanx.services.embedded.quarantine import SCHEDULER_ERROR, Held, Quarantine, guarded_hold
+from phalanx.services.port import Written
 from phalanx.services.scheduling import (
     admitted_status,
     holdings_of,
@@ -74,6 +75,7 @@ class SchedulerService:
     clock: Clock = field(default_factory=SystemClock)
     identity: str = "scheduler"
     quarantine: Quarantine = field(init=False)
+    port: SqliteStatus = field(init=False)  # statuses and events of the jobs it decides on
     policy: SchedulerConfig = DEFAULT_POLICY  # the base settings (a SchedulerConfiguration file)
     # Preemptors whose victims' room is theirs (``core.scheduling.passes``); kept in memory: after a restart, a
     # victim still stopping keeps preemption off, and the preemptor is tried in the usual order again.
@@ -85,6 +87,7 @@ class SchedulerService:
 
     def __post_init__(self) -> None:
         self.quarantine = Quarantine(self.store, self.clock)
+        self.port = SqliteStatus(self.store, clock=self.clock)
 
     def sync(self) -> bool:
         """Run one cycle; True when a job was admitted, preempted or quarantined, or its waiting reason changed."""
@@ -180,16 +183,9 @@ class SchedulerService:
             job = by_key[key]
             if job.status.message == reason:
                 continue
-            try:
-                self.store.update_status(
-                    job.model_copy(
-                        update={"status": job.status.model_copy(update={"message": reason, "reason": "Waiting"})}
-                    )
-                )
-                self._event(job, "Waiting", reason)
-                changed = True
-            except (ConflictError, NotFoundError):
-                changed = True
+            if self.port.write_status(job, {"message": reason, "reason": "Waiting"}) is Written.WROTE:
+                self.port.record(job, "Waiting", reason)
+            changed = True  # written, or the job changed since the snapshot: the next cycle decides again
         return changed
 
     def _unconvertible(self, jobs: list[TrainingJob], jobtypes: Mapping[str, JobType], held: Held) -> set[str]:
@@ -287,4 +283,4 @@ class SchedulerService:
         log.info("admitted %s: %s", job.key, message)
 
     def _event(self, job: TrainingJob, reason: str, message: str) -> None:
-        self.store.record_event(Event.about("TrainingJob", job.metadata, reason, message, self.clock.now()))
+        self.port.record(job, reason, message)

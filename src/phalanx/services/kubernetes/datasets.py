@@ -9,8 +9,8 @@ and each Node's **cache report**, the annotation ``phalanx.dev/dataset-cache`` i
 
 - **Materialise** (``KubeDatasetManager``, its own thread, and a small pool for the copies, so a long download
   never holds up the operator's reconcile loop) with the shared ``services.dataset_manager.DatasetMaterializer``
-  into ``<store>/<ns>/<name>/<version label>/``: this class is its backend (the Datasets from an informer, their
-  status through the status subresource on the resourceVersion read, events as core/v1 Events). ``fromJob``
+  into ``<store>/<ns>/<name>/<version label>/``: statuses and events go through the port (``KubeBackend``: the
+  status subresource on the resourceVersion read, core/v1 Events), the Datasets are read from an informer. ``fromJob``
   fails with a sentence: outputs are not collected on Kubernetes yet.
   The operator reads sources with its own identity, on behalf of whoever may create Datasets, so what it
   reads is limited (``SourcePolicy``): local files (``path``, ``file://`` URLs, SQLite files) only under the
@@ -42,12 +42,9 @@ from typing import Any
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
-    EVENTS,
     NODES,
-    ConflictError,
     KubeApi,
     KubeApiError,
-    NotFoundError,
 )
 from phalanx.adapters.kubernetes.cache_report import CACHE_ANNOTATION, DEFAULT_CACHE_DIR, CacheReport, cache_report
 from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key
@@ -58,8 +55,7 @@ from phalanx.core.data import env_name
 from phalanx.model.datasets import Dataset, DatasetPhase, version_label
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.model.masking import mask_url
-from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice, Written
+from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice
 from phalanx.services.dataset_store import (
     STAGING_PHASES,
     DatasetStore,
@@ -68,7 +64,7 @@ from phalanx.services.dataset_store import (
     resolve_staging,
     source_request,
 )
-from phalanx.services.kubernetes.apply import event_body
+from phalanx.services.kubernetes.operations import KubeBackend
 
 log = logging.getLogger(__name__)
 
@@ -271,8 +267,10 @@ class KubeDatasetManager:
         self._parsed = ParsedObjects("Dataset", dataset_from_object)
         self._reports: dict[str, str] = {}  # node -> the cache annotation last seen
         self._manifest = manifests_reader(self.store)
+        self.port = KubeBackend(api, clock=self.clock, component=COMPONENT, informers={Dataset: self.datasets})
+        every = _PROGRESS_EVERY_S
         self.materializer = DatasetMaterializer(
-            self, self.store, self._pool, wake=self.signal.set, clock=self.clock, progress_every_s=_PROGRESS_EVERY_S
+            self.port, self, self.store, self._pool, wake=self.signal.set, clock=self.clock, progress_every_s=every
         )
 
     @property
@@ -329,34 +327,12 @@ class KubeDatasetManager:
         if self.datasets.synced:
             self.materializer.remove_deleted(frozenset(objects))
 
-    # -- the materialiser's backend (services.dataset_manager.DatasetBackend) -----------------------------------
+    # -- the materialiser's sources (services.dataset_manager.DatasetSources) -----------------------------------
 
     def current(self, namespace: str, name: str) -> Dataset | None:
         """The Dataset as the informer holds it; None when it is gone or invalid."""
         obj = self.datasets.get(namespace, name)
         return self._dataset(obj) if obj is not None else None
-
-    def write_status(self, dataset: Dataset, changes: Mapping[str, Any]) -> Written:
-        """PUT the status with ``changes`` on the resourceVersion ``dataset`` was read at."""
-        status = dataset.status.model_copy(update=dict(changes))
-        if status == dataset.status:
-            return Written.UNCHANGED
-        meta = dataset.metadata
-        body = {
-            "apiVersion": DATASETS.api_version,
-            "kind": "Dataset",
-            "metadata": {"name": meta.name, "namespace": meta.namespace, "resourceVersion": meta.resource_version},
-            "status": status.to_dict(),
-        }
-        try:
-            written = self.api.replace_status(DATASETS, body)
-        except ConflictError:
-            return Written.LOST
-        except NotFoundError:
-            self.datasets.forget(meta.namespace, meta.name)
-            return Written.LOST
-        self.datasets.observe(written)
-        return Written.WROTE
 
     def source(self, dataset: Dataset) -> SourceChoice:
         """Its source, relative to the operator's directory, unless the operator may not read it."""
@@ -367,28 +343,6 @@ class KubeDatasetManager:
             return SourceChoice(refusal=refusal)
         return SourceChoice(source_request(dataset.spec.source), self._base_dir)
 
-    def record(self, dataset: Dataset, reason: str, message: str, *, warning: bool = False) -> None:
-        """A core/v1 Event on the Dataset (best effort: a lost event is logged)."""
-        meta = dataset.metadata
-        subject = {
-            "apiVersion": DATASETS.api_version,
-            "metadata": {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid},
-        }
-        body = event_body(
-            subject,
-            reason,
-            mask_url(message),  # events are shown (kubectl describe): never a datasource password
-            warning=warning,
-            now=self.clock.now(),
-            component=COMPONENT,
-            instance=COMPONENT,
-            kind="Dataset",
-        )
-        try:
-            self.api.create(EVENTS, body, meta.namespace)
-        except KubeApiError as error:
-            log.debug("event %s on dataset %s not recorded: %s", reason, meta.name, error)
-
     def _refresh_nodes(self, key: tuple[str, str], reports: Mapping[str, CacheReport | None]) -> None:
         dataset = self.current(*key)
         if dataset is None:
@@ -396,7 +350,7 @@ class KubeDatasetManager:
         version = dataset.status.version
         nodes = nodes_holding(version, reports) if version and dataset.status.phase == DatasetPhase.READY else []
         if nodes != dataset.status.nodes:
-            self.write_status(dataset, {"nodes": nodes})
+            self.port.write_status(dataset, {"nodes": nodes})
 
     # -- reading ----------------------------------------------------------------------------------------------
 

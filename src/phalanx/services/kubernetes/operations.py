@@ -23,6 +23,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from phalanx.adapters.kubernetes.api import (
     Resource,
 )
 from phalanx.adapters.kubernetes.cache_report import EVICT_ANNOTATION, CacheReport, cache_report, eviction_request
+from phalanx.adapters.kubernetes.informer import Informer
 from phalanx.adapters.kubernetes.objects import (
     LABEL_ATTEMPT,
     LABEL_JOB,
@@ -59,6 +61,7 @@ from phalanx.adapters.kubernetes.objects import (
     object_body,
     queue_from_object,
     replica_from_pod,
+    status_body,
 )
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, CONTAINER_NAME
 from phalanx.model.datasets import Dataset
@@ -67,14 +70,18 @@ from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
+from phalanx.model.masking import mask_url
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.model.validation import parse_job
 from phalanx.services import port
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView, cache_view_from_labels
+from phalanx.services.kubernetes.apply import event_body
 from phalanx.services.operations import OperationError, Operations
-from phalanx.services.port import Readable, Stored
+from phalanx.services.port import Readable, Stored, Written
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = "phalanx install --print | kubectl apply -f -"
 NOT_INSTALLED = f"Phalanx is not installed on this cluster: {INSTALL_HINT}"
@@ -105,6 +112,12 @@ class ReplicaLog:
     error: str = ""  # why the log could not be read, when it could not
 
 
+def _identity(obj: TrainingJob | Dataset) -> dict[str, Any]:
+    """What a status write and an Event carry of the object: its kind and identity, as the API names them."""
+    meta = obj.metadata.model_dump(include={"name", "namespace", "uid", "resource_version"}, by_alias=True)
+    return {"apiVersion": obj.api_version, "kind": obj.kind, "metadata": meta}
+
+
 def resource_name(resource: Resource) -> str:
     """``trainingjobs.phalanx.dev``, ``pods``: how kubectl and RBAC name a resource."""
     return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
@@ -131,12 +144,18 @@ class KubeBackend:
         poll_seconds: float = 0.5,
         evict_timeout: float = EVICT_TIMEOUT_S,
         clock: Clock | None = None,
+        component: str = "phalanx",
+        instance: str | None = None,
+        informers: Mapping[Any, Informer] | None = None,  # by model class
     ) -> None:
         self.api = api
         self.server = server
         self.poll_seconds = poll_seconds
         self.evict_timeout = evict_timeout
         self.clock = clock or SystemClock()
+        self.component, self.instance = component, instance or component  # who the Events say reported them
+        # A controller's caches, by kind: a status it writes is in its cache at once, for its next pass.
+        self.informers = dict(informers or {})
         self._installed: bool | None = None
 
     # -- errors --------------------------------------------------------------------------------------------------
@@ -369,6 +388,34 @@ class KubeBackend:
             except ConflictError as error:
                 raise port.ConflictError(error.message) from None
         return self.to_job(updated)
+
+    # -- the status side -------------------------------------------------------------------------------------
+
+    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
+        """PUT the status subresource on the resourceVersion read; another API failure is raised as it is."""
+        status = obj.status.model_copy(update=dict(changes))
+        if status == obj.status:
+            return Written.UNCHANGED
+        informer, meta = self.informers.get(type(obj)), obj.metadata
+        try:
+            written = self.api.replace_status(_RESOURCES[type(obj)], status_body(_identity(obj), status))
+        except (ConflictError, NotFoundError) as error:
+            if informer is not None and isinstance(error, NotFoundError):
+                informer.forget(meta.namespace, meta.name)
+            return Written.LOST
+        if informer is not None:
+            informer.observe(written)
+        return Written.WROTE
+
+    def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+        """Create a core/v1 Event about the object (a lost one is logged)."""
+        text, now = mask_url(message), self.clock.now()  # events are shown (kubectl describe): never a password
+        who = {"component": self.component, "instance": self.instance, "kind": obj.kind}
+        body = event_body(_identity(obj), reason, text, warning=warning, now=now, **who)
+        try:
+            self.api.create(EVENTS, body, obj.metadata.namespace)
+        except KubeApiError as error:
+            log.debug("event %s on %s %s not recorded: %s", reason, obj.kind, obj.metadata.name, error)
 
     def delete_job(self, namespace: str, name: str) -> None:
         """DELETE the TrainingJob; its Pods, Service and ConfigMap are garbage-collected with it."""

@@ -51,7 +51,6 @@ from typing import Any
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
-    EVENTS,
     JOBTYPES,
     NODES,
     PODS,
@@ -92,8 +91,10 @@ from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
 from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, parse_memory
-from phalanx.services.kubernetes.apply import Background, EventBudget, PodSettings, check_renderable, event_body
+from phalanx.services.kubernetes.apply import Background, EventBudget, PodSettings, check_renderable
 from phalanx.services.kubernetes.leader import LeaseElector
+from phalanx.services.kubernetes.operations import KubeBackend
+from phalanx.services.port import Written
 from phalanx.services.scheduling import (
     Occupant,
     admitted_status,
@@ -181,6 +182,8 @@ class KubeScheduler:
         self.clock = clock or SystemClock()
         self.signal = Signal()
         self.jobs = Informer(api, TRAININGJOBS, signal=self.signal)
+        jobs, name = {TrainingJob: self.jobs}, settings.scheduler_name  # the port: waiting reasons and events
+        self.port = KubeBackend(api, clock=self.clock, component=name, instance=settings.identity, informers=jobs)
         self.pods = Informer(api, PODS, signal=self.signal, index=_unbound_job_uid)
         self.nodes = Informer(api, NODES, signal=self.signal)
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal)
@@ -619,10 +622,12 @@ class KubeScheduler:
     def _explain(self, candidate: _Candidate, reason: str) -> None:
         job = candidate.job
         status = job.status.model_copy(update={"message": reason, "reason": "Waiting"})
+        as_stored = job.model_copy(update={"status": candidate.stored})  # what the write replaces
         try:
-            self._write_status(candidate.obj, status)
+            if self.port.write_status(as_stored, dict(status)) is not Written.WROTE:
+                return  # changed meanwhile; the next cycle explains again if it still waits
         except KubeApiError:
-            return  # changed meanwhile; the next cycle explains again if it still waits
+            return  # likewise
         for event in candidate.events:  # accepted here: the operator's planner's events (Accepted)
             self._event(job, event.reason, event.message, warning=event.type == "Warning")
         self._event(job, "Waiting", reason)
@@ -690,26 +695,7 @@ class KubeScheduler:
     def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
         if not self.events.allow(warning=warning):
             return  # a burst: Normal events are budgeted (the job's status says the same)
-        owner = {
-            "apiVersion": job.api_version,
-            "metadata": job.metadata.model_dump(include={"name", "namespace", "uid"}),
-        }
-        body = event_body(
-            owner,
-            reason,
-            message,
-            warning=warning,
-            now=self.clock.now(),
-            component=self.settings.scheduler_name,
-            instance=self.settings.identity,
-        )
-        self._background.track(self._events_pool.submit(self._post_event, job.key, body))
-
-    def _post_event(self, key: str, body: dict[str, Any]) -> None:
-        try:
-            self.api.create(EVENTS, body, body["metadata"]["namespace"])
-        except KubeApiError as error:
-            log.debug("event for %s not recorded: %s", key, error)
+        self._background.track(self._events_pool.submit(self.port.record, job, reason, message, warning=warning))
 
     def flush(self) -> None:
         """Wait until the explanations and Events under way have been written (or failed)."""
