@@ -21,7 +21,7 @@ import sys
 from enum import StrEnum
 from itertools import product
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, get_args
 
 import typer
 
@@ -140,7 +140,7 @@ def run(
         list[str] | None,
         typer.Option(
             "--queue-order",
-            help="fifo, shortest-first or least-attained-service; repeat to compare "
+            help="fifo, priority (the same as fifo), shortest-first or least-attained-service; repeat to compare "
             "(default fifo; with --compare, fifo and shortest-first).",
         ),
     ] = None,
@@ -398,10 +398,24 @@ def _variants(
     las_thresholds: tuple[float, ...] | None = None,
 ) -> list[SimOptions]:
     """Every combination of the options; time slicing applies to the least-attained-service gang runs."""
-    from phalanx.core.scheduling.config import DEFAULT_LAS_THRESHOLDS, LEAST_ATTAINED_SERVICE
+    from phalanx.core.scheduling.config import DEFAULT_LAS_THRESHOLDS, FIFO, LEAST_ATTAINED_SERVICE
+    from phalanx.core.scheduling.policies import TOPOLOGIES
+    from phalanx.model.scheduler_config import PlacementPolicy, QueueingStrategy, QueueOrder
     from phalanx.sim.engine import SimOptions
 
-    orders = list(dict.fromkeys(queue_orders or (["fifo", "shortest-first"] if compare else ["fifo"])))
+    # Checked here, naming the flag: the core would name its own field (queue_order) or a made-up job.
+    for flag, values, allowed in (
+        ("--queue-order", queue_orders, get_args(QueueOrder)),
+        ("--queueing-strategy", strategies, get_args(QueueingStrategy)),
+        ("--placement", placements, get_args(PlacementPolicy)),
+        ("--topology", [topology], sorted(TOPOLOGIES)),
+    ):
+        for value in values or ():
+            if value not in allowed:
+                raise ValueError(f"{flag} {value!r} is not one of {', '.join(allowed)}")
+    # `priority` is `fifo`, as in the configuration file: every order puts higher priorities first.
+    given = [FIFO if order == "priority" else order for order in queue_orders or ()]
+    orders = list(dict.fromkeys(given or (["fifo", "shortest-first"] if compare else ["fifo"])))
     chosen = list(dict.fromkeys(placements or ["auto"]))
     gangs = [True, False] if compare else [gang]
     kinds = list(dict.fromkeys(strategies or ["best-effort-fifo"]))
