@@ -105,7 +105,9 @@ def dataset_get(
     name: Annotated[str | None, typer.Argument(help="Only this one.")] = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
-    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", "-A", help="Those of every namespace (a NAMESPACE column says whose).")
+    ] = False,
     output: OutputOption = Output.TABLE,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
