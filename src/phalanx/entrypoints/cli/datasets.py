@@ -94,7 +94,7 @@ def dataset_create(
 
             console.print(
                 f"dataset/{item.name} Ready: version {status.version}, {human_memory(status.bytes)} in "
-                f"{status.files} files; {escape(status.lineage or '')}"
+                f"{status.files} file{'' if status.files == 1 else 's'}; {escape(status.lineage or '')}"
             )
         if failed:
             raise typer.Exit(1)
