@@ -255,6 +255,32 @@ def test_logs_follow_prints_as_replicas_write_and_returns_when_the_job_ends(runt
     assert "worker-1 done" in one and "worker-0" not in one, one
 
 
+def test_logs_follow_names_a_replica_that_printed_nothing_once_the_job_ends(runtime: Runtime, tmp_path: Path) -> None:
+    """`logs -f` must not leave out a silent replica either: when the job ends, a note on stderr names it."""
+    hold = tmp_path / "hold"
+    silent = [
+        "python",
+        "-c",
+        "import pathlib, sys, time\nwhile not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.05)",
+    ]
+    quiet = {"count": 1, "template": {"command": [*silent, str(hold)], "resources": {"cpu": "100m", "memory": "64Mi"}}}
+    runtime.start_control_plane()
+    runtime.submit(generic_job("hushed", args=["--hold", str(hold)], extra_roles={"quiet": quiet}))
+    runtime.wait_phase("hushed", {Phase.RUNNING})
+    all_out, one_out = tmp_path / "all.txt", tmp_path / "one.txt"
+    follow_all = runtime.cli_background("logs", "-f", "hushed", output=all_out)
+    follow_one = runtime.cli_background("logs", "-f", "hushed", "--replica", "quiet-0", output=one_out)
+    wait_until(lambda: "worker-0 started" in all_out.read_text(), message="`logs -f` to print worker-0's first line")
+
+    hold.write_text("go")
+    assert follow_all.wait(30) == 0, all_out.read_text()
+    assert follow_one.wait(30) == 0, one_out.read_text()
+    text = all_out.read_text()
+    assert "worker-0 | worker-0 done" in text and "note: quiet-0 printed nothing" in flat(text), text
+    assert "note: worker-0" not in text, text
+    assert flat(one_out.read_text()) == "note: quiet-0 printed nothing"
+
+
 def test_submit_dry_run_prints_the_defaulted_spec_and_creates_nothing(runtime: Runtime) -> None:
     document = generic_job("sized", extra_roles={"helper": program_role(cpu="250m", memory=None)})
     del document["spec"]["replicas"]["worker"]["template"]["resources"]

@@ -248,17 +248,21 @@ def logs(
         files = client.ops.log_files(namespace, job, replica)
         if follow_logs:
             if replica is None:
-                follow(StoreJobSource(client, job), console, show_phases=False)
+                follow(StoreJobSource(client, job), console, show_phases=False, note_silent=True)
                 return
-            tailer = LogTailer()
+            tailer, said = LogTailer(), False
             while True:
                 seq = client.store.latest_seq()
                 for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
+                    said = True
                     console.print(escape(line), highlight=False)
                 current = client.get(job)
                 if current.status.phase in STOP_FOLLOWING:
                     for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
+                        said = True
                         console.print(escape(line), highlight=False)
+                    if not said:  # named, not left out, as `logs` without -f does
+                        print_replica_logs([(replica, "", True)])
                     return
                 client.store.wait_for_change(seq, LOG_POLL_SECONDS)
         from phalanx.adapters.executor import read_exit_code
