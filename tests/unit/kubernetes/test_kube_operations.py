@@ -410,6 +410,15 @@ def test_logs_follow_names_a_pod_that_printed_nothing_once_the_job_ended(
     assert capsys.readouterr() == ("", "note: worker-0 printed nothing\n")
 
 
+def test_logs_of_a_job_without_pods_say_why_they_are_empty(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    stored_job(api, "Queued")
+    cluster = SimpleNamespace(ops=KubeOperations(api), namespace="default", poll_seconds=0.01)
+    assert print_logs(cluster, "quickstart", None, follow_logs=False) == 0  # type: ignore[arg-type]
+    assert capsys.readouterr() == ("", "note: no replica of job quickstart has started yet (it is Queued)\n")
+    with pytest.raises(OperationError, match="job quickstart has no replica 'worker-9'; its replicas: "):
+        KubeOperations(api).logs("default", "quickstart", "worker-9")
+
+
 def test_explain_says_why_a_job_waits(api: FakeApi) -> None:
     stored_job(api, "Queued", reason="Waiting", message="a replica needs 16 GPUs but no node has that many")
     ops = KubeOperations(api)

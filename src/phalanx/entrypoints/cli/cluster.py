@@ -170,7 +170,8 @@ def print_logs(client: KubernetesClient, job: str, replica: str | None, *, follo
         if log.error:
             writer(stderr=True).print(f"[bold red]error:[/] {escape(log.error)}")
     readable = [(log.replica, log.text, log.phase in FINISHED_POD_PHASES) for log in logs if not log.error]
-    print_replica_logs(readable, prefix=len(logs) > 1)
+    phase = "" if logs else str(client.ops.get_job(client.namespace, job).status.phase)
+    print_replica_logs(readable, prefix=len(logs) > 1, job=job if not logs else "", phase=phase)
     return 1 if any(log.error for log in logs) else 0
 
 

@@ -267,14 +267,15 @@ def logs(
                 client.store.wait_for_change(seq, LOG_POLL_SECONDS)
         from phalanx.adapters.executor import read_exit_code
 
-        job_ended = client.get(job).status.phase in STOP_FOLLOWING
+        phase = client.get(job).status.phase
+        job_ended = phase in STOP_FOLLOWING
         shown: list[tuple[str, str, bool]] = []
         for short, path in files:
             text = path.read_text(errors="replace") if path.exists() else ""
             # A replica has ended once its shim recorded an exit code, or once the whole job has (a halted job's
             # replicas were stopped, maybe before they could record one).
             shown.append((short, text, job_ended or read_exit_code(path.parent) is not None))
-        print_replica_logs(shown)
+        print_replica_logs(shown, job=job, phase=phase)
 
 
 def halt(
