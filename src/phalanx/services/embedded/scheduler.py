@@ -297,7 +297,7 @@ class SchedulerService:
                 # given back anyway or the next cycle decides again.
                 changed = True
                 continue
-            self._event(job, "Preempted", f"{preemption.reason} (by {self.identity})")
+            self._event(job, "Preempted", f"{preemption.reason} (by {self.identity})", warning=True)
             log.info("preempted %s: %s", job.key, preemption.reason)
             changed = True
         return changed
@@ -315,12 +315,13 @@ class SchedulerService:
         self._event(job, "Scheduled", f"{message} (by {self.identity})")
         log.info("admitted %s: %s", job.key, message)
 
-    def _event(self, job: TrainingJob, reason: str, message: str) -> None:
+    def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
         self.store.record_event(
             Event(
                 object_kind="TrainingJob",
                 object_name=job.metadata.name,
                 namespace=job.metadata.namespace,
+                type="Warning" if warning else "Normal",
                 reason=reason,
                 message=message,
                 time=self.clock.now(),
