@@ -8,6 +8,7 @@ says what the observations mean, so the embedded control plane, the node agent a
 - ``with_health``: the node as the scheduler should see it, every GPU's ``healthy`` and ``problem`` set from
   those reasons. An unhealthy GPU stays listed (operators see it) but leaves the schedulable set
   (``core.scheduling`` places only healthy GPUs).
+- ``health_events``: the events a change of health makes, worded once for both backends.
 - ``sick_gpus`` and ``lost_replicas``: the replicas whose placement holds an unhealthy GPU. The planner stops
   them and restarts the job per its ``runPolicy``, placed afresh (``core.reconcile.planner``).
 """
@@ -62,6 +63,16 @@ def gpu_health_changes(before: Node, after: Node) -> tuple[list[int], list[int]]
     failed = sorted(gpu.index for gpu in after.status.gpus if not gpu.healthy and was.get(gpu.index, True))
     recovered = sorted(gpu.index for gpu in after.status.gpus if gpu.healthy and not was.get(gpu.index, True))
     return failed, recovered
+
+
+def health_events(
+    failed: Sequence[int], recovered: Sequence[int], problems: Mapping[int, str], healthy: int, total: int
+) -> list[tuple[str, str, bool]]:
+    """The events of one node's GPU health changes, as (reason, message, warning); ``problems`` says why per index."""
+    left = f"{healthy} of {total} GPU(s) healthy"
+    return [("GPUUnhealthy", f"GPU {index} is unhealthy: {problems[index]}; {left}", True) for index in failed] + [
+        ("GPUHealthy", f"GPU {index} is healthy again; {left}", False) for index in recovered
+    ]
 
 
 def sick_gpus(nodes: Iterable[Node]) -> dict[str, dict[int, str]]:

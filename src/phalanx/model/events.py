@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Literal
 
 from phalanx.model.base import ApiModel
+from phalanx.model.meta import ObjectMeta
 
 
 class Event(ApiModel):
@@ -20,3 +21,18 @@ class Event(ApiModel):
     reason: str
     message: str
     time: datetime
+
+    @classmethod
+    def about(
+        cls, kind: str, meta: ObjectMeta, reason: str, message: str, time: datetime, *, warning: bool = False
+    ) -> Event:
+        """An event about the object ``meta`` names: a Warning with ``warning``, else Normal."""
+        return cls(
+            object_kind=kind,
+            object_name=meta.name,
+            namespace=meta.namespace,
+            type="Warning" if warning else "Normal",
+            reason=reason,
+            message=message,
+            time=time,
+        )

@@ -21,8 +21,6 @@ from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.queues import Queue, QueueStatus, ResourceAmounts
 from phalanx.model.replicas import replica_name
 
-RESOURCES = ("gpu", "cpu", "memory")
-
 
 @dataclass(frozen=True)
 class QueueUsage:
@@ -74,19 +72,6 @@ class QueueView:
         )
         status = QueueStatus(admitted=self.admitted_count, pending=self.pending_count, usage=usage)
         return self.queue.model_copy(update={"status": status})
-
-    def borrowing(self) -> list[str]:
-        """The resources of which the queue holds more than its quota (it borrows them from its cohort)."""
-        quota = self.queue.spec.quota.named()
-        found = []
-        for resource in RESOURCES:
-            limit = quota.get(resource)
-            if limit is None:
-                continue
-            used = self.usage.amount(resource)
-            if used > (limit * 1000 if resource == "gpu" else limit):
-                found.append(resource)
-        return found
 
 
 @dataclass

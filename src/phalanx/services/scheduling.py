@@ -11,25 +11,32 @@ by then, so backfill never counts on an end that may not come.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from phalanx.core.lifecycle import HOLDING_PHASES, can_transition
+from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.rendezvous import replica_names
+from phalanx.core.scheduling.attained import AttainedService
+from phalanx.core.scheduling.config import SchedulerConfig
+from phalanx.core.scheduling.passes import PassPlan, plan_pass
 from phalanx.core.scheduling.types import (
     Admission,
+    ClusterSnapshot,
     DatasetNeed,
     DeviceAssignment,
     PendingJob,
+    Preemption,
     QueueQuota,
     QuotaAmounts,
     ReplicaRequest,
     RunningJob,
 )
 from phalanx.model.datasets import Dataset, Distribution
-from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
+from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
+from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue, QueueStatus, ResourceAmounts
 from phalanx.model.replicas import Replica
 from phalanx.model.resources import ResourceVector
@@ -55,32 +62,86 @@ def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[R
     return requests
 
 
-def holdings_of(jobs: list[TrainingJob], replicas: list[Replica]) -> list[tuple[ReplicaPlacement, ResourceVector]]:
-    """What work holds on nodes.
+@dataclass(frozen=True)
+class Occupant:
+    """What one observed replica (a process, a Pod) holds on its node.
 
-    That is every replica that still exists (even one still exiting after its job finished), and every replica
-    placed for a job in a holding phase that has not been created yet.
+    ``placement`` is None for work Phalanx did not place (a foreign Pod, or one of a job's Pods away from its
+    placement): it holds ``held`` without named devices. ``replica`` is the (job uid, replica name) whose
+    placement the occupant accounts for, so that placement is not counted a second time.
     """
-    held = []
-    existing: set[tuple[str, str]] = set()
-    for replica in replicas:
-        spec = replica.spec
-        existing.add((spec.job_uid, replica.metadata.name))
-        vector = ResourceVector(
-            cpu_milli=spec.cpu_milli,
-            memory=spec.memory,
-            gpu=len(spec.placement.gpus) if not spec.placement.gpu_milli else 0,
-            gpu_milli=spec.placement.gpu_milli,
-        )
-        held.append((spec.placement, vector))
+
+    node: str
+    held: ResourceVector
+    placement: ReplicaPlacement | None = None
+    replica: tuple[str, str] = ("", "")
+
+
+def replica_occupant(replica: Replica) -> Occupant:
+    """A replica of the embedded runtime: it holds its placement, and what its spec says."""
+    spec = replica.spec
+    held = ResourceVector(
+        cpu_milli=spec.cpu_milli,
+        memory=spec.memory,
+        gpu=len(spec.placement.gpus) if not spec.placement.gpu_milli else 0,
+        gpu_milli=spec.placement.gpu_milli,
+    )
+    return Occupant(spec.placement.node, held, spec.placement, (spec.job_uid, replica.metadata.name))
+
+
+def holdings_of(
+    jobs: Iterable[TrainingJob],
+    occupants: Iterable[Occupant],
+    nodes: Iterable[Node] = (),
+    requests: Callable[[TrainingJob], Mapping[str, ResourceVector]] | None = None,
+) -> list[tuple[ReplicaPlacement, ResourceVector]]:
+    """What work holds on nodes, as ``build_snapshot`` takes it.
+
+    That is every occupant (even a replica still exiting after its job finished), and every placement of a job
+    in a holding phase that no occupant accounts for (its replica is not created yet, or is away from it). A
+    placement the job's spec no longer names is left out: no replica will be started for it. An occupant without
+    a placement takes its GPUs from the highest indexes of ``nodes`` no placement holds (the device plugin's
+    choice is not visible). ``requests`` gives a job's replicas' requests by name (default: ``replica_requests``;
+    phalanx-scheduler passes its cache).
+    """
+    requested = requests or (lambda job: {r.name: r.resources for r in replica_requests(job)})
+    held: list[tuple[ReplicaPlacement, ResourceVector]] = []
+    covered: set[tuple[str, str]] = set()
+    foreign: list[Occupant] = []
+    for occupant in occupants:
+        if occupant.placement is None:
+            foreign.append(occupant)
+        else:
+            held.append((occupant.placement, occupant.held))
+            covered.add(occupant.replica)
     for job in jobs:
         if Phase(job.status.phase) not in HOLDING_PHASES:
             continue
-        vectors = {r.name: r.resources for r in replica_requests(job)}
+        vectors = requested(job)
         for name, placement in job.status.placements.items():
-            if name in vectors and (job.metadata.uid or "", name) not in existing:
+            if name in vectors and (job.metadata.uid or "", name) not in covered:
                 held.append((placement, vectors[name]))
+    if foreign:
+        held.extend(_without_placement(foreign, held, nodes))
     return held
+
+
+def _without_placement(
+    occupants: list[Occupant], held: list[tuple[ReplicaPlacement, ResourceVector]], nodes: Iterable[Node]
+) -> list[tuple[ReplicaPlacement, ResourceVector]]:
+    """Occupants without a placement: their CPU and memory, and GPUs counted down from the highest free index."""
+    taken: dict[str, set[int]] = defaultdict(set)
+    for placement, _ in held:
+        taken[placement.node].update(placement.gpus)
+    free = {node.metadata.name: [g.index for g in sorted(node.status.gpus, key=lambda g: -g.index)] for node in nodes}
+    extra = []
+    for occupant in occupants:
+        left = [index for index in free.get(occupant.node, []) if index not in taken[occupant.node]]
+        chosen = left[: occupant.held.gpu]
+        taken[occupant.node].update(chosen)
+        vector = ResourceVector(cpu_milli=occupant.held.cpu_milli, memory=occupant.held.memory, gpu=len(chosen))
+        extra.append((ReplicaPlacement(node=occupant.node, gpus=chosen), vector))
+    return extra
 
 
 def running_job(
@@ -295,6 +356,76 @@ def pending_job(
         duration_estimate=float(deadline) if deadline is not None else None,
         attained_service=attained,
     )
+
+
+def plan_cycle(
+    snapshot: ClusterSnapshot,
+    queued: Iterable[TrainingJob],
+    jobs: Iterable[TrainingJob],
+    *,
+    queues: Iterable[Queue],
+    jobtypes: Mapping[str, JobType],
+    datasets: Mapping[tuple[str, str], Dataset],
+    attained: AttainedService,
+    policy: SchedulerConfig,
+    nominated: Mapping[str, tuple[str, ...]],
+    now: datetime,
+    unconvertible: Callable[[TrainingJob, Exception], None] | None = None,
+) -> PassPlan:
+    """One scheduling cycle of either backend: the ``queued`` jobs their queues take, planned by ``plan_pass``.
+
+    ``snapshot`` carries the running jobs; ``jobs`` are every job (a Preempted one still stopping keeps
+    preemption off); of ``queues`` sharing a name, the first counts. A queued job that cannot be turned into a
+    ``PendingJob`` goes to ``unconvertible`` (the embedded runtime quarantines it); without it, the error rises.
+    """
+    queued = list(queued)
+    by_name: dict[str, Queue] = {}
+    for queue in queues:
+        by_name.setdefault(queue.metadata.name, queue)
+    refused = {job.key: queue_refusal(job, by_name) for job in queued}
+    pending = []
+    for job in queued:
+        if refused[job.key] is not None:
+            continue
+        try:
+            pending.append(pending_job(job, jobtypes.get(job.spec.type), datasets, now, attained.before(job.key)))
+        except Exception as err:
+            if unconvertible is None:
+                raise
+            unconvertible(job, err)
+    plan = plan_pass(
+        snapshot,
+        pending,
+        policy=policy,
+        bands=attained.bands(policy),
+        now=now,
+        queues=queue_quotas(by_name.values()),
+        # Victims still stopping free room for their preemptors (the pass turns preemption off meanwhile).
+        stopping=any(Phase(job.status.phase) == Phase.PREEMPTED for job in jobs),
+        nominated=nominated,
+        refusals={key: reason for key, reason in refused.items() if reason is not None},
+    )
+    for error in plan.errors:
+        log.error("a scheduling cycle failed: %s: %s", type(error).__name__, error, exc_info=error)
+    return plan
+
+
+def admitted_status(job: TrainingJob, admission: Admission, now: datetime) -> tuple[TrainingJobStatus, str]:
+    """The job's status once admitted (Admitted, with its placements), and the sentence that says where."""
+    placements = {
+        a.replica: ReplicaPlacement(node=a.node, cpus=list(a.cpus), gpus=list(a.gpus), gpu_milli=a.gpu_milli)
+        for a in admission.assignments
+    }
+    message = describe_admission(admission)
+    status = transition(job.status, Phase.ADMITTED, reason="Scheduled", message=message, now=now)
+    return status.model_copy(update={"placements": placements, "admitted_time": now}), message
+
+
+def preempted_status(job: TrainingJob, preemption: Preemption, now: datetime) -> TrainingJobStatus | None:
+    """The victim's status once preempted; None when its phase cannot be (never with a consistent snapshot)."""
+    if not can_transition(Phase(job.status.phase), Phase.PREEMPTED):
+        return None
+    return transition(job.status, Phase.PREEMPTED, reason="Preempted", message=preemption.reason, now=now)
 
 
 def describe_admission(admission: Admission) -> str:

@@ -118,7 +118,6 @@ def test_usage_of_quota_shows_what_is_borrowed_and_resources_without_quota() -> 
     assert usage_of_quota(view, "gpu") == "[yellow]3/2 (+1)[/]"
     assert usage_of_quota(view, "cpu", plain=True) == "9/8 (+1)"
     assert usage_of_quota(view, "memory", plain=True) == "3Gi/-"  # no memory quota: not limited
-    assert view.borrowing() == ["gpu", "cpu"]
     [shared] = queue_views([team], [job("s", "Running", "team", placed=1, count=1, cpu="500m", gpuMilli=500)])
     assert usage_of_quota(shared, "gpu", plain=True) == "0.5/2"
     assert usage_of_quota(shared, "cpu", plain=True) == "500m/8"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from phalanx.adapters.kubernetes.api import TRAININGJOBS, Resource
+from phalanx.adapters.kubernetes.api import TRAININGJOBS, KubeApiError, Resource
 from phalanx.adapters.kubernetes.informer import Informer
 
 
@@ -73,3 +73,30 @@ def test_events_of_versions_never_observed_are_reported() -> None:
     assert seen == [("ADDED", "2"), ("MODIFIED", "3"), ("DELETED", "4")]
     assert informer.get("team-a", "b") is None
     assert informer.signal.wait(0)
+
+
+class ForbiddenApi(ScriptedApi):
+    """Every LIST is refused, as when the service account lacks a permission."""
+
+    def list(self, resource: Resource, namespace: str | None = None, **_: Any) -> tuple[list[dict[str, Any]], str]:
+        raise KubeApiError(403, "Forbidden", "cannot list")
+
+
+def test_start_synced_names_the_caches_that_did_not_fill_and_stops_early_when_asked() -> None:
+    import threading
+
+    import pytest
+
+    from phalanx.adapters.kubernetes.api import PODS
+    from phalanx.adapters.kubernetes.informer import start_synced
+
+    filled = Informer(ScriptedApi([job("a", 1)], []), TRAININGJOBS)  # type: ignore[arg-type]
+    refused = Informer(ForbiddenApi([], []), PODS)  # type: ignore[arg-type]
+    assert start_synced([filled], timeout=5.0)
+    with pytest.raises(KubeApiError, match="the caches of pods did not fill"):
+        start_synced([filled, refused], timeout=0.2)
+    stop = threading.Event()
+    stop.set()
+    assert not start_synced([refused], timeout=5.0, stop=stop)
+    for informer in (filled, refused):
+        informer.stop()

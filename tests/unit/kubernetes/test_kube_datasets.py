@@ -546,13 +546,19 @@ def test_a_second_job_reading_a_held_entry_is_a_cache_hit_counted_once(tmp_path:
     keeper.jobs.observe(second)
     report = run_until(keeper, lambda r: f"{NS}/again" in r.jobs and f"{NS}/again" in r.held[key].pinned_by)
     until(lambda: keeper.cycle().counters[f"{NS}/train"].hits == 1)
+
+    def staged() -> list[str]:
+        return [e["message"] for e in api.of(EVENTS) if e["reason"] == "Staged"]
+
+    # The cache counts the hit inside the copy's thread; the event is recorded by the pass that collects the
+    # finished copy, which under load may come a few passes later: wait for it rather than count passes.
+    until(lambda: keeper.cycle() and len(staged()) >= 2)
     for _ in range(3):  # later passes (and the first job, staged already) count nothing more
         report = keeper.cycle()
     counters = report.counters[f"{NS}/train"]
     assert (counters.misses, counters.hits) == (1, 1)
     assert report.held[key].pinned_by == (f"{NS}/again", f"{NS}/reader")
-    staged = [e["message"] for e in api.of(EVENTS) if e["reason"] == "Staged"]
-    assert len(staged) == 2 and staged[-1].endswith("cache hit")
+    assert len(staged()) == 2 and staged()[-1].endswith("cache hit")
 
 
 def test_an_eviction_request_evicts_what_no_job_pins_keeps_the_rest_and_is_removed(tmp_path: Path) -> None:

@@ -7,12 +7,11 @@ from typing import Any
 import pytest
 
 from phalanx.adapters.kubernetes.api import ConflictError
-from phalanx.adapters.kubernetes.objects import job_from_object, node_from_object
-from phalanx.model.jobs import ReplicaPlacement
+from phalanx.adapters.kubernetes.objects import job_from_object
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.resources import ResourceVector
 from phalanx.services.kubernetes import scheduler as kube_scheduler
-from phalanx.services.kubernetes.scheduler import KubeScheduler, SchedulerSettings, _foreign_holdings, pod_requests
+from phalanx.services.kubernetes.scheduler import KubeScheduler, SchedulerSettings, pod_requests
 
 
 def test_pod_requests_sum_containers_and_fall_back_to_limits() -> None:
@@ -25,19 +24,6 @@ def test_pod_requests_sum_containers_and_fall_back_to_limits() -> None:
         }
     }
     assert pod_requests(pod) == ResourceVector(cpu_milli=1500, memory=3 * 2**29, gpu=2)
-
-
-def test_foreign_gpu_pods_take_the_highest_free_indices() -> None:
-    node = node_from_object(
-        {
-            "metadata": {"name": "n"},
-            "status": {"allocatable": {"cpu": "4", "memory": "1Gi", "nvidia.com/gpu": "4"}},
-        }
-    )
-    held = [(ReplicaPlacement(node="n", gpus=[3]), ResourceVector(gpu=1))]
-    extra = _foreign_holdings({"n": [ResourceVector(cpu_milli=100, gpu=2)]}, held, [node])
-    assert [(p.node, p.gpus) for p, _ in extra] == [("n", [2, 1])]
-    assert extra[0][1] == ResourceVector(cpu_milli=100, gpu=2)
 
 
 def _job(version: int, generation: int, phase: str) -> dict[str, Any]:

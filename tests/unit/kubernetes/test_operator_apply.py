@@ -324,3 +324,29 @@ def test_timers_stay_small_when_one_key_is_set_again_and_again() -> None:
         timers.set("busy", float(step))
     assert len(timers._heap) <= 2 * len(timers) + 64
     assert timers.pop_due(10_000.0) == ["busy"]
+
+
+def test_background_flush_waits_for_writes_and_those_they_start_and_gives_up_at_its_timeout() -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from phalanx.services.kubernetes.apply import Background
+
+    background, done, release = Background(), [], threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+
+        def second() -> None:
+            done.append("second")
+
+        def first() -> None:
+            background.track(pool.submit(second))  # an explanation that posts an Event
+            done.append("first")
+
+        background.track(pool.submit(first))
+        background.flush()
+        assert sorted(done) == ["first", "second"]
+        background.track(pool.submit(release.wait))
+        background.flush(timeout=0.05)  # returns although the write is still under way
+        assert not release.is_set()
+        release.set()
+        background.flush()

@@ -26,7 +26,8 @@ from phalanx.adapters.kubernetes.api import (
 )
 from phalanx.adapters.kubernetes.informer import Informer
 from phalanx.core.clock import Clock, VirtualClock
-from phalanx.services.kubernetes.operator import KubeOperator, OperatorSettings
+from phalanx.services.kubernetes.operator import KubeOperator
+from phalanx.services.kubernetes.reconcile import OperatorSettings
 
 NS = "team-a"
 

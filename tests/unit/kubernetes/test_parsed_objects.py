@@ -39,3 +39,17 @@ def test_an_invalid_object_is_none_and_logged_once_per_version(caplog: pytest.Lo
         assert parsed.get(obj("bad", "2", "y")) is None
     warnings = [r.getMessage() for r in caplog.records if "invalid Thing bad" in r.getMessage()]
     assert len(warnings) == 2, warnings
+
+
+def test_a_parsed_cache_reads_its_informers_objects_and_names_their_kind(caplog: pytest.LogCaptureFixture) -> None:
+    from phalanx.adapters.kubernetes.api import QUEUES
+    from phalanx.adapters.kubernetes.informer import Informer
+    from phalanx.adapters.kubernetes.parsed import ParsedCache
+
+    informer = Informer(None, QUEUES)  # type: ignore[arg-type]  # no I/O: fed by hand
+    parsed = ParsedCache(informer, lambda o: int(o["spec"]))
+    informer.observe(obj("a", "1", 1))
+    informer.observe(obj("bad", "1", "x"))
+    with caplog.at_level(logging.WARNING):
+        assert parsed.current() == [1]
+    assert any("invalid Queue bad" in r.getMessage() for r in caplog.records)

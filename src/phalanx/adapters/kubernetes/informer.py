@@ -164,8 +164,11 @@ class Informer:
         """Put an object this process just wrote into the cache, unless the cache already has a newer one.
 
         Without it a controller that wrote an object and looks again before the watch event arrives would act
-        on the old version (and, e.g., create a Pod twice or write a status on a stale resourceVersion).
+        on the old version (and, e.g., create a Pod twice or write a status on a stale resourceVersion). A write's
+        answer may lack ``kind`` and ``apiVersion`` (a status subresource's does): they are filled in.
         """
+        obj.setdefault("kind", self.resource.kind)
+        obj.setdefault("apiVersion", self.resource.api_version)
         key = object_key(obj)
         with self._lock:
             current = self._cache.get(key)
@@ -289,3 +292,22 @@ def wait_all_synced(informers: list[Informer], timeout: float) -> bool:
     """Wait until every informer has listed once."""
     deadline = time.monotonic() + timeout
     return all(informer.wait_synced(max(0.0, deadline - time.monotonic())) for informer in informers)
+
+
+def start_synced(informers: list[Informer], timeout: float, stop: threading.Event | None = None) -> bool:
+    """Start the informers and wait for their first lists; False when ``stop`` was set before they filled.
+
+    Raises:
+        KubeApiError: the caches did not fill within ``timeout`` (the API server is unreachable, or a permission
+            is missing); the message names them.
+    """
+    for informer in informers:
+        informer.start()
+    deadline = time.monotonic() + timeout
+    while not wait_all_synced(informers, min(0.5, max(0.0, deadline - time.monotonic()))):
+        if stop is not None and stop.is_set():
+            return False
+        if time.monotonic() >= deadline:
+            missing = [informer.resource.plural for informer in informers if not informer.synced]
+            raise KubeApiError(0, "NotSynced", f"the caches of {', '.join(missing)} did not fill in {timeout:.0f}s")
+    return True

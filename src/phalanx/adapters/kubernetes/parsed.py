@@ -3,7 +3,8 @@
 The controllers (scheduler, operator, node agent) read their whole caches on every pass, and turning an API
 object into a model (pydantic validation, defaults) costs far more than the pass's own logic. An object changes
 only with its resourceVersion, so ``ParsedObjects`` keeps each object's parse until its resourceVersion moves,
-logs an invalid object once per version rather than once per pass, and forgets objects that left the cache.
+logs an invalid object once per version rather than once per pass, and forgets objects that left the cache;
+``ParsedCache`` does so for one informer's whole cache.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
+
+from phalanx.adapters.kubernetes.informer import Informer
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +71,15 @@ class ParsedObjects(Generic[T]):
             for gone in set(self._parsed) - live:
                 del self._parsed[gone]
         return found
+
+
+class ParsedCache(ParsedObjects[T]):
+    """One informer's objects, each parsed once per version (``kind`` is the informer's)."""
+
+    def __init__(self, informer: Informer, parse: Callable[[dict[str, Any]], T]) -> None:
+        super().__init__(informer.resource.kind, parse)
+        self.informer = informer
+
+    def current(self) -> list[T]:
+        """The valid objects of the cache now, parsed."""
+        return self.all(self.informer.items())

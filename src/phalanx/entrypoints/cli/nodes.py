@@ -28,12 +28,12 @@ def show_nodes(client: Client | KubernetesClient, choice: BackendChoice, name: s
             else "No nodes yet: the control plane registers them when it starts (`phalanx up`)."
         )
     else:
-        from phalanx.services.scheduling import holdings_of  # only this view needs the scheduler
+        from phalanx.services.scheduling import holdings_of, replica_occupant  # only this view needs the scheduler
 
         usage: dict[str, dict[str, int]] = {}
         # On a cluster, what admitted jobs were placed on; locally, every replica that still exists too.
         replicas = [] if choice.kubernetes else client.store.list(Replica)  # type: ignore[union-attr]
-        for placement, vector in holdings_of(_placed_jobs(client), replicas):
+        for placement, vector in holdings_of(_placed_jobs(client), map(replica_occupant, replicas)):
             used = usage.setdefault(placement.node, {"cpu_milli": 0, "gpu": 0})
             used["cpu_milli"] += vector.cpu_milli
             used["gpu"] += len(placement.gpus)

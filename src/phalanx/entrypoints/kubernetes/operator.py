@@ -33,7 +33,8 @@ from phalanx.entrypoints.kubernetes.common import (
     setup,
 )
 from phalanx.services.kubernetes.datasets import SourcePolicy
-from phalanx.services.kubernetes.operator import KubeOperator, OperatorSettings
+from phalanx.services.kubernetes.operator import KubeOperator
+from phalanx.services.kubernetes.reconcile import OperatorSettings
 
 log = logging.getLogger("phalanx.operator")
 

@@ -22,9 +22,6 @@ from phalanx.adapters.store import (
     ConflictError,
     NotFoundError,
     SqliteStore,
-    StoreError,
-    StoreUnavailableError,
-    UnreadableError,
 )
 from phalanx.core.gpu_health import SickGpus, sick_gpus
 from phalanx.core.lifecycle import transition
@@ -48,7 +45,7 @@ from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaPhase, replica_name
 from phalanx.services.embedded.datasets import DatasetManager, StagingObservation
 from phalanx.services.embedded.layout import StateLayout
-from phalanx.services.embedded.quarantine import CONTROLLER_ERROR, Quarantine, guarded_hold
+from phalanx.services.embedded.quarantine import CONTROLLER_ERROR, Quarantine, guarded_step
 from phalanx.services.embedded.storing import observe_outputs, store_outputs
 
 log = logging.getLogger(__name__)
@@ -95,11 +92,10 @@ class JobController:
     clock: Clock = field(default_factory=SystemClock)
     identity: str = "controller"
     data: DatasetManager | None = None
-    quarantine: Quarantine | None = None
+    quarantine: Quarantine = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.quarantine is None:
-            self.quarantine = Quarantine(self.store, self.clock)
+        self.quarantine = Quarantine(self.store, self.clock)
 
     def sync(self) -> tuple[bool, float | None]:
         """Reconcile every job once. Returns (something changed, seconds until a timer needs a look)."""
@@ -110,41 +106,26 @@ class JobController:
         sick = sick_gpus(self.store.list(Node))
         changed = False
         wake: float | None = None
-        assert self.quarantine is not None
         held = self.quarantine.held("TrainingJob")
         for job in self.store.list(TrainingJob):
             if held.skips(job):
                 continue
-            try:
-                job_changed, job_wake = self._sync_job(job, jobtypes, by_job.get(job.metadata.uid or "", []), sick)
-            except (ConflictError, NotFoundError):
-                changed = True  # the job changed under us; the next pass sees the new version
-                continue
-            except RendezvousError as err:
-                self._fail(job, "InvalidEnvironment", f"cannot render the replicas' environment: {err}")
-                changed = True
-                continue
-            except StoreUnavailableError:
-                raise  # the whole pass waits for the store (see store_faults)
-            except StoreError as err:
-                if isinstance(err, UnreadableError):  # something of the job's cannot be read: set the job aside
-                    guarded_hold(self.quarantine, job, reason=CONTROLLER_ERROR, error=err)
-                    changed = True
-                    continue
-                # The store failed (busy, full): not the job's fault, so it is simply tried again.
-                log.exception("reconciling job %s failed on the store; retrying on the next pass", job.key)
+
+            def step(job: TrainingJob = job) -> bool:
+                nonlocal wake
+                try:
+                    job_changed, job_wake = self._sync_job(job, jobtypes, by_job.get(job.metadata.uid or "", []), sick)
+                except RendezvousError as err:
+                    self._fail(job, "InvalidEnvironment", f"cannot render the replicas' environment: {err}")
+                    return True
+                if job_wake is not None:
+                    wake = job_wake if wake is None else min(wake, job_wake)
+                return job_changed
+
+            stepped = guarded_step(self.quarantine, job, held, step, reason=CONTROLLER_ERROR, doing="reconciling job")
+            if stepped is None:  # a store fault: not the job's, so it is tried again soon
                 wake = 1.0 if wake is None else min(wake, 1.0)
-                continue
-            except Exception as err:
-                # One job's unexpected failure must not stop the others from being reconciled, nor be retried
-                # on every pass.
-                guarded_hold(self.quarantine, job, reason=CONTROLLER_ERROR, error=err)
-                changed = True
-                continue
-            self.quarantine.clear(job, held, reason=CONTROLLER_ERROR)
-            changed |= job_changed
-            if job_wake is not None:
-                wake = job_wake if wake is None else min(wake, job_wake)
+            changed |= bool(stepped)
         return changed, wake
 
     def _sync_job(
@@ -312,15 +293,7 @@ class JobController:
 
     def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
         self.store.record_event(
-            Event(
-                object_kind="TrainingJob",
-                object_name=job.metadata.name,
-                namespace=job.metadata.namespace,
-                type="Warning" if warning else "Normal",
-                reason=reason,
-                message=message,
-                time=self.clock.now(),
-            )
+            Event.about("TrainingJob", job.metadata, reason, message, self.clock.now(), warning=warning)
         )
 
     def _finalize_deletion(self, job: TrainingJob, replicas: list[Replica]) -> bool:

@@ -48,6 +48,7 @@ from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.masking import mask_url
+from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
 from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice, Written
 from phalanx.services.dataset_store import (
@@ -260,7 +261,7 @@ class DatasetManager:
 
     def record(self, dataset: Dataset, reason: str, message: str, *, warning: bool = False) -> None:
         """An event on the Dataset."""
-        self._event("Dataset", dataset.metadata.namespace, dataset.metadata.name, reason, message, warning)
+        self._event("Dataset", dataset.metadata, reason, message, warning)
 
     def _collect(self) -> bool:
         """Take up finished stagings."""
@@ -283,7 +284,7 @@ class DatasetManager:
         return changed
 
     def _guarded(self, obj: Dataset | TrainingJob, held: Held, step: Callable[[], bool], doing: str) -> bool:
-        return guarded_step(self.quarantine, obj, held, step, reason=DATASET_MANAGER_ERROR, doing=doing)
+        return bool(guarded_step(self.quarantine, obj, held, step, reason=DATASET_MANAGER_ERROR, doing=doing))
 
     # -- staging ----------------------------------------------------------------------------------------------
     def _stage_job(
@@ -430,17 +431,8 @@ class DatasetManager:
     # -- events -----------------------------------------------------------------------------------------------
     def _record_job(self, job_key: str, reason: str, message: str) -> None:
         namespace, name = job_key.split("/", 1)
-        self._event("TrainingJob", namespace, name, reason, message, False)
+        self._event("TrainingJob", ObjectMeta(namespace=namespace, name=name), reason, message, False)
 
-    def _event(self, kind: str, namespace: str, name: str, reason: str, message: str, warning: bool) -> None:
-        self.store.record_event(
-            Event(
-                object_kind=kind,
-                object_name=name,
-                namespace=namespace,
-                type="Warning" if warning else "Normal",
-                reason=reason,
-                message=mask_url(message),  # events are shown (describe): never a datasource password
-                time=self.clock.now(),
-            )
-        )
+    def _event(self, kind: str, meta: ObjectMeta, reason: str, message: str, warning: bool) -> None:
+        # Events are shown (describe): never a datasource password.
+        self.store.record_event(Event.about(kind, meta, reason, mask_url(message), self.clock.now(), warning=warning))

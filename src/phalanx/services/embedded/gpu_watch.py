@@ -31,7 +31,7 @@ from phalanx.adapters.devices.discovery import (
 )
 from phalanx.adapters.devices.inventory import load_inventory
 from phalanx.adapters.store import SqliteStore
-from phalanx.core.gpu_health import gpu_health_changes, unhealthy_reasons, with_health
+from phalanx.core.gpu_health import gpu_health_changes, health_events, unhealthy_reasons, with_health
 from phalanx.model.errors import SpecError
 from phalanx.model.events import Event
 from phalanx.model.nodes import Node
@@ -113,27 +113,13 @@ class GpuWatch:
 
     def _record(self, node: Node, failed: list[int], recovered: list[int]) -> None:
         healthy = sum(gpu.healthy for gpu in node.status.gpus)
-        left = f"{healthy} of {len(node.status.gpus)} GPU(s) healthy"
-        problem = {gpu.index: gpu.problem for gpu in node.status.gpus}
-        for index in failed:
-            log.warning("node %s: GPU %d is unhealthy: %s", node.metadata.name, index, problem[index])
-            self._event(node, "GPUUnhealthy", f"GPU {index} is unhealthy: {problem[index]}; {left}", warning=True)
-        for index in recovered:
-            log.info("node %s: GPU %d is healthy again", node.metadata.name, index)
-            self._event(node, "GPUHealthy", f"GPU {index} is healthy again; {left}")
+        problems = {gpu.index: gpu.problem for gpu in node.status.gpus}
+        for reason, message, warning in health_events(failed, recovered, problems, healthy, len(node.status.gpus)):
+            (log.warning if warning else log.info)("node %s: %s", node.metadata.name, message)
+            self._event(node, reason, message, warning=warning)
 
     def _event(self, node: Node, reason: str, message: str, *, warning: bool = False) -> None:
-        self.store.record_event(
-            Event(
-                object_kind="Node",
-                object_name=node.metadata.name,
-                namespace=node.metadata.namespace,
-                type="Warning" if warning else "Normal",
-                reason=reason,
-                message=message,
-                time=self.clock.now(),
-            )
-        )
+        self.store.record_event(Event.about("Node", node.metadata, reason, message, self.clock.now(), warning=warning))
 
     def close(self) -> None:
         """Stop watching XIDs."""

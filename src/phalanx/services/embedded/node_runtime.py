@@ -19,6 +19,7 @@ job is quarantined, not gone.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -36,13 +37,13 @@ from phalanx.adapters.executor import (
     find_shim,
     read_exit_code,
 )
-from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError, StoreUnavailableError
+from phalanx.adapters.store import SqliteStore
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica, ReplicaPhase
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION
-from phalanx.services.embedded.quarantine import NODE_RUNTIME_ERROR, Quarantine, guarded_hold
+from phalanx.services.embedded.quarantine import NODE_RUNTIME_ERROR, Quarantine, guarded_step
 from phalanx.services.embedded.store_faults import FaultEpisodes
 
 log = logging.getLogger(__name__)
@@ -110,11 +111,10 @@ class NodeRuntime:
     _launch_retry_at: float | None = None  # while launches back off: when to try the next one (monotonic)
     _launch_problem: str = ""  # why launches back off, for the replicas that wait
     _launches_waiting: bool = False  # the last pass left a replica Pending for the backoff
-    quarantine: Quarantine | None = None
+    quarantine: Quarantine = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.quarantine is None:
-            self.quarantine = Quarantine(self.store, self.clock)
+        self.quarantine = Quarantine(self.store, self.clock)
 
     def sync(self) -> bool:
         """Bring processes in line with Replica objects once; True when something changed.
@@ -128,7 +128,6 @@ class NodeRuntime:
         self._watch_exits(replicas)
         jobs = {job.metadata.uid: job for job in self.store.list(TrainingJob)}
         unreadable_jobs = {(r.namespace, r.name) for r in self.store.quarantined("TrainingJob") if not r.readable}
-        assert self.quarantine is not None
         held = self.quarantine.held("Replica")
         shared_pools = self._shared_pools(replicas)
         for replica in replicas:
@@ -140,22 +139,9 @@ class NodeRuntime:
                 and (meta.namespace, replica.spec.job_name) in unreadable_jobs
             ):
                 continue
-            try:
-                changed |= self._sync_one(replica, job, shared_pools)
-            except (ConflictError, NotFoundError):
-                changed = True  # someone else wrote it first; look again next pass
-            except StoreUnavailableError:
-                raise  # the whole pass waits for the store (see store_faults)
-            except StoreError:
-                # The store failed (busy, full): not the replica's fault, so it is simply tried again.
-                log.exception("handling replica %s failed on the store; retrying on the next pass", meta.name)
-            except Exception as err:
-                # One replica's unexpected failure must not stop the others from being run and watched.
-                guarded_hold(self.quarantine, replica, reason=NODE_RUNTIME_ERROR, error=err)
-                changed = True
-            else:
-                if held.has(replica):
-                    self.quarantine.clear(replica, held, reason=NODE_RUNTIME_ERROR)
+            step = functools.partial(self._sync_one, replica, job, shared_pools)
+            doing = "handling replica"
+            changed |= bool(guarded_step(self.quarantine, replica, held, step, reason=NODE_RUNTIME_ERROR, doing=doing))
         return changed
 
     def launch_retry_in(self) -> float | None:

@@ -34,6 +34,7 @@ from phalanx.adapters.store import (
     SqliteStore,
     StoreError,
     StoreUnavailableError,
+    UnreadableError,
     describe_error,
 )
 from phalanx.core.lifecycle.quarantine import quarantine_condition, quarantined, released
@@ -145,15 +146,7 @@ class Quarantine:
 
     def _event(self, kind: str, meta: ObjectMeta, message: str, now: datetime) -> None:
         try:
-            event = Event(
-                object_kind=kind,
-                object_name=meta.name,
-                namespace=meta.namespace,
-                type="Warning",
-                reason="Quarantined",
-                message=message,
-                time=now,
-            )
+            event = Event.about(kind, meta, "Quarantined", message, now, warning=True)
         except ValueError:  # an event model stricter than the object it is about: the record still names it
             return
         self.store.record_event(event)
@@ -173,28 +166,33 @@ def guarded_hold(quarantine: Quarantine, obj: BaseModel, *, reason: str, error: 
 
 def guarded_step(
     quarantine: Quarantine, obj: BaseModel, held: Held, step: Callable[[], bool], *, reason: str, doing: str
-) -> bool:
+) -> bool | None:
     """Run one object's step: a store fault is retried on the next pass; anything unexpected sets ``obj`` aside.
 
-    Returns what ``step`` returned (whether it changed anything), True when it set ``obj`` aside, False after a
-    store fault. ``StoreUnavailableError`` propagates: the whole pass waits for the store (see store_faults).
-    An object set aside is released once its step succeeds.
+    Returns what ``step`` returned (whether it changed anything); True when ``obj`` changed under it (a conflict:
+    the next pass sees the new version) or was set aside (something of its own cannot be read, or the step
+    failed unexpectedly); None after a store fault. ``StoreUnavailableError`` propagates: the whole pass waits
+    for the store (see store_faults). An object set aside by ``reason`` is released once its step succeeds.
     """
     try:
         changed = step()
+    except (ConflictError, NotFoundError):
+        return True
     except StoreUnavailableError:
         raise
-    except StoreError:
+    except StoreError as err:
+        if isinstance(err, UnreadableError):
+            guarded_hold(quarantine, obj, reason=reason, error=err)
+            return True
         # The store failed (busy, full): not the object's fault, so it is simply tried again.
         meta = _meta(obj)
         log.exception("%s %s/%s failed on the store; retrying on the next pass", doing, meta.namespace, meta.name)
-        return False
+        return None
     except Exception as err:
         # One object's unexpected failure must not stop the others (nor the control plane's loop).
         guarded_hold(quarantine, obj, reason=reason, error=err)
         return True
-    if held.has(obj):
-        quarantine.clear(obj, held, reason=reason)
+    quarantine.clear(obj, held, reason=reason)
     return changed
 
 

@@ -26,27 +26,27 @@ from dataclasses import dataclass, field, replace
 
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.store import ConflictError, NotFoundError, SqliteStore, StoreError
-from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
+from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.scheduling import build_snapshot
 from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
-from phalanx.core.scheduling.passes import plan_pass
 from phalanx.core.scheduling.types import Admission, Preemption, ReplicaRequest
 from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
-from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
+from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.services.embedded.quarantine import SCHEDULER_ERROR, Held, Quarantine, guarded_hold
 from phalanx.services.scheduling import (
-    describe_admission,
+    admitted_status,
     holdings_of,
-    pending_job,
+    plan_cycle,
+    preempted_status,
     queue_quotas,
-    queue_refusal,
     queue_statuses,
+    replica_occupant,
     replica_requests,
     running_jobs,
 )
@@ -73,7 +73,7 @@ class SchedulerService:
     store: SqliteStore
     clock: Clock = field(default_factory=SystemClock)
     identity: str = "scheduler"
-    quarantine: Quarantine | None = None
+    quarantine: Quarantine = field(init=False)
     policy: SchedulerConfig = DEFAULT_POLICY  # the base settings (a SchedulerConfiguration file)
     # Preemptors whose victims' room is theirs (``core.scheduling.passes``); kept in memory: after a restart, a
     # victim still stopping keeps preemption off, and the preemptor is tried in the usual order again.
@@ -84,8 +84,7 @@ class SchedulerService:
     _queue_failure: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.quarantine is None:
-            self.quarantine = Quarantine(self.store, self.clock)
+        self.quarantine = Quarantine(self.store, self.clock)
 
     def sync(self) -> bool:
         """Run one cycle; True when a job was admitted, preempted or quarantined, or its waiting reason changed."""
@@ -105,7 +104,6 @@ class SchedulerService:
         return changed
 
     def _cycle(self) -> bool:
-        assert self.quarantine is not None
         jobs = self.store.list(TrainingJob)
         try:
             self._write_queue_statuses(jobs)
@@ -139,45 +137,29 @@ class SchedulerService:
         queued = [job for job in queued if job.key not in bad]
         replicas, changed_replicas = self._countable(replicas)
         changed |= changed_replicas
-        snapshot = build_snapshot(nodes, holdings_of(jobs, replicas))
+        snapshot = build_snapshot(nodes, holdings_of(jobs, map(replica_occupant, replicas)))
         running = running_jobs(jobs, replicas, jobtypes=jobtypes, nodes=(node.metadata.name for node in nodes), now=now)
         running = self._attained.observe(running, now, (job.key for job in jobs))
         datasets = {(d.metadata.namespace, d.metadata.name): d for d in self.store.list(Dataset)}
         stored_queues, changed_queues = self._usable_queues(self.store.list(Queue))
         changed |= changed_queues
-        queues = queue_quotas(stored_queues)
-        queue_objects: dict[str, Queue] = {}
-        for queue in stored_queues:  # the first of a name wins, as in queue_quotas
-            queue_objects.setdefault(queue.metadata.name, queue)
-        refused = {job.key: queue_refusal(job, queue_objects) for job in queued}
-        # Victims still stopping free room for their preemptors (the pass turns preemption off meanwhile).
-        stopping = any(Phase(job.status.phase) == Phase.PREEMPTED for job in jobs)
-        pending = []
-        for job in queued:
-            if refused[job.key] is not None:
-                continue
-            try:
-                attained = self._attained.before(job.key)
-                pending.append(pending_job(job, jobtypes.get(job.spec.type), datasets, now, attained))
-            except Exception as err:
-                guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=err)
-                changed = True
+        unconvertible: list[tuple[TrainingJob, Exception]] = []  # queued jobs that make no PendingJob
         by_key = {job.key: job for job in queued}
-        plan = plan_pass(
+        plan = plan_cycle(
             replace(snapshot, running=running),
-            pending,
+            queued,
+            jobs,
+            queues=stored_queues,
+            jobtypes=jobtypes,
+            datasets=datasets,
+            attained=self._attained,
             policy=self.policy,
-            bands=self._attained.bands(self.policy),
-            now=now,
-            queues=queues,
-            stopping=stopping,
             nominated=self._nominated,
-            refusals={key: reason for key, reason in refused.items() if reason is not None},
+            now=now,
+            unconvertible=lambda job, err: unconvertible.append((job, err)),
         )
-        for error in plan.errors:
-            log.error("a scheduling cycle failed: %s: %s", type(error).__name__, error, exc_info=error)
-        for key, error in plan.culprits.items():
-            guarded_hold(self.quarantine, by_key[key], reason=SCHEDULER_ERROR, error=error)
+        for job, error in [*unconvertible, *((by_key[key], error) for key, error in plan.culprits.items())]:
+            guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=error)
             changed = True
         if not plan.decided:
             return changed
@@ -226,13 +208,11 @@ class SchedulerService:
             except Exception as err:
                 bad.add(job.key)
                 if not held.skips(job):
-                    assert self.quarantine is not None
                     guarded_hold(self.quarantine, job, reason=SCHEDULER_ERROR, error=err)
         return bad
 
     def _usable_queues(self, queues: list[Queue]) -> tuple[list[Queue], bool]:
         """The Queues the cycle can take as quotas; the others are quarantined (True when one was now)."""
-        assert self.quarantine is not None
         held = self.quarantine.held("Queue")
         usable, changed = [], False
         for queue in queues:
@@ -248,7 +228,6 @@ class SchedulerService:
 
     def _countable(self, replicas: list[Replica]) -> tuple[list[Replica], bool]:
         """The replicas whose holdings the cycle can count; the others are quarantined (True when one was now)."""
-        assert self.quarantine is not None
         held = self.quarantine.held("Replica")
         kept, changed = [], False
         for replica in replicas:
@@ -286,11 +265,10 @@ class SchedulerService:
         changed = False
         for preemption in preempted:
             job = by_key[preemption.victim]
-            if not can_transition(Phase(job.status.phase), Phase.PREEMPTED):
-                continue  # not preemptible (see running_jobs); never happens with a consistent snapshot
-            now = self.clock.now()
+            status = preempted_status(job, preemption, self.clock.now())
+            if status is None:
+                continue
             try:
-                status = transition(job.status, Phase.PREEMPTED, reason="Preempted", message=preemption.reason, now=now)
                 self.store.update_status(job.model_copy(update={"status": status}))
             except (ConflictError, NotFoundError):
                 # The victim changed since the snapshot (it finished, was halted or deleted); its room is being
@@ -303,27 +281,12 @@ class SchedulerService:
         return changed
 
     def _admit(self, job: TrainingJob, admission: Admission) -> None:
-        now = self.clock.now()
-        placements = {
-            a.replica: ReplicaPlacement(node=a.node, cpus=list(a.cpus), gpus=list(a.gpus), gpu_milli=a.gpu_milli)
-            for a in admission.assignments
-        }
-        message = describe_admission(admission)
-        status = transition(job.status, Phase.ADMITTED, reason="Scheduled", message=message, now=now)
-        status = status.model_copy(update={"placements": placements, "admitted_time": now})
+        status, message = admitted_status(job, admission, self.clock.now())
         self.store.update_status(job.model_copy(update={"status": status}))
         self._event(job, "Scheduled", f"{message} (by {self.identity})")
         log.info("admitted %s: %s", job.key, message)
 
     def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
         self.store.record_event(
-            Event(
-                object_kind="TrainingJob",
-                object_name=job.metadata.name,
-                namespace=job.metadata.namespace,
-                type="Warning" if warning else "Normal",
-                reason=reason,
-                message=message,
-                time=self.clock.now(),
-            )
+            Event.about("TrainingJob", job.metadata, reason, message, self.clock.now(), warning=warning)
         )

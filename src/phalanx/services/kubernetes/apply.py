@@ -13,7 +13,9 @@ the pure pieces they are made of, so unit tests can check them without a cluster
 - ``invalid_spec_message``: a spec error as one line of field-path errors;
 - ``EventBudget``: how many Normal events may be posted under a burst (Warnings always are);
 - ``may_hold`` and ``HeldStatus``: which planned status may wait to be written together with the next one;
-- ``Timers``: when each job asked to be looked at again.
+- ``Timers``: when each job asked to be looked at again;
+- ``Wiring`` and ``OperatorCounters``: what the operator's parts (reconcile, status writer, GC) share;
+- ``Background``: writes made in the background (Events, explanations) that ``flush`` waits for.
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, KeysView, Mapping
-from dataclasses import dataclass, replace
+from concurrent.futures import Executor, Future, wait
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from phalanx.adapters.clock import Clock
+from phalanx.adapters.kubernetes.api import KubeApi
 from phalanx.adapters.kubernetes.objects import LABEL_JOB, observe_pod
 from phalanx.adapters.kubernetes.rendering import (
     ANNOTATION_JOB_UID,
@@ -342,3 +348,60 @@ def check_renderable(job: TrainingJob, jobtype: JobType, settings: PodSettings) 
         render_pod(
             job, jobtype, role, replica.count - 1, 0, scheduler_name=settings.scheduler_name, image=settings.image
         )
+
+
+@dataclass
+class OperatorCounters:
+    """What the operator did, for logs, tests and benchmarks."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, what: str, amount: int = 1) -> None:
+        """Count ``amount`` more of ``what`` (thread-safe: actions run in a pool)."""
+        with self.lock:
+            self.counts[what] += amount
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far."""
+        with self.lock:
+            return dict(self.counts)
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What the operator's parts share: the API client, the pool their API calls run in, counters and clock."""
+
+    api: KubeApi
+    pool: Executor
+    counters: OperatorCounters
+    clock: Clock
+
+
+class Background:
+    """Writes made in the background (Events, explanations): best effort, waited for only by ``flush``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: set[Future[Any]] = set()
+
+    def track(self, future: Future[Any]) -> None:
+        """Count ``future`` among the writes under way until it is done."""
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until the writes under way, and those they started, are done (or ``timeout`` has passed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                pending = set(self._pending)
+            left = None if deadline is None else deadline - time.monotonic()
+            if not pending or (left is not None and left <= 0):
+                return
+            wait(pending, left)

@@ -355,8 +355,6 @@ class KubeDatasetManager:
         except NotFoundError:
             self.datasets.forget(meta.namespace, meta.name)
             return Written.LOST
-        written.setdefault("kind", "Dataset")
-        written.setdefault("apiVersion", DATASETS.api_version)
         self.datasets.observe(written)
         return Written.WROTE
 

@@ -11,21 +11,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from phalanx.adapters.kubernetes.api import TRAININGJOBS, KubeApi, KubeApiError, NotFoundError
+from phalanx.adapters.kubernetes.api import TRAININGJOBS, KubeApiError, NotFoundError
 from phalanx.adapters.kubernetes.informer import Informer
 from phalanx.adapters.kubernetes.objects import LABEL_JOB
-from phalanx.services.kubernetes.apply import job_uid_of, orphan_pods, pod_uid
+from phalanx.services.kubernetes.apply import Wiring, job_uid_of, orphan_pods, pod_uid
 
 log = logging.getLogger(__name__)
-
-
-class Counting(Protocol):
-    """Where collection counts what it did (``OperatorCounters``)."""
-
-    def add(self, what: str, amount: int = 1) -> None:
-        """Count ``amount`` more of ``what``."""
 
 
 class PodDeletions:
@@ -56,13 +49,12 @@ class PodDeletions:
 
 
 def collect_orphans(
-    api: KubeApi,
+    wiring: Wiring,
     *,
     jobs: Informer,
     pods: Informer,
     deletions: PodDeletions,
     delete_pod: Callable[[Mapping[str, Any], str], bool],
-    counters: Counting,
 ) -> None:
     """Delete Pods whose job is gone (confirmed by a GET: the job cache may lag behind the Pod cache).
 
@@ -79,9 +71,9 @@ def collect_orphans(
         meta = pod["metadata"]
         namespace, job_name = str(meta.get("namespace")), str(meta["labels"][LABEL_JOB])
         try:
-            counters.add("orphan_reads")
+            wiring.counters.add("orphan_reads")
             try:
-                current = api.get(TRAININGJOBS, job_name, namespace)
+                current = wiring.api.get(TRAININGJOBS, job_name, namespace)
             except NotFoundError:
                 current = None
             if current is not None and current["metadata"].get("uid") == job_uid_of(pod):
@@ -89,6 +81,6 @@ def collect_orphans(
                 continue
             log.info("deleting orphan pod %s/%s (its job %s is gone)", namespace, meta.get("name"), job_name)
             delete_pod(pod, "Orphaned")
-            counters.add("orphans_deleted")
+            wiring.counters.add("orphans_deleted")
         except KubeApiError as error:
             log.warning("orphan pod %s/%s not deleted yet: %s", namespace, meta.get("name"), error)

@@ -61,6 +61,7 @@ from phalanx.adapters.kubernetes.node_report import (
     status_patch,
 )
 from phalanx.adapters.kubernetes.objects import GPU_PRODUCT_LABEL, GPU_RESOURCE, unhealthy_gpus
+from phalanx.core.gpu_health import health_events
 from phalanx.model.errors import SpecError
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,6 @@ class CycleResult:
     """What one cycle did."""
 
     report: NodeReport
-    patched_metadata: bool = False
-    patched_status: bool = False
     failed: list[int] = field(default_factory=list)
     recovered: list[int] = field(default_factory=list)
 
@@ -146,15 +145,12 @@ class NodeAgent:
         status_first = bool(status) and current is not None and report.healthy_gpus >= current
         if status and status_first:
             observed = self.api.patch(NODES, name, status, subresource="status")
-            result.patched_status = True
         if meta or heartbeat_due:
             meta.setdefault("annotations", {})[HEARTBEAT_ANNOTATION] = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
             observed = self.api.patch(NODES, name, {"metadata": meta})
             self._last_heartbeat = now
-            result.patched_metadata = True
         if status and not status_first:
             observed = self.api.patch(NODES, name, status, subresource="status")
-            result.patched_status = True
         self._observed = observed
         if report.gpus_known:
             self._record_transitions(report, result)
@@ -194,14 +190,11 @@ class NodeAgent:
         self._unhealthy = set(after)
         result.failed = sorted(after - before)
         result.recovered = sorted(before - after)
-        left = f"{report.healthy_gpus} of {report.gpus} GPU(s) healthy"
-        for index in result.failed:
-            why = "; ".join(report.problems[index])
-            log.warning("GPU %d is unhealthy: %s", index, why)
-            self._event("GPUUnhealthy", f"GPU {index} is unhealthy: {why}; {left}", warning=True)
-        for index in result.recovered:
-            log.info("GPU %d is healthy again", index)
-            self._event("GPUHealthy", f"GPU {index} is healthy again; {left}")
+        problems = {index: "; ".join(report.problems[index]) for index in result.failed}
+        changes = health_events(result.failed, result.recovered, problems, report.healthy_gpus, report.gpus)
+        for reason, message, warning in changes:
+            (log.warning if warning else log.info)("%s", message)
+            self._event(reason, message, warning=warning)
 
     def _event(self, reason: str, message: str, *, warning: bool = False) -> None:
         name = self.settings.node_name

@@ -55,7 +55,7 @@ from phalanx.adapters.kubernetes.cache_report import (
 )
 from phalanx.adapters.kubernetes.informer import Informer, Signal, wait_all_synced
 from phalanx.adapters.kubernetes.objects import dataset_from_object, job_from_object, jobtype_from_object
-from phalanx.adapters.kubernetes.parsed import ParsedObjects
+from phalanx.adapters.kubernetes.parsed import ParsedCache, ParsedObjects
 from phalanx.core.data import CacheEntry
 from phalanx.core.scheduling.types import DATASET_LABEL_PREFIX
 from phalanx.model.datasets import Dataset, version_label
@@ -170,8 +170,8 @@ class NodeCacheKeeper:
         self._pins: dict[str, set[str]] | None = None
         self._jobtypes_now: Mapping[str, JobType] = {}  # what the jobs of this pass are validated against
         self._parsed_jobs = ParsedObjects("TrainingJob", lambda obj: job_from_object(obj, self._jobtypes_now))
-        self._parsed_datasets = ParsedObjects("Dataset", dataset_from_object)
-        self._parsed_jobtypes = ParsedObjects("JobType", jobtype_from_object)
+        self._parsed_datasets = ParsedCache(self.datasets, dataset_from_object)
+        self._parsed_jobtypes = ParsedCache(self.jobtypes, jobtype_from_object)
         self._observed: dict[str, Any] | None = None
         self._next_read = 0.0
         self._refused: dict[str, str] = {}  # entry key -> why the last eviction request left it
@@ -329,10 +329,10 @@ class NodeCacheKeeper:
         return [job for job in self._parsed_jobs.all(placed) if Phase(job.status.phase) in STAGING_PHASES]
 
     def _datasets(self) -> dict[tuple[str, str], Dataset]:
-        return {(d.metadata.namespace, d.metadata.name): d for d in self._parsed_datasets.all(self.datasets.items())}
+        return {(d.metadata.namespace, d.metadata.name): d for d in self._parsed_datasets.current()}
 
     def _jobtypes(self) -> dict[str, JobType]:
-        return {jobtype.metadata.name: jobtype for jobtype in self._parsed_jobtypes.all(self.jobtypes.items())}
+        return {jobtype.metadata.name: jobtype for jobtype in self._parsed_jobtypes.current()}
 
     # -- copies -----------------------------------------------------------------------------------------------
 

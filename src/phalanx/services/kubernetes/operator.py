@@ -2,14 +2,8 @@
 
 For every TrainingJob it does what ``services/embedded/controller.py`` does for the embedded store — observe, call the
 same pure ``core.reconcile.plan``, apply the plan — with Pods for replicas and the API server for the store. This
-module runs the loop and owns the caches; each job of the loop is a module of its own:
-
-- ``workqueue``: which jobs a pass reconciles (changed, due, or resynced) and when the next pass is due;
-- ``reconcile``: one job observed from the caches, planned, and the plan applied (Pods, Service, hostfile);
-- ``status_writer``: the status written on the version it was planned from, or held to coalesce two moves;
-  dataset versions; events;
-- ``gc``: orphan Pods (their job is gone) deleted at once, and the Pods this process deleted remembered;
-- ``apply``: the pure pieces of all of them; ``datasets``: the ``KubeDatasetManager`` on its own thread.
+module runs the loop and owns the caches; ``workqueue`` picks the jobs, ``reconcile`` plans and applies one job,
+``status_writer`` writes what it decided, ``gc`` collects orphan Pods, and ``datasets`` runs on its own thread.
 
 The caches are informers (TrainingJobs, JobTypes, and the Pods, Services and ConfigMaps labelled
 ``phalanx.dev/job``): one LIST each at start, then WATCH; never a LIST per pass. One loop thread hands the jobs
@@ -40,21 +34,19 @@ from phalanx.adapters.kubernetes.api import (
     KubeApi,
     KubeApiError,
 )
-from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key, wait_all_synced
+from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key, start_synced
 from phalanx.adapters.kubernetes.objects import LABEL_JOB, node_from_object
 from phalanx.core.gpu_health import sick_gpus
 from phalanx.model.base import API_GROUP
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
-from phalanx.services.kubernetes.apply import job_uid_of
+from phalanx.services.kubernetes.apply import OperatorCounters, Wiring, job_uid_of
 from phalanx.services.kubernetes.datasets import KubeDatasetManager
 from phalanx.services.kubernetes.gc import PodDeletions, collect_orphans
-from phalanx.services.kubernetes.reconcile import Caches, JobReconciler, OperatorCounters, OperatorSettings, Outcome
+from phalanx.services.kubernetes.reconcile import Caches, JobReconciler, OperatorSettings, Outcome
 from phalanx.services.kubernetes.specs import SpecCache
 from phalanx.services.kubernetes.status_writer import StatusWriter
 from phalanx.services.kubernetes.workqueue import WorkQueue
-
-__all__ = ["KubeOperator", "OperatorCounters", "OperatorSettings"]
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]  # (namespace, name)
@@ -91,15 +83,8 @@ class KubeOperator:
         self.queue: WorkQueue[JobKey] = WorkQueue(settings.resync_s)
         self._next_housekeeping = 0.0
         self.specs = SpecCache(api, self.jobtypes, settings.pods)  # validated jobs, parsed JobTypes
-        self.writer = StatusWriter(
-            api,
-            self.jobs,
-            pool=self._pool,
-            counters=self.counters,
-            clock=self.clock,
-            component=settings.component,
-            identity=settings.identity,
-        )
+        wiring = Wiring(api, self._pool, self.counters, self.clock)
+        self.writer = StatusWriter(wiring, self.jobs, component=settings.component, identity=settings.identity)
         self.deletions = PodDeletions()
         self.data: KubeDatasetManager | None = None
         if settings.dataset_store is not None:
@@ -111,18 +96,9 @@ class KubeOperator:
                 clock=self.clock,
                 policy=settings.dataset_sources,
             )
+        caches = Caches(jobs=self.jobs, pods=self.pods, services=self.services, configmaps=self.configmaps)
         self.reconciler = JobReconciler(
-            api,
-            settings,
-            caches=Caches(jobs=self.jobs, pods=self.pods, services=self.services, configmaps=self.configmaps),
-            specs=self.specs,
-            data=self.data,
-            writer=self.writer,
-            deletions=self.deletions,
-            pool=self._pool,
-            counters=self.counters,
-            clock=self.clock,
-            unhealthy_gpus=self._unhealthy_gpus,
+            wiring, settings, caches, self.specs, self.data, self.writer, self.deletions, self._unhealthy_gpus
         )
 
     @property
@@ -140,15 +116,8 @@ class KubeOperator:
             KubeApiError: the caches did not fill within ``timeout`` (the API server is unreachable, or a
                 permission is missing).
         """
-        for informer in self.informers:
-            informer.start()
-        deadline = self.clock.monotonic() + timeout
-        while not wait_all_synced(self.informers, 0.5):
-            if stop is not None and stop.is_set():
-                return
-            if self.clock.monotonic() > deadline:
-                missing = [informer.resource.plural for informer in self.informers if not informer.synced]
-                raise KubeApiError(0, "NotSynced", f"the caches of {', '.join(missing)} did not fill in {timeout:.0f}s")
+        if not start_synced(self.informers, timeout, stop):
+            return
         if self.settings.seed_jobtypes:
             self.seed_jobtypes()
         self.ready.set()
@@ -284,12 +253,11 @@ class KubeOperator:
                 future.result()
         if housekeeping:
             collect_orphans(
-                self.api,
+                self.reconciler.wiring,
                 jobs=self.jobs,
                 pods=self.pods,
                 deletions=self.deletions,
                 delete_pod=self.reconciler.delete_pod,
-                counters=self.counters,
             )
             self._forget_parsed()
         self.counters.add("passes")

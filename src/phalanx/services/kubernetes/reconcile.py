@@ -28,22 +28,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
-from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phalanx.adapters.clock import Clock
 from phalanx.adapters.kubernetes.api import (
     CONFIGMAPS,
     PODS,
     SERVICES,
     TRAININGJOBS,
     ConflictError,
-    KubeApi,
     KubeApiError,
     NotFoundError,
 )
@@ -69,6 +64,7 @@ from phalanx.services.dataset_store import STAGING_PHASES, chosen_versions
 from phalanx.services.kubernetes.apply import (
     HeldStatus,
     PodSettings,
+    Wiring,
     may_hold,
     observe_job_pods,
     pod_uid,
@@ -115,24 +111,6 @@ class OperatorSettings:
 
 
 @dataclass
-class OperatorCounters:
-    """What the operator did, for logs, tests and benchmarks."""
-
-    counts: Counter[str] = field(default_factory=Counter)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, what: str, amount: int = 1) -> None:
-        """Count ``amount`` more of ``what`` (thread-safe: actions run in a pool)."""
-        with self.lock:
-            self.counts[what] += amount
-
-    def snapshot(self) -> dict[str, int]:
-        """The counts so far."""
-        with self.lock:
-            return dict(self.counts)
-
-
-@dataclass
 class Outcome:
     """What reconciling one job asks of the loop: look again after ``requeue_after`` seconds (None: no timer)."""
 
@@ -149,35 +127,18 @@ class Caches:
     configmaps: Informer
 
 
+@dataclass
 class JobReconciler:
     """Reconciles one job at a time (from any number of threads): plan from the caches, then apply the plan."""
 
-    def __init__(
-        self,
-        api: KubeApi,
-        settings: OperatorSettings,
-        *,
-        caches: Caches,
-        specs: SpecCache,
-        data: KubeDatasetManager | None,
-        writer: StatusWriter,
-        deletions: PodDeletions,
-        pool: Executor,
-        counters: OperatorCounters,
-        clock: Clock,
-        unhealthy_gpus: Callable[[], dict[str, dict[int, str]]],
-    ) -> None:
-        self.api = api
-        self.settings = settings
-        self.caches = caches
-        self.specs = specs
-        self.data = data
-        self.writer = writer
-        self.deletions = deletions
-        self.counters = counters
-        self.clock = clock
-        self.unhealthy_gpus = unhealthy_gpus  # node -> unhealthy GPU index -> why (the node agents' reports)
-        self._pool = pool
+    wiring: Wiring
+    settings: OperatorSettings
+    caches: Caches
+    specs: SpecCache
+    data: KubeDatasetManager | None
+    writer: StatusWriter
+    deletions: PodDeletions
+    unhealthy_gpus: Callable[[], dict[str, dict[int, str]]]  # node -> unhealthy GPU index -> why (node agents')
 
     def reconcile(self, obj: dict[str, Any], jobtypes: dict[str, JobType], pods: list[dict[str, Any]]) -> Outcome:
         """Plan the job (as cached, with its cached ``pods``) and apply the plan; when to look at it again."""
@@ -204,7 +165,7 @@ class JobReconciler:
                 job=job,
                 jobtype=jobtype,
                 replicas=observe_job_pods(pods, deleting),
-                now=self.clock.now(),
+                now=self.wiring.clock.now(),
                 outputs=_OUTPUTS_STAY,
                 staged=staging.staged,
                 staging_error=staging.error,
@@ -265,7 +226,7 @@ class JobReconciler:
         outcome = Outcome(requeue_after=decided.requeue_after)
         events = (held.events if held is not None else ()) + decided.events
         if decided.status != stored:
-            now = self.clock.monotonic()
+            now = self.wiring.clock.monotonic()
             hold = self.settings.accept_hold_s if Phase(stored.phase) == Phase.PENDING else self.settings.hold_s
             due = held.due if held is not None else now + hold
             gated = self.data is not None and bool(job.spec.datasets)
@@ -305,7 +266,7 @@ class JobReconciler:
                     # their logs readable (`phalanx logs`, `kubectl logs`); they go with the job (owner reference).
                     continue
                 tasks.append(functools.partial(self.delete_pod, pod, action.reason))
-        if not all(list(self._pool.map(lambda task: task(), tasks))):
+        if not all(list(self.wiring.pool.map(lambda task: task(), tasks))):
             outcome.requeue_after = self.settings.retry_s * 5  # a create the API refused: try again later
         for action in decided.actions:
             if isinstance(action, DeleteJob):
@@ -320,7 +281,7 @@ class JobReconciler:
         outcome = Outcome()
         if phase not in TERMINAL_PHASES:
             if can_transition(phase, Phase.FAILED):
-                failed = transition(status, Phase.FAILED, reason=reason, message=message, now=self.clock.now())
+                failed = transition(status, Phase.FAILED, reason=reason, message=message, now=self.wiring.clock.now())
                 generation = int((obj.get("metadata") or {}).get("generation") or 0)
                 written = self.writer.write_status(obj, failed.model_copy(update={"observed_generation": generation}))
                 if written is None:
@@ -333,13 +294,13 @@ class JobReconciler:
                 self.writer.event(obj, reason, f"{message}; stopping every replica", warning=True)
         deleting = self.deletions.snapshot()
         live = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp") and pod_uid(pod) not in deleting]
-        list(self._pool.map(lambda pod: self.delete_pod(pod, reason), live))
+        list(self.wiring.pool.map(lambda pod: self.delete_pod(pod, reason), live))
         return outcome
 
     def _create_pod(self, job: dict[str, Any], body: dict[str, Any]) -> bool:
         meta = body["metadata"]
         try:
-            created = self.api.create(PODS, body)
+            created = self.wiring.api.create(PODS, body)
         except ConflictError as error:
             if error.already_exists:
                 return True  # created before (a pass replayed after a restart); the cache will show it
@@ -353,7 +314,7 @@ class JobReconciler:
             log.warning("cannot create pod %s/%s: %s", meta["namespace"], meta["name"], error)
             return False
         self.caches.pods.observe(created)
-        self.counters.add("pods_created")
+        self.wiring.counters.add("pods_created")
         log.debug("created pod %s/%s (attempt %s)", meta["namespace"], meta["name"], meta["labels"][LABEL_ATTEMPT])
         return True
 
@@ -363,9 +324,9 @@ class JobReconciler:
         uid = pod_uid(pod)
         # 404: already gone; 409: the name now belongs to a newer Pod, which is not this deletion's to remove.
         with contextlib.suppress(NotFoundError, ConflictError):
-            self.api.delete(PODS, str(meta.get("name")), str(meta.get("namespace")), uid=uid or None)
+            self.wiring.api.delete(PODS, str(meta.get("name")), str(meta.get("namespace")), uid=uid or None)
         self.deletions.add(uid)
-        self.counters.add("pods_deleted")
+        self.wiring.counters.add("pods_deleted")
         log.debug("deleted pod %s/%s: %s", meta.get("namespace"), meta.get("name"), reason)
         return True
 
@@ -381,11 +342,11 @@ class JobReconciler:
                 return True
             # Left by an earlier job of the same name, awaiting garbage collection: replace it now.
             with contextlib.suppress(NotFoundError, ConflictError):
-                self.api.delete(resource, meta["name"], meta["namespace"], uid=current["metadata"].get("uid"))
+                self.wiring.api.delete(resource, meta["name"], meta["namespace"], uid=current["metadata"].get("uid"))
             informer.forget(meta["namespace"], meta["name"])
         try:
-            informer.observe(self.api.create(resource, body))
-            self.counters.add("children_created")
+            informer.observe(self.wiring.api.create(resource, body))
+            self.wiring.counters.add("children_created")
         except ConflictError as error:
             if not error.already_exists:
                 raise
@@ -394,7 +355,7 @@ class JobReconciler:
     def _delete_job(self, obj: dict[str, Any], reason: str) -> None:
         namespace, name = object_key(obj)
         with contextlib.suppress(NotFoundError, ConflictError):
-            self.api.delete(TRAININGJOBS, name, namespace, uid=obj["metadata"].get("uid"))
+            self.wiring.api.delete(TRAININGJOBS, name, namespace, uid=obj["metadata"].get("uid"))
         self.caches.jobs.forget(namespace, name)
         log.info("deleted job %s/%s: %s", namespace, name, reason)
 

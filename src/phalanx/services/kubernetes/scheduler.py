@@ -42,8 +42,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections import Counter, defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -62,7 +62,7 @@ from phalanx.adapters.kubernetes.api import (
     KubeApiError,
     NotFoundError,
 )
-from phalanx.adapters.kubernetes.informer import Informer, Signal, wait_all_synced
+from phalanx.adapters.kubernetes.informer import Informer, Signal, start_synced
 from phalanx.adapters.kubernetes.objects import (
     LABEL_JOB,
     dataset_from_object,
@@ -75,15 +75,14 @@ from phalanx.adapters.kubernetes.objects import (
     queue_from_object,
     status_body,
 )
-from phalanx.adapters.kubernetes.parsed import ParsedObjects
+from phalanx.adapters.kubernetes.parsed import ParsedCache
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOURCE, RenderError
-from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
+from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
 from phalanx.core.reconcile.types import EventRecord
 from phalanx.core.scheduling import build_snapshot
 from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
-from phalanx.core.scheduling.passes import plan_pass
 from phalanx.core.scheduling.types import Admission, Preemption, RunningJob
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
@@ -92,15 +91,15 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
-from phalanx.model.queues import Queue
 from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, parse_memory
-from phalanx.services.kubernetes.apply import EventBudget, PodSettings, check_renderable
+from phalanx.services.kubernetes.apply import Background, EventBudget, PodSettings, check_renderable, event_body
 from phalanx.services.kubernetes.leader import LeaseElector
 from phalanx.services.scheduling import (
-    describe_admission,
-    pending_job,
-    queue_quotas,
-    queue_refusal,
+    Occupant,
+    admitted_status,
+    holdings_of,
+    plan_cycle,
+    preempted_status,
     queue_statuses,
     replica_requests,
     running_jobs,
@@ -187,6 +186,7 @@ class KubeScheduler:
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal)
         self.queues = Informer(api, QUEUES, signal=self.signal)
         self.datasets = Informer(api, DATASETS)  # read when jobs are placed; a change alone needs no cycle
+        self._informers = [self.jobs, self.pods, self.nodes, self.jobtypes, self.queues, self.datasets]
         self.elector = LeaseElector(
             api,
             settings.namespace,
@@ -198,7 +198,7 @@ class KubeScheduler:
         self._pool = ThreadPoolExecutor(max(1, settings.workers), thread_name_prefix="scheduler-api")
         # Events go out in the background: a cycle waits for its admissions and bindings, not for their Events.
         self._events_pool = ThreadPoolExecutor(2, thread_name_prefix="scheduler-events")
-        self._posting: set[Future[None]] = set()  # explanations and Events under way (``flush``)
+        self._background = Background()  # explanations and Events under way (``flush``)
         # id(cached object) -> (the object, the job parsed from it): the informer replaces an object's dict on
         # every change, so the dict's identity stands for its version and a cycle finds its parse in one lookup.
         self._parsed_jobs: dict[int, tuple[dict[str, Any], TrainingJob | None, bool]] = {}  # ..., Pending/Queued
@@ -206,10 +206,10 @@ class KubeScheduler:
         self._parsed_specs: dict[tuple[str, int], TrainingJob | None] = {}  # (uid, generation) -> validated spec
         self._vectors: dict[tuple[str, int], dict[str, ResourceVector]] = {}  # (uid, generation) -> requests
         self._accepted: dict[tuple[str, str], Plan | None] = {}  # (uid, resourceVersion) of a Pending job -> plan
-        self._parsed_nodes = ParsedObjects("Node", node_from_object)
-        self._parsed_jobtypes = ParsedObjects("JobType", jobtype_from_object)
-        self._parsed_queues = ParsedObjects("Queue", queue_from_object)
-        self._parsed_datasets = ParsedObjects("Dataset", dataset_from_object)
+        self._parsed_nodes = ParsedCache(self.nodes, node_from_object)
+        self._parsed_jobtypes = ParsedCache(self.jobtypes, jobtype_from_object)
+        self._parsed_queues = ParsedCache(self.queues, queue_from_object)
+        self._parsed_datasets = ParsedCache(self.datasets, dataset_from_object)
         # Preemptors whose victims' room is theirs (``core.scheduling.passes``); a new leader starts without them.
         self._nominated: dict[str, tuple[str, ...]] = {}
         self._attained = AttainedService()  # GPU-seconds of earlier runs and the time-slicing bands, across cycles
@@ -224,11 +224,7 @@ class KubeScheduler:
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the informers and wait for their first lists."""
-        informers = [self.jobs, self.pods, self.nodes, self.jobtypes, self.queues, self.datasets]
-        for informer in informers:
-            informer.start()
-        if not wait_all_synced(informers, timeout):
-            raise KubeApiError(0, "NotSynced", f"the caches did not fill within {timeout:.0f}s")
+        start_synced(self._informers, timeout)
         self.ready.set()
 
     def run(self, stop: threading.Event) -> None:
@@ -267,7 +263,7 @@ class KubeScheduler:
             self.elector.release()
             self._pool.shutdown(wait=True)
             self._events_pool.shutdown(wait=True)
-            for informer in (self.jobs, self.pods, self.nodes, self.jobtypes, self.queues, self.datasets):
+            for informer in self._informers:
                 informer.stop()
 
     # -- one cycle ----------------------------------------------------------------------------------------------
@@ -280,36 +276,27 @@ class KubeScheduler:
         unsettled = self._unsettled
         pods = self.pods.items()
         self._forget_seen_bindings(pods)
-        nodes = self._current_nodes()
+        nodes = self._parsed_nodes.current()
         queued = self._candidates(unsettled, jobtypes)
         if queued and nodes:
             now = self.clock.now()
-            queues = {queue.metadata.name: queue for queue in self._current_queues()}
             by_key = {candidate.job.key: candidate for candidate in queued}
-            refused = {key: queue_refusal(c.job, queues) for key, c in by_key.items()}
             datasets = self._current_datasets() if any(c.job.spec.datasets for c in queued) else {}
             running = self._running(jobs, pods, nodes, jobtypes, now)
             running = self._attained.observe(running, now, [job.key for _, job in jobs])
-            pending = [
-                pending_job(c.job, jobtypes.get(c.job.spec.type), datasets, now, self._attained.before(key))
-                for key, c in by_key.items()
-                if refused[key] is None
-            ]
             snapshot = build_snapshot(nodes, self._holdings(jobs, pods, nodes))
-            plan = plan_pass(
+            plan = plan_cycle(
                 replace(snapshot, running=running),
-                pending,
+                (c.job for c in queued),
+                (job for _, job in jobs),
+                queues=self._parsed_queues.current(),
+                jobtypes=jobtypes,
+                datasets=datasets,
+                attained=self._attained,
                 policy=self.settings.policy,
-                bands=self._attained.bands(self.settings.policy),
-                now=now,
-                queues=queue_quotas(queues.values()),
-                # Victims still stopping free room for their preemptors (the pass turns preemption off meanwhile).
-                stopping=any(Phase(job.status.phase) == Phase.PREEMPTED for _, job in jobs),
                 nominated=self._nominated,
-                refusals={key: reason for key, reason in refused.items() if reason is not None},
+                now=now,
             )
-            for error in plan.errors:
-                log.error("a scheduling cycle failed: %s: %s", type(error).__name__, error, exc_info=error)
             for key, error in plan.culprits.items():
                 log.error("job %s makes the scheduling cycle fail; left out of it: %s", key, error)
             self._nominated = plan.nominated
@@ -339,7 +326,7 @@ class KubeScheduler:
         objects = {str((obj.get("metadata") or {}).get("name")): obj for obj in self.queues.items()}
         if not objects:
             return
-        statuses = queue_statuses(self._current_queues(), [job for _, job in jobs])
+        statuses = queue_statuses(self._parsed_queues.current(), [job for _, job in jobs])
         for name, status in statuses.items():
             obj = objects.get(name)
             body = status.to_dict()
@@ -357,8 +344,6 @@ class KubeScheduler:
             except KubeApiError as error:
                 log.debug("queue %s status: %s", name, error)  # changed meanwhile: the next cycle counts again
                 continue
-            written.setdefault("kind", QUEUES.kind)
-            written.setdefault("apiVersion", QUEUES.api_version)
             self.queues.observe(written)
 
     def _preempt(self, jobs: list[tuple[dict[str, Any], TrainingJob]], preempted: tuple[Preemption, ...]) -> list[str]:
@@ -367,19 +352,16 @@ class KubeScheduler:
         moved = []
         for preemption in preempted:
             obj, job = by_key[preemption.victim]
-            if not can_transition(Phase(job.status.phase), Phase.PREEMPTED):
-                continue  # not preemptible (see _running); never happens with a consistent snapshot
-            status = transition(
-                job.status, Phase.PREEMPTED, reason="Preempted", message=preemption.reason, now=self.clock.now()
-            )
+            status = preempted_status(job, preemption, self.clock.now())
+            if status is None:
+                continue
             try:
-                written = self._write_status(obj, status)
+                self._write_status(obj, status)
             except KubeApiError as error:
                 # The victim changed since the cycle read it (finished, halted, deleted): its room is being given
                 # back anyway, or the next cycle decides again.
                 log.info("preempting %s: %s", job.key, error)
                 continue
-            self.jobs.observe(written)
             self._event(job, "Preempted", f"{preemption.reason} (by {self.settings.identity})", warning=True)
             log.info("preempted %s: %s", job.key, preemption.reason)
             moved.append(job.key)
@@ -445,12 +427,8 @@ class KubeScheduler:
 
     def _current_jobtypes(self) -> dict[str, JobType]:
         jobtypes = dict(builtin_jobtypes())
-        jobtypes.update((parsed.metadata.name, parsed) for parsed in self._parsed_jobtypes.all(self.jobtypes.items()))
+        jobtypes.update((parsed.metadata.name, parsed) for parsed in self._parsed_jobtypes.current())
         return jobtypes
-
-    def _current_queues(self) -> list[Queue]:
-        """The Queue objects, parsed once per version; an invalid one is ignored (and logged once)."""
-        return self._parsed_queues.all(self.queues.items())
 
     def _current_jobs(self, jobtypes: dict[str, JobType]) -> list[tuple[dict[str, Any], TrainingJob]]:
         """Every job the scheduler can read (an invalid one is the operator's to fail), parsed once per version.
@@ -498,9 +476,6 @@ class KubeScheduler:
             return None
         return spec.model_copy(update={"metadata": metadata, "status": job_status(obj)})
 
-    def _current_nodes(self) -> list[Node]:
-        return self._parsed_nodes.all(self.nodes.items())
-
     def _forget_seen_bindings(self, pods: list[dict[str, Any]]) -> None:
         """Drop requested bindings the cache now shows (or whose Pod is gone)."""
         with self._lock:
@@ -518,46 +493,39 @@ class KubeScheduler:
     def _holdings(
         self, jobs: list[tuple[dict[str, Any], TrainingJob]], pods: list[dict[str, Any]], nodes: list[Node]
     ) -> list[tuple[ReplicaPlacement, ResourceVector]]:
-        held: list[tuple[ReplicaPlacement, ResourceVector]] = []
+        """``holdings_of`` over the Pods on nodes or being bound.
+
+        A job's Pod on its placement holds the placement; any other Pod holds its requests without named devices.
+        """
         by_uid = {job.metadata.uid: job for _, job in jobs}
-        covered: set[tuple[str, str]] = set()
-        foreign: dict[str, list[ResourceVector]] = defaultdict(list)
         with self._lock:
             binding = dict(self._binding)
-        vectors = self._vectors  # (job uid, generation) -> replica -> what it requested; kept across cycles
-
-        def vector(job: TrainingJob, name: str) -> ResourceVector:
-            key = (job.metadata.uid or "", job.metadata.generation)
-            requests = vectors.get(key)
-            if requests is None:
-                requests = vectors[key] = {request.name: request.resources for request in replica_requests(job)}
-            found = requests.get(name)
-            return found if found is not None else ResourceVector()
-
+        occupants = []
         for pod in pods:
             meta = pod.get("metadata") or {}
             uid = str(meta.get("uid"))
-            node = (pod.get("spec") or {}).get("nodeName") or binding.get(uid)
+            node = str((pod.get("spec") or {}).get("nodeName") or binding.get(uid) or "")
             if not node or not (pod_holds_resources(pod) or uid in binding):
                 continue
-            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+            name = str(meta.get("name"))
             job = by_uid.get((meta.get("annotations") or {}).get(ANNOTATION_JOB_UID, ""))
             placement = (
                 job.status.placements.get(name) if job is not None and LABEL_JOB in (meta.get("labels") or {}) else None
             )
             if job is not None and placement is not None and placement.node == node:
-                held.append((placement, vector(job, name)))
-                covered.add((namespace, name))
+                held = self._requests(job).get(name, ResourceVector())
+                occupants.append(Occupant(node, held, placement, (job.metadata.uid or "", name)))
             else:
-                foreign[str(node)].append(pod_requests(pod))
-        for _, job in jobs:
-            if Phase(job.status.phase) not in HOLDING_PHASES:
-                continue
-            for name, placement in job.status.placements.items():
-                if (job.metadata.namespace, name) not in covered:
-                    held.append((placement, vector(job, name)))
-        held.extend(_foreign_holdings(foreign, held, nodes))
-        return held
+                occupants.append(Occupant(node, pod_requests(pod)))
+        return holdings_of((job for _, job in jobs), occupants, nodes, self._requests)
+
+    def _requests(self, job: TrainingJob) -> dict[str, ResourceVector]:
+        """The job's replicas' requests by name, kept across cycles per (job uid, generation)."""
+        key = (job.metadata.uid or "", job.metadata.generation)
+        found = self._vectors.get(key)
+        if found is None:
+            found = self._vectors[key] = {request.name: request.resources for request in replica_requests(job)}
+        return found
 
     def _running(
         self,
@@ -592,32 +560,24 @@ class KubeScheduler:
 
     def _current_datasets(self) -> dict[tuple[str, str], Dataset]:
         """The Dataset objects by (namespace, name), parsed once per version; an invalid one is ignored."""
-        return {(d.metadata.namespace, d.metadata.name): d for d in self._parsed_datasets.all(self.datasets.items())}
+        return {(d.metadata.namespace, d.metadata.name): d for d in self._parsed_datasets.current()}
 
     # -- writing ------------------------------------------------------------------------------------------------
 
     def _write_status(self, obj: dict[str, Any], status: TrainingJobStatus) -> dict[str, Any]:
-        """Replace the job's status, conditional on the resourceVersion it was decided on (409 if it changed).
+        """Replace the job's status, conditional on the resourceVersion it was decided on (409 if it changed); cache it.
 
         A PUT of the status subresource with only the job's identity and the new status: the API server applies
         it without the decode and merge of the stored object that a patch costs it (about a tenth of its CPU per
         one-Pod job).
         """
         written = self.api.replace_status(TRAININGJOBS, status_body(obj, status))
-        written.setdefault("kind", TRAININGJOBS.kind)
-        written.setdefault("apiVersion", TRAININGJOBS.api_version)
+        self.jobs.observe(written)
         return written
 
     def _admit(self, candidate: _Candidate, admission: Admission) -> bool:
         obj, job = candidate.obj, candidate.job
-        now = self.clock.now()
-        placements = {
-            a.replica: ReplicaPlacement(node=a.node, cpus=list(a.cpus), gpus=list(a.gpus), gpu_milli=a.gpu_milli)
-            for a in admission.assignments
-        }
-        message = describe_admission(admission)
-        status = transition(job.status, Phase.ADMITTED, reason="Scheduled", message=message, now=now)
-        status = status.model_copy(update={"placements": placements, "admitted_time": now})
+        status, message = admitted_status(job, admission, self.clock.now())
         try:
             updated = self._write_status(obj, status)
         except (ConflictError, NotFoundError):
@@ -626,7 +586,6 @@ class KubeScheduler:
         except KubeApiError as error:
             log.warning("admitting %s failed: %s", job.key, error)
             return False
-        self.jobs.observe(updated)
         self._remember_parsed(updated, job, status)
         for event in candidate.events:  # accepted here: the operator's planner's events (Accepted)
             self._event(job, event.reason, event.message, warning=event.type == "Warning")
@@ -655,16 +614,15 @@ class KubeScheduler:
         if self._explained.get(job.key) == version:
             return
         self._explained[job.key] = version
-        self._track(self._pool.submit(self._explain, candidate, reason))
+        self._background.track(self._pool.submit(self._explain, candidate, reason))
 
     def _explain(self, candidate: _Candidate, reason: str) -> None:
         job = candidate.job
         status = job.status.model_copy(update={"message": reason, "reason": "Waiting"})
         try:
-            updated = self._write_status(candidate.obj, status)
+            self._write_status(candidate.obj, status)
         except KubeApiError:
             return  # changed meanwhile; the next cycle explains again if it still waits
-        self.jobs.observe(updated)
         for event in candidate.events:  # accepted here: the operator's planner's events (Accepted)
             self._event(job, event.reason, event.message, warning=event.type == "Warning")
         self._event(job, "Waiting", reason)
@@ -732,38 +690,20 @@ class KubeScheduler:
     def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
         if not self.events.allow(warning=warning):
             return  # a burst: Normal events are budgeted (the job's status says the same)
-        now = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{job.metadata.name}.", "namespace": job.metadata.namespace},
-            "involvedObject": {
-                "apiVersion": job.api_version,
-                "kind": "TrainingJob",
-                "name": job.metadata.name,
-                "namespace": job.metadata.namespace,
-                "uid": job.metadata.uid,
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": self.settings.scheduler_name},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "reportingComponent": self.settings.scheduler_name,
-            "reportingInstance": self.settings.identity,
+        owner = {
+            "apiVersion": job.api_version,
+            "metadata": job.metadata.model_dump(include={"name", "namespace", "uid"}),
         }
-        self._track(self._events_pool.submit(self._post_event, job.key, body))
-
-    def _track(self, future: Future[None]) -> None:
-        with self._lock:
-            self._posting.add(future)
-        future.add_done_callback(self._posted)
-
-    def _posted(self, future: Future[None]) -> None:
-        with self._lock:
-            self._posting.discard(future)
+        body = event_body(
+            owner,
+            reason,
+            message,
+            warning=warning,
+            now=self.clock.now(),
+            component=self.settings.scheduler_name,
+            instance=self.settings.identity,
+        )
+        self._background.track(self._events_pool.submit(self._post_event, job.key, body))
 
     def _post_event(self, key: str, body: dict[str, Any]) -> None:
         try:
@@ -773,32 +713,7 @@ class KubeScheduler:
 
     def flush(self) -> None:
         """Wait until the explanations and Events under way have been written (or failed)."""
-        while True:
-            with self._lock:
-                pending = set(self._posting)
-            if not pending:
-                return
-            wait(pending)
-
-
-def _foreign_holdings(
-    foreign: dict[str, list[ResourceVector]],
-    held: list[tuple[ReplicaPlacement, ResourceVector]],
-    nodes: list[Node],
-) -> list[tuple[ReplicaPlacement, ResourceVector]]:
-    """Pods Phalanx did not place: their CPU and memory, and GPUs counted down from the highest free index."""
-    taken: dict[str, set[int]] = defaultdict(set)
-    for placement, _ in held:
-        taken[placement.node].update(placement.gpus)
-    gpus_of = {node.metadata.name: sorted((gpu.index for gpu in node.status.gpus), reverse=True) for node in nodes}
-    extra = []
-    for node, vectors in foreign.items():
-        free = [index for index in gpus_of.get(node, []) if index not in taken[node]]
-        for vector in vectors:
-            chosen, free = free[: vector.gpu], free[vector.gpu :]
-            placement = ReplicaPlacement(node=node, gpus=chosen)
-            extra.append((placement, ResourceVector(cpu_milli=vector.cpu_milli, memory=vector.memory, gpu=len(chosen))))
-    return extra
+        self._background.flush()
 
 
 def _unbound_job_uid(pod: dict[str, Any]) -> str:

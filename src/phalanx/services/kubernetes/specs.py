@@ -118,8 +118,6 @@ class SpecCache:
             obj = self.api.get(JOBTYPES, name)
         except NotFoundError:
             return
-        obj.setdefault("kind", JOBTYPES.kind)
-        obj.setdefault("apiVersion", JOBTYPES.api_version)
         self.jobtypes.observe(obj)
         jobtype = self.jobtype(obj)
         if jobtype is not None:

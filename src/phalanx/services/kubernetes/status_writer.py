@@ -22,17 +22,14 @@ import json
 import logging
 import threading
 from collections.abc import Collection, Mapping
-from concurrent.futures import Executor, Future, wait
 from typing import Any
 
-from phalanx.adapters.clock import Clock
-from phalanx.adapters.kubernetes.api import EVENTS, TRAININGJOBS, ConflictError, KubeApi, KubeApiError, NotFoundError
+from phalanx.adapters.kubernetes.api import EVENTS, TRAININGJOBS, ConflictError, KubeApiError, NotFoundError
 from phalanx.adapters.kubernetes.informer import Informer, object_key
 from phalanx.adapters.kubernetes.objects import status_body
 from phalanx.model.jobs import TrainingJobStatus
 from phalanx.services.dataset_store import DATASET_VERSIONS_ANNOTATION
-from phalanx.services.kubernetes.apply import EventBudget, HeldStatus, event_body
-from phalanx.services.kubernetes.gc import Counting
+from phalanx.services.kubernetes.apply import Background, EventBudget, HeldStatus, Wiring, event_body
 
 log = logging.getLogger(__name__)
 
@@ -45,29 +42,16 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 class StatusWriter:
     """Writes statuses, held statuses, dataset versions and events of the jobs in one informer's cache."""
 
-    def __init__(
-        self,
-        api: KubeApi,
-        jobs: Informer,
-        *,
-        pool: Executor,
-        counters: Counting,
-        clock: Clock,
-        component: str,
-        identity: str,
-    ) -> None:
-        self.api = api
-        self.jobs = jobs
-        self.counters = counters
-        self.clock = clock
-        self.events = EventBudget(clock=clock.monotonic)
-        self._pool = pool
+    def __init__(self, wiring: Wiring, jobs: Informer, *, component: str, identity: str) -> None:
+        self.api, self.jobs, self.counters, self.clock = wiring.api, jobs, wiring.counters, wiring.clock
+        self.events = EventBudget(clock=wiring.clock.monotonic)
+        self._pool = wiring.pool
         self._component = component
         self._identity = identity
         self._lock = threading.Lock()
         self._held: dict[str, HeldStatus] = {}  # job uid -> a planned status not written yet (``may_hold``)
         self._warned: set[tuple[str, str]] = set()  # (job uid, warning) given once per job
-        self._posting: set[Future[None]] = set()  # events being recorded in the background
+        self._background = Background()  # events being recorded
 
     # -- held statuses ------------------------------------------------------------------------------------------
 
@@ -103,7 +87,7 @@ class StatusWriter:
         if resource_version(current) == resource_version(obj):
             return True
         self.counters.add("conflicts")
-        self._observe(current)
+        self.jobs.observe(current)
         return False
 
     # -- writes -------------------------------------------------------------------------------------------------
@@ -121,7 +105,7 @@ class StatusWriter:
             self.jobs.forget(namespace, name)
             return None
         self.counters.add("status_writes")
-        self._observe(written)
+        self.jobs.observe(written)
         return written
 
     def record_versions(self, obj: dict[str, Any], versions: dict[str, str]) -> bool:
@@ -142,13 +126,8 @@ class StatusWriter:
         except NotFoundError:
             self.jobs.forget(namespace, name)
             return False
-        self._observe(written)
+        self.jobs.observe(written)
         return True
-
-    def _observe(self, obj: dict[str, Any]) -> None:
-        obj.setdefault("kind", TRAININGJOBS.kind)
-        obj.setdefault("apiVersion", TRAININGJOBS.api_version)
-        self.jobs.observe(obj)
 
     # -- events -------------------------------------------------------------------------------------------------
 
@@ -173,20 +152,11 @@ class StatusWriter:
             except KubeApiError as error:
                 log.debug("event %s on %s not recorded: %s", reason, object_key(job), error)
 
-        future = self._pool.submit(post)
-        with self._lock:
-            self._posting.add(future)
-        future.add_done_callback(self._posted)
-
-    def _posted(self, future: Future[None]) -> None:
-        with self._lock:
-            self._posting.discard(future)
+        self._background.track(self._pool.submit(post))
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until the events recorded so far have been sent (or failed)."""
-        with self._lock:
-            pending = set(self._posting)
-        wait(pending, timeout)
+        self._background.flush(timeout)
 
     def first_time(self, obj: Mapping[str, Any], what: str) -> bool:
         """Whether ``what`` is news about this job (each warning is given once per job)."""
