@@ -263,3 +263,20 @@ def test_queue_order_priority_is_accepted_as_fifo_as_in_the_configuration_file(t
     [row] = read_csv(tmp_path / "flag" / "metrics.csv")
     assert row["run"] == "fifo/auto/gang"
     assert read_csv(tmp_path / "flag" / "jobs.csv") == read_csv(tmp_path / "file" / "jobs.csv")
+
+
+def test_the_report_says_what_the_scheduler_configuration_file_held(tmp_path: Path) -> None:
+    """Two files that differ only in their bands give different runs under the same label: the report must say
+    which configuration ran, not only the file's name (which may change or be gone when the report is read)."""
+    config = tmp_path / "scheduler.yaml"
+    config.write_text(
+        "apiVersion: phalanx.dev/v1alpha1\nkind: SchedulerConfiguration\nqueueOrder: least-attained-service\n"
+        "timeSlicing: {enabled: true, thresholds: [16]}\n"
+    )
+    args = ["sim", "run", "--generate", "poisson", "--jobs", "20", "--nodes", "2", "--scheduler-config", str(config)]
+    done = phalanx(*args, "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = (tmp_path / "o" / "report.md").read_text()
+    line = next((row for row in report.splitlines() if row.startswith("- scheduler configuration")), "")
+    assert f"- scheduler configuration ({config}):" in line, report
+    assert '"queueOrder": "least-attained-service"' in line and '"thresholds": [16.0]' in line, line

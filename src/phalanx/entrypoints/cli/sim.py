@@ -254,7 +254,7 @@ def run(
                 seed=seed,
                 max_gpus_per_replica=max_gpus_per_replica,
             )
-        policy = _policy(scheduler_config)
+        policy, held = _policy(scheduler_config)
         from_file = scheduler_config is not None
         variants = _variants(
             queue_order or ([policy.queue_order] if from_file else None),
@@ -287,7 +287,7 @@ def run(
             out,
             results,
             command=shlex.join(["phalanx", *sys.argv[1:]]),
-            setup=[workload_line, cluster_line, f"seed: {seed}"],
+            setup=[workload_line, cluster_line, f"seed: {seed}", *held],
         )
     except ReportError as err:
         fail(str(err), 1)
@@ -449,14 +449,21 @@ def _variants(
     return variants
 
 
-def _policy(path: Path | None) -> SchedulerConfig:
-    """The base policy of ``--scheduler-config`` (the simulator's defaults without one: preemption off)."""
+def _policy(path: Path | None) -> tuple[SchedulerConfig, list[str]]:
+    """The base policy of ``--scheduler-config`` (the simulator's defaults without one: preemption off).
+
+    Also the report's line saying what the file held: its name alone would not tell a later reader which bands ran.
+    """
+    import json
+
     from phalanx.core.scheduling.config import SchedulerConfig, from_configuration
     from phalanx.model.loading import read_scheduler_configuration
 
     if path is None:
-        return SchedulerConfig()
-    return from_configuration(read_scheduler_configuration(path))
+        return SchedulerConfig(), []
+    configuration = read_scheduler_configuration(path)
+    fields = {key: value for key, value in configuration.to_dict().items() if key not in ("apiVersion", "kind")}
+    return from_configuration(configuration), [f"scheduler configuration ({path}): {json.dumps(fields)}"]
 
 
 def _simulate_all(
