@@ -212,3 +212,71 @@ def test_a_scheduler_config_file_runs_as_its_flags_do_and_a_flag_given_wins(tmp_
     bad = phalanx(*args, "--scheduler-config", str(config), "--out", str(tmp_path / "bad"), cwd=tmp_path)
     assert bad.returncode == 2
     assert "queueOrder: must be one of" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["--queue-order", "lifo"],
+            "--queue-order 'lifo' is not one of fifo, priority, shortest-first, least-attained-service",
+            id="queue-order",
+        ),
+        pytest.param(
+            ["--queueing-strategy", "nope"],
+            "--queueing-strategy 'nope' is not one of best-effort-fifo, strict-fifo, backfill",
+            id="queueing-strategy",
+        ),
+        pytest.param(
+            ["--placement", "diagonal"],
+            "--placement 'diagonal' is not one of auto, pack, spread, binpack, fragmentation, random",
+            id="placement",
+        ),
+        pytest.param(
+            ["--topology", "tight"], "--topology 'tight' is not one of none, preferred, required", id="topology"
+        ),
+    ],
+)
+def test_a_flag_value_out_of_its_choices_is_refused_naming_the_flag(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """The sentence names the flag the user typed, not the core's field (queue_order) or an internal job."""
+    done = phalanx(
+        "sim", "run", "--generate", "poisson", "--jobs", "5", *args, "--out", str(tmp_path / "o"), cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert message in said
+    assert "check/options" not in said and "queue_order" not in said and "Traceback" not in said
+
+
+def test_queue_order_priority_is_accepted_as_fifo_as_in_the_configuration_file(tmp_path: Path) -> None:
+    """`queueOrder: priority` in a SchedulerConfiguration is fifo (priority always goes first); the flag agrees."""
+    args = ["sim", "run", "--generate", "poisson", "--jobs", "20", "--nodes", "2"]
+    config = tmp_path / "scheduler.yaml"
+    config.write_text("apiVersion: phalanx.dev/v1alpha1\nkind: SchedulerConfiguration\nqueueOrder: priority\n")
+    by_flag = phalanx(*args, "--queue-order", "priority", "--out", str(tmp_path / "flag"), cwd=tmp_path)
+    by_file = phalanx(
+        *args, "--scheduler-config", str(config), "--no-preemption", "--out", str(tmp_path / "file"), cwd=tmp_path
+    )
+    assert by_flag.returncode == by_file.returncode == 0, by_flag.stderr + by_file.stderr
+    [row] = read_csv(tmp_path / "flag" / "metrics.csv")
+    assert row["run"] == "fifo/auto/gang"
+    assert read_csv(tmp_path / "flag" / "jobs.csv") == read_csv(tmp_path / "file" / "jobs.csv")
+
+
+def test_the_report_says_what_the_scheduler_configuration_file_held(tmp_path: Path) -> None:
+    """Two files that differ only in their bands give different runs under the same label: the report must say
+    which configuration ran, not only the file's name (which may change or be gone when the report is read)."""
+    config = tmp_path / "scheduler.yaml"
+    config.write_text(
+        "apiVersion: phalanx.dev/v1alpha1\nkind: SchedulerConfiguration\nqueueOrder: least-attained-service\n"
+        "timeSlicing: {enabled: true, thresholds: [16]}\n"
+    )
+    args = ["sim", "run", "--generate", "poisson", "--jobs", "20", "--nodes", "2", "--scheduler-config", str(config)]
+    done = phalanx(*args, "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = (tmp_path / "o" / "report.md").read_text()
+    line = next((row for row in report.splitlines() if row.startswith("- scheduler configuration")), "")
+    assert f"- scheduler configuration ({config}):" in line, report
+    assert '"queueOrder": "least-attained-service"' in line and '"thresholds": [16.0]' in line, line

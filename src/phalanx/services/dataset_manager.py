@@ -82,7 +82,8 @@ def materialize_outcome(future: Future[Materialized], generation: int, now: date
     error = future.exception()
     if error is None:
         done = future.result()
-        message = f"{human_bytes(done.bytes)} in {len(done.files)} files, version {done.version[:19]}"
+        files = f"{len(done.files)} file{'' if len(done.files) == 1 else 's'}"
+        message = f"{human_bytes(done.bytes)} in {files}, version {done.version[:19]}"
         changes = {
             "phase": DatasetPhase.READY,
             "version": done.version,

@@ -50,6 +50,14 @@ class OperationError(Exception):
     """An operation that cannot be done, with a message that says what to do instead."""
 
 
+def no_replica_logs(job: TrainingJob, replica: str, not_yet: str) -> OperationError:
+    """Why `logs --replica` found nothing: the job has no such replica, or it has ``not_yet`` (no logs, no Pod)."""
+    known = [f"{role}-{i}" for role, spec in job.spec.replicas.items() for i in range(spec.count)]
+    if replica.removeprefix(f"{job.metadata.name}-") not in known:  # a typo must not read as "wait for it"
+        return OperationError(f"job {job.metadata.name} has no replica {replica!r}; its replicas: {', '.join(known)}")
+    return OperationError(f"replica {replica!r} of job {job.metadata.name} has {not_yet}; replicas: {', '.join(known)}")
+
+
 class JobExistsError(OperationError):
     """A submitted job's name is taken by a stored job; ``phase`` is that job's (None: created meanwhile)."""
 

@@ -196,7 +196,8 @@ def test_logs_of_one_replica_and_of_all(runtime: Runtime) -> None:
         assert f"{me} | {me} started" in everything and f"{me} | {me} done" in everything, everything
     missing = runtime.cli("logs", "chatty", "--replica", "worker-7")
     assert missing.returncode == 1
-    assert "replica 'worker-7' of job chatty has no logs yet; replicas: worker-0, worker-1" in flat(missing.stderr)
+    # worker-7 never will have logs (the job has two workers): the sentence says so rather than "not yet".
+    assert "job chatty has no replica 'worker-7'; its replicas: worker-0, worker-1" in flat(missing.stderr)
 
 
 def test_logs_name_a_replica_that_printed_nothing_while_it_runs_and_after_it_ended(
@@ -253,6 +254,45 @@ def test_logs_follow_prints_as_replicas_write_and_returns_when_the_job_ends(runt
     assert "worker-0 | worker-0 done" in text and "worker-1 | worker-1 done" in text, text
     one = one_out.read_text()
     assert "worker-1 done" in one and "worker-0" not in one, one
+
+
+def test_logs_follow_names_a_replica_that_printed_nothing_once_the_job_ends(runtime: Runtime, tmp_path: Path) -> None:
+    """`logs -f` must not leave out a silent replica either: when the job ends, a note on stderr names it."""
+    hold = tmp_path / "hold"
+    silent = [
+        "python",
+        "-c",
+        "import pathlib, sys, time\nwhile not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.05)",
+    ]
+    quiet = {"count": 1, "template": {"command": [*silent, str(hold)], "resources": {"cpu": "100m", "memory": "64Mi"}}}
+    runtime.start_control_plane()
+    runtime.submit(generic_job("hushed", args=["--hold", str(hold)], extra_roles={"quiet": quiet}))
+    runtime.wait_phase("hushed", {Phase.RUNNING})
+    all_out, one_out = tmp_path / "all.txt", tmp_path / "one.txt"
+    follow_all = runtime.cli_background("logs", "-f", "hushed", output=all_out)
+    follow_one = runtime.cli_background("logs", "-f", "hushed", "--replica", "quiet-0", output=one_out)
+    wait_until(lambda: "worker-0 started" in all_out.read_text(), message="`logs -f` to print worker-0's first line")
+
+    hold.write_text("go")
+    assert follow_all.wait(30) == 0, all_out.read_text()
+    assert follow_one.wait(30) == 0, one_out.read_text()
+    text = all_out.read_text()
+    assert "worker-0 | worker-0 done" in text and "note: quiet-0 printed nothing" in flat(text), text
+    assert "note: worker-0" not in text, text
+    assert flat(one_out.read_text()) == "note: quiet-0 printed nothing"
+
+
+def test_logs_of_a_job_no_replica_of_which_started_says_so(runtime: Runtime) -> None:
+    """A Queued job has no logs: `logs` must say why it prints nothing, and name a replica the job lacks as such."""
+    runtime.start_control_plane()
+    runtime.submit(generic_job("huge", extra_roles={"big": program_role(cpu=4096, memory="64Mi")}))
+    runtime.wait_waiting("huge")
+    empty = runtime.cli("logs", "huge")
+    assert empty.returncode == 0 and empty.stdout == "", empty.stdout + empty.stderr
+    assert flat(empty.stderr) == "note: no replica of job huge has started yet (it is Queued)", empty.stderr
+    unknown = runtime.cli("logs", "huge", "--replica", "nope-0")
+    assert unknown.returncode == 1
+    assert "job huge has no replica 'nope-0'; its replicas: worker-0, big-0" in flat(unknown.stderr), unknown.stderr
 
 
 def test_submit_dry_run_prints_the_defaulted_spec_and_creates_nothing(runtime: Runtime) -> None:

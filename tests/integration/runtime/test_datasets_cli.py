@@ -143,3 +143,15 @@ def test_a_wait_that_runs_out_says_whether_the_new_spec_was_ever_taken_up(runtim
     assert str(waited.value) == (
         "dataset d's new spec (generation 2) was not taken up within 0.05 s; its status (Ready) is for generation 1"
     )
+
+
+def test_a_one_file_dataset_reads_1_file_not_1_files(runtime: Runtime, tmp_path: Path) -> None:
+    runtime.start_control_plane()
+    data = tmp_path / "one"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"a" * 2048)
+    created = runtime.cli("dataset", "create", "-f", str(dataset_file(runtime, "one", {"path": str(data)})))
+    assert created.returncode == 0, created.stderr
+    assert "2.0Ki in 1 file;" in created.stdout, created.stdout
+    described = runtime.cli("describe", "dataset", "one", check=True).stdout
+    assert "2.0Ki in 1 file" in described and "1 files" not in described, described

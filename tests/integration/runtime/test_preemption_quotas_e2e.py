@@ -80,6 +80,7 @@ def test_a_critical_job_preempts_a_low_one_that_runs_again_after_it(runtime: Run
         critical_events = client.store.list_events("TrainingJob", "default", "critical")
     preempted = [event for event in events if event.reason == "Preempted"]
     assert len(preempted) == 1
+    assert preempted[0].type == "Warning"  # as phalanx-scheduler records it on Kubernetes: the job was stopped
     assert preempted[0].message.startswith("preempted to make room for default/critical, whose priority 1000"), (
         preempted[0].message
     )

@@ -303,6 +303,35 @@ def test_a_pod_that_printed_nothing_is_named_with_a_note_by_phalanx_logs(
     assert capsys.readouterr() == ("", "note: worker-0 printed nothing\n")
 
 
+def test_logs_follow_names_a_pod_that_printed_nothing_once_the_job_ended(
+    api: MemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`phalanx logs -f` on a cluster leaves out no silent replica either, with or without --replica."""
+    uid = stored_job(api, "Succeeded")["metadata"]["uid"]
+    for name in ("quickstart-master-0", "quickstart-worker-0"):
+        api.objects[("pods", "default", name)] = pod(name, uid, phase="Succeeded")
+    api.logs_text["quickstart-master-0"] = "epoch 1\n"
+    cluster = SimpleNamespace(ops=KubeOperations(api), namespace="default", poll_seconds=0.01)
+
+    assert print_logs(cluster, "quickstart", None, follow_logs=True) == 0  # type: ignore[arg-type]
+    out, err = capsys.readouterr()
+    assert "master-0 | epoch 1" in out and "worker-0" not in out, out
+    assert err == "note: worker-0 printed nothing\n"
+    assert print_logs(cluster, "quickstart", "worker-0", follow_logs=True) == 0  # type: ignore[arg-type]
+    assert capsys.readouterr() == ("", "note: worker-0 printed nothing\n")
+
+
+def test_logs_of_a_job_without_pods_say_why_they_are_empty(
+    api: MemoryKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stored_job(api, "Queued")
+    cluster = SimpleNamespace(ops=KubeOperations(api), namespace="default", poll_seconds=0.01)
+    assert print_logs(cluster, "quickstart", None, follow_logs=False) == 0  # type: ignore[arg-type]
+    assert capsys.readouterr() == ("", "note: no replica of job quickstart has started yet (it is Queued)\n")
+    with pytest.raises(OperationError, match="job quickstart has no replica 'worker-9'; its replicas: "):
+        KubeOperations(api).logs("default", "quickstart", "worker-9")
+
+
 def test_explain_says_why_a_job_waits(api: MemoryKubeApi) -> None:
     stored_job(api, "Queued", reason="Waiting", message="a replica needs 16 GPUs but no node has that many")
     ops = KubeOperations(api)

@@ -150,7 +150,8 @@ def test_gpu_model_on_a_cpu_only_replica_constrains_nothing() -> None:
         pytest.param(4, (4, 5, 6, 7), id="four-gpus-avoid-the-broken-quad"),
         pytest.param(
             8,
-            "a replica needs 8 GPUs but no node has that many: the largest has 7 GPUs (node dgx-0)",
+            "a replica needs 8 GPUs but no node has that many healthy ones: the largest has 7 healthy GPUs and "
+            "1 unhealthy (node dgx-0)",
             id="eight-gpus-cannot-fit",
         ),
     ],
@@ -161,6 +162,19 @@ def test_unhealthy_gpus_are_never_chosen(count: int, expected: tuple[int, ...] |
         assert waiting_reason(decisions, "job") == expected
     else:
         assert admission(decisions, "job").assignments[0].gpus == expected
+
+
+def test_a_gang_that_only_unhealthy_gpus_would_let_fit_says_so() -> None:
+    """docs/scheduling.md, GPU health: a job that only a sick GPU would fit waits, saying so.
+
+    Two 4-GPU nodes with GPU 0 of each unhealthy: a 4-GPU replica must not read as if no node had 4 GPUs.
+    """
+    nodes = [changed(node, unhealthy=[0]) for node in two_nodes()]
+    decisions = run(snapshot(nodes), make_job("job").replicas(1, gpu=4))
+    assert waiting_reason(decisions, "job") == (
+        "a replica needs 4 GPUs but no node has that many healthy ones: the largest has 3 healthy GPUs and "
+        "1 unhealthy (node node-a)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,8 @@ what the cluster has, e.g.
 - ``no schedulable node: all 3 nodes are cordoned``
 - ``needs GPU model V100; no node has it (nodes have NVIDIA-A100-SXM4-80GB)``
 - ``a replica needs 16 GPUs but no node has that many: the largest has 8 GPUs (node dgx-0)``
+- ``a replica needs 4 GPUs but no node has that many healthy ones: the largest has 3 healthy GPUs and 1
+  unhealthy (node node-a)``
 - ``needs 16 GPUs in one gang; largest free block is 8 on node dgx-0 (8 free in total)``
 - ``needs 3 replicas (3 CPUs exclusive, 6Gi) as one gang; only 2 fit: node local has 2 CPUs free where 3 are
   needed``
@@ -30,7 +32,7 @@ from datetime import datetime
 import numpy as np
 
 from phalanx.core.scheduling.backfill import HeadReservation
-from phalanx.core.scheduling.demands import MILLI, Demand, demand_of, total_demand
+from phalanx.core.scheduling.demands import MILLI, Demand, demand_of, model_alternatives, total_demand
 from phalanx.core.scheduling.fitting import Shortage
 from phalanx.core.scheduling.gang import GangShortfall
 from phalanx.core.scheduling.quotas import BORROWING_LIMIT, LENT, NO_COHORT, QuotaShortfall
@@ -121,11 +123,25 @@ def _larger_than_any_node(demand: Demand, nodes: _Rows, *, scope: str) -> str | 
         node, largest, _ = nodes.most(capacity)
         if largest < needed:
             many = "that many" if noun in ("GPUs", "CPUs") else "that much"
+            sick = _unhealthy_gpus(node, demand.gpu_model) if noun == "GPUs" else 0
+            if sick:  # the hardware is there: say that health, not size, keeps the replica out
+                return (
+                    f"a replica needs {render(needed)} but {scope} has {many} healthy ones: the largest has "
+                    f"{largest} healthy {noun[:-1] if largest == 1 else noun} and {sick} unhealthy (node {node.name})"
+                )
             return (
                 f"a replica needs {render(needed)} but {scope} has {many}: "
                 f"the largest has {render(largest)} (node {node.name})"
             )
     return None
+
+
+def _unhealthy_gpus(node: WorkingNode, model: str | None) -> int:
+    """How many of the node's GPUs of ``model`` (a ``model_key``; None for any) are unhealthy."""
+    allowed = None if model is None else model_alternatives(model)
+    return sum(
+        1 for gpu in node.snapshot.gpus if not gpu.healthy and (allowed is None or gpu.model.casefold() in allowed)
+    )
 
 
 # --- the binding shortage -------------------------------------------------------------------------------

@@ -128,11 +128,13 @@ class ClusterJobSource:
         return files
 
 
-def follow_on_cluster(client: KubernetesClient, name: str, *, show_logs: bool, show_phases: bool = True) -> Any:
+def follow_on_cluster(
+    client: KubernetesClient, name: str, *, show_logs: bool, show_phases: bool = True, note_silent: bool = False
+) -> Any:
     """Follow a job until it finishes or is halted: phases, waiting reasons and (if asked) logs; return its object."""
     with tempfile.TemporaryDirectory(prefix="phalanx-logs-") as directory:
         source = ClusterJobSource(client.ops, client.namespace, name, Path(directory), min_poll=client.poll_seconds)
-        return follow(source, writer(), show_logs=show_logs, show_phases=show_phases)
+        return follow(source, writer(), show_logs=show_logs, show_phases=show_phases, note_silent=note_silent)
 
 
 def run_on_cluster(client: KubernetesClient, file: Path, *, detach: bool, logs: bool) -> int:
@@ -160,7 +162,7 @@ def print_logs(client: KubernetesClient, job: str, replica: str | None, *, follo
     if follow_logs:
         client.ops.get_job(client.namespace, job)  # a missing job is an error, not an empty follow
         if replica is None:
-            follow_on_cluster(client, job, show_logs=True, show_phases=False)
+            follow_on_cluster(client, job, show_logs=True, show_phases=False, note_silent=True)
             return 0
         return _follow_one(client, job, replica)
     logs = client.ops.logs(client.namespace, job, replica)
@@ -168,7 +170,8 @@ def print_logs(client: KubernetesClient, job: str, replica: str | None, *, follo
         if log.error:
             writer(stderr=True).print(f"[bold red]error:[/] {escape(log.error)}")
     readable = [(log.replica, log.text, log.phase in FINISHED_POD_PHASES) for log in logs if not log.error]
-    print_replica_logs(readable, prefix=len(logs) > 1)
+    phase = "" if logs else str(client.ops.get_job(client.namespace, job).status.phase)
+    print_replica_logs(readable, prefix=len(logs) > 1, job=job if not logs else "", phase=phase)
     return 1 if any(log.error for log in logs) else 0
 
 
@@ -180,12 +183,15 @@ def _follow_one(client: KubernetesClient, job: str, replica: str) -> int:
     console = writer()
     with tempfile.TemporaryDirectory(prefix="phalanx-logs-") as directory:
         source = ClusterJobSource(client.ops, client.namespace, job, Path(directory), min_poll=client.poll_seconds)
-        version = ""
+        version, said = "", False
         while True:
             obj = source.job(after=version, wait=client.poll_seconds)
             version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
             files = [(short, path) for short, path in source.log_files() if replica in (short, f"{job}-{short}")]
             for _, line in tailer.read(files):
+                said = True
                 console.print(escape(line), highlight=False)
             if (obj.get("status") or {}).get("phase") in STOP_FOLLOWING:
+                if not said:  # named, not left out, as `logs` without -f does
+                    print_replica_logs([(replica, "", True)])
                 return 0

@@ -17,7 +17,7 @@ from phalanx.entrypoints.cli.options import (
     choose,
     embedded_only,
 )
-from phalanx.entrypoints.cli.output import console
+from phalanx.entrypoints.cli.output import console, fail, warn
 from phalanx.entrypoints.cli.running import session
 from phalanx.entrypoints.cli.styles import styled_phase
 
@@ -53,6 +53,12 @@ def up(
     from phalanx.services.embedded.daemon import start_control_plane
 
     embedded_only(choose(backend, kubeconfig, context), "up", f"install Phalanx once: {INSTALL_HINT}")
+    if inventory is not None and gpu_fault_file is not None:
+        fail(
+            "--gpu-fault-file marks this machine's GPUs unhealthy and does nothing with --inventory: mark a GPU "
+            "of the inventory `healthy: false` in its file instead (docs/scheduling.md, GPU health)",
+            2,
+        )
 
     with session(state_dir) as client:
         configuration = read_scheduler_configuration(scheduler_config) if scheduler_config is not None else None
@@ -66,6 +72,15 @@ def up(
         word = "started" if started else "already running"
         console.print(f"control plane {word} (pid {leader.pid}); state in {client.layout.root}")
         console.print(f"log: {client.layout.control_plane_log}")
+    # A running control plane keeps the nodes, cache size and fault file it started with: say so, not drop them.
+    given = {"--inventory": inventory, "--cache-size": cache_size, "--gpu-fault-file": gpu_fault_file}
+    ignored = [flag for flag, value in given.items() if value is not None]
+    if not started and ignored:
+        warn(
+            f"{' and '.join([', '.join(ignored[:-1]), ignored[-1]] if len(ignored) > 1 else ignored)} "
+            f"{'was' if len(ignored) == 1 else 'were'} not applied: the control plane was "
+            "already running and keeps what it started with; run `phalanx down`, then `phalanx up` with them"
+        )
 
 
 def down(

@@ -94,7 +94,7 @@ def dataset_create(
 
             console.print(
                 f"dataset/{item.name} Ready: version {status.version}, {human_memory(status.bytes)} in "
-                f"{status.files} files; {escape(status.lineage or '')}"
+                f"{status.files} file{'' if status.files == 1 else 's'}; {escape(status.lineage or '')}"
             )
         if failed:
             raise typer.Exit(1)
@@ -105,7 +105,9 @@ def dataset_get(
     name: Annotated[str | None, typer.Argument(help="Only this one.")] = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
-    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", "-A", help="Those of every namespace (a NAMESPACE column says whose).")
+    ] = False,
     output: OutputOption = Output.TABLE,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from phalanx.entrypoints.cli.local_api import ApiError
-from phalanx.entrypoints.cli.output import Writer, escape
+from phalanx.entrypoints.cli.output import Writer, escape, print_replica_logs
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, phase_label, styled_phase
 
 if TYPE_CHECKING:
@@ -106,9 +106,15 @@ def follow(
     show_logs: bool = True,
     show_phases: bool = True,
     until_finished: bool = True,
+    note_silent: bool = False,
 ) -> dict[str, Any]:
-    """Print phase changes, waiting reasons and logs until the job finishes (or is halted); return it."""
+    """Print phase changes, waiting reasons and logs until the job finishes (or is halted); return it.
+
+    With ``note_silent`` (`phalanx logs -f`), a replica that printed nothing is named in a note on stderr at the
+    end, as `phalanx logs` names it, instead of being left out.
+    """
     started = time.monotonic()
+    printed: set[str] = set()
     started_wall = time.time()
     seen: set[tuple[str, str]] = set()
     said_waiting = ""
@@ -129,6 +135,7 @@ def follow(
             phase = status.get("phase", "Pending")
             if show_logs:
                 for replica, line in tailer.read(source.log_files()):
+                    printed.add(replica)
                     colour = colours.setdefault(replica, ROLE_COLOURS[len(colours) % len(ROLE_COLOURS)])
                     console.print(f"[{colour}]{replica:>10}[/] | {escape(line)}", highlight=False)
             if show_phases:
@@ -153,8 +160,12 @@ def follow(
                 status_line.update(f"{styled_phase(phase)}  {time.monotonic() - started:.1f}s")
             if phase in STOP_FOLLOWING or not until_finished:
                 if show_logs:
-                    for replica, line in tailer.read(source.log_files()):
+                    files = source.log_files()
+                    for replica, line in tailer.read(files):
+                        printed.add(replica)
                         console.print(f"{replica:>10} | {escape(line)}", highlight=False)
+                    if note_silent:
+                        print_replica_logs([(replica, "", True) for replica, _ in files if replica not in printed])
                 return job
     finally:
         tailer.close()

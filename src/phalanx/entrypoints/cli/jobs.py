@@ -131,7 +131,9 @@ def get(
     name: Annotated[str | None, typer.Argument(help="Only this one.")] = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
-    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", "-A", help="Those of every namespace (a NAMESPACE column says whose).")
+    ] = False,
     output: OutputOption = Output.TABLE,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
@@ -246,29 +248,34 @@ def logs(
         files = client.ops.log_files(namespace, job, replica)
         if follow_logs:
             if replica is None:
-                follow(StoreJobSource(client, job), console, show_phases=False)
+                follow(StoreJobSource(client, job), console, show_phases=False, note_silent=True)
                 return
-            tailer = LogTailer()
+            tailer, said = LogTailer(), False
             while True:
                 seq = client.store.latest_seq()
                 for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
+                    said = True
                     console.print(escape(line), highlight=False)
                 current = client.get(job)
                 if current.status.phase in STOP_FOLLOWING:
                     for _, line in tailer.read(client.ops.log_files(namespace, job, replica)):
+                        said = True
                         console.print(escape(line), highlight=False)
+                    if not said:  # named, not left out, as `logs` without -f does
+                        print_replica_logs([(replica, "", True)])
                     return
                 client.store.wait_for_change(seq, LOG_POLL_SECONDS)
         from phalanx.adapters.executor import read_exit_code
 
-        job_ended = client.get(job).status.phase in STOP_FOLLOWING
+        phase = client.get(job).status.phase
+        job_ended = phase in STOP_FOLLOWING
         shown: list[tuple[str, str, bool]] = []
         for short, path in files:
             text = path.read_text(errors="replace") if path.exists() else ""
             # A replica has ended once its shim recorded an exit code, or once the whole job has (a halted job's
             # replicas were stopped, maybe before they could record one).
             shown.append((short, text, job_ended or read_exit_code(path.parent) is not None))
-        print_replica_logs(shown)
+        print_replica_logs(shown, job=job, phase=phase)
 
 
 def halt(

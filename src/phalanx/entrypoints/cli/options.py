@@ -61,9 +61,7 @@ StateDirOption = Annotated[
 ]
 NamespaceOption = Annotated[
     str | None,
-    typer.Option(
-        "--namespace", "-n", help="Namespace of the job (default: default; on Kubernetes, the context's namespace)."
-    ),
+    typer.Option("--namespace", "-n", help="The namespace (default: default; on Kubernetes, the context's namespace)."),
 ]
 BackendOption = Annotated[
     Backend | None,

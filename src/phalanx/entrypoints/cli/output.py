@@ -181,15 +181,22 @@ def warn(message: str) -> None:
     writer(stderr=True).print(f"[bold yellow]warning:[/] {escape(one_line(mask_url(message)))}")
 
 
-def print_replica_logs(logs: Sequence[tuple[str, str, bool]], *, prefix: bool | None = None) -> None:
+def print_replica_logs(
+    logs: Sequence[tuple[str, str, bool]], *, prefix: bool | None = None, job: str = "", phase: str = ""
+) -> None:
     """`phalanx logs` on either backend: each (replica, log text, ended) in order.
 
     The lines go to stdout, prefixed with the replica's name when ``prefix`` (default: when there are several
     replicas). A replica that printed
     nothing gets a note on stderr (``note: worker-1 printed nothing``, or ``has printed nothing yet`` while it
     has not ended) instead of vanishing from the output, where it would read as a replica that does not exist;
-    stdout stays the replicas' own output, for a script that reads it.
+    stdout stays the replicas' own output, for a script that reads it. A ``job`` none of whose replicas has a
+    log yet (Queued) gets a note saying so, in its ``phase``, rather than no output at all.
     """
+    if not logs and job:
+        writer(stderr=True).print(
+            f"[dim]note: no replica of job {escape(one_line(job))} has started yet (it is {phase})[/]"
+        )
     prefix = len(logs) > 1 if prefix is None else prefix
     for replica, text, ended in logs:
         lines = text.splitlines()

@@ -57,6 +57,7 @@ def print_dataset_description(console: Console, described: DatasetDescription) -
     """`phalanx describe dataset NAME`: source, distribution, status, lineage, nodes, the jobs reading it, events."""
     dataset = described.dataset
     spec, status, meta = dataset.spec, dataset.status, dataset.metadata
+    files = f"{status.files} file{'' if status.files == 1 else 's'}"
     rows = [
         ("Name", meta.name),
         ("Namespace", meta.namespace),
@@ -65,7 +66,7 @@ def print_dataset_description(console: Console, described: DatasetDescription) -
         ("Cache policy", str(spec.cache.policy)),
         ("Phase", styled_phase(status.phase)),
         ("Version", status.version or "-"),
-        ("Size", f"{human_memory(status.bytes)} in {status.files} files" if status.version else "-"),
+        ("Size", f"{human_memory(status.bytes)} in {files}" if status.version else "-"),
         ("Lineage", mask_url(status.lineage or "-")),
         ("Message", mask_url(status.message or "-")),
         ("Cached on", ", ".join(status.nodes) or "no node yet"),

@@ -21,7 +21,7 @@ import sys
 from enum import StrEnum
 from itertools import product
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, get_args
 
 import typer
 
@@ -140,7 +140,7 @@ def run(
         list[str] | None,
         typer.Option(
             "--queue-order",
-            help="fifo, shortest-first or least-attained-service; repeat to compare "
+            help="fifo, priority (the same as fifo), shortest-first or least-attained-service; repeat to compare "
             "(default fifo; with --compare, fifo and shortest-first).",
         ),
     ] = None,
@@ -254,7 +254,7 @@ def run(
                 seed=seed,
                 max_gpus_per_replica=max_gpus_per_replica,
             )
-        policy = _policy(scheduler_config)
+        policy, held = _policy(scheduler_config)
         from_file = scheduler_config is not None
         variants = _variants(
             queue_order or ([policy.queue_order] if from_file else None),
@@ -287,7 +287,7 @@ def run(
             out,
             results,
             command=shlex.join(["phalanx", *sys.argv[1:]]),
-            setup=[workload_line, cluster_line, f"seed: {seed}"],
+            setup=[workload_line, cluster_line, f"seed: {seed}", *held],
         )
     except ReportError as err:
         fail(str(err), 1)
@@ -398,10 +398,24 @@ def _variants(
     las_thresholds: tuple[float, ...] | None = None,
 ) -> list[SimOptions]:
     """Every combination of the options; time slicing applies to the least-attained-service gang runs."""
-    from phalanx.core.scheduling.config import DEFAULT_LAS_THRESHOLDS, LEAST_ATTAINED_SERVICE
+    from phalanx.core.scheduling.config import DEFAULT_LAS_THRESHOLDS, FIFO, LEAST_ATTAINED_SERVICE
+    from phalanx.core.scheduling.policies import TOPOLOGIES
+    from phalanx.model.scheduler_config import PlacementPolicy, QueueingStrategy, QueueOrder
     from phalanx.sim.engine import SimOptions
 
-    orders = list(dict.fromkeys(queue_orders or (["fifo", "shortest-first"] if compare else ["fifo"])))
+    # Checked here, naming the flag: the core would name its own field (queue_order) or a made-up job.
+    for flag, values, allowed in (
+        ("--queue-order", queue_orders, get_args(QueueOrder)),
+        ("--queueing-strategy", strategies, get_args(QueueingStrategy)),
+        ("--placement", placements, get_args(PlacementPolicy)),
+        ("--topology", [topology], sorted(TOPOLOGIES)),
+    ):
+        for value in values or ():
+            if value not in allowed:
+                raise ValueError(f"{flag} {value!r} is not one of {', '.join(allowed)}")
+    # `priority` is `fifo`, as in the configuration file: every order puts higher priorities first.
+    given = [FIFO if order == "priority" else order for order in queue_orders or ()]
+    orders = list(dict.fromkeys(given or (["fifo", "shortest-first"] if compare else ["fifo"])))
     chosen = list(dict.fromkeys(placements or ["auto"]))
     gangs = [True, False] if compare else [gang]
     kinds = list(dict.fromkeys(strategies or ["best-effort-fifo"]))
@@ -435,14 +449,21 @@ def _variants(
     return variants
 
 
-def _policy(path: Path | None) -> SchedulerConfig:
-    """The base policy of ``--scheduler-config`` (the simulator's defaults without one: preemption off)."""
+def _policy(path: Path | None) -> tuple[SchedulerConfig, list[str]]:
+    """The base policy of ``--scheduler-config`` (the simulator's defaults without one: preemption off).
+
+    Also the report's line saying what the file held: its name alone would not tell a later reader which bands ran.
+    """
+    import json
+
     from phalanx.core.scheduling.config import SchedulerConfig, from_configuration
     from phalanx.model.loading import read_scheduler_configuration
 
     if path is None:
-        return SchedulerConfig()
-    return from_configuration(read_scheduler_configuration(path))
+        return SchedulerConfig(), []
+    configuration = read_scheduler_configuration(path)
+    fields = {key: value for key, value in configuration.to_dict().items() if key not in ("apiVersion", "kind")}
+    return from_configuration(configuration), [f"scheduler configuration ({path}): {json.dumps(fields)}"]
 
 
 def _simulate_all(

@@ -38,7 +38,7 @@ from phalanx.services import port
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 from phalanx.services.embedded.daemon import current_leader
 from phalanx.services.embedded.layout import StateLayout
-from phalanx.services.operations import NAMESPACED_KINDS, OperationError, Operations, Submitted
+from phalanx.services.operations import NAMESPACED_KINDS, OperationError, Operations, Submitted, no_replica_logs
 from phalanx.services.port import Readable, Stored, Written
 from phalanx.services.queue_views import unique_queues
 
@@ -300,8 +300,7 @@ class EmbeddedOperations(Operations):
                 if short not in latest or int(attempt) > latest[short][0]:
                     latest[short] = (int(attempt), run_dir / "replica.log")
         if replica is not None and not latest:
-            known = ", ".join(f"{role}-{i}" for role, spec in job.spec.replicas.items() for i in range(spec.count))
-            raise OperationError(f"replica {replica!r} of job {name} has no logs yet; replicas: {known}")
+            raise no_replica_logs(job, replica, "no logs yet")
         return [(short, path) for short, (_, path) in sorted(latest.items())]
 
     # -- quarantine ------------------------------------------------------------------------------------------

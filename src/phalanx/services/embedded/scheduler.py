@@ -271,7 +271,7 @@ class SchedulerService:
                 # given back anyway or the next cycle decides again.
                 changed = True
                 continue
-            self._event(job, "Preempted", f"{preemption.reason} (by {self.identity})")
+            self._event(job, "Preempted", f"{preemption.reason} (by {self.identity})", warning=True)
             log.info("preempted %s: %s", job.key, preemption.reason)
             changed = True
         return changed
@@ -282,5 +282,5 @@ class SchedulerService:
         self._event(job, "Scheduled", f"{message} (by {self.identity})")
         log.info("admitted %s: %s", job.key, message)
 
-    def _event(self, job: TrainingJob, reason: str, message: str) -> None:
-        self.port.record(job, reason, message)
+    def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
+        self.port.record(job, reason, message, warning=warning)

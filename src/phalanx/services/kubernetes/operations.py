@@ -78,7 +78,7 @@ from phalanx.model.validation import parse_job
 from phalanx.services import port
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView, cache_view_from_labels
 from phalanx.services.kubernetes.apply import event_body
-from phalanx.services.operations import OperationError, Operations
+from phalanx.services.operations import OperationError, Operations, no_replica_logs
 from phalanx.services.port import Readable, Stored, Written
 
 log = logging.getLogger(__name__)
@@ -576,8 +576,7 @@ class KubeOperations(Operations):
                 continue
             found.append(self.pod_log(pod, short))
         if replica is not None and not found:
-            known = ", ".join(f"{role}-{i}" for role, spec in job.spec.replicas.items() for i in range(spec.count))
-            raise OperationError(f"replica {replica!r} of job {name} has no Pod yet; replicas: {known}")
+            raise no_replica_logs(job, replica, "no Pod yet")
         return found
 
     def pod_log(self, pod: Mapping[str, Any], short: str) -> ReplicaLog:
