@@ -8,7 +8,7 @@ a read side (``ObjectReader``: get and list the objects, a job's replicas and an
 is deleted (graceful on the embedded runtime, garbage collection on a cluster), how a finished job gives up its
 name, why a Pending job waits, and how a node's dataset cache is read and evicted. The status side
 (``StatusWriter``) writes an object's status on the resourceVersion read and records Events about it (the dataset
-manager's, the schedulers' waiting reasons).
+manager's; the schedulers' admissions, preemptions and waiting reasons).
 
 Failures every backend reports the same way are the errors here; a failure only a backend can explain (an
 unreachable API server, a quarantined row) is an ``OperationError`` with its own sentence. A method is added

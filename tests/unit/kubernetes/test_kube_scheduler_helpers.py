@@ -144,3 +144,31 @@ def test_a_new_job_that_does_not_fit_is_queued_by_the_write_that_says_why_it_wai
     assert status["message"] == result.waiting["team-a/ddp"]
     assert [(c["type"], c["reason"]) for c in status["conditions"]] == [("Queued", "Accepted")]
     assert event_reasons(api) == ["Accepted", "Waiting"]
+
+
+def test_an_admission_written_through_the_port_is_in_the_parse_cache_for_the_next_cycle() -> None:
+    scheduler, api = _scheduler_with(_new_job())
+    assert scheduler.cycle().admitted == ["team-a/ddp"]
+    scheduler.flush()
+
+    def parse_again(obj: dict[str, Any], jobtypes: Any) -> None:
+        raise AssertionError(f"parsed {obj['metadata']['resourceVersion']} again")
+
+    scheduler._parse_job = parse_again  # type: ignore[method-assign,assignment]
+    [(obj, job)] = scheduler._current_jobs(builtin_jobtypes())
+    assert job.status.phase == "Admitted" and set(job.status.placements) == {"ddp-worker-0", "ddp-worker-1"}
+    assert (
+        job.metadata.resource_version
+        == obj["metadata"]["resourceVersion"]
+        == api.of(TRAININGJOBS)[0]["metadata"]["resourceVersion"]
+    ), "the version the write answered, which the cache holds"
+
+
+def test_an_admission_whose_write_is_lost_admits_nothing_and_says_nothing() -> None:
+    scheduler, api = _scheduler_with(_new_job())
+    api.put(TRAININGJOBS, _new_job())  # another client wrote it since the scheduler's cache saw it: a 409
+    result = scheduler.cycle()
+    scheduler.flush()
+    assert result.admitted == []
+    assert "status" not in api.of(TRAININGJOBS)[0], "the other client's version stands"
+    assert "Scheduled" not in event_reasons(api)

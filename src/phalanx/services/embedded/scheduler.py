@@ -172,12 +172,8 @@ class SchedulerService:
                 self.quarantine.clear(job, held, reason=SCHEDULER_ERROR)  # its retry went through
         changed |= self._preempt(jobs, plan.preempted)
         for admission in plan.admitted:
-            try:
-                self._admit(by_key[admission.key], admission)
-                changed = True
-            except (ConflictError, NotFoundError):
-                # The job changed (halted, deleted) since the snapshot; the next cycle decides again.
-                changed = True
+            changed = True  # admitted, or the job changed (halted, deleted) since the snapshot: decided again
+            if not self._admit(by_key[admission.key], admission):
                 break  # later admissions in this cycle assumed this one's devices were taken
         for key, reason in plan.waiting.items():
             job = by_key[key]
@@ -264,23 +260,23 @@ class SchedulerService:
             status = preempted_status(job, preemption, self.clock.now())
             if status is None:
                 continue
-            try:
-                self.store.update_status(job.model_copy(update={"status": status}))
-            except (ConflictError, NotFoundError):
+            changed = True
+            if self.port.write_status(job, dict(status)) is not Written.WROTE:
                 # The victim changed since the snapshot (it finished, was halted or deleted); its room is being
                 # given back anyway or the next cycle decides again.
-                changed = True
                 continue
             self._event(job, "Preempted", f"{preemption.reason} (by {self.identity})", warning=True)
             log.info("preempted %s: %s", job.key, preemption.reason)
-            changed = True
         return changed
 
-    def _admit(self, job: TrainingJob, admission: Admission) -> None:
+    def _admit(self, job: TrainingJob, admission: Admission) -> bool:
+        """Place the job and move it Queued -> Admitted in one status write; False when the write was lost."""
         status, message = admitted_status(job, admission, self.clock.now())
-        self.store.update_status(job.model_copy(update={"status": status}))
+        if self.port.write_status(job, dict(status)) is not Written.WROTE:
+            return False
         self._event(job, "Scheduled", f"{message} (by {self.identity})")
         log.info("admitted %s: %s", job.key, message)
+        return True
 
     def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
         self.port.record(job, reason, message, warning=warning)

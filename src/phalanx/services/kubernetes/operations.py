@@ -24,7 +24,7 @@ import builtins
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -156,6 +156,8 @@ class KubeBackend:
         self.component, self.instance = component, instance or component  # who the Events say reported them
         # A controller's caches, by kind: a status it writes is in its cache at once, for its next pass.
         self.informers = dict(informers or {})
+        # Called with the object, its new status and the API's answer after each status write (a parse cache).
+        self.on_written: Callable[[Any, Any, dict[str, Any]], None] | None = None
         self._installed: bool | None = None
 
     # -- errors --------------------------------------------------------------------------------------------------
@@ -392,7 +394,11 @@ class KubeBackend:
     # -- the status side -------------------------------------------------------------------------------------
 
     def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
-        """PUT the status subresource on the resourceVersion read; another API failure is raised as it is."""
+        """PUT the status subresource on the resourceVersion read; another API failure is raised as it is.
+
+        A PUT with only the object's identity and the new status: the API server applies it without the decode
+        and merge of the stored object that a patch costs it (about a tenth of its CPU per one-Pod job).
+        """
         status = obj.status.model_copy(update=dict(changes))
         if status == obj.status:
             return Written.UNCHANGED
@@ -405,6 +411,8 @@ class KubeBackend:
             return Written.LOST
         if informer is not None:
             informer.observe(written)
+        if self.on_written is not None:
+            self.on_written(obj, status, written)
         return Written.WROTE
 
     def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:

@@ -72,7 +72,6 @@ from phalanx.adapters.kubernetes.objects import (
     node_from_object,
     pod_holds_resources,
     queue_from_object,
-    status_body,
 )
 from phalanx.adapters.kubernetes.parsed import ParsedCache
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOURCE, RenderError
@@ -132,7 +131,6 @@ class SchedulerSettings:
 class _Candidate:
     """A job the cycle may admit: as stored, and as it stands once accepted (Queued)."""
 
-    obj: dict[str, Any]
     job: TrainingJob  # its status Queued: stored so, or as the planner accepts a Pending job
     stored: TrainingJobStatus  # the status the write replaces
     events: tuple[EventRecord, ...] = ()  # the planner's, for a job accepted here
@@ -182,8 +180,10 @@ class KubeScheduler:
         self.clock = clock or SystemClock()
         self.signal = Signal()
         self.jobs = Informer(api, TRAININGJOBS, signal=self.signal)
-        jobs, name = {TrainingJob: self.jobs}, settings.scheduler_name  # the port: waiting reasons and events
-        self.port = KubeBackend(api, clock=self.clock, component=name, instance=settings.identity, informers=jobs)
+        jobs, name, who = {TrainingJob: self.jobs}, settings.scheduler_name, settings.identity
+        # The port: admissions, preemptions, waiting reasons and events; what it writes goes into the caches.
+        self.port = KubeBackend(api, clock=self.clock, component=name, instance=who, informers=jobs)
+        self.port.on_written = self._remember_parsed
         self.pods = Informer(api, PODS, signal=self.signal, index=_unbound_job_uid)
         self.nodes = Informer(api, NODES, signal=self.signal)
         self.jobtypes = Informer(api, JOBTYPES, signal=self.signal)
@@ -351,19 +351,21 @@ class KubeScheduler:
 
     def _preempt(self, jobs: list[tuple[dict[str, Any], TrainingJob]], preempted: tuple[Preemption, ...]) -> list[str]:
         """Move each victim to Preempted (the operator stops its Pods and queues it again); the keys moved."""
-        by_key = {job.key: (obj, job) for obj, job in jobs}
+        by_key = {job.key: job for _, job in jobs}
         moved = []
         for preemption in preempted:
-            obj, job = by_key[preemption.victim]
+            job = by_key[preemption.victim]
             status = preempted_status(job, preemption, self.clock.now())
             if status is None:
                 continue
             try:
-                self._write_status(obj, status)
+                wrote = self.port.write_status(job, dict(status)) is Written.WROTE
             except KubeApiError as error:
+                log.info("preempting %s: %s", job.key, error)
+                wrote = False
+            if not wrote:
                 # The victim changed since the cycle read it (finished, halted, deleted): its room is being given
                 # back anyway, or the next cycle decides again.
-                log.info("preempting %s: %s", job.key, error)
                 continue
             self._event(job, "Preempted", f"{preemption.reason} (by {self.settings.identity})", warning=True)
             log.info("preempted %s: %s", job.key, preemption.reason)
@@ -382,12 +384,12 @@ class KubeScheduler:
         """
         candidates = []
         live = set()
-        for obj, job in jobs:
+        for _, job in jobs:
             if job.metadata.deletion_timestamp is not None or job.spec.run_policy.suspend:
                 continue
             phase = job.status.phase
             if phase == Phase.QUEUED:
-                candidates.append(_Candidate(obj, job, job.status))
+                candidates.append(_Candidate(job, job.status))
             elif phase == Phase.PENDING:
                 key = (job.metadata.uid or "", job.metadata.resource_version or "")
                 live.add(key)
@@ -396,7 +398,7 @@ class KubeScheduler:
                 accepted = self._accepted[key]
                 if accepted is not None:
                     queued = job.model_copy(update={"status": accepted.status})
-                    candidates.append(_Candidate(obj, queued, job.status, accepted.events))
+                    candidates.append(_Candidate(queued, job.status, accepted.events))
         for stale in set(self._accepted) - live:
             del self._accepted[stale]
         return candidates
@@ -567,37 +569,25 @@ class KubeScheduler:
 
     # -- writing ------------------------------------------------------------------------------------------------
 
-    def _write_status(self, obj: dict[str, Any], status: TrainingJobStatus) -> dict[str, Any]:
-        """Replace the job's status, conditional on the resourceVersion it was decided on (409 if it changed); cache it.
-
-        A PUT of the status subresource with only the job's identity and the new status: the API server applies
-        it without the decode and merge of the stored object that a patch costs it (about a tenth of its CPU per
-        one-Pod job).
-        """
-        written = self.api.replace_status(TRAININGJOBS, status_body(obj, status))
-        self.jobs.observe(written)
-        return written
-
     def _admit(self, candidate: _Candidate, admission: Admission) -> bool:
-        obj, job = candidate.obj, candidate.job
+        """Place the job and move it to Admitted in one status write, on the version the cycle read."""
+        job = candidate.job
         status, message = admitted_status(job, admission, self.clock.now())
+        as_stored = job.model_copy(update={"status": candidate.stored})  # what the write replaces
         try:
-            updated = self._write_status(obj, status)
-        except (ConflictError, NotFoundError):
-            # The job changed (queued by the operator, halted, deleted, edited) since the cycle read it: decide again.
-            return False
+            if self.port.write_status(as_stored, dict(status)) is not Written.WROTE:
+                return False  # changed since the cycle read it (queued by the operator, halted, deleted, edited)
         except KubeApiError as error:
             log.warning("admitting %s failed: %s", job.key, error)
             return False
-        self._remember_parsed(updated, job, status)
         for event in candidate.events:  # accepted here: the operator's planner's events (Accepted)
             self._event(job, event.reason, event.message, warning=event.type == "Warning")
         self._event(job, "Scheduled", f"{message} (by {self.settings.identity})")
         log.info("admitted %s: %s", job.key, message)
         return True
 
-    def _remember_parsed(self, written: dict[str, Any], job: TrainingJob, status: TrainingJobStatus) -> None:
-        """Put the job as this process wrote it into the parse cache: the next cycle need not parse it again."""
+    def _remember_parsed(self, job: TrainingJob, status: TrainingJobStatus, written: dict[str, Any]) -> None:
+        """Put a job as the port wrote it into the parse cache: the next cycle need not parse it again."""
         try:
             metadata = ObjectMeta.model_validate(model_metadata(written))
         except ValueError:
