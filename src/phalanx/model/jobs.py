@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     JsonValue,
     PlainSerializer,
+    StrictBool,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -296,10 +297,10 @@ class RunPolicy(ApiModel):
         description="first retry delay; doubles per retry",
     )
     max_backoff_seconds: float = Field(default=300.0, ge=0, le=MAX_BACKOFF_CAP_SECONDS, allow_inf_nan=False)
-    gang_restart: bool = False
+    gang_restart: StrictBool = False
     active_deadline_seconds: int | None = Field(default=None, gt=0, le=MAX_SECONDS)
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
-    suspend: bool = False
+    suspend: StrictBool = False
 
 
 class Placement(StrEnum):

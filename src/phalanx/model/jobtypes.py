@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from phalanx.model.base import ApiModel, every_problem
@@ -80,7 +80,7 @@ class JobTypeSpec(ApiModel):
     )
     hostfile_roles: list[str] = Field(default_factory=list, description="roles listed in the MPI hostfile")
     slots_per_host: int = Field(default=1, ge=1, le=MAX_SLOTS_PER_HOST)
-    allow_other_roles: bool = Field(
+    allow_other_roles: StrictBool = Field(
         default=False, description="jobs may name roles the type does not declare (generic programs)"
     )
     port: int = Field(default=29500, ge=1, le=65535)

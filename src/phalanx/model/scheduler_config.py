@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from phalanx.model.base import ApiModel
 from phalanx.model.bounds import MAX_LAS_THRESHOLD, MAX_LAS_THRESHOLDS, MAX_STARVE_LIMIT
@@ -29,7 +29,7 @@ PlacementPolicy = Literal["auto", "pack", "spread", "binpack", "fragmentation", 
 class TimeSlicing(ApiModel):
     """Least-attained-service bands, and whether a job in a higher band may preempt one that fell below it."""
 
-    enabled: bool = Field(
+    enabled: StrictBool = Field(
         default=False, description="preempt running jobs whose attained GPU-seconds put them in a lower band"
     )
     thresholds: list[float] = Field(
@@ -80,7 +80,7 @@ class SchedulerConfiguration(ApiModel):
     placement: PlacementPolicy = Field(
         default="auto", description="placement of the jobs that ask for auto (the default); others keep theirs"
     )
-    preemption: bool = Field(
+    preemption: StrictBool = Field(
         default=True, description="let a waiting job stop lower-priority ones and reclaim its queue's lent quota"
     )
 

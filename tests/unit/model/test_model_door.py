@@ -325,3 +325,13 @@ def test_an_error_keeps_to_a_readable_length_with_its_start_and_its_fix() -> Non
     assert len(error.message) == MAX_MESSAGE_CHARS
     assert error.message.startswith("'xxx") and error.message.endswith("write e.g. https://host/data.csv")
     assert FieldError("a", "short").message == "short"
+
+
+@pytest.mark.parametrize("value", [1, 0, "no", "yes", "true", "off"], ids=repr)
+@pytest.mark.parametrize("field", ["gangRestart", "suspend"])
+def test_a_switch_takes_true_or_false_only_not_numbers_or_words(field: str, value: Any) -> None:
+    """YAML's true/false only: `suspend: "no"` once meant True-ish to pydantic and ran nothing (trial of issue 14)."""
+    with pytest.raises(SpecError) as refused:
+        validate_job(mutate(run_policy(**{field: value})), builtin_jobtypes())
+    (error,) = refused.value.errors
+    assert error.path == f"spec.runPolicy.{field}" and error.message.startswith("must be true or false"), error

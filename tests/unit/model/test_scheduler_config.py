@@ -134,3 +134,9 @@ def test_a_cycle_keeps_the_policy_and_stops_preempting_while_victims_stop(tmp_pa
     busy = cycle_config(policy, (), stopping=True)
     assert (busy.preemption, busy.las_preempt, busy.las_starve_limit) == (False, False, 0.0)
     assert busy.queue_order == "least-attained-service"
+
+
+@pytest.mark.parametrize("body", ["preemption: 1\n", "preemption: 'no'\n", "timeSlicing: {enabled: 1}\n"])
+def test_a_switch_of_the_configuration_takes_true_or_false_only(tmp_path: Path, body: str) -> None:
+    problems = _problems(tmp_path, "queueOrder: least-attained-service\n" + body)
+    assert len(problems) == 1 and "must be true or false" in problems[0], problems
