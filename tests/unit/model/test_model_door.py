@@ -330,7 +330,7 @@ def test_an_error_keeps_to_a_readable_length_with_its_start_and_its_fix() -> Non
 @pytest.mark.parametrize("value", [1, 0, "no", "yes", "true", "off"], ids=repr)
 @pytest.mark.parametrize("field", ["gangRestart", "suspend"])
 def test_a_switch_takes_true_or_false_only_not_numbers_or_words(field: str, value: Any) -> None:
-    """YAML's true/false only: `suspend: "no"` once meant True-ish to pydantic and ran nothing (trial of issue 14)."""
+    """YAML's true/false only: `1`, `"yes"` or `"off"` were converted silently (found trying issue 14 as a new user)."""
     with pytest.raises(SpecError) as refused:
         validate_job(mutate(run_policy(**{field: value})), builtin_jobtypes())
     (error,) = refused.value.errors
