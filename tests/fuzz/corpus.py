@@ -25,7 +25,8 @@ from typing import Any
 REFUSE, ACCEPT, ANY = "refuse", "accept", "any"
 NUL = "\x00"
 
-BAD_NAMES = [
+# Names every door refuses; the fuzz strategies draw from them too (``strategies.bad_names``).
+COMMON_BAD_NAMES = [
     "",
     "Team-A",
     "job\n",
@@ -45,8 +46,8 @@ BAD_NAMES = [
     "job ",
     "\t",
     "%2e%2e",
-    "ab\u200bc",
 ]
+BAD_NAMES = [*COMMON_BAD_NAMES, "ab\u200bc"]
 
 
 @dataclass(frozen=True)

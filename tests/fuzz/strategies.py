@@ -18,6 +18,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from fuzz.corpus import COMMON_BAD_NAMES
 from phalanx.model.datasets import Dataset
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
@@ -41,30 +42,7 @@ dns_labels: Strategy = st.one_of(
     ),
     st.sampled_from(["a", "job", "worker", "x-1", "default", "team-a", "z" * 63]),
 )
-bad_names: Strategy = st.sampled_from(
-    [
-        "",
-        "Team-A",
-        "job\n",
-        "job\r\n",
-        "-job",
-        "job-",
-        "a" * 64,
-        "x" * 300,
-        "../../x",
-        "a/b",
-        "a.b",
-        "Worker_X",
-        "job\x00",
-        "jöb",
-        "\u202ejob",
-        " job",
-        "job ",
-        "\t",
-        "%2e%2e",
-        "0" * 63,
-    ]
-)
+bad_names: Strategy = st.sampled_from([*COMMON_BAD_NAMES, "0" * 63])
 names: Strategy = st.one_of(dns_labels, dns_labels, dns_labels, bad_names)
 
 HUGE_NUMBERS = [
