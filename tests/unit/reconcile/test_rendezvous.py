@@ -225,6 +225,20 @@ def test_jax_renders_what_its_cluster_detection_reads() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [({}, ""), ({"gpu": 1}, "0"), ({"gpu": 4}, "0,1,2,3"), ({"gpuMilli": 500}, "0")],
+    ids=["no-gpu", "one-gpu", "four-gpus", "a-share-of-one"],
+)
+def test_jax_keeps_every_gpu_of_a_replica_visible(resources: dict[str, int], expected: str) -> None:
+    """SLURM_LOCALID would restrict each process to its device 0; JAX_LOCAL_DEVICE_IDS, which JAX prefers,
+    names every GPU the replica sees (numbered from 0), and is empty (ignored by JAX) without GPUs."""
+    raw = make_job("jax", {"worker": 2}).to_dict()
+    raw["spec"]["replicas"]["worker"]["template"]["resources"] = {"cpu": 1, **resources}
+    job = validate_job(raw, JOBTYPES)
+    assert env_of(job, "worker", 1)["JAX_LOCAL_DEVICE_IDS"] == expected
+
+
 def test_xgboost() -> None:
     job = make_job("xgboost", {"master": 1, "worker": 2})
     env = env_of(job, "worker", 0)
