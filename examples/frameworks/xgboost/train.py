@@ -65,7 +65,8 @@ def main() -> int:
     host, port = os.environ["DMLC_TRACKER_URI"], int(os.environ["DMLC_TRACKER_PORT"])
     master = os.environ["PHALANX_ROLE"] == "master"
     if master:
-        tracker = RabitTracker(n_workers=workers, host_ip=host, port=port, sortby="task")
+        # timeout: a replica that never joins (or never leaves) fails the master instead of hanging it.
+        tracker = RabitTracker(n_workers=workers, host_ip=host, port=port, sortby="task", timeout=120)
         tracker.start()
     files, x, y = load(os.environ["PHALANX_DATASET_TRAIN_PATH"])
     args = {"dmlc_tracker_uri": host, "dmlc_tracker_port": port, "dmlc_task_id": os.environ["DMLC_TASK_ID"]}
