@@ -181,6 +181,16 @@ def test_mpi_env_points_at_the_hostfile() -> None:
     assert [env_of(MPI, "worker", i)["PHALANX_RANK"] for i in range(3)] == ["0", "1", "2"]
 
 
+def test_mpi_env_names_the_hostfile_for_open_mpi_4_and_5() -> None:
+    # Open MPI 4's mpirun (ORTE) reads OMPI_MCA_orte_*; Open MPI 5's (PRRTE) reads PRTE_MCA_prte_* and ignores
+    # the ORTE names, so a plain `mpirun` found no hostfile and ran one rank per local core.
+    launcher = env_of(MPI, "launcher", 0)
+    for variable in ("OMPI_MCA_orte_default_hostfile", "PRTE_MCA_prte_default_hostfile"):
+        assert launcher[variable] == HOSTFILE, variable
+    for variable in ("OMPI_MCA_orte_keep_fqdn_hostnames", "PRTE_MCA_prte_keep_fqdn_hostnames"):
+        assert launcher[variable] == "true", variable
+
+
 def test_mpi_hostfile_lists_workers_one_line_per_host() -> None:
     assert render_hostfile(MPI, JOBTYPES["mpi"], dns(MPI, JOBTYPES["mpi"])) == (
         "q-worker-0.q.team-a slots=1\nq-worker-1.q.team-a slots=1\nq-worker-2.q.team-a slots=1\n"
