@@ -26,8 +26,9 @@ creates belongs to root), still with no capability and a read-only root filesyst
 
 The operator, scheduler and node agent are being built in issue 3: these manifests fix their API and
 permissions now. The containers run ``phalanx-operator``, ``phalanx-scheduler`` and ``phalanx-node-agent``,
-entry points of the Phalanx image that do not exist yet, and are expected to serve ``/healthz`` and
-``/readyz`` on port 8081. The image is a parameter (``phalanx:<version>`` unless told otherwise).
+entry points of the Phalanx image (the repository's ``Dockerfile``), and serve ``/healthz`` and ``/readyz`` on
+port 8081 (``PHALANX_HEALTH_PORT``). The image is a parameter (``phalanx:<version>`` unless told otherwise).
+The Helm chart ``charts/phalanx`` is generated from these same functions (``services/kubernetes/chart.py``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ SCHEDULER_CONFIG_MAP = "phalanx-scheduler-config"
 SCHEDULER_CONFIG_DIR = "/etc/phalanx"
 SCHEDULER_CONFIG_FILE = "scheduler-config.yaml"
 HEALTH_PORT = 8081
+HEALTH_PORT_ENV = "PHALANX_HEALTH_PORT"  # the port each component serves /healthz and /readyz on (--health-port)
 NONROOT_UID = 65532
 READ = ["get", "list", "watch"]
 
@@ -284,7 +286,13 @@ def _pod_spec(component: _Component, image: str, extra_env: list[dict[str, Any]]
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": [component.command],
-        "env": [_field_env("POD_NAME", "metadata.name"), _field_env("POD_NAMESPACE", "metadata.namespace"), *extra_env],
+        "env": [
+            _field_env("POD_NAME", "metadata.name"),
+            _field_env("POD_NAMESPACE", "metadata.namespace"),
+            # Set, though it is the default, so that a chart's healthPort moves the process and the probes together.
+            {"name": HEALTH_PORT_ENV, "value": str(HEALTH_PORT)},
+            *extra_env,
+        ],
         "ports": [{"name": "health", "containerPort": HEALTH_PORT, "protocol": "TCP"}],
         "livenessProbe": {**probe, "initialDelaySeconds": 15},
         "readinessProbe": {**probe, "httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 5},
