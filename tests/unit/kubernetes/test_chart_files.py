@@ -100,3 +100,15 @@ def test_a_token_left_where_no_template_can_replace_it_is_an_error() -> None:
     block = tokens.block(".Values.x")
     with pytest.raises(AssertionError, match="not where a template can replace it"):
         tokens.substitute(f"- {block}\n")  # a list item, not `key: TOKEN`
+
+
+def test_docs_install_names_every_value() -> None:
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "install.md").read_text()
+
+    def paths(node: Any, prefix: str = "") -> list[str]:
+        if isinstance(node, dict) and node and prefix.count(".") < 2:
+            return [path for key, value in node.items() for path in paths(value, f"{prefix}{key}.")]
+        return [prefix.rstrip(".")]
+
+    missing = [path for path in paths(chart.default_values()) if f"`{path}`" not in docs]
+    assert not missing, f"docs/install.md#values does not name {missing}"
