@@ -13,6 +13,7 @@ the scheduler run as local processes, authenticated as the ServiceAccounts the c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -30,7 +31,12 @@ import yaml
 
 import k8s_testenv
 from components import Components, wait_alive
-from phalanx.adapters.kubernetes.manifests import InstallParameters, install_manifests, render_yaml
+from phalanx.adapters.kubernetes.manifests import (
+    SCHEDULER_CONFIG_HASH,
+    InstallParameters,
+    install_manifests,
+    render_yaml,
+)
 from phalanx.services.kubernetes.install import InstallRequest, default_image, phalanx_version, render_install
 from support.waiting import wait_until
 
@@ -155,6 +161,9 @@ def test_node_selection_resources_health_port_and_scheduler_config_land_in_the_o
         assert {"name": "PHALANX_HEALTH_PORT", "value": "9100"} in container["env"]
     config_map = objects[("v1", "ConfigMap", SYSTEM, "phalanx-scheduler-config")]
     assert config_map["data"]["scheduler-config.yaml"] == config
+    # A new configuration is a new Pod template, so an upgrade that changes it restarts the scheduler.
+    annotations = objects[("apps/v1", "Deployment", SYSTEM, "phalanx-scheduler")]["spec"]["template"]["metadata"]
+    assert annotations["annotations"] == {SCHEDULER_CONFIG_HASH: hashlib.sha256(config.encode()).hexdigest()}
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """What the three cluster components share: options, logging, the API connection and the health endpoint.
 
 Options come from flags first, then from the environment the manifests in ``deploy/`` set (``POD_NAME``,
-``POD_NAMESPACE``, ``PHALANX_HEALTH_PORT``, ``KUBECONFIG``), then defaults; outside a cluster, ``--kubeconfig`` (or ``$KUBECONFIG``)
-selects the API server. ``/healthz`` and ``/readyz`` answer on ``--health-port`` for the kubelet's probes.
+``POD_NAMESPACE``, ``PHALANX_HEALTH_PORT``, ``KUBECONFIG``), then defaults; outside a cluster, ``--kubeconfig``
+(or ``$KUBECONFIG``) selects the API server. ``/healthz`` and ``/readyz`` answer on ``--health-port`` for the
+kubelet's probes.
 """
 
 from __future__ import annotations

@@ -34,10 +34,11 @@ from phalanx.adapters.kubernetes.manifests import (
     OPERATOR,
     SCHEDULER,
     SCHEDULER_CONFIG_FILE,
+    SCHEDULER_CONFIG_HASH,
     InstallParameters,
     install_manifests,
     render_yaml,
-    scheduler_config_map,
+    scheduler_config_text,
 )
 from phalanx.model.base import API_GROUP
 from phalanx.services.kubernetes.install import GENERATED_NOTE, deploy_files, phalanx_version
@@ -145,6 +146,9 @@ def _template_workload(workload: dict[str, Any], key: str, tokens: _Tokens) -> N
     for variable in container["env"]:
         if variable["name"] == HEALTH_PORT_ENV:
             variable["value"] = tokens.scalar('"{{ .Values.healthPort }}"')
+    annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
+    if SCHEDULER_CONFIG_HASH in annotations:
+        annotations[SCHEDULER_CONFIG_HASH] = tokens.scalar("{{ .Values.scheduler.config | sha256sum | quote }}")
     for field in ("imagePullSecrets", "nodeSelector", "affinity", "tolerations"):
         path = ".Values.imagePullSecrets" if field == "imagePullSecrets" else f".Values.{key}.{field}"
         spec[field] = tokens.optional(path)
@@ -225,8 +229,7 @@ def default_values() -> dict[str, Any]:
             "tolerations": spec.get("tolerations", []),
             "affinity": spec.get("affinity", {}),
         }
-    config_map = scheduler_config_map(InstallParameters(image="unused"))
-    values["scheduler"]["config"] = str(config_map["data"][SCHEDULER_CONFIG_FILE])
+    values["scheduler"]["config"] = scheduler_config_text()
     values["datasets"] = {"storeClaim": "", "cacheDir": DEFAULT_CACHE_DIR}
     return values
 
