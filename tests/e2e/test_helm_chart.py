@@ -151,7 +151,11 @@ def test_node_selection_resources_health_port_and_scheduler_config_land_in_the_o
     agent = objects[("apps/v1", "DaemonSet", SYSTEM, "phalanx-node-agent")]["spec"]["template"]["spec"]
     assert agent["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and "tolerations" not in agent
     operator = objects[("apps/v1", "Deployment", SYSTEM, "phalanx-operator")]["spec"]["template"]["spec"]
-    assert operator["containers"][0]["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}}
+    # Values merge into the defaults: the limit stays.
+    assert operator["containers"][0]["resources"] == {
+        "requests": {"cpu": "1", "memory": "1Gi"},
+        "limits": {"memory": "512Mi"},
+    }
     scheduler = objects[("apps/v1", "Deployment", SYSTEM, "phalanx-scheduler")]["spec"]["template"]["spec"]
     assert scheduler["affinity"] == values["scheduler"]["affinity"]
     for spec in (agent, operator, scheduler):
