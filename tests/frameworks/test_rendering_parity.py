@@ -3,15 +3,17 @@
 ``support.rendering_parity.assert_kubernetes_renders_the_same`` compares what a succeeded job's replicas got
 from the embedded runtime (their launch files and hostfiles) with the Pods, hostfile ConfigMap and headless Service
 the operator's renderer makes of the same job file. Each framework's test calls it after its job trained; this
-one proves it on a job of a JobType written for the purpose, whose env uses every template variable and function
-(addresses alone and in pairs, ``hosts``, ``TF_CONFIG``, the hostfile, node-local numbering), run by
-``phalanx run`` as a user runs it. Its program writes the environment it saw, so the test also checks that the
-launch files the comparison reads are what the replicas really had.
+one proves it on tests/support/rendering_parity_probe.yaml, a job of a JobType written for the purpose whose env
+uses every template variable and function (addresses alone and in pairs, ``hosts``, ``TF_CONFIG``, the hostfile,
+node-local numbering), run by ``phalanx run`` as a user runs it. Its program writes the environment it saw, so
+the test also checks that the launch files the comparison reads are what the replicas really had.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -19,72 +21,13 @@ import yaml
 from support.frameworks import FrameworksRuntime
 from support.rendering_parity import IDENTITY_VARIABLES, assert_kubernetes_renders_the_same, embedded_facts
 
-# Every template variable and function in one JobType, so that each way an address, a path or a node-local number
-# reaches a replica is read back; a launcher outside the ranks, as in MPI, with a hostfile of the workers.
-PROBE = """\
-apiVersion: phalanx.dev/v1alpha1
-kind: JobType
-metadata:
-  name: parity-probe
-spec:
-  description: Every template variable and function, for the rendering parity test.
-  roles:
-    launcher:
-      minCount: 1
-      maxCount: 1
-      defaultCount: 1
-      env:
-        ROLE_ONLY: "{{ host(worker, 0) }}"
-    worker: {minCount: 1, defaultCount: 2}
-  rankRoles: [worker]
-  hostfileRoles: [worker]
-  slotsPerHost: 2
-  port: 4321
-  env:
-    COORDINATOR: "{{ coordinator_host }}:{{ coordinator_port }}"
-    COORDINATOR_HOST: "{{ coordinator_host }}"
-    COORDINATOR_PORT: "{{ coordinator_port }}"
-    SELF: "{{ host }}:{{ port }}"
-    WORKERS: "{{ hosts(worker) }}"
-    WORKER_1: "{{ host(worker, 1) }} {{ port(worker, 1) }}"
-    WORKER_COUNT: "{{ count(worker) }}"
-    TF_CONFIG: "{{ tf_config }}"
-    HOSTFILE: "{{ hostfile }}"
-    OUTPUTS: "{{ output_dir }}"
-    LOCAL: "{{ local_rank }} of {{ local_world_size }}, node {{ node_rank }} of {{ num_nodes }}"
-    WHO: "{{ job_name }}.{{ namespace }}.{{ job_uid }}: {{ role }} {{ index }}, rank {{ rank }} of {{ world_size }}"
----
-apiVersion: phalanx.dev/v1alpha1
-kind: TrainingJob
-metadata:
-  name: probe
-spec:
-  type: parity-probe
-  replicas:
-    launcher:
-      template:
-        command: [python, -c, PROGRAM]
-        resources: {cpu: 100m, memory: 256Mi}
-    worker:
-      count: 3
-      template:
-        command: [python, -c, PROGRAM]
-        env: {WORKER_COUNT: "set by the job"}
-        resources: {cpu: 100m, memory: 256Mi}
-  outputs: {path: outputs, storeTo: outputs/probe}
-"""
-PROGRAM = (
-    "import json, os; "
-    "name = os.environ['PHALANX_ROLE'] + '-' + os.environ['PHALANX_REPLICA_INDEX']; "
-    "json.dump(dict(os.environ), open(os.path.join(os.environ['PHALANX_OUTPUT_DIR'], 'env-' + name + '.json'), 'w'))"
-)
+PROBE = Path(__file__).parents[1] / "support" / "rendering_parity_probe.yaml"
 
 
 @pytest.mark.timeout(300)
 def test_kubernetes_renders_what_the_embedded_runtime_gave_the_replicas(fw: FrameworksRuntime) -> None:
-    text = PROBE.replace("PROGRAM", json.dumps(PROGRAM))  # a JSON string is a YAML string
-    (fw.work_dir / "probe.yaml").write_text(text)
-    documents = [doc for doc in yaml.safe_load_all(text) if doc]
+    shutil.copy(PROBE, fw.work_dir / "probe.yaml")
+    documents = [doc for doc in yaml.safe_load_all(PROBE.read_text()) if doc]
 
     result = fw.cli("run", "probe.yaml", timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
