@@ -14,8 +14,10 @@ that each replica is *told* what the embedded runtime told the replicas that tra
   ``clusterIP: None`` and ``publishNotReadyAddresses``), and the parity view of the stored objects equals the
   renderer's.
 
-The examples name no image (the embedded runtime needs none): the operator is started with ``--image``, as a
-cluster would run it with a default image, and the renderer is given the same one.
+The examples name no image (the embedded runtime needs none), and a cluster needs one: the test submits a copy of
+the job file whose replica templates name one, as a user would write for a cluster, and renders that copy. (An
+operator started with ``--image`` would do too, but the phalanx-scheduler does not know that image, so it leaves
+such a job to the operator, which accepts it after its 10 s accept hold: 10 s per file.)
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import pytest
 import yaml
 
 import k8s_testenv
-from components import Components, wait_alive
+from components import Components, report_logs_of, wait_alive
 from phalanx.adapters.kubernetes.rendering import (
     hostfile_configmap_name,
     needs_service,
@@ -55,25 +57,52 @@ JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
 
 def job_files() -> list[Path]:
     """Every YAML file of examples/frameworks/*/ that holds a TrainingJob, and the parity probe."""
-    files = []
-    for path in sorted(EXAMPLES.glob("*/*.yaml")):
-        documents = [doc for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc, dict)]
-        if any(doc.get("kind") == "TrainingJob" for doc in documents):
-            files.append(path)
-    return [*files, PROBE]
+    return [path for path in sorted(EXAMPLES.glob("*/*.yaml")) if "TrainingJob" in kinds(path)] + [PROBE]
+
+
+def kinds(path: Path) -> set[str]:
+    return {doc.get("kind") for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc, dict)}
+
+
+def companions(path: Path) -> list[Path]:
+    """The files a job file needs submitted first: its directory's YAML files without a TrainingJob (the dask
+    example's JobType is in jobtype.yaml, as a user keeps a JobType they submit once)."""
+    if path.parent.parent != EXAMPLES:
+        return []
+    return [other for other in sorted(path.parent.glob("*.yaml")) if "TrainingJob" not in kinds(other)]
+
+
+@pytest.fixture(scope="module")
+def cluster(phalanx_installed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Components]:
+    """The operator and the scheduler running, and two fresh nodes for the Pods: started
+    once for every file (each test has its namespace), a few seconds saved per file."""
+    kube = phalanx_installed
+    started = Components(kube, tmp_path_factory.mktemp("frameworks-components"))
+    nodes = [kube.unique("frameworks"), kube.unique("frameworks")]
+    k8s_testenv.create_fake_gpu_nodes(kube.env, nodes)
+    try:
+        wait_alive(started.operator())
+        wait_alive(started.scheduler("--lease-duration", "6"))
+        yield started
+    finally:
+        started.stop_all()
+        for name in nodes:
+            kube.request("DELETE", f"/api/v1/nodes/{name}")
 
 
 @pytest.fixture
-def cluster(components: Components) -> Iterator[Components]:
-    """The operator (with a default image) and the scheduler running, and two fresh nodes for the Pods."""
-    kube = components.kube
-    nodes = [kube.unique("frameworks"), kube.unique("frameworks")]
-    k8s_testenv.create_fake_gpu_nodes(kube.env, nodes)
-    wait_alive(components.operator("--image", IMAGE))
-    wait_alive(components.scheduler("--lease-duration", "6"))
-    yield components
-    for name in nodes:
-        kube.request("DELETE", f"/api/v1/nodes/{name}")
+def running(cluster: Components, request: pytest.FixtureRequest) -> Components:
+    """The module's components, their logs attached to this test's report if it fails."""
+    report_logs_of(request.node, cluster)
+    return cluster
+
+
+def with_image(document: dict[str, Any]) -> dict[str, Any]:
+    """The document, its replica templates given an image where they name none (a TrainingJob)."""
+    if document.get("kind") == "TrainingJob":
+        for replica in document["spec"]["replicas"].values():
+            replica.setdefault("template", {}).setdefault("image", IMAGE)
+    return document
 
 
 def submit(kube: Any, namespace: str, path: Path, directory: Path) -> str:
@@ -93,7 +122,8 @@ def submit(kube: Any, namespace: str, path: Path, directory: Path) -> str:
 
 
 def stored_children(kube: Any, namespace: str, name: str, replicas: int, *, service: bool, hostfile: bool) -> Any:
-    """Wait until the operator has created the job's Pods, Service and ConfigMap; return them."""
+    """Wait until the operator has created the job's Pods, and its Service and ConfigMap where wanted; return
+    them (the Service and the ConfigMap as found: None for none)."""
     api = f"/api/v1/namespaces/{namespace}"
     found: dict[str, Any] = {}
 
@@ -105,7 +135,7 @@ def stored_children(kube: Any, namespace: str, name: str, replicas: int, *, serv
             ("service", service, f"{api}/services/{name}"),
             ("configmap", hostfile, f"{api}/configmaps/{name}-hostfile"),
         ):
-            found[kind] = kube.get(path) if wanted and kube.exists(path) else None
+            found[kind] = kube.get(path) if kube.exists(path) else None
             if wanted and found[kind] is None:
                 return False
         return True
@@ -128,11 +158,16 @@ def env_of(pod: dict[str, Any]) -> dict[str, str]:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("path", job_files(), ids=lambda path: str(path.relative_to(ROOT)))
 def test_the_operator_creates_what_the_renderer_renders_for_the_example(
-    path: Path, cluster: Components, namespace: str, tmp_path: Path
+    path: Path, running: Components, namespace: str, tmp_path: Path
 ) -> None:
-    kube = cluster.kube
-    documents = [doc for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc, dict)]
-    submitted = submit(kube, namespace, path, tmp_path)
+    kube = running.kube
+    documents = []
+    for source in [*companions(path), path]:
+        loaded = [with_image(doc) for doc in yaml.safe_load_all(source.read_text()) if isinstance(doc, dict)]
+        documents += loaded
+        copy = tmp_path / source.name
+        copy.write_text(yaml.safe_dump_all(loaded, sort_keys=False))
+        submitted = submit(kube, namespace, copy, tmp_path)
     for doc in (d for d in documents if d["kind"] == "TrainingJob"):
         name = doc["metadata"]["name"]
         assert f"trainingjob/{name} created" in submitted, submitted
@@ -171,6 +206,8 @@ def test_the_operator_creates_what_the_renderer_renders_for_the_example(
         if expected_configmap is not None:
             assert configmap["metadata"]["name"] == hostfile_configmap_name(job)
             assert configmap["data"] == expected_configmap["data"]
+        else:
+            assert configmap is None
 
         # The parity view (what each replica was told, addresses read back as replica names) of the objects on
         # the API server equals the renderer's, which tests/frameworks compares with the working replicas'.

@@ -453,15 +453,23 @@ class _Reader:
 
 
 def job_from_documents(
-    documents: Sequence[Mapping[str, Any]], name: str, *, namespace: str, uid: str
+    documents: Sequence[Mapping[str, Any]],
+    name: str,
+    *,
+    namespace: str,
+    uid: str,
+    jobtypes: Mapping[str, JobType] | None = None,
 ) -> tuple[TrainingJob, JobType]:
-    """The TrainingJob ``name`` of a job file, validated and defaulted against the built-in JobTypes and those
-    the file carries, in ``namespace`` with ``uid`` (as a backend stored it); and its JobType."""
-    jobtypes = dict(builtin_jobtypes())
+    """The TrainingJob ``name`` of a job file, validated and defaulted, in ``namespace`` with ``uid`` (as a backend
+    stored it); and its JobType: one of ``jobtypes`` (those a backend stored), else one the documents carry,
+    else a built-in one."""
+    known = dict(builtin_jobtypes())
     for document in documents:
         if document.get("kind") == "JobType":
             jobtype = parse_jobtype(dict(document))
-            jobtypes[jobtype.metadata.name] = jobtype
+            known[jobtype.metadata.name] = jobtype
+    known.update(jobtypes or {})
+    jobtypes = known
     [raw] = [d for d in documents if d.get("kind") == "TrainingJob" and d["metadata"]["name"] == name]
     job = validate_job(with_namespace(raw, namespace), jobtypes)
     job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": uid})})
@@ -481,14 +489,24 @@ def assert_kubernetes_renders_the_same(
     """Assert that Kubernetes would tell the replicas of a succeeded job what the embedded runtime told them.
 
     The embedded side is what the job's working replicas got (their launch files and hostfiles in ``fw``'s state
-    directory); the Kubernetes side is what the operator's renderer makes of the same job documents and JobType:
-    Pods, hostfile ConfigMap and headless Service. Call it at the end of a test whose job succeeded, before the
-    job is deleted. Returns the common view (for further checks).
+    directory); the Kubernetes side is what the operator's renderer makes of the same job documents
+    (``support.frameworks.load_example``) and the JobType the embedded runtime used (read back from it, so a
+    user-defined JobType submitted from another file is the one rendered): Pods, hostfile ConfigMap and
+    headless Service. Call it at the end of a test whose job succeeded, before the job is deleted. Returns the
+    common view (for further checks).
     """
     stored = fw.job(job_name)
     embedded = embedded_facts(fw.state_dir, stored)
+    # The JobType the embedded runtime rendered with, as it stored it (a user-defined one may be in another file).
+    shown = fw.cli("get", "jobtype", stored["spec"]["type"], "-o", "json", timeout=60)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    used = parse_jobtype(json.loads(shown.stdout))
     job, jobtype = job_from_documents(
-        documents, job_name, namespace=stored["metadata"]["namespace"], uid=stored["metadata"]["uid"]
+        documents,
+        job_name,
+        namespace=stored["metadata"]["namespace"],
+        uid=stored["metadata"]["uid"],
+        jobtypes={used.metadata.name: used},
     )
     assert set(embedded.envs) == {name for _, _, name in replica_names(job, jobtype)}, (
         f"the embedded runtime ran {sorted(embedded.envs)}; the job names {replica_names(job, jobtype)}"
