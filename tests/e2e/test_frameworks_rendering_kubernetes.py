@@ -12,7 +12,8 @@ that each replica is *told* what the embedded runtime told the replicas that tra
   the Pods, the headless Service and the hostfile ConfigMap the operator creates equal what the renderer makes
   of that job (each Pod's env, name, hostname, subdomain and port; the hostfile; the Service's selector, ports,
   ``clusterIP: None`` and ``publishNotReadyAddresses``), and the parity view of the stored objects equals the
-  renderer's.
+  renderer's. A job that reads Datasets (XGBoost) gets its Pods once node agents have staged its data; the
+  dataset variables those add are checked to be there, not compared (the renderer alone does not decide them).
 
 The examples name no image (the embedded runtime needs none), and a cluster needs one: the test submits a copy of
 the job file whose replica templates name one, as a user would write for a cluster, and renders that copy. (An
@@ -22,6 +23,7 @@ such a job to the operator, which accepts it after its 10 s accept hold: 10 s pe
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -42,6 +44,7 @@ from phalanx.adapters.kubernetes.rendering import (
     render_pods,
     service_name,
 )
+from phalanx.core.data.sharding import env_name
 from phalanx.core.rendezvous import replica_names
 from support.rendering_parity import assert_same_views, job_from_documents, kubernetes_facts, rendered_facts
 from support.waiting import wait_until
@@ -53,6 +56,7 @@ EXAMPLES = ROOT / "examples" / "frameworks"
 PROBE = ROOT / "tests" / "support" / "rendering_parity_probe.yaml"
 IMAGE = "example.org/frameworks:1"
 JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
+DATA_VARIABLES = ("PHALANX_DATASET_", "PHALANX_SAMPLE_CACHE_DIR")
 
 
 def job_files() -> list[Path]:
@@ -72,17 +76,54 @@ def companions(path: Path) -> list[Path]:
     return [other for other in sorted(path.parent.glob("*.yaml")) if "TrainingJob" not in kinds(other)]
 
 
+def inventory(path: Path, model: str) -> Path:
+    """A simulated node of one GPU of ``model``, for the node agents' GPU discovery (kwok nodes have no NVML)."""
+    node = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "Node",
+        "metadata": {"name": "sim"},
+        "status": {
+            "source": "simulated",
+            "memory": 1 << 30,
+            "cpus": [{"id": 0, "core": 0, "socket": 0, "numa": 0}],
+            "gpus": [{"index": 0, "uuid": "GPU-sim-0", "model": model, "memory": 1 << 30, "numa": 0}],
+        },
+    }
+    path.write_text(json.dumps(node))
+    return path
+
+
 @pytest.fixture(scope="module")
 def cluster(phalanx_installed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Components]:
-    """The operator and the scheduler running, and two fresh nodes for the Pods: started
-    once for every file (each test has its namespace), a few seconds saved per file."""
+    """The operator and the scheduler running, and two fresh nodes with a node agent each: started once for every
+    file (each test has its namespace), a few seconds saved per file.
+
+    The XGBoost example reads a Dataset made by a script: the operator materialises it into a dataset store
+    (``--allow-script-sources``, run from the repository root like ``phalanx run`` from a checkout, with this
+    interpreter's ``python`` first on PATH), and the node agents stage each replica's part before the operator
+    creates the Pods.
+    """
     kube = phalanx_installed
-    started = Components(kube, tmp_path_factory.mktemp("frameworks-components"))
+    directory = tmp_path_factory.mktemp("frameworks-components")
+    started = Components(kube, directory)
     nodes = [kube.unique("frameworks"), kube.unique("frameworks")]
-    k8s_testenv.create_fake_gpu_nodes(kube.env, nodes)
+    model = kube.unique("FRAMEWORKS-GPU")
+    k8s_testenv.create_fake_gpu_nodes(kube.env, nodes, gpus=1, product=model, numa_nodes=1)
+    store, simulated = directory / "store", inventory(directory / "inventory.json", model)
     try:
-        wait_alive(started.operator())
-        wait_alive(started.scheduler("--lease-duration", "6"))
+        with pytest.MonkeyPatch.context() as patch:  # what the processes inherit as they start, and no more
+            patch.chdir(ROOT)
+            patch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+            wait_alive(started.operator("--dataset-store", str(store), "--allow-script-sources"))
+            wait_alive(started.scheduler("--lease-duration", "6"))
+            for node in nodes:
+                agent = started.node_agent(
+                    node,
+                    *("--inventory", str(simulated), "--interval", "0.5", "--dataset-store", str(store)),
+                    *("--cache-dir", str(directory / f"cache-{node}"), "--cache-size", "100Mi"),
+                    *("--sample-dir", str(directory / f"samples-{node}")),
+                )
+                wait_alive(agent)
         yield started
     finally:
         started.stop_all()
@@ -188,7 +229,12 @@ def test_the_operator_creates_what_the_renderer_renders_for_the_example(
         assert sorted(stored_pods) == sorted(rendered_pods)
         for pod_name, rendered in rendered_pods.items():
             stored = stored_pods[pod_name]
-            assert env_of(stored) == env_of(rendered), pod_name
+            env = env_of(stored)
+            # What a replica reads of its datasets is decided per node by the staging (checked in
+            # test_datasets_kubernetes.py), not by the renderer alone: each dataset's path is there, the rest equal.
+            data = {key: env.pop(key) for key in list(env) if key.startswith(DATA_VARIABLES)}
+            assert env == env_of(rendered), pod_name
+            assert {f"{env_name(d.name)}_PATH" for d in job.spec.datasets} <= set(data), (pod_name, data)
             for key in ("hostname", "subdomain"):
                 assert stored["spec"].get(key) == rendered["spec"].get(key), (pod_name, key)
             [stored_container], [rendered_container] = stored["spec"]["containers"], rendered["spec"]["containers"]
