@@ -11,6 +11,7 @@ import yaml
 from phalanx.core.rendezvous import (
     Endpoint,
     RendezvousError,
+    expand_references,
     render_hostfile,
     render_replica_env,
     replica_names,
@@ -354,3 +355,27 @@ def test_replica_names_in_rank_order() -> None:
         ("evaluator", 0, "q-evaluator-0"),
     ]
     assert [name for _, _, name in replica_names(job)][:2] == ["q-evaluator-0", "q-ps-0"]  # the job's order
+
+
+@pytest.mark.parametrize(
+    ("value", "expanded"),
+    [
+        ("--port=$(PORT)", "--port=29500"),
+        ("$(HOST):$(PORT)", "10.0.0.7:29500"),
+        ("$(EMPTY)x", "x"),
+        ("$$(PORT)", "$(PORT)"),  # escaped
+        ("$$$(PORT)", "$29500"),
+        ("$$", "$"),
+        ("$(MISSING)", "$(MISSING)"),  # undefined: kept
+        ("$()", "$()"),
+        ("$(PORT", "$(PORT"),  # unterminated: kept
+        ("$(PORT $(HOST)", "$(PORT $(HOST)"),  # the name runs to the first ): "PORT $(HOST" is undefined
+        ("5$ $5 $", "5$ $5 $"),
+        ("$($(PORT))", "$($(PORT))"),  # not nested: the name is "$(PORT"
+        ("no references", "no references"),
+        ("", ""),
+    ],
+)
+def test_command_references_expand_with_the_kubelets_rules(value: str, expanded: str) -> None:
+    env = {"PORT": "29500", "HOST": "10.0.0.7", "EMPTY": ""}
+    assert expand_references(value, env) == expanded

@@ -36,7 +36,13 @@ from phalanx.core.reconcile.types import (
     ReconcileInput,
     StoreOutputs,
 )
-from phalanx.core.rendezvous import Endpoint, RendezvousError, render_hostfile, render_replica_env
+from phalanx.core.rendezvous import (
+    Endpoint,
+    RendezvousError,
+    expand_references,
+    render_hostfile,
+    render_replica_env,
+)
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import ObjectMeta
@@ -245,7 +251,8 @@ class JobController:
                 role=action.role,
                 index=action.index,
                 attempt=action.attempt,
-                command=[*template.command, *template.args],
+                # $(NAME) expanded from the replica's env, as the kubelet does on Kubernetes.
+                command=[expand_references(part, env) for part in [*template.command, *template.args]],
                 env=env,
                 working_dir=template.working_dir,
                 placement=placement,
