@@ -10,10 +10,11 @@ that each replica is *told* what the embedded runtime told the replicas that tra
   tests/support (a JobType using every template variable), submitted with ``phalanx submit --backend
   kubernetes`` to a real kube-apiserver where the real operator and scheduler run under their ServiceAccounts:
   the Pods, the headless Service and the hostfile ConfigMap the operator creates equal what the renderer makes
-  of that job (each Pod's env, name, hostname, subdomain and port; the hostfile; the Service's selector, ports,
-  ``clusterIP: None`` and ``publishNotReadyAddresses``), and the parity view of the stored objects equals the
-  renderer's. A job that reads Datasets (XGBoost) gets its Pods once node agents have staged its data; the
-  dataset variables those add are checked to be there, not compared (the renderer alone does not decide them).
+  of that job (each Pod's env, name, hostname, subdomain, port, command and args; the hostfile; the Service's
+  selector, ports, ``clusterIP: None`` and ``publishNotReadyAddresses``), and the parity view of the stored
+  objects equals the renderer's. A job that reads Datasets (XGBoost) gets its Pods once node agents have
+  staged its data; the dataset variables those add are checked to be there, not compared (the renderer alone
+  does not decide them).
 
 The examples name no image (the embedded runtime needs none), and a cluster needs one: the test submits a copy of
 the job file whose replica templates name one, as a user would write for a cluster, and renders that copy. (An
@@ -193,6 +194,7 @@ def env_of(pod: dict[str, Any]) -> dict[str, str]:
     items = [(item["name"], item.get("value", "")) for item in container.get("env", [])]
     env = dict(items)
     assert len(env) == len(items), f"a variable set twice in {pod['metadata']['name']}: {items}"
+    assert not [value for value in env.values() if "$(" in value], "the kubelet would expand $(NAME) in the env"
     return env
 
 
@@ -238,7 +240,8 @@ def test_the_operator_creates_what_the_renderer_renders_for_the_example(
             for key in ("hostname", "subdomain"):
                 assert stored["spec"].get(key) == rendered["spec"].get(key), (pod_name, key)
             [stored_container], [rendered_container] = stored["spec"]["containers"], rendered["spec"]["containers"]
-            assert stored_container["ports"] == rendered_container["ports"], pod_name
+            for key in ("ports", "command", "args"):
+                assert stored_container.get(key) == rendered_container.get(key), (pod_name, key)
             assert stored_container["image"] == IMAGE
         if needs_service(job):
             expected = render_headless_service(job, jobtype)

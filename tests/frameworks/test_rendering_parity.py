@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from support.frameworks import FrameworksRuntime
-from support.rendering_parity import IDENTITY_VARIABLES, assert_kubernetes_renders_the_same, embedded_facts
+from support.rendering_parity import COMMAND, assert_kubernetes_renders_the_same, embedded_facts
 
 PROBE = Path(__file__).parents[1] / "support" / "rendering_parity_probe.yaml"
 
@@ -46,10 +46,13 @@ def test_kubernetes_renders_what_the_embedded_runtime_gave_the_replicas(fw: Fram
     assert view.replicas["probe-launcher-0"]["ROLE_ONLY"] == "<probe-worker-0>.host"
     assert view.hostfiles == [[("probe-worker-0", "2"), ("probe-worker-1", "2"), ("probe-worker-2", "2")]]
 
-    # The launch files the comparison read are what the programs saw.
+    assert worker_1[COMMAND].endswith("'$(COORDINATOR)' '--self=$(SELF)' '$$(SELF)' '$(NOT_SET)'")
+
+    # The launch files the comparison read are what the programs saw, arguments expanded from their env.
     facts = embedded_facts(fw.state_dir, fw.job("probe"))
     for name, env in facts.envs.items():
         role, index = name.removeprefix("probe-").rsplit("-", 1)
         seen = json.loads((fw.outputs("probe") / f"env-{role}-{index}.json").read_text())
-        rendered = [*IDENTITY_VARIABLES, *view.replicas[name]]
-        assert {key: seen.get(key) for key in rendered} == {key: env.get(key) for key in rendered}, name
+        rendered = [key for key in view.replicas[name] if key != COMMAND]
+        assert {key: seen["env"].get(key) for key in rendered} == {key: env.get(key) for key in rendered}, name
+        assert seen["argv"] == [env["COORDINATOR"], f"--self={env['SELF']}", "$(SELF)", "$(NOT_SET)"], name

@@ -18,24 +18,28 @@ turned into a *view* (``parity_view``) in which:
 - ``LOCAL_RANK``-like values (``local_rank``, ``local_world_size``, ``node_rank``, ``num_nodes``) become a marker
   once checked against the backend's own node layout, computed here from the told ranks (the embedded runtime:
   where the scheduler placed each replica; Kubernetes: one node per Pod, the renderer's stated choice);
+- the command line is the replica template's (command and args), once the replica's is checked to be it with
+  ``$(NAME)`` expanded from its environment, as both backends expand it (the embedded runtime before the launch,
+  the kubelet on Kubernetes);
 - the hostfile becomes ``(replica, slots)`` per replica of the ``hostfileRoles``: the embedded runtime merges
   replicas sharing 127.0.0.1 into one line whose slots are summed, Kubernetes lists each replica.
 
 A value that fails its check keeps what it was and says what was expected, and is listed in the view's
 ``problems``; ``assert_same_views`` fails on any problem and on any difference between the two views.
 
-The embedded record is what the working replicas received: the launch file (``launch.json``, the command's whole
-environment, written by ``adapters.executor.local`` before the replica starts) and the hostfile of each
-replica's run directory under the state directory (``services.embedded.layout``), which outlive a succeeded job
-until the job is deleted; the address book is the job's ``status.endpoints``. The Kubernetes record is read from
-Pod, ConfigMap and Service objects: rendered by ``adapters.kubernetes.rendering`` (the code the operator runs),
-or read back from an API server.
+The embedded record is what the working replicas received: the launch file (``launch.json``, the command line
+and the command's whole environment, written by ``adapters.executor.local`` before the replica starts) and the
+hostfile of each replica's run directory under the state directory (``services.embedded.layout``), which
+outlive a succeeded job until the job is deleted; the address book is the job's ``status.endpoints``. The
+Kubernetes record is read from Pod, ConfigMap and Service objects: rendered by ``adapters.kubernetes.rendering``
+(the code the operator runs), or read back from an API server.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +56,7 @@ from phalanx.adapters.kubernetes.rendering import (
     render_hostfile_configmap,
     render_pods,
 )
-from phalanx.core.rendezvous import Endpoint, replica_names
+from phalanx.core.rendezvous import Endpoint, expand_references, replica_names
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import TEMPLATE_PATTERN, JobType
 from phalanx.model.loading import builtin_jobtypes, parse_jobtype
@@ -67,6 +71,9 @@ if TYPE_CHECKING:
 #: Phalanx's own variables that say who a replica is; the rest of ``PHALANX_*`` is backend-specific (paths, uid).
 IDENTITY_VARIABLES = ("PHALANX_ROLE", "PHALANX_RANK", "PHALANX_WORLD_SIZE", "PHALANX_REPLICA_INDEX")
 NODE_LOCAL = ("local_rank", "local_world_size", "node_rank", "num_nodes")
+#: The view's key for a replica's command line (not a variable name: lower case).
+COMMAND = "command line"
+PYTHON_NAMES = ("python", "python3")
 _LAUNCH_FILE = "launch.json"  # adapters.executor.local.LAUNCH_FILE
 #: The image of rendered Pods whose job names none (the examples run on the embedded runtime, which needs none).
 PLACEHOLDER_IMAGE = "phalanx.invalid/frameworks:1"
@@ -86,6 +93,9 @@ class JobFacts:
         hostfile_paths: replica -> where it finds its hostfile.
         output_dirs: replica -> its output directory.
         hostfiles: replica -> the content of its hostfile (replicas with none are absent).
+        commands: replica -> its command line (command and args).
+        commands_expanded: whether ``$(NAME)`` in the commands was expanded already (the embedded runtime does
+            it before the launch; on Kubernetes the kubelet does it as the container starts).
     """
 
     backend: str
@@ -97,6 +107,8 @@ class JobFacts:
     hostfile_paths: Mapping[str, str] = field(default_factory=dict)
     output_dirs: Mapping[str, str] = field(default_factory=dict)
     hostfiles: Mapping[str, str] = field(default_factory=dict)
+    commands: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    commands_expanded: bool = False
 
 
 # ----------------------------------------------------------------------------------------------- the records
@@ -123,11 +135,13 @@ def embedded_facts(state_dir: Path, job: Mapping[str, Any]) -> JobFacts:
     }
     output_dir = str(layout.job_outputs(namespace, name, uid, spec.get("outputs", {}).get("path", "outputs")))
     replicas_dir = layout.job_dir(namespace, name, uid) / "replicas"
-    envs, nodes, hostfile_paths, hostfiles = {}, {}, {}, {}
+    envs, nodes, hostfile_paths, hostfiles, commands = {}, {}, {}, {}, {}
     for replica in addresses:
         run_dir = _latest_run_dir(replicas_dir, replica)
-        env: dict[str, str] = json.loads((run_dir / _LAUNCH_FILE).read_text())["env"]
+        launch = json.loads((run_dir / _LAUNCH_FILE).read_text())
+        env: dict[str, str] = launch["env"]
         envs[replica] = env
+        commands[replica] = launch["command"]
         nodes[replica] = _embedded_node(layout, env.get("PHALANX_SAMPLE_CACHE_DIR", ""))
         hostfile_paths[replica] = str(run_dir / HOSTFILE)
         if (run_dir / HOSTFILE).exists():
@@ -142,6 +156,8 @@ def embedded_facts(state_dir: Path, job: Mapping[str, Any]) -> JobFacts:
         hostfile_paths=hostfile_paths,
         output_dirs=dict.fromkeys(addresses, output_dir),
         hostfiles=hostfiles,
+        commands=commands,
+        commands_expanded=True,
     )
 
 
@@ -187,7 +203,7 @@ def kubernetes_facts(
     assert pods, "no Pods"
     namespace = pods[0]["metadata"]["namespace"]
     uid = pods[0]["metadata"]["ownerReferences"][0]["uid"]
-    addresses, envs, hostfile_paths, output_dirs, hostfiles = {}, {}, {}, {}, {}
+    addresses, envs, hostfile_paths, output_dirs, hostfiles, commands = {}, {}, {}, {}, {}, {}
     problems = []
     for pod in pods:
         name = pod["metadata"]["name"]
@@ -197,6 +213,7 @@ def kubernetes_facts(
         host = f"{pod['spec']['hostname']}.{subdomain}.{namespace}.svc" if subdomain else name
         addresses[name] = Endpoint(host, port)
         envs[name] = {item["name"]: item.get("value", "") for item in container.get("env", [])}
+        commands[name] = [*container.get("command", []), *container.get("args", [])]
         mounts = {mount["name"]: mount["mountPath"] for mount in container.get("volumeMounts", [])}
         volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes", [])}
         output_dirs[name] = mounts.get(OUTPUTS_VOLUME, "")
@@ -220,6 +237,7 @@ def kubernetes_facts(
         hostfile_paths=hostfile_paths,
         output_dirs=output_dirs,
         hostfiles=hostfiles,
+        commands=commands,
     )
 
 
@@ -324,6 +342,8 @@ class _Reader:
             if not key.startswith("PHALANX_")
         }
         view = {key: env.get(key, "<unset>") for key in IDENTITY_VARIABLES}
+        if role in self.job.spec.replicas:
+            view[COMMAND] = self._command(name, role)
         for key, template in templates.items():
             observed = env.get(key)
             if observed is None:
@@ -336,6 +356,21 @@ class _Reader:
             else:
                 view[key] = self._read(name, key, template, observed)
         return view
+
+    def _command(self, name: str, role: str) -> str:
+        """The template's command line, once the replica's is checked to be it with ``$(NAME)`` expanded from the
+        environment the replica was told (as the kubelet expands it on Kubernetes)."""
+        template = self.job.spec.replicas[role].template
+        written = [*template.command, *template.args]
+        env = self.facts.envs[name]
+        expected = [expand_references(part, env) for part in written] if self.facts.commands_expanded else written
+        actual = list(self.facts.commands.get(name, ()))
+        if actual and expected and expected[0] in PYTHON_NAMES and Path(actual[0]).name.startswith("python"):
+            actual[0] = expected[0]  # the embedded runtime runs `python` as its own interpreter (node_runtime)
+        if actual != expected:
+            self.problems.append(f"{name}: runs {actual}, its template with its env gives {expected}")
+            return shlex.join(actual)
+        return shlex.join(written)
 
     def _templates(self, role: str) -> dict[str, str]:
         templates = dict(self.jobtype.spec.env)

@@ -21,10 +21,17 @@ from phalanx.adapters.kubernetes.rendering import (
     render_hostfile_configmap,
     render_pods,
 )
-from phalanx.core.rendezvous import Endpoint, render_hostfile, render_replica_env, replica_names
+from phalanx.core.rendezvous import (
+    Endpoint,
+    expand_references,
+    render_hostfile,
+    render_replica_env,
+    replica_names,
+)
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from support.rendering_parity import (
+    COMMAND,
     JobFacts,
     assert_same_views,
     job_from_documents,
@@ -52,7 +59,7 @@ PYTORCH_JOB = {
         "type": "pytorch",
         "replicas": {
             "master": {"template": {"command": ["python", "train.py"]}},
-            "worker": {"count": 3, "template": {"command": ["python", "train.py"]}},
+            "worker": {"count": 3, "template": {"command": ["python", "train.py"], "args": ["--rank=$(RANK)"]}},
         },
     },
 }
@@ -97,6 +104,11 @@ def embedded(job: TrainingJob, jobtype: JobType, nodes: Mapping[str, str] | None
         for role, index, name in replica_names(job, jobtype)
     }
     hostfile = render_hostfile(job, jobtype, addresses) if jobtype.spec.hostfile_roles else None
+    templates = {name: job.spec.replicas[role].template for role, _, name in replica_names(job, jobtype)}
+    commands = {
+        name: [expand_references(part, envs[name]) for part in [*template.command, *template.args]]
+        for name, template in templates.items()
+    }
     return JobFacts(
         backend="embedded",
         namespace="default",
@@ -107,6 +119,8 @@ def embedded(job: TrainingJob, jobtype: JobType, nodes: Mapping[str, str] | None
         hostfile_paths={name: f"{run[name]}/hostfile" for name in names},
         output_dirs=dict.fromkeys(names, "/state/outputs"),
         hostfiles=dict.fromkeys(names, hostfile) if hostfile is not None else {},
+        commands=commands,
+        commands_expanded=True,
     )
 
 
@@ -161,6 +175,24 @@ def _kube(job: TrainingJob, jobtype: JobType, change: Callable[[list[dict[str, A
     pods = _pods(job, jobtype)
     change(pods)
     return kubernetes_facts(pods, render_hostfile_configmap(job, jobtype), render_headless_service(job, jobtype))
+
+
+def test_the_command_line_is_the_templates_once_checked_expanded_from_the_env() -> None:
+    job, jobtype = load(PYTORCH_JOB)
+    facts = embedded(job, jobtype)
+    assert facts.commands["ddp-worker-1"] == ["python", "train.py", "--rank=2"]
+    view = assert_same_views(job, jobtype, facts, rendered_facts(job, jobtype))
+    assert view.replicas["ddp-worker-1"][COMMAND] == "python train.py '--rank=$(RANK)'"
+
+    ran_other = dataclasses.replace(facts, commands={**facts.commands, "ddp-worker-1": ["python", "train.py"]})
+    with pytest.raises(AssertionError, match=r"embedded: ddp-worker-1: runs \['python', 'train.py'\]"):
+        assert_same_views(job, jobtype, ran_other, rendered_facts(job, jobtype))
+
+    def args_dropped(pods: list[dict[str, Any]]) -> None:
+        pods[2]["spec"]["containers"][0].pop("args")
+
+    with pytest.raises(AssertionError, match=r"kubernetes: ddp-worker-1: runs \['python', 'train.py'\]"):
+        assert_same_views(job, jobtype, facts, _kube(job, jobtype, args_dropped))
 
 
 def test_a_replica_told_the_wrong_master_fails_naming_it() -> None:
