@@ -17,7 +17,8 @@ that each replica is *told* what the embedded runtime told the replicas that tra
   does not decide them).
 
 The examples name no image (the embedded runtime needs none), and a cluster needs one: the test submits a copy of
-the job file whose replica templates name one, as a user would write for a cluster, and renders that copy. (An
+the job file whose replica templates name one, as a user would write for a cluster (and, for a job that reads
+Datasets, a GPU of this module's nodes: see ``cluster``), and renders that copy. (An
 operator started with ``--image`` would do too, but the phalanx-scheduler does not know that image, so it leaves
 such a job to the operator, which accepts it after its 10 s accept hold: 10 s per file.)
 """
@@ -29,6 +30,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,16 @@ EXAMPLES = ROOT / "examples" / "frameworks"
 PROBE = ROOT / "tests" / "support" / "rendering_parity_probe.yaml"
 IMAGE = "example.org/frameworks:1"
 JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
+GPUS_PER_NODE = 4  # room for the XGBoost example's three replicas of one GPU each (see for_cluster)
 DATA_VARIABLES = ("PHALANX_DATASET_", "PHALANX_SAMPLE_CACHE_DIR")
+
+
+@dataclass(frozen=True)
+class FrameworksCluster:
+    """The module's running components, and the GPU model only its nodes have."""
+
+    components: Components
+    model: str
 
 
 def job_files() -> list[Path]:
@@ -78,7 +89,7 @@ def companions(path: Path) -> list[Path]:
 
 
 def inventory(path: Path, model: str) -> Path:
-    """A simulated node of one GPU of ``model``, for the node agents' GPU discovery (kwok nodes have no NVML)."""
+    """A simulated node with GPUs of ``model``, for the node agents' GPU discovery (kwok nodes have no NVML)."""
     node = {
         "apiVersion": "phalanx.dev/v1alpha1",
         "kind": "Node",
@@ -87,7 +98,10 @@ def inventory(path: Path, model: str) -> Path:
             "source": "simulated",
             "memory": 1 << 30,
             "cpus": [{"id": 0, "core": 0, "socket": 0, "numa": 0}],
-            "gpus": [{"index": 0, "uuid": "GPU-sim-0", "model": model, "memory": 1 << 30, "numa": 0}],
+            "gpus": [
+                {"index": i, "uuid": f"GPU-sim-{i}", "model": model, "memory": 1 << 30, "numa": 0}
+                for i in range(GPUS_PER_NODE)
+            ],
         },
     }
     path.write_text(json.dumps(node))
@@ -95,21 +109,22 @@ def inventory(path: Path, model: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster(phalanx_installed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Components]:
+def cluster(phalanx_installed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FrameworksCluster]:
     """The operator and the scheduler running, and two fresh nodes with a node agent each: started once for every
     file (each test has its namespace), a few seconds saved per file.
 
     The XGBoost example reads a Dataset made by a script: the operator materialises it into a dataset store
     (``--allow-script-sources``, run from the repository root like ``phalanx run`` from a checkout, with this
     interpreter's ``python`` first on PATH), and the node agents stage each replica's part before the operator
-    creates the Pods.
+    creates the Pods. Other modules' nodes may still be there (a session shares its API server) and have no
+    agent: a job that reads Datasets is steered onto this module's nodes by a GPU of their model (``for_cluster``).
     """
     kube = phalanx_installed
     directory = tmp_path_factory.mktemp("frameworks-components")
     started = Components(kube, directory)
     nodes = [kube.unique("frameworks"), kube.unique("frameworks")]
     model = kube.unique("FRAMEWORKS-GPU")
-    k8s_testenv.create_fake_gpu_nodes(kube.env, nodes, gpus=1, product=model, numa_nodes=1)
+    k8s_testenv.create_fake_gpu_nodes(kube.env, nodes, gpus=GPUS_PER_NODE, product=model, numa_nodes=1)
     store, simulated = directory / "store", inventory(directory / "inventory.json", model)
     try:
         with pytest.MonkeyPatch.context() as patch:  # what the processes inherit as they start, and no more
@@ -125,7 +140,7 @@ def cluster(phalanx_installed: Any, tmp_path_factory: pytest.TempPathFactory) ->
                     *("--sample-dir", str(directory / f"samples-{node}")),
                 )
                 wait_alive(agent)
-        yield started
+        yield FrameworksCluster(started, model)
     finally:
         started.stop_all()
         for name in nodes:
@@ -133,17 +148,22 @@ def cluster(phalanx_installed: Any, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture
-def running(cluster: Components, request: pytest.FixtureRequest) -> Components:
+def running(cluster: FrameworksCluster, request: pytest.FixtureRequest) -> FrameworksCluster:
     """The module's components, their logs attached to this test's report if it fails."""
-    report_logs_of(request.node, cluster)
+    report_logs_of(request.node, cluster.components)
     return cluster
 
 
-def with_image(document: dict[str, Any]) -> dict[str, Any]:
-    """The document, its replica templates given an image where they name none (a TrainingJob)."""
+def for_cluster(document: dict[str, Any], model: str) -> dict[str, Any]:
+    """The document as written for this cluster: a TrainingJob's replica templates name an image where they name
+    none, and those of a job that reads Datasets ask for a GPU of ``model`` (only this module's nodes, which
+    have node agents to stage the data, have one)."""
     if document.get("kind") == "TrainingJob":
         for replica in document["spec"]["replicas"].values():
-            replica.setdefault("template", {}).setdefault("image", IMAGE)
+            template = replica.setdefault("template", {})
+            template.setdefault("image", IMAGE)
+            if document["spec"].get("datasets"):
+                template.setdefault("resources", {}).update(gpu=1, gpuModel=model)
     return document
 
 
@@ -201,12 +221,12 @@ def env_of(pod: dict[str, Any]) -> dict[str, str]:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("path", job_files(), ids=lambda path: str(path.relative_to(ROOT)))
 def test_the_operator_creates_what_the_renderer_renders_for_the_example(
-    path: Path, running: Components, namespace: str, tmp_path: Path
+    path: Path, running: FrameworksCluster, namespace: str, tmp_path: Path
 ) -> None:
-    kube = running.kube
+    kube = running.components.kube
     documents = []
     for source in [*companions(path), path]:
-        loaded = [with_image(doc) for doc in yaml.safe_load_all(source.read_text()) if isinstance(doc, dict)]
+        loaded = [for_cluster(d, running.model) for d in yaml.safe_load_all(source.read_text()) if isinstance(d, dict)]
         documents += loaded
         copy = tmp_path / source.name
         copy.write_text(yaml.safe_dump_all(loaded, sort_keys=False))
