@@ -1,4 +1,4 @@
-"""The parity view of tests/support/rendering_parity.py, on records built in memory: equal where the backends
+"""The parity view (tests/support/parity_view.py) on records built in memory: equal where the backends
 agree, and a failure naming the replica and the variable where they do not.
 
 The embedded record is made as the embedded controller makes it (``core.rendezvous`` with loopback addresses,
