@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from support.frameworks import FrameworksRuntime, load_example
+from support.rendering_parity import assert_kubernetes_renders_the_same
 
 
 @pytest.mark.timeout(300)
@@ -31,3 +32,5 @@ def test_jax_processes_initialise_from_the_jobtype_env_and_psum_across_processes
     assert len(digests) == 1
     weights = results["result-0"]["weights"]
     assert all(0.0 < w < 5.0 for w in weights) and weights == sorted(weights)
+    # Kubernetes would tell each replica what these working replicas were told (env, command line, Service).
+    assert_kubernetes_renders_the_same(fw, "jax-psum", load_example("jax"))

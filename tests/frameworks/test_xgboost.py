@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from support.frameworks import FrameworksRuntime, load_example
+from support.rendering_parity import assert_kubernetes_renders_the_same
 
 
 @pytest.mark.timeout(300)
@@ -36,3 +37,5 @@ def test_xgboost_trains_on_dataset_shards_like_one_process_on_all_the_data(fw: F
     assert len({r["model_sha256"] for r in by_rank}) == 1
     assert master["max_prediction_difference"] <= master["tolerance"] <= 1e-6
     assert master["accuracy"] > 0.8
+    # Kubernetes would tell each replica what these working replicas were told (env, command line, Service).
+    assert_kubernetes_renders_the_same(fw, "xgboost-train", load_example("xgboost"))
