@@ -93,6 +93,17 @@ def test_the_dockerfile_has_a_build_stage_and_a_slim_non_root_runtime() -> None:
     assert runtime.all("COPY") == [], "the runtime stage takes nothing but the installed wheels (a bind mount)"
 
 
+def test_the_build_context_keeps_what_the_build_stage_copies() -> None:
+    # .dockerignore leaves everything out ("*") and lets back in what the COPY instructions name.
+    lines = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    patterns = [line for line in lines if line and not line.startswith("#")]
+    assert patterns[0] == "*"
+    kept = {pattern.removeprefix("!").rstrip("/") for pattern in patterns if pattern.startswith("!")}
+    build, _ = stages(DOCKERFILE.read_text())
+    copied = {source.rstrip("/") for copy in build.all("COPY") for source in copy.split()[:-1]}
+    assert copied == kept, "every file the build stage copies, and nothing more, is in the build context"
+
+
 def test_the_dockerfiles_steps_build_a_wheel_that_installs_every_component(tmp_path: Path) -> None:
     build, runtime = stages(DOCKERFILE.read_text())
     # The build stage: a context holding only what its COPY instructions copy, under its WORKDIR.
