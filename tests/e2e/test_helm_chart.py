@@ -170,6 +170,21 @@ def test_node_selection_resources_health_port_and_scheduler_config_land_in_the_o
     assert annotations["annotations"] == {SCHEDULER_CONFIG_HASH: hashlib.sha256(config.encode()).hexdigest()}
 
 
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("healthPort=http", "healthPort"),
+        ("nodeAgent.nodeselector.gpu=yes", "nodeselector"),  # a misspelt key is not silently ignored
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("datasets.cacheDir=relative/dir", "cacheDir"),
+    ],
+)
+def test_a_wrong_value_is_refused_by_name(helm: Helm, setting: str, named: str) -> None:
+    done = helm("template", RELEASE, str(CHART), "--set", setting, check=False)
+    assert done.returncode != 0 and "values don't meet the specifications of the schema" in done.stderr, done.stderr
+    assert named in done.stderr
+
+
 # --------------------------------------------------------------------------------------------------------------
 # On a real control plane of its own.
 # --------------------------------------------------------------------------------------------------------------

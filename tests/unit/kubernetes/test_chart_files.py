@@ -112,3 +112,17 @@ def test_docs_install_names_every_value() -> None:
 
     missing = [path for path in paths(chart.default_values()) if f"`{path}`" not in docs]
     assert not missing, f"docs/install.md#values does not name {missing}"
+
+
+def test_the_values_schema_closes_every_value_the_chart_reads() -> None:
+    schema = chart.values_schema()
+
+    def check(values: dict[str, Any], node: dict[str, Any], prefix: str) -> None:
+        assert node["additionalProperties"] is False, f"{prefix or 'the values'}: a misspelt key would pass"
+        assert set(node["properties"]) == set(values), prefix
+        for key, value in values.items():
+            if node["properties"][key].get("additionalProperties") is False:
+                check(value, node["properties"][key], f"{prefix}{key}.")
+
+    check(chart.default_values(), schema, "")
+    assert schema["properties"]["healthPort"] == {"type": "integer", "minimum": 1, "maximum": 65535}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -270,6 +271,43 @@ def values_yaml() -> str:
     return "".join(parts)
 
 
+def values_schema() -> dict[str, Any]:
+    """``values.schema.json``: helm checks values against it, so a misspelt key or a wrong type is refused by name.
+
+    Kubernetes' own fields (resources, nodeSelector, tolerations, affinity, pull secrets) are left to the API
+    server; everything the chart itself reads is closed.
+    """
+
+    def closed(properties: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": False, "properties": properties}
+
+    text: dict[str, Any] = {"type": "string"}
+    placement = {
+        "resources": {"type": "object"},
+        "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+        "tolerations": {"type": "array", "items": {"type": "object"}},
+        "affinity": {"type": "object"},
+    }
+    return closed(
+        {
+            "image": closed(
+                {
+                    "repository": {"type": "string", "minLength": 1, "pattern": "^\\S+$"},
+                    "tag": {"type": "string", "pattern": "^\\S*$"},
+                    "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+                }
+            ),
+            "imagePullSecrets": {"type": "array", "items": {"type": "object", "required": ["name"]}},
+            "namespace": closed({"create": {"type": "boolean"}}),
+            "healthPort": {"type": "integer", "minimum": 1, "maximum": 65535},
+            "operator": closed(placement),
+            "scheduler": closed({**placement, "config": text}),
+            "nodeAgent": closed(placement),
+            "datasets": closed({"storeClaim": text, "cacheDir": {"type": "string", "pattern": "^/"}}),
+        }
+    )
+
+
 def chart_yaml(version: str | None = None) -> str:
     """``Chart.yaml``: the chart's version is Phalanx's, like the image it runs by default."""
     version = version or phalanx_version()
@@ -305,6 +343,7 @@ def chart_files(version: str | None = None) -> dict[str, str]:
     return {
         "Chart.yaml": chart_yaml(version),
         "values.yaml": values_yaml(),
+        "values.schema.json": json.dumps(values_schema(), indent=2) + "\n",
         **crds,
         **_template_files(),
         "templates/NOTES.txt": _notes(),
