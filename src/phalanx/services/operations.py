@@ -370,13 +370,28 @@ class Operations:
         Raises:
             SpecError: every problem in every document, each with its field path.
         """
-        return validate_documents(
+        parsed = validate_documents(
             documents,
             self.jobtypes(),
             source=source,
             namespace=namespace,
             namespaced_kinds=self.backend.namespaced_kinds,
         )
+        if not self.backend.cluster_scheduling:
+            many = len(parsed) > 1
+            refused = [
+                FieldError(
+                    "spec.scheduling.schedulerName",
+                    f"{f'document {position + 1}: ' if many else ''}names the Kubernetes scheduler "
+                    f"{obj.spec.scheduling.scheduler_name!r}, and this runtime has none: it places jobs itself; "
+                    "remove schedulerName (it applies on a Kubernetes cluster)",
+                )
+                for position, obj in enumerate(parsed)
+                if isinstance(obj, TrainingJob) and obj.spec.scheduling.scheduler_name is not None
+            ]
+            if refused:
+                raise SpecError(refused, source=source)
+        return parsed
 
     def submit(
         self,

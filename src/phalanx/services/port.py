@@ -136,6 +136,8 @@ class OperationsBackend(ObjectReader, ObjectWriter, Protocol):
     """How messages name a job: ``job`` on the embedded runtime, ``trainingjob`` (the resource) on a cluster."""
     namespaced_kinds: frozenset[str]
     """The kinds ``submit -n`` moves to its namespace (JobTypes are cluster-scoped on a cluster)."""
+    cluster_scheduling: bool
+    """Whether a job may leave its placement to the cluster's scheduler (``spec.scheduling.schedulerName``)."""
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete a job and, in the backend's way, its replicas.

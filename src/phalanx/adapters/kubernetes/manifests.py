@@ -196,6 +196,9 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([API_GROUP], with_status, ["update", "patch"]),
             _rule([""], ["pods"], ["create", "delete", *READ]),
             _rule([""], ["services", "configmaps"], ["create", "delete", *READ]),
+            # The PodGroup of a job left to the cluster's scheduler (kube-scheduler's gang scheduling): created
+            # before its Pods; one of an earlier job of the same name is read and deleted.
+            _rule(["scheduling.k8s.io"], ["podgroups"], ["create", "get", "delete"]),
             # Each node agent's dataset cache report (an annotation): when a job's data is staged there; and
             # its unhealthy GPUs, whose replicas are stopped and whose jobs are placed again.
             _rule([""], ["nodes"], READ),

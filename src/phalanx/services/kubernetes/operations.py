@@ -135,6 +135,7 @@ class KubeBackend:
 
     job_noun = "trainingjob"
     namespaced_kinds = CLUSTER_NAMESPACED_KINDS
+    cluster_scheduling = True
 
     def __init__(
         self,
