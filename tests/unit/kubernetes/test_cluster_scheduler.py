@@ -221,3 +221,46 @@ def test_the_embedded_runtime_refuses_a_scheduler_name_with_its_path() -> None:
 def test_reconcile_input_defaults_to_phalanx_placing() -> None:
     job = make()
     assert replace(ReconcileInput(job=job, jobtype=None, replicas=(), now=T0)).placed_by is None
+
+
+def test_the_install_gives_the_operator_and_the_scheduler_the_same_default() -> None:
+    from phalanx.adapters.kubernetes.manifests import InstallParameters, cluster_rules, install_manifests
+
+    documents = install_manifests(InstallParameters(image="x:1", default_job_scheduler="default-scheduler"))
+    workloads = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Deployment"}
+    for name in ("phalanx-operator", "phalanx-scheduler"):
+        [container] = workloads[name]["spec"]["template"]["spec"]["containers"]
+        env = {item["name"]: item.get("value") for item in container["env"]}
+        assert env["PHALANX_DEFAULT_JOB_SCHEDULER"] == "default-scheduler", name
+    rules = cluster_rules()["phalanx-operator"]
+    assert {
+        "apiGroups": ["scheduling.k8s.io"],
+        "resources": ["podgroups"],
+        "verbs": ["create", "get", "delete"],
+    } in rules
+
+
+def test_the_install_refuses_a_default_that_is_no_scheduler_name() -> None:
+    from phalanx.services.kubernetes.install import InstallRequest, render_install
+
+    with pytest.raises(ValueError, match="--default-job-scheduler 'Kube Scheduler' is not a DNS-1123 subdomain"):
+        render_install(InstallRequest(image="x:1", default_job_scheduler="Kube Scheduler"))
+
+
+@pytest.mark.parametrize("component", ["operator", "scheduler"])
+def test_the_components_read_the_default_from_a_flag_or_the_environment(
+    component: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    module = importlib.import_module(f"phalanx.entrypoints.kubernetes.{component}")
+    monkeypatch.delenv("PHALANX_DEFAULT_JOB_SCHEDULER", raising=False)
+    assert module.build_parser().parse_args([]).default_job_scheduler is None
+    parsed = module.build_parser().parse_args(["--default-job-scheduler", "default-scheduler"])
+    assert parsed.default_job_scheduler == "default-scheduler"
+    monkeypatch.setenv("PHALANX_DEFAULT_JOB_SCHEDULER", "gang.example.org")
+    assert module.build_parser().parse_args([]).default_job_scheduler == "gang.example.org"
+    with pytest.raises(SystemExit) as exited:
+        module.build_parser().parse_args(["--default-job-scheduler", "Bad_Name"])
+    assert exited.value.code == 2
+    assert "not a DNS-1123 subdomain" in capsys.readouterr().err

@@ -70,12 +70,15 @@ class InstallParameters:
         dataset_store_claim: a ReadWriteMany PersistentVolumeClaim in ``namespace`` to hold materialised
             Datasets; None installs without dataset staging (``spec.datasets`` is then not staged).
         cache_dir: the directory on every node that holds its dataset cache (a hostPath).
+        default_job_scheduler: the cluster's scheduler for jobs naming none in ``spec.scheduling.schedulerName``
+            (the operator's and the scheduler's ``$PHALANX_DEFAULT_JOB_SCHEDULER``); empty: phalanx-scheduler.
     """
 
     image: str
     namespace: str = DEFAULT_NAMESPACE
     dataset_store_claim: str | None = None
     cache_dir: str = DEFAULT_CACHE_DIR
+    default_job_scheduler: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +175,10 @@ def service_account(component: _Component, namespace: str) -> dict[str, Any]:
         "kind": "ServiceAccount",
         "metadata": {"name": component.account, "namespace": namespace, "labels": component.labels},
     }
+
+
+#: The cluster-wide default of ``spec.scheduling.schedulerName``, read by the operator and the scheduler alike.
+JOB_SCHEDULER_ENV = "PHALANX_DEFAULT_JOB_SCHEDULER"
 
 
 def _rule(groups: list[str], resources: list[str], verbs: list[str], names: list[str] | None = None) -> dict[str, Any]:
@@ -353,7 +360,10 @@ def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
     With a dataset store it mounts the claim read-write and materialises Datasets into it; local sources are
     read only from the store's ``sources/`` directory (``--allow-path-under``).
     """
-    env = [{"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME}]
+    env = [
+        {"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME},
+        {"name": JOB_SCHEDULER_ENV, "value": parameters.default_job_scheduler},
+    ]
     if parameters.dataset_store_claim is None:
         return _deployment(OPERATOR, parameters, env, strategy="Recreate")
     env.append({"name": "PHALANX_DATASET_STORE", "value": f"{DATASET_STORE_PATH}/store"})
@@ -393,6 +403,7 @@ def scheduler_deployment(parameters: InstallParameters) -> dict[str, Any]:
     env = [
         {"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME},
         {"name": "PHALANX_LEASE_NAME", "value": SCHEDULER_LEASE},
+        {"name": JOB_SCHEDULER_ENV, "value": parameters.default_job_scheduler},
     ]
     deployment = _deployment(SCHEDULER, parameters, env, strategy="RollingUpdate")
     digest = hashlib.sha256(scheduler_config_text().encode()).hexdigest()

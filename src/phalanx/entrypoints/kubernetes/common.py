@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from phalanx.adapters.kubernetes.api import KubeApi
-from phalanx.adapters.kubernetes.manifests import HEALTH_PORT, HEALTH_PORT_ENV
+from phalanx.adapters.kubernetes.manifests import HEALTH_PORT, HEALTH_PORT_ENV, JOB_SCHEDULER_ENV
 from phalanx.entrypoints.masked_logging import mask_log_handlers
 from phalanx.model.names import check_dns_subdomain
 
@@ -79,10 +79,6 @@ def add_dataset_store_option(parser: argparse.ArgumentParser, without: str) -> N
         help="the directory Datasets are materialised into, which the operator writes and the node agents read "
         f"(a ReadWriteMany volume; default: $PHALANX_DATASET_STORE); {without}",
     )
-
-
-#: The cluster-wide default of ``spec.scheduling.schedulerName``; the operator and phalanx-scheduler must agree.
-JOB_SCHEDULER_ENV = "PHALANX_DEFAULT_JOB_SCHEDULER"
 
 
 def _scheduler_name(value: str) -> str:
