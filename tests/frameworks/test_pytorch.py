@@ -125,7 +125,7 @@ def test_a_killed_rank_restarts_the_whole_gang_which_trains_again(fw: Frameworks
     assert "failed with exit code 137" in log and "restarting all 4 replica(s) together" in log, log
     # Every rank came back as attempt 1 and trained to the end; none wrote a result in attempt 0.
     check_results(fw.results("pytorch-restart"), attempt=1)
-    assert job_pids(fw, "pytorch-restart") == []
+    wait_until(lambda: job_pids(fw, "pytorch-restart") == [], timeout=30, message="every rank to be gone")
     print(f"gang restart: Succeeded {took:.1f} s after the kill")
 
 
