@@ -49,22 +49,29 @@ def job_pids(fw: FrameworksRuntime, job: str) -> list[int]:
     return [pid for role, index in REPLICAS for pid in program_pids(fw.state_dir, job, role, index)]
 
 
-def variant(fw: FrameworksRuntime, name: str, run_policy: dict[str, Any]) -> str:
-    """restart.yaml with another name and runPolicy, as a user would copy and edit it; return its path."""
+def variant(fw: FrameworksRuntime, name: str, run_policy: dict[str, Any], *, timeout: str | None = None) -> str:
+    """restart.yaml with another name and runPolicy (and collective timeout), as a user would copy and edit it;
+    return its path."""
     fw.copy_example("pytorch")
     source = fw.work_dir / "examples" / "frameworks" / "pytorch" / "restart.yaml"
     job = yaml.safe_load(source.read_text())
     job["metadata"]["name"] = name
     job["spec"]["runPolicy"] = run_policy
+    for replica in job["spec"]["replicas"].values():
+        command = replica["template"]["command"]
+        if timeout is not None:
+            command[command.index("--timeout") + 1] = timeout
     job["spec"]["outputs"]["storeTo"] = f"outputs/{name}"
     target = source.with_name(f"{name}.yaml")
     target.write_text(yaml.safe_dump(job, sort_keys=False))
     return str(target.relative_to(fw.work_dir))
 
 
-def run_and_kill_worker_1(fw: FrameworksRuntime, file: str, job: str) -> tuple[subprocess.Popen[str], Path, float]:
-    """``phalanx run FILE`` in the background; once its output shows worker 1 (rank 2) training, SIGKILL worker
-    1's program. Returns the run, its output file and the monotonic time of the kill."""
+def run_and_kill_worker_1(
+    fw: FrameworksRuntime, file: str, job: str, sig: signal.Signals = signal.SIGKILL
+) -> tuple[subprocess.Popen[str], Path, float]:
+    """``phalanx run FILE`` in the background; once its output shows worker 1 (rank 2) training, send worker 1's
+    program ``sig`` (SIGKILL). Returns the run, its output file and the monotonic time of the signal."""
     output = fw.work_dir / f"{job}.out"
     run = fw.cli_background("run", file, output=output)
 
@@ -76,7 +83,7 @@ def run_and_kill_worker_1(fw: FrameworksRuntime, file: str, job: str) -> tuple[s
     pids = program_pids(fw.state_dir, job, "worker", 1)
     assert pids, "worker 1's program is not running"
     for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, sig)
     return run, output, time.monotonic()
 
 
@@ -158,3 +165,20 @@ def test_a_killed_rank_without_gang_restart_ends_failed_rather_than_hanging(fw: 
     wait_until(lambda: job_pids(fw, "pytorch-alone") == [], timeout=30, message="every rank to be gone")
     gone = time.monotonic() - killed
     print(f"OnFailure without gangRestart: Failed {took:.1f} s after the kill, every rank gone after {gone:.1f} s")
+
+
+@pytest.mark.timeout(600)
+def test_a_hung_rank_fails_the_job_when_the_collective_times_out(fw: FrameworksRuntime) -> None:
+    """A rank that stops without dying (SIGSTOP: its connections stay open) leaves its peers waiting in the
+    all-reduce; gloo ends that wait after the program's collective timeout (10 s in this copy), the peers exit
+    non-zero and the job, under Never, fails; the stopped rank goes with the others (SIGKILL after the grace)."""
+    file = variant(fw, "pytorch-hung", {"restartPolicy": "Never"}, timeout="10")
+    run, output, stopped = run_and_kill_worker_1(fw, file, "pytorch-hung", signal.SIGSTOP)
+    took = finish(run, output, stopped, FAIL_BOUND_S)
+    status = fw.job("pytorch-hung")["status"]
+    assert status["phase"] == "Failed", status
+    assert "failed with exit code 1; restartPolicy is Never" in status["message"], status
+    assert "Timed out waiting 10000ms" in output.read_text()
+    wait_until(lambda: job_pids(fw, "pytorch-hung") == [], timeout=30, message="every rank to be gone")
+    gone = time.monotonic() - stopped
+    print(f"hung rank, 10 s collective timeout, Never: Failed {took:.1f} s after the stop, all gone after {gone:.1f} s")
