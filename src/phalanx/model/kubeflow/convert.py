@@ -100,7 +100,8 @@ class _Converter:
         metadata = document.get("metadata")
         job_spec: dict[str, Any] = {"type": kind.jobtype}
         job_spec["replicas"], restart = self.replicas(spec)
-        job_spec["runPolicy"], job_spec["scheduling"] = self.run_policy(spec.get("runPolicy"), restart)
+        run, scheduling = self.run_policy(spec.get("runPolicy"), restart)
+        job_spec.update({key: value for key, value in (("runPolicy", run), ("scheduling", scheduling)) if value})
         for key in spec:
             if key not in ("runPolicy", kind.replicas_field) and key not in kind.spec_fields:
                 self.refuse(f"spec.{key}", f"unknown field of a {kind.kind} spec; remove it")
