@@ -177,7 +177,9 @@ class _Converter:
                     self.refuse(
                         f"{where}.{key}", "unknown field of a replica spec; it has replicas, template and restartPolicy"
                     )
-            count = replica.get("replicas", 1)
+            count = replica.get("replicas")
+            if count is None:
+                count = 1  # upstream's default
             if count == 0:
                 continue  # no replica of this type, as upstream: the role is left out
             template, problems = replica_template(
