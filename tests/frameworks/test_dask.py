@@ -18,6 +18,7 @@ from phalanx.core.rendezvous import expand_references
 from phalanx.model.loading import builtin_jobtypes, parse_jobtype
 from phalanx.model.validation import validate_job
 from support.frameworks import FrameworksRuntime, load_example, program_pids
+from support.rendering_parity import assert_kubernetes_renders_the_same
 
 JOB = "dask-regression"
 WORKERS = 3
@@ -60,6 +61,9 @@ def test_a_dask_jobtype_of_your_own_runs_a_cluster_that_phalanx_stops_when_the_c
     assert program_pids(fw.state_dir, JOB, "scheduler", 0) == []
     for index in range(WORKERS):
         assert program_pids(fw.state_dir, JOB, "worker", index) == []
+
+    # Kubernetes would tell each replica what these working replicas were told (env, command line, Service).
+    assert_kubernetes_renders_the_same(fw, JOB, load_example("dask", "jobtype.yaml") + load_example("dask"))
 
 
 def command_line_on_kubernetes(pod: dict[str, Any]) -> tuple[list[str], dict[str, str]]:

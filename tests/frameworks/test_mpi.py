@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from support.frameworks import FrameworksRuntime, load_example, program_pids
+from support.rendering_parity import assert_kubernetes_renders_the_same
 from support.waiting import wait_until
 
 WORKERS = 3
@@ -77,6 +78,8 @@ def test_mpirun_reads_the_hostfile_and_every_rank_checks_the_allreduce(fw: Frame
         assert result["mpi"].startswith("Open MPI v5."), name
     # The workers were stopped when the launcher succeeded.
     wait_until(lambda: replicas_left(fw, "mpi-allreduce") == {}, timeout=30, message="every process to end")
+    # Kubernetes would tell each replica what these working replicas were told (env, hostfile, Service).
+    assert_kubernetes_renders_the_same(fw, "mpi-allreduce", load_example("mpi"))
 
 
 def start_and_kill_rank(

@@ -215,6 +215,7 @@ class _Context:
             "tf_config": self.tf_config,
             "hostfile": lambda: hostfile_path,
             "output_dir": lambda: output_dir,
+            "local_gpus": self.local_gpus,
         }
 
     def render(self, template: str, *, where: str) -> str:
@@ -234,6 +235,16 @@ class _Context:
                 raise RendezvousError(f"{where}: {err}") from None
 
         return TEMPLATE_PATTERN.sub(substitute, template)
+
+    def local_gpus(self) -> str:
+        """The replica's GPUs numbered as it sees them, ``0,1,…,n-1``.
+
+        Both backends make only the replica's own GPUs visible to it (the embedded runtime through
+        CUDA_VISIBLE_DEVICES, Kubernetes through the device plugin), numbered from 0; a share of one GPU is 0.
+        """
+        resources = self.job.spec.replicas[self.role].template.resources
+        count = resources.gpu or (1 if resources.gpu_milli else 0)
+        return ",".join(str(i) for i in range(count))
 
     def members(self, role: str) -> list[tuple[int, str]]:
         """``(index, name)`` of the role's replicas that run (those in the address book), in index order."""

@@ -221,6 +221,35 @@ def test_jax() -> None:
     assert (env["NUM_PROCESSES"], env["PROCESS_ID"]) == ("4", "3")
 
 
+def test_jax_renders_what_its_cluster_detection_reads() -> None:
+    """jax.distributed.initialize() with no arguments reads JAX_COORDINATOR_ADDRESS but takes the process
+    count and id only from a detected cluster (jax 0.10: never from JAX_NUM_PROCESSES / JAX_PROCESS_ID); its
+    Slurm detection needs exactly these five variables. Local id 0: each replica sees its own devices from 0."""
+    job = make_job("jax", {"worker": 4})
+    env = env_of(job, "worker", 3)
+    assert {key: env[key] for key in env if key.startswith("SLURM_")} == {
+        "SLURM_JOB_ID": "q",
+        "SLURM_STEP_NODELIST": "q-worker-0.q.team-a",
+        "SLURM_NTASKS": "4",
+        "SLURM_PROCID": "3",
+        "SLURM_LOCALID": "0",
+    }
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [({}, ""), ({"gpu": 1}, "0"), ({"gpu": 4}, "0,1,2,3"), ({"gpuMilli": 500}, "0")],
+    ids=["no-gpu", "one-gpu", "four-gpus", "a-share-of-one"],
+)
+def test_jax_keeps_every_gpu_of_a_replica_visible(resources: dict[str, int], expected: str) -> None:
+    """SLURM_LOCALID would restrict each process to its device 0; JAX_LOCAL_DEVICE_IDS, which JAX prefers,
+    names every GPU the replica sees (numbered from 0), and is empty (ignored by JAX) without GPUs."""
+    raw = make_job("jax", {"worker": 2}).to_dict()
+    raw["spec"]["replicas"]["worker"]["template"]["resources"] = {"cpu": 1, **resources}
+    job = validate_job(raw, JOBTYPES)
+    assert env_of(job, "worker", 1)["JAX_LOCAL_DEVICE_IDS"] == expected
+
+
 def test_xgboost() -> None:
     job = make_job("xgboost", {"master": 1, "worker": 2})
     env = env_of(job, "worker", 0)
