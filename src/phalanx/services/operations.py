@@ -28,7 +28,16 @@ from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.kubeflow import KINDS as KUBEFLOW_KINDS
-from phalanx.model.kubeflow import kubeflow_kind, validate_kubeflow
+from phalanx.model.kubeflow import (
+    TRAINJOB,
+    check_runtime,
+    is_runtime,
+    kubeflow_kind,
+    moves_with_jobs,
+    runtimes_in,
+    validate_kubeflow,
+    validate_trainjob,
+)
 from phalanx.model.loading import builtin_jobtypes, check_documents, parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.names import MAX_NAME_LENGTH, check_dns_label
 from phalanx.model.nodes import Node
@@ -130,15 +139,17 @@ def validate_documents(
             check_dns_label(namespace, "namespace")
         except ValueError as err:
             raise SpecError([FieldError("", str(err))], source=source) from None
-        # A Kubeflow job becomes a TrainingJob: it moves with the jobs.
+        # A Kubeflow job becomes a TrainingJob: it moves with the jobs (a TrainJob with its TrainingRuntime).
         documents = [
             with_namespace(doc, namespace)
             if str(doc.get("kind", "TrainingJob")) in namespaced_kinds
-            or (kubeflow_kind(doc) is not None and "TrainingJob" in namespaced_kinds)
+            or (moves_with_jobs(doc) and "TrainingJob" in namespaced_kinds)
             else doc
             for doc in documents
         ]
     jobtypes = dict(jobtypes)
+    # A TrainJob names a runtime of the same file (before or after it) or one Phalanx ships.
+    runtimes = runtimes_in(documents)
     # JobTypes in the same submission may be used by jobs in it.
     parsed: list[Any] = []
     errors: list[FieldError] = []
@@ -156,6 +167,12 @@ def validate_documents(
                 parsed.append(parse_queue(doc))
             elif kind == "Dataset":
                 parsed.append(parse_dataset(doc))
+            elif is_runtime(doc):
+                # Used by the TrainJobs that name it; not stored (Phalanx has no such kind).
+                if problems := check_runtime(doc):
+                    raise SpecError(problems)
+            elif kind == TRAINJOB:
+                parsed.append(validate_trainjob(doc, runtimes, jobtypes)[1])
             elif kubeflow_kind(doc) is not None:
                 made, job, _ = validate_kubeflow(doc, jobtypes)
                 for jobtype in made:
@@ -165,7 +182,8 @@ def validate_documents(
                         parsed.append(jobtype)
                 parsed.append(job)
             else:
-                kinds = f"TrainingJob, JobType, Queue, Dataset or a Kubeflow job ({', '.join(KUBEFLOW_KINDS)})"
+                kubeflow = ", ".join([*KUBEFLOW_KINDS, TRAINJOB, "TrainingRuntime", "ClusterTrainingRuntime"])
+                kinds = f"TrainingJob, JobType, Queue, Dataset or a Kubeflow kind ({kubeflow})"
                 errors.append(FieldError("kind", f"{prefix}unknown kind {short(kind)}; use {kinds}"))
         except SpecError as err:
             if kind in ("Queue", "Dataset"):
@@ -185,6 +203,8 @@ def convert_documents(
 ) -> list[dict[str, Any]]:
     """The documents with every Kubeflow job replaced by the JobTypes and TrainingJob it becomes (``convert``).
 
+    A TrainJob becomes its TrainingJob; the (Cluster)TrainingRuntimes of the file, used up by it, are left out.
+
     Everything is validated first, by ``validate_documents``, so what comes out is what ``submit`` would accept;
     other documents come out as they went in. A JobType made by a conversion is written once.
 
@@ -193,8 +213,14 @@ def convert_documents(
     """
     validate_documents(documents, jobtypes, source=source)
     known = dict(jobtypes)
+    runtimes = runtimes_in(documents)
     converted: list[dict[str, Any]] = []
     for doc in documents:
+        if is_runtime(doc):
+            continue  # what it says is in the TrainingJobs of the TrainJobs that name it
+        if doc.get("kind") == TRAINJOB:
+            converted.append(validate_trainjob(doc, runtimes, known)[2].job)
+            continue
         if kubeflow_kind(doc) is None:
             converted.append(doc)
             if doc.get("kind") == "JobType":

@@ -1,4 +1,5 @@
-"""Kubeflow jobs through the real CLI on the embedded runtime: accepted as written, run to Succeeded.
+"""Kubeflow jobs (v1 kinds, MPIJob, a Trainer v2 TrainJob) through the real CLI on the embedded runtime: accepted
+as written, run to Succeeded.
 
 The images of Kubeflow's examples cannot run here (the embedded runtime runs local processes), so each job's
 command is a stand-in that uses what the job's JobType gives it: the PyTorchJob's replicas rendezvous over TCP
@@ -141,3 +142,34 @@ def test_convert_prints_what_submit_accepts_and_refuses_with_the_upstream_path(
     with runtime.client() as client:  # nothing was created
         assert client.store.list(TrainingJob) == []
         assert client.store.list(Replica) == []
+
+
+def test_a_trainjob_on_the_shipped_torch_distributed_runtime_runs_to_succeeded(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    envs = tmp_path / "env"
+    document = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "tj"},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},  # not in the file: the one Phalanx ships
+            "trainer": {
+                "command": [sys.executable, STANDIN],
+                "args": [str(envs)],
+                "numNodes": 2,
+                "resourcesPerNode": SMALL,
+            },
+        },
+    }
+    path = runtime.write_job("tj", document)
+
+    ran = runtime.cli("run", str(path), timeout=180)
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    seen = {int(p.stem): json.loads(p.read_text()) for p in envs.glob("*.json")}
+    assert sorted(seen) == [0, 1]
+    assert {env["WORLD_SIZE"] for env in seen.values()} == {"2"}
+    assert {env["PET_NPROC_PER_NODE"] for env in seen.values()} == {"auto"}  # the runtime's numProcPerNode
+    logs = runtime.cli("logs", "tj", "--replica", "worker-0", check=True).stdout
+    assert "rank 0 heard ranks [1] of world size 2" in logs

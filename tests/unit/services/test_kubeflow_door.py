@@ -90,3 +90,30 @@ def test_queue_documents_pass_through_convert_unchanged() -> None:
     converted = convert_documents([QUEUE, example("jaxjob")], JOBTYPES)
     assert converted[0] == QUEUE
     assert isinstance(Queue.model_validate(converted[0]), Queue)
+
+
+def test_a_trainjob_and_its_trainingruntime_move_together_and_the_runtime_is_not_stored() -> None:
+    documents = read_documents(DATA / "trainjob-runtime.yaml")
+    parsed = validate_documents(documents, JOBTYPES, namespace="team-b")
+    (job,) = parsed
+    assert isinstance(job, TrainingJob)
+    assert (job.metadata.namespace, job.spec.type) == ("team-b", "pytorch")
+
+
+def test_convert_leaves_the_runtime_out_and_prints_the_trainjobs_trainingjob() -> None:
+    documents = read_documents(DATA / "trainjob-runtime.yaml")
+    converted = convert_documents(documents, JOBTYPES)
+    assert [doc["kind"] for doc in converted] == ["TrainingJob"]
+    assert [o.to_dict() for o in validate_documents(converted, JOBTYPES)] == [
+        o.to_dict() for o in validate_documents(documents, JOBTYPES)
+    ]
+
+
+def test_a_runtime_of_another_apiversion_is_refused_with_its_document() -> None:
+    documents = read_documents(DATA / "trainjob-runtime.yaml")
+    documents[0]["apiVersion"] = "kubeflow.org/v2alpha1"
+    with pytest.raises(SpecError) as caught:
+        validate_documents(documents, JOBTYPES)
+    (error,) = caught.value.errors
+    assert error.path == "apiVersion"
+    assert error.message.startswith("document 1: a TrainingRuntime is trainer.kubeflow.org/v1alpha1")
