@@ -214,7 +214,7 @@ class _Converter:
                     "replicas do: use OnFailure",
                 )
                 continue
-            if policy not in _RESTART_POLICIES:
+            if not isinstance(policy, str) or policy not in _RESTART_POLICIES:
                 self.refuse(
                     f"{field}.{name}.restartPolicy",
                     f"must be one of OnFailure, Never, ExitCode, got {short(policy)}",

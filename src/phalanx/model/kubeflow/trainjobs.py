@@ -142,14 +142,10 @@ class _TrainJob:
         if runtime is not None:
             job_spec = self.from_runtime(runtime, trainer)
         self.trainjob_fields(spec, job_spec)
+        job_metadata = self.job_metadata(metadata, spec)
         if self.errors:
             raise SpecError(self.errors)
-        job = {
-            "apiVersion": "phalanx.dev/v1alpha1",
-            "kind": "TrainingJob",
-            "metadata": self.job_metadata(metadata, spec),
-            "spec": job_spec,
-        }
+        job = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob", "metadata": job_metadata, "spec": job_spec}
         self.paths.update({"spec.replicas": "spec.trainer", "spec.runPolicy.suspend": "spec.suspend"})
         ordered = sorted(self.paths.items(), key=lambda item: len(item[0]), reverse=True)
         return Conversion(job=job, jobtypes=(), paths=tuple(ordered))
@@ -420,12 +416,19 @@ class _TrainJob:
     def job_metadata(self, metadata: Any, spec: Mapping[str, Any]) -> Any:
         # The TrainJob's labels and annotations are for the objects made from it: here, the TrainingJob.
         if not isinstance(metadata, Mapping):
-            return metadata
-        labels = {**(metadata.get("labels") or {}), **(spec.get("labels") or {})}
-        annotations = {
-            **(metadata.get("annotations") or {}),
-            **(spec.get("annotations") or {}),
-            CONVERTED_FROM: f"{TRAINJOB}.{TRAINER_V1ALPHA1}",
-        }
-        self.paths.update({"metadata.labels": "spec.labels", "metadata.annotations": "spec.annotations"})
-        return {**metadata, **({"labels": labels} if labels else {}), "annotations": annotations}
+            return metadata  # validation names what is wrong with it
+        merged: dict[str, Any] = dict(metadata)
+        for field in ("labels", "annotations"):
+            own, extra = metadata.get(field), spec.get(field)
+            if extra is not None and not isinstance(extra, Mapping):
+                self.refuse(f"spec.{field}", f"must be a mapping of strings, got {short(extra)}")
+                continue
+            if own is not None and not isinstance(own, Mapping):
+                continue  # validation names it at metadata.<field>
+            if own or extra:
+                merged[field] = {**(own or {}), **(extra or {})}
+            self.paths[f"metadata.{field}"] = f"spec.{field}" if extra else f"metadata.{field}"
+        annotations = merged.get("annotations")
+        if annotations is None or isinstance(annotations, Mapping):
+            merged["annotations"] = {**(annotations or {}), CONVERTED_FROM: f"{TRAINJOB}.{TRAINER_V1ALPHA1}"}
+        return merged
