@@ -354,7 +354,7 @@ def test_an_mpijob_worker_follows_the_launchers_restart_policy() -> None:
             resources={"requests": {"cpu": "-1"}, "limits": {"cpu": "-1"}}),
          "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources.requests.cpu", "-1"),
         ("pytorchjob", lambda d: container(d, "pytorchReplicaSpecs", "Worker").pop("command"),
-         "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command", "the program to run"),
+         "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command", "does not read the image's entrypoint"),
         ("pytorchjob", lambda d: d["metadata"].update(name="Bad_Name"), "metadata.name", "DNS-1123"),
         ("tfjob", lambda d: d["spec"]["tfReplicaSpecs"]["Evaluator"].update(replicas=2),
          "spec.tfReplicaSpecs.Evaluator.replicas", "at most 1"),
