@@ -44,7 +44,7 @@ def test_parameter_server_strategy_trains_and_phalanx_stops_the_servers(fw: Fram
     assert (result["workers"], result["ps"]) == (2, 1)
     assert result["variable_devices"] == ["/job:ps/replica:0/task:0/device:CPU:0"]
     assert result["steps_run"] == result["steps_scheduled"] == 40
-    assert result["loss_last"] < result["loss_first"] / 10
+    assert result["error"] < 0.01  # the largest distance of a weight from the one that generated the data
 
     job = fw.job("tf-ps")
     assert job["status"]["phase"] == "Succeeded"

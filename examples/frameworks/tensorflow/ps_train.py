@@ -6,8 +6,8 @@ servers start a TensorFlow server and serve until they are stopped: Phalanx stop
 succeeded. The chief is the coordinator: it places the model's variables on the
 parameter servers, schedules training steps on the workers (each worker reads its own synthetic data), and
 waits for them. It then checks that the variables live on the parameter servers, that every scheduled step
-ran (a step counter on a parameter server) and that the loss fell, writes result-chief-0.json, and exits 1 when
-any check fails.
+ran (a step counter on a parameter server) and that the model found the true weights, writes
+result-chief-0.json, and exits 1 when any check fails.
 """
 
 import json
@@ -79,12 +79,14 @@ result = {
     "steps_scheduled": STEPS,
     "steps_run": int(steps_run.numpy()),
     "weights": [*weights.numpy().tolist(), float(bias.numpy())],
-    "loss_first": losses[0],
-    "loss_last": losses[-1],
+    # Steps run in any order on the workers, so the first scheduled step's loss need not be the largest:
+    # judge the model by its distance from the weights that generated the data.
+    "error": float(max(np.abs(weights.numpy() - TRUE_WEIGHTS).max(), abs(bias.numpy() - TRUE_BIAS))),
+    "losses": losses,
 }
 with open(os.path.join(os.environ["PHALANX_OUTPUT_DIR"], "result-chief-0.json"), "w") as out:
     json.dump(result, out)
 print(json.dumps(result), flush=True)
 on_ps = all("/job:ps/" in device for device in result["variable_devices"])
-if not on_ps or result["steps_run"] != STEPS or not losses[-1] < losses[0] / 10:
+if not on_ps or result["steps_run"] != STEPS or not result["error"] < 0.01:
     sys.exit(f"chief: the parameter servers did not train the model: {result}")
