@@ -1,15 +1,20 @@
 """Check Phalanx on this machine's real GPUs: NVML discovery, GPU and CPU pinning, NCCL across replicas.
 
-Run on a machine with NVIDIA GPUs, PyTorch with CUDA and Phalanx installed (``pip install -e '.[gpu]'``):
+Run on a machine with NVIDIA GPUs and Phalanx installed (``pip install -e '.[gpu]'``):
 
     python hack/gpu_check.py --out gpu-check
+
+It first makes sure the interpreter has the torch that hack/frameworks.lock pins (the frameworks tier's version):
+kept when present, installed with pip otherwise (which needs the package registry; a machine without it must
+already have that version). The report says which.
 
 It starts the embedded control plane on a fresh state directory (the real host: NVML, no simulated inventory),
 runs two ``pytorch`` jobs whose replicas each ask for one GPU and all-reduce a tensor over NCCL, a 1-GPU job and
 one replica per GPU, and writes ``gpu-check/report.json`` and ``report.md``: what NVML reported, each replica's
 ``CUDA_VISIBLE_DEVICES``, the NUMA node of the CPUs it was pinned to against its GPU's, and the collective's
 result checked on every rank. docs/gpus.md records what it gave on the machines we had. Exit 0 when every job
-succeeded and every rank saw the right sum; 1 otherwise; 2 when the machine has no GPU NVML can see.
+succeeded and every rank saw the right sum; 1 otherwise; 2 when the machine has no GPU NVML can see; 3 when the
+pinned torch is neither present nor installable.
 """
 
 from __future__ import annotations
@@ -56,6 +61,51 @@ print("RESULT " + json.dumps({
 }), flush=True)
 dist.destroy_process_group()
 """
+
+
+LOCK = Path(__file__).resolve().parent / "frameworks.lock"
+
+
+class CheckError(RuntimeError):
+    """The check cannot run here; the message says why."""
+
+
+def pinned_torch(lock: Path = LOCK) -> str:
+    """The torch version hack/frameworks.lock pins."""
+    for line in lock.read_text().splitlines():
+        if line.startswith("torch=="):
+            return line.split("==", 1)[1].strip()
+    raise CheckError(f"{lock.name} pins no torch")
+
+
+def installed_torch() -> str | None:
+    """The torch version this interpreter imports (with its local tag, e.g. ``+cu130``), or None."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, timeout=300
+    )
+    return probe.stdout.strip() if probe.returncode == 0 else None
+
+
+def ensure_pinned_torch() -> dict[str, Any]:
+    """Keep the pinned torch when present, install it otherwise; what was found and done.
+
+    Raises:
+        CheckError: pip could not install the pinned version (no registry, no wheel for this machine).
+
+    """
+    pinned, found = pinned_torch(), installed_torch()
+    if found is not None and found.split("+", 1)[0] == pinned:
+        return {"pinned": pinned, "torch": found, "installed_by_check": False}
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", f"torch=={pinned}"], capture_output=True, text=True
+    )
+    found_after = installed_torch()
+    if install.returncode != 0 or found_after is None or found_after.split("+", 1)[0] != pinned:
+        raise CheckError(
+            f"this interpreter has torch {found or 'not at all'} and pip could not install the pinned "
+            f"torch=={pinned} (hack/frameworks.lock): {(install.stderr or install.stdout).strip()[-600:]}"
+        )
+    return {"pinned": pinned, "torch": found_after, "installed_by_check": True}
 
 
 def phalanx(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -117,7 +167,12 @@ def markdown(report: dict[str, Any]) -> str:
     """The report as the tables docs/gpus.md shows."""
     node = report["node"]
     gpus = node["status"].get("gpus", [])
-    lines = [f"# GPU check on {report['host']} ({report['when']})", "", "## NVML", ""]
+    lines = [f"# GPU check on {report['host']} ({report['when']})", ""]
+    torch = report.get("torch", {})
+    if torch:
+        how = "installed by the check" if torch["installed_by_check"] else "already installed"
+        lines += [f"torch {torch['torch']} ({how}; hack/frameworks.lock pins {torch['pinned']})", ""]
+    lines += ["## NVML", ""]
     lines.append("| index | model | memory | NUMA | NVLink peers | healthy |")
     lines.append("|---|---|---|---|---|---|")
     for g in gpus:
@@ -159,6 +214,11 @@ def main() -> int:
         if not gpus:
             print("no GPU: NVML found none on this machine (see `phalanx describe node`)", file=sys.stderr)
             return 2
+        try:
+            torch = ensure_pinned_torch()  # after the GPU check: a machine without GPUs never downloads torch
+        except CheckError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 3
         jobs = [run_job("one-gpu", 1, program, work, env)]
         if len(gpus) > 1:
             jobs.append(run_job("all-gpus", len(gpus), program, work, env))
@@ -172,6 +232,7 @@ def main() -> int:
                 r["gpu_numa"] = sorted({gpu_numa[g] for g in chosen if g in gpu_numa})
         report = {
             "host": os.uname().nodename,
+            "torch": torch,
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "node": node,
             "describe_node": phalanx("describe", "node", node["metadata"]["name"], env=env).stdout,

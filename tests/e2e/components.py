@@ -218,6 +218,11 @@ def components(phalanx_installed: Any, tmp_path: Path, request: pytest.FixtureRe
         started.stop_all()
 
 
+def report_logs_of(item: pytest.Item, started: Components) -> None:
+    """Attach the logs of components started outside ``item`` (a module-scoped fixture) to its failure report."""
+    item.stash[_COMPONENTS] = started
+
+
 def component_logs(item: pytest.Item) -> str | None:
     """The logs of the components a test started (for the failure report), if it started any."""
     started = item.stash.get(_COMPONENTS, None)

@@ -5,14 +5,16 @@ Both run the examples in examples/frameworks/tensorflow as a user would (``phala
 their own collectives and exit non-zero when wrong; these tests check again from the files they wrote: the
 all-reduce sum and the weight digests of every worker, the steps the parameter server counted. In the
 parameter-server layout the workers and the parameter server serve until stopped, so the test also checks
-that Phalanx stopped them once the chief had succeeded.
+that Phalanx stopped them once the chief had succeeded. Both end by checking that Kubernetes would render
+the same environment, command lines and Service for these replicas (support.rendering_parity).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from support.frameworks import FrameworksRuntime, program_pids
+from support.frameworks import FrameworksRuntime, load_example, program_pids
+from support.rendering_parity import assert_kubernetes_renders_the_same
 
 
 @pytest.mark.timeout(600)
@@ -32,6 +34,8 @@ def test_multi_worker_mirrored_strategy_trains_two_workers_to_identical_weights(
     # Each worker trained on its own shard; only the strategy's all-reduce makes the weights agree.
     assert results["result-worker-0"]["digest"] == results["result-worker-1"]["digest"]
     assert results["result-worker-0"]["weights"] == results["result-worker-1"]["weights"]
+    # Kubernetes would tell each replica what these working replicas were told (TF_CONFIG, command line, Service).
+    assert_kubernetes_renders_the_same(fw, "tf-mirrored", load_example("tensorflow", "job.yaml"))
 
 
 @pytest.mark.timeout(600)
@@ -53,3 +57,4 @@ def test_parameter_server_strategy_trains_and_phalanx_stops_the_servers(fw: Fram
     for role, count in (("worker", 2), ("ps", 1)):
         for index in range(count):
             assert program_pids(fw.state_dir, "tf-ps", role, index) == [], f"{role}-{index} still runs"
+    assert_kubernetes_renders_the_same(fw, "tf-ps", load_example("tensorflow", "ps.yaml"))

@@ -42,3 +42,10 @@ def test_the_gpus_each_rank_was_given_are_read_from_the_admitted_line() -> None:
         "nccl-master-0 CPUs 0 GPUs 0,1; nccl-worker-0 CPUs 1 GPUs 2"
     )
     assert placed_gpus(line) == [[0, 1], [2], [3]]
+
+
+def test_the_check_wants_the_torch_the_frameworks_lock_pins() -> None:
+    from gpu_check import pinned_torch
+
+    pins = [line for line in (ROOT / "hack" / "frameworks.lock").read_text().splitlines() if line.startswith("torch==")]
+    assert pins == [f"torch=={pinned_torch()}"]

@@ -5,6 +5,8 @@ This module owns the meaning of the template language declared in ``phalanx.mode
 the coordinator, ``TF_CONFIG`` and the MPI hostfile. It is pure: the backend supplies where every replica
 listens (an ``AddressBook``: loopback with one port per replica in the embedded runtime, DNS names with the
 JobType's port on Kubernetes) and on which node each runs, so every backend renders the same environment.
+It also expands ``$(NAME)`` in a command line from that environment, with the kubelet's rules, for the
+embedded runtime (on Kubernetes the kubelet itself does it).
 
 Invariants:
     - Ranks follow ``JobTypeSpec.ranked_roles()`` restricted to the roles the job has; for a JobType with
@@ -213,6 +215,7 @@ class _Context:
             "tf_config": self.tf_config,
             "hostfile": lambda: hostfile_path,
             "output_dir": lambda: output_dir,
+            "local_gpus": self.local_gpus,
         }
 
     def render(self, template: str, *, where: str) -> str:
@@ -232,6 +235,16 @@ class _Context:
                 raise RendezvousError(f"{where}: {err}") from None
 
         return TEMPLATE_PATTERN.sub(substitute, template)
+
+    def local_gpus(self) -> str:
+        """The replica's GPUs numbered as it sees them, ``0,1,…,n-1``.
+
+        Both backends make only the replica's own GPUs visible to it (the embedded runtime through
+        CUDA_VISIBLE_DEVICES, Kubernetes through the device plugin), numbered from 0; a share of one GPU is 0.
+        """
+        resources = self.job.spec.replicas[self.role].template.resources
+        count = resources.gpu or (1 if resources.gpu_milli else 0)
+        return ",".join(str(i) for i in range(count))
 
     def members(self, role: str) -> list[tuple[int, str]]:
         """``(index, name)`` of the role's replicas that run (those in the address book), in index order."""
@@ -314,3 +327,35 @@ class _Context:
 
 def _text(value: int | None) -> str:
     return "" if value is None else str(value)
+
+
+def expand_references(value: str, env: Mapping[str, str]) -> str:
+    """Expand ``$(NAME)`` in a command or argument from the replica's environment, as Kubernetes does.
+
+    On Kubernetes the kubelet expands a container's command and args from its env; the embedded runtime does
+    the same with the same rules, so one job runs alike on both backends and a JobType's rendered variables
+    (``$(LISTEN_PORT)``) can reach a framework that takes them as arguments. ``$$`` is a literal ``$`` (so
+    ``$$(NAME)`` stays ``$(NAME)``); a name not in ``env``, an unterminated ``$(``, and any other ``$`` are
+    kept as written.
+    """
+    out: list[str] = []
+    cursor = 0
+    while cursor < len(value):
+        char = value[cursor]
+        if char != "$" or cursor + 1 == len(value):
+            out.append(char)
+            cursor += 1
+            continue
+        following = value[cursor + 1]
+        close = value.find(")", cursor + 2) if following == "(" else -1
+        if following == "$":
+            out.append("$")
+            cursor += 2
+        elif close != -1:
+            name = value[cursor + 2 : close]
+            out.append(env.get(name, f"$({name})"))
+            cursor = close + 1
+        else:  # not a reference: the $ stays, and what follows it is read as text
+            out.append("$")
+            cursor += 1
+    return "".join(out)

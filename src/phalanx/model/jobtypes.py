@@ -40,6 +40,7 @@ TEMPLATE_VARIABLES: dict[str, str] = {
     "tf_config": "TensorFlow TF_CONFIG JSON (cluster of rankRoles, task of this replica)",
     "hostfile": "path of an MPI hostfile listing the hosts of the hostfileRoles",
     "output_dir": "directory where the replica writes outputs",
+    "local_gpus": "the replica's GPUs as it numbers them: 0,1,...,n-1 (n whole GPUs; 0 for a share; empty: none)",
 }
 TEMPLATE_FUNCTIONS: dict[str, str] = {
     "host": "host(ROLE, INDEX): the host of another replica",

@@ -109,6 +109,7 @@ def test_mpi_launcher_reads_a_hostfile_of_the_workers_and_its_exit_ends_the_job(
     launcher = seen["launcher-0"]
     assert launcher["OMPI_MCA_orte_default_hostfile"] == launcher["PHALANX_HOSTFILE"]
     assert Path(launcher["OMPI_MCA_orte_default_hostfile"]).name == "hostfile"
+    assert launcher["PRTE_MCA_prte_default_hostfile"] == launcher["PHALANX_HOSTFILE"]  # Open MPI 5 reads this one
     assert launcher["PHALANX_RANK"] == ""  # only workers are ranked
     assert sorted(seen[f"worker-{i}"]["PHALANX_RANK"] for i in range(2)) == ["0", "1"]
     assert {env["PHALANX_WORLD_SIZE"] for env in seen.values()} == {"2"}

@@ -217,6 +217,7 @@ def test_mpi_hostfile_configmap_lists_workers_and_is_mounted() -> None:
         pod = render_pod(job, jobtype, role, 0, 0)
         env = env_of(pod)
         assert env["OMPI_MCA_orte_default_hostfile"] == env["PHALANX_HOSTFILE"] == "/etc/phalanx/hostfile"
+        assert env["PRTE_MCA_prte_default_hostfile"] == "/etc/phalanx/hostfile"  # Open MPI 5 (PRRTE)
         [container] = pod["spec"]["containers"]
         assert {"name": "hostfile", "mountPath": "/etc/phalanx", "readOnly": True} in container["volumeMounts"]
         assert {"name": "hostfile", "configMap": {"name": "hvd-hostfile"}} in pod["spec"]["volumes"]

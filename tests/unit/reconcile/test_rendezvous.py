@@ -11,6 +11,7 @@ import yaml
 from phalanx.core.rendezvous import (
     Endpoint,
     RendezvousError,
+    expand_references,
     render_hostfile,
     render_replica_env,
     replica_names,
@@ -180,6 +181,16 @@ def test_mpi_env_points_at_the_hostfile() -> None:
     assert [env_of(MPI, "worker", i)["PHALANX_RANK"] for i in range(3)] == ["0", "1", "2"]
 
 
+def test_mpi_env_names_the_hostfile_for_open_mpi_4_and_5() -> None:
+    # Open MPI 4's mpirun (ORTE) reads OMPI_MCA_orte_*; Open MPI 5's (PRRTE) reads PRTE_MCA_prte_* and ignores
+    # the ORTE names, so a plain `mpirun` found no hostfile and ran one rank per local core.
+    launcher = env_of(MPI, "launcher", 0)
+    for variable in ("OMPI_MCA_orte_default_hostfile", "PRTE_MCA_prte_default_hostfile"):
+        assert launcher[variable] == HOSTFILE, variable
+    for variable in ("OMPI_MCA_orte_keep_fqdn_hostnames", "PRTE_MCA_prte_keep_fqdn_hostnames"):
+        assert launcher[variable] == "true", variable
+
+
 def test_mpi_hostfile_lists_workers_one_line_per_host() -> None:
     assert render_hostfile(MPI, JOBTYPES["mpi"], dns(MPI, JOBTYPES["mpi"])) == (
         "q-worker-0.q.team-a slots=1\nq-worker-1.q.team-a slots=1\nq-worker-2.q.team-a slots=1\n"
@@ -208,6 +219,35 @@ def test_jax() -> None:
     assert env["JAX_COORDINATOR_ADDRESS"] == env["COORDINATOR_ADDRESS"] == "q-worker-0.q.team-a:1234"
     assert (env["JAX_NUM_PROCESSES"], env["JAX_PROCESS_ID"]) == ("4", "3")
     assert (env["NUM_PROCESSES"], env["PROCESS_ID"]) == ("4", "3")
+
+
+def test_jax_renders_what_its_cluster_detection_reads() -> None:
+    """jax.distributed.initialize() with no arguments reads JAX_COORDINATOR_ADDRESS but takes the process
+    count and id only from a detected cluster (jax 0.10: never from JAX_NUM_PROCESSES / JAX_PROCESS_ID); its
+    Slurm detection needs exactly these five variables. Local id 0: each replica sees its own devices from 0."""
+    job = make_job("jax", {"worker": 4})
+    env = env_of(job, "worker", 3)
+    assert {key: env[key] for key in env if key.startswith("SLURM_")} == {
+        "SLURM_JOB_ID": "q",
+        "SLURM_STEP_NODELIST": "q-worker-0.q.team-a",
+        "SLURM_NTASKS": "4",
+        "SLURM_PROCID": "3",
+        "SLURM_LOCALID": "0",
+    }
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [({}, ""), ({"gpu": 1}, "0"), ({"gpu": 4}, "0,1,2,3"), ({"gpuMilli": 500}, "0")],
+    ids=["no-gpu", "one-gpu", "four-gpus", "a-share-of-one"],
+)
+def test_jax_keeps_every_gpu_of_a_replica_visible(resources: dict[str, int], expected: str) -> None:
+    """SLURM_LOCALID would restrict each process to its device 0; JAX_LOCAL_DEVICE_IDS, which JAX prefers,
+    names every GPU the replica sees (numbered from 0), and is empty (ignored by JAX) without GPUs."""
+    raw = make_job("jax", {"worker": 2}).to_dict()
+    raw["spec"]["replicas"]["worker"]["template"]["resources"] = {"cpu": 1, **resources}
+    job = validate_job(raw, JOBTYPES)
+    assert env_of(job, "worker", 1)["JAX_LOCAL_DEVICE_IDS"] == expected
 
 
 def test_xgboost() -> None:
@@ -354,3 +394,27 @@ def test_replica_names_in_rank_order() -> None:
         ("evaluator", 0, "q-evaluator-0"),
     ]
     assert [name for _, _, name in replica_names(job)][:2] == ["q-evaluator-0", "q-ps-0"]  # the job's order
+
+
+@pytest.mark.parametrize(
+    ("value", "expanded"),
+    [
+        ("--port=$(PORT)", "--port=29500"),
+        ("$(HOST):$(PORT)", "10.0.0.7:29500"),
+        ("$(EMPTY)x", "x"),
+        ("$$(PORT)", "$(PORT)"),  # escaped
+        ("$$$(PORT)", "$29500"),
+        ("$$", "$"),
+        ("$(MISSING)", "$(MISSING)"),  # undefined: kept
+        ("$()", "$()"),
+        ("$(PORT", "$(PORT"),  # unterminated: kept
+        ("$(PORT $(HOST)", "$(PORT $(HOST)"),  # the name runs to the first ): "PORT $(HOST" is undefined
+        ("5$ $5 $", "5$ $5 $"),
+        ("$($(PORT))", "$($(PORT))"),  # not nested: the name is "$(PORT"
+        ("no references", "no references"),
+        ("", ""),
+    ],
+)
+def test_command_references_expand_with_the_kubelets_rules(value: str, expanded: str) -> None:
+    env = {"PORT": "29500", "HOST": "10.0.0.7", "EMPTY": ""}
+    assert expand_references(value, env) == expanded

@@ -36,7 +36,13 @@ from phalanx.core.reconcile.types import (
     ReconcileInput,
     StoreOutputs,
 )
-from phalanx.core.rendezvous import Endpoint, RendezvousError, render_hostfile, render_replica_env
+from phalanx.core.rendezvous import (
+    Endpoint,
+    RendezvousError,
+    expand_references,
+    render_hostfile,
+    render_replica_env,
+)
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import ObjectMeta
@@ -101,6 +107,10 @@ class JobController:
 
     def sync(self) -> tuple[bool, float | None]:
         """Reconcile every job once. Returns (something changed, seconds until a timer needs a look)."""
+        # The jobs before their JobTypes: a submit creates a job's JobType before the job, so a job this pass sees
+        # has its JobType in the read after it. Read the other way round, a job submitted with its JobType between
+        # the two reads (`phalanx run` of a file holding both) was failed for a JobType that did exist.
+        jobs = self.store.list(TrainingJob)
         jobtypes = {jt.metadata.name: jt for jt in self.store.list(JobType)}
         by_job: dict[str, list[Replica]] = defaultdict(list)
         for replica in self.store.list(Replica):
@@ -109,7 +119,7 @@ class JobController:
         changed = False
         wake: float | None = None
         held = self.quarantine.held("TrainingJob")
-        for job in self.store.list(TrainingJob):
+        for job in jobs:
             if held.skips(job):
                 continue
 
@@ -245,7 +255,8 @@ class JobController:
                 role=action.role,
                 index=action.index,
                 attempt=action.attempt,
-                command=[*template.command, *template.args],
+                # $(NAME) expanded from the replica's env, as the kubelet does on Kubernetes.
+                command=[expand_references(part, env) for part in [*template.command, *template.args]],
                 env=env,
                 working_dir=template.working_dir,
                 placement=placement,
