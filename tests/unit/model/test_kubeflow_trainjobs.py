@@ -68,7 +68,7 @@ def test_a_trainjob_on_torch_distributed_is_a_pytorch_job_of_its_trainer() -> No
     template = worker.template
     assert template.image == "example.org/nlp/finetune:2.0"
     assert (template.command, template.args) == (["torchrun", "finetune.py"], ["--epochs", "2"])
-    assert template.env["HF_HOME"] == "/tmp/hf"
+    assert template.env["HF_HOME"] == "/cache/hf"
     assert template.env["PET_NPROC_PER_NODE"] == "2"
     assert (template.resources.cpu, template.resources.memory, template.resources.gpu) == (8000, 32 * 2**30, 2)
 
