@@ -1,10 +1,10 @@
 """Phalanx's Kubernetes test environment: a real control plane with simulated nodes, no Docker needed.
 
-The binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, and kubectl of the same
-Kubernetes release) are built from published Go modules through the wrapper modules under ``tools/`` and cached
-outside the repository, keyed by their versions. ``start`` runs them as local processes on free loopback ports
-with a throw-away PKI, ``stop`` ends exactly the processes it recorded; ``TestEnv.kubectl`` runs the pinned
-kubectl against a started control plane. ``hack/k8s-testenv`` is the command-line face of this module; pytest
+The binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kubectl of the same
+Kubernetes release, and helm) are built from published Go modules through the wrapper modules under ``tools/``
+and cached outside the repository, keyed by their versions. ``start`` runs them as local processes on free
+loopback ports with a throw-away PKI, ``stop`` ends exactly the processes it recorded; ``TestEnv.kubectl`` runs
+the pinned kubectl against a started control plane. ``hack/k8s-testenv`` is the command-line face of this module; pytest
 fixtures import it.
 
 Standard library only: this runs before any Python dependency is installed.
@@ -34,6 +34,7 @@ from testenv_base import (
     TestEnvError,
 )
 from testenv_build import (
+    CONTROL_PLANE,
     K8S_COMMANDS,
     VERSION_ARGS,
     WRAPPERS,
@@ -50,6 +51,8 @@ from testenv_build import (
     expected_version_text,
     go_binary,
     go_env,
+    helm_ldflags,
+    helm_path,
     kubernetes_ldflags,
     module_release_time,
     pin,
@@ -94,6 +97,7 @@ from testenv_processes import (
 )
 
 __all__ = [
+    "CONTROL_PLANE",
     "DEFAULT_STAGES",
     "FAKE_NODE_ANNOTATION",
     "GPU_PRODUCT_LABEL",
@@ -127,6 +131,8 @@ __all__ = [
     "go_binary",
     "go_env",
     "gpu_topology",
+    "helm_ldflags",
+    "helm_path",
     "is_running",
     "kubernetes_ldflags",
     "main",
@@ -216,10 +222,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     kubectl_cmd.add_argument("--dir", type=Path, required=True)
     kubectl_cmd.add_argument("args", nargs=argparse.REMAINDER, help="kubectl's arguments, after `--`")
     commands.add_parser("versions", help="print the pinned versions and the cache directory")
-    pin_cmd = commands.add_parser("pin", help="regenerate tools/*/go.mod and go.sum for new versions")
+    pin_cmd = commands.add_parser(
+        "pin",
+        help="regenerate tools/*/go.mod and go.sum for new versions",
+        description="Regenerate the wrapper modules of the versions given (all of them at their pins if none is).",
+    )
     pin_cmd.add_argument("--kubernetes", help="e.g. v1.36.4 (default: the pinned one)")
     pin_cmd.add_argument("--etcd", help="e.g. v3.6.10")
     pin_cmd.add_argument("--kwok", help="e.g. v0.8.0")
+    pin_cmd.add_argument("--helm", help="a Helm 4 release, e.g. v4.3.1")
     args = parser.parse_args(argv)
 
     try:
@@ -266,14 +277,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             versions = pinned_versions()
             print(json.dumps({**dataclasses.asdict(versions), "bin": str(bin_dir(versions))}, indent=2))
         elif args.command == "pin":
-            current = pinned_versions()
-            pin(
-                Versions(
-                    kubernetes=args.kubernetes or current.kubernetes,
-                    etcd=args.etcd or current.etcd,
-                    kwok=args.kwok or current.kwok,
-                )
-            )
+            given = {name: getattr(args, name) for name in WRAPPERS if getattr(args, name)}
+            # Only the wrappers not given must already exist, so a new wrapper is pinned by naming its version.
+            current = {
+                name: required_version(wrapper.path / "go.mod", wrapper.module)
+                for name, wrapper in WRAPPERS.items()
+                if name not in given
+            }
+            pin(Versions(**current, **given), only=tuple(given))
     except TestEnvError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -1,9 +1,10 @@
 """The test environment's binaries: versions pinned by the wrapper modules under ``tools/``, Go, and the build.
 
-The binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, and kubectl of the same
-Kubernetes release) are built from published Go modules through the wrapper modules and cached outside the
-repository, keyed by their versions (``cache_root``); ``build`` reuses binaries that are current and rebuilds
-only stale ones, under a lock so two builds never race. ``pin`` regenerates the wrapper modules for new versions.
+The binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kubectl of the same
+Kubernetes release, and helm for the chart's tests) are built from published Go modules through the wrapper
+modules and cached outside the repository, keyed by the control plane's versions (``cache_root``); ``build``
+reuses binaries that are current (each reports its pinned version) and rebuilds only stale ones, under a lock so
+two builds never race. ``pin`` regenerates the wrapper modules for new versions.
 """
 
 from __future__ import annotations
@@ -39,10 +40,13 @@ class Versions:
     kubernetes: str  # e.g. v1.36.4
     etcd: str  # e.g. v3.6.10
     kwok: str  # e.g. v0.8.0
+    # A client, not part of the control plane: left out of ``key``, so pinning another helm rebuilds helm alone
+    # (``build`` checks its version). Empty in a test environment recorded before helm was pinned.
+    helm: str = ""  # e.g. v4.3.1
 
     @property
     def key(self) -> str:
-        """The cache directory name: every version that goes into the binaries."""
+        """The cache directory name: every version that goes into the control plane's binaries."""
         return f"{self.kubernetes}-etcd{self.etcd.removeprefix('v')}-kwok{self.kwok.removeprefix('v')}"
 
     @property
@@ -71,6 +75,8 @@ WRAPPERS = {
     "kubernetes": Wrapper(
         "k8s-bin", "k8s.io/kubernetes", tuple((name, f"k8s.io/kubernetes/cmd/{name}") for name in K8S_COMMANDS)
     ),
+    # Helm 4: its module path carries the major version, so a Helm 5 would be a new wrapper, not a new pin.
+    "helm": Wrapper("helm-bin", "helm.sh/helm/v4", (("helm", "helm.sh/helm/v4/cmd/helm"),)),
 }
 
 
@@ -89,7 +95,7 @@ def required_version(gomod: Path, module: str) -> str:
 def pinned_versions() -> Versions:
     """The versions the committed wrapper modules pin."""
     found = {name: required_version(w.path / "go.mod", w.module) for name, w in WRAPPERS.items()}
-    return Versions(kubernetes=found["kubernetes"], etcd=found["etcd"], kwok=found["kwok"])
+    return Versions(**found)
 
 
 def cache_root() -> Path:
@@ -213,10 +219,15 @@ def render_wrapper(wrapper: Wrapper, version: str, upstream: str, replaces: Sequ
     return "\n".join(lines)
 
 
-def pin(versions: Versions, out: TextIO = sys.stdout) -> None:
-    """Regenerate ``tools/{k8s,etcd,kwok}-bin/go.mod`` and ``go.sum`` for ``versions`` (needs the module proxy)."""
+def pin(versions: Versions, out: TextIO = sys.stdout, only: Sequence[str] = ()) -> None:
+    """Regenerate ``tools/*-bin/go.mod`` and ``go.sum`` for ``versions`` (needs the module proxy).
+
+    ``only`` names the wrappers to regenerate (keys of ``WRAPPERS``); by default every one.
+    """
     go_binary()
     for name, wrapper in WRAPPERS.items():
+        if only and name not in only:
+            continue
         version = getattr(versions, name)
         upstream = upstream_gomod(wrapper.module, version)
         replaces: list[tuple[str, str]] = []
@@ -259,8 +270,8 @@ class BuildStep:
         return f"{self.name}: {self.wall_s:.1f}s wall, {self.cpu_s:.1f}s CPU, peak RSS {self.peak_rss_mib:.0f} MiB"
 
 
-#: How each binary reports its version, when not ``--version``: kubectl has no such flag.
-VERSION_ARGS = {"kubectl": ("version", "--client")}
+#: How each binary reports its version, when not ``--version``: kubectl and helm have no such flag.
+VERSION_ARGS = {"kubectl": ("version", "--client"), "helm": ("version", "--short")}
 
 
 def binary_env() -> dict[str, str]:
@@ -276,6 +287,8 @@ def expected_version_text(binary: str, versions: Versions) -> str:
         return f"kwok version {versions.kwok} "
     if binary == "kubectl":
         return f"Client Version: {versions.kubernetes}\n"
+    if binary == "helm":
+        return f"{versions.helm}\n"
     return f"Kubernetes {versions.kubernetes}\n"
 
 
@@ -319,6 +332,11 @@ def kubernetes_ldflags(versions: Versions, build_date: str) -> str:
         ):
             flags.append(f"-X={package}.{variable}={value}")
     return " ".join(flags)
+
+
+def helm_ldflags(wrapper: Wrapper, version: str) -> str:
+    """Stamp the release the way helm's Makefile does: its source says only ``v4.3``, the tag says ``v4.3.1``."""
+    return f"-s -w -X={wrapper.module}/internal/version.version={version}"
 
 
 def module_release_time(wrapper: Wrapper) -> str:
@@ -412,6 +430,8 @@ def build(*, force: bool = False, out: TextIO = sys.stdout, versions: Versions |
             ldflags = "-s -w"
             if name == "kubernetes":
                 ldflags = kubernetes_ldflags(versions, module_release_time(wrapper))
+            elif name == "helm":
+                ldflags = helm_ldflags(wrapper, versions.helm)
             partial = target / f".{binary}.partial-{os.getpid()}"
             command = [go_binary(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(partial), package]
             print(f"[{wrapper.directory}] building {binary} ({package}) ...", file=out, flush=True)
@@ -432,13 +452,20 @@ def build(*, force: bool = False, out: TextIO = sys.stdout, versions: Versions |
         return steps
 
 
-def require_binaries(versions: Versions | None = None) -> Path:
-    """The cached binary directory, or a clear error if ``build`` has not run."""
+#: The wrappers whose binaries a control plane needs to start (helm is a client the chart's tests drive).
+CONTROL_PLANE = ("etcd", "kwok", "kubernetes")
+
+
+def require_binaries(versions: Versions | None = None, wrappers: Sequence[str] = CONTROL_PLANE) -> Path:
+    """The cached binary directory, or a clear error if ``build`` has not built ``wrappers``' binaries."""
     versions = versions or pinned_versions()
     target = bin_dir(versions)
-    missing = [
-        binary for wrapper in WRAPPERS.values() for binary, _ in wrapper.commands if not (target / binary).is_file()
-    ]
+    missing = [binary for name in wrappers for binary, _ in WRAPPERS[name].commands if not (target / binary).is_file()]
     if missing:
         raise TestEnvError(f"{', '.join(missing)} not built in {target}: run `hack/k8s-testenv build` first")
     return target
+
+
+def helm_path(versions: Versions | None = None) -> Path:
+    """The pinned helm in the cache, or a clear error if ``build`` has not built it."""
+    return require_binaries(versions, ("helm",)) / "helm"

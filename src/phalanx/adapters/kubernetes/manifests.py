@@ -26,12 +26,14 @@ creates belongs to root), still with no capability and a read-only root filesyst
 
 The operator, scheduler and node agent are being built in issue 3: these manifests fix their API and
 permissions now. The containers run ``phalanx-operator``, ``phalanx-scheduler`` and ``phalanx-node-agent``,
-entry points of the Phalanx image that do not exist yet, and are expected to serve ``/healthz`` and
-``/readyz`` on port 8081. The image is a parameter (``phalanx:<version>`` unless told otherwise).
+entry points of the Phalanx image (the repository's ``Dockerfile``), and serve ``/healthz`` and ``/readyz`` on
+port 8081 (``PHALANX_HEALTH_PORT``). The image is a parameter (``phalanx:<version>`` unless told otherwise).
+The Helm chart ``charts/phalanx`` is generated from these same functions (``services/kubernetes/chart.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +52,10 @@ SCHEDULER_LEASE = "phalanx-scheduler"
 SCHEDULER_CONFIG_MAP = "phalanx-scheduler-config"
 SCHEDULER_CONFIG_DIR = "/etc/phalanx"
 SCHEDULER_CONFIG_FILE = "scheduler-config.yaml"
+# On the scheduler's Pod template: a new configuration is a new template, so applying it restarts the scheduler.
+SCHEDULER_CONFIG_HASH = "phalanx.dev/scheduler-config-sha256"
 HEALTH_PORT = 8081
+HEALTH_PORT_ENV = "PHALANX_HEALTH_PORT"  # the port each component serves /healthz and /readyz on (--health-port)
 NONROOT_UID = 65532
 READ = ["get", "list", "watch"]
 
@@ -284,7 +289,13 @@ def _pod_spec(component: _Component, image: str, extra_env: list[dict[str, Any]]
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": [component.command],
-        "env": [_field_env("POD_NAME", "metadata.name"), _field_env("POD_NAMESPACE", "metadata.namespace"), *extra_env],
+        "env": [
+            _field_env("POD_NAME", "metadata.name"),
+            _field_env("POD_NAMESPACE", "metadata.namespace"),
+            # Set, though it is the default, so that a chart's healthPort moves the process and the probes together.
+            {"name": HEALTH_PORT_ENV, "value": str(HEALTH_PORT)},
+            *extra_env,
+        ],
         "ports": [{"name": "health", "containerPort": HEALTH_PORT, "protocol": "TCP"}],
         "livenessProbe": {**probe, "initialDelaySeconds": 15},
         "readinessProbe": {**probe, "httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 5},
@@ -353,9 +364,14 @@ def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
     return deployment
 
 
+def scheduler_config_text() -> str:
+    """The scheduler's SchedulerConfiguration file (docs/scheduling.md), every field at its default."""
+    return yaml.safe_dump(SchedulerConfiguration().to_dict(), sort_keys=False)
+
+
 def scheduler_config_map(parameters: InstallParameters) -> dict[str, Any]:
     """The scheduler's SchedulerConfiguration (docs/scheduling.md), every field at its default, to edit in place."""
-    text = yaml.safe_dump(SchedulerConfiguration().to_dict(), sort_keys=False)
+    text = scheduler_config_text()
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -368,13 +384,16 @@ def scheduler_deployment(parameters: InstallParameters) -> dict[str, Any]:
     """The scheduler: the replica holding the Lease ``phalanx-scheduler`` leads; others wait.
 
     It reads its SchedulerConfiguration from the ConfigMap ``phalanx-scheduler-config``, mounted as a file
-    (``--config``); it reads it once, at start: ``kubectl rollout restart`` after editing it.
+    (``--config``); it reads it once, at start: ``kubectl rollout restart`` after editing it. The Pod template
+    carries the file's SHA-256, so an install (or chart upgrade) that changes the file restarts the scheduler.
     """
     env = [
         {"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME},
         {"name": "PHALANX_LEASE_NAME", "value": SCHEDULER_LEASE},
     ]
     deployment = _deployment(SCHEDULER, parameters, env, strategy="RollingUpdate")
+    digest = hashlib.sha256(scheduler_config_text().encode()).hexdigest()
+    deployment["spec"]["template"]["metadata"]["annotations"] = {SCHEDULER_CONFIG_HASH: digest}
     spec = deployment["spec"]["template"]["spec"]
     spec["volumes"] = [{"name": "config", "configMap": {"name": SCHEDULER_CONFIG_MAP}}]
     container = spec["containers"][0]

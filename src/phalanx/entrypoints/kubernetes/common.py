@@ -1,8 +1,9 @@
 """What the three cluster components share: options, logging, the API connection and the health endpoint.
 
 Options come from flags first, then from the environment the manifests in ``deploy/`` set (``POD_NAME``,
-``POD_NAMESPACE``, ``KUBECONFIG``), then defaults; outside a cluster, ``--kubeconfig`` (or ``$KUBECONFIG``)
-selects the API server. ``/healthz`` and ``/readyz`` answer on ``--health-port`` for the kubelet's probes.
+``POD_NAMESPACE``, ``PHALANX_HEALTH_PORT``, ``KUBECONFIG``), then defaults; outside a cluster, ``--kubeconfig``
+(or ``$KUBECONFIG``) selects the API server. ``/healthz`` and ``/readyz`` answer on ``--health-port`` for the
+kubelet's probes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from phalanx.adapters.kubernetes.api import KubeApi
-from phalanx.adapters.kubernetes.manifests import HEALTH_PORT
+from phalanx.adapters.kubernetes.manifests import HEALTH_PORT, HEALTH_PORT_ENV
 from phalanx.entrypoints.masked_logging import mask_log_handlers
 
 DEFAULT_NAMESPACE = "phalanx-system"
@@ -54,7 +55,12 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
         help="this process's name in Leases and events",
     )
-    parser.add_argument("--health-port", type=int, default=HEALTH_PORT, help="port for /healthz and /readyz (0: none)")
+    parser.add_argument(
+        "--health-port",
+        type=int,  # argparse converts a string default too, so a bad $PHALANX_HEALTH_PORT is a usage error
+        default=os.environ.get(HEALTH_PORT_ENV, str(HEALTH_PORT)),
+        help=f"port for /healthz and /readyz (0: none; default: ${HEALTH_PORT_ENV}, else {HEALTH_PORT})",
+    )
     parser.add_argument(
         "--log-level",
         default=os.environ.get("PHALANX_LOG_LEVEL", "INFO"),

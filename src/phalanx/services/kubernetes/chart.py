@@ -1,0 +1,371 @@
+"""The Helm chart ``charts/phalanx``: generated from the same functions as ``phalanx install --print``.
+
+Why generated, not written by hand: the install is already written once, as data (``adapters/kubernetes/
+manifests.py``: objects, RBAC, probes, security contexts). A hand-written chart would say all of it a second time
+in Go templates, and the two would drift. So the chart's templates are those objects, rendered with *tokens* where
+a value belongs (the namespace, the image, each component's resources...), and the tokens are then replaced by
+template expressions. An option that changes the shape of the objects (the dataset store) is rendered both ways
+and becomes an ``if``/``else`` of the two renders. The defaults in ``values.yaml`` are the install's defaults, so
+``helm template`` with no values renders exactly ``phalanx install --print`` (tests/e2e/test_helm_chart.py checks
+that with the real helm, and the chart's install, upgrade and uninstall on a real control plane).
+
+``scripts/generate-deploy`` writes the chart next to ``deploy/``; a unit test fails while the committed chart
+differs from what this module generates.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from phalanx.adapters.kubernetes.crds import KINDS
+from phalanx.adapters.kubernetes.manifests import (
+    DEFAULT_CACHE_DIR,
+    HEALTH_PORT,
+    HEALTH_PORT_ENV,
+    NODE_AGENT,
+    OPERATOR,
+    SCHEDULER,
+    SCHEDULER_CONFIG_FILE,
+    SCHEDULER_CONFIG_HASH,
+    InstallParameters,
+    install_manifests,
+    render_yaml,
+    scheduler_config_text,
+)
+from phalanx.model.base import API_GROUP
+from phalanx.services.kubernetes.install import GENERATED_NOTE, deploy_files, phalanx_version
+
+CHART_NAME = "phalanx"
+IMAGE_REPOSITORY = "phalanx"  # with the tag defaulting to the chart's appVersion: install's phalanx:<version>
+CHART_NOTE = "Generated from the Phalanx models by scripts/generate-deploy (services/kubernetes/chart.py); do not edit."
+
+#: The values key of each component's workload, by its name in the manifests.
+COMPONENT_VALUES = {OPERATOR.account: "operator", SCHEDULER.account: "scheduler", NODE_AGENT.account: "nodeAgent"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Replacement:
+    """What a token becomes in a template.
+
+    kind: ``scalar`` (the token is replaced by ``text``), ``block`` (``key: TOKEN`` becomes ``key:`` and the YAML
+    of the value ``text`` names, indented under it), ``optional`` (the same, left out when the value is empty), or
+    ``file`` (``key: TOKEN`` becomes a literal block holding the string value ``text`` names).
+    """
+
+    kind: str
+    text: str
+
+
+class _Tokens:
+    """Unique plain-scalar placeholders, and what each becomes once the objects are YAML."""
+
+    def __init__(self) -> None:
+        self._counter = itertools.count()
+        self.replacements: dict[str, _Replacement] = {}
+
+    def _new(self, kind: str, text: str) -> str:
+        token = f"PHALANX_CHART_TOKEN_{next(self._counter):03d}"
+        self.replacements[token] = _Replacement(kind, text)
+        return token
+
+    def scalar(self, text: str) -> str:
+        return self._new("scalar", text)
+
+    def block(self, path: str) -> str:
+        return self._new("block", path)
+
+    def optional(self, path: str) -> str:
+        return self._new("optional", path)
+
+    def file(self, path: str) -> str:
+        return self._new("file", path)
+
+    def substitute(self, text: str) -> str:
+        """Replace every token in rendered YAML by its template text."""
+        for token, replacement in self.replacements.items():
+            if replacement.kind == "scalar":
+                text = text.replace(token, replacement.text)
+                continue
+            pattern = re.compile(rf"^( *)([A-Za-z0-9_.-]+): {token}$", re.MULTILINE)
+            text = pattern.sub(_block_substitution(replacement), text)
+        leftover = re.search(r"PHALANX_CHART_TOKEN_\d+", text)
+        if leftover:
+            raise AssertionError(f"token {leftover.group()} is not where a template can replace it")
+        return text
+
+
+def _block_substitution(replacement: _Replacement) -> Callable[[re.Match[str]], str]:
+    def substitute(match: re.Match[str]) -> str:
+        indent, key = match.group(1), match.group(2)
+        inner = len(indent) + 2
+        if replacement.kind == "file":
+            return f'{indent}{key}: |\n{indent}  {{{{- {replacement.text} | trimSuffix "\\n" | nindent {inner} }}}}'
+        if replacement.kind == "block":
+            return f"{indent}{key}:\n{indent}  {{{{- toYaml {replacement.text} | nindent {inner} }}}}"
+        return (
+            f"{indent}{{{{- with {replacement.text} }}}}\n{indent}{key}:\n"
+            f"{indent}  {{{{- toYaml . | nindent {inner} }}}}\n{indent}{{{{- end }}}}"
+        )
+
+    return substitute
+
+
+def _templated(tokens: _Tokens, *, datasets: bool) -> list[dict[str, Any]]:
+    """The install's objects (no CRDs: the chart's ``crds/`` holds them), with tokens where values go."""
+    parameters = InstallParameters(
+        image=tokens.scalar('"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"'),
+        namespace=tokens.scalar("{{ .Release.Namespace }}"),
+        dataset_store_claim=tokens.scalar("{{ .Values.datasets.storeClaim | quote }}") if datasets else None,
+        cache_dir=tokens.scalar("{{ .Values.datasets.cacheDir | quote }}"),
+    )
+    objects = [obj for obj in install_manifests(parameters) if obj["kind"] != "CustomResourceDefinition"]
+    for obj in objects:
+        if obj["kind"] in ("Deployment", "DaemonSet"):
+            _template_workload(obj, COMPONENT_VALUES[obj["metadata"]["name"]], tokens)
+        elif obj["kind"] == "ConfigMap" and SCHEDULER_CONFIG_FILE in obj.get("data", {}):
+            obj["data"][SCHEDULER_CONFIG_FILE] = tokens.file(".Values.scheduler.config")
+    return objects
+
+
+def _template_workload(workload: dict[str, Any], key: str, tokens: _Tokens) -> None:
+    spec = workload["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    container["imagePullPolicy"] = tokens.scalar("{{ .Values.image.pullPolicy }}")
+    container["resources"] = tokens.block(f".Values.{key}.resources")
+    for port in container["ports"]:
+        if port["containerPort"] == HEALTH_PORT:
+            port["containerPort"] = tokens.scalar("{{ .Values.healthPort }}")
+    for variable in container["env"]:
+        if variable["name"] == HEALTH_PORT_ENV:
+            variable["value"] = tokens.scalar('"{{ .Values.healthPort }}"')
+    annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
+    if SCHEDULER_CONFIG_HASH in annotations:
+        annotations[SCHEDULER_CONFIG_HASH] = tokens.scalar("{{ .Values.scheduler.config | sha256sum | quote }}")
+    for field in ("imagePullSecrets", "nodeSelector", "affinity", "tolerations"):
+        path = ".Values.imagePullSecrets" if field == "imagePullSecrets" else f".Values.{key}.{field}"
+        spec[field] = tokens.optional(path)
+
+
+def _template_files() -> dict[str, str]:
+    """``templates/*.yaml`` by file name."""
+    groups: dict[str, Callable[[dict[str, Any]], bool]] = {
+        "namespace.yaml": lambda obj: obj["kind"] == "Namespace",
+        "serviceaccounts.yaml": lambda obj: obj["kind"] == "ServiceAccount",
+        "rbac.yaml": lambda obj: obj["apiVersion"].startswith("rbac."),
+        "scheduler-config.yaml": lambda obj: obj["kind"] == "ConfigMap",
+        "operator.yaml": lambda obj: obj["metadata"]["name"] == OPERATOR.account and obj["kind"] == "Deployment",
+        "scheduler.yaml": lambda obj: obj["metadata"]["name"] == SCHEDULER.account and obj["kind"] == "Deployment",
+        "node-agent.yaml": lambda obj: obj["kind"] == "DaemonSet",
+    }
+    tokens = _Tokens()
+    plain, with_datasets = _templated(tokens, datasets=False), _templated(tokens, datasets=True)
+    assert len(plain) == len(with_datasets), "the dataset store adds or removes no object"
+    placed = [name for obj in plain for name, belongs in groups.items() if belongs(obj)]
+    assert len(placed) == len(plain), "every object of the install has exactly one template file"
+    files = {}
+    for name, belongs in groups.items():
+        without = tokens.substitute(render_yaml([obj for obj in plain if belongs(obj)]))
+        within = tokens.substitute(render_yaml([obj for obj in with_datasets if belongs(obj)]))
+        body = _merge(".Values.datasets.storeClaim", within, without)
+        if name == "namespace.yaml":
+            body = f"{{{{- if .Values.namespace.create }}}}\n{body}{{{{- end }}}}\n"
+        files[f"templates/{name}"] = f"# {CHART_NOTE}\n{body}"
+    return files
+
+
+def _merge(condition: str, then: str, otherwise: str) -> str:
+    """One template that renders ``then`` when ``condition`` holds and ``otherwise`` when not.
+
+    The lines both share appear once, each differing run of lines as an ``if``/``else``: ``{{-`` eats the
+    newline before it, so each branch renders exactly its own lines.
+    """
+    ours, theirs = then.splitlines(), otherwise.splitlines()
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=ours, b=theirs, autojunk=False).get_opcodes():
+        if tag == "equal":
+            out += ours[i1:i2]
+            continue
+        out.append(f"{{{{- if {condition} }}}}")
+        out += ours[i1:i2]
+        if j2 > j1:
+            out.append("{{- else }}")
+            out += theirs[j1:j2]
+        out.append("{{- end }}")
+    return "".join(f"{line}\n" for line in out)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# values.yaml, Chart.yaml, NOTES.txt
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _dump(value: Any, indent: int) -> str:
+    text = yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=120)
+    return "".join(f"{' ' * indent}{line}\n" for line in text.splitlines())
+
+
+def default_values() -> dict[str, Any]:
+    """The chart's values whose defaults render the install of ``phalanx install --print``."""
+    workloads = {obj["metadata"]["name"]: obj for obj in install_manifests(InstallParameters(image="unused"))}
+    values: dict[str, Any] = {
+        "image": {"repository": IMAGE_REPOSITORY, "tag": "", "pullPolicy": "IfNotPresent"},
+        "imagePullSecrets": [],
+        "namespace": {"create": True},
+        "healthPort": HEALTH_PORT,
+    }
+    for name, key in COMPONENT_VALUES.items():
+        spec = workloads[name]["spec"]["template"]["spec"]
+        values[key] = {
+            "resources": spec["containers"][0]["resources"],
+            "nodeSelector": spec.get("nodeSelector", {}),
+            "tolerations": spec.get("tolerations", []),
+            "affinity": spec.get("affinity", {}),
+        }
+    values["scheduler"]["config"] = scheduler_config_text()
+    values["datasets"] = {"storeClaim": "", "cacheDir": DEFAULT_CACHE_DIR}
+    return values
+
+
+_COMMENTS = {
+    "image": "The image every component runs: repository:tag, the tag defaulting to the chart's appVersion.\n"
+    "Build and push it from the repository's Dockerfile (docs/install.md#the-image).",
+    "imagePullSecrets": "Secrets in the release namespace to pull the image with, e.g. [{name: my-registry}].",
+    "namespace": "Create the release namespace (labelled for the Pod Security Standards, as `phalanx install` does).\n"
+    "Install with --create-namespace too, so helm can store the release there; false: the namespace exists.",
+    "healthPort": "The port each component serves /healthz and /readyz on (the kubelet's probes).",
+    "operator": "phalanx-operator: TrainingJobs into Pods, Services and ConfigMaps.",
+    "scheduler": "phalanx-scheduler: binds whole gangs. `config` is its SchedulerConfiguration (docs/scheduling.md),\n"
+    "read at start: e.g. --set-file scheduler.config=my-config.yaml.",
+    "nodeAgent": "phalanx-node-agent, a DaemonSet: GPUs, health and topology of each node. nodeSelector picks its\n"
+    "nodes; by default it runs on every node, tainted ones included.",
+    "datasets": "Dataset staging (docs/datasets.md): a ReadWriteMany PersistentVolumeClaim in the release namespace\n"
+    "as the dataset store, and the hostPath each node caches datasets in. Empty storeClaim: no staging.",
+}
+
+
+def values_yaml() -> str:
+    """``values.yaml``: the defaults, each top-level key with a comment saying what it changes."""
+    parts = [
+        f"# Values of the Phalanx chart; the defaults render exactly `phalanx install --print`.\n# {CHART_NOTE}\n"
+        "# Every value: docs/install.md#values.\n"
+    ]
+    for key, value in default_values().items():
+        comment = "".join(f"# {line}\n" for line in _COMMENTS[key].splitlines())
+        if key == "scheduler":
+            rest = {k: v for k, v in value.items() if k != "config"}
+            config = "".join(f"    {line}\n" for line in value["config"].splitlines())
+            parts.append(f"\n{comment}{key}:\n{_dump(rest, 2)}  config: |\n{config}")
+        elif isinstance(value, dict):
+            parts.append(f"\n{comment}{key}:\n{_dump(value, 2)}")
+        else:
+            parts.append(f"\n{comment}{_dump({key: value}, 0)}")
+    return "".join(parts)
+
+
+def values_schema() -> dict[str, Any]:
+    """``values.schema.json``: helm checks values against it, so a misspelt key or a wrong type is refused by name.
+
+    Kubernetes' own fields (resources, nodeSelector, tolerations, affinity, pull secrets) are left to the API
+    server; everything the chart itself reads is closed.
+    """
+
+    def closed(properties: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": False, "properties": properties}
+
+    text: dict[str, Any] = {"type": "string"}
+    placement = {
+        "resources": {"type": "object"},
+        "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+        "tolerations": {"type": "array", "items": {"type": "object"}},
+        "affinity": {"type": "object"},
+    }
+    return closed(
+        {
+            "image": closed(
+                {
+                    "repository": {"type": "string", "minLength": 1, "pattern": "^\\S+$"},
+                    "tag": {"type": "string", "pattern": "^\\S*$"},
+                    "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+                }
+            ),
+            "imagePullSecrets": {"type": "array", "items": {"type": "object", "required": ["name"]}},
+            "namespace": closed({"create": {"type": "boolean"}}),
+            "healthPort": {"type": "integer", "minimum": 1, "maximum": 65535},
+            "operator": closed(placement),
+            "scheduler": closed({**placement, "config": text}),
+            "nodeAgent": closed(placement),
+            "datasets": closed({"storeClaim": text, "cacheDir": {"type": "string", "pattern": "^/"}}),
+        }
+    )
+
+
+def chart_yaml(version: str | None = None) -> str:
+    """``Chart.yaml``: the chart's version is Phalanx's, like the image it runs by default."""
+    version = version or phalanx_version()
+    return (
+        f"# {CHART_NOTE}\n"
+        "apiVersion: v2\n"
+        f"name: {CHART_NAME}\n"
+        "description: Phalanx on Kubernetes - gang-scheduled ML training jobs (CRDs, operator, scheduler, node agent)\n"
+        "type: application\n"
+        f"version: {version}\n"
+        f'appVersion: "{version}"\n'
+        "keywords: [machine-learning, training, gang-scheduling, gpu]\n"
+    )
+
+
+def _notes() -> str:
+    return (
+        "Phalanx {{ .Chart.AppVersion }} is installed in the namespace {{ .Release.Namespace }}:\n"
+        "phalanx-operator, phalanx-scheduler and the phalanx-node-agent DaemonSet, with the CRDs\n"
+        f"({', '.join(kind.kind for kind in KINDS)}; group {API_GROUP}).\n\n"
+        "Run a job on it:  phalanx run job.yaml --backend kubernetes -n <namespace>\n"
+        "Helm keeps the CRDs on uninstall (deleting them deletes every job): docs/install.md#uninstalling\n"
+    )
+
+
+def chart_files(version: str | None = None) -> dict[str, str]:
+    """The chart's files by path relative to ``charts/phalanx``."""
+    crds = {
+        path: text.replace(GENERATED_NOTE, CHART_NOTE)
+        for path, text in deploy_files().items()
+        if path.startswith("crds/")
+    }
+    return {
+        "Chart.yaml": chart_yaml(version),
+        "values.yaml": values_yaml(),
+        "values.schema.json": json.dumps(values_schema(), indent=2) + "\n",
+        **crds,
+        **_template_files(),
+        "templates/NOTES.txt": _notes(),
+    }
+
+
+def write_chart(directory: Path) -> list[Path]:
+    """Write ``chart_files()`` under ``directory`` (``charts/phalanx``), removing generated files that are gone."""
+    files = chart_files()
+    for stale in _generated(directory):
+        if stale.relative_to(directory).as_posix() not in files:
+            stale.unlink()
+    written = []
+    for relative, text in files.items():
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def _generated(directory: Path) -> Iterator[Path]:
+    for sub in ("crds", "templates"):
+        if (directory / sub).is_dir():
+            yield from (path for path in (directory / sub).iterdir() if path.is_file())

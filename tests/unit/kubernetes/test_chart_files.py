@@ -1,0 +1,128 @@
+"""charts/phalanx is generated from the same models as deploy/ and committed; it must never drift from them.
+
+What helm itself makes of the chart (its default render equals ``phalanx install --print``; it installs, upgrades
+and uninstalls) is checked with the real helm in tests/e2e/test_helm_chart.py.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from phalanx.services.kubernetes import chart
+from phalanx.services.kubernetes.install import deploy_files
+
+CHART = Path(__file__).resolve().parents[3] / "charts" / "phalanx"
+FIX = "charts/phalanx is stale: run scripts/generate-deploy and commit the result"
+
+
+@pytest.mark.parametrize("relative", sorted(chart.chart_files()))
+def test_the_committed_chart_file_is_what_the_models_generate(relative: str) -> None:
+    path = CHART / relative
+    assert path.is_file(), f"{relative} is missing; {FIX}"
+    assert path.read_text(encoding="utf-8") == chart.chart_files()[relative], FIX
+
+
+def test_no_generated_chart_file_is_left_over() -> None:
+    committed = {
+        path.relative_to(CHART).as_posix() for sub in ("crds", "templates") for path in (CHART / sub).iterdir()
+    }
+    assert committed == {name for name in chart.chart_files() if name.startswith(("crds/", "templates/"))}, FIX
+
+
+def test_the_charts_crds_are_the_installs() -> None:
+    files = chart.chart_files()
+    for name, text in deploy_files().items():
+        if name.startswith("crds/"):
+            assert yaml.safe_load(files[name]) == yaml.safe_load(text)
+
+
+def _lookup(values: dict[str, Any], path: str) -> Any:
+    node: Any = values
+    for part in path.split("."):
+        assert isinstance(node, dict) and part in node, f".Values.{path} is not in values.yaml"
+        node = node[part]
+    return node
+
+
+def test_every_value_a_template_reads_is_in_values_yaml_with_its_default() -> None:
+    values = yaml.safe_load(chart.values_yaml())
+    assert values == chart.default_values()
+    used = {
+        path
+        for name, text in chart.chart_files().items()
+        if name.startswith("templates/")
+        for path in re.findall(r"\.Values\.([A-Za-z0-9_.]+)", text)
+    }
+    assert {"image.repository", "healthPort", "nodeAgent.nodeSelector", "scheduler.config"} <= used
+    for path in used:
+        _lookup(values, path)
+
+
+def _render(template: str, condition: str, holds: bool) -> str:
+    """What helm's ``{{- if }}``/``{{- else }}``/``{{- end }}`` lines of ``_merge`` leave for one condition."""
+    out, stack = [], [True]
+    for line in template.splitlines():
+        if line == f"{{{{- if {condition} }}}}":
+            stack.append(stack[-1] and holds)
+        elif line == "{{- else }}":
+            stack[-1] = stack[-2] and not holds
+        elif line == "{{- end }}":
+            stack.pop()
+        elif stack[-1]:
+            out.append(line)
+    assert stack == [True]
+    return "".join(f"{line}\n" for line in out)
+
+
+@pytest.mark.parametrize(
+    ("then", "otherwise"),
+    [
+        ("a\nb\nc\n", "a\nc\n"),  # a run only one side has
+        ("a\nx\nc\n", "a\ny\nc\n"),  # a run that differs
+        ("a\nb\n", "a\nb\n"),  # no difference: no condition at all
+        ("x\n", "y\nz\n"),
+    ],
+)
+def test_merging_two_renders_gives_each_back_under_its_condition(then: str, otherwise: str) -> None:
+    merged = chart._merge("c", then, otherwise)
+    assert _render(merged, "c", True) == then
+    assert _render(merged, "c", False) == otherwise
+    assert ("{{- if" in merged) == (then != otherwise)
+
+
+def test_a_token_left_where_no_template_can_replace_it_is_an_error() -> None:
+    tokens = chart._Tokens()
+    block = tokens.block(".Values.x")
+    with pytest.raises(AssertionError, match="not where a template can replace it"):
+        tokens.substitute(f"- {block}\n")  # a list item, not `key: TOKEN`
+
+
+def test_docs_install_names_every_value() -> None:
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "install.md").read_text()
+
+    def paths(node: Any, prefix: str = "") -> list[str]:
+        if isinstance(node, dict) and node and prefix.count(".") < 2:
+            return [path for key, value in node.items() for path in paths(value, f"{prefix}{key}.")]
+        return [prefix.rstrip(".")]
+
+    missing = [path for path in paths(chart.default_values()) if f"`{path}`" not in docs]
+    assert not missing, f"docs/install.md#values does not name {missing}"
+
+
+def test_the_values_schema_closes_every_value_the_chart_reads() -> None:
+    schema = chart.values_schema()
+
+    def check(values: dict[str, Any], node: dict[str, Any], prefix: str) -> None:
+        assert node["additionalProperties"] is False, f"{prefix or 'the values'}: a misspelt key would pass"
+        assert set(node["properties"]) == set(values), prefix
+        for key, value in values.items():
+            if node["properties"][key].get("additionalProperties") is False:
+                check(value, node["properties"][key], f"{prefix}{key}.")
+
+    check(chart.default_values(), schema, "")
+    assert schema["properties"]["healthPort"] == {"type": "integer", "minimum": 1, "maximum": 65535}
