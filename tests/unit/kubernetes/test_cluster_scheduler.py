@@ -264,3 +264,114 @@ def test_the_components_read_the_default_from_a_flag_or_the_environment(
         module.build_parser().parse_args(["--default-job-scheduler", "Bad_Name"])
     assert exited.value.code == 2
     assert "not a DNS-1123 subdomain" in capsys.readouterr().err
+
+
+# -- the operator's PodGroup, on the in-memory API ---------------------------------------------------------------
+
+
+def _operator(api: Any) -> Any:
+    from unit.kubernetes.test_operator_loop import Harness
+
+    return Harness(api)
+
+
+def _spec(workers: int = 2) -> dict[str, Any]:
+    return raw_job({"schedulerName": "default-scheduler"}, workers=workers)["spec"]
+
+
+def test_the_operator_creates_the_pod_group_before_the_pods_and_admits_without_phalanx_scheduler() -> None:
+    from phalanx.adapters.kubernetes.api import PODGROUPS, PODS, TRAININGJOBS
+    from support.memory_kube_api import MemoryKubeApi
+
+    api = MemoryKubeApi()
+    harness = _operator(api)
+    harness.submit("gang", _spec())
+    harness.sync()
+    writes = [(call.verb, call.plural) for call in api.writes if call.plural in ("podgroups", "pods")]
+    assert writes == [("create", "podgroups"), ("create", "pods"), ("create", "pods")]
+    [group] = api.of(PODGROUPS, "team-a")
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 2}}}
+    assert {pod["spec"]["schedulerName"] for pod in api.of(PODS, "team-a")} == {"default-scheduler"}
+    job = api.get(TRAININGJOBS, "gang", "team-a")
+    assert job["status"]["phase"] in ("Admitted", "Downloading")
+    assert [c["reason"] for c in job["status"]["conditions"]][:2] == ["Accepted", "Delegated"]
+
+
+def test_a_cluster_without_pod_groups_fails_the_job_and_creates_no_pod() -> None:
+    from phalanx.adapters.kubernetes.api import PODS, TRAININGJOBS
+    from support.memory_kube_api import MemoryKubeApi
+
+    api = MemoryKubeApi(unserved=["scheduling.k8s.io"])
+    harness = _operator(api)
+    harness.submit("gang", _spec())
+    harness.sync()
+    harness.sync()
+    assert api.of(PODS, "team-a") == []
+    status = api.get(TRAININGJOBS, "gang", "team-a")["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "PodGroupUnavailable")
+    assert status["message"].startswith("spec.scheduling.schedulerName: the job's Pods are left to 'default-scheduler'")
+
+
+def test_a_pod_group_left_by_an_earlier_job_of_the_name_is_replaced() -> None:
+    from phalanx.adapters.kubernetes.api import PODGROUPS, PODS
+    from support.memory_kube_api import MemoryKubeApi
+
+    api = MemoryKubeApi()
+    stale = {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": "gang",
+            "namespace": "team-a",
+            "ownerReferences": [
+                {"apiVersion": "phalanx.dev/v1alpha1", "kind": "TrainingJob", "name": "gang", "uid": "old"}
+            ],
+        },
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 5}}},
+    }
+    api.put(PODGROUPS, stale)
+    harness = _operator(api)
+    created = harness.submit("gang", _spec())
+    harness.sync()  # finds the stale group, deletes it, creates no Pod yet
+    assert api.of(PODS, "team-a") == []
+    harness.operator.mark_all()
+    harness.sync()
+    [group] = api.of(PODGROUPS, "team-a")
+    assert group["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
+    assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 2
+    assert len(api.of(PODS, "team-a")) == 2
+
+
+@pytest.mark.parametrize(
+    ("named", "default", "admitted"),
+    [
+        pytest.param("default-scheduler", None, False, id="named"),
+        pytest.param(None, "default-scheduler", False, id="cluster-default"),
+        pytest.param("phalanx-scheduler", "default-scheduler", True, id="phalanx-named"),
+        pytest.param(None, None, True, id="nothing-named"),
+    ],
+)
+def test_phalanx_scheduler_leaves_jobs_of_the_cluster_scheduler_alone(
+    named: str | None, default: str | None, admitted: bool
+) -> None:
+    from phalanx.adapters.kubernetes.api import TRAININGJOBS
+    from phalanx.services.kubernetes.scheduler import KubeScheduler, SchedulerSettings
+    from support.memory_kube_api import MemoryKubeApi
+
+    api = MemoryKubeApi()
+    scheduler = KubeScheduler(api, SchedulerSettings(workers=1, job_scheduler=default))
+    scheduler.nodes.observe(
+        {
+            "metadata": {"name": "gpu-0", "labels": {}},
+            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8", "pods": "110"}},
+        }
+    )
+    body = raw_job({"schedulerName": named} if named else None, workers=2)
+    body["metadata"].update(uid="u-1", generation=1)
+    scheduler.jobs.observe(api.put(TRAININGJOBS, body))
+    result = scheduler.cycle()
+    scheduler.flush()
+    assert result.admitted == (["team-a/gang"] if admitted else [])
+    assert result.waiting == {}
+    if not admitted:
+        assert api.writes_to(TRAININGJOBS.plural) == []  # not even a why-waiting
