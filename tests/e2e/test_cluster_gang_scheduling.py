@@ -11,6 +11,8 @@ gang) and Pods that name kube-scheduler and the group; phalanx-scheduler leaves 
 - A gang that cannot fit gets no Pod bound at all (no partial gang): kube-scheduler marks its PodGroup
   Unschedulable while one of its two Pods would fit; once room appears, every Pod binds. A watch on the Pods
   records every change, so "never one bound before the room" is checked on every state the API server showed.
+- A gang restart (every replica failing, ``gangRestart``) creates the next attempt's Pods in the same PodGroup,
+  and kube-scheduler binds them again, until ``backoffLimit`` fails the job.
 - The cluster-wide default (``--default-job-scheduler``, given to both components here) places jobs naming no
   scheduler the same way; a job naming ``phalanx-scheduler`` is still admitted, placed and bound by it.
 - On the session's control plane, whose API server does not serve PodGroups, such a job fails with the fix in
@@ -306,3 +308,31 @@ def test_a_job_naming_phalanx_scheduler_is_still_placed_by_it(cluster: GangClust
     assert cluster.http.get(f"{PODGROUPS.format(ns=namespace)}/ours").status_code == 404
     cluster.http.delete(f"{JOBS.format(ns=namespace)}/ours")
     wait_until(lambda: not pods_of(cluster, namespace, "ours"), 60, "the job's Pods gone with it")
+
+
+def test_a_gang_restart_binds_the_new_pods_under_the_same_pod_group(cluster: GangCluster) -> None:
+    namespace = cluster.namespace()
+    body = job_body("flaky", workers=2, gpus=1)
+    template = body["spec"]["replicas"]["worker"]["template"]
+    template["metadata"]["annotations"] = {"phalanx.dev/sim-duration-ms": "300", "phalanx.dev/sim-exit-code": "1"}
+    body["spec"]["runPolicy"] = {
+        "restartPolicy": "OnFailure",
+        "backoffLimit": 1,
+        "backoffSeconds": 0.2,
+        "gangRestart": True,
+    }
+    watch = PodWatch(cluster, namespace, "flaky")
+    try:
+        cluster.create(JOBS.format(ns=namespace), body)
+        failed = wait_job_phase(cluster, namespace, "flaky", "Failed", timeout=120)
+    finally:
+        watch.stop()
+    assert failed["status"]["restarts"] == 1, failed["status"]
+    assert "backoffLimit 1" in failed["status"]["message"], failed["status"]["message"]
+    # Both attempts' Pods ran (a Pod fails only once kwok runs it, and only a bound Pod runs): kube-scheduler bound
+    # the second attempt's Pods too, in the PodGroup the job kept.
+    pods = pods_of(cluster, namespace, "flaky")
+    assert {pod["metadata"]["labels"]["phalanx.dev/attempt"] for pod in pods} == {"1"}
+    assert len(bound(pods)) == 2
+    assert {pod["spec"]["schedulingGroup"]["podGroupName"] for pod in pods} == {"flaky"}
+    assert watch.bound_at_any_point() == {"flaky-worker-0", "flaky-worker-1"}
