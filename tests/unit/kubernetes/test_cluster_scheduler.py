@@ -375,3 +375,17 @@ def test_phalanx_scheduler_leaves_jobs_of_the_cluster_scheduler_alone(
     assert result.waiting == {}
     if not admitted:
         assert api.writes_to(TRAININGJOBS.plural) == []  # not even a why-waiting
+
+
+def test_the_operator_fails_a_cluster_placed_job_asking_for_a_queue_before_any_pod() -> None:
+    from phalanx.adapters.kubernetes.api import PODGROUPS, PODS, TRAININGJOBS
+    from support.memory_kube_api import MemoryKubeApi
+
+    api = MemoryKubeApi()
+    harness = _operator(api)
+    harness.submit("gang", raw_job({"schedulerName": "default-scheduler", "queue": "team-a"})["spec"])
+    harness.sync()
+    status = api.get(TRAININGJOBS, "gang", "team-a")["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec")
+    assert "spec.scheduling.queue: the job's Pods are placed by 'default-scheduler'" in status["message"]
+    assert api.of(PODS, "team-a") == [] and api.of(PODGROUPS, "team-a") == []
