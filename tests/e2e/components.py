@@ -12,20 +12,104 @@ every process is killed at the end of the test and its log is attached to a fail
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 import k8s_testenv
 from support.waiting import wait_until
+
+STAGES = Path(__file__).parent / "stages"
+
+
+@dataclass
+class Kube:
+    """The running control plane as tests see it: its kubeconfig and an admin HTTP client for the API."""
+
+    env: k8s_testenv.TestEnv
+    http: httpx.Client
+    startup_s: float = 0.0
+    _names: Iterator[int] = field(default_factory=itertools.count)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.env.kubeconfig
+
+    def unique(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._names)}"
+
+    def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> httpx.Response:
+        return self.http.request(method, path, json=body, **kwargs)
+
+    def get(self, path: str) -> dict[str, Any]:
+        response = self.http.get(path)
+        response.raise_for_status()
+        return response.json()
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.http.post(path, json=body)
+        if response.status_code != 201:
+            raise AssertionError(f"POST {path} -> {response.status_code}: {response.text}")
+        return response.json()
+
+    def status(self, path: str) -> int:
+        """The HTTP status of ``GET path``."""
+        return self.http.get(path).status_code
+
+    def exists(self, path: str) -> bool:
+        response = self.http.get(path)
+        if response.status_code == 404:
+            return False
+        response.raise_for_status()
+        return True
+
+    def wait_for(
+        self, path: str, predicate: Callable[[dict[str, Any]], Any], timeout: float = 30, message: str = ""
+    ) -> dict[str, Any]:
+        """Poll ``GET path`` until ``predicate(object)`` is truthy; return the object."""
+        seen: dict[str, Any] = {}
+
+        def check() -> bool:
+            response = self.http.get(path)
+            if response.status_code == 404:
+                return False
+            response.raise_for_status()
+            seen["object"] = response.json()
+            return bool(predicate(seen["object"]))
+
+        wait_until(check, timeout, message or f"condition on {path}", interval=0.1)
+        return seen["object"]
+
+
+@contextlib.contextmanager
+def own_control_plane(directory: Path, what: str, **start: Any) -> Iterator[Kube]:
+    """A control plane of a test module's own (other flags or gates than the session's), stopped afterwards.
+
+    ``start`` goes to ``k8s_testenv.start`` (``scheduler``, ``feature_gates``, ``runtime_config``...).
+    """
+    try:
+        with (directory / "start.log").open("w") as out:
+            env = k8s_testenv.start(directory, stages=STAGES, out=out, die_with_parent=True, **start)
+    except k8s_testenv.TestEnvError as failure:
+        pytest.fail(f"{what} did not start:\n{failure}", pytrace=False)
+    http = httpx.Client(base_url=env.server, verify=env.tls(), timeout=30)
+    try:
+        yield Kube(env, http)
+    finally:
+        http.close()
+        k8s_testenv.stop(env, out=None)
+
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL = ROOT / "deploy" / "install.yaml"

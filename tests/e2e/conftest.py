@@ -8,23 +8,17 @@ and cached outside the repository (``${PHALANX_CACHE:-~/.cache/phalanx}/k8s``), 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 import k8s_testenv
-from components import component_logs, components, phalanx_installed  # noqa: F401 - fixtures
-from support.waiting import wait_until
+from components import STAGES, Kube, component_logs, components, phalanx_installed  # noqa: F401 - fixtures
 
-STAGES = Path(__file__).parent / "stages"
 _BUILD_ERROR = pytest.StashKey[str]()
 _ENV = pytest.StashKey[k8s_testenv.TestEnv]()
 
@@ -55,61 +49,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 k8s_testenv.build(out=sys.stderr)
     except k8s_testenv.TestEnvError as error:
         session.config.stash[_BUILD_ERROR] = str(error)
-
-
-@dataclass
-class Kube:
-    """The running control plane as tests see it: its kubeconfig and an admin HTTP client for the API."""
-
-    env: k8s_testenv.TestEnv
-    http: httpx.Client
-    startup_s: float
-    _names: Iterator[int] = field(default_factory=itertools.count)
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.env.kubeconfig
-
-    def unique(self, prefix: str) -> str:
-        return f"{prefix}-{next(self._names)}"
-
-    def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> httpx.Response:
-        return self.http.request(method, path, json=body, **kwargs)
-
-    def get(self, path: str) -> dict[str, Any]:
-        response = self.http.get(path)
-        response.raise_for_status()
-        return response.json()
-
-    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.http.post(path, json=body)
-        if response.status_code != 201:
-            raise AssertionError(f"POST {path} -> {response.status_code}: {response.text}")
-        return response.json()
-
-    def exists(self, path: str) -> bool:
-        response = self.http.get(path)
-        if response.status_code == 404:
-            return False
-        response.raise_for_status()
-        return True
-
-    def wait_for(
-        self, path: str, predicate: Callable[[dict[str, Any]], Any], timeout: float = 30, message: str = ""
-    ) -> dict[str, Any]:
-        """Poll ``GET path`` until ``predicate(object)`` is truthy; return the object."""
-        seen: dict[str, Any] = {}
-
-        def check() -> bool:
-            response = self.http.get(path)
-            if response.status_code == 404:
-                return False
-            response.raise_for_status()
-            seen["object"] = response.json()
-            return bool(predicate(seen["object"]))
-
-        wait_until(check, timeout, message or f"condition on {path}", interval=0.1)
-        return seen["object"]
 
 
 @pytest.fixture(scope="session")

@@ -24,21 +24,17 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from itertools import count
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 import k8s_testenv
-from components import Components, apply_install, report_logs_of, wait_alive
+from components import Components, Kube, apply_install, own_control_plane, report_logs_of, wait_alive
 from support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-STAGES = Path(__file__).parent / "stages"
 GATES = {"GenericWorkload": True, "GangScheduling": True}
 RUNTIME_CONFIG = {"scheduling.k8s.io/v1alpha2": "true"}
 NODES = ("gang-node-0", "gang-node-1")
@@ -47,76 +43,29 @@ JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
 PODGROUPS = "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups"
 
 
-@dataclass
-class GangCluster:
-    """The gang-scheduling control plane as the tier's helpers (``components``) use a ``kube``."""
-
-    env: k8s_testenv.TestEnv
-    http: httpx.Client
-    _names: Iterator[int] = field(default_factory=count)
-
-    def unique(self, prefix: str) -> str:
-        return f"{prefix}-{next(self._names)}"
-
-    def get(self, path: str) -> dict[str, Any]:
-        response = self.http.get(path)
-        response.raise_for_status()
-        return response.json()
-
-    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.http.post(path, json=body)
-        assert response.status_code == 201, f"POST {path} -> {response.status_code}: {response.text}"
-        return response.json()
-
-    def wait_for(self, path: str, predicate: Any, timeout: float = 30, message: str = "") -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-
-        def check() -> bool:
-            response = self.http.get(path)
-            if response.status_code == 404:
-                return False
-            response.raise_for_status()
-            seen["object"] = response.json()
-            return bool(predicate(seen["object"]))
-
-        wait_until(check, timeout, message or f"condition on {path}", interval=0.1)
-        return seen["object"]
-
-    def namespace(self) -> str:
-        name = self.unique("gang")
-        self.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-        return name
+def new_namespace(cluster: Kube) -> str:
+    """A namespace of its own for one test."""
+    name = cluster.unique("gang")
+    cluster.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return name
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GangCluster]:
-    directory = tmp_path_factory.mktemp("gang-k8s")
-    try:
-        with (directory / "start.log").open("w") as out:
-            env = k8s_testenv.start(
-                directory,
-                scheduler=True,
-                stages=STAGES,
-                out=out,
-                die_with_parent=True,
-                feature_gates=GATES,
-                runtime_config=RUNTIME_CONFIG,
-            )
-    except k8s_testenv.TestEnvError as failure:
-        pytest.fail(f"the gang-scheduling control plane did not start:\n{failure}", pytrace=False)
-    http = httpx.Client(base_url=env.server, verify=env.tls(), timeout=30)
-    try:
-        gang = GangCluster(env, http)
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    with own_control_plane(
+        tmp_path_factory.mktemp("gang-k8s"),
+        "the gang-scheduling control plane",
+        scheduler=True,
+        feature_gates=GATES,
+        runtime_config=RUNTIME_CONFIG,
+    ) as gang:
         apply_install(gang)
-        k8s_testenv.create_fake_gpu_nodes(env, NODES, gpus=GPUS_PER_NODE)
+        k8s_testenv.create_fake_gpu_nodes(gang.env, NODES, gpus=GPUS_PER_NODE)
         yield gang
-    finally:
-        http.close()
-        k8s_testenv.stop(env, out=None)
 
 
 @pytest.fixture(scope="module")
-def running(cluster: GangCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Components]:
+def running(cluster: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Components]:
     """phalanx-operator and phalanx-scheduler, both with kube-scheduler as the cluster-wide default."""
     started = Components(cluster, tmp_path_factory.mktemp("gang-components"))
     default = ("--default-job-scheduler", "default-scheduler")
@@ -157,7 +106,7 @@ def job_body(name: str, workers: int, gpus: int, scheduler: str | None = "defaul
     }
 
 
-def pods_of(cluster: GangCluster, namespace: str, job: str) -> list[dict[str, Any]]:
+def pods_of(cluster: Kube, namespace: str, job: str) -> list[dict[str, Any]]:
     return cluster.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=phalanx.dev/job={job}")["items"]
 
 
@@ -168,7 +117,7 @@ def bound(pods: list[dict[str, Any]]) -> list[str]:
 class PodWatch:
     """Every change of a job's Pods as the API server sends it (LIST, then WATCH): (name, nodeName) in order."""
 
-    def __init__(self, cluster: GangCluster, namespace: str, job: str) -> None:
+    def __init__(self, cluster: Kube, namespace: str, job: str) -> None:
         self.changes: list[tuple[str, str]] = []
         self.broken = False
         self._stop = threading.Event()
@@ -203,7 +152,7 @@ class PodWatch:
         self._stop.set()
 
 
-def wait_job_phase(cluster: GangCluster, namespace: str, name: str, phase: str, timeout: float = 60) -> dict[str, Any]:
+def wait_job_phase(cluster: Kube, namespace: str, name: str, phase: str, timeout: float = 60) -> dict[str, Any]:
     return cluster.wait_for(
         f"{JOBS.format(ns=namespace)}/{name}",
         lambda job: (job.get("status") or {}).get("phase") == phase,
@@ -212,8 +161,8 @@ def wait_job_phase(cluster: GangCluster, namespace: str, name: str, phase: str, 
     )
 
 
-def test_a_gang_that_fits_runs_with_every_pod_bound_by_kube_scheduler(cluster: GangCluster) -> None:
-    namespace = cluster.namespace()
+def test_a_gang_that_fits_runs_with_every_pod_bound_by_kube_scheduler(cluster: Kube) -> None:
+    namespace = new_namespace(cluster)
     cluster.create(JOBS.format(ns=namespace), job_body("fits", workers=2, gpus=GPUS_PER_NODE))
     job = wait_job_phase(cluster, namespace, "fits", "Running")
     reasons = [condition["reason"] for condition in job["status"]["conditions"]]
@@ -236,8 +185,8 @@ def test_a_gang_that_fits_runs_with_every_pod_bound_by_kube_scheduler(cluster: G
     wait_until(lambda: not pods_of(cluster, namespace, "fits"), 60, "the job's Pods gone with it")
 
 
-def test_a_gang_that_cannot_fit_binds_no_pod_until_all_can(cluster: GangCluster) -> None:
-    namespace = cluster.namespace()
+def test_a_gang_that_cannot_fit_binds_no_pod_until_all_can(cluster: Kube) -> None:
+    namespace = new_namespace(cluster)
     # One node's GPUs taken: a gang of two 4-GPU Pods has room for one Pod only.
     cluster.create(JOBS.format(ns=namespace), job_body("holder", workers=1, gpus=GPUS_PER_NODE))
     wait_job_phase(cluster, namespace, "holder", "Running")
@@ -284,8 +233,8 @@ def test_a_gang_that_cannot_fit_binds_no_pod_until_all_can(cluster: GangCluster)
     wait_until(lambda: not pods_of(cluster, namespace, "gang"), 60, "the job's Pods gone with it")
 
 
-def test_the_cluster_wide_default_places_jobs_naming_no_scheduler(cluster: GangCluster) -> None:
-    namespace = cluster.namespace()
+def test_the_cluster_wide_default_places_jobs_naming_no_scheduler(cluster: Kube) -> None:
+    namespace = new_namespace(cluster)
     cluster.create(JOBS.format(ns=namespace), job_body("plain", workers=2, gpus=1, scheduler=None))
     wait_job_phase(cluster, namespace, "plain", "Running")
     pods = pods_of(cluster, namespace, "plain")
@@ -296,8 +245,8 @@ def test_the_cluster_wide_default_places_jobs_naming_no_scheduler(cluster: GangC
     wait_until(lambda: not pods_of(cluster, namespace, "plain"), 60, "the job's Pods gone with it")
 
 
-def test_a_job_naming_phalanx_scheduler_is_still_placed_by_it(cluster: GangCluster) -> None:
-    namespace = cluster.namespace()
+def test_a_job_naming_phalanx_scheduler_is_still_placed_by_it(cluster: Kube) -> None:
+    namespace = new_namespace(cluster)
     cluster.create(JOBS.format(ns=namespace), job_body("ours", workers=2, gpus=1, scheduler="phalanx-scheduler"))
     job = wait_job_phase(cluster, namespace, "ours", "Running")
     pods = pods_of(cluster, namespace, "ours")
@@ -310,8 +259,8 @@ def test_a_job_naming_phalanx_scheduler_is_still_placed_by_it(cluster: GangClust
     wait_until(lambda: not pods_of(cluster, namespace, "ours"), 60, "the job's Pods gone with it")
 
 
-def test_a_gang_restart_binds_the_new_pods_under_the_same_pod_group(cluster: GangCluster) -> None:
-    namespace = cluster.namespace()
+def test_a_gang_restart_binds_the_new_pods_under_the_same_pod_group(cluster: Kube) -> None:
+    namespace = new_namespace(cluster)
     body = job_body("flaky", workers=2, gpus=1)
     template = body["spec"]["replicas"]["worker"]["template"]
     template["metadata"]["annotations"] = {"phalanx.dev/sim-duration-ms": "300", "phalanx.dev/sim-exit-code": "1"}

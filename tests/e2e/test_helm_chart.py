@@ -20,17 +20,15 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from itertools import count
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
 import k8s_testenv
-from components import Components, wait_alive
+from components import Components, Kube, own_control_plane, wait_alive
 from phalanx.adapters.kubernetes.manifests import (
     SCHEDULER_CONFIG_HASH,
     InstallParameters,
@@ -44,7 +42,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "phalanx"
-STAGES = Path(__file__).parent / "stages"
 RELEASE = "phalanx"
 SYSTEM = "phalanx-system"
 JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
@@ -190,45 +187,10 @@ def test_a_wrong_value_is_refused_by_name(helm: Helm, setting: str, named: str) 
 # --------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Cluster:
-    """A control plane for this module: what ``Components`` needs of the session's ``Kube``, and a little more."""
-
-    env: k8s_testenv.TestEnv
-    http: httpx.Client
-    _names: Iterator[int] = field(default_factory=count)
-
-    def unique(self, prefix: str) -> str:
-        return f"{prefix}-{next(self._names)}"
-
-    def get(self, path: str) -> dict[str, Any]:
-        response = self.http.get(path)
-        response.raise_for_status()
-        return response.json()
-
-    def status(self, path: str) -> int:
-        return self.http.get(path).status_code
-
-    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.http.post(path, json=body)
-        assert response.status_code == 201, f"POST {path} -> {response.status_code}: {response.text}"
-        return response.json()
-
-
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    directory = tmp_path_factory.mktemp("helm-k8s")
-    try:
-        with (directory / "start.log").open("w") as out:
-            env = k8s_testenv.start(directory, scheduler=False, stages=STAGES, out=out, die_with_parent=True)
-    except k8s_testenv.TestEnvError as failure:
-        pytest.fail(f"the chart's control plane did not start:\n{failure}", pytrace=False)
-    http = httpx.Client(base_url=env.server, verify=env.tls(), timeout=30)
-    try:
-        yield Cluster(env, http)
-    finally:
-        http.close()
-        k8s_testenv.stop(env, out=None)
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    with own_control_plane(tmp_path_factory.mktemp("helm-k8s"), "the chart's control plane", scheduler=False) as kube:
+        yield kube
 
 
 #: Where each kind of the chart is read back, to check it is there (or gone).
@@ -251,12 +213,12 @@ def path_of(key: tuple[str, str, str, str]) -> str:
     return PATHS[kind].format(ns=namespace, name=name)
 
 
-def gone_or_terminating(cluster: Cluster, key: tuple[str, str, str, str]) -> bool:
+def gone_or_terminating(cluster: Kube, key: tuple[str, str, str, str]) -> bool:
     response = cluster.http.get(path_of(key))
     return response.status_code == 404 or bool(response.json()["metadata"].get("deletionTimestamp"))
 
 
-def test_the_render_applies_with_kubectl_and_deletes_again(helm: Helm, cluster: Cluster) -> None:
+def test_the_render_applies_with_kubectl_and_deletes_again(helm: Helm, cluster: Kube) -> None:
     namespace = "phalanx-plain"
     text = helm("template", RELEASE, str(CHART), "--include-crds", "--namespace", namespace).stdout
     applied = cluster.env.kubectl("apply", "-f", "-", stdin=text)
@@ -289,7 +251,7 @@ def release(helm: Helm) -> dict[str, Any]:
     return found
 
 
-def test_helm_installs_upgrades_with_a_job_running_and_uninstalls(helm: Helm, cluster: Cluster, tmp_path: Path) -> None:
+def test_helm_installs_upgrades_with_a_job_running_and_uninstalls(helm: Helm, cluster: Kube, tmp_path: Path) -> None:
     helm = Helm(helm.binary, helm.home, cluster.env.kubeconfig)
     installed = helm("install", RELEASE, str(CHART), "--namespace", SYSTEM, "--create-namespace")
     assert "STATUS: deployed" in installed.stdout, installed.stdout

@@ -22,24 +22,10 @@ from typing import Any
 
 import yaml
 
+from support.processes import processes_mentioning
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "frameworks"
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Pids of live processes whose command line or environment mentions ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 @dataclass

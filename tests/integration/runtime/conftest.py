@@ -21,27 +21,12 @@ import yaml
 from phalanx.entrypoints.client import Client
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.services.embedded.daemon import current_leader
+from support.processes import processes_mentioning
 from support.waiting import wait_until
 
 HERE = Path(__file__).parent
 PROGRAM = str(HERE / "replica_program.py")
 REPO = HERE.parents[2]
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Pids of live processes whose command line contains ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 @dataclass

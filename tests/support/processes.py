@@ -1,0 +1,22 @@
+"""Finding a test's live processes by their command line (/proc), for cleanup and for 'nothing is left' checks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of live processes (not zombies, not this one) whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
