@@ -30,6 +30,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes, check_documents, parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.names import MAX_NAME_LENGTH, check_dns_label
 from phalanx.model.nodes import Node
+from phalanx.model.pods import refused_pod_fields
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.model.validation import validate_job, with_namespace
@@ -99,6 +100,7 @@ def validate_documents(
     source: str | None = None,
     namespace: str | None = None,
     namespaced_kinds: frozenset[str] = NAMESPACED_KINDS,
+    pod_field_refusals: Mapping[str, str] | None = None,
 ) -> list[Any]:
     """Validate TrainingJobs, JobTypes, Queues and Datasets; jobs against ``jobtypes`` (and the submission's).
 
@@ -113,6 +115,8 @@ def validate_documents(
         source: the file, for messages.
         namespace: put the documents of ``namespaced_kinds`` in this namespace (None: their own).
         namespaced_kinds: the kinds the override applies to.
+        pod_field_refusals: pod fields the backend cannot honour, with why (``OperationsBackend``); a job
+            setting one is refused naming the field.
 
     Raises:
         SpecError: every problem in every document, each with its field path; a bad ``namespace`` alone.
@@ -141,7 +145,11 @@ def validate_documents(
                 jobtypes[jobtype.metadata.name] = jobtype
                 parsed.append(jobtype)
             elif kind == "TrainingJob":
-                parsed.append(validate_job(doc, jobtypes))
+                job = validate_job(doc, jobtypes)
+                refused = refused_pod_fields(job, pod_field_refusals or {})
+                if refused:
+                    raise SpecError(refused)
+                parsed.append(job)
             elif kind == "Queue":
                 parsed.append(parse_queue(doc))
             elif kind == "Dataset":
@@ -376,6 +384,7 @@ class Operations:
             source=source,
             namespace=namespace,
             namespaced_kinds=self.backend.namespaced_kinds,
+            pod_field_refusals=self.backend.pod_field_refusals,
         )
 
     def submit(

@@ -190,8 +190,36 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "env-value-from",
         mutate(lambda d: worker(d).update(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s"}}}])),
-        "spec.replicas.worker.template.env[0].valueFrom",
-        "not supported yet; set value",
+        "spec.replicas.worker.template.env[0].valueFrom.secretKeyRef.key",
+        "Field required",
+    ),
+    # Issue 16: pod fields the embedded runtime cannot honour are refused naming them, never dropped.
+    (
+        "env-value-from-embedded",
+        mutate(
+            lambda d: worker(d).update(
+                env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+            )
+        ),
+        "spec.replicas.worker.template.env.TOKEN.valueFrom",
+        "the embedded runtime has no Secrets",
+    ),
+    (
+        "volume-mounts-embedded",
+        mutate(
+            lambda d: worker(d).update(
+                volumes=[{"name": "data", "hostPath": {"path": "/data"}}],
+                volumeMounts=[{"name": "data", "mountPath": "/data"}],
+            )
+        ),
+        "spec.replicas.worker.template.volumeMounts",
+        "no mount namespace",
+    ),
+    (
+        "node-selector-embedded",
+        mutate(lambda d: worker(d).update(nodeSelector={"pool": "gpu"})),
+        "spec.replicas.worker.template.nodeSelector",
+        "no labels",
     ),
     (
         "outputs-dot",
