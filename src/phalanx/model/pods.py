@@ -6,9 +6,10 @@ names are Kubernetes' own (``core/v1``), reduced to what is listed here: a field
 does not (an ``nfs`` volume, ``resourceFieldRef``) is an unknown field, refused by name, never dropped.
 
 Where the fields mean something: on Kubernetes every one of them is copied into the replica's Pod
-(``adapters.kubernetes.rendering``). The embedded runtime has no Pods: ``EMBEDDED_REFUSALS`` says, per field,
-why it cannot be honoured there, and the one validation door refuses a job that sets one, naming the field's path
-(``embedded_refusals``).
+(``adapters.kubernetes.rendering``), and the Phalanx scheduler reads ``nodeSelector``, the required node affinity
+and ``tolerations`` (``core.scheduling.node_fit``). The embedded runtime has no Pods: ``EMBEDDED_REFUSALS`` says,
+per field, why it cannot be honoured there, and the one validation door refuses a job that sets one, naming the
+field's path (``refused_pod_fields``).
 
 Invariants checked here, because the API server would only refuse the Pod later, when the job already runs:
 volume names are DNS labels, distinct, and not Phalanx's own; every volume mount names a volume of the template;
@@ -536,6 +537,8 @@ class PodFields(ApiModel):
 
 
 #: Why each pod field cannot be honoured by the embedded runtime, which runs replicas as processes of the host.
+#: ``nodeSelector`` and ``tolerations`` are not here: the scheduler reads them against the labels and taints of
+#: the runtime's nodes (``core.scheduling.node_fit``; an inventory's nodes may have both).
 EMBEDDED_REFUSALS: dict[str, str] = {
     "volumes": "the embedded runtime runs replicas as host processes without a mount namespace, so a volume "
     "cannot appear at its mountPath; read host directories by their own path, or use a Dataset",
@@ -543,10 +546,8 @@ EMBEDDED_REFUSALS: dict[str, str] = {
     "their own path, or use a Dataset",
     "envValueFrom": "the embedded runtime has no Secrets, ConfigMaps or Pods to read values from; set value",
     "envFrom": "the embedded runtime has no Secrets or ConfigMaps; set env values",
-    "nodeSelector": "the embedded runtime's nodes have no labels to select on; remove it",
-    "tolerations": "the embedded runtime's nodes have no taints to tolerate; remove it",
-    "affinity": "the embedded scheduler places replicas by spec.scheduling (placement, topology), not by "
-    "Kubernetes affinity; remove it",
+    "affinity": "the embedded runtime has no Pods for pod affinity and reads node labels through nodeSelector; "
+    "use nodeSelector",
     "securityContext": "the embedded runtime runs replicas as the user of the control plane; remove it",
     "containerSecurityContext": "the embedded runtime runs replicas as the user of the control plane; remove it",
     "serviceAccountName": "the embedded runtime has no service accounts; remove it",

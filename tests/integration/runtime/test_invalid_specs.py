@@ -216,10 +216,10 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "no mount namespace",
     ),
     (
-        "node-selector-embedded",
-        mutate(lambda d: worker(d).update(nodeSelector={"pool": "gpu"})),
-        "spec.replicas.worker.template.nodeSelector",
-        "no labels",
+        "affinity-embedded",
+        mutate(lambda d: worker(d).update(affinity={"podAntiAffinity": {}})),
+        "spec.replicas.worker.template.affinity",
+        "use nodeSelector",
     ),
     (
         "outputs-dot",
