@@ -3,9 +3,10 @@
 The real `phalanx submit` creates tests/data/pod-fields/every-field.yaml (a template setting every field Phalanx
 carries, env valueFrom included) on the cluster; the real operator and scheduler run it. The TrainingJob read back
 from the API server still holds every field (the CRD schema pruned nothing), and the Pod the operator created holds
-each one as written. The job's nodes are kwok's fake GPU nodes with a GPU model of their own; the ServiceAccount and
-PriorityClass the template names exist (the API server's admission refuses a Pod naming missing ones), the Secrets,
-ConfigMaps and claim need not (a Pod is created before they are read).
+each one as written. The job's nodes are kwok's fake GPU nodes with a GPU model of their own, one of them with the
+labels the example selects and the taint it tolerates: the Phalanx scheduler must place it there. The
+ServiceAccount and PriorityClass the template names exist (the API server's admission refuses a Pod naming missing
+ones); the Secrets, ConfigMaps and claim need not (a Pod is created before they are read).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +37,30 @@ JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 
 
+@dataclass(frozen=True)
+class Nodes:
+    model: str
+    matching: str
+    plain: str
+
+
 @pytest.fixture
-def gpu_model(components: Components) -> Iterator[str]:
-    """A fresh GPU node with a model of its own, the operator and the scheduler running."""
+def nodes(components: Components) -> Iterator[Nodes]:
+    """Two fresh GPU nodes with a model of their own: one with the labels the example selects and the taint it
+    tolerates, one without; the operator and the scheduler running."""
     kube = components.kube
-    node, model = kube.unique("podfields-gpu"), kube.unique("PODFIELDS-GPU")
-    k8s_testenv.create_fake_gpu_nodes(kube.env, [node], product=model)
+    # The plain node sorts first: among equal nodes the scheduler would take it, unless it reads the constraint.
+    plain, matching, model = kube.unique("podfields-a"), kube.unique("podfields-b"), kube.unique("PODFIELDS-GPU")
+    labels = {"node.kubernetes.io/instance-type": "gpu-large", "topology.kubernetes.io/zone": "zone-a"}
+    manifest = k8s_testenv.fake_gpu_node(matching, product=model, labels=labels)
+    manifest["spec"]["taints"] = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    kube.create("/api/v1/nodes", manifest)
+    k8s_testenv.create_fake_gpu_nodes(kube.env, [plain], product=model)
     wait_alive(components.operator())
     wait_alive(components.scheduler("--lease-duration", "3"))
-    yield model
-    kube.request("DELETE", f"/api/v1/nodes/{node}")
+    yield Nodes(model, matching, plain)
+    for node in (matching, plain):
+        kube.request("DELETE", f"/api/v1/nodes/{node}")
 
 
 def submit(kube: Any, namespace: str, path: Path, home: Path) -> subprocess.CompletedProcess[str]:
@@ -56,13 +72,13 @@ def submit(kube: Any, namespace: str, path: Path, home: Path) -> subprocess.Comp
 
 
 def test_every_pod_field_reaches_the_pod_as_written(
-    components: Components, gpu_model: str, namespace: str, tmp_path: Path
+    components: Components, nodes: Nodes, namespace: str, tmp_path: Path
 ) -> None:
     kube = components.kube
     document = read_documents(EVERY_FIELD)[0]
     template = document["spec"]["replicas"]["worker"]["template"]
     # Land on this test's node, and finish later than the Pod is read.
-    template["resources"] = {"cpu": "1", "memory": "1Gi", "gpu": 1, "gpuModel": gpu_model}
+    template["resources"] = {"cpu": "1", "memory": "1Gi", "gpu": 1, "gpuModel": nodes.model}
     template["metadata"] = {"labels": {"team": "vision"}, "annotations": {"phalanx.dev/sim-duration-ms": "60000"}}
     priority_class = kube.unique("training-high")
     template["priorityClassName"] = priority_class
@@ -103,6 +119,9 @@ def test_every_pod_field_reaches_the_pod_as_written(
         kube.request("DELETE", f"{PRIORITY_CLASSES}/{priority_class}")
 
     spec, container = pod["spec"], pod["spec"]["containers"][0]
+    # The Phalanx scheduler read nodeSelector, the required node affinity and the toleration: the node with the
+    # labels and the tolerated taint, not the plain one.
+    assert pod["metadata"]["annotations"]["phalanx.dev/node"] == nodes.matching
     for field in ("nodeSelector", "affinity", "securityContext", "serviceAccountName"):
         assert spec[field] == written[field], field
     # The API server adds its default not-ready/unreachable tolerations after the ones written.
