@@ -121,6 +121,11 @@ class EnvVarSource(ApiModel):
             )
         return self
 
+    @property
+    def kind(self) -> str:
+        """The wire name of the source's kind (``secretKeyRef``...)."""
+        return next(name for name, value in self.kind_items() if value is not None)
+
     def kind_items(self) -> Iterator[tuple[str, object]]:
         """(wire name, value) of each kind of source."""
         yield "secretKeyRef", self.secret_key_ref
@@ -544,7 +549,11 @@ EMBEDDED_REFUSALS: dict[str, str] = {
     "cannot appear at its mountPath; read host directories by their own path, or use a Dataset",
     "volumeMounts": "the embedded runtime cannot mount volumes (no mount namespace); read host directories by "
     "their own path, or use a Dataset",
-    "envValueFrom": "the embedded runtime has no Secrets, ConfigMaps or Pods to read values from; set value",
+    # env valueFrom: by kind of source (and, for fieldRef, by field): a replica's own metadata has a meaning here.
+    "envValueFrom.secretKeyRef": "the embedded runtime has no Secrets; set value",
+    "envValueFrom.configMapKeyRef": "the embedded runtime has no ConfigMaps; set value",
+    "envValueFrom.fieldRef.metadata.uid": "an embedded replica has no Pod uid; use PHALANX_JOB_UID",
+    "envValueFrom.fieldRef.spec.serviceAccountName": "the embedded runtime has no service accounts; remove it",
     "envFrom": "the embedded runtime has no Secrets or ConfigMaps; set env values",
     "affinity": "the embedded runtime has no Pods for pod affinity and reads node labels through nodeSelector; "
     "use nodeSelector",
@@ -577,11 +586,54 @@ def refused_pod_fields(job: TrainingJob, refusals: Mapping[str, str]) -> list[Fi
     for role, replica in job.spec.replicas.items():
         path = f"spec.replicas.{role}.template"
         for wire in set_pod_fields(replica.template):
-            if wire not in refusals:
-                continue
-            if wire == "envValueFrom":  # written as env entries: name them as written
-                sourced = replica.template.env_value_from
-                errors.extend(FieldError(f"{path}.env.{name}.valueFrom", refusals[wire]) for name in sourced)
-            else:
+            if wire in refusals:
                 errors.append(FieldError(f"{path}.{wire}", refusals[wire]))
+        for name, source in replica.template.env_value_from.items():
+            why = refusals.get(f"envValueFrom.{source.kind}")
+            if source.field_ref is not None:
+                why = why or refusals.get(f"envValueFrom.fieldRef.{source.field_ref.field_path}")
+            if why:  # written as an env entry: named as written
+                errors.append(FieldError(f"{path}.env.{name}.valueFrom.{source.kind}", why))
     return errors
+
+
+#: What an embedded replica's ``fieldRef`` reads: its own name and namespace, labels and annotations (the
+#: template's, then Phalanx's own, as on its Pod), its node, and its address (every embedded address is local).
+LOCAL_ADDRESS = "127.0.0.1"
+_LABEL_OR_ANNOTATION = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
+
+
+def field_ref_env(
+    sources: Mapping[str, EnvVarSource],
+    *,
+    name: str,
+    namespace: str,
+    node: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+) -> dict[str, str]:
+    """The values of the ``fieldRef`` sources among ``sources``, for a replica run outside Kubernetes.
+
+    A label or annotation the replica does not have is the empty string, as Kubernetes gives it. Sources of
+    another kind, and fields ``EMBEDDED_REFUSALS`` names, are not here: the validation door refused them.
+    """
+    plain = {
+        "metadata.name": name,
+        "metadata.namespace": namespace,
+        "spec.nodeName": node,
+        "status.hostIP": LOCAL_ADDRESS,
+        "status.hostIPs": LOCAL_ADDRESS,
+        "status.podIP": LOCAL_ADDRESS,
+        "status.podIPs": LOCAL_ADDRESS,
+    }
+    values = {}
+    for variable, source in sources.items():
+        if source.field_ref is None:
+            continue
+        path = source.field_ref.field_path
+        found = _LABEL_OR_ANNOTATION.fullmatch(path)
+        if found:
+            values[variable] = (labels if found.group(1) == "labels" else annotations).get(found.group(2), "")
+        elif path in plain:
+            values[variable] = plain[path]
+    return values

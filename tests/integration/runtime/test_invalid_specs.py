@@ -201,7 +201,7 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
                 env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
             )
         ),
-        "spec.replicas.worker.template.env.TOKEN.valueFrom",
+        "spec.replicas.worker.template.env.TOKEN.valueFrom.secretKeyRef",
         "the embedded runtime has no Secrets",
     ),
     (

@@ -159,8 +159,10 @@ def test_the_embedded_door_refuses_every_pod_field_naming_its_path() -> None:
         validate_documents(read_documents(EVERY_FIELD), builtin_jobtypes(), pod_field_refusals=EMBEDDED_REFUSALS)
     paths = {e.path for e in caught.value.errors}
     root = "spec.replicas.worker.template"
-    expected = {f"{root}.{alias}" for alias in EMBEDDED_REFUSALS if alias != "envValueFrom"}
-    expected |= {f"{root}.env.{name}.valueFrom" for name in ("TOKEN", "MODE", "POD_NAME", "TEAM")}
+    expected = {f"{root}.{alias}" for alias in EMBEDDED_REFUSALS if not alias.startswith("envValueFrom")}
+    # The replica's own metadata (fieldRef POD_NAME, TEAM) has a meaning there; Secrets and ConfigMaps have none.
+    expected |= {f"{root}.env.TOKEN.valueFrom.secretKeyRef", f"{root}.env.MODE.valueFrom.configMapKeyRef"}
+    expected -= {f"{root}.nodeSelector", f"{root}.tolerations"}
     assert paths == expected
     assert all(e.message.startswith("the embedded") for e in caught.value.errors)
 
