@@ -545,10 +545,10 @@ class PodFields(ApiModel):
 #: ``nodeSelector`` and ``tolerations`` are not here: the scheduler reads them against the labels and taints of
 #: the runtime's nodes (``core.scheduling.node_fit``; an inventory's nodes may have both).
 EMBEDDED_REFUSALS: dict[str, str] = {
-    "volumes": "the embedded runtime runs replicas as host processes without a mount namespace, so a volume "
-    "cannot appear at its mountPath; read host directories by their own path, or use a Dataset",
-    "volumeMounts": "the embedded runtime cannot mount volumes (no mount namespace); read host directories by "
-    "their own path, or use a Dataset",
+    # Volumes: a mount is kept only where the host already shows the volume at its mountPath (``_on_the_host``).
+    "volumeMounts.host": "the embedded runtime runs replicas as host processes without a mount namespace, so a "
+    "volume appears only where the host has it: a hostPath mounted at its own path, or emptyDir medium Memory at "
+    "/dev/shm; read other host directories by their own path, or use a Dataset",
     # env valueFrom: by kind of source (and, for fieldRef, by field): a replica's own metadata has a meaning here.
     "envValueFrom.secretKeyRef": "the embedded runtime has no Secrets; set value",
     "envValueFrom.configMapKeyRef": "the embedded runtime has no ConfigMaps; set value",
@@ -588,6 +588,13 @@ def refused_pod_fields(job: TrainingJob, refusals: Mapping[str, str]) -> list[Fi
         for wire in set_pod_fields(replica.template):
             if wire in refusals:
                 errors.append(FieldError(f"{path}.{wire}", refusals[wire]))
+        if "volumeMounts.host" in refusals:
+            volumes = {volume.name: volume for volume in replica.template.volumes}
+            for position, mount in enumerate(replica.template.volume_mounts):
+                problem = _on_the_host(volumes[mount.name], mount)
+                if problem:
+                    where = f"{path}.volumeMounts[{position}]"
+                    errors.append(FieldError(where, f"{problem}: {refusals['volumeMounts.host']}"))
         for name, source in replica.template.env_value_from.items():
             why = refusals.get(f"envValueFrom.{source.kind}")
             if source.field_ref is not None:
@@ -595,6 +602,30 @@ def refused_pod_fields(job: TrainingJob, refusals: Mapping[str, str]) -> list[Fi
             if why:  # written as an env entry: named as written
                 errors.append(FieldError(f"{path}.env.{name}.valueFrom.{source.kind}", why))
     return errors
+
+
+def _on_the_host(volume: Volume, mount: VolumeMount) -> str | None:
+    """Why a host process would not see ``volume`` at ``mount`` as a Pod would, or None when it does.
+
+    A hostPath mounted at its own path is the host's directory, where the process finds it anyway. An emptyDir of
+    medium Memory at /dev/shm is the host's shared memory (shared by the machine's processes, not emptied per
+    replica). Nothing else can be honoured, nor what would need enforcing: readOnly, subPath, a hostPath type
+    check, a sizeLimit.
+    """
+    target = posixpath.normpath(mount.mount_path)
+    if mount.read_only:
+        return "readOnly cannot be enforced on a host process"
+    if mount.sub_path is not None:
+        return "subPath cannot be mounted"
+    if volume.host_path is not None:
+        if volume.host_path.type:
+            return f"hostPath type {volume.host_path.type} is not checked"
+        if posixpath.normpath(volume.host_path.path) != target:
+            return f"hostPath {volume.host_path.path} cannot appear at {mount.mount_path} (mount it at its own path)"
+        return None
+    if volume.empty_dir is not None and volume.empty_dir.medium == "Memory" and target == "/dev/shm":
+        return "sizeLimit cannot be enforced" if volume.empty_dir.size_limit else None
+    return f"a {volume.source} volume cannot appear at {mount.mount_path}"
 
 
 #: What an embedded replica's ``fieldRef`` reads: its own name and namespace, labels and annotations (the

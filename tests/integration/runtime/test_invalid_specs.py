@@ -209,11 +209,11 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         mutate(
             lambda d: worker(d).update(
                 volumes=[{"name": "data", "hostPath": {"path": "/data"}}],
-                volumeMounts=[{"name": "data", "mountPath": "/data"}],
+                volumeMounts=[{"name": "data", "mountPath": "/mnt/data"}],
             )
         ),
-        "spec.replicas.worker.template.volumeMounts",
-        "no mount namespace",
+        "spec.replicas.worker.template.volumeMounts[0]",
+        "hostPath /data cannot appear at /mnt/data",
     ),
     (
         "affinity-embedded",

@@ -105,3 +105,21 @@ def test_an_env_field_ref_reads_the_replicas_own_metadata(runtime: Runtime, tmp_
     assert "spec.replicas.worker.template.env.UID.valueFrom.fieldRef: an embedded replica has no Pod uid" in (
         " ".join(result.stderr.split())
     )
+
+
+def test_a_host_path_at_its_own_path_and_shared_memory_at_dev_shm_are_kept(runtime: Runtime, tmp_path: Path) -> None:
+    runtime.start_control_plane()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    role = program_role(1, args=["--env-dir", str(shared)], cpu=1, memory="1Gi")
+    role["template"].update(  # type: ignore[union-attr]
+        volumes=[
+            {"name": "shared", "hostPath": {"path": str(shared)}},
+            {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        ],
+        volumeMounts=[{"name": "shared", "mountPath": str(shared)}, {"name": "shm", "mountPath": "/dev/shm"}],
+    )
+    runtime.submit(typed_job("mounts", "generic", {"worker": role}))
+    runtime.wait_phase("mounts", {Phase.SUCCEEDED})
+    # The replica wrote into the host directory at the path it was given.
+    assert set(read_envs(shared)) == {"worker-0"}

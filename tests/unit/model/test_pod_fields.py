@@ -162,11 +162,46 @@ def test_the_embedded_door_refuses_every_pod_field_naming_its_path() -> None:
     expected = {f"{root}.{alias}" for alias in EMBEDDED_REFUSALS if not alias.startswith("envValueFrom")}
     # The replica's own metadata (fieldRef POD_NAME, TEAM) has a meaning there; Secrets and ConfigMaps have none.
     expected |= {f"{root}.env.TOKEN.valueFrom.secretKeyRef", f"{root}.env.MODE.valueFrom.configMapKeyRef"}
-    expected -= {f"{root}.nodeSelector", f"{root}.tolerations"}
+    expected -= {f"{root}.nodeSelector", f"{root}.tolerations", f"{root}.volumeMounts.host"}
+    # No mount of the example is one the host shows as a Pod would (a claim, a path elsewhere, readOnly...).
+    expected |= {f"{root}.volumeMounts[{position}]" for position in range(6)}
     assert paths == expected
-    assert all(e.message.startswith("the embedded") for e in caught.value.errors)
+    assert all("the embedded runtime" in e.message for e in caught.value.errors)
 
 
 def test_a_cluster_refuses_none() -> None:
     job = validate_job(read_documents(EVERY_FIELD)[0], builtin_jobtypes())
     assert refused_pod_fields(job, {}) == []
+
+
+@pytest.mark.parametrize(
+    ("volume", "mount", "problem"),
+    [
+        pytest.param({"hostPath": {"path": "/data/x/"}}, {"mountPath": "/data/x"}, None, id="host-path-at-its-path"),
+        pytest.param({"emptyDir": {"medium": "Memory"}}, {"mountPath": "/dev/shm"}, None, id="shm"),
+        pytest.param({"hostPath": {"path": "/data"}}, {"mountPath": "/mnt"}, "cannot appear at /mnt", id="elsewhere"),
+        pytest.param({"hostPath": {"path": "/d"}}, {"mountPath": "/d", "readOnly": True}, "readOnly", id="read-only"),
+        pytest.param({"hostPath": {"path": "/d", "type": "Directory"}}, {"mountPath": "/d"}, "not checked", id="type"),
+        pytest.param({"emptyDir": {}}, {"mountPath": "/scratch"}, "emptyDir volume cannot appear", id="empty-dir"),
+        pytest.param(
+            {"emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+            {"mountPath": "/dev/shm"},
+            "sizeLimit",
+            id="shm-size",
+        ),
+        pytest.param(
+            {"persistentVolumeClaim": {"claimName": "c"}}, {"mountPath": "/c"}, "persistentVolumeClaim", id="pvc"
+        ),
+    ],
+)
+def test_the_embedded_runtime_keeps_the_mounts_a_host_process_sees(
+    volume: dict[str, Any], mount: dict[str, Any], problem: str | None
+) -> None:
+    template = {"volumes": [{"name": "v", **volume}], "volumeMounts": [{"name": "v", **mount}]}
+    job = validate_job(job_with(template), builtin_jobtypes())
+    found = refused_pod_fields(job, EMBEDDED_REFUSALS)
+    if problem is None:
+        assert found == []
+    else:
+        assert [e.path for e in found] == ["spec.replicas.worker.template.volumeMounts[0]"]
+        assert problem in found[0].message and "mount namespace" in found[0].message
