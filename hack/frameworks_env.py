@@ -115,7 +115,7 @@ def _build_into(target: Path, lock: Path, out: TextIO) -> None:
                 "install",
                 "--no-deps",
                 "--only-binary=:all:",
-                "--no-compile",
+                "--no-compile",  # compiled afterwards on every core (_compile)
                 # The environment is the cache: pip's own copy of the wheels would double the disk used (~4 GB).
                 "--no-cache-dir",
                 "--progress-bar",
@@ -125,6 +125,7 @@ def _build_into(target: Path, lock: Path, out: TextIO) -> None:
             ],
             what="pip install -r hack/frameworks.lock",
         )
+        _compile(target)
         check(target)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
@@ -133,6 +134,24 @@ def _build_into(target: Path, lock: Path, out: TextIO) -> None:
         json.dumps({"lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest(), "python": sys.version})
     )
     print(f"[frameworks] built in {time.monotonic() - started:.0f} s", file=out, flush=True)
+
+
+def _compile(directory: Path) -> None:
+    """Write every module's bytecode now, on all cores.
+
+    Without it each replica compiles torch or TensorFlow on its first import (about 8 s of CPU per process), and
+    an environment that sets PYTHONDONTWRITEBYTECODE would pay that at every start. Files that do not compile
+    (templates, Python 2 leftovers inside packages) are left as they are.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    python = str(directory / "bin" / "python")
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    subprocess.run([python, "-m", "compileall", "-q", "-q", "-j", "0", site], env=env, capture_output=True, check=False)
 
 
 def check(directory: Path) -> None:

@@ -351,3 +351,79 @@ def test_a_dataset_is_submitted_listed_described_and_deleted(cli: Cli) -> None:
     wait_until(lambda: cli.kube.request("GET", f"{datasets}/images").status_code == 404, 30, "the dataset to go")
     missing = cli("describe", "dataset", "images")
     assert missing.returncode == 1 and f"dataset {cli.namespace}/images not found" in missing.stderr
+
+
+# -- Kubeflow jobs (docs/kubeflow.md): the TrainingJob (and MPI JobType) they become, run by the operator ------------
+# The replicas finish through tests/e2e/stages, steered by the sim annotations the Kubeflow pod templates carry.
+
+KUBEFLOW_POD = {"metadata": {"annotations": {"phalanx.dev/sim-duration-ms": "300"}}}
+
+
+def kubeflow_container(name: str, gpus: int = 0) -> dict[str, Any]:
+    limits: dict[str, Any] = {"cpu": "1", "memory": "1Gi"}
+    if gpus:
+        limits["nvidia.com/gpu"] = gpus
+    return {
+        "name": name,
+        "image": "example.org/trainer:1",
+        "command": ["python", "train.py"],
+        "resources": {"limits": limits},
+    }
+
+
+def kubeflow_replica(count: int, name: str, gpus: int = 0) -> dict[str, Any]:
+    return {"replicas": count, "template": {**KUBEFLOW_POD, "spec": {"containers": [kubeflow_container(name, gpus)]}}}
+
+
+def test_a_kubeflow_pytorchjob_runs_on_the_cluster_as_the_trainingjob_it_becomes(cli: Cli, running: str) -> None:
+    document = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "kf-ddp"},
+        "spec": {
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 1},
+            "pytorchReplicaSpecs": {
+                "Master": kubeflow_replica(1, "pytorch", 1),
+                "Worker": kubeflow_replica(2, "pytorch", 1),
+            },
+        },
+    }
+    result = cli.ok("run", str(cli.write(document)))
+
+    assert "trainingjob/kf-ddp created" in result.stdout
+    assert "job kf-ddp Succeeded" in result.stdout, result.stdout
+    job = cli.job("kf-ddp")
+    assert job["spec"]["type"] == "pytorch"
+    assert job["metadata"]["annotations"]["phalanx.dev/converted-from"] == "PyTorchJob.kubeflow.org/v1"
+    assert {role: spec["count"] for role, spec in job["spec"]["replicas"].items()} == {"master": 1, "worker": 2}
+
+
+def test_a_kubeflow_mpijob_with_slots_per_worker_runs_with_its_own_jobtype(cli: Cli, running: str) -> None:
+    document = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": "kf-mpi"},
+        "spec": {
+            "slotsPerWorker": 4,
+            "mpiReplicaSpecs": {
+                "Launcher": kubeflow_replica(1, "launcher"),
+                "Worker": kubeflow_replica(2, "worker", 1),
+            },
+        },
+    }
+    # The workers hold until the launcher is done; give it time to read the hostfile here first.
+    document["spec"]["mpiReplicaSpecs"]["Launcher"]["template"] = {
+        "metadata": {"annotations": {"phalanx.dev/sim-duration-ms": "3000"}},
+        "spec": {"containers": [kubeflow_container("launcher")]},
+    }
+    result = cli.ok("run", "--detach", str(cli.write(document)))
+
+    assert "jobtype/mpi-slots-4 created" in result.stdout, result.stdout
+    jobtype = cli.kube.get("/apis/phalanx.dev/v1alpha1/jobtypes/mpi-slots-4")
+    assert jobtype["spec"]["slotsPerHost"] == 4
+    assert cli.job("kf-mpi")["spec"]["type"] == "mpi-slots-4"
+    configmap = f"/api/v1/namespaces/{cli.namespace}/configmaps/kf-mpi-hostfile"
+    wait_until(lambda: cli.kube.exists(configmap), 60, "the hostfile ConfigMap")
+    hostfile = cli.kube.get(configmap)["data"]["hostfile"]
+    assert [line.split()[1] for line in hostfile.splitlines() if line.strip()] == ["slots=4", "slots=4"]
+    wait_until(lambda: cli.phase("kf-mpi") == "Succeeded", 120, "kf-mpi to succeed")

@@ -175,7 +175,7 @@ BUILTIN_LABEL = "phalanx.dev/builtin"
 
 
 def builtin_jobtypes() -> dict[str, JobType]:
-    """The JobTypes shipped with Phalanx: pytorch, tensorflow, mpi, jax, xgboost, generic."""
+    """The JobTypes shipped with Phalanx: pytorch, tensorflow, mpi, jax, xgboost, paddle, generic."""
     return dict(_load_builtin_jobtypes())
 
 

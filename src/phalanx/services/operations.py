@@ -27,6 +27,17 @@ from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
+from phalanx.model.kubeflow import KINDS as KUBEFLOW_KINDS
+from phalanx.model.kubeflow import (
+    TRAINJOB,
+    check_runtime,
+    is_runtime,
+    kubeflow_kind,
+    moves_with_jobs,
+    runtimes_in,
+    validate_kubeflow,
+    validate_trainjob,
+)
 from phalanx.model.loading import builtin_jobtypes, check_documents, parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.names import MAX_NAME_LENGTH, check_dns_label
 from phalanx.model.nodes import Node
@@ -104,6 +115,10 @@ def validate_documents(
 ) -> list[Any]:
     """Validate TrainingJobs, JobTypes, Queues and Datasets; jobs against ``jobtypes`` (and the submission's).
 
+    Kubeflow jobs (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob, MPIJob) are accepted as they are: each becomes
+    a TrainingJob (and, for some MPIJobs, a JobType of its own) through ``model.kubeflow``, validated as one, with
+    every problem named at its path in the upstream document.
+
     The one validation of every backend: the embedded runtime and the Kubernetes backend call it with their own
     JobTypes, so a spec fails with the same field paths in both. Every object a submission stores comes out of
     here, validated whole: a namespace override (``submit -n``) is written into the documents first and
@@ -128,11 +143,17 @@ def validate_documents(
             check_dns_label(namespace, "namespace")
         except ValueError as err:
             raise SpecError([FieldError("", str(err))], source=source) from None
+        # A Kubeflow job becomes a TrainingJob: it moves with the jobs (a TrainJob with its TrainingRuntime).
         documents = [
-            with_namespace(doc, namespace) if str(doc.get("kind", "TrainingJob")) in namespaced_kinds else doc
+            with_namespace(doc, namespace)
+            if str(doc.get("kind", "TrainingJob")) in namespaced_kinds
+            or (moves_with_jobs(doc) and "TrainingJob" in namespaced_kinds)
+            else doc
             for doc in documents
         ]
     jobtypes = dict(jobtypes)
+    # A TrainJob names a runtime of the same file (before or after it) or one Phalanx ships.
+    runtimes = runtimes_in(documents)
     # JobTypes in the same submission may be used by jobs in it.
     parsed: list[Any] = []
     errors: list[FieldError] = []
@@ -154,8 +175,23 @@ def validate_documents(
                 parsed.append(parse_queue(doc))
             elif kind == "Dataset":
                 parsed.append(parse_dataset(doc))
+            elif is_runtime(doc):
+                # Used by the TrainJobs that name it; not stored (Phalanx has no such kind).
+                if problems := check_runtime(doc):
+                    raise SpecError(problems)
+            elif kind == TRAINJOB:
+                parsed.append(validate_trainjob(doc, runtimes, jobtypes)[1])
+            elif kubeflow_kind(doc) is not None:
+                made, job, _ = validate_kubeflow(doc, jobtypes)
+                for jobtype in made:
+                    # Jobs alike share the JobType their conversion makes: store it once per submission.
+                    if jobtypes.get(jobtype.metadata.name) != jobtype:
+                        jobtypes[jobtype.metadata.name] = jobtype
+                        parsed.append(jobtype)
+                parsed.append(job)
             else:
-                kinds = "TrainingJob, JobType, Queue or Dataset"
+                kubeflow = ", ".join([*KUBEFLOW_KINDS, TRAINJOB, "TrainingRuntime", "ClusterTrainingRuntime"])
+                kinds = f"TrainingJob, JobType, Queue, Dataset or a Kubeflow kind ({kubeflow})"
                 errors.append(FieldError("kind", f"{prefix}unknown kind {short(kind)}; use {kinds}"))
         except SpecError as err:
             if kind in ("Queue", "Dataset"):
@@ -168,6 +204,44 @@ def validate_documents(
     if errors:
         raise SpecError(errors, source=source)
     return parsed
+
+
+def convert_documents(
+    documents: Sequence[dict[str, Any]], jobtypes: Mapping[str, JobType], *, source: str | None = None
+) -> list[dict[str, Any]]:
+    """The documents with every Kubeflow job replaced by the JobTypes and TrainingJob it becomes (``convert``).
+
+    A TrainJob becomes its TrainingJob; the (Cluster)TrainingRuntimes of the file, used up by it, are left out.
+
+    Everything is validated first, by ``validate_documents``, so what comes out is what ``submit`` would accept;
+    other documents come out as they went in. A JobType made by a conversion is written once.
+
+    Raises:
+        SpecError: every problem in every document, each with its field path.
+    """
+    validate_documents(documents, jobtypes, source=source)
+    known = dict(jobtypes)
+    runtimes = runtimes_in(documents)
+    converted: list[dict[str, Any]] = []
+    for doc in documents:
+        if is_runtime(doc):
+            continue  # what it says is in the TrainingJobs of the TrainJobs that name it
+        if doc.get("kind") == TRAINJOB:
+            converted.append(validate_trainjob(doc, runtimes, known)[2].job)
+            continue
+        if kubeflow_kind(doc) is None:
+            converted.append(doc)
+            if doc.get("kind") == "JobType":
+                jobtype = parse_jobtype(doc)
+                known[jobtype.metadata.name] = jobtype
+            continue
+        made, _, conversion = validate_kubeflow(doc, known)
+        for jobtype, raw in zip(made, conversion.jobtypes, strict=True):
+            if known.get(jobtype.metadata.name) != jobtype:
+                known[jobtype.metadata.name] = jobtype
+                converted.append(raw)
+        converted.append(conversion.job)
+    return converted
 
 
 def exists_message(what: str, name: str, flag: str, phase: str | None) -> str:

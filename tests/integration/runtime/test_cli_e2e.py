@@ -23,7 +23,7 @@ from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.nodes import Node
 from phalanx.model.replicas import Replica
 
-BUILTIN_TYPES = {"generic", "jax", "mpi", "pytorch", "tensorflow", "xgboost"}
+BUILTIN_TYPES = {"generic", "jax", "mpi", "paddle", "pytorch", "tensorflow", "xgboost"}
 SECTIONS = ("Roles", "Placement", "Replicas", "Conditions", "Events")
 
 

@@ -213,7 +213,8 @@ def test_pytorch_master_and_workers_get_torchrun_variables(runtime: Runtime, tmp
         assert env["WORLD_SIZE"] == "3"
         assert env["LOCAL_WORLD_SIZE"] == "3"  # one node: every replica is local
         assert env["GROUP_RANK"] == "0"
-        assert env["PET_NNODES"] == "1"
+        # torchrun's view: every replica is a node of its own, numbered by rank, even all on one machine.
+        assert (env["PET_NNODES"], env["PET_NODE_RANK"]) == ("3", env["RANK"])
         assert env["RANK"] == env["PHALANX_RANK"]
         assert env["LOCAL_RANK"] == env["RANK"]
     assert seen["master-0"]["RANK"] == "0"

@@ -87,6 +87,7 @@ def test_the_shipped_jobtypes_still_load() -> None:
         "generic",
         "jax",
         "mpi",
+        "paddle",
         "pytorch",
         "tensorflow",
         "xgboost",

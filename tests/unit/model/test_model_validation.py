@@ -139,7 +139,7 @@ def test_jobtype_templates_are_checked_when_the_jobtype_is_loaded(env: dict[str,
 
 
 def test_builtin_jobtypes_are_valid_and_complete() -> None:
-    assert set(JOBTYPES) == {"pytorch", "tensorflow", "mpi", "jax", "xgboost", "generic"}
+    assert set(JOBTYPES) == {"pytorch", "tensorflow", "mpi", "jax", "xgboost", "paddle", "generic"}
     assert all(isinstance(t, JobType) for t in JOBTYPES.values())
     assert JOBTYPES["tensorflow"].spec.service_roles == ["ps"]
 

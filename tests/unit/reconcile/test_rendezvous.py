@@ -104,13 +104,7 @@ PYTORCH_NODES = {"q-master-0": "n0", "q-worker-0": "n0", "q-worker-1": "n1"}
         pytest.param(
             "worker",
             1,
-            {
-                "RANK": "2",
-                "LOCAL_RANK": "0",
-                "LOCAL_WORLD_SIZE": "1",
-                "GROUP_RANK": "1",
-                "PET_NODE_RANK": "1",
-            },
+            {"RANK": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "1"},
             id="worker-1-alone-on-node-1",
         ),
     ],
@@ -120,9 +114,30 @@ def test_pytorch_master_and_two_workers(role: str, index: int, expected: dict[st
     assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "q-master-0.q.team-a"
     assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == "29500"
     assert env["WORLD_SIZE"] == env["PHALANX_WORLD_SIZE"] == "3"
-    assert env["PET_NNODES"] == "2"
+    # Each replica is one torchrun node, wherever it runs: torchrun's node rank is the replica's rank.
+    assert (env["PET_NNODES"], env["PET_NODE_RANK"]) == ("3", env["RANK"])
     assert env["PHALANX_RANK"] == env["RANK"]
     assert {key: env[key] for key in expected} == expected
+
+
+def test_pytorch_replicas_sharing_a_node_are_distinct_torchrun_nodes() -> None:
+    """torchrun in each replica (``torchrun --nproc-per-node=1 train.py``) reads PET_NNODES and PET_NODE_RANK.
+    Four replicas on one machine must be four torchrun nodes 0..3 of 4; were they counted by machine, all four
+    would claim node 0 of 1 and each would host its own one-process world on the master's port."""
+    job = make_job("pytorch", {"master": 1, "worker": 3})
+    addresses = loopback(job, JOBTYPES["pytorch"])
+    seen = {
+        (role, index): env_of(job, role, index, addresses=addresses)
+        for role, index in [("master", 0), ("worker", 0), ("worker", 1), ("worker", 2)]
+    }
+    assert {key: (env["PET_NODE_RANK"], env["PET_NNODES"]) for key, env in seen.items()} == {
+        ("master", 0): ("0", "4"),
+        ("worker", 0): ("1", "4"),
+        ("worker", 1): ("2", "4"),
+        ("worker", 2): ("3", "4"),
+    }
+    for env in seen.values():
+        assert (env["PET_MASTER_ADDR"], env["PET_MASTER_PORT"]) == ("127.0.0.1", "40000")
 
 
 def test_pytorch_without_master_worker_0_is_rank_0() -> None:
@@ -345,7 +360,7 @@ def test_user_env_cannot_override_reserved_names() -> None:
 def test_unplaced_replicas_are_left_out_of_node_counts() -> None:
     job = make_job("pytorch", {"worker": 4})
     env = env_of(job, "worker", 1, node_of={"q-worker-0": "n0", "q-worker-1": "n0"})
-    assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"], env["PET_NNODES"]) == ("1", "2", "1")
+    assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"], env["GROUP_RANK"]) == ("1", "2", "0")
     assert env["WORLD_SIZE"] == "4"  # the world is the spec's, placed or not
 
 

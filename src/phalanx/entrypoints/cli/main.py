@@ -2,7 +2,8 @@
 
 This module is the table of commands: it builds the typer app and registers each command from the module of
 its noun, in the order ``phalanx --help`` lists them (``jobs``: run, submit, get, describe, logs, halt, resume,
-delete, explain; ``control_plane``: up, down, status; ``install``; ``sim``, ``dataset`` and ``cache`` groups).
+delete, explain; ``convert``; ``control_plane``: up, down, status; ``install``; ``sim``, ``dataset`` and
+``cache`` groups).
 The option types and the backend session every verb shares are in ``options``.
 
 Every job verb takes ``--backend embedded|kubernetes`` (default: ``$PHALANX_BACKEND``, else kubernetes when
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import typer
 
-from phalanx.entrypoints.cli import control_plane, install, jobs
+from phalanx.entrypoints.cli import control_plane, convert, install, jobs
 from phalanx.entrypoints.cli.caches import cache_app
 from phalanx.entrypoints.cli.datasets import dataset_app
 from phalanx.entrypoints.cli.sim import sim_app
@@ -47,6 +48,7 @@ for command in (
     jobs.resume,
     jobs.delete,
     jobs.explain,
+    convert.convert,
     control_plane.up,
     control_plane.down,
     control_plane.status,

@@ -10,12 +10,15 @@ silently given another: ``up`` with a different file refuses and says how to swi
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,9 +74,14 @@ def start_control_plane(
     cache_size: str | None = None,
     gpu_fault_file: Path | None = None,
     scheduler_config: SchedulerConfiguration | None = None,
-    timeout: float = 20.0,
+    timeout: float = 120.0,
 ) -> tuple[LeaderInfo, bool]:
     """Reuse the running control plane or start one, first recording ``scheduler_config`` when given.
+
+    Starts are serialised per state directory: a second ``phalanx run`` while the first is still starting the
+    control plane waits for it and reuses it, rather than starting a second. A start that does not lead within
+    ``timeout`` (a loaded machine takes long to import and register) is stopped, so a retry starts afresh
+    instead of adding to one that is still coming up.
 
     Returns:
         (leader, started): who leads, and whether this call started it.
@@ -86,50 +94,87 @@ def start_control_plane(
     layout.ensure()
     store = SqliteStore(layout.database)
     try:
-        leader = current_leader(store)
-        if leader is not None:
-            if scheduler_config is not None and scheduler_config != recorded_scheduler_configuration(layout):
-                raise DaemonError(
-                    f"the control plane (pid {leader.pid}) runs with another scheduler configuration, the one in "
-                    f"{layout.scheduler_config}: run `phalanx down`, then `phalanx up --scheduler-config` again"
-                )
-            return leader, False
-        if scheduler_config is not None:
-            write_private(layout.scheduler_config, dump_yaml(scheduler_config.to_dict()))
-        else:
-            recorded_scheduler_configuration(layout)  # refused here, not in the background process's log
-        command = [sys.executable, "-m", "phalanx.entrypoints.controlplane", "--state-dir", str(layout.root)]
-        if inventory is not None:
-            command += ["--inventory", str(inventory.resolve())]
-        if cache_size is not None:
-            command += ["--cache-size", cache_size]
-        if gpu_fault_file is not None:
-            command += ["--gpu-fault-file", str(gpu_fault_file.resolve())]
-        # The log names jobs, datasets and errors: the owner's alone (0600), like the rest of the state.
-        tighten(layout.control_plane_log)  # written 0644 by older versions
-        with os.fdopen(open_private(layout.control_plane_log, os.O_WRONLY | os.O_APPEND), "ab") as log_file:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                cwd=str(layout.root),
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            leader = current_leader(store)
-            # Ready once it leads and has registered its nodes (it takes the lease first).
-            if leader is not None and store.list(Node):
-                return leader, True
-            if process.poll() is not None:
-                raise DaemonError(
-                    f"the control plane exited with code {process.returncode}; see {layout.control_plane_log}"
-                )
-            store.wait_for_change(store.latest_seq(), 0.02)
-        raise DaemonError(f"the control plane did not start within {timeout:.0f}s; see {layout.control_plane_log}")
+        with _starting(layout):
+            return _reuse_or_start(layout, store, inventory, cache_size, gpu_fault_file, scheduler_config, timeout)
     finally:
         store.close()
+
+
+@contextlib.contextmanager
+def _starting(layout: StateLayout) -> Iterator[None]:
+    """Hold the state directory's start lock (released by the OS if this process dies)."""
+    with os.fdopen(open_private(layout.root / "start.lock", os.O_WRONLY | os.O_APPEND), "ab") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(guard, fcntl.LOCK_UN)
+
+
+def _reuse_or_start(
+    layout: StateLayout,
+    store: SqliteStore,
+    inventory: Path | None,
+    cache_size: str | None,
+    gpu_fault_file: Path | None,
+    scheduler_config: SchedulerConfiguration | None,
+    timeout: float,
+) -> tuple[LeaderInfo, bool]:
+    leader = current_leader(store)
+    if leader is not None:
+        if scheduler_config is not None and scheduler_config != recorded_scheduler_configuration(layout):
+            raise DaemonError(
+                f"the control plane (pid {leader.pid}) runs with another scheduler configuration, the one in "
+                f"{layout.scheduler_config}: run `phalanx down`, then `phalanx up --scheduler-config` again"
+            )
+        return leader, False
+    if scheduler_config is not None:
+        write_private(layout.scheduler_config, dump_yaml(scheduler_config.to_dict()))
+    else:
+        recorded_scheduler_configuration(layout)  # refused here, not in the background process's log
+    command = [sys.executable, "-m", "phalanx.entrypoints.controlplane", "--state-dir", str(layout.root)]
+    if inventory is not None:
+        command += ["--inventory", str(inventory.resolve())]
+    if cache_size is not None:
+        command += ["--cache-size", cache_size]
+    if gpu_fault_file is not None:
+        command += ["--gpu-fault-file", str(gpu_fault_file.resolve())]
+    # The log names jobs, datasets and errors: the owner's alone (0600), like the rest of the state.
+    tighten(layout.control_plane_log)  # written 0644 by older versions
+    with os.fdopen(open_private(layout.control_plane_log, os.O_WRONLY | os.O_APPEND), "ab") as log_file:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=str(layout.root),
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        leader = current_leader(store)
+        # Ready once it leads and has registered its nodes (it takes the lease first).
+        if leader is not None and store.list(Node):
+            return leader, True
+        if process.poll() is not None:
+            raise DaemonError(
+                f"the control plane exited with code {process.returncode}; see {layout.control_plane_log}"
+            )
+        store.wait_for_change(store.latest_seq(), 0.02)
+    _stop_started(process)
+    raise DaemonError(
+        f"the control plane did not start within {timeout:.0f}s, so it was stopped; see {layout.control_plane_log}"
+    )
+
+
+def _stop_started(process: subprocess.Popen[bytes]) -> None:
+    """Stop a control plane this call started and gave up on: SIGTERM, then SIGKILL after 10 s."""
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
 
 
 def stop_control_plane(layout: StateLayout, *, timeout: float = 20.0) -> LeaderInfo | None:

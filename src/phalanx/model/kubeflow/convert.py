@@ -1,0 +1,494 @@
+"""Kubeflow job documents (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob, MPIJob) turned into TrainingJobs.
+
+A pure function of the document and the JobTypes it may use: ``convert`` returns the TrainingJob document (and,
+for an MPIJob whose hostfile differs from the built-in ``mpi`` type's, a JobType document of its own), plus a
+map from every TrainingJob path back to the upstream path, so that a problem the TrainingJob's validation finds
+is reported where the user wrote it (``spec.pytorchReplicaSpecs.Worker.replicas``, not ``spec.replicas.worker.
+count``).
+
+Every field has a meaning here or is refused with its path and why; nothing is dropped. What is taken:
+replica specs (type → role, ``replicas`` → count), the PodTemplateSpec's one container (``kubeflow.pods``),
+``runPolicy`` (backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished, suspend, schedulingPolicy's
+minAvailable, queue and priorityClass; cleanPodPolicy Running or All, which is what Phalanx does when a job
+ends), the replicas' restartPolicy when they agree, ``nprocPerNode``, ``slotsPerWorker`` and
+``runLauncherAsWorker``. docs/kubeflow.md lists every field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.model.errors import FieldError, SpecError, short
+from phalanx.model.jobtypes import JobType
+from phalanx.model.kubeflow.kinds import KubeflowKind
+from phalanx.model.kubeflow.pods import GPU_RESOURCE, replica_template
+
+#: The annotation a converted job carries: the kind and API version it was written as.
+CONVERTED_FROM = "phalanx.dev/converted-from"
+
+#: Upstream's ExitCode policy: 1-127 are permanent errors, 128-255 (killed by a signal) are retried.
+RETRYABLE_EXIT_CODES = list(range(128, 256))
+
+_RESTART_POLICIES = {"Never": "Never", "OnFailure": "OnFailure", "ExitCode": "ExitCode"}
+_GANG_FIXED = (
+    "Phalanx runs a job as a gang of a fixed size, so it cannot grow or shrink one while it runs; remove it "
+    "and give the replica count you want"
+)
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """What a Kubeflow document becomes, before validation."""
+
+    job: dict[str, Any]
+    #: JobType documents the job needs besides the built-in ones (an MPIJob with several slots per worker)
+    jobtypes: tuple[dict[str, Any], ...]
+    #: (TrainingJob path prefix, upstream path), longest prefix first
+    paths: tuple[tuple[str, str], ...]
+
+    def upstream_path(self, path: str) -> str:
+        """The path in the upstream document of a TrainingJob path (the longest known prefix is replaced)."""
+        for prefix, upstream in self.paths:
+            if path == prefix:
+                return upstream
+            if path.startswith(prefix) and path[len(prefix)] in ".[":
+                return upstream + path[len(prefix) :]
+        return path
+
+
+def convert(document: Mapping[str, Any], kind: KubeflowKind, jobtypes: Mapping[str, JobType]) -> Conversion:
+    """The TrainingJob (and any JobType) a Kubeflow document of ``kind`` becomes.
+
+    Args:
+        document: the upstream document, as read.
+        kind: its entry of ``kubeflow.kinds.KINDS``.
+        jobtypes: the JobTypes known (the MPI conversion starts from ``mpi``).
+
+    Raises:
+        SpecError: every field that cannot be honoured, each with its upstream path and why.
+    """
+    converter = _Converter(kind)
+    return converter.run(document, jobtypes)
+
+
+class _Converter:
+    def __init__(self, kind: KubeflowKind) -> None:
+        self.kind = kind
+        self.errors: list[FieldError] = []
+        self.paths: dict[str, str] = {}
+
+    def refuse(self, path: str, message: str) -> None:
+        self.errors.append(FieldError(path, message))
+
+    def run(self, document: Mapping[str, Any], jobtypes: Mapping[str, JobType]) -> Conversion:
+        kind = self.kind
+        if document.get("apiVersion") != kind.api_version:
+            self.refuse(
+                "apiVersion",
+                f"{kind.kind} is accepted as {kind.api_version}, got {short(document.get('apiVersion'))}; "
+                f"write apiVersion: {kind.api_version}",
+            )
+        for key in document:
+            if key not in ("apiVersion", "kind", "metadata", "spec", "status"):
+                self.refuse(key, f"unknown field of a {kind.kind}; it has apiVersion, kind, metadata and spec")
+        spec = document.get("spec")
+        if not isinstance(spec, Mapping):
+            self.refuse("spec", f"required: a {kind.kind} spec with {kind.replicas_field}")
+            raise SpecError(self.errors)
+        metadata = document.get("metadata")
+        job_spec: dict[str, Any] = {"type": kind.jobtype}
+        job_spec["replicas"], restart = self.replicas(spec)
+        run, scheduling = self.run_policy(spec.get("runPolicy"), restart)
+        job_spec.update({key: value for key, value in (("runPolicy", run), ("scheduling", scheduling)) if value})
+        for key in spec:
+            if key not in ("runPolicy", kind.replicas_field) and key not in kind.spec_fields:
+                self.refuse(f"spec.{key}", f"unknown field of a {kind.kind} spec; remove it")
+        extra: list[dict[str, Any]] = []
+        if kind.kind == "PyTorchJob":
+            self.pytorch(spec, job_spec)
+        elif kind.kind == "TFJob":
+            self.tensorflow(spec)
+        elif kind.kind == "PaddleJob":
+            self.paddle(spec, job_spec)
+        elif kind.kind == "MPIJob":
+            jobtype = self.mpi(spec, job_spec, jobtypes, metadata)
+            if jobtype is not None:
+                extra.append(jobtype)
+        if self.errors:
+            raise SpecError(self.errors)
+        job = {
+            "apiVersion": "phalanx.dev/v1alpha1",
+            "kind": "TrainingJob",
+            "metadata": _annotated(metadata, {CONVERTED_FROM: f"{kind.kind}.{kind.api_version}"}),
+            "spec": job_spec,
+        }
+        self.paths.update(
+            {
+                "spec.runPolicy": "spec.runPolicy",
+                "spec.scheduling": "spec.runPolicy.schedulingPolicy",
+                "spec.replicas": f"spec.{kind.replicas_field}",
+                "spec.type": "kind",
+            }
+        )
+        ordered = sorted(self.paths.items(), key=lambda item: len(item[0]), reverse=True)
+        return Conversion(job=job, jobtypes=tuple(extra), paths=tuple(ordered))
+
+    # -- replica specs ---------------------------------------------------------------------------------------
+
+    def replicas(self, spec: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """The roles, and the one restartPolicy they agree on (None when refused)."""
+        kind = self.kind
+        field = f"spec.{kind.replicas_field}"
+        specs = spec.get(kind.replicas_field)
+        if not isinstance(specs, Mapping) or not specs:
+            self.refuse(field, f"required: the replica specs, e.g. {kind.replicas_field}: {{Worker: {{...}}}}")
+            return {}, None
+        policies = self.restart_policies(specs, field)
+        agreed = set(policies.values())
+        restart = next(iter(agreed)) if len(agreed) == 1 else None
+        if len(agreed) > 1:
+            described = ", ".join(f"{name} {policy}" for name, policy in policies.items())
+            first = next(iter(policies))
+            self.refuse(
+                f"{field}.{first}.restartPolicy",
+                f"Phalanx restarts failed replicas by one restartPolicy for the whole job, and these differ "
+                f"({described}): give every replica type the same restartPolicy",
+            )
+        roles: dict[str, Any] = {}
+        taken: dict[str, str] = {}
+        for name, replica in specs.items():
+            where = f"{field}.{name}"
+            role = kind.roles.get(str(name))
+            if role is None:
+                known = ", ".join(kind.roles)
+                self.refuse(where, f"a {kind.kind} has the replica types {known}; {short(name)} is not one")
+                continue
+            if role in taken:
+                self.refuse(where, f"{name} and {taken[role]} are the same replica type; keep one of them")
+                continue
+            taken[role] = str(name)
+            if not isinstance(replica, Mapping):
+                self.refuse(where, f"must be a replica spec with replicas and template, got {short(replica)}")
+                continue
+            for key in replica:
+                if key not in ("replicas", "template", "restartPolicy"):
+                    self.refuse(
+                        f"{where}.{key}", "unknown field of a replica spec; it has replicas, template and restartPolicy"
+                    )
+            count = replica.get("replicas")
+            if count is None:
+                count = 1  # upstream's default
+            if count == 0:
+                continue  # no replica of this type, as upstream: the role is left out
+            template, problems = replica_template(
+                replica.get("template"), f"{where}.template", restart_policy=policies.get(str(name))
+            )
+            self.errors += problems
+            if "command" not in template and _has_container(replica.get("template")):
+                # Upstream's examples often leave the program to the image's entrypoint, which Phalanx never
+                # reads (the embedded runtime runs no image; on Kubernetes the command is part of the job).
+                self.refuse(
+                    f"{where}.template.spec.containers[0].command",
+                    "required: Phalanx runs the command it is given and does not read the image's entrypoint; "
+                    "write the program the image runs, e.g. [python, /opt/train.py]",
+                )
+            roles[role] = {"count": count, "template": template}
+            self.record_role_paths(role, where, replica.get("template"))
+        return roles, restart
+
+    def restart_policies(self, specs: Mapping[str, Any], field: str) -> dict[str, str]:
+        """Each replica type's restartPolicy, as written or as upstream defaults it; refuses ``Always``."""
+        kind = self.kind
+        written = {
+            str(name): replica["restartPolicy"]
+            for name, replica in specs.items()
+            if isinstance(replica, Mapping) and "restartPolicy" in replica
+        }
+        # A replica type that names none gets upstream's default; with no default of its own (an MPIJob's
+        # workers) it follows the others, which decide.
+        decided = next(iter(written.values()), None)
+        policies: dict[str, str] = {}
+        for name in specs:
+            name = str(name)
+            policy = written.get(name) or kind.default_restart.get(name) or kind.default_restart.get("*")
+            if policy is None:
+                policy = decided or next(iter(kind.default_restart.values()))
+            if policy == "Always":
+                self.refuse(
+                    f"{field}.{name}.restartPolicy",
+                    "Always would start a replica again after it succeeded, and a training job ends when its "
+                    "replicas do: use OnFailure",
+                )
+                continue
+            if not isinstance(policy, str) or policy not in _RESTART_POLICIES:
+                self.refuse(
+                    f"{field}.{name}.restartPolicy",
+                    f"must be one of OnFailure, Never, ExitCode, got {short(policy)}",
+                )
+                continue
+            policies[name] = str(policy)
+        return policies
+
+    def record_role_paths(self, role: str, where: str, template: Any) -> None:
+        container = f"{where}.template.spec.containers[0]"
+        base = f"spec.replicas.{role}"
+        self.paths.update(
+            {
+                base: where,
+                f"{base}.count": f"{where}.replicas",
+                f"{base}.template": container,
+                f"{base}.template.metadata": f"{where}.template.metadata",
+            }
+        )
+        try:
+            raw = template["spec"]["containers"][0]
+        except (KeyError, IndexError, TypeError):
+            return
+        if not isinstance(raw, Mapping):
+            return
+        # An env variable's problem is reported at its entry of the container's env list...
+        entries = raw.get("env")
+        if isinstance(entries, list):
+            for position, entry in enumerate(entries):
+                if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+                    self.paths[f"{base}.template.env.{entry['name']}"] = f"{container}.env[{position}]"
+        # ...and an amount's at the requests or limits it was taken from.
+        resources = raw.get("resources")
+        if isinstance(resources, Mapping):
+            for part in ("limits", "requests"):  # requests win, as in container_resources
+                amounts = resources.get(part)
+                if isinstance(amounts, Mapping):
+                    for name in amounts:
+                        ours = "gpu" if name == GPU_RESOURCE else name
+                        self.paths[f"{base}.template.resources.{ours}"] = f"{container}.resources.{part}.{name}"
+
+    # -- runPolicy -------------------------------------------------------------------------------------------
+
+    def run_policy(self, policy: Any, restart: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Phalanx's runPolicy and scheduling from upstream's runPolicy and the agreed restartPolicy."""
+        run: dict[str, Any] = {}
+        scheduling: dict[str, Any] = {}
+        if restart is not None:
+            run["restartPolicy"] = _RESTART_POLICIES[restart]
+            if restart == "ExitCode":
+                run["retryableExitCodes"] = RETRYABLE_EXIT_CODES
+        if policy is None:
+            return run, scheduling
+        if not isinstance(policy, Mapping):
+            self.refuse("spec.runPolicy", f"must be a mapping, got {short(policy)}")
+            return run, scheduling
+        for key, value in policy.items():
+            where = f"spec.runPolicy.{key}"
+            if key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"):
+                run[key] = value
+            elif key == "cleanPodPolicy":
+                self.clean_pod_policy(value, where)
+            elif key == "managedBy":
+                if value != self.kind.controller:
+                    self.refuse(
+                        where,
+                        f"{short(value)} would hand the job to another controller; Phalanx runs it itself: remove "
+                        "managedBy",
+                    )
+            elif key == "schedulingPolicy":
+                scheduling = self.scheduling_policy(value, where)
+            else:
+                self.refuse(where, "unknown field of a runPolicy; remove it")
+        return run, scheduling
+
+    def clean_pod_policy(self, value: Any, where: str) -> None:
+        # When a job ends, Phalanx stops every replica still running and releases its resources (keeping the
+        # logs): that is Running, and All as far as resources go. None would leave replicas running unowned.
+        if value in ("Running", "All"):
+            return
+        if value == "None":
+            self.refuse(
+                where,
+                "None would leave replicas running after the job ends; Phalanx stops every replica of a finished "
+                "job and keeps its logs: use Running or remove cleanPodPolicy",
+            )
+        else:
+            self.refuse(where, f"must be Running, All or None, got {short(value)}")
+
+    def scheduling_policy(self, policy: Any, path: str) -> dict[str, Any]:
+        if not isinstance(policy, Mapping):
+            self.refuse(path, f"must be a mapping, got {short(policy)}")
+            return {}
+        scheduling: dict[str, Any] = {}
+        for key, value in policy.items():
+            where = f"{path}.{key}"
+            if key == "minAvailable":
+                scheduling["minAvailable"] = value
+            elif key == "queue":
+                if value not in ("", None):
+                    scheduling["queue"] = value
+            elif key == "priorityClass":
+                if value not in ("", None):
+                    scheduling["priorityClass"] = value
+            elif key == "minResources":
+                self.refuse(
+                    where,
+                    "Phalanx adds up the gang's resources from its replicas (minAvailable of them); remove it",
+                )
+            elif key == "scheduleTimeoutSeconds":
+                self.refuse(
+                    where,
+                    "Phalanx keeps a gang queued until all of it fits, with no timeout; bound the whole job with "
+                    "runPolicy.activeDeadlineSeconds instead",
+                )
+            else:
+                self.refuse(where, "unknown field of a schedulingPolicy; remove it")
+        return scheduling
+
+    # -- kind-specific fields --------------------------------------------------------------------------------
+
+    def add_env(
+        self,
+        job_spec: Mapping[str, Any],
+        env: Mapping[str, str],
+        *,
+        upstream: str | None,
+        roles: frozenset[str] | None = None,
+    ) -> None:
+        """Set ``env`` in every role's template (or only in ``roles``).
+
+        Args:
+            job_spec: the TrainingJob spec being built.
+            env: the variables.
+            upstream: the field they come from (they override the container's own), or None for what the
+                upstream operator sets by itself (the container's own value wins).
+            roles: the roles to set them in; None: all.
+        """
+        for role, replica in job_spec["replicas"].items():
+            if roles is not None and role not in roles:
+                continue
+            template = replica["template"]
+            own = template.get("env", {})
+            template["env"] = {**own, **env} if upstream is not None else {**env, **own}
+            if upstream is not None:
+                for key in env:
+                    self.paths[f"spec.replicas.{role}.template.env.{key}"] = upstream
+
+    def pytorch(self, spec: Mapping[str, Any], job_spec: dict[str, Any]) -> None:
+        if "elasticPolicy" in spec:
+            self.refuse("spec.elasticPolicy", f"elastic PyTorch is not supported: {_GANG_FIXED}")
+        self.kind_env(job_spec)
+        nproc = spec.get("nprocPerNode")
+        if nproc is None:
+            return
+        text = str(nproc)
+        if text not in ("auto", "cpu", "gpu") and not (text.isdigit() and int(text) >= 1):
+            self.refuse("spec.nprocPerNode", f"must be auto, cpu, gpu or a whole number >= 1, got {short(nproc)}")
+            return
+        # torchrun reads PET_NPROC_PER_NODE, as it does on upstream's Pods: each replica starts that many workers.
+        self.add_env(job_spec, {"PET_NPROC_PER_NODE": text}, upstream="spec.nprocPerNode")
+
+    def kind_env(self, job_spec: Mapping[str, Any]) -> None:
+        # What the upstream operator sets besides the rendezvous; the user's own value wins.
+        if self.kind.extra_env:
+            self.add_env(job_spec, self.kind.extra_env, upstream=None)
+
+    def tensorflow(self, spec: Mapping[str, Any]) -> None:
+        policy = spec.get("successPolicy")
+        if policy not in (None, "", "AllWorkers"):
+            self.refuse("spec.successPolicy", f"must be AllWorkers or empty, got {short(policy)}")
+        if spec.get("enableDynamicWorker") not in (None, False):
+            self.refuse("spec.enableDynamicWorker", f"dynamic workers are not supported: {_GANG_FIXED}")
+
+    def paddle(self, spec: Mapping[str, Any], job_spec: dict[str, Any]) -> None:
+        if "elasticPolicy" in spec:
+            self.refuse("spec.elasticPolicy", f"elastic Paddle is not supported: {_GANG_FIXED}")
+        self.kind_env(job_spec)
+        if "master" in job_spec["replicas"]:
+            # With a master, upstream runs parameter-server mode and tells each worker it is one trainer.
+            where = f"spec.{self.kind.replicas_field}.Worker"
+            self.add_env(job_spec, {"PADDLE_TRAINER_NUM": "1"}, upstream=where, roles=frozenset({"worker"}))
+
+    def mpi(
+        self,
+        spec: Mapping[str, Any],
+        job_spec: dict[str, Any],
+        jobtypes: Mapping[str, JobType],
+        metadata: Any,
+    ) -> dict[str, Any] | None:
+        """Check the MPIJob fields; a JobType document when the hostfile differs from ``mpi``'s."""
+        implementation = spec.get("mpiImplementation", "OpenMPI")
+        if implementation != "OpenMPI":
+            self.refuse(
+                "spec.mpiImplementation",
+                f"the mpi JobType points Open MPI's mpirun at the hostfile; {short(implementation)} reads another "
+                "hostfile format and variable: use OpenMPI",
+            )
+        policy = spec.get("launcherCreationPolicy", "AtStartup")
+        if policy != "AtStartup":
+            self.refuse(
+                "spec.launcherCreationPolicy",
+                f"Phalanx starts the launcher with the workers, as a gang; {short(policy)} is not supported: "
+                "remove it and let the launcher retry (restartPolicy OnFailure)",
+            )
+        if spec.get("sshAuthMountPath", "/root/.ssh") != "/root/.ssh":
+            self.refuse(
+                "spec.sshAuthMountPath",
+                "Phalanx makes no SSH keys for the workers (on one machine mpirun needs none); remove it",
+            )
+        slots = spec.get("slotsPerWorker", 1)
+        launcher_works = spec.get("runLauncherAsWorker", False)
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+            self.refuse("spec.slotsPerWorker", f"must be a whole number >= 1, got {short(slots)}")
+            return None
+        if not isinstance(launcher_works, bool):
+            self.refuse("spec.runLauncherAsWorker", f"must be true or false, got {short(launcher_works)}")
+            return None
+        if slots == 1 and not launcher_works:
+            return None
+        base = jobtypes.get("mpi")
+        if base is None:
+            self.refuse("kind", "no JobType mpi is known to start an MPIJob from")
+            return None
+        return self.mpi_jobtype(base, slots, launcher_works, job_spec, metadata)
+
+    def mpi_jobtype(
+        self, base: JobType, slots: int, launcher_works: bool, job_spec: dict[str, Any], metadata: Any
+    ) -> dict[str, Any]:
+        # The hostfile is the JobType's: a type of its own, named by what differs, so jobs alike share it.
+        name = f"mpi-slots-{slots}" if slots != 1 else "mpi"
+        if launcher_works:
+            name += "-launcher-as-worker"
+        document = base.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        spec = document["spec"]
+        spec["slotsPerHost"] = slots
+        spec["description"] = (
+            f"The mpi JobType with {slots} slot(s) per host in the hostfile"
+            + (", the launcher listed first as a worker too" if launcher_works else "")
+            + f", for MPIJobs with slotsPerWorker: {slots} and runLauncherAsWorker: {str(launcher_works).lower()}."
+        )
+        if launcher_works:
+            spec["hostfileRoles"] = ["launcher", *[r for r in spec.get("hostfileRoles", []) if r != "launcher"]]
+            spec["rankRoles"] = ["launcher", *[r for r in spec.get("rankRoles", []) if r != "launcher"]]
+            if "worker" in spec["roles"]:
+                spec["roles"]["worker"]["minCount"] = 0
+        namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+        document["metadata"] = {"name": name, **({"namespace": namespace} if namespace else {})}
+        document = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "JobType", **document}
+        job_spec["type"] = name
+        self.paths["spec.slotsPerHost"] = "spec.slotsPerWorker"
+        return document
+
+
+def _annotated(metadata: Any, annotations: Mapping[str, str]) -> Any:
+    if not isinstance(metadata, Mapping):
+        return metadata  # validation names what is wrong with it
+    existing = metadata.get("annotations")
+    if existing is not None and not isinstance(existing, Mapping):
+        return metadata
+    return {**metadata, "annotations": {**(existing or {}), **annotations}}
+
+
+def _has_container(template: Any) -> bool:
+    """Whether a PodTemplateSpec has a first container (else its absence is what is reported)."""
+    try:
+        return isinstance(template["spec"]["containers"][0], Mapping)
+    except (KeyError, IndexError, TypeError):
+        return False

@@ -1,0 +1,283 @@
+"""A Kubernetes PodTemplateSpec, as Kubeflow replica specs hold it, turned into a Phalanx replica template.
+
+What a Phalanx replica can honour is taken: the one container's image, command, args, plain env values, working
+directory and resources (cpu, memory, ``nvidia.com/gpu``), the template's labels and annotations, and the
+container's name and ports, which only describe the container. Every other field is refused with its full path
+and why: a volume, a node selector or a secret that quietly went missing would run the program somewhere else,
+or with other data, than its author wrote. Later work passes most pod fields through (issue 16, deliver 2);
+until then they are refused, never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from phalanx.model.errors import FieldError, short
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+#: Pod and container fields that Phalanx will pass through later (issue 16, deliver 2); refused until then.
+_NOT_YET = (
+    "is not supported yet: Phalanx does not pass this pod field to replicas, and running without it would "
+    "not be the program you wrote; remove it"
+)
+_POD_FIELDS_NOT_YET = frozenset(
+    {
+        "volumes",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "securityContext",
+        "serviceAccountName",
+        "serviceAccount",
+        "imagePullSecrets",
+        "priorityClassName",
+        "initContainers",
+        "hostIPC",
+        "hostNetwork",
+        "hostPID",
+        "shareProcessNamespace",
+        "schedulerName",
+        "runtimeClassName",
+        "dnsPolicy",
+        "dnsConfig",
+        "hostAliases",
+        "topologySpreadConstraints",
+        "terminationGracePeriodSeconds",
+    }
+)
+_CONTAINER_FIELDS_NOT_YET = frozenset(
+    {
+        "volumeMounts",
+        "envFrom",
+        "securityContext",
+        "imagePullPolicy",
+        "livenessProbe",
+        "readinessProbe",
+        "startupProbe",
+        "lifecycle",
+        "volumeDevices",
+        "stdin",
+        "tty",
+        "terminationMessagePath",
+        "terminationMessagePolicy",
+        "resizePolicy",
+    }
+)
+#: Container fields taken as they are (``name`` and ``ports`` only describe the container: Phalanx names the
+#: replica and chooses the rendezvous port itself, and tells every replica the port in its environment).
+_CONTAINER_FIELDS = frozenset({"name", "image", "command", "args", "env", "workingDir", "resources", "ports"})
+
+
+def replica_template(
+    template: Any, path: str, *, restart_policy: str | None
+) -> tuple[dict[str, Any], list[FieldError]]:
+    """The Phalanx ``ReplicaTemplate`` document for a PodTemplateSpec at ``path``, and what was refused.
+
+    Args:
+        template: the replica spec's ``template`` (a PodTemplateSpec).
+        path: its path in the upstream document, e.g. ``spec.pytorchReplicaSpecs.Worker.template``.
+        restart_policy: the replica's effective restartPolicy; a pod-level one must agree with it.
+
+    Returns:
+        The template document (not yet validated: the TrainingJob's validation checks the values) and every
+        refused field, each with its path.
+    """
+    errors: list[FieldError] = []
+    if template is None:
+        template = {}
+    if not isinstance(template, Mapping):
+        return {}, [FieldError(path, f"must be a PodTemplateSpec mapping with spec.containers, got {short(template)}")]
+    result: dict[str, Any] = {}
+    for key in template:
+        if key not in ("metadata", "spec"):
+            errors.append(FieldError(f"{path}.{key}", "unknown field of a PodTemplateSpec; it has metadata and spec"))
+    metadata = template.get("metadata")
+    if metadata:
+        result_metadata, problems = _template_metadata(metadata, f"{path}.metadata")
+        errors += problems
+        if result_metadata:
+            result["metadata"] = result_metadata
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping):
+        errors.append(FieldError(f"{path}.spec", "required: a pod spec with one container under containers"))
+        return result, errors
+    for key, value in spec.items():
+        where = f"{path}.spec.{key}"
+        if key == "containers":
+            continue
+        if key == "restartPolicy":
+            if value != restart_policy:
+                errors.append(
+                    FieldError(
+                        where,
+                        f"{short(value)} differs from the replica's restartPolicy {restart_policy}; the replica "
+                        "spec's restartPolicy decides, so set it there and remove this one",
+                    )
+                )
+        elif key in _POD_FIELDS_NOT_YET:
+            errors.append(FieldError(where, _NOT_YET))
+        else:
+            errors.append(FieldError(where, "has no meaning for a Phalanx replica; remove it"))
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        errors.append(
+            FieldError(f"{path}.spec.containers", "required: one container with the image and command to run")
+        )
+        return result, errors
+    if len(containers) > 1:
+        errors.append(
+            FieldError(
+                f"{path}.spec.containers[1]",
+                f"a replica runs one program; this template has {len(containers)} containers (sidecars are not "
+                "supported yet): keep the training container only",
+            )
+        )
+    container_fields, problems = _container(containers[0], f"{path}.spec.containers[0]")
+    errors += problems
+    result.update(container_fields)
+    return result, errors
+
+
+def _template_metadata(metadata: Any, path: str) -> tuple[dict[str, Any], list[FieldError]]:
+    if not isinstance(metadata, Mapping):
+        return {}, [FieldError(path, f"must be a mapping of labels and annotations, got {short(metadata)}")]
+    errors = [
+        FieldError(f"{path}.{key}", "a replica's Pod is named by Phalanx; only labels and annotations are taken")
+        for key in metadata
+        if key not in ("labels", "annotations")
+    ]
+    return {key: metadata[key] for key in ("labels", "annotations") if key in metadata}, errors
+
+
+def _container(container: Any, path: str) -> tuple[dict[str, Any], list[FieldError]]:
+    if not isinstance(container, Mapping):
+        return {}, [FieldError(path, f"must be a container mapping, got {short(container)}")]
+    errors: list[FieldError] = []
+    result: dict[str, Any] = {}
+    for key, value in container.items():
+        where = f"{path}.{key}"
+        if key in _CONTAINER_FIELDS_NOT_YET:
+            errors.append(FieldError(where, _NOT_YET))
+        elif key not in _CONTAINER_FIELDS:
+            errors.append(FieldError(where, "has no meaning for a Phalanx replica; remove it"))
+        elif key in ("image", "command", "args"):
+            result[key] = value
+        elif key == "workingDir":
+            result["workingDir"] = value
+        elif key == "env":
+            env, problems = _env(value, where)
+            errors += problems
+            result["env"] = env
+        elif key == "resources":
+            resources, problems = container_resources(value, where)
+            errors += problems
+            if resources:
+                result["resources"] = resources
+        elif key == "ports":
+            errors += _ports(value, where)
+    return result, errors
+
+
+def _env(env: Any, path: str) -> tuple[dict[str, Any], list[FieldError]]:
+    if not isinstance(env, list):
+        return {}, [FieldError(path, f"must be a list of {{name, value}} entries, got {short(env)}")]
+    result: dict[str, Any] = {}
+    errors: list[FieldError] = []
+    for position, item in enumerate(env):
+        where = f"{path}[{position}]"
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            errors.append(FieldError(where, "must be a mapping with a name and a value"))
+            continue
+        if "valueFrom" in item:
+            # Never an empty string in its place: the program would run without its secret and no word why.
+            errors.append(
+                FieldError(
+                    f"{where}.valueFrom",
+                    f"{item['name']} comes from a secret, a ConfigMap or a pod field, which Phalanx does not "
+                    "read yet; write the value itself under value",
+                )
+            )
+            continue
+        unknown = [key for key in item if key not in ("name", "value")]
+        for key in unknown:
+            errors.append(FieldError(f"{where}.{key}", "unknown field of an env entry; it has name and value"))
+        # Kubernetes lets a later entry of the same name win; so does this mapping.
+        result[item["name"]] = item.get("value", "")
+    return result, errors
+
+
+def _ports(ports: Any, path: str) -> list[FieldError]:
+    if not isinstance(ports, list):
+        return [FieldError(path, f"must be a list of container ports, got {short(ports)}")]
+    errors = []
+    for position, port in enumerate(ports):
+        if not isinstance(port, Mapping):
+            errors.append(FieldError(f"{path}[{position}]", "must be a mapping with name and containerPort"))
+            continue
+        for key in port:
+            if key not in ("name", "containerPort", "protocol"):
+                errors.append(
+                    FieldError(
+                        f"{path}[{position}].{key}",
+                        "is not supported: Phalanx replicas reach each other directly on the port it tells them; "
+                        "remove it",
+                    )
+                )
+    return errors
+
+
+def container_resources(resources: Any, path: str) -> tuple[dict[str, Any], list[FieldError]]:
+    """Phalanx ``resources`` from a container's requests and limits.
+
+    A Phalanx replica has one amount of each resource, reserved and (where the machine allows) enforced. When
+    requests and limits both name a resource with different amounts, no single amount means what was written:
+    that is refused rather than guessed.
+    """
+    if not isinstance(resources, Mapping):
+        return {}, [FieldError(path, f"must be a mapping with requests and limits, got {short(resources)}")]
+    errors: list[FieldError] = []
+    amounts: dict[str, dict[str, Any]] = {}
+    for part in ("requests", "limits"):
+        values = resources.get(part)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            errors.append(FieldError(f"{path}.{part}", f"must be a mapping of resource amounts, got {short(values)}"))
+            continue
+        for name, amount in values.items():
+            if name not in ("cpu", "memory", GPU_RESOURCE):
+                errors.append(
+                    FieldError(
+                        f"{path}.{part}.{name}",
+                        f"Phalanx schedules cpu, memory and {GPU_RESOURCE}; remove {name}",
+                    )
+                )
+                continue
+            amounts.setdefault(str(name), {})[part] = amount
+    for key in resources:
+        if key not in ("requests", "limits"):
+            errors.append(FieldError(f"{path}.{key}", "has no meaning for a Phalanx replica; remove it"))
+    result: dict[str, Any] = {}
+    for name, parts in amounts.items():
+        if "requests" in parts and "limits" in parts and str(parts["requests"]) != str(parts["limits"]):
+            errors.append(
+                FieldError(
+                    f"{path}.limits.{name}",
+                    f"differs from requests.{name} ({short(parts['requests'])} vs {short(parts['limits'])}); a "
+                    "Phalanx replica gets one amount, reserved and enforced: write the same amount in both, or "
+                    "only one of them",
+                )
+            )
+            continue
+        amount = parts.get("requests", parts.get("limits"))
+        result["gpu" if name == GPU_RESOURCE else name] = _gpu_count(amount) if name == GPU_RESOURCE else amount
+    return result, errors
+
+
+def _gpu_count(amount: Any) -> Any:
+    # Kubernetes writes extended resources as quantities: "2" or 2. Anything else is left for validation to name.
+    if isinstance(amount, str) and amount.strip().isdigit():
+        return int(amount)
+    return amount

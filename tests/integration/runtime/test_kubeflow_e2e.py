@@ -1,0 +1,175 @@
+"""Kubeflow jobs (v1 kinds, MPIJob, a Trainer v2 TrainJob) through the real CLI on the embedded runtime: accepted
+as written, run to Succeeded.
+
+The images of Kubeflow's examples cannot run here (the embedded runtime runs local processes), so each job's
+command is a stand-in that uses what the job's JobType gives it: the PyTorchJob's replicas rendezvous over TCP
+at MASTER_ADDR:MASTER_PORT as torch.distributed's env:// does (ddp_standin.py); the MPIJob's launcher checks the
+hostfile mpirun would read instead of running mpirun (Open MPI is not in the project's environment), while its
+workers run ``sleep infinity`` and are stopped when the launcher succeeds, as mpi-operator's workers are.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from conftest import PROGRAM, Runtime, wait_until
+from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.replicas import Replica
+
+HERE = Path(__file__).parent
+STANDIN = str(HERE / "ddp_standin.py")
+SMALL = {"limits": {"cpu": "100m", "memory": "64Mi"}}
+
+
+def pytorchjob(name: str, env_dir: Path) -> dict[str, Any]:
+    def replica(count: int) -> dict[str, Any]:
+        container = {
+            "name": "pytorch",
+            "image": "example.org/ddp:1.0",  # not used by the embedded runtime (an event says so)
+            "command": [sys.executable, STANDIN],
+            "args": [str(env_dir)],
+            "env": [{"name": "LEARNING_RATE", "value": "0.5"}],
+            "resources": SMALL,
+        }
+        return {"replicas": count, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
+
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runPolicy": {"backoffLimit": 1, "cleanPodPolicy": "Running"},
+            "pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(2)},
+        },
+    }
+
+
+def replicas_left(runtime: Runtime, job: str) -> list[Replica]:
+    with runtime.client() as client:
+        return [r for r in client.store.list(Replica) if r.spec.job_name == job]
+
+
+def test_a_pytorchjob_runs_to_succeeded_through_phalanx_run(runtime: Runtime, tmp_path: Path) -> None:
+    envs = tmp_path / "env"
+    path = runtime.write_job("ddp", pytorchjob("ddp", envs))
+
+    ran = runtime.cli("run", str(path), timeout=180)
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "trainingjob/ddp created" in ran.stdout
+    seen = {int(p.stem): json.loads(p.read_text()) for p in envs.glob("*.json")}
+    assert sorted(seen) == [0, 1, 2]
+    assert {env["WORLD_SIZE"] for env in seen.values()} == {"3"}
+    assert {env["LEARNING_RATE"] for env in seen.values()} == {"0.5"}
+    assert {env["PYTHONUNBUFFERED"] for env in seen.values()} == {"1"}
+    assert len({(env["MASTER_ADDR"], env["MASTER_PORT"]) for env in seen.values()}) == 1
+    logs = runtime.cli("logs", "ddp", "--replica", "master-0", check=True).stdout
+    assert "rank 0 heard ranks [1, 2] of world size 3" in logs
+    shown = yaml.safe_load(runtime.cli("get", "job", "ddp", "-o", "yaml", check=True).stdout)
+    assert shown["metadata"]["annotations"]["phalanx.dev/converted-from"] == "PyTorchJob.kubeflow.org/v1"
+    assert shown["spec"]["runPolicy"]["restartPolicy"] == "OnFailure"
+    assert shown["spec"]["runPolicy"]["backoffLimit"] == 1
+
+
+def test_an_mpijob_launcher_finds_every_workers_slots_and_its_exit_ends_the_job(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    hostfile = tmp_path / "hostfile"
+    launcher = {
+        "name": "launcher",
+        "image": "example.org/mpi:5.0",
+        # In place of mpirun: check the hostfile it would read (2 workers x 2 slots, all on this machine).
+        "command": [sys.executable, PROGRAM],
+        "args": ["--hostfile-out", str(hostfile), "--expect-slots", "4"],
+        "resources": SMALL,
+    }
+    worker = {"name": "worker", "image": "example.org/mpi:5.0", "command": ["sleep", "infinity"], "resources": SMALL}
+    document = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": "pi"},
+        "spec": {
+            "slotsPerWorker": 2,
+            "runPolicy": {"cleanPodPolicy": "Running"},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": {"spec": {"containers": [launcher]}}},
+                "Worker": {"replicas": 2, "template": {"spec": {"containers": [worker]}}},
+            },
+        },
+    }
+    path = runtime.write_job("pi", document)
+
+    ran = runtime.cli("run", str(path), timeout=180)
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "jobtype/mpi-slots-2 created" in ran.stdout
+    assert hostfile.read_text() == "127.0.0.1 slots=4\n"
+    with runtime.client() as client:
+        job = client.get("pi")
+    assert job.status.phase == Phase.SUCCEEDED
+    assert job.spec.type == "mpi-slots-2"
+    # The workers never end by themselves: Phalanx stops them once the launcher has succeeded.
+    wait_until(lambda: replicas_left(runtime, "pi") == [], message="the MPI workers to be stopped")
+
+
+def test_convert_prints_what_submit_accepts_and_refuses_with_the_upstream_path(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    path = runtime.write_job("ddp", pytorchjob("ddp", tmp_path / "env"))
+    converted = runtime.cli("convert", str(path), check=True).stdout
+    (job,) = list(yaml.safe_load_all(converted))
+    assert (job["kind"], job["spec"]["type"]) == ("TrainingJob", "pytorch")
+    again = runtime.write_job("converted", job)
+    dry = runtime.cli("submit", "--dry-run", str(again), check=True).stdout
+    direct = runtime.cli("submit", "--dry-run", str(path), check=True).stdout
+    assert yaml.safe_load(dry)["spec"] == yaml.safe_load(direct)["spec"]
+
+    bad = pytorchjob("ddp", tmp_path / "env")
+    bad["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "data", "mountPath": "/data"}
+    ]
+    bad_path = runtime.write_job("bad", bad)
+    for verb in (["convert"], ["submit", "--dry-run"], ["run"]):
+        refused = runtime.cli(*verb, str(bad_path))
+        assert refused.returncode == 2, (verb, refused.stdout, refused.stderr)
+        assert "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].volumeMounts" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    with runtime.client() as client:  # nothing was created
+        assert client.store.list(TrainingJob) == []
+        assert client.store.list(Replica) == []
+
+
+def test_a_trainjob_on_the_shipped_torch_distributed_runtime_runs_to_succeeded(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    envs = tmp_path / "env"
+    document = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "tj"},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},  # not in the file: the one Phalanx ships
+            "trainer": {
+                "command": [sys.executable, STANDIN],
+                "args": [str(envs)],
+                "numNodes": 2,
+                "resourcesPerNode": SMALL,
+            },
+        },
+    }
+    path = runtime.write_job("tj", document)
+
+    ran = runtime.cli("run", str(path), timeout=180)
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    seen = {int(p.stem): json.loads(p.read_text()) for p in envs.glob("*.json")}
+    assert sorted(seen) == [0, 1]
+    assert {env["WORLD_SIZE"] for env in seen.values()} == {"2"}
+    assert {env["PET_NPROC_PER_NODE"] for env in seen.values()} == {"auto"}  # the runtime's numProcPerNode
+    logs = runtime.cli("logs", "tj", "--replica", "worker-0", check=True).stdout
+    assert "rank 0 heard ranks [1] of world size 2" in logs
