@@ -30,6 +30,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.kubeflow import KINDS as KUBEFLOW_KINDS
 from phalanx.model.kubeflow import (
     TRAINJOB,
+    Conversion,
     check_runtime,
     is_runtime,
     kubeflow_kind,
@@ -167,9 +168,7 @@ def validate_documents(
                 parsed.append(jobtype)
             elif kind == "TrainingJob":
                 job = validate_job(doc, jobtypes)
-                refused = refused_pod_fields(job, pod_field_refusals or {})
-                if refused:
-                    raise SpecError(refused)
+                _refuse_pod_fields(job, pod_field_refusals, None)
                 parsed.append(job)
             elif kind == "Queue":
                 parsed.append(parse_queue(doc))
@@ -180,9 +179,12 @@ def validate_documents(
                 if problems := check_runtime(doc):
                     raise SpecError(problems)
             elif kind == TRAINJOB:
-                parsed.append(validate_trainjob(doc, runtimes, jobtypes)[1])
+                _, job, conversion = validate_trainjob(doc, runtimes, jobtypes)
+                _refuse_pod_fields(job, pod_field_refusals, conversion)
+                parsed.append(job)
             elif kubeflow_kind(doc) is not None:
-                made, job, _ = validate_kubeflow(doc, jobtypes)
+                made, job, conversion = validate_kubeflow(doc, jobtypes)
+                _refuse_pod_fields(job, pod_field_refusals, conversion)
                 for jobtype in made:
                     # Jobs alike share the JobType their conversion makes: store it once per submission.
                     if jobtypes.get(jobtype.metadata.name) != jobtype:
@@ -204,6 +206,15 @@ def validate_documents(
     if errors:
         raise SpecError(errors, source=source)
     return parsed
+
+
+def _refuse_pod_fields(job: TrainingJob, refusals: Mapping[str, str] | None, conversion: Conversion | None) -> None:
+    """Raise the pod fields of ``job`` the backend refuses, at their path in the document as written."""
+    refused = refused_pod_fields(job, refusals or {})
+    if refused and conversion is not None:  # a Kubeflow job: named where its author wrote it
+        refused = [FieldError(conversion.upstream_path(error.path), error.message) for error in refused]
+    if refused:
+        raise SpecError(refused)
 
 
 def convert_documents(
