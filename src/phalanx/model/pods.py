@@ -79,11 +79,25 @@ class LocalObjectReference(ApiModel):
 # -- environment ---------------------------------------------------------------------------------------------
 
 
+#: An object's name (a DNS-1123 subdomain) and a Secret's or ConfigMap's key, as Kubernetes allows them; on the
+#: embedded runtime both become path components, so nothing else may pass (no '/', no '..').
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
+
+
+def _not_dots(value: str) -> str:
+    if value in (".", ".."):
+        raise ValueError(f"{value!r} is not a key; use letters, digits, '-', '_' and '.'")
+    return value
+
+
+DataKey = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$"), AfterValidator(_not_dots)]
+
+
 class KeySelector(ApiModel):
     """One key of a Secret or ConfigMap of the job's namespace."""
 
-    name: Annotated[str, Field(min_length=1, max_length=253)]
-    key: Annotated[str, Field(min_length=1, max_length=253)]
+    name: ObjectName
+    key: DataKey
     optional: bool | None = None
 
 
@@ -136,7 +150,7 @@ class EnvVarSource(ApiModel):
 class NamedReference(ApiModel):
     """A whole Secret or ConfigMap, by name."""
 
-    name: Annotated[str, Field(min_length=1, max_length=253)]
+    name: ObjectName
     optional: bool | None = None
 
 
@@ -549,12 +563,10 @@ EMBEDDED_REFUSALS: dict[str, str] = {
     "volumeMounts.host": "the embedded runtime runs replicas as host processes without a mount namespace, so a "
     "volume appears only where the host has it: a hostPath mounted at its own path, or emptyDir medium Memory at "
     "/dev/shm; read other host directories by their own path, or use a Dataset",
-    # env valueFrom: by kind of source (and, for fieldRef, by field): a replica's own metadata has a meaning here.
-    "envValueFrom.secretKeyRef": "the embedded runtime has no Secrets; set value",
-    "envValueFrom.configMapKeyRef": "the embedded runtime has no ConfigMaps; set value",
+    # env valueFrom: by kind of source (and, for fieldRef, by field). Secrets and ConfigMaps are files of the state
+    # directory (services.embedded.layout), a replica's own metadata is known: only these have no meaning here.
     "envValueFrom.fieldRef.metadata.uid": "an embedded replica has no Pod uid; use PHALANX_JOB_UID",
     "envValueFrom.fieldRef.spec.serviceAccountName": "the embedded runtime has no service accounts; remove it",
-    "envFrom": "the embedded runtime has no Secrets or ConfigMaps; set env values",
     "affinity": "the embedded runtime has no Pods for pod affinity and reads node labels through nodeSelector; "
     "use nodeSelector",
     "securityContext": "the embedded runtime runs replicas as the user of the control plane; remove it",

@@ -197,12 +197,10 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "env-value-from-embedded",
         mutate(
-            lambda d: worker(d).update(
-                env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
-            )
+            lambda d: worker(d).update(env=[{"name": "ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}])
         ),
-        "spec.replicas.worker.template.env.TOKEN.valueFrom.secretKeyRef",
-        "the embedded runtime has no Secrets",
+        "spec.replicas.worker.template.env.ID.valueFrom.fieldRef",
+        "no Pod uid",
     ),
     (
         "volume-mounts-embedded",

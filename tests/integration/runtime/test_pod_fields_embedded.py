@@ -15,6 +15,7 @@ import yaml
 
 from conftest import REPO, Runtime, program_role, read_envs, typed_job, wait_until
 from phalanx.model.jobs import Phase
+from phalanx.model.replicas import Replica
 
 INVENTORY = REPO / "examples" / "inventories" / "two-nodes-4gpu.yaml"
 
@@ -123,3 +124,51 @@ def test_a_host_path_at_its_own_path_and_shared_memory_at_dev_shm_are_kept(runti
     runtime.wait_phase("mounts", {Phase.SUCCEEDED})
     # The replica wrote into the host directory at the path it was given.
     assert set(read_envs(shared)) == {"worker-0"}
+
+
+def test_secrets_and_configmaps_are_files_of_the_state_directory_read_at_launch(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    runtime.start_control_plane()
+    envs = tmp_path / "env"
+    role = program_role(1, args=["--env-dir", str(envs)], cpu=1, memory="1Gi")
+    role["template"].update(  # type: ignore[union-attr]
+        env=[
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "token"}}},
+            {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "m", "optional": True}}},
+        ],
+        envFrom=[{"prefix": "CFG_", "configMapRef": {"name": "train-config"}}],
+    )
+    config = runtime.state_dir / "configmaps" / "default" / "train-config"
+    config.mkdir(parents=True)
+    (config / "epochs").write_text("3")
+    (config / "not-a-name").write_text("skipped")
+    runtime.submit(typed_job("secret", "generic", {"worker": role}))
+
+    # Like a Pod naming a Secret that does not exist yet, the replica waits, saying which file to create.
+    secret = runtime.state_dir / "secrets" / "default" / "hub-token"
+    with runtime.client() as client:
+        message = wait_until(
+            lambda: next(
+                (r.status.message for r in client.store.list(Replica) if "waiting for secret" in r.status.message),
+                None,
+            ),
+            message="the replica to wait for its secret",
+        )
+    assert f"create {secret / 'token'}" in message, message
+    described = " ".join(runtime.cli("describe", "job", "secret", check=True).stdout.split())
+    assert "waiting for secret default/hub-token" in described, described
+    assert runtime.cli("get", "job", "secret", "-o", "yaml", check=True).stdout.count("s3cr3t") == 0
+
+    secret.mkdir(parents=True)
+    (secret / "token").write_text("s3cr3t")
+    runtime.wait_phase("secret", {Phase.SUCCEEDED})
+    env = read_envs(envs)["worker-0"]
+    assert env["TOKEN"] == "s3cr3t"
+    assert env["CFG_epochs"] == "3"
+    assert "MODE" not in env  # optional and absent: not set, as on Kubernetes
+    assert not any(key.startswith("CFG_not") for key in env)
+    # The value was read at launch, never stored with the job or its replicas.
+    with runtime.client() as client:
+        stored = [r.model_dump_json() for r in client.store.list(Replica)]
+    assert not any("s3cr3t" in text for text in stored)

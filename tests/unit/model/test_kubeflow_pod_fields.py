@@ -79,9 +79,10 @@ def test_the_embedded_runtime_refuses_them_at_the_path_in_the_kubeflow_document(
     assert f"{WORKER}.containers[0].securityContext" in paths
     assert f"{WORKER}.initContainers[0]" not in paths  # refused as a whole field: initContainers
     assert f"{WORKER}.initContainers" in paths
-    assert f"{WORKER}.containers[0].env[1].valueFrom.secretKeyRef" in paths  # TOKEN, after the example's own
+    assert f"{WORKER}.containers[0].securityContext" in paths
     assert f"{WORKER}.containers[0].volumeMounts[0]" in paths
-    # nodeSelector, tolerations and fieldRefs have a meaning there.
+    # nodeSelector, tolerations, env valueFrom and envFrom have a meaning there.
+    assert not any(".env[" in path or "envFrom" in path for path in paths)
     assert f"{WORKER}.nodeSelector" not in paths
     assert not any(path.startswith(f"{WORKER}.tolerations") for path in paths)
 

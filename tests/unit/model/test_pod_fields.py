@@ -160,8 +160,7 @@ def test_the_embedded_door_refuses_every_pod_field_naming_its_path() -> None:
     paths = {e.path for e in caught.value.errors}
     root = "spec.replicas.worker.template"
     expected = {f"{root}.{alias}" for alias in EMBEDDED_REFUSALS if not alias.startswith("envValueFrom")}
-    # The replica's own metadata (fieldRef POD_NAME, TEAM) has a meaning there; Secrets and ConfigMaps have none.
-    expected |= {f"{root}.env.TOKEN.valueFrom.secretKeyRef", f"{root}.env.MODE.valueFrom.configMapKeyRef"}
+    # env valueFrom and envFrom have a meaning there: the replica's own metadata, files of the state directory.
     expected -= {f"{root}.nodeSelector", f"{root}.tolerations", f"{root}.volumeMounts.host"}
     # No mount of the example is one the host shows as a Pod would (a claim, a path elsewhere, readOnly...).
     expected |= {f"{root}.volumeMounts[{position}]" for position in range(6)}

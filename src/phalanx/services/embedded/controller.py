@@ -282,6 +282,9 @@ class JobController:
                 cpu_milli=template.resources.cpu or 0,
                 memory=template.resources.memory or 0,
                 files=files,
+                # Read at launch, so that a secret's value is never stored (node_runtime).
+                env_sources={k: v for k, v in template.env_value_from.items() if v.field_ref is None},
+                env_from=list(template.env_from),
             ),
         )
         try:
