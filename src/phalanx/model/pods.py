@@ -24,7 +24,14 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from phalanx.model.base import ApiModel
 from phalanx.model.bounds import MAX_INIT_CONTAINERS, MAX_POD_LIST_ITEMS, MAX_POD_MAP_ENTRIES
@@ -523,6 +530,17 @@ class PodFields(ApiModel):
         max_length=MAX_INIT_CONTAINERS,
         description="containers that run beside the replica and stop when it ends (Kubernetes native sidecars)",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_empty_pod_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # An unset pod field is empty: leave it out, so a template that sets none is written as it always was.
+        data = handler(self)
+        if isinstance(data, dict):
+            for name, info in PodFields.model_fields.items():
+                for key in (name, info.alias):
+                    if key in data and data[key] in ([], {}):
+                        del data[key]
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> PodFields:
