@@ -49,7 +49,7 @@ from phalanx.model.bounds import (
 )
 from phalanx.model.datasets import DatasetMount
 from phalanx.model.meta import ObjectMeta
-from phalanx.model.names import check_dns_label
+from phalanx.model.names import check_dns_label, check_dns_subdomain
 from phalanx.model.pods import EnvVarSource, PodFields
 from phalanx.model.resources import (
     CPU_QUANTITY_PATTERN,
@@ -382,6 +382,14 @@ class Placement(StrEnum):
 PRIORITY_CLASSES: dict[str, int] = {"low": -100, "normal": 0, "high": 100, "critical": 1000}
 
 
+def _scheduler_name(value: str) -> str:
+    return check_dns_subdomain(value, "scheduler name")
+
+
+#: A Kubernetes scheduler's name (a Pod's ``spec.schedulerName``): a DNS-1123 subdomain.
+SchedulerName = Annotated[str, AfterValidator(_scheduler_name)]
+
+
 class SchedulingPolicy(ApiModel):
     """Queue, priority and placement wishes."""
 
@@ -392,6 +400,12 @@ class SchedulingPolicy(ApiModel):
     placement: Placement = Placement.AUTO
     topology: Literal["none", "preferred", "required"] = "preferred"
     gpu_model: GpuModels | None = None
+    scheduler_name: SchedulerName | None = Field(
+        default=None,
+        description="Kubernetes only: the cluster's scheduler that places the job's Pods as one gang "
+        "(e.g. default-scheduler, kube-scheduler's gang scheduling); default: the operator's "
+        "--default-job-scheduler, else phalanx-scheduler (docs/kubernetes.md#gang-scheduling-by-kube-scheduler)",
+    )
 
     def effective_priority(self) -> int:
         """The priority class's value when a class is named, else ``priority``."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 MAX_NAME_LENGTH = 63
+MAX_SUBDOMAIN_LENGTH = 253
 
 
 def check_dns_label(value: str, what: str = "name") -> str:
@@ -35,5 +37,26 @@ def check_dns_label(value: str, what: str = "name") -> str:
         raise ValueError(
             f"{what} {value!r} is not a DNS-1123 label: use lowercase letters, digits and '-', starting and "
             f"ending with a letter or digit, e.g. {suggestion!r}"
+        )
+    return value
+
+
+def check_dns_subdomain(value: str, what: str = "name") -> str:
+    """Validate a DNS-1123 subdomain (labels joined by '.', at most 253 characters), returning it unchanged.
+
+    What Kubernetes asks of a Pod's ``schedulerName``.
+
+    Raises:
+        ValueError: with the rule that was broken and an example of a valid value.
+    """
+    if not value:
+        raise ValueError(f"{what} must not be empty; e.g. 'default-scheduler'")
+    if len(value) > MAX_SUBDOMAIN_LENGTH:
+        raise ValueError(f"{what} is {len(value)} characters; at most {MAX_SUBDOMAIN_LENGTH} are allowed")
+    if not _DNS_SUBDOMAIN.fullmatch(value):
+        suggestion = re.sub(r"[^a-z0-9.-]+", "-", value.lower()).strip("-.") or "default-scheduler"
+        raise ValueError(
+            f"{what} {value!r} is not a DNS-1123 subdomain: use lowercase letters, digits, '-' and '.', each "
+            f"part starting and ending with a letter or digit, e.g. {suggestion!r}"
         )
     return value

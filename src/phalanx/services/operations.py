@@ -463,7 +463,7 @@ class Operations:
         Raises:
             SpecError: every problem in every document, each with its field path.
         """
-        return validate_documents(
+        parsed = validate_documents(
             documents,
             self.jobtypes(),
             source=source,
@@ -471,6 +471,21 @@ class Operations:
             namespaced_kinds=self.backend.namespaced_kinds,
             pod_field_refusals=self.backend.pod_field_refusals,
         )
+        if not self.backend.cluster_scheduling:
+            many = len(parsed) > 1
+            refused = [
+                FieldError(
+                    "spec.scheduling.schedulerName",
+                    f"{f'document {position + 1}: ' if many else ''}names the Kubernetes scheduler "
+                    f"{obj.spec.scheduling.scheduler_name!r}, and this runtime has none: it places jobs itself; "
+                    "remove schedulerName (it applies on a Kubernetes cluster)",
+                )
+                for position, obj in enumerate(parsed)
+                if isinstance(obj, TrainingJob) and obj.spec.scheduling.scheduler_name is not None
+            ]
+            if refused:
+                raise SpecError(refused, source=source)
+        return parsed
 
     def submit(
         self,

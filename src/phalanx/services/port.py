@@ -139,6 +139,8 @@ class OperationsBackend(ObjectReader, ObjectWriter, Protocol):
     pod_field_refusals: Mapping[str, str]
     """Pod fields of a replica template (``model.pods``) this backend cannot honour, each with why: a job that
     sets one is refused at the validation door, naming the field's path. Empty on a cluster."""
+    cluster_scheduling: bool
+    """Whether a job may leave its placement to the cluster's scheduler (``spec.scheduling.schedulerName``)."""
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete a job and, in the backend's way, its replicas.

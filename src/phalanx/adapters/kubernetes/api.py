@@ -82,6 +82,9 @@ TRAININGJOBS = Resource("TrainingJob", "trainingjobs", group=API_GROUP, version=
 JOBTYPES = Resource("JobType", "jobtypes", group=API_GROUP, version=PHALANX_VERSION, namespaced=False)
 QUEUES = Resource("Queue", "queues", group=API_GROUP, version=PHALANX_VERSION, namespaced=False)
 DATASETS = Resource("Dataset", "datasets", group=API_GROUP, version=PHALANX_VERSION)
+#: kube-scheduler's alpha gang scheduling (Kubernetes 1.36: feature gates GenericWorkload and GangScheduling, the
+#: API version served with ``--runtime-config=scheduling.k8s.io/v1alpha2=true``); docs/kubernetes.md.
+PODGROUPS = Resource("PodGroup", "podgroups", group="scheduling.k8s.io", version="v1alpha2")
 CRDS = Resource("CustomResourceDefinition", "customresourcedefinitions", group="apiextensions.k8s.io", namespaced=False)
 
 

@@ -70,12 +70,15 @@ class InstallParameters:
         dataset_store_claim: a ReadWriteMany PersistentVolumeClaim in ``namespace`` to hold materialised
             Datasets; None installs without dataset staging (``spec.datasets`` is then not staged).
         cache_dir: the directory on every node that holds its dataset cache (a hostPath).
+        default_job_scheduler: the cluster's scheduler for jobs naming none in ``spec.scheduling.schedulerName``
+            (the operator's and the scheduler's ``$PHALANX_DEFAULT_JOB_SCHEDULER``); empty: phalanx-scheduler.
     """
 
     image: str
     namespace: str = DEFAULT_NAMESPACE
     dataset_store_claim: str | None = None
     cache_dir: str = DEFAULT_CACHE_DIR
+    default_job_scheduler: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +177,10 @@ def service_account(component: _Component, namespace: str) -> dict[str, Any]:
     }
 
 
+#: The cluster-wide default of ``spec.scheduling.schedulerName``, read by the operator and the scheduler alike.
+JOB_SCHEDULER_ENV = "PHALANX_DEFAULT_JOB_SCHEDULER"
+
+
 def _rule(groups: list[str], resources: list[str], verbs: list[str], names: list[str] | None = None) -> dict[str, Any]:
     rule: dict[str, Any] = {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
     if names:
@@ -196,6 +203,9 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([API_GROUP], with_status, ["update", "patch"]),
             _rule([""], ["pods"], ["create", "delete", *READ]),
             _rule([""], ["services", "configmaps"], ["create", "delete", *READ]),
+            # The PodGroup of a job left to the cluster's scheduler (kube-scheduler's gang scheduling): created
+            # before its Pods; one of an earlier job of the same name is read and deleted.
+            _rule(["scheduling.k8s.io"], ["podgroups"], ["create", "get", "delete"]),
             # Each node agent's dataset cache report (an annotation): when a job's data is staged there; and
             # its unhealthy GPUs, whose replicas are stopped and whose jobs are placed again.
             _rule([""], ["nodes"], READ),
@@ -350,7 +360,10 @@ def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
     With a dataset store it mounts the claim read-write and materialises Datasets into it; local sources are
     read only from the store's ``sources/`` directory (``--allow-path-under``).
     """
-    env = [{"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME}]
+    env = [
+        {"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME},
+        {"name": JOB_SCHEDULER_ENV, "value": parameters.default_job_scheduler},
+    ]
     if parameters.dataset_store_claim is None:
         return _deployment(OPERATOR, parameters, env, strategy="Recreate")
     env.append({"name": "PHALANX_DATASET_STORE", "value": f"{DATASET_STORE_PATH}/store"})
@@ -390,6 +403,7 @@ def scheduler_deployment(parameters: InstallParameters) -> dict[str, Any]:
     env = [
         {"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME},
         {"name": "PHALANX_LEASE_NAME", "value": SCHEDULER_LEASE},
+        {"name": JOB_SCHEDULER_ENV, "value": parameters.default_job_scheduler},
     ]
     deployment = _deployment(SCHEDULER, parameters, env, strategy="RollingUpdate")
     digest = hashlib.sha256(scheduler_config_text().encode()).hexdigest()

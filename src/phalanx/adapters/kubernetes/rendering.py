@@ -37,6 +37,13 @@ Decisions:
       for the node agent and for people, and not into ``nodeName``: the phalanx-scheduler binds the Pod once its
       whole gang exists. A gang of one has nothing to wait for: the operator asks for its Pod to be created on
       its node (``bind``), which spares the API server the binding, a write per Pod.
+    - **Placed by the cluster's scheduler** (``core.delegation``: ``spec.scheduling.schedulerName`` or the
+      operator's default names another scheduler than Phalanx's). The Pods name that scheduler and their gang,
+      ``spec.schedulingGroup.podGroupName``: the job's PodGroup (``render_pod_group``, ``scheduling.k8s.io/
+      v1alpha2``, named after the job, owned by it, ``minCount`` = ``minAvailable`` or every replica), which
+      kube-scheduler's alpha gang scheduling reads: it binds none of the group's Pods until ``minCount`` of them
+      exist and fit at once. Their placement has no node yet, so they carry no placement annotations and are
+      never created bound.
     - **Files.** The MPI hostfile is a ConfigMap (``<job>-hostfile``) mounted read-only at ``/etc/phalanx``
       when the JobType has ``hostfileRoles``; outputs go to an ``emptyDir`` at ``/phalanx/<outputs.path>``
       (``PHALANX_OUTPUT_DIR``), one per Pod: collecting them (``outputs.storeTo``) is the operator's.
@@ -57,6 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from phalanx.adapters.kubernetes.crds import VERSION
+from phalanx.core.delegation import CLUSTER_PLACED, gang_min_count
 from phalanx.core.rendezvous import Endpoint, RendezvousError, render_hostfile, render_replica_env, replica_names
 from phalanx.model.base import API_GROUP, ApiModel
 from phalanx.model.jobs import ReplicaPlacement, ReplicaTemplate, TrainingJob
@@ -67,6 +75,8 @@ from phalanx.model.replicas import replica_name
 from phalanx.model.resources import format_cpu
 
 DEFAULT_SCHEDULER_NAME = "phalanx-scheduler"
+#: The PodGroup of kube-scheduler's alpha gang scheduling in the pinned Kubernetes (``api.PODGROUPS``).
+POD_GROUP_API_VERSION = "scheduling.k8s.io/v1alpha2"
 LABEL_JOB = "phalanx.dev/job"
 LABEL_ROLE = "phalanx.dev/role"
 LABEL_INDEX = "phalanx.dev/replica-index"
@@ -179,6 +189,7 @@ def render_pod(
     placement: ReplicaPlacement | None = None,
     bind: bool = False,
     datasets: DatasetVolumes | None = None,
+    pod_group: str | None = None,
 ) -> dict[str, Any]:
     """Render the Pod of one replica, for one attempt.
 
@@ -194,6 +205,8 @@ def render_pod(
         bind: create the Pod on its placement's node (``nodeName``) instead of leaving it to the scheduler to
             bind: only for a gang of one, whose Pod has no other Pod to wait for.
         datasets: the replica's staged datasets: their environment and read-only hostPath volumes.
+        pod_group: the PodGroup the Pod belongs to (``spec.schedulingGroup``), for a job placed by the cluster's
+            scheduler (``scheduler_name``) as one gang; None: Phalanx's scheduler places it.
 
     Raises:
         RenderError: no image, no uid, a name that is not a DNS label, or a template that cannot be rendered.
@@ -248,7 +261,7 @@ def render_pod(
         annotations[ANNOTATION_GPU_MILLI] = str(gpu_milli)
     if resources.gpu_model:
         annotations[ANNOTATION_GPU_MODEL] = resources.gpu_model
-    if placement is not None:
+    if placement is not None and placement.node != CLUSTER_PLACED:
         annotations[ANNOTATION_NODE] = placement.node
         annotations[ANNOTATION_GPUS] = ",".join(str(gpu) for gpu in placement.gpus)
         annotations[ANNOTATION_CPUS] = ",".join(str(cpu) for cpu in placement.cpus)
@@ -290,9 +303,11 @@ def render_pod(
 
     spec: dict[str, Any] = {"schedulerName": scheduler_name, "restartPolicy": "Never"}
     if bind:
-        if placement is None:
-            raise RenderError(f"the pod {name!r} cannot be bound: it has no placement")
+        if placement is None or placement.node == CLUSTER_PLACED:
+            raise RenderError(f"the pod {name!r} cannot be bound: it has no placement on a node")
         spec["nodeName"] = placement.node
+    if pod_group is not None:
+        spec["schedulingGroup"] = {"podGroupName": pod_group}
     if needs_service(job):
         spec.update(hostname=name, subdomain=service_name(job))
     spec.update(
@@ -413,6 +428,33 @@ def render_headless_service(job: TrainingJob, jobtype: JobType) -> dict[str, Any
                 {"name": PORT_NAME, "port": jobtype.spec.port, "targetPort": jobtype.spec.port, "protocol": "TCP"}
             ],
         },
+    }
+
+
+def pod_group_name(job: TrainingJob) -> str:
+    """The PodGroup of a job placed by the cluster's scheduler: named after the job."""
+    return job.metadata.name
+
+
+def render_pod_group(job: TrainingJob) -> dict[str, Any]:
+    """Render the job's PodGroup for kube-scheduler's gang scheduling: ``minCount`` Pods placed together or none.
+
+    Standalone (no Workload object); owned by the job, so it goes with it.
+
+    Raises:
+        RenderError: the job has no uid.
+
+    """
+    return {
+        "apiVersion": POD_GROUP_API_VERSION,
+        "kind": "PodGroup",
+        "metadata": {
+            "name": pod_group_name(job),
+            "namespace": job.metadata.namespace,
+            "labels": {LABEL_JOB: job.metadata.name, "app.kubernetes.io/managed-by": "phalanx"},
+            "ownerReferences": [job_owner_reference(job)],
+        },
+        "spec": {"schedulingPolicy": {"gang": {"minCount": gang_min_count(job)}}},
     }
 
 

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from phalanx.core.delegation import cluster_placements, gang_min_count
 from phalanx.core.gpu_health import lost_replicas
 from phalanx.core.lifecycle import transition
 from phalanx.core.reconcile.policies import backoff_delay, decide_restart, success_message
@@ -224,6 +225,18 @@ def _step_queued(d: _Draft) -> None:
         return
     if d.policy.suspend:
         d.move(P.HALTED, "Halted", "halted while queued; resume it to queue it again")
+    elif d.inp.placed_by is not None:
+        # Placed by the cluster's scheduler (core.delegation): nothing of Phalanx's admits it, so it is admitted
+        # here, every replica placed on a node that scheduler will pick, as one gang.
+        placements = cluster_placements(d.job, d.jobtype)
+        d.move(
+            P.ADMITTED,
+            "Delegated",
+            f"its {len(placements)} Pod(s) are left to the cluster's scheduler {d.inp.placed_by!r}, which places "
+            f"at least {gang_min_count(d.job)} of them together or none",
+            placements=placements,
+            admitted_time=d.now,
+        )
 
 
 def _step_admitted(d: _Draft) -> None:

@@ -57,6 +57,9 @@ class ReconcileInput:
         now: the current time.
         unhealthy_gpus: the unhealthy GPUs of the nodes, node -> index -> why (``core.gpu_health.sick_gpus``):
             replicas placed on one are stopped and the job placed again.
+        placed_by: the cluster's scheduler that places the job's Pods (``core.delegation.placing_scheduler``): a
+            queued job is then admitted at once, its placements left to that scheduler. None: Phalanx's
+            scheduler admits and places it.
 
     """
 
@@ -68,6 +71,7 @@ class ReconcileInput:
     staging_error: str | None = None
     outputs: OutputsObservation = field(default_factory=OutputsObservation)
     unhealthy_gpus: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    placed_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,13 @@ def install(
         str | None, typer.Option("--namespace", "-n", help="Namespace of the components (default: phalanx-system).")
     ] = None,
     image: Annotated[str | None, typer.Option(help="Image the components run (default: phalanx:<version>).")] = None,
+    default_job_scheduler: Annotated[
+        str,
+        typer.Option(
+            help="The cluster's scheduler for jobs naming none in spec.scheduling.schedulerName, e.g. "
+            "default-scheduler (kube-scheduler's gang scheduling; default: phalanx-scheduler)."
+        ),
+    ] = "",
 ) -> None:
     """Install Phalanx on Kubernetes: CRDs, RBAC, operator, scheduler and node agent."""
     if not print_yaml:
@@ -32,9 +39,11 @@ def install(
         )
     from phalanx.services.kubernetes.install import InstallRequest, render_install
 
-    request = InstallRequest(image=image, crds_only=crds_only)
+    request = InstallRequest(image=image, crds_only=crds_only, default_job_scheduler=default_job_scheduler)
     if namespace is not None:
-        request = InstallRequest(namespace=namespace, image=image, crds_only=crds_only)
+        request = InstallRequest(
+            namespace=namespace, image=image, crds_only=crds_only, default_job_scheduler=default_job_scheduler
+        )
     try:
         text = render_install(request)
     except ValueError as err:

@@ -178,7 +178,7 @@ def print_description(console: Console, described: JobDescription, *, pods: bool
         for name, placement in sorted(status.placements.items()):
             placed.add_row(
                 name,
-                placement.node,
+                placement.node or "-",  # none yet: the cluster's scheduler picks it (spec.scheduling.schedulerName)
                 ",".join(map(str, placement.cpus)) or "shared",
                 ",".join(map(str, placement.gpus)) or ("-" if not placement.gpu_milli else f"{placement.gpu_milli}m"),
             )

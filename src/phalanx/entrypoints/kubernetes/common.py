@@ -19,8 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from phalanx.adapters.kubernetes.api import KubeApi
-from phalanx.adapters.kubernetes.manifests import HEALTH_PORT, HEALTH_PORT_ENV
+from phalanx.adapters.kubernetes.manifests import HEALTH_PORT, HEALTH_PORT_ENV, JOB_SCHEDULER_ENV
 from phalanx.entrypoints.masked_logging import mask_log_handlers
+from phalanx.model.names import check_dns_subdomain
 
 DEFAULT_NAMESPACE = "phalanx-system"
 
@@ -77,6 +78,26 @@ def add_dataset_store_option(parser: argparse.ArgumentParser, without: str) -> N
         default=Path(from_env) if from_env else None,
         help="the directory Datasets are materialised into, which the operator writes and the node agents read "
         f"(a ReadWriteMany volume; default: $PHALANX_DATASET_STORE); {without}",
+    )
+
+
+def _scheduler_name(value: str) -> str:
+    try:
+        return check_dns_subdomain(value, "--default-job-scheduler")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_job_scheduler_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--default-job-scheduler`` (default ``$PHALANX_DEFAULT_JOB_SCHEDULER``; none: phalanx-scheduler)."""
+    parser.add_argument(
+        "--default-job-scheduler",
+        type=_scheduler_name,
+        default=os.environ.get(JOB_SCHEDULER_ENV) or None,
+        metavar="NAME",
+        help="the scheduler that places the Pods of jobs naming none in spec.scheduling.schedulerName, e.g. "
+        f"default-scheduler for kube-scheduler's gang scheduling (default: ${JOB_SCHEDULER_ENV}, else "
+        "phalanx-scheduler); give the operator and phalanx-scheduler the same",
     )
 
 

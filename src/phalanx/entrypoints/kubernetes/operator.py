@@ -27,6 +27,7 @@ from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME
 from phalanx.entrypoints.kubernetes.common import (
     add_common_options,
     add_dataset_store_option,
+    add_job_scheduler_option,
     common_options,
     parse,
     serve_health,
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("PHALANX_DEFAULT_IMAGE") or None,
         help="image for replicas whose job and JobType name none (default: $PHALANX_DEFAULT_IMAGE; none)",
     )
+    add_job_scheduler_option(parser)
     add_dataset_store_option(parser, "without it Datasets are neither materialised nor staged")
     parser.add_argument(
         "--dataset-mount-path",
@@ -98,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         OperatorSettings(
             scheduler_name=args.scheduler_name,
             image=args.image,
+            job_scheduler=args.default_job_scheduler,
             identity=options.identity,
             workers=args.workers,
             job_workers=args.job_workers,

@@ -2,7 +2,8 @@
 
 Options beyond the common ones: ``--scheduler-name`` (the ``schedulerName`` of the Pods it binds),
 ``--lease-name`` and ``--lease-duration`` (leader election; one scheduler leads, others stand by), ``--config``
-(a SchedulerConfiguration file, docs/scheduling.md; the install mounts it from a ConfigMap).
+(a SchedulerConfiguration file, docs/scheduling.md; the install mounts it from a ConfigMap),
+``--default-job-scheduler`` (jobs naming no scheduler are left to it, not admitted here; as the operator's).
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from pathlib import Path
 
 from phalanx.adapters.kubernetes.api import KubeApiError
 from phalanx.core.scheduling.config import DEFAULT_POLICY, from_configuration
-from phalanx.entrypoints.kubernetes.common import add_common_options, common_options, parse, serve_health, setup
+from phalanx.entrypoints.kubernetes.common import (
+    add_common_options,
+    add_job_scheduler_option,
+    common_options,
+    parse,
+    serve_health,
+    setup,
+)
 from phalanx.model.errors import SpecError
 from phalanx.model.loading import read_scheduler_configuration
 from phalanx.services.kubernetes.scheduler import KubeScheduler, SchedulerSettings
@@ -45,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=15.0,
         help="seconds a silent leader keeps the Lease before another may take it",
     )
+    add_job_scheduler_option(parser)
     parser.add_argument("--workers", type=int, default=8, help="concurrent API writes (admissions, bindings)")
     parser.add_argument(
         "--config",
@@ -81,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         renew_interval_s=max(0.2, args.lease_duration / 5),
         workers=args.workers,
         policy=policy,
+        job_scheduler=args.default_job_scheduler,
     )
     scheduler = KubeScheduler(api, settings)
     stop = threading.Event()

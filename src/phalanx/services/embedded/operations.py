@@ -99,6 +99,7 @@ class SqliteBackend(SqliteStatus):
     job_noun = "job"
     namespaced_kinds = NAMESPACED_KINDS
     pod_field_refusals: Mapping[str, str] = EMBEDDED_REFUSALS
+    cluster_scheduling = False
 
     def __init__(self, store: SqliteStore, layout: StateLayout, *, clock: Clock | None = None) -> None:
         super().__init__(store, clock=clock)

@@ -38,11 +38,14 @@ from phalanx.adapters.kubernetes.rendering import (
     DATASET_MOUNT_PATH,
     DEFAULT_SCHEDULER_NAME,
     DatasetVolumes,
+    RenderError,
     needs_service,
+    pod_group_name,
     render_headless_service,
     render_hostfile_configmap,
     render_pod,
 )
+from phalanx.core.delegation import conflicts, placing_scheduler
 from phalanx.core.reconcile.types import CreateReplica, EventRecord, ObservedReplica, Plan
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, TrainingJob, TrainingJobStatus
@@ -61,6 +64,11 @@ class PodSettings:
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     image: str | None = None
     dataset_mount_path: str = DATASET_MOUNT_PATH  # where replicas see their datasets' cache entries
+    job_scheduler: str | None = None  # the cluster's scheduler for jobs that name none (None: scheduler_name)
+
+    def placing_scheduler(self, job: TrainingJob) -> str | None:
+        """The cluster's scheduler that places the job's Pods, or None when phalanx-scheduler does."""
+        return placing_scheduler(job, own=self.scheduler_name, default=self.job_scheduler)
 
 
 def pod_uid(pod: Mapping[str, Any]) -> str:
@@ -105,14 +113,16 @@ def render_creates(
     Each Pod carries the action's attempt, its placement in annotations, and its staged datasets (``datasets``,
     by replica name: environment and hostPath volumes). The Pods of a gang are left for
     the phalanx-scheduler to bind once they all exist; a job with a single placed replica is a gang of one, with
-    nothing to wait for, so its Pod is created on its placement's node and needs no binding.
+    nothing to wait for, so its Pod is created on its placement's node and needs no binding. The Pods of a job
+    the cluster's scheduler places (``PodSettings.placing_scheduler``) name it and the job's PodGroup instead.
 
     Raises:
         RenderError: a Pod cannot be rendered (no image, a name too long...); the message names the field.
 
     """
     pods = []
-    alone = len(job.status.placements) == 1
+    cluster = settings.placing_scheduler(job)
+    alone = len(job.status.placements) == 1 and cluster is None
     for action in decided.actions:
         if not isinstance(action, CreateReplica):
             continue
@@ -123,11 +133,12 @@ def render_creates(
                 action.role,
                 action.index,
                 action.attempt,
-                scheduler_name=settings.scheduler_name,
+                scheduler_name=cluster or settings.scheduler_name,
                 image=settings.image,
                 placement=action.placement,
                 bind=alone,
                 datasets=(datasets or {}).get(replica_name(job.metadata.name, action.role, action.index)),
+                pod_group=pod_group_name(job) if cluster is not None else None,
             )
         )
     return pods
@@ -338,15 +349,28 @@ def check_renderable(job: TrainingJob, jobtype: JobType, settings: PodSettings) 
     """Render one Pod per role (its highest index: the longest name) to find what cannot run, before admission.
 
     Every Pod of a role shares its image and template, so one render per role finds a missing image, a Pod name
-    that is not a DNS label, or a rendezvous template that fails, while the job is still Pending.
+    that is not a DNS label, or a rendezvous template that fails, while the job is still Pending. A job the
+    cluster's scheduler places is refused the fields only phalanx-scheduler honours (``core.delegation``).
 
     Raises:
         RenderError: with the field to fix.
 
     """
+    cluster = settings.placing_scheduler(job)
+    if cluster is not None:
+        refused = conflicts(job, cluster)
+        if refused:
+            raise RenderError("; ".join(str(error) for error in refused))
     for role, replica in job.spec.replicas.items():
         render_pod(
-            job, jobtype, role, replica.count - 1, 0, scheduler_name=settings.scheduler_name, image=settings.image
+            job,
+            jobtype,
+            role,
+            replica.count - 1,
+            0,
+            scheduler_name=cluster or settings.scheduler_name,
+            image=settings.image,
+            pod_group=pod_group_name(job) if cluster is not None else None,
         )
 
 

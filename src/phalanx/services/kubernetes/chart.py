@@ -126,6 +126,7 @@ def _templated(tokens: _Tokens, *, datasets: bool) -> list[dict[str, Any]]:
         namespace=tokens.scalar("{{ .Release.Namespace }}"),
         dataset_store_claim=tokens.scalar("{{ .Values.datasets.storeClaim | quote }}") if datasets else None,
         cache_dir=tokens.scalar("{{ .Values.datasets.cacheDir | quote }}"),
+        default_job_scheduler=tokens.scalar("{{ .Values.defaultJobScheduler | quote }}"),
     )
     objects = [obj for obj in install_manifests(parameters) if obj["kind"] != "CustomResourceDefinition"]
     for obj in objects:
@@ -232,6 +233,7 @@ def default_values() -> dict[str, Any]:
         }
     values["scheduler"]["config"] = scheduler_config_text()
     values["datasets"] = {"storeClaim": "", "cacheDir": DEFAULT_CACHE_DIR}
+    values["defaultJobScheduler"] = ""
     return values
 
 
@@ -249,6 +251,8 @@ _COMMENTS = {
     "nodes; by default it runs on every node, tainted ones included.",
     "datasets": "Dataset staging (docs/datasets.md): a ReadWriteMany PersistentVolumeClaim in the release namespace\n"
     "as the dataset store, and the hostPath each node caches datasets in. Empty storeClaim: no staging.",
+    "defaultJobScheduler": "The cluster's scheduler for jobs naming none in spec.scheduling.schedulerName, e.g.\n"
+    "default-scheduler for kube-scheduler's alpha gang scheduling (docs/kubernetes.md). Empty: phalanx-scheduler.",
 }
 
 
@@ -304,6 +308,12 @@ def values_schema() -> dict[str, Any]:
             "scheduler": closed({**placement, "config": text}),
             "nodeAgent": closed(placement),
             "datasets": closed({"storeClaim": text, "cacheDir": {"type": "string", "pattern": "^/"}}),
+            # Empty, or a DNS-1123 subdomain (what a Pod's schedulerName must be).
+            "defaultJobScheduler": {
+                "type": "string",
+                "maxLength": 253,
+                "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
+            },
         }
     )
 

@@ -19,6 +19,7 @@ from phalanx.adapters.kubernetes.manifests import (
 )
 from phalanx.model.base import API_GROUP
 from phalanx.model.meta import check_dns_label
+from phalanx.model.names import check_dns_subdomain
 
 GENERATED_NOTE = "Generated from the Phalanx models by scripts/generate-deploy; do not edit."
 
@@ -41,18 +42,21 @@ class InstallRequest:
         namespace: where the components run.
         image: the image they run; None for ``default_image()``.
         crds_only: only the CustomResourceDefinitions (cluster-wide; no namespace, RBAC or workloads).
+        default_job_scheduler: the cluster's scheduler for jobs naming none (empty: phalanx-scheduler).
     """
 
     namespace: str = DEFAULT_NAMESPACE
     image: str | None = None
     crds_only: bool = False
+    default_job_scheduler: str = ""
 
 
 def render_install(request: InstallRequest) -> str:
     """The install as multi-document YAML, ready for ``kubectl apply -f -``.
 
     Raises:
-        ValueError: the namespace is not a DNS-1123 label, or the image name is empty or has spaces.
+        ValueError: the namespace is not a DNS-1123 label, the image name is empty or has spaces, or the default
+            job scheduler is not a DNS-1123 subdomain.
     """
     if request.crds_only:
         return render_yaml(custom_resource_definitions(), header=_crds_header())
@@ -62,7 +66,11 @@ def render_install(request: InstallRequest) -> str:
         raise ValueError(
             f"image {image!r} is not an image reference; use e.g. phalanx:0.1.0 or my-registry/phalanx:0.1.0"
         )
-    parameters = InstallParameters(image=image, namespace=request.namespace)
+    if request.default_job_scheduler:
+        check_dns_subdomain(request.default_job_scheduler, "--default-job-scheduler")
+    parameters = InstallParameters(
+        image=image, namespace=request.namespace, default_job_scheduler=request.default_job_scheduler
+    )
     return render_yaml(install_manifests(parameters), header=_install_header())
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from phalanx.adapters.kubernetes.api import (
     CONFIGMAPS,
+    PODGROUPS,
     PODS,
     SERVICES,
     TRAININGJOBS,
@@ -45,7 +46,7 @@ from phalanx.adapters.kubernetes.api import (
 from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
 from phalanx.adapters.kubernetes.informer import Informer, object_key
 from phalanx.adapters.kubernetes.objects import LABEL_ATTEMPT, job_status, model_metadata
-from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME, RenderError
+from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME, RenderError, render_pod_group
 from phalanx.core.lifecycle import can_transition, transition
 from phalanx.core.reconcile import (
     CreateReplica,
@@ -89,6 +90,7 @@ class OperatorSettings:
 
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     image: str | None = None
+    job_scheduler: str | None = None  # the cluster's scheduler for jobs naming none (None: phalanx-scheduler)
     identity: str = "phalanx-operator"
     component: str = "phalanx-operator"
     resync_s: float = 30.0
@@ -106,7 +108,10 @@ class OperatorSettings:
     def pods(self) -> PodSettings:
         """The settings Pods are rendered with."""
         return PodSettings(
-            scheduler_name=self.scheduler_name, image=self.image, dataset_mount_path=self.dataset_mount_path
+            scheduler_name=self.scheduler_name,
+            image=self.image,
+            dataset_mount_path=self.dataset_mount_path,
+            job_scheduler=self.job_scheduler,
         )
 
 
@@ -170,6 +175,7 @@ class JobReconciler:
                 staged=staging.staged,
                 staging_error=staging.error,
                 unhealthy_gpus=self.unhealthy_gpus(),
+                placed_by=self.settings.pods.placing_scheduler(job),
             )
         )
         waits = Phase(decided.status.phase) == Phase.DOWNLOADING and staging.waiting
@@ -257,6 +263,12 @@ class JobReconciler:
             # its containers start, long after its create call returns.
             tasks.extend(functools.partial(self._ensure_child, job, body) for body in render_children(job, jobtype))
         by_name = {str(pod["metadata"].get("name")): pod for pod in pods}
+        if creates and self.settings.pods.placing_scheduler(job) is not None:
+            # The PodGroup first, so that a cluster which does not serve it fails the job before any Pod exists:
+            # a Pod whose group the API server does not know would be scheduled alone, a partial gang.
+            refused = self._ensure_pod_group(obj, job)
+            if refused is not None:
+                return self._fail(obj, "PodGroupUnavailable", refused, pods)
         tasks.extend(functools.partial(self._create_pod, obj, body) for body in creates)
         for action in decided.actions:
             if isinstance(action, DeleteReplica) and action.name in by_name:
@@ -351,6 +363,40 @@ class JobReconciler:
             if not error.already_exists:
                 raise
         return True
+
+    def _ensure_pod_group(self, obj: dict[str, Any], job: TrainingJob) -> str | None:
+        """Create the job's PodGroup (409 is success); why the cluster cannot have it, None when it has it.
+
+        A PodGroup of the same name owned by an earlier job of that name is deleted, and this pass fails with a
+        retryable error: the next one creates the job's own.
+        """
+        body = render_pod_group(job)
+        meta = body["metadata"]
+        try:
+            self.wiring.api.create(PODGROUPS, body)
+            self.wiring.counters.add("children_created")
+            return None
+        except NotFoundError:
+            cluster = self.settings.pods.placing_scheduler(job)
+            return (
+                f"spec.scheduling.schedulerName: the job's Pods are left to {cluster!r} as one gang, but the API "
+                f"server does not serve {PODGROUPS.api_version} PodGroups: enable kube-scheduler's gang scheduling "
+                "(feature gates GenericWorkload and GangScheduling on every component, kube-apiserver "
+                f"--runtime-config={PODGROUPS.api_version}=true) or leave schedulerName unset"
+            )
+        except ConflictError as error:
+            if not error.already_exists:
+                raise
+        current = self.wiring.api.get(PODGROUPS, meta["name"], meta["namespace"])
+        owners = {ref.get("uid") for ref in (current.get("metadata") or {}).get("ownerReferences") or []}
+        if job.metadata.uid in owners:
+            return None
+        # Left by an earlier job of the same name, awaiting garbage collection: remove it, create ours next pass.
+        with contextlib.suppress(NotFoundError, ConflictError):
+            self.wiring.api.delete(PODGROUPS, meta["name"], meta["namespace"], uid=current["metadata"].get("uid"))
+        raise KubeApiError(
+            409, "Conflict", f"PodGroup {meta['namespace']}/{meta['name']} belongs to an earlier job of that name"
+        )
 
     def _delete_job(self, obj: dict[str, Any], reason: str) -> None:
         namespace, name = object_key(obj)

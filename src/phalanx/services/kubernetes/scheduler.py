@@ -31,6 +31,10 @@ devices; any other Pod its CPU and memory requests and as many GPUs as it reques
 free index, since the API does not say which it got), and every placement of an admitted job whose Pod is
 not bound yet. A binding this process requested counts as bound until the watch shows it.
 
+A job the cluster's own scheduler places (``spec.scheduling.schedulerName`` or ``job_scheduler`` names another
+scheduler, ``core.delegation``) is not this scheduler's: the operator admits it and kube-scheduler places its
+Pods; its bound Pods hold room on their nodes like any other Pod.
+
 Only the holder of the Lease schedules (``kube_leader``); a restarted or second scheduler rebuilds everything
 from the API, so a ``kill -9`` at any point loses nothing: a job admitted but not bound is bound by the next
 leader from its status.
@@ -75,6 +79,7 @@ from phalanx.adapters.kubernetes.objects import (
 )
 from phalanx.adapters.kubernetes.parsed import ParsedCache
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOURCE, RenderError
+from phalanx.core.delegation import placing_scheduler
 from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
 from phalanx.core.reconcile.types import EventRecord
@@ -125,6 +130,7 @@ class SchedulerSettings:
     coalesce_max_s: float = 0.5  # ... and at most this long, however much the last cycle computed
     cycle_share: float = 0.2  # ... so that cycles take about this share of a CPU under a burst
     policy: SchedulerConfig = DEFAULT_POLICY  # the base policy: --config's SchedulerConfiguration
+    job_scheduler: str | None = None  # the cluster's scheduler for jobs naming none (None: this scheduler)
 
 
 @dataclass(frozen=True)
@@ -451,7 +457,7 @@ class KubeScheduler:
                 job = self._parse_job(obj, jobtypes)
                 entry = (obj, job, job is not None and job.status.phase in _UNSETTLED)
             current[id(obj)] = entry
-            if entry[1] is not None:
+            if entry[1] is not None and not self._placed_elsewhere(entry[1]):
                 jobs.append((obj, entry[1]))
                 if entry[2]:
                     unsettled.append((obj, entry[1]))
@@ -462,6 +468,10 @@ class KubeScheduler:
             self._parsed_specs = {key: spec for key, spec in self._parsed_specs.items() if key in live}
             self._vectors = {key: vector for key, vector in self._vectors.items() if key in live}
         return jobs
+
+    def _placed_elsewhere(self, job: TrainingJob) -> bool:
+        """Whether the cluster's scheduler places the job (``core.delegation``): the operator admits it, not us."""
+        return placing_scheduler(job, own=self.settings.scheduler_name, default=self.settings.job_scheduler) is not None
 
     def _parse_job(self, obj: dict[str, Any], jobtypes: dict[str, JobType]) -> TrainingJob | None:
         meta = obj.get("metadata") or {}
