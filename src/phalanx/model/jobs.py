@@ -242,6 +242,9 @@ def _split_value_from(data: Any) -> Any:
         for position, item in enumerate(env):
             if isinstance(item, dict) and "valueFrom" in item:
                 where: tuple[str | int, ...] = ("env", position)
+                if not isinstance(item.get("name"), str):
+                    problems.append(((*where, "name"), "the variable's name is required"))
+                    continue
                 if item.get("value") not in (None, ""):
                     problems.append(((*where, "valueFrom"), "give either value or valueFrom, not both"))
                 extra = sorted(str(k) for k in item if k not in ("name", "value", "valueFrom"))

@@ -59,6 +59,7 @@ def test_an_env_value_from_is_kept_not_dropped(env: Any) -> None:
             "required",
         ),
         ({"env": [{"name": "T", "value": "x", "valueFrom": SECRET}]}, "env[0].valueFrom", "not both"),
+        ({"env": [{"valueFrom": SECRET}]}, "env[0].name", "required"),
         ({"env": [{"name": "T", "valueFrom": {}}]}, "env[0].valueFrom", "exactly one"),
         (
             {"env": [{"name": "T", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]},
