@@ -394,10 +394,19 @@ def _grounded(node: Json, rest: str, loc: list[Any], model: type[Any] | None) ->
     if model is None or "[" in rest:
         return False
     for part in rest.split("."):
-        if part not in allowed_fields(model, loc) and not _is_mapping_of_roles(model, loc):
+        if part not in allowed_fields(model, _model_loc(loc)) and not _is_mapping_of_roles(model, _model_loc(loc)):
             return False
         loc = [*loc, part]
     return True
+
+
+def _model_loc(loc: list[Any]) -> list[Any]:
+    """The model's location for a document's: Kubernetes' list form of env (``env[i].valueFrom...``) is kept in
+    the model's ``envValueFrom`` mapping, by the variable's name."""
+    for at in range(len(loc) - 2):
+        if loc[at] == "env" and isinstance(loc[at + 1], int) and loc[at + 2] == "valueFrom":
+            return [*loc[:at], "envValueFrom", "name", *loc[at + 3 :]]
+    return loc
 
 
 def _is_mapping_of_roles(model: type[Any], loc: list[Any]) -> bool:
