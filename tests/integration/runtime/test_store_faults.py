@@ -363,9 +363,15 @@ def test_a_replica_whose_supervisor_cannot_record_itself_is_not_started_and_runs
     plane = runtime.start_control_plane(prefix=_tmpfs_prefix(runs, "1m"))
     inside = Path(f"/proc/{plane.process.pid}/root") / runs.relative_to("/")
     wait_until(lambda: (inside / "shim.py").exists(), message=f"the executor to install its shim:\n{plane.log()}")
-    # Leave exactly one page free: the launch file takes it, so the shim cannot write shim.pid, its first step.
+    # Leave exactly the pages the launch file takes, so the shim cannot write shim.pid, its first step. The launch
+    # file holds the inherited environment and paths, so its size depends on the machine (one page or two): a
+    # first run of the same job, with paths of the same lengths, measures it.
+    warmup = tmp_path / "warmup.txt"  # as long a name as starts.txt: the launch file keeps its size
+    runtime.submit(generic_job("no-pix", args=["--record", str(warmup)]))  # as long a name as no-pid
+    assert runtime.wait_phase("no-pix", FINISHED).status.phase == Phase.SUCCEEDED
+    launch_size = max(path.stat().st_size for path in inside.rglob("launch.json"))
     reserve = inside / "reserve"
-    reserve.write_bytes(b"r" * 4096)
+    reserve.write_bytes(b"r" * (-(-launch_size // 4096) * 4096))
     filler = fill(inside)
     reserve.unlink()
     # restartPolicy Never: a replica misread as ended (unknown status, 137) would fail the job.
