@@ -427,3 +427,46 @@ def test_a_kubeflow_mpijob_with_slots_per_worker_runs_with_its_own_jobtype(cli: 
     hostfile = cli.kube.get(configmap)["data"]["hostfile"]
     assert [line.split()[1] for line in hostfile.splitlines() if line.strip()] == ["slots=4", "slots=4"]
     wait_until(lambda: cli.phase("kf-mpi") == "Succeeded", 120, "kf-mpi to succeed")
+
+
+def test_a_kubeflow_replicas_pod_fields_reach_its_pods(cli: Cli, running: str) -> None:
+    """Issue 16: the pod fields of a Kubeflow replica's PodTemplateSpec are mapped, and reach the Pods."""
+    container = {
+        **kubeflow_container("pytorch"),
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    pod_spec = {
+        "containers": [container],
+        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "initContainers": [{"name": "log-shipper", "image": "example.org/shipper:1", "restartPolicy": "Always"}],
+    }
+    replica = {"replicas": 1, "template": {"metadata": {"annotations": {"phalanx.dev/sim-hang": "true"}}}}
+    replica["template"]["spec"] = pod_spec
+    document = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "kf-pod-fields"},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica}},
+    }
+    cli.ok("submit", str(cli.write(document)))
+    pods = wait_until(lambda: cli.pods("kf-pod-fields"), 60, "the Kubeflow job's Pod created")
+    spec = pods[0]["spec"]
+    assert spec["nodeSelector"] == pod_spec["nodeSelector"]
+    assert spec["tolerations"][0] == pod_spec["tolerations"][0]
+    assert {"name": "shm", "emptyDir": {"medium": "Memory"}} in spec["volumes"]
+    replica_container = spec["containers"][0]
+    assert {"name": "shm", "mountPath": "/dev/shm"} in replica_container["volumeMounts"]
+    assert replica_container["securityContext"] == container["securityContext"]
+    sourced = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}
+    assert sourced in replica_container["env"]
+    (sidecar,) = spec["initContainers"]
+    assert (sidecar["name"], sidecar["image"], sidecar["restartPolicy"]) == (
+        "log-shipper",
+        "example.org/shipper:1",
+        "Always",
+    )
+    cli.ok("delete", "job", "kf-pod-fields")

@@ -35,6 +35,7 @@ class MemoryBackend:
 
     job_noun = "job"
     namespaced_kinds = NAMESPACED_KINDS
+    pod_field_refusals: Mapping[str, str] = {}
     cluster_scheduling = False
 
     def __init__(self) -> None:

@@ -58,6 +58,14 @@ MAX_STRING_BYTES = 128 * 1024
 #: Items of command and args together: Linux limits one argv to a few MiB anyway.
 MAX_ARGV_ITEMS = 4096
 
+#: Pod fields of one template (``model.pods``): items of each list (volumes, mounts, tolerations, selector terms,
+#: image pull secrets...) and entries of each mapping (nodeSelector, matchLabels, envValueFrom). Kubernetes sets
+#: no count of its own below its object size limit; real Pods have a handful.
+MAX_POD_LIST_ITEMS = 256
+MAX_POD_MAP_ENTRIES = 256
+#: Init containers, and sidecars, of one template.
+MAX_INIT_CONTAINERS = 32
+
 #: MPI slots per host.
 MAX_SLOTS_PER_HOST = 1024
 #: A Queue's fair-share weight.

@@ -23,12 +23,13 @@ from pydantic import (
     JsonValue,
     PlainSerializer,
     StrictBool,
+    ValidationError,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
 
-from phalanx.model.base import ApiModel
+from phalanx.model.base import ApiModel, every_problem
 from phalanx.model.bounds import (
     MAX_ARGV_ITEMS,
     MAX_BACKOFF_CAP_SECONDS,
@@ -49,6 +50,7 @@ from phalanx.model.bounds import (
 from phalanx.model.datasets import DatasetMount
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.names import check_dns_label, check_dns_subdomain
+from phalanx.model.pods import EnvVarSource, PodFields
 from phalanx.model.resources import (
     CPU_QUANTITY_PATTERN,
     MEMORY_QUANTITY_PATTERN,
@@ -139,12 +141,13 @@ class Resources(ApiModel):
         )
 
 
-_VALUE_FROM = "not supported yet; set value to the string itself (secretKeyRef and configMapKeyRef will come)"
+_VALUE_FROM = "a JobType's env takes values only; set valueFrom in the job's replica template"
 
 
 def _env_from_list(value: Any) -> Any:
-    # Kubernetes writes env as [{name, value}]; people write a mapping. Accept both, keep a mapping. valueFrom is
-    # refused by name: dropping it would run the program with an empty secret and no word why.
+    # Kubernetes writes env as [{name, value}]; people write a mapping. Accept both, keep a mapping. A replica
+    # template moves valueFrom entries to envValueFrom first (``_split_value_from``); any left here (a JobType's
+    # env) is refused by name: dropping it would run the program with an empty secret and no word why.
     if isinstance(value, list):
         env: dict[str, Any] = {}
         for position, item in enumerate(value):
@@ -221,8 +224,73 @@ class TemplateMetadata(ApiModel):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
-class ReplicaTemplate(ApiModel):
-    """How to run one replica of a role."""
+def _split_value_from(data: Any) -> Any:
+    """Move env entries with ``valueFrom`` (list or mapping form) to ``envValueFrom``, validated at their own path.
+
+    ``env`` stays a mapping of strings, which the rendezvous templates and both runtimes build on; the sources
+    are kept beside it and rendered after it. An entry with both ``value`` and ``valueFrom`` is refused, as
+    Kubernetes does.
+    """
+    if not isinstance(data, dict):
+        return data
+    env = data.get("env")
+    sources: dict[str, Any] = {}
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    kept: Any = env
+    if isinstance(env, list):
+        kept = []
+        for position, item in enumerate(env):
+            if isinstance(item, dict) and "valueFrom" in item:
+                where: tuple[str | int, ...] = ("env", position)
+                if not isinstance(item.get("name"), str):
+                    problems.append(((*where, "name"), "the variable's name is required"))
+                    continue
+                if item.get("value") not in (None, ""):
+                    problems.append(((*where, "valueFrom"), "give either value or valueFrom, not both"))
+                extra = sorted(str(k) for k in item if k not in ("name", "value", "valueFrom"))
+                if extra:
+                    problems.append(((*where, extra[0]), "unknown field; an entry has name and value or valueFrom"))
+                sources[str(item.get("name"))] = (where, item["valueFrom"])
+            else:
+                kept.append(item)
+    elif isinstance(env, dict):
+        kept = {}
+        for name, item in env.items():
+            if isinstance(item, dict) and "valueFrom" in item:
+                extra = sorted(str(k) for k in item if k != "valueFrom")
+                if extra:
+                    problems.append((("env", name, extra[0]), "unknown field; write NAME: {valueFrom: {...}}"))
+                sources[str(name)] = (("env", name), item["valueFrom"])
+            else:
+                kept[name] = item
+    if not sources and not problems:
+        return data
+    given = data.get("envValueFrom", data.get("env_value_from")) or {}
+    parsed: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
+    for name, (where, raw) in sources.items():
+        if name in parsed or (isinstance(kept, dict) and name in kept):
+            problems.append(((*where, "name"), f"{name} is set twice; set it once"))
+            continue
+        try:
+            parsed[name] = EnvVarSource.model_validate(raw)
+        except ValidationError as error:
+            problems.extend(
+                (
+                    (*where, "valueFrom", *item["loc"]),
+                    "unknown field; a source is secretKeyRef, configMapKeyRef or fieldRef"
+                    if item["type"] == "extra_forbidden"
+                    else item["msg"].removeprefix("Value error, "),
+                )
+                for item in error.errors(include_url=False)
+            )
+    if problems:
+        raise every_problem("ReplicaTemplate", problems)
+    rest = {k: v for k, v in data.items() if k not in ("env_value_from", "envValueFrom")}
+    return {**rest, "env": kept, "envValueFrom": parsed}
+
+
+class ReplicaTemplate(PodFields):
+    """How to run one replica of a role, and what its Pod carries on Kubernetes (``model.pods``)."""
 
     metadata: TemplateMetadata = Field(default_factory=TemplateMetadata)
     image: str | None = None
@@ -232,6 +300,8 @@ class ReplicaTemplate(ApiModel):
     working_dir: str | None = None
     size: TShirtSize | None = None
     resources: Resources = Field(default_factory=Resources)
+
+    _value_from = model_validator(mode="before")(_split_value_from)
 
     @model_validator(mode="after")
     def _runnable(self) -> ReplicaTemplate:

@@ -21,6 +21,7 @@ from phalanx.model.bounds import (
     MAX_GPUS_PER_NODE,
     MAX_NODE_MEMORY,
     MAX_NVLINKS,
+    MAX_POD_LIST_ITEMS,
 )
 from phalanx.model.meta import ObjectMeta
 
@@ -65,12 +66,25 @@ class GpuInfo(ApiModel):
     )
 
 
+class NodeTaint(ApiModel):
+    """A taint of a node (Kubernetes' ``spec.taints``): replicas that do not tolerate it stay off the node."""
+
+    key: str = Field(min_length=1, max_length=317)
+    value: str = Field(default="", max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
 class NodeSpec(ApiModel):
     """What may be scheduled on the node."""
 
     unschedulable: bool = False
     reserved_cpus: list[Annotated[int, Field(ge=0, le=MAX_CPU_ID)]] = Field(
         default_factory=list, max_length=MAX_CPUS_PER_NODE, description="CPUs never handed to replicas"
+    )
+    taints: list[NodeTaint] = Field(
+        default_factory=list,
+        max_length=MAX_POD_LIST_ITEMS,
+        description="replicas that do not tolerate a NoSchedule or NoExecute taint are not placed here",
     )
 
 

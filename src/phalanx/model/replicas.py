@@ -16,6 +16,7 @@ from pydantic import Field
 from phalanx.model.base import ApiModel
 from phalanx.model.jobs import ReplicaPlacement
 from phalanx.model.meta import ObjectMeta
+from phalanx.model.pods import EnvFromSource, EnvVarSource
 
 
 class ReplicaPhase(StrEnum):
@@ -47,6 +48,11 @@ class ReplicaObjectSpec(ApiModel):
     cpu_milli: int = 0
     memory: int = 0
     files: dict[str, str] = Field(default_factory=dict, description="relative path -> content (e.g. hostfile)")
+    env_sources: dict[str, EnvVarSource] = Field(
+        default_factory=dict,
+        description="env variables read at launch from the state directory's secrets and configmaps",
+    )
+    env_from: list[EnvFromSource] = Field(default_factory=list, description="as env_sources, every key")
 
 
 class ReplicaObjectStatus(ApiModel):

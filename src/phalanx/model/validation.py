@@ -22,6 +22,7 @@ from phalanx.model.bounds import MAX_REPLICAS
 from phalanx.model.errors import FieldError, SpecError, from_validation_error, short
 from phalanx.model.jobs import PRIORITY_CLASSES, ReplicaSpec, ReplicaTemplate, TrainingJob
 from phalanx.model.jobtypes import TEMPLATE_PATTERN, JobType, RoleDefinition
+from phalanx.model.pods import PodFields
 from phalanx.model.sizes import DEFAULT_SIZE, SIZES, fill_resources
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -166,6 +167,12 @@ def check_against_jobtype(job: TrainingJob, jobtypes: Mapping[str, JobType]) -> 
                 FieldError(f"{path}.template.command", "required: the program to run, e.g. [python, train.py]")
             )
         errors.extend(_check_env(replica.template.env, f"{path}.template.env"))
+        errors.extend(_check_env(replica.template.env_value_from, f"{path}.template.envValueFrom"))
+        errors.extend(
+            FieldError(f"{path}.template.envValueFrom.{name}", f"{name} is also in env; set it once")
+            for name in replica.template.env_value_from
+            if name in replica.template.env
+        )
         if replica.template.working_dir is not None and ".." in PurePosixPath(replica.template.working_dir).parts:
             errors.append(FieldError(f"{path}.template.workingDir", "must not contain '..'"))
     for role_name, definition in roles.items():
@@ -241,7 +248,7 @@ def _check_template_references(job: TrainingJob, jobtype: JobType) -> list[Field
     return errors
 
 
-def _check_env(env: Mapping[str, str], path: str) -> list[FieldError]:
+def _check_env(env: Mapping[str, object], path: str) -> list[FieldError]:
     errors = []
     for key in env:
         if not _ENV_NAME.match(key):
@@ -272,10 +279,21 @@ def apply_defaults(job: TrainingJob, jobtype: JobType) -> TrainingJob:
             update={
                 "command": template.command or role_template.command,
                 "args": template.args or role_template.args,
-                "env": {**role_template.env, **template.env},
+                # A variable the job takes from a source is not also given the JobType's value.
+                "env": {
+                    key: value
+                    for key, value in {**role_template.env, **template.env}.items()
+                    if key not in template.env_value_from
+                },
                 "working_dir": template.working_dir or role_template.working_dir,
                 "image": template.image or role_template.image,
                 "resources": resources,
+                # Pod fields the job leaves empty come from the JobType role's template.
+                **{
+                    name: getattr(role_template, name)
+                    for name in PodFields.model_fields
+                    if getattr(template, name) in (None, [], {})
+                },
             }
         )
         count = replica_count(replica, definition)

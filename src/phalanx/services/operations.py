@@ -30,6 +30,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.kubeflow import KINDS as KUBEFLOW_KINDS
 from phalanx.model.kubeflow import (
     TRAINJOB,
+    Conversion,
     check_runtime,
     is_runtime,
     kubeflow_kind,
@@ -41,6 +42,7 @@ from phalanx.model.kubeflow import (
 from phalanx.model.loading import builtin_jobtypes, check_documents, parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.names import MAX_NAME_LENGTH, check_dns_label
 from phalanx.model.nodes import Node
+from phalanx.model.pods import refused_pod_fields
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.model.validation import validate_job, with_namespace
@@ -110,6 +112,7 @@ def validate_documents(
     source: str | None = None,
     namespace: str | None = None,
     namespaced_kinds: frozenset[str] = NAMESPACED_KINDS,
+    pod_field_refusals: Mapping[str, str] | None = None,
 ) -> list[Any]:
     """Validate TrainingJobs, JobTypes, Queues and Datasets; jobs against ``jobtypes`` (and the submission's).
 
@@ -128,6 +131,8 @@ def validate_documents(
         source: the file, for messages.
         namespace: put the documents of ``namespaced_kinds`` in this namespace (None: their own).
         namespaced_kinds: the kinds the override applies to.
+        pod_field_refusals: pod fields the backend cannot honour, with why (``OperationsBackend``); a job
+            setting one is refused naming the field.
 
     Raises:
         SpecError: every problem in every document, each with its field path; a bad ``namespace`` alone.
@@ -162,7 +167,9 @@ def validate_documents(
                 jobtypes[jobtype.metadata.name] = jobtype
                 parsed.append(jobtype)
             elif kind == "TrainingJob":
-                parsed.append(validate_job(doc, jobtypes))
+                job = validate_job(doc, jobtypes)
+                _refuse_pod_fields(job, pod_field_refusals, None)
+                parsed.append(job)
             elif kind == "Queue":
                 parsed.append(parse_queue(doc))
             elif kind == "Dataset":
@@ -172,9 +179,12 @@ def validate_documents(
                 if problems := check_runtime(doc):
                     raise SpecError(problems)
             elif kind == TRAINJOB:
-                parsed.append(validate_trainjob(doc, runtimes, jobtypes)[1])
+                _, job, conversion = validate_trainjob(doc, runtimes, jobtypes)
+                _refuse_pod_fields(job, pod_field_refusals, conversion)
+                parsed.append(job)
             elif kubeflow_kind(doc) is not None:
-                made, job, _ = validate_kubeflow(doc, jobtypes)
+                made, job, conversion = validate_kubeflow(doc, jobtypes)
+                _refuse_pod_fields(job, pod_field_refusals, conversion)
                 for jobtype in made:
                     # Jobs alike share the JobType their conversion makes: store it once per submission.
                     if jobtypes.get(jobtype.metadata.name) != jobtype:
@@ -196,6 +206,15 @@ def validate_documents(
     if errors:
         raise SpecError(errors, source=source)
     return parsed
+
+
+def _refuse_pod_fields(job: TrainingJob, refusals: Mapping[str, str] | None, conversion: Conversion | None) -> None:
+    """Raise the pod fields of ``job`` the backend refuses, at their path in the document as written."""
+    refused = refused_pod_fields(job, refusals or {})
+    if refused and conversion is not None:  # a Kubeflow job: named where its author wrote it
+        refused = [FieldError(conversion.upstream_path(error.path), error.message) for error in refused]
+    if refused:
+        raise SpecError(refused)
 
 
 def convert_documents(
@@ -450,6 +469,7 @@ class Operations:
             source=source,
             namespace=namespace,
             namespaced_kinds=self.backend.namespaced_kinds,
+            pod_field_refusals=self.backend.pod_field_refusals,
         )
         if not self.backend.cluster_scheduling:
             many = len(parsed) > 1

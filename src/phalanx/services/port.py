@@ -136,6 +136,9 @@ class OperationsBackend(ObjectReader, ObjectWriter, Protocol):
     """How messages name a job: ``job`` on the embedded runtime, ``trainingjob`` (the resource) on a cluster."""
     namespaced_kinds: frozenset[str]
     """The kinds ``submit -n`` moves to its namespace (JobTypes are cluster-scoped on a cluster)."""
+    pod_field_refusals: Mapping[str, str]
+    """Pod fields of a replica template (``model.pods``) this backend cannot honour, each with why: a job that
+    sets one is refused at the validation door, naming the field's path. Empty on a cluster."""
     cluster_scheduling: bool
     """Whether a job may leave its placement to the cluster's scheduler (``spec.scheduling.schedulerName``)."""
 

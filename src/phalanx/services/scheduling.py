@@ -20,6 +20,7 @@ from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.rendezvous import replica_names
 from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import SchedulerConfig
+from phalanx.core.scheduling.node_fit import constraint_of
 from phalanx.core.scheduling.passes import PassPlan, plan_pass
 from phalanx.core.scheduling.types import (
     Admission,
@@ -55,9 +56,16 @@ def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[R
     """
     requests = []
     for role, _, name in replica_names(job, jobtype):
-        resources = job.spec.replicas[role].template.resources
+        template = job.spec.replicas[role].template
+        resources = template.resources
         requests.append(
-            ReplicaRequest(name=name, role=role, resources=resources.vector(), gpu_model=resources.gpu_model)
+            ReplicaRequest(
+                name=name,
+                role=role,
+                resources=resources.vector(),
+                gpu_model=resources.gpu_model,
+                node_constraint=constraint_of(template),
+            )
         )
     return requests
 

@@ -190,8 +190,34 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "env-value-from",
         mutate(lambda d: worker(d).update(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s"}}}])),
-        "spec.replicas.worker.template.env[0].valueFrom",
-        "not supported yet; set value",
+        "spec.replicas.worker.template.env[0].valueFrom.secretKeyRef.key",
+        "Field required",
+    ),
+    # Issue 16: pod fields the embedded runtime cannot honour are refused naming them, never dropped.
+    (
+        "env-value-from-embedded",
+        mutate(
+            lambda d: worker(d).update(env=[{"name": "ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}])
+        ),
+        "spec.replicas.worker.template.env.ID.valueFrom.fieldRef",
+        "no Pod uid",
+    ),
+    (
+        "volume-mounts-embedded",
+        mutate(
+            lambda d: worker(d).update(
+                volumes=[{"name": "data", "hostPath": {"path": "/data"}}],
+                volumeMounts=[{"name": "data", "mountPath": "/mnt/data"}],
+            )
+        ),
+        "spec.replicas.worker.template.volumeMounts[0]",
+        "hostPath /data cannot appear at /mnt/data",
+    ),
+    (
+        "affinity-embedded",
+        mutate(lambda d: worker(d).update(affinity={"podAntiAffinity": {}})),
+        "spec.replicas.worker.template.affinity",
+        "use nodeSelector",
     ),
     (
         "outputs-dot",

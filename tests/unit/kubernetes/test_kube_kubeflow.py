@@ -49,8 +49,8 @@ def test_kubeflow_jobs_become_trainingjobs_and_jobtypes_in_the_cluster() -> None
 def test_a_refused_field_creates_nothing_in_the_cluster() -> None:
     api = MemoryKubeApi()
     bad = example("tfjob")
-    bad["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
+    bad["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]["hostNetwork"] = True
     with pytest.raises(SpecError) as caught:
         KubeOperations(api).submit([example("jaxjob"), bad], source="jobs.yaml")
-    assert [e.path for e in caught.value.errors] == ["spec.tfReplicaSpecs.PS.template.spec.tolerations"]
+    assert [e.path for e in caught.value.errors] == ["spec.tfReplicaSpecs.PS.template.spec.hostNetwork"]
     assert [call for call in api.calls if call.verb == "create"] == []

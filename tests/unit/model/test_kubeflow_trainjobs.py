@@ -137,8 +137,8 @@ def _runtime_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
             {"name": "dataset-initializer"}), f"{RUNTIME}spec.template.spec.replicatedJobs[1]", "initializers"),
         ("trainjob-runtime", lambda d: _runtime_spec(d)["template"]["spec"].update(failurePolicy={"maxRestarts": 3}),
          f"{RUNTIME}spec.template.spec.failurePolicy", "runs no JobSet"),
-        ("trainjob-runtime", lambda d: node_container(d).update(volumeMounts=[]),
-         f"{RUNTIME}{NODE}.spec.containers[0].volumeMounts", "not supported yet"),
+        ("trainjob-runtime", lambda d: node_container(d).update(imagePullPolicy="Always"),
+         f"{RUNTIME}{NODE}.spec.containers[0].imagePullPolicy", "not supported yet"),
         ("trainjob-runtime", lambda d: d[1]["spec"]["trainer"].update(numNodes=0), "spec.trainer.numNodes", ">= 1"),
         ("trainjob-runtime", lambda d: _runtime_spec(d)["mlPolicy"].update(numNodes=-2),
          f"{RUNTIME}spec.mlPolicy.numNodes", ">= 1"),
@@ -150,7 +150,7 @@ def _runtime_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
     ids=[
         "unknown-runtime", "runtime-elsewhere", "initializer", "pod-overrides", "managed-by", "valueFrom",
         "hugepages", "nproc", "mpi-runtime", "elastic", "volcano", "schedule-timeout", "initializer-job",
-        "jobset-field", "runtime-volume-mounts", "zero-nodes", "runtime-nodes", "no-command", "env-name",
+        "jobset-field", "runtime-pull-policy", "zero-nodes", "runtime-nodes", "no-command", "env-name",
     ],
 )  # fmt: skip
 def test_a_trainjob_problem_is_named_where_it_was_written(

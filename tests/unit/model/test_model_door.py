@@ -124,12 +124,13 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("env-entries", lambda d: template(d).update(env={f"V{i}": "" for i in range(1025)}), "template.env", "1024"),
     ("env-value-long", lambda d: template(d).update(env={"A": "x" * (128 * 1024 + 1)}), "template.env.A", "128 KiB"),
     ("args-long", lambda d: template(d).update(args=["x"] * 4096), "template", "4096"),
-    # Defect 9: valueFrom is not supported yet.
+    # Defect 9: valueFrom is never dropped: kept in envValueFrom (tests/unit/model/test_pod_fields.py), and a
+    # malformed one is refused at the path the user wrote.
     (
         "env-value-from",
-        lambda d: template(d).update(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
-        "spec.replicas.worker.template.env[0].valueFrom",
-        "not supported yet; set value",
+        lambda d: template(d).update(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s"}}}]),
+        "spec.replicas.worker.template.env[0].valueFrom.secretKeyRef.key",
+        "required",
     ),
     # Defect 8: outputs.path names a subdirectory of the replica's working directory.
     ("outputs-dot", lambda d: d["spec"].update(outputs={"path": "."}), "spec.outputs.path", "subdirectory"),
@@ -245,7 +246,7 @@ def test_jobtype_reports_every_bad_env_template_at_once() -> None:
         ),
         pytest.param({"env": {"A": "x\x00"}}, "spec.env.A", "NUL", id="env-nul"),
         pytest.param(
-            {"env": [{"name": "A", "valueFrom": {"fieldRef": {}}}]}, "spec.env[0].valueFrom", "not supported", id="vf"
+            {"env": [{"name": "A", "valueFrom": {"fieldRef": {}}}]}, "spec.env[0].valueFrom", "the job's", id="vf"
         ),
     ],
 )

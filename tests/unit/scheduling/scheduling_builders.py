@@ -25,9 +25,10 @@ from phalanx.core.scheduling import (
     build_snapshot,
     schedule,
 )
+from phalanx.core.scheduling.node_fit import NodeConstraint
 from phalanx.model.jobs import ReplicaPlacement
 from phalanx.model.meta import ObjectMeta
-from phalanx.model.nodes import CpuInfo, GpuInfo, Node, NodeSpec, NodeStatus
+from phalanx.model.nodes import CpuInfo, GpuInfo, Node, NodeSpec, NodeStatus, NodeTaint
 from phalanx.model.resources import ResourceVector
 
 GI = 2**30
@@ -121,6 +122,8 @@ class NodeBuilder:
         self._gpus: list[GpuInfo] = []
         self._reserved: list[int] = []
         self._unschedulable = False
+        self._labels: dict[str, str] = {}
+        self._taints: list[NodeTaint] = []
 
     def cpus(self, *, sockets: int = 1, cores: int = 2, threads: int = 2) -> NodeBuilder:
         """Linux-numbered CPUs: first threads of every core, then siblings; one NUMA node per socket."""
@@ -164,10 +167,18 @@ class NodeBuilder:
         self._unschedulable = True
         return self
 
+    def labels(self, **labels: str) -> NodeBuilder:
+        self._labels.update(labels)
+        return self
+
+    def taint(self, key: str, value: str = "", effect: str = "NoSchedule") -> NodeBuilder:
+        self._taints.append(NodeTaint(key=key, value=value, effect=effect))  # type: ignore[arg-type]
+        return self
+
     def obj(self) -> Node:
         return Node(
-            metadata=ObjectMeta(name=self._name),
-            spec=NodeSpec(unschedulable=self._unschedulable, reserved_cpus=self._reserved),
+            metadata=ObjectMeta(name=self._name, labels=self._labels),
+            spec=NodeSpec(unschedulable=self._unschedulable, reserved_cpus=self._reserved, taints=self._taints),
             status=NodeStatus(cpus=self._cpus, memory=self._memory, gpus=self._gpus, source="simulated"),
         )
 
@@ -203,6 +214,7 @@ class JobBuilder:
         gpu_milli: int = 0,
         gpu_model: str | None = None,
         role: str = "worker",
+        node_constraint: NodeConstraint | None = None,
     ) -> JobBuilder:
         """Add ``count`` replicas of ``role``; ``cpu`` in millicores, ``memory`` in bytes."""
         start = self._roles.get(role, 0)
@@ -213,6 +225,7 @@ class JobBuilder:
                     role=role,
                     resources=ResourceVector(cpu_milli=cpu, memory=memory, gpu=gpu, gpu_milli=gpu_milli),
                     gpu_model=gpu_model,
+                    node_constraint=node_constraint,
                 )
             )
         self._roles[role] = start + count

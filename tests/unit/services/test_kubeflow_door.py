@@ -52,11 +52,11 @@ def test_a_namespace_override_moves_the_kubeflow_job_and_its_jobtype() -> None:
 
 def test_problems_in_several_documents_name_each_document() -> None:
     bad = example("jaxjob")
-    bad["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {"zone": "a"}
+    bad["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["hostNetwork"] = True
     with pytest.raises(SpecError) as caught:
         validate_documents([QUEUE, bad], JOBTYPES)
     (error,) = caught.value.errors
-    assert error.path == "spec.jaxReplicaSpecs.Worker.template.spec.nodeSelector"
+    assert error.path == "spec.jaxReplicaSpecs.Worker.template.spec.hostNetwork"
     assert error.message.startswith("document 2: ")
 
 

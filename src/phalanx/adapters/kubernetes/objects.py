@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from phalanx.adapters.kubernetes.rendering import CONTAINER_NAME
 from phalanx.core.reconcile.types import ObservedReplica
 from phalanx.model.datasets import Dataset, DatasetStatus
@@ -32,7 +34,7 @@ from phalanx.model.jobs import ReplicaPlacement, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.meta import ObjectMeta
-from phalanx.model.nodes import CpuInfo, GpuInfo, Node, NodeSpec, NodeStatus
+from phalanx.model.nodes import CpuInfo, GpuInfo, Node, NodeSpec, NodeStatus, NodeTaint
 from phalanx.model.queues import Queue, QueueStatus
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
 from phalanx.model.resources import QuantityError, parse_cpu, parse_memory
@@ -447,9 +449,24 @@ def node_from_object(obj: Mapping[str, Any]) -> Node:
     ]
     return Node(
         metadata=ObjectMeta(name=str(meta.get("name")), namespace="default", labels=dict(meta.get("labels") or {})),
-        spec=NodeSpec(unschedulable=bool((obj.get("spec") or {}).get("unschedulable")) or not node_ready(obj)),
+        spec=NodeSpec(
+            unschedulable=bool((obj.get("spec") or {}).get("unschedulable")) or not node_ready(obj),
+            taints=_taints(obj),
+        ),
         status=NodeStatus(cpus=cpus, memory=memory, gpus=gpus, source="kubernetes"),
     )
+
+
+def _taints(obj: Mapping[str, Any]) -> list[NodeTaint]:
+    """The node's taints; a malformed one (no key, an unknown effect) is skipped, as it cannot be matched."""
+    taints = []
+    for taint in (obj.get("spec") or {}).get("taints") or []:
+        try:
+            fields = {key: taint.get(key) for key in ("key", "value", "effect") if taint.get(key)}
+            taints.append(NodeTaint.model_validate(fields))
+        except (ValidationError, AttributeError):
+            continue
+    return taints
 
 
 def node_ready(obj: Mapping[str, Any]) -> bool:

@@ -61,15 +61,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from phalanx.adapters.kubernetes.crds import VERSION
 from phalanx.core.delegation import CLUSTER_PLACED, gang_min_count
 from phalanx.core.rendezvous import Endpoint, RendezvousError, render_hostfile, render_replica_env, replica_names
-from phalanx.model.base import API_GROUP
-from phalanx.model.jobs import ReplicaPlacement, TrainingJob
+from phalanx.model.base import API_GROUP, ApiModel
+from phalanx.model.jobs import ReplicaPlacement, ReplicaTemplate, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import check_dns_label
+from phalanx.model.pods import Container
 from phalanx.model.replicas import replica_name
 from phalanx.model.resources import format_cpu
 
@@ -279,14 +280,20 @@ def render_pod(
         mounts.append({"name": SAMPLES_VOLUME, "mountPath": SAMPLE_MOUNT_PATH})
         volumes.append({"name": SAMPLES_VOLUME, "hostPath": {"path": datasets.samples, "type": "Directory"}})
 
+    sourced = [{"name": key, "valueFrom": _wire(source)} for key, source in template.env_value_from.items()]
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": chosen_image,
-        "env": [{"name": key, "value": value} for key, value in env.items()],
+        "env": [{"name": key, "value": value} for key, value in env.items() if key not in template.env_value_from]
+        + sourced,
         "ports": [{"name": PORT_NAME, "containerPort": jobtype.spec.port, "protocol": "TCP"}],
         "resources": _resources(job, role),
-        "volumeMounts": mounts,
+        "volumeMounts": mounts + [_wire(mount) for mount in template.volume_mounts],
     }
+    if template.env_from:
+        container["envFrom"] = [_wire(source) for source in template.env_from]
+    if template.container_security_context is not None:
+        container["securityContext"] = _wire(template.container_security_context)
     if template.command:
         container["command"] = list(template.command)
     if template.args:
@@ -306,8 +313,9 @@ def render_pod(
     spec.update(
         enableServiceLinks=False,  # one Service per job: its env variables would only grow every Pod's env
         containers=[container],
-        volumes=volumes,
+        volumes=volumes + [_wire(volume) for volume in template.volumes],
     )
+    spec.update(_pod_fields(template, chosen_image))
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -327,6 +335,56 @@ def render_pod(
         },
         "spec": spec,
     }
+
+
+def _pod_fields(template: ReplicaTemplate, image: str) -> dict[str, Any]:
+    """The template's Pod fields (``model.pods``), as the Pod spec writes them; unset ones left out.
+
+    Sidecars are Kubernetes' native sidecars: init containers with ``restartPolicy: Always``, after the template's
+    init containers, so they start once those have finished and stop when the replica's container ends.
+    An extra container without an image runs the replica's.
+    """
+    fields: dict[str, Any] = {}
+    if template.node_selector:
+        fields["nodeSelector"] = dict(template.node_selector)
+    for name, value in (
+        ("tolerations", template.tolerations),
+        ("imagePullSecrets", template.image_pull_secrets),
+    ):
+        if value:
+            fields[name] = [_wire(item) for item in value]
+    if template.affinity is not None:
+        fields["affinity"] = _wire(template.affinity)
+    if template.security_context is not None:
+        fields["securityContext"] = _wire(template.security_context)
+    if template.service_account_name:
+        fields["serviceAccountName"] = template.service_account_name
+    if template.priority_class_name:
+        fields["priorityClassName"] = template.priority_class_name
+    init = [_container(c, image) for c in template.init_containers]
+    init += [{**_container(c, image), "restartPolicy": "Always"} for c in template.sidecars]
+    if init:
+        fields["initContainers"] = init
+    return fields
+
+
+def _container(container: Container, image: str) -> dict[str, Any]:
+    rendered = _wire(container)
+    rendered.setdefault("image", image)
+    return rendered
+
+
+def _wire(model: ApiModel) -> dict[str, Any]:
+    """The model's wire form without empty lists (the API server drops them; ``emptyDir: {}`` must stay)."""
+    return cast(dict[str, Any], _without_empty_lists(model.to_dict()))
+
+
+def _without_empty_lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_empty_lists(item) for key, item in value.items() if item != []}
+    if isinstance(value, list):
+        return [_without_empty_lists(item) for item in value]
+    return value
 
 
 def _resources(job: TrainingJob, role: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from phalanx.core.scheduling.node_fit import NodeConstraint
 from phalanx.core.scheduling.types import ReplicaRequest
 
 # Thousandths of a CPU or of a GPU in one whole CPU or GPU.
@@ -31,6 +32,7 @@ class Demand:
         gpu_milli: a share of one GPU in thousandths; 0 when whole GPUs are asked for.
         gpu_model: the acceptable GPU models, case-folded, sorted and joined by ``|`` (``model_key``), or None
             for any (only set when GPUs are asked for).
+        node_constraint: which nodes by labels and taints (``node_fit``); None: any node without a taint.
     """
 
     exclusive_cpus: int = 0
@@ -39,6 +41,7 @@ class Demand:
     gpus: int = 0
     gpu_milli: int = 0
     gpu_model: str | None = None
+    node_constraint: NodeConstraint | None = None
 
     @property
     def cpu_milli(self) -> int:
@@ -53,6 +56,7 @@ class Demand:
             gpus=self.gpus + other.gpus,
             gpu_milli=self.gpu_milli + other.gpu_milli,
             gpu_model=_common_model(self, other),
+            node_constraint=self.node_constraint if self.node_constraint == other.node_constraint else None,
         )
 
     @property
@@ -89,6 +93,7 @@ def demand_of(replica: ReplicaRequest) -> Demand:
         gpus=gpus,
         gpu_milli=gpu_milli,
         gpu_model=model_key(replica.gpu_model) if wants_gpu else None,
+        node_constraint=replica.node_constraint,
     )
 
 

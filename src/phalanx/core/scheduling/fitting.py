@@ -27,6 +27,7 @@ class Shortage(StrEnum):
     """Why a node cannot take a replica. Declaration order is the order filters run in, scarcest first."""
 
     UNSCHEDULABLE = "unschedulable"
+    NODE_CONSTRAINT = "node-constraint"
     GPU_MODEL = "gpu-model"
     GPUS = "gpus"
     GPU_SHARE = "gpu-share"
@@ -56,6 +57,9 @@ def shortage_codes(table: NodeTable, demand: Demand, rows: IntArray | slice) -> 
     eligible = table.model_mask(demand.gpu_model, rows)
     unschedulable: BoolArray = np.logical_not(table.schedulable[rows])
     checks: list[tuple[BoolArray, Shortage]] = [(unschedulable, Shortage.UNSCHEDULABLE)]
+    admitted = table.constraint_mask(demand.node_constraint, rows)
+    if admitted is not None:
+        checks.append((np.logical_not(admitted), Shortage.NODE_CONSTRAINT))
     if demand.gpu_model is not None:
         no_model: BoolArray = np.logical_not(eligible.any(axis=1))
         checks.append((no_model, Shortage.GPU_MODEL))
@@ -88,7 +92,8 @@ def holds_in_bulk(table: NodeTable, demand: Demand, rows: IntArray) -> BoolArray
         & (demand.memory <= table.free_memory[rows])
         & (demand.gpus <= table.whole_free(eligible, rows))
     )
-    return result
+    admitted = table.constraint_mask(demand.node_constraint, rows)
+    return result if admitted is None else result & admitted
 
 
 ColumnFunction = Callable[[IntArray], IntArray]

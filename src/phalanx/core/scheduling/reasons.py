@@ -35,6 +35,7 @@ from phalanx.core.scheduling.backfill import HeadReservation
 from phalanx.core.scheduling.demands import MILLI, Demand, demand_of, model_alternatives, total_demand
 from phalanx.core.scheduling.fitting import Shortage
 from phalanx.core.scheduling.gang import GangShortfall
+from phalanx.core.scheduling.node_fit import UNCONSTRAINED
 from phalanx.core.scheduling.quotas import BORROWING_LIMIT, LENT, NO_COHORT, QuotaShortfall
 from phalanx.core.scheduling.table import IntArray
 from phalanx.core.scheduling.types import PendingJob, RunningJob
@@ -51,6 +52,12 @@ def explain(job: PendingJob, shortfall: GangShortfall, cluster: WorkingCluster) 
     failing = demand_of(shortfall.failing)
     table = cluster.table
     rows = np.flatnonzero(table.schedulable)
+    admitted = table.constraint_mask(failing.node_constraint, rows)
+    if admitted is not None:
+        rows = rows[admitted]
+        if not rows.size:
+            wanted = (failing.node_constraint or UNCONSTRAINED).describe()
+            return f"no schedulable node {wanted} (nodeSelector, required node affinity, tolerations)"
     if failing.gpu_model is not None:
         rows = rows[table.model_mask(failing.gpu_model, rows).any(axis=1)]
         if not rows.size:
@@ -151,7 +158,7 @@ def _binding_shortage(shortages: dict[Shortage, int]) -> Shortage | None:
     counts = {
         shortage: count
         for shortage, count in shortages.items()
-        if count and shortage not in (Shortage.UNSCHEDULABLE, Shortage.GPU_MODEL)
+        if count and shortage not in (Shortage.UNSCHEDULABLE, Shortage.NODE_CONSTRAINT, Shortage.GPU_MODEL)
     }
     if not counts:
         return None
@@ -176,6 +183,7 @@ def _at_least(need: Demand, failing: Demand) -> Demand:
         gpus=max(need.gpus, failing.gpus),
         gpu_milli=max(need.gpu_milli, failing.gpu_milli),
         gpu_model=failing.gpu_model,
+        node_constraint=failing.node_constraint,
     )
 
 

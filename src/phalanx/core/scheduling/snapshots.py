@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from phalanx.core.scheduling.demands import MILLI
+from phalanx.core.scheduling.node_fit import taints_of
 from phalanx.core.scheduling.types import ClusterSnapshot, CpuSlot, GpuSlot, NodeSnapshot
 from phalanx.model.jobs import ReplicaPlacement
 from phalanx.model.nodes import Node
@@ -109,4 +110,5 @@ def _node_snapshot(node: Node, used: _Usage) -> NodeSnapshot:
         used_gpus=dict(sorted(used.gpus.items())),
         schedulable=not node.spec.unschedulable,
         labels=dict(node.metadata.labels),
+        taints=taints_of(node.spec.taints),
     )

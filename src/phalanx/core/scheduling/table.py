@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from phalanx.core.scheduling.demands import MILLI
+from phalanx.core.scheduling.node_fit import UNCONSTRAINED, NodeConstraint
 
 if TYPE_CHECKING:
     from phalanx.core.scheduling.working import WorkingNode
@@ -37,6 +38,8 @@ class NodeTable:
     """Column arrays of every node's capacity and free state."""
 
     __slots__ = (
+        "_constraint_masks",
+        "_fixed",
         "cpu_capacity",
         "cpu_free",
         "free_memory",
@@ -76,6 +79,9 @@ class NodeTable:
         numa_width = 1 + max((cpu.numa for node in nodes for cpu in node.snapshot.cpus), default=-1)
         numa_width = max(numa_width, 1 + max((gpu.numa for node in nodes for gpu in node.snapshot.gpus), default=0))
         self.numa_free_cpus: IntArray = np.zeros((count, numa_width), dtype=np.int64)
+        # Labels and taints are fixed for the table's life: each constraint's mask is computed once.
+        self._fixed = tuple((node.name, node.snapshot.labels, node.snapshot.taints) for node in nodes)
+        self._constraint_masks: dict[NodeConstraint | None, BoolArray] = {}
         for row, node in enumerate(nodes):
             for column, gpu in enumerate(node.usable_gpus(None)):
                 self.gpu_present[row, column] = True
@@ -121,6 +127,23 @@ class NodeTable:
             return single
         mask: BoolArray = present & np.isin(self.gpu_model[rows], ids)
         return mask
+
+    def constraint_mask(self, constraint: NodeConstraint | None, rows: IntArray | slice) -> BoolArray | None:
+        """Which of ``rows`` admit a replica of ``constraint`` (``node_fit``); None when every node does.
+
+        None (no constraint) still keeps replicas off nodes with a blocking taint.
+        """
+        mask = self._constraint_masks.get(constraint)
+        if mask is None:
+            if constraint is None and not any(taints for _, _, taints in self._fixed):
+                return None
+            admits = (constraint or UNCONSTRAINED).admits
+            mask = np.fromiter(
+                (admits(name, labels, taints) for name, labels, taints in self._fixed), dtype=np.bool_, count=len(self)
+            )
+            self._constraint_masks[constraint] = mask
+        selected: BoolArray = mask[rows]
+        return selected
 
     def whole_free(self, eligible: BoolArray, rows: IntArray | slice) -> IntArray:
         """Per row, eligible GPUs that nothing uses (what whole-GPU requests may take)."""

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from phalanx.core.scheduling.node_fit import NodeConstraint, Taint
 from phalanx.model.datasets import version_label
 from phalanx.model.resources import ResourceVector
 
@@ -56,6 +57,7 @@ class NodeSnapshot:
         used_gpus: GPU index -> milli-GPU in use (1000 = the whole GPU).
         schedulable: False when cordoned.
         labels: node labels (GPU model, cached datasets...).
+        taints: the node's taints (``node_fit``): a replica goes only where it tolerates the blocking ones.
     """
 
     name: str
@@ -68,6 +70,7 @@ class NodeSnapshot:
     used_gpus: dict[int, int] = field(default_factory=dict)
     schedulable: bool = True
     labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,7 @@ class ReplicaRequest:
         role: its role.
         resources: what it asks for; ``cpu_milli`` that is a multiple of 1000 asks for exclusive cores.
         gpu_model: required GPU model, or None for any.
+        node_constraint: its nodeSelector, required node affinity and tolerations (None: none).
         pin_cpus: whether a whole number of CPUs asks for exclusive cores (the kubelet static CPU manager
             rule). False takes every CPU request from the shared pool, as for Kubernetes pods outside the
             Guaranteed QoS class and for trace replay, where cores carry no identity.
@@ -105,6 +109,7 @@ class ReplicaRequest:
     resources: ResourceVector
     gpu_model: str | None = None
     pin_cpus: bool = True
+    node_constraint: NodeConstraint | None = None
 
 
 DATASET_LABEL_PREFIX = "dataset.phalanx.dev/"

@@ -58,6 +58,30 @@ class Conversion:
         return path
 
 
+def record_pod_paths(paths: dict[str, str], ours: str, pod_spec: str, template: Any) -> None:
+    """Where the pod fields of a replica template (at ``ours``) were written in the PodSpec at ``pod_spec``.
+
+    Pod-level fields keep their names; the container's securityContext is ``containerSecurityContext``; an init
+    container with ``restartPolicy: Always`` is a sidecar, numbered among the sidecars.
+    """
+    for key in ("volumes", "nodeSelector", "tolerations", "affinity", "securityContext", "serviceAccountName"):
+        paths[f"{ours}.{key}"] = f"{pod_spec}.{key}"
+    for key in ("imagePullSecrets", "priorityClassName"):
+        paths[f"{ours}.{key}"] = f"{pod_spec}.{key}"
+    paths[f"{ours}.containerSecurityContext"] = f"{pod_spec}.containers[0].securityContext"
+    paths[f"{ours}.initContainers"] = paths[f"{ours}.sidecars"] = f"{pod_spec}.initContainers"
+    try:
+        init = template["spec"]["initContainers"]
+    except (KeyError, TypeError):
+        return
+    counts = {"initContainers": 0, "sidecars": 0}
+    for position, container in enumerate(init if isinstance(init, list) else ()):
+        kind = "sidecars" if isinstance(container, Mapping) and container.get("restartPolicy") == "Always" else None
+        kind = kind or "initContainers"
+        paths[f"{ours}.{kind}[{counts[kind]}]"] = f"{pod_spec}.initContainers[{position}]"
+        counts[kind] += 1
+
+
 def convert(document: Mapping[str, Any], kind: KubeflowKind, jobtypes: Mapping[str, JobType]) -> Conversion:
     """The TrainingJob (and any JobType) a Kubeflow document of ``kind`` becomes.
 
@@ -242,6 +266,7 @@ class _Converter:
                 f"{base}.template.metadata": f"{where}.template.metadata",
             }
         )
+        record_pod_paths(self.paths, f"{base}.template", f"{where}.template.spec", template)
         try:
             raw = template["spec"]["containers"][0]
         except (KeyError, IndexError, TypeError):

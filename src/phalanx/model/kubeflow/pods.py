@@ -1,11 +1,15 @@
 """A Kubernetes PodTemplateSpec, as Kubeflow replica specs hold it, turned into a Phalanx replica template.
 
-What a Phalanx replica can honour is taken: the one container's image, command, args, plain env values, working
-directory and resources (cpu, memory, ``nvidia.com/gpu``), the template's labels and annotations, and the
-container's name and ports, which only describe the container. Every other field is refused with its full path
-and why: a volume, a node selector or a secret that quietly went missing would run the program somewhere else,
-or with other data, than its author wrote. Later work passes most pod fields through (issue 16, deliver 2);
-until then they are refused, never dropped.
+What a Phalanx replica can honour is taken: the one container's image, command, args, env (``valueFrom``
+included), ``envFrom``, working directory, resources (cpu, memory, ``nvidia.com/gpu``), ``volumeMounts`` and
+``securityContext`` (as ``containerSecurityContext``), the template's labels and annotations, the container's
+name and ports, which only describe the container, and the pod fields a replica template carries
+(``model.pods``, docs/pod-fields.md): volumes, nodeSelector, tolerations, affinity, securityContext,
+serviceAccountName, imagePullSecrets, priorityClassName, and init containers, those with ``restartPolicy:
+Always`` (Kubernetes' native sidecars) becoming ``sidecars``. The values are checked by the TrainingJob's
+validation, and a backend that cannot honour one refuses it there. Every other field is refused with its full
+path and why: a field that quietly went missing would run the program somewhere else, or with other data, than
+its author wrote.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from phalanx.model.errors import FieldError, short
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
-#: Pod and container fields that Phalanx will pass through later (issue 16, deliver 2); refused until then.
+#: Pod and container fields that Phalanx does not pass to replicas; refused.
 _NOT_YET = (
     "is not supported yet: Phalanx does not pass this pod field to replicas, and running without it would "
     "not be the program you wrote; remove it"
 )
-_POD_FIELDS_NOT_YET = frozenset(
+#: Pod fields a replica template carries under the same name (``model.pods``).
+_POD_FIELDS = frozenset(
     {
         "volumes",
         "nodeSelector",
@@ -30,10 +35,12 @@ _POD_FIELDS_NOT_YET = frozenset(
         "affinity",
         "securityContext",
         "serviceAccountName",
-        "serviceAccount",
         "imagePullSecrets",
         "priorityClassName",
-        "initContainers",
+    }
+)
+_POD_FIELDS_NOT_YET = frozenset(
+    {
         "hostIPC",
         "hostNetwork",
         "hostPID",
@@ -49,9 +56,6 @@ _POD_FIELDS_NOT_YET = frozenset(
 )
 _CONTAINER_FIELDS_NOT_YET = frozenset(
     {
-        "volumeMounts",
-        "envFrom",
-        "securityContext",
         "imagePullPolicy",
         "livenessProbe",
         "readinessProbe",
@@ -67,7 +71,15 @@ _CONTAINER_FIELDS_NOT_YET = frozenset(
 )
 #: Container fields taken as they are (``name`` and ``ports`` only describe the container: Phalanx names the
 #: replica and chooses the rendezvous port itself, and tells every replica the port in its environment).
-_CONTAINER_FIELDS = frozenset({"name", "image", "command", "args", "env", "workingDir", "resources", "ports"})
+_CONTAINER_FIELDS = frozenset(
+    {"name", "image", "command", "args", "env", "envFrom", "workingDir", "resources", "ports", "volumeMounts"}
+    | {"securityContext"}
+)
+#: Fields of an init container or sidecar (``model.pods.Container``), taken as they are.
+_EXTRA_CONTAINER_FIELDS = frozenset(
+    {"name", "image", "command", "args", "workingDir", "env", "envFrom", "volumeMounts", "resources"}
+    | {"securityContext"}
+)
 
 
 def replica_template(
@@ -116,6 +128,12 @@ def replica_template(
                         "spec's restartPolicy decides, so set it there and remove this one",
                     )
                 )
+        elif key in _POD_FIELDS:
+            result[key] = value
+        elif key == "initContainers":
+            errors += _init_containers(value, where, result)
+        elif key == "serviceAccount":
+            errors.append(FieldError(where, "is the deprecated alias of serviceAccountName: write serviceAccountName"))
         elif key in _POD_FIELDS_NOT_YET:
             errors.append(FieldError(where, _NOT_YET))
         else:
@@ -130,8 +148,9 @@ def replica_template(
         errors.append(
             FieldError(
                 f"{path}.spec.containers[1]",
-                f"a replica runs one program; this template has {len(containers)} containers (sidecars are not "
-                "supported yet): keep the training container only",
+                f"a replica runs one program; this template has {len(containers)} containers: keep the training "
+                "container, and run a helper as a native sidecar (under initContainers, with restartPolicy: "
+                "Always), which stops when the replica ends",
             )
         )
     container_fields, problems = _container(containers[0], f"{path}.spec.containers[0]")
@@ -162,8 +181,10 @@ def _container(container: Any, path: str) -> tuple[dict[str, Any], list[FieldErr
             errors.append(FieldError(where, _NOT_YET))
         elif key not in _CONTAINER_FIELDS:
             errors.append(FieldError(where, "has no meaning for a Phalanx replica; remove it"))
-        elif key in ("image", "command", "args"):
+        elif key in ("image", "command", "args", "envFrom", "volumeMounts"):
             result[key] = value
+        elif key == "securityContext":
+            result["containerSecurityContext"] = value
         elif key == "workingDir":
             result["workingDir"] = value
         elif key == "env":
@@ -191,14 +212,10 @@ def _env(env: Any, path: str) -> tuple[dict[str, Any], list[FieldError]]:
             errors.append(FieldError(where, "must be a mapping with a name and a value"))
             continue
         if "valueFrom" in item:
-            # Never an empty string in its place: the program would run without its secret and no word why.
-            errors.append(
-                FieldError(
-                    f"{where}.valueFrom",
-                    f"{item['name']} comes from a secret, a ConfigMap or a pod field, which Phalanx does not "
-                    "read yet; write the value itself under value",
-                )
-            )
+            # Kept as written: the template's validation checks it, and a backend that cannot read its source
+            # refuses it there. Never an empty string in its place.
+            result.pop(item["name"], None)
+            result[item["name"]] = {key: item[key] for key in item if key != "name"}
             continue
         unknown = [key for key in item if key not in ("name", "value")]
         for key in unknown:
@@ -206,6 +223,35 @@ def _env(env: Any, path: str) -> tuple[dict[str, Any], list[FieldError]]:
         # Kubernetes lets a later entry of the same name win; so does this mapping.
         result[item["name"]] = item.get("value", "")
     return result, errors
+
+
+def _init_containers(containers: Any, path: str, result: dict[str, Any]) -> list[FieldError]:
+    """Init containers into ``result``: those with ``restartPolicy: Always`` are native sidecars (``sidecars``)."""
+    if not isinstance(containers, list):
+        return [FieldError(path, f"must be a list of containers, got {short(containers)}")]
+    errors: list[FieldError] = []
+    for position, container in enumerate(containers):
+        where = f"{path}[{position}]"
+        if not isinstance(container, Mapping):
+            errors.append(FieldError(where, f"must be a container mapping, got {short(container)}"))
+            continue
+        taken = {}
+        for key, value in container.items():
+            if key in _EXTRA_CONTAINER_FIELDS:
+                taken[key] = value
+            elif key == "restartPolicy":
+                if value != "Always":
+                    errors.append(
+                        FieldError(f"{where}.{key}", "an init container's restartPolicy is Always (a sidecar) or unset")
+                    )
+            else:
+                errors.append(
+                    FieldError(f"{where}.{key}", "has no meaning for a Phalanx init container or sidecar; remove it")
+                )
+        result.setdefault("sidecars" if container.get("restartPolicy") == "Always" else "initContainers", []).append(
+            taken
+        )
+    return errors
 
 
 def _ports(ports: Any, path: str) -> list[FieldError]:

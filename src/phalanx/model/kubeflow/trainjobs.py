@@ -21,7 +21,7 @@ from importlib import resources
 from typing import Any
 
 from phalanx.model.errors import FieldError, SpecError, short
-from phalanx.model.kubeflow.convert import CONVERTED_FROM, Conversion
+from phalanx.model.kubeflow.convert import CONVERTED_FROM, Conversion, record_pod_paths
 from phalanx.model.kubeflow.pods import GPU_RESOURCE, container_resources, replica_template
 from phalanx.model.loading import parse_documents
 
@@ -344,6 +344,7 @@ class _TrainJob:
                 "spec.replicas.worker": self.in_runtime(pod_path),
             }
         )
+        record_pod_paths(self.paths, "spec.replicas.worker.template", self.in_runtime(f"{pod_path}.spec"), pod)
         return result, restart
 
     def apply_trainer(self, template: dict[str, Any], trainer: Mapping[str, Any]) -> None:

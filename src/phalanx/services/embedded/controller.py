@@ -47,6 +47,7 @@ from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
+from phalanx.model.pods import field_ref_env
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaPhase, replica_name
 from phalanx.services.embedded.datasets import DatasetManager, StagingObservation
 from phalanx.services.embedded.layout import StateLayout
@@ -240,6 +241,24 @@ class JobController:
         env["PHALANX_SAMPLE_CACHE_DIR"] = str(self.layout.sample_cache_dir(placement.node))
         env.update(staging.env.get(name, {}))
         template = job.spec.replicas[action.role].template
+        # env valueFrom fieldRef: the replica's own metadata, as its Pod's on Kubernetes (labels: the template's,
+        # then Phalanx's). Other sources were refused at submission (model.pods.EMBEDDED_REFUSALS).
+        own_labels = {
+            "phalanx.dev/job": job.metadata.name,
+            "phalanx.dev/role": action.role,
+            "phalanx.dev/replica-index": str(action.index),
+            "phalanx.dev/attempt": str(action.attempt),
+        }
+        env.update(
+            field_ref_env(
+                template.env_value_from,
+                name=name,
+                namespace=job.metadata.namespace,
+                node=placement.node,
+                labels={**template.metadata.labels, **own_labels},
+                annotations=template.metadata.annotations,
+            )
+        )
         files = {}
         if jobtype.spec.hostfile_roles:
             files[HOSTFILE] = render_hostfile(job, jobtype, endpoints)
@@ -263,6 +282,9 @@ class JobController:
                 cpu_milli=template.resources.cpu or 0,
                 memory=template.resources.memory or 0,
                 files=files,
+                # Read at launch, so that a secret's value is never stored (node_runtime).
+                env_sources={k: v for k, v in template.env_value_from.items() if v.field_ref is None},
+                env_from=list(template.env_from),
             ),
         )
         try:

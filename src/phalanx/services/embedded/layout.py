@@ -4,7 +4,9 @@
 ``<state>/scheduler-config.yaml`` (``phalanx up --scheduler-config``), ``<state>/runs/<ns>/<job>/<uid8>/``
 (per job: ``<outputs.path>/`` shared by its replicas, ``replicas/<replica>-a<attempt>/`` per launched replica
 with its log), ``<state>/artifacts/<ns>/<job>/`` (default destination of stored outputs),
-``<state>/datasets/<ns>/<name>/`` (materialised datasets), ``<state>/cache/<node>/`` (each node's dataset cache).
+``<state>/datasets/<ns>/<name>/`` (materialised datasets), ``<state>/cache/<node>/`` (each node's dataset cache),
+``<state>/secrets/<ns>/<name>/<key>`` and ``<state>/configmaps/<ns>/<name>/<key>`` (what env ``valueFrom`` and
+``envFrom`` read; written by the user).
 
 The state directory is its owner's alone (0700): the store holds tokens of job environments and datasource
 passwords, the run directories hold launch files and logs (``adapters.private_files``).
@@ -89,6 +91,14 @@ class StateLayout:
     def dataset_manifest(self, namespace: str, name: str, version: str) -> Path:
         """The file list of one materialised version (``version``: ``sha256:...`` or its label form)."""
         return self.dataset_dir(namespace, name) / f"{version.replace(':', '-')[:63]}.json"
+
+    def secret_dir(self, namespace: str, name: str) -> Path:
+        """A Secret of the embedded runtime: one file per key, read when a replica that names it starts."""
+        return self.root / "secrets" / namespace / name
+
+    def config_map_dir(self, namespace: str, name: str) -> Path:
+        """A ConfigMap of the embedded runtime: one file per key, as ``secret_dir``."""
+        return self.root / "configmaps" / namespace / name
 
     def node_cache_dir(self, node: str) -> Path:
         """One node's dataset cache (``adapters.datacache.NodeDataCache``)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -241,8 +242,12 @@ class NodeRuntime:
             if self._launch_retry_at is not None and self.clock.monotonic() < self._launch_retry_at:
                 self._launches_waiting = True
                 return self._wait_to_launch(replica, self._launch_problem)
+            sourced, missing = sourced_env(self.layout, replica)
+            if missing:
+                # As a Pod waits for a Secret it names: the replica starts once the file exists.
+                return self._wait_to_launch(replica, missing)
             try:
-                handle = self.executor.launch(self._launch_spec(replica, job, run_dir, shared_pools))
+                handle = self.executor.launch(self._launch_spec(replica, job, run_dir, shared_pools, sourced))
             except LaunchDeferredError as err:
                 return self._launch_deferred(replica, err.problem, str(err))
             except LaunchError as err:
@@ -294,7 +299,12 @@ class NodeRuntime:
         return True
 
     def _launch_spec(
-        self, replica: Replica, job: TrainingJob, run_dir: Path, shared_pools: Mapping[str, tuple[int, ...]]
+        self,
+        replica: Replica,
+        job: TrainingJob,
+        run_dir: Path,
+        shared_pools: Mapping[str, tuple[int, ...]],
+        sourced: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {}),
     ) -> LaunchSpec:
         spec = replica.spec
         placement = spec.placement
@@ -302,7 +312,10 @@ class NodeRuntime:
         submit_dir = Path(job.metadata.annotations.get(SUBMIT_DIR_ANNOTATION, os.getcwd()))
         working_dir = submit_dir / spec.working_dir if spec.working_dir else submit_dir
         env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED_PREFIXES)}
+        # envFrom first, then the replica's own env, then its valueFrom variables: Kubernetes' order.
+        env.update(sourced[0])
         env.update(spec.env)
+        env.update(sourced[1])
         exclusive = bool(placement.cpus)
         if real:
             cpus: list[int] | None = list(placement.cpus) if exclusive else list(shared_pools.get(placement.node, ()))
@@ -433,3 +446,47 @@ def _describe_exit(code: int) -> str:
     if code > 128:
         return f"exited with code {code} (killed by signal {code - 128})"
     return f"exited with code {code}"
+
+
+def sourced_env(layout: StateLayout, replica: Replica) -> tuple[tuple[dict[str, str], dict[str, str]], str | None]:
+    """The env a replica reads from the state directory's secrets and configmaps: (envFrom, valueFrom), or why not.
+
+    A Secret or ConfigMap is a directory of one file per key (``StateLayout.secret_dir``); a missing one that is not
+    ``optional`` keeps the replica from starting, as a Pod waits for a Secret it names, and the reason names the
+    file to create. ``envFrom`` takes every key that is a valid variable name, with its ``prefix``.
+    """
+    spec, namespace = replica.spec, replica.metadata.namespace
+    bulk: dict[str, str] = {}
+    for source in spec.env_from:
+        secret = source.secret_ref is not None
+        ref = source.secret_ref or source.config_map_ref
+        assert ref is not None  # exactly one, by the model
+        directory = (layout.secret_dir if secret else layout.config_map_dir)(namespace, ref.name)
+        if not directory.is_dir():
+            if ref.optional:
+                continue
+            return ({}, {}), _missing("secret" if secret else "configmap", namespace, ref.name, directory)
+        for path in sorted(directory.iterdir()):
+            if path.is_file() and _ENV_NAME.fullmatch((source.prefix or "") + path.name):
+                bulk[(source.prefix or "") + path.name] = path.read_text()
+    single: dict[str, str] = {}
+    for variable, value_from in spec.env_sources.items():
+        secret = value_from.secret_key_ref is not None
+        selector = value_from.secret_key_ref or value_from.config_map_key_ref
+        if selector is None:
+            continue
+        directory = (layout.secret_dir if secret else layout.config_map_dir)(namespace, selector.name)
+        path = directory / selector.key
+        if not path.is_file():
+            if selector.optional:
+                continue
+            return ({}, {}), _missing("secret" if secret else "configmap", namespace, selector.name, path)
+        single[variable] = path.read_text()
+    return (bulk, single), None
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _missing(kind: str, namespace: str, name: str, path: Path) -> str:
+    return f"waiting for {kind} {namespace}/{name}: create {path} (one file per key)"

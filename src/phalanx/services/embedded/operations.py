@@ -32,6 +32,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
 from phalanx.model.masking import mask_url
 from phalanx.model.nodes import Node
+from phalanx.model.pods import EMBEDDED_REFUSALS
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.services import port
@@ -97,6 +98,7 @@ class SqliteBackend(SqliteStatus):
 
     job_noun = "job"
     namespaced_kinds = NAMESPACED_KINDS
+    pod_field_refusals: Mapping[str, str] = EMBEDDED_REFUSALS
     cluster_scheduling = False
 
     def __init__(self, store: SqliteStore, layout: StateLayout, *, clock: Clock | None = None) -> None:

@@ -135,6 +135,7 @@ class KubeBackend:
 
     job_noun = "trainingjob"
     namespaced_kinds = CLUSTER_NAMESPACED_KINDS
+    pod_field_refusals: Mapping[str, str] = {}  # every pod field reaches the Pod
     cluster_scheduling = True
 
     def __init__(
