@@ -42,7 +42,7 @@ from phalanx.adapters.kubernetes.manifests import (
     scheduler_config_text,
 )
 from phalanx.model.base import API_GROUP
-from phalanx.services.kubernetes.install import GENERATED_NOTE, deploy_files, phalanx_version
+from phalanx.services.kubernetes.install import GENERATED_NOTE, deploy_files, phalanx_version, write_files
 
 CHART_NAME = "phalanx"
 IMAGE_REPOSITORY = "phalanx"  # with the tag defaulting to the chart's appVersion: install's phalanx:<version>
@@ -366,13 +366,7 @@ def write_chart(directory: Path) -> list[Path]:
     for stale in _generated(directory):
         if stale.relative_to(directory).as_posix() not in files:
             stale.unlink()
-    written = []
-    for relative, text in files.items():
-        path = directory / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
+    return write_files(directory, files)
 
 
 def _generated(directory: Path) -> Iterator[Path]:

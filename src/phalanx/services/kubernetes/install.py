@@ -98,6 +98,11 @@ def write_deploy(directory: Path) -> list[Path]:
         for stale in crds.glob("*.yaml"):
             if f"crds/{stale.name}" not in files:
                 stale.unlink()
+    return write_files(directory, files)
+
+
+def write_files(directory: Path, files: dict[str, str]) -> list[Path]:
+    """Write generated ``files`` (relative path -> text) under ``directory``; the paths written."""
     written = []
     for relative, text in files.items():
         path = directory / relative
