@@ -140,7 +140,7 @@ def test_the_dockerfiles_steps_build_a_wheel_that_installs_every_component(tmp_p
         done = run([command, "--help"], runtime_bin, elsewhere, {})
         assert done.returncode == 0, f"{command} --help: {done.stderr[-2000:]}"
         assert "usage" in done.stdout.lower(), done.stdout
-    imports = "import lightkube, orjson, phalanx; print(phalanx.__file__)"  # the kubernetes extra came along
+    imports = "import cryptography, lightkube, orjson, phalanx; print(phalanx.__file__)"  # the kubernetes extra
     where = run(["python", "-c", imports], runtime_bin, elsewhere, {})
     assert where.returncode == 0, where.stderr
     assert where.stdout.strip().startswith(str(tmp_path / "runtime-python")), "installed from the wheel, not the tree"

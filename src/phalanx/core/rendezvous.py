@@ -153,10 +153,12 @@ def render_replica_env(
 
 
 def render_hostfile(job: TrainingJob, jobtype: JobType, addresses: AddressBook) -> str:
-    """Render an MPI hostfile: ``HOST slots=N`` per host of the replicas of the JobType's ``hostfileRoles``.
+    """Render an MPI hostfile: one line per host of the replicas of the JobType's ``hostfileRoles``.
 
-    Replicas that share a host (every replica is on 127.0.0.1 in the embedded runtime) are merged into one
-    line whose slots are summed; hosts keep the order of their first replica.
+    A line is ``HOST slots=N`` in the JobType's ``hostfileFormat`` OpenMPI (what Open MPI's ``mpirun`` reads), and
+    ``HOST:N`` in Hydra (what MPICH's and Intel MPI's ``mpiexec`` read), N the host's slots. Replicas that share a
+    host (every replica is on 127.0.0.1 in the embedded runtime) are merged into one line whose slots are summed;
+    hosts keep the order of their first replica.
 
     Raises:
         RendezvousError: a listed replica has no address.
@@ -170,6 +172,8 @@ def render_hostfile(job: TrainingJob, jobtype: JobType, addresses: AddressBook) 
             if endpoint is None:
                 continue  # not running (admitted with minAvailable): not a host mpirun may use
             slots[endpoint.host] = slots.get(endpoint.host, 0) + jobtype.spec.slots_per_host
+    if jobtype.spec.hostfile_format == "Hydra":
+        return "".join(f"{host}:{count}\n" for host, count in slots.items())
     return "".join(f"{host} slots={count}\n" for host, count in slots.items())
 
 

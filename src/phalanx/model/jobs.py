@@ -50,7 +50,7 @@ from phalanx.model.bounds import (
 from phalanx.model.datasets import DatasetMount
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.names import check_dns_label, check_dns_subdomain
-from phalanx.model.pods import EnvVarSource, PodFields
+from phalanx.model.pods import AbsolutePath, EnvVarSource, PodFields, not_phalanx_mount
 from phalanx.model.resources import (
     CPU_QUANTITY_PATTERN,
     MEMORY_QUANTITY_PATTERN,
@@ -429,6 +429,23 @@ class Outputs(ApiModel):
     store_to: str | None = None
 
 
+#: Where a job's SSH key pair is mounted unless it says otherwise: root's, as mpi-operator does.
+DEFAULT_SSH_MOUNT_PATH = "/root/.ssh"
+
+
+class SshKeys(ApiModel):
+    """A key pair Phalanx makes for the job and mounts in every replica.
+
+    So that the launcher's ``mpirun`` logs in to the workers' SSH servers, on Kubernetes; on one machine
+    ``mpirun`` starts the ranks itself and no key is made.
+    """
+
+    mount_path: Annotated[AbsolutePath, AfterValidator(not_phalanx_mount)] = Field(
+        default=DEFAULT_SSH_MOUNT_PATH,
+        description="the directory of id_rsa, id_rsa.pub and authorized_keys in every replica's container",
+    )
+
+
 class TrainingJobSpec(ApiModel):
     """What to run."""
 
@@ -440,6 +457,9 @@ class TrainingJobSpec(ApiModel):
     outputs: Outputs = Field(default_factory=Outputs)
     datasets: list[DatasetMount] = Field(
         default_factory=list, description="datasets the replicas read (docs/datasets.md); none by default"
+    )
+    ssh_keys: SshKeys | None = Field(
+        default=None, description="a key pair made for the job, mounted in every replica (docs/kubeflow.md, MPIJob)"
     )
 
     @field_validator("datasets")
@@ -468,6 +488,26 @@ class TrainingJobSpec(ApiModel):
         if total > MAX_REPLICAS:
             raise ValueError(f"at most {MAX_REPLICAS} replicas per job (all roles together), got {total}")
         return value
+
+    @model_validator(mode="after")
+    def _ssh_keys_have_their_own_directory(self) -> TrainingJobSpec:
+        if self.ssh_keys is None:
+            return self
+        ours = posixpath.normpath(self.ssh_keys.mount_path)
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        for role, replica in self.replicas.items():
+            for position, mount in enumerate(replica.template.volume_mounts):
+                if posixpath.normpath(mount.mount_path) == ours:
+                    problems.append(
+                        (
+                            ("replicas", role, "template", "volumeMounts", position, "mountPath"),
+                            f"{mount.mount_path!r} is where the job's SSH keys are mounted (sshKeys.mountPath); "
+                            "mount this volume elsewhere or move the keys",
+                        )
+                    )
+        if problems:
+            raise every_problem("TrainingJobSpec", problems)
+        return self
 
     def total_replicas(self) -> int:
         """How many replicas the job runs in all."""

@@ -81,6 +81,11 @@ class JobTypeSpec(ApiModel):
     )
     hostfile_roles: list[str] = Field(default_factory=list, description="roles listed in the MPI hostfile")
     slots_per_host: int = Field(default=1, ge=1, le=MAX_SLOTS_PER_HOST)
+    hostfile_format: Literal["OpenMPI", "Hydra"] = Field(
+        default="OpenMPI",
+        description="how the MPI hostfile lists a host: 'HOST slots=N' (Open MPI's mpirun) or 'HOST:N' (the Hydra "
+        "process manager of MPICH's and Intel MPI's mpiexec)",
+    )
     allow_other_roles: StrictBool = Field(
         default=False, description="jobs may name roles the type does not declare (generic programs)"
     )

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from phalanx.model.jobs import TrainingJob
 
 #: Volume names Phalanx gives its own volumes in a replica's Pod (``adapters.kubernetes.rendering``).
-RESERVED_VOLUME_NAMES = frozenset({"outputs", "hostfile", "samples"})
+RESERVED_VOLUME_NAMES = frozenset({"outputs", "hostfile", "samples", "ssh-auth"})
 RESERVED_VOLUME_PREFIX = "dataset-"
 #: Where Phalanx mounts its own volumes (outputs, the MPI hostfile, dataset and sample caches): no user mount
 #: may be at or under these, or the API server refuses the Pod (two mounts at one path) or one hides the other.
@@ -263,8 +263,8 @@ class Volume(ApiModel):
     def _not_reserved(cls, value: str) -> str:
         if value in RESERVED_VOLUME_NAMES or value.startswith(RESERVED_VOLUME_PREFIX):
             raise ValueError(
-                f"{value!r} is the name of one of Phalanx's own volumes (outputs, hostfile, samples, dataset-N); "
-                "choose another"
+                f"{value!r} is the name of one of Phalanx's own volumes (outputs, hostfile, samples, ssh-auth, "
+                "dataset-N); choose another"
             )
         return value
 
@@ -297,6 +297,23 @@ def _check_relative(value: str) -> None:
         raise ValueError(f"must be a relative path without '..', got {value!r}")
 
 
+def not_phalanx_mount(value: str) -> str:
+    """Refuse a mount path at or under one of ``RESERVED_MOUNT_ROOTS``.
+
+    Raises:
+        ValueError: naming the root and where to mount instead.
+
+    """
+    normal = posixpath.normpath(value)
+    for root in RESERVED_MOUNT_ROOTS:
+        if normal == root or normal.startswith(root + "/"):
+            raise ValueError(
+                f"{value!r} is under {root}, where Phalanx mounts its own volumes (outputs, MPI hostfile, "
+                "dataset caches); mount elsewhere, e.g. /data"
+            )
+    return value
+
+
 class VolumeMount(ApiModel):
     """Where a volume of the template appears in a container."""
 
@@ -308,14 +325,7 @@ class VolumeMount(ApiModel):
     @field_validator("mount_path")
     @classmethod
     def _not_phalanx(cls, value: str) -> str:
-        normal = posixpath.normpath(value)
-        for root in RESERVED_MOUNT_ROOTS:
-            if normal == root or normal.startswith(root + "/"):
-                raise ValueError(
-                    f"{value!r} is under {root}, where Phalanx mounts its own volumes (outputs, MPI hostfile, "
-                    "dataset caches); mount elsewhere, e.g. /data"
-                )
-        return value
+        return not_phalanx_mount(value)
 
     @field_validator("sub_path")
     @classmethod

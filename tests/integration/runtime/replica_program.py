@@ -10,7 +10,9 @@ python replica_program.py --record FILE     append "<role>-<index> <attempt> <pi
                           --await-lines FILE N  after --record, wait until FILE has N lines
                           --env-dir DIR     first write the whole environment as JSON to DIR/<role>-<index>.json
                           --hostfile-out FILE   copy the hostfile named by $OMPI_MCA_orte_default_hostfile to FILE
-                          --expect-slots N  exit 5 unless that hostfile lists N slots in all
+                          --hostfile-var NAME   read the hostfile's path from $NAME instead (e.g. HYDRA_HOST_FILE)
+                          --expect-slots N  exit 5 unless that hostfile lists N slots in all ("host slots=N" lines,
+                                            or Hydra's "host:N")
                           --quiet-exit      print nothing at the end (the log's disk may be full by then)
 """
 
@@ -36,6 +38,7 @@ def main() -> int:
     parser.add_argument("--await-lines", nargs=2, metavar=("FILE", "N"))
     parser.add_argument("--env-dir")
     parser.add_argument("--hostfile-out")
+    parser.add_argument("--hostfile-var", default="OMPI_MCA_orte_default_hostfile")
     parser.add_argument("--expect-slots", type=int)
     parser.add_argument("--quiet-exit", action="store_true")
     args = parser.parse_args()
@@ -49,11 +52,12 @@ def main() -> int:
         temporary.write_text(json.dumps(dict(os.environ)))
         temporary.replace(target)
     if args.hostfile_out or args.expect_slots is not None:
-        hostfile = Path(os.environ["OMPI_MCA_orte_default_hostfile"]).read_text()  # noqa: SIM112
+        hostfile = Path(os.environ[args.hostfile_var]).read_text()
         print(f"{me} hostfile:\n{hostfile}", end="", flush=True)
         if args.hostfile_out:
             Path(args.hostfile_out).write_text(hostfile)
         slots = sum(int(word.split("=", 1)[1]) for word in hostfile.split() if word.startswith("slots="))
+        slots += sum(int(line.rsplit(":", 1)[1]) for line in hostfile.splitlines() if ":" in line)
         if args.expect_slots is not None and slots != args.expect_slots:
             print(f"{me}: the hostfile lists {slots} slots, expected {args.expect_slots}", flush=True)
             return 5

@@ -117,6 +117,54 @@ def test_an_mpijob_launcher_finds_every_workers_slots_and_its_exit_ends_the_job(
     wait_until(lambda: replicas_left(runtime, "pi") == [], message="the MPI workers to be stopped")
 
 
+def test_an_mpich_mpijob_launcher_finds_hydras_hostfile_and_the_ssh_keys_are_not_made_here(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """mpiImplementation MPICH: Hydra's host:slots hostfile at $HYDRA_HOST_FILE; sshAuthMountPath accepted, said."""
+    hostfile, envs = tmp_path / "hostfile", tmp_path / "env"
+    launcher = {
+        "name": "launcher",
+        "image": "example.org/mpich:4.2",
+        # In place of mpiexec: check the hostfile Hydra would read, and keep the environment it would start with.
+        "command": [sys.executable, PROGRAM],
+        "args": ["--hostfile-var", "HYDRA_HOST_FILE", "--hostfile-out", str(hostfile), "--expect-slots", "6"],
+        "resources": SMALL,
+    }
+    launcher["args"] += ["--env-dir", str(envs)]
+    worker = {"name": "worker", "image": "example.org/mpich:4.2", "command": ["sleep", "infinity"], "resources": SMALL}
+    document = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": "pi-mpich"},
+        "spec": {
+            "slotsPerWorker": 3,
+            "mpiImplementation": "MPICH",
+            "sshAuthMountPath": "/home/mpiuser/.ssh",
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": {"spec": {"containers": [launcher]}}},
+                "Worker": {"replicas": 2, "template": {"spec": {"containers": [worker]}}},
+            },
+        },
+    }
+    path = runtime.write_job("pi-mpich", document)
+
+    ran = runtime.cli("run", str(path), timeout=180)
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "jobtype/mpi-mpich-slots-3 created" in ran.stdout
+    assert hostfile.read_text() == "127.0.0.1:6\n"  # both workers on this machine: one line, their slots summed
+    env = json.loads((envs / "launcher-0.json").read_text())
+    assert env["HYDRA_HOST_FILE"] == env["PHALANX_HOSTFILE"]
+    assert env["HYDRA_LAUNCH_EXTRA_ARGS"] == "-o ConnectionAttempts=10"
+    assert "OMPI_MCA_orte_default_hostfile" not in env
+    with runtime.client() as client:
+        job = client.get("pi-mpich")
+    assert job.status.phase == Phase.SUCCEEDED
+    assert job.spec.ssh_keys is not None and job.spec.ssh_keys.mount_path == "/home/mpiuser/.ssh"
+    described = runtime.cli("describe", "job", "pi-mpich", check=True).stdout
+    assert "SSHKeysNotMade" in described and "nothing is mounted at /home/mpiuser/.ssh" in described, described
+
+
 def test_convert_prints_what_submit_accepts_and_refuses_with_the_upstream_path(
     runtime: Runtime, tmp_path: Path
 ) -> None:

@@ -212,6 +212,75 @@ def test_an_mpijob_of_one_slot_uses_the_builtin_type() -> None:
     assert job.spec.type == "mpi"
 
 
+def hydra_rendered(job: TrainingJob, jobtype: JobType) -> tuple[str, dict[str, str]]:
+    """The hostfile and the launcher's env, on DNS names as on Kubernetes."""
+    names = [name for _, _, name in replica_names(job, jobtype)]
+    book = {n: Endpoint(f"{n}.svc", 2222) for n in names}
+    env = render_replica_env(job, jobtype, "launcher", 0, book, node_of={}, output_dir="/o", hostfile_path="/h/f")
+    return render_hostfile(job, jobtype, book), env
+
+
+@pytest.mark.parametrize(
+    ("implementation", "name", "variables"),
+    [
+        ("Intel", "mpi-intel-slots-2", {"I_MPI_HYDRA_HOST_FILE": "/h/f", "I_MPI_PERHOST": "2",
+                                        "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS": "-o ConnectionAttempts=10"}),
+        ("MPICH", "mpi-mpich-slots-2", {"HYDRA_HOST_FILE": "/h/f",
+                                        "HYDRA_LAUNCH_EXTRA_ARGS": "-o ConnectionAttempts=10"}),
+    ],
+)  # fmt: skip
+def test_an_intel_or_mpich_mpijob_gets_hydras_hostfile_and_variables(
+    implementation: str, name: str, variables: dict[str, str]
+) -> None:
+    """mpi-operator's Intel and MPICH hostfile is ``host:slots`` and Hydra's variables point at it."""
+    made, job = converted(changed("mpijob", lambda d: d["spec"].update(mpiImplementation=implementation)))
+    (jobtype,) = made
+    assert (jobtype.metadata.name, jobtype.spec.hostfile_format, job.spec.type) == (name, "Hydra", name)
+    hostfile, env = hydra_rendered(job, jobtype)
+    assert hostfile == "allreduce-worker-0.svc:2\nallreduce-worker-1.svc:2\n"
+    assert {key: env[key] for key in variables} == variables
+    assert env["PHALANX_HOSTFILE"] == "/h/f"
+    assert not [key for key in env if key.startswith(("OMPI_MCA_", "PRTE_MCA_"))], "Open MPI's names are left out"
+
+
+def test_an_mpich_mpijob_of_one_slot_with_the_launcher_as_worker() -> None:
+    def mpich(document: dict[str, Any]) -> None:
+        document["spec"].update(mpiImplementation="MPICH", runLauncherAsWorker=True)
+        document["spec"].pop("slotsPerWorker")
+
+    made, job = converted(changed("mpijob", mpich))
+    (jobtype,) = made
+    assert jobtype.metadata.name == "mpi-mpich-launcher-as-worker"
+    hostfile, _ = hydra_rendered(job, jobtype)
+    assert hostfile.splitlines() == [
+        "allreduce-launcher-0.svc:1",
+        "allreduce-worker-0.svc:1",
+        "allreduce-worker-1.svc:1",
+    ]
+
+
+def test_an_openmpi_mpijob_keeps_the_open_mpi_hostfile() -> None:
+    made, job = converted(changed("mpijob", lambda d: d["spec"].update(mpiImplementation="OpenMPI")))
+    (jobtype,) = made
+    assert (jobtype.metadata.name, jobtype.spec.hostfile_format) == ("mpi-slots-2", "OpenMPI")
+    _, env = hydra_rendered(job, jobtype)
+    assert env["PRTE_MCA_prte_default_hostfile"] == env["OMPI_MCA_orte_default_hostfile"] == "/h/f"
+
+
+@pytest.mark.parametrize(("path", "expected"), [(None, "/root/.ssh"), ("/home/mpiuser/.ssh", "/home/mpiuser/.ssh")])
+def test_an_mpijob_gets_ssh_keys_at_its_ssh_auth_mount_path(path: str | None, expected: str) -> None:
+    """As mpi-operator does, every MPIJob gets a key pair, at sshAuthMountPath (root's by default)."""
+    document = changed("mpijob", lambda d: d["spec"].update(sshAuthMountPath=path) if path else None)
+    _, job = converted(document)
+    assert job.spec.ssh_keys is not None
+    assert job.spec.ssh_keys.mount_path == expected
+
+
+def test_a_job_of_another_kind_gets_no_ssh_keys() -> None:
+    _, job = converted(example("pytorchjob"))
+    assert job.spec.ssh_keys is None
+
+
 # -- refusals: the upstream path and why ---------------------------------------------------------------------
 
 WORKER = "spec.pytorchReplicaSpecs.Worker"
@@ -303,19 +372,20 @@ def test_a_field_that_cannot_be_honoured_is_refused_at_its_path(
         ("tfjob", lambda d: d["spec"].update(enableDynamicWorker=True), "spec.enableDynamicWorker", "fixed size"),
         ("tfjob", lambda d: d["spec"].update(successPolicy="ChiefOnly"), "spec.successPolicy", "AllWorkers"),
         ("paddlejob", lambda d: d["spec"].update(elasticPolicy={"minReplicas": 1}), "spec.elasticPolicy", "fixed"),
-        ("mpijob", lambda d: d["spec"].update(mpiImplementation="MPICH"), "spec.mpiImplementation", "use OpenMPI"),
+        ("mpijob", lambda d: d["spec"].update(mpiImplementation="Spectrum"), "spec.mpiImplementation",
+         "must be OpenMPI, Intel or MPICH"),
         ("mpijob", lambda d: d["spec"].update(launcherCreationPolicy="WaitForWorkersReady"),
          "spec.launcherCreationPolicy", "as a gang"),
-        ("mpijob", lambda d: d["spec"].update(sshAuthMountPath="/home/mpiuser/.ssh"), "spec.sshAuthMountPath",
-         "no SSH keys"),
+        ("mpijob", lambda d: d["spec"].update(sshAuthMountPath=".ssh"), "spec.sshAuthMountPath",
+         "must be an absolute path"),
         ("mpijob", lambda d: d["spec"].update(slotsPerWorker=0), "spec.slotsPerWorker", ">= 1"),
         ("mpijob", lambda d: d["spec"]["mpiReplicaSpecs"]["Worker"].update(restartPolicy="Never"),
          "spec.mpiReplicaSpecs.Launcher.restartPolicy", "Launcher OnFailure, Worker Never"),
         ("mpijob", lambda d: d.update(apiVersion="kubeflow.org/v1"), "apiVersion", "kubeflow.org/v2beta1"),
     ],
     ids=[
-        "tf-master-and-chief", "tf-dynamic-worker", "tf-success-policy", "paddle-elastic", "mpi-mpich",
-        "mpi-wait-for-workers", "mpi-ssh-path", "mpi-zero-slots", "mpi-worker-never", "mpi-v1",
+        "tf-master-and-chief", "tf-dynamic-worker", "tf-success-policy", "paddle-elastic", "mpi-spectrum",
+        "mpi-wait-for-workers", "mpi-relative-ssh-path", "mpi-zero-slots", "mpi-worker-never", "mpi-v1",
     ],
 )  # fmt: skip
 def test_other_kinds_refuse_at_their_paths(

@@ -80,7 +80,7 @@ def test_what_convert_prints_is_accepted_as_the_same_jobs(name: str) -> None:
 
 def test_convert_refuses_as_submit_does() -> None:
     bad = example("mpijob")
-    bad["spec"]["mpiImplementation"] = "Intel"
+    bad["spec"]["mpiImplementation"] = "Spectrum"
     with pytest.raises(SpecError) as caught:
         convert_documents([bad], JOBTYPES)
     assert [error.path for error in caught.value.errors] == ["spec.mpiImplementation"]

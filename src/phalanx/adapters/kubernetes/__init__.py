@@ -4,7 +4,8 @@
   cached by a LIST and kept current by a WATCH; ``parsed``: cached objects parsed once per resourceVersion.
 - ``objects``: API objects (jobs, JobTypes, Queues, Datasets, Nodes, Pods, Events) read as models, and the
   bodies of objects users submit and of job statuses written back;
-  ``rendering``: a job into the Pods, headless Service and hostfile ConfigMap that run it; ``node_report``: a
+  ``rendering``: a job into the Pods, headless Service, hostfile ConfigMap and SSH key Secret that run it;
+  ``sshkeys``: the SSH key pair of such a Secret; ``node_report``: a
   discovered node into the labels, annotations and GPU quantities its node agent writes on the Node;
   ``cache_report``: the dataset cache report a node agent writes on its Node, and eviction requests.
 - ``crds``: the CustomResourceDefinitions of TrainingJob, JobType, Queue and Dataset, generated from the models

@@ -203,6 +203,9 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([API_GROUP], with_status, ["update", "patch"]),
             _rule([""], ["pods"], ["create", "delete", *READ]),
             _rule([""], ["services", "configmaps"], ["create", "delete", *READ]),
+            # The SSH key pair of a job with sshKeys (an MPIJob): created with its Pods, named with the job's uid,
+            # and gone with the job (owner reference), so never read, listed or deleted.
+            _rule([""], ["secrets"], ["create"]),
             # The PodGroup of a job left to the cluster's scheduler (kube-scheduler's gang scheduling): created
             # before its Pods; one of an earlier job of the same name is read and deleted.
             _rule(["scheduling.k8s.io"], ["podgroups"], ["create", "get", "delete"]),

@@ -47,6 +47,12 @@ Decisions:
     - **Files.** The MPI hostfile is a ConfigMap (``<job>-hostfile``) mounted read-only at ``/etc/phalanx``
       when the JobType has ``hostfileRoles``; outputs go to an ``emptyDir`` at ``/phalanx/<outputs.path>``
       (``PHALANX_OUTPUT_DIR``), one per Pod: collecting them (``outputs.storeTo``) is the operator's.
+    - **SSH keys** (``spec.sshKeys``, an MPIJob's ``sshAuthMountPath``): a key pair in a Secret of type
+      ``kubernetes.io/ssh-auth`` (``<job>-ssh-<uid prefix>``, owned by the job, made by the operator with the
+      Pods: ``adapters.kubernetes.sshkeys``), mounted read-only in every Pod at ``sshKeys.mountPath`` as
+      ``id_rsa``, ``id_rsa.pub`` and ``authorized_keys``, so the launcher's ``mpirun`` logs in to the workers'
+      SSH servers. Pods of a JobType whose hostfile is Hydra's (Intel MPI, MPICH) also search the job's Service
+      domain, so that a worker resolves the launcher's short host name, which Hydra's proxies call back.
     - **Datasets.** What a replica reads of its datasets (``DatasetVolumes``, decided by the operator from the
       staging plan) is one read-only ``hostPath`` volume per node-cache entry (``dataset-0``, ``dataset-1``…,
       type ``Directory``: the node agent made it before the Pod was created) and the ``PHALANX_DATASET_*``
@@ -67,7 +73,7 @@ from phalanx.adapters.kubernetes.crds import VERSION
 from phalanx.core.delegation import CLUSTER_PLACED, gang_min_count
 from phalanx.core.rendezvous import Endpoint, RendezvousError, render_hostfile, render_replica_env, replica_names
 from phalanx.model.base import API_GROUP, ApiModel
-from phalanx.model.jobs import ReplicaPlacement, ReplicaTemplate, TrainingJob
+from phalanx.model.jobs import DEFAULT_SSH_MOUNT_PATH, ReplicaPlacement, ReplicaTemplate, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import check_dns_label
 from phalanx.model.pods import Container
@@ -102,6 +108,13 @@ DATASET_MOUNT_PATH = "/var/cache/phalanx/datasets"
 #: Where replicas see the sample cache their node shares, and where node agents keep sample caches on the host.
 SAMPLE_MOUNT_PATH = "/var/cache/phalanx/samples"
 SAMPLES_VOLUME = "samples"
+SSH_VOLUME = "ssh-auth"
+#: The keys of a job's SSH Secret (type ``kubernetes.io/ssh-auth``) and the files they become in the mount.
+SSH_PRIVATE_KEY = "ssh-privatekey"
+SSH_PUBLIC_KEY = "ssh-publickey"
+SSH_FILES = ((SSH_PRIVATE_KEY, "id_rsa"), (SSH_PUBLIC_KEY, "id_rsa.pub"), (SSH_PUBLIC_KEY, "authorized_keys"))
+#: The cluster's DNS domain in the search path a Hydra job's Pods get (mpi-operator assumes the same one).
+CLUSTER_DOMAIN = "cluster.local"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +163,20 @@ def service_name(job: TrainingJob) -> str:
 def hostfile_configmap_name(job: TrainingJob) -> str:
     """The ConfigMap holding a job's MPI hostfile."""
     return f"{job.metadata.name}-hostfile"
+
+
+def ssh_secret_name(job: TrainingJob) -> str:
+    """The Secret with the job's SSH key pair: named after the job and its uid.
+
+    The uid makes a Secret left by an earlier job of the same name (until the garbage collector removes it) a
+    different one: the operator only ever creates this Secret, and never needs to read a Secret.
+
+    Raises:
+        RenderError: the job has no uid.
+
+    """
+    uid = job_owner_reference(job)["uid"]
+    return f"{job.metadata.name}-ssh-{uid[:8]}"
 
 
 def needs_service(job: TrainingJob) -> bool:
@@ -271,6 +298,9 @@ def render_pod(
     if jobtype.spec.hostfile_roles:
         mounts.append({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": True})
         volumes.append({"name": HOSTFILE_VOLUME, "configMap": {"name": hostfile_configmap_name(job)}})
+    if job.spec.ssh_keys is not None:
+        mounts.append({"name": SSH_VOLUME, "mountPath": job.spec.ssh_keys.mount_path, "readOnly": True})
+        volumes.append({"name": SSH_VOLUME, "secret": _ssh_volume(job)})
     for position, (host_path, mount_path) in enumerate(datasets.mounts if datasets is not None else ()):
         volume = f"{DATASET_VOLUME}-{position}"
         mounts.append({"name": volume, "mountPath": mount_path, "readOnly": True})
@@ -310,6 +340,10 @@ def render_pod(
         spec["schedulingGroup"] = {"podGroupName": pod_group}
     if needs_service(job):
         spec.update(hostname=name, subdomain=service_name(job))
+        if jobtype.spec.hostfile_format == "Hydra":
+            # Hydra's proxies on the workers call the launcher back by its host name: make the short name resolve.
+            domain = f"{service_name(job)}.{job.metadata.namespace}.svc.{CLUSTER_DOMAIN}"
+            spec["dnsConfig"] = {"searches": [domain]}
     spec.update(
         enableServiceLinks=False,  # one Service per job: its env variables would only grow every Pod's env
         containers=[container],
@@ -334,6 +368,43 @@ def render_pod(
             "ownerReferences": [owner],
         },
         "spec": spec,
+    }
+
+
+def _ssh_volume(job: TrainingJob) -> dict[str, Any]:
+    """The Secret volume of the job's SSH keys: ``id_rsa``, ``id_rsa.pub`` and ``authorized_keys``.
+
+    Under ``/root/.ssh`` the files are 0600, as ssh wants a private key; elsewhere (a user's home, for an image
+    that runs as that user) they keep the default mode, which that user can read, as mpi-operator does.
+    """
+    assert job.spec.ssh_keys is not None
+    volume: dict[str, Any] = {
+        "secretName": ssh_secret_name(job),
+        "items": [{"key": key, "path": path} for key, path in SSH_FILES],
+    }
+    if job.spec.ssh_keys.mount_path.rstrip("/") == DEFAULT_SSH_MOUNT_PATH:
+        volume["defaultMode"] = 0o600
+    return volume
+
+
+def render_ssh_secret(job: TrainingJob, private_pem: str, public_line: str) -> dict[str, Any]:
+    """Render the Secret of the job's SSH key pair (``kubernetes.io/ssh-auth``), owned by the job.
+
+    Raises:
+        RenderError: the job has no uid.
+
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/ssh-auth",
+        "metadata": {
+            "name": ssh_secret_name(job),
+            "namespace": job.metadata.namespace,
+            "labels": {LABEL_JOB: job.metadata.name, "app.kubernetes.io/managed-by": "phalanx"},
+            "ownerReferences": [job_owner_reference(job)],
+        },
+        "stringData": {SSH_PRIVATE_KEY: private_pem, SSH_PUBLIC_KEY: public_line},
     }
 
 

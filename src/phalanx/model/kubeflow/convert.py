@@ -10,8 +10,9 @@ Every field has a meaning here or is refused with its path and why; nothing is d
 replica specs (type → role, ``replicas`` → count), the PodTemplateSpec's one container (``kubeflow.pods``),
 ``runPolicy`` (backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished, suspend, schedulingPolicy's
 minAvailable, queue and priorityClass; cleanPodPolicy Running or All, which is what Phalanx does when a job
-ends), the replicas' restartPolicy when they agree, ``nprocPerNode``, ``slotsPerWorker`` and
-``runLauncherAsWorker``. docs/kubeflow.md lists every field.
+ends), the replicas' restartPolicy when they agree, ``nprocPerNode``, ``slotsPerWorker``,
+``runLauncherAsWorker``, ``mpiImplementation`` (Intel and MPICH: a JobType with Hydra's hostfile and variables)
+and ``sshAuthMountPath`` (``spec.sshKeys``). docs/kubeflow.md lists every field.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.model.errors import FieldError, SpecError, short
+from phalanx.model.jobs import DEFAULT_SSH_MOUNT_PATH
 from phalanx.model.jobtypes import JobType
 from phalanx.model.kubeflow.kinds import KubeflowKind
 from phalanx.model.kubeflow.pods import GPU_RESOURCE, replica_template
@@ -440,12 +442,12 @@ class _Converter:
     ) -> dict[str, Any] | None:
         """Check the MPIJob fields; a JobType document when the hostfile differs from ``mpi``'s."""
         implementation = spec.get("mpiImplementation", "OpenMPI")
-        if implementation != "OpenMPI":
+        if implementation not in _MPI_IMPLEMENTATIONS:
             self.refuse(
                 "spec.mpiImplementation",
-                f"the mpi JobType points Open MPI's mpirun at the hostfile; {short(implementation)} reads another "
-                "hostfile format and variable: use OpenMPI",
+                f"must be OpenMPI, Intel or MPICH, got {short(implementation)}",
             )
+            implementation = "OpenMPI"
         policy = spec.get("launcherCreationPolicy", "AtStartup")
         if policy != "AtStartup":
             self.refuse(
@@ -453,11 +455,7 @@ class _Converter:
                 f"Phalanx starts the launcher with the workers, as a gang; {short(policy)} is not supported: "
                 "remove it and let the launcher retry (restartPolicy OnFailure)",
             )
-        if spec.get("sshAuthMountPath", "/root/.ssh") != "/root/.ssh":
-            self.refuse(
-                "spec.sshAuthMountPath",
-                "Phalanx makes no SSH keys for the workers (on one machine mpirun needs none); remove it",
-            )
+        self.mpi_ssh_keys(spec, job_spec)
         slots = spec.get("slotsPerWorker", 1)
         launcher_works = spec.get("runLauncherAsWorker", False)
         if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
@@ -466,19 +464,36 @@ class _Converter:
         if not isinstance(launcher_works, bool):
             self.refuse("spec.runLauncherAsWorker", f"must be true or false, got {short(launcher_works)}")
             return None
-        if slots == 1 and not launcher_works:
+        if slots == 1 and not launcher_works and implementation == "OpenMPI":
             return None
         base = jobtypes.get("mpi")
         if base is None:
             self.refuse("kind", "no JobType mpi is known to start an MPIJob from")
             return None
-        return self.mpi_jobtype(base, slots, launcher_works, job_spec, metadata)
+        return self.mpi_jobtype(base, slots, launcher_works, implementation, job_spec, metadata)
+
+    def mpi_ssh_keys(self, spec: Mapping[str, Any], job_spec: dict[str, Any]) -> None:
+        # mpi-operator makes every MPIJob a key pair and mounts it at sshAuthMountPath (default root's).
+        path = spec.get("sshAuthMountPath", DEFAULT_SSH_MOUNT_PATH)
+        if not isinstance(path, str):
+            self.refuse("spec.sshAuthMountPath", f"must be a directory path, got {short(path)}")
+            return
+        job_spec["sshKeys"] = {"mountPath": path}
+        self.paths["spec.sshKeys.mountPath"] = self.paths["spec.sshKeys"] = "spec.sshAuthMountPath"
 
     def mpi_jobtype(
-        self, base: JobType, slots: int, launcher_works: bool, job_spec: dict[str, Any], metadata: Any
+        self,
+        base: JobType,
+        slots: int,
+        launcher_works: bool,
+        implementation: str,
+        job_spec: dict[str, Any],
+        metadata: Any,
     ) -> dict[str, Any]:
         # The hostfile is the JobType's: a type of its own, named by what differs, so jobs alike share it.
-        name = f"mpi-slots-{slots}" if slots != 1 else "mpi"
+        name = "mpi" + ("" if implementation == "OpenMPI" else f"-{implementation.lower()}")
+        if slots != 1:
+            name += f"-slots-{slots}"
         if launcher_works:
             name += "-launcher-as-worker"
         document = base.model_dump(mode="json", by_alias=True, exclude_defaults=True)
@@ -487,19 +502,48 @@ class _Converter:
         spec["description"] = (
             f"The mpi JobType with {slots} slot(s) per host in the hostfile"
             + (", the launcher listed first as a worker too" if launcher_works else "")
-            + f", for MPIJobs with slotsPerWorker: {slots} and runLauncherAsWorker: {str(launcher_works).lower()}."
+            + (f", for {implementation} MPI's Hydra (host:slots lines)" if implementation != "OpenMPI" else "")
+            + f", for MPIJobs with slotsPerWorker: {slots}, runLauncherAsWorker: {str(launcher_works).lower()}"
+            + f" and mpiImplementation: {implementation}."
         )
         if launcher_works:
             spec["hostfileRoles"] = ["launcher", *[r for r in spec.get("hostfileRoles", []) if r != "launcher"]]
             spec["rankRoles"] = ["launcher", *[r for r in spec.get("rankRoles", []) if r != "launcher"]]
             if "worker" in spec["roles"]:
                 spec["roles"]["worker"]["minCount"] = 0
+        if implementation != "OpenMPI":
+            spec["hostfileFormat"] = "Hydra"
+            spec["env"] = {**_without_open_mpi(spec.get("env", {})), **hydra_env(implementation, slots)}
         namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
         document["metadata"] = {"name": name, **({"namespace": namespace} if namespace else {})}
         document = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "JobType", **document}
         job_spec["type"] = name
         self.paths["spec.slotsPerHost"] = "spec.slotsPerWorker"
         return document
+
+
+#: mpi-operator's ``mpiImplementation`` values.
+_MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
+
+
+def hydra_env(implementation: str, slots: int) -> dict[str, str]:
+    """What mpi-operator sets for the Hydra ``mpiexec`` of Intel MPI or MPICH (the launcher's env upstream).
+
+    The hostfile's path, ssh's retries while a worker's SSH server starts, and for Intel MPI the processes per
+    host (``I_MPI_PERHOST``: the slots). Every replica gets them here, as it gets the Open MPI ones of ``mpi``.
+    """
+    if implementation == "Intel":
+        return {
+            "I_MPI_HYDRA_HOST_FILE": "{{ hostfile }}",
+            "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS": "-o ConnectionAttempts=10",
+            "I_MPI_PERHOST": str(slots),
+        }
+    return {"HYDRA_HOST_FILE": "{{ hostfile }}", "HYDRA_LAUNCH_EXTRA_ARGS": "-o ConnectionAttempts=10"}
+
+
+def _without_open_mpi(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``mpi`` JobType's env less Open MPI's own variables (``OMPI_MCA_*``, ``PRTE_MCA_*``)."""
+    return {key: value for key, value in env.items() if not key.startswith(("OMPI_MCA_", "PRTE_MCA_"))}
 
 
 def _annotated(metadata: Any, annotations: Mapping[str, str]) -> Any:

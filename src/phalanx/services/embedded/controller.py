@@ -314,6 +314,14 @@ class JobController:
                 warning=True,
             )
 
+        if job.spec.ssh_keys is not None:
+            self._event(
+                job,
+                "SSHKeysNotMade",
+                f"spec.sshKeys: no key pair is made and nothing is mounted at {job.spec.ssh_keys.mount_path}: the "
+                "replicas run on this machine, where mpirun starts every rank itself, without SSH",
+            )
+
     def _fail(self, job: TrainingJob, reason: str, message: str) -> None:
         """Move a job to Failed outside the planner, for errors only a backend can meet (bad rendering)."""
         if Phase(job.status.phase) in (Phase.SUCCEEDED, Phase.FAILED):

@@ -37,6 +37,7 @@ from phalanx.adapters.kubernetes.api import (
     CONFIGMAPS,
     PODGROUPS,
     PODS,
+    SECRETS,
     SERVICES,
     TRAININGJOBS,
     ConflictError,
@@ -46,7 +47,13 @@ from phalanx.adapters.kubernetes.api import (
 from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
 from phalanx.adapters.kubernetes.informer import Informer, object_key
 from phalanx.adapters.kubernetes.objects import LABEL_ATTEMPT, job_status, model_metadata
-from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME, RenderError, render_pod_group
+from phalanx.adapters.kubernetes.rendering import (
+    DEFAULT_SCHEDULER_NAME,
+    RenderError,
+    render_pod_group,
+    render_ssh_secret,
+)
+from phalanx.adapters.kubernetes.sshkeys import generate_ssh_key_pair
 from phalanx.core.lifecycle import can_transition, transition
 from phalanx.core.reconcile import (
     CreateReplica,
@@ -269,6 +276,11 @@ class JobReconciler:
             refused = self._ensure_pod_group(obj, job)
             if refused is not None:
                 return self._fail(obj, "PodGroupUnavailable", refused, pods)
+        if creates and job.spec.ssh_keys is not None:
+            # Before the Pods, which mount it: a Pod whose Secret is missing waits in ContainerCreating.
+            refused = self._ensure_ssh_keys(job)
+            if refused is not None:
+                return self._fail(obj, "SSHKeysUnavailable", refused, pods)
         tasks.extend(functools.partial(self._create_pod, obj, body) for body in creates)
         for action in decided.actions:
             if isinstance(action, DeleteReplica) and action.name in by_name:
@@ -363,6 +375,29 @@ class JobReconciler:
             if not error.already_exists:
                 raise
         return True
+
+    def _ensure_ssh_keys(self, job: TrainingJob) -> str | None:
+        """Create the Secret of the job's SSH key pair (409: made before, for this job); why not, None when made.
+
+        Its name carries the job's uid (``rendering.ssh_secret_name``), so one that exists is this job's: the
+        operator creates Secrets and never reads one.
+        """
+        keys = generate_ssh_key_pair()
+        body = render_ssh_secret(job, keys.private_pem, keys.public_line)
+        try:
+            self.wiring.api.create(SECRETS, body)
+            self.wiring.counters.add("children_created")
+        except ConflictError as error:
+            if not error.already_exists:
+                raise
+        except KubeApiError as error:
+            if error.status in (0, 500, 503, 504, 429):
+                raise
+            return (
+                f"spec.sshKeys: cannot create the Secret {body['metadata']['name']} with the job's SSH keys: {error}; "
+                "give phalanx-operator the right to create secrets (phalanx install --print has it) or remove sshKeys"
+            )
+        return None
 
     def _ensure_pod_group(self, obj: dict[str, Any], job: TrainingJob) -> str | None:
         """Create the job's PodGroup (409 is success); why the cluster cannot have it, None when it has it.
