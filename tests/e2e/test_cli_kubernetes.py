@@ -429,6 +429,52 @@ def test_a_kubeflow_mpijob_with_slots_per_worker_runs_with_its_own_jobtype(cli: 
     wait_until(lambda: cli.phase("kf-mpi") == "Succeeded", 120, "kf-mpi to succeed")
 
 
+def test_an_intel_mpijob_gets_hydras_hostfile_and_an_ssh_key_secret_that_goes_with_it(cli: Cli, running: str) -> None:
+    """mpiImplementation Intel and sshAuthMountPath on the real API server: the hostfile ConfigMap in Hydra's
+    format, Intel MPI's variables, the job's SSH key Secret mounted at the path in every Pod, gone with the job."""
+    document = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": "kf-intel"},
+        "spec": {
+            "slotsPerWorker": 2,
+            "mpiImplementation": "Intel",
+            "sshAuthMountPath": "/home/mpiuser/.ssh",
+            "mpiReplicaSpecs": {"Launcher": kubeflow_replica(1, "launcher"), "Worker": kubeflow_replica(2, "worker")},
+        },
+    }
+    result = cli.ok("run", "--detach", str(cli.write(document)))
+
+    assert "jobtype/mpi-intel-slots-2 created" in result.stdout, result.stdout
+    job = cli.job("kf-intel")
+    assert job["spec"]["sshKeys"] == {"mountPath": "/home/mpiuser/.ssh"}
+    secrets = f"/api/v1/namespaces/{cli.namespace}/secrets?labelSelector=phalanx.dev/job=kf-intel"
+    [secret] = wait_until(lambda: cli.kube.get(secrets)["items"], 60, "the job's SSH key Secret")
+    assert secret["type"] == "kubernetes.io/ssh-auth"
+    assert sorted(secret["data"]) == ["ssh-privatekey", "ssh-publickey"]
+    assert [ref["uid"] for ref in secret["metadata"]["ownerReferences"]] == [job["metadata"]["uid"]]
+    pods = wait_until(lambda: (found := cli.pods("kf-intel")) and len(found) == 3 and found, 60, "the three Pods")
+    domain = f"kf-intel.{cli.namespace}.svc.cluster.local"
+    for pod in pods:
+        [container] = pod["spec"]["containers"]
+        assert {"name": "ssh-auth", "mountPath": "/home/mpiuser/.ssh", "readOnly": True} in container["volumeMounts"]
+        [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "ssh-auth"]
+        assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+        assert [item["path"] for item in volume["secret"]["items"]] == ["id_rsa", "id_rsa.pub", "authorized_keys"]
+        assert pod["spec"]["dnsConfig"]["searches"] == [domain]
+        env = {item["name"]: item.get("value") for item in container["env"]}
+        assert env["I_MPI_HYDRA_HOST_FILE"] == "/etc/phalanx/hostfile"
+        assert env["I_MPI_PERHOST"] == "2"
+        assert "OMPI_MCA_orte_default_hostfile" not in env
+    configmap = f"/api/v1/namespaces/{cli.namespace}/configmaps/kf-intel-hostfile"
+    hostfile = cli.kube.get(configmap)["data"]["hostfile"]
+    assert hostfile == "".join(f"kf-intel-worker-{i}.kf-intel.{cli.namespace}.svc:2\n" for i in range(2))
+    wait_until(lambda: cli.phase("kf-intel") == "Succeeded", 120, "kf-intel to succeed")
+
+    cli.ok("delete", "job", "kf-intel")
+    wait_until(lambda: not cli.kube.get(secrets)["items"], 60, "the SSH key Secret to go with the job")
+
+
 def test_a_kubeflow_replicas_pod_fields_reach_its_pods(cli: Cli, running: str) -> None:
     """Issue 16: the pod fields of a Kubeflow replica's PodTemplateSpec are mapped, and reach the Pods."""
     container = {
