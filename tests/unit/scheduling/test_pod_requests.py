@@ -6,6 +6,8 @@ Pod: a replica with a 1-CPU sidecar was charged 1 CPU less than the kubelet admi
 
 from __future__ import annotations
 
+from scheduling_builders import GI, make_node
+
 from phalanx.core.scheduling import build_snapshot
 from phalanx.core.scheduling.demands import demand_of
 from phalanx.core.scheduling.holdings import usage_of
@@ -13,8 +15,6 @@ from phalanx.core.scheduling.pod_requests import pod_request, pod_spec_request, 
 from phalanx.model.jobs import ReplicaPlacement, ReplicaTemplate, TrainingJob
 from phalanx.model.resources import ResourceVector
 from phalanx.services.scheduling import replica_requests
-
-from scheduling_builders import GI, make_node
 
 MI = 2**20
 
