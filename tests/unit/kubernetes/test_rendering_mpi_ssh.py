@@ -3,6 +3,9 @@ to the workers with, and the Hydra hostfile of Intel MPI and MPICH with the DNS 
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -87,6 +90,17 @@ def test_the_ssh_secret_holds_a_key_pair_owned_by_the_job() -> None:
     assert private.public_key().public_numbers() == public.public_numbers()  # type: ignore[union-attr]
     assert secret["stringData"]["ssh-publickey"].startswith("ecdsa-sha2-nistp521 ")
     assert generate_ssh_key_pair().private_pem != keys.private_pem, "a new pair each time"
+
+
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="OpenSSH's ssh-keygen is not installed")
+def test_openssh_reads_the_private_key_as_mounted_and_derives_the_public_key(tmp_path: Path) -> None:
+    """The id_rsa file as a Pod sees it is a key OpenSSH loads (an ECDSA key, whatever the file's name)."""
+    keys = generate_ssh_key_pair()
+    private = tmp_path / "id_rsa"
+    private.write_text(keys.private_pem)
+    private.chmod(0o600)
+    derived = subprocess.run(["ssh-keygen", "-y", "-f", str(private)], capture_output=True, text=True, check=True)
+    assert derived.stdout.split()[:2] == keys.public_line.split()[:2]
 
 
 def test_a_hydra_jobs_hostfile_and_dns_search() -> None:
