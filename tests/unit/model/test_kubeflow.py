@@ -265,6 +265,7 @@ def test_an_openmpi_mpijob_keeps_the_open_mpi_hostfile() -> None:
     assert (jobtype.metadata.name, jobtype.spec.hostfile_format) == ("mpi-slots-2", "OpenMPI")
     _, env = hydra_rendered(job, jobtype)
     assert env["PRTE_MCA_prte_default_hostfile"] == env["OMPI_MCA_orte_default_hostfile"] == "/h/f"
+    assert env["PRTE_MCA_plm_ssh_args"] == env["OMPI_MCA_plm_rsh_args"] == "-o ConnectionAttempts=10"
 
 
 @pytest.mark.parametrize(("path", "expected"), [(None, "/root/.ssh"), ("/home/mpiuser/.ssh", "/home/mpiuser/.ssh")])
