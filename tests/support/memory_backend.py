@@ -37,6 +37,7 @@ class MemoryBackend:
     namespaced_kinds = NAMESPACED_KINDS
     pod_field_refusals: Mapping[str, str] = {}
     cluster_scheduling = False
+    runs_images = False
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Any] = {}

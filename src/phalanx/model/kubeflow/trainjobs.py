@@ -198,7 +198,7 @@ class _TrainJob:
         if "numProcPerNode" in trainer:
             nproc = trainer["numProcPerNode"]
         self.apply_trainer(template, trainer)
-        if not template.get("command") and "command" not in trainer:
+        if not template.get("command") and "command" not in trainer and not template.get("image"):
             self.refuse(
                 "spec.trainer.command",
                 f"required: the program each node runs, e.g. [torchrun, train.py] ({self.runtime_name} gives none)",
