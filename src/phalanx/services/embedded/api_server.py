@@ -4,8 +4,9 @@ It lets thin clients (``phalanx run``) submit and follow jobs without loading th
 control plane, which has it loaded already, validates, creates and reads. Requests share one store, which keeps a
 connection per thread. Routes:
 
-- ``POST /v1/submit`` ``{documents | text, submitDir, namespace?, replaceFinished?, source?}`` (``text``: the
-  YAML/JSON file's content, parsed here) → ``200 {created: [...]}``,
+- ``POST /v1/submit`` ``{documents | text, submitDir, namespace?, replaceFinished?, source?, standIns?}``
+  (``text``: the YAML/JSON file's content, parsed here; ``standIns``: image -> the words of the local program that
+  plays it, ``core.stand_ins``) → ``200 {created: [...]}``,
   ``422 {errors: [{path, message}], source}`` (nothing created), ``409 {message}``.
 - ``GET /v1/namespaces/NS/trainingjobs/NAME?after=RV&wait=S`` → ``200`` the job (wire form) once its
   resourceVersion differs from ``RV`` or ``S`` seconds have passed; ``404 {message}``.
