@@ -98,6 +98,20 @@ def test_a_trainingjob_of_an_image_without_a_command_is_refused_at_its_own_path_
     assert "repo/x:1=PROGRAM" in found["spec.replicas.worker.template.command"]
 
 
+def test_a_trainjob_without_a_command_is_asked_for_the_trainers_on_the_embedded_runtime() -> None:
+    trainjob = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "tj"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"args": ["--epochs", "1"]}},
+    }
+    job = only_job(validate_documents([trainjob], JOBTYPES, pod_field_refusals={}))
+    assert job.spec.replicas["worker"].template.command == []  # the shipped runtime's image's entrypoint
+    found = refusals([trainjob], pod_field_refusals=EMBEDDED_REFUSALS)
+    assert list(found) == ["spec.trainer.command"]
+    assert "--stand-in" in found["spec.trainer.command"]
+
+
 def test_a_replica_without_a_command_or_an_image_is_refused_on_every_backend() -> None:
     document = {"metadata": {"name": "j"}, "spec": {"replicas": {"worker": {"template": {"args": ["x"]}}}}}
     found = refusals([document], pod_field_refusals={})

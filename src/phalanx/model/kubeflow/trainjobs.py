@@ -203,6 +203,9 @@ class _TrainJob:
                 "spec.trainer.command",
                 f"required: the program each node runs, e.g. [torchrun, train.py] ({self.runtime_name} gives none)",
             )
+        if not template.get("command"):
+            # The image's entrypoint runs; where a command is needed (the embedded runtime), the trainer gives it.
+            self.paths["spec.replicas.worker.template.command"] = "spec.trainer.command"
         if jobtype == "pytorch" and nproc is not None:
             text = str(nproc)
             if text not in ("auto", "cpu", "gpu") and not (text.isdigit() and int(text) >= 1):
