@@ -38,6 +38,7 @@ class MemoryBackend:
     pod_field_refusals: Mapping[str, str] = {}
     cluster_scheduling = False
     runs_images = False
+    own_scheduler: str | None = None
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Any] = {}

@@ -144,6 +144,9 @@ class OperationsBackend(ObjectReader, ObjectWriter, Protocol):
     runs_images: bool
     """Whether replicas run their container images (a cluster); where they do not, a local program may stand in
     for an image (``core.stand_ins``)."""
+    own_scheduler: str | None
+    """The name of Phalanx's own scheduler on this backend (a job naming it is placed by Phalanx); None where
+    Phalanx places every job itself."""
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete a job and, in the backend's way, its replicas.

@@ -101,6 +101,7 @@ class SqliteBackend(SqliteStatus):
     pod_field_refusals: Mapping[str, str] = EMBEDDED_REFUSALS
     cluster_scheduling = False
     runs_images = False
+    own_scheduler: str | None = None
 
     def __init__(self, store: SqliteStore, layout: StateLayout, *, clock: Clock | None = None) -> None:
         super().__init__(store, clock=clock)
