@@ -665,7 +665,6 @@ EMBEDDED_REFUSALS: dict[str, str] = {
     "securityContext": "the embedded runtime runs replicas as the user of the control plane; remove it",
     "containerSecurityContext": "the embedded runtime runs replicas as the user of the control plane; remove it",
     "serviceAccountName": "the embedded runtime has no service accounts; remove it",
-    "imagePullSecrets": "the embedded runtime pulls no images; remove it",
     "priorityClassName": "the embedded runtime has no PriorityClasses; use spec.scheduling.priorityClass",
     "initContainers": "the embedded runtime runs one process per replica; run setup steps in its command",
     "sidecars": "the embedded runtime runs one process per replica; start helpers from its command",

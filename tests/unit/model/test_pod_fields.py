@@ -169,6 +169,8 @@ def test_the_embedded_door_refuses_every_pod_field_naming_its_path() -> None:
     expected |= {f"{root}.volumeMounts[{position}]" for position in range(6)}
     assert paths == expected
     assert all("the embedded runtime" in e.message for e in caught.value.errors)
+    # What goes with the image, which the embedded runtime does not use, is accepted there: pull policy and secrets.
+    assert not {f"{root}.imagePullSecrets", f"{root}.imagePullPolicy"} & paths
 
 
 def test_a_cluster_refuses_none() -> None:

@@ -325,8 +325,8 @@ class JobController:
             self._event(
                 job,
                 "ImageIgnored",
-                f"image {', '.join(images)} is not used: the embedded runtime runs replicas as local processes "
-                "in this machine's environment",
+                f"image {', '.join(images)} is not used (nor its pull policy or pull secrets): the embedded "
+                "runtime runs replicas as local processes in this machine's environment",
                 warning=True,
             )
 
