@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from phalanx.adapters.kubernetes.crds import KINDS
+from phalanx.adapters.kubernetes.kubeflow_crds import KUBEFLOW_CRDS, kubeflow_custom_resource_definitions
 from phalanx.adapters.kubernetes.manifests import (
     DEFAULT_CACHE_DIR,
     HEALTH_PORT,
@@ -43,7 +44,6 @@ from phalanx.adapters.kubernetes.manifests import (
     render_yaml,
     scheduler_config_text,
 )
-from phalanx.adapters.kubernetes.kubeflow_crds import KUBEFLOW_CRDS, kubeflow_custom_resource_definitions
 from phalanx.model.base import API_GROUP
 from phalanx.services.kubernetes.install import GENERATED_NOTE, deploy_files, phalanx_version, write_files
 
@@ -195,8 +195,10 @@ KEEP = {"helm.sh/resource-policy": "keep"}
 
 
 def _kubeflow_template() -> str:
-    """``templates/kubeflow.yaml``: with ``kubeflowKinds.enabled``, the CRDs of the Kubeflow kinds and the operator's
-    rights on them (``manifests.kubeflow_rbac``) — refused when a CRD of those names belongs to another installation.
+    """``templates/kubeflow.yaml``: the Kubeflow kinds' CRDs and RBAC, with ``kubeflowKinds.enabled``.
+
+    The CRDs of the Kubeflow kinds and the operator's rights on them (``manifests.kubeflow_rbac``); the install is
+    refused (helm's ``lookup``, on a real cluster) when a CRD of those names belongs to another installation.
     """
     tokens = _Tokens()
     crds = kubeflow_custom_resource_definitions()
@@ -288,8 +290,8 @@ _COMMENTS = {
     "as the dataset store, and the hostPath each node caches datasets in. Empty storeClaim: no staging.",
     "defaultJobScheduler": "The cluster's scheduler for jobs naming none in spec.scheduling.schedulerName, e.g.\n"
     "default-scheduler for kube-scheduler's alpha gang scheduling (docs/kubernetes.md). Empty: phalanx-scheduler.",
-    "kubeflowKinds": "Serve the Kubeflow kinds (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob, MPIJob, TrainJob and\n"
-    "its runtimes) and let the operator run them, so `kubectl apply -f` of one works (docs/kubeflow.md).\n"
+    "kubeflowKinds": "Serve the Kubeflow kinds (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob, MPIJob, TrainJob\n"
+    "and its runtimes) and let the operator run them, so `kubectl apply -f` of one works (docs/kubeflow.md).\n"
     "Not on a cluster where Kubeflow's own operators serve those kinds: the install is then refused.",
 }
 
