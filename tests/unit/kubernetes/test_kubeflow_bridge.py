@@ -183,3 +183,29 @@ def test_kinds_whose_crds_belong_to_another_installation_are_left_alone() -> Non
     bridge = Harness(api).bridge
     assert "PyTorchJob" not in bridge.informers
     assert "MPIJob" in bridge.informers
+
+
+def suspended(harness: Harness, name: str) -> bool:
+    return bool(harness.api.get(TRAININGJOBS, name, NS)["spec"].get("runPolicy", {}).get("suspend"))
+
+
+def test_a_change_of_the_owners_suspend_is_copied_and_a_halt_of_the_job_itself_is_not_undone() -> None:
+    harness = Harness()
+    stored = harness.apply(example("pytorchjob"))
+    harness.sync()
+    assert not suspended(harness, "ddp-demo")
+    # `phalanx halt ddp-demo`: the TrainingJob is suspended by itself; the PyTorchJob's suspend did not change.
+    harness.operator.jobs.observe(
+        harness.api.patch(TRAININGJOBS, "ddp-demo", {"spec": {"runPolicy": {"suspend": True}}}, NS)
+    )
+    harness.bridge.mark_kind("PyTorchJob")
+    harness.sync()
+    assert suspended(harness, "ddp-demo")
+    # The PyTorchJob's own suspend changes: each change reaches the TrainingJob.
+    for wanted in (True, False):
+        current = harness.upstream("PyTorchJob", "ddp-demo")
+        current["spec"]["runPolicy"]["suspend"] = wanted
+        harness.apply(current)
+        harness.sync()
+        assert suspended(harness, "ddp-demo") == wanted
+    assert stored["metadata"]["uid"] == harness.upstream("PyTorchJob", "ddp-demo")["metadata"]["uid"]

@@ -85,6 +85,9 @@ def test_a_refusal_is_failed_with_the_path_but_not_finished() -> None:
     ]
     assert not is_finished("PyTorchJob", status)  # fixed and applied again, it is converted
     assert refused_status("PyTorchJob", status, "spec.x: unknown field", T1) == status
+    # Fixed and converted: the refusal goes, the job's own conditions come.
+    running = upstream_status("PyTorchJob", "ddp", {"phase": "Running"}, TYPES, status, T2)
+    assert kinds(running) == [("Created", "True"), ("Running", "True")]
 
 
 def test_a_trainjob_has_trainer_v2s_conditions_and_jobs_status() -> None:

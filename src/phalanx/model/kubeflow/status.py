@@ -85,7 +85,9 @@ def upstream_status(
         current: the upstream object's status now (its conditions keep their transition times).
         now: the time of a condition that changes, RFC 3339.
     """
-    conditions = _Conditions(_conditions(current), now)
+    # A refusal that was fixed (the object applied again) no longer holds: it is dropped, as the object runs.
+    kept = [item for item in _conditions(current) if item.get("reason") != refused_reason(kind)]
+    conditions = _Conditions(kept, now)
     phase = str(job_status.get("phase") or "Pending")
     holding = _CONDITION_OF_PHASE.get(phase)
     message = str(job_status.get("message") or "")

@@ -60,6 +60,9 @@ RETRY_S = 1.0
 _GROUPS = frozenset(crd.group for crd in KUBEFLOW_CRDS)
 # Annotations kubectl keeps for itself (the whole last-applied file): not copied onto the TrainingJob.
 _KUBECTL_PREFIX = "kubectl.kubernetes.io/"
+#: On a TrainingJob: the owner's suspend as last copied, so that only a change of it is copied again (a
+#: ``phalanx halt`` of the TrainingJob itself is not undone).
+OWNER_SUSPEND = "phalanx.dev/owner-suspend"
 
 
 def owner_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -333,6 +336,8 @@ class KubeflowBridge:
         [job] = [item for item in parsed if isinstance(item, TrainingJob)]
         body = object_body(job, namespaced=True)
         body["metadata"]["ownerReferences"] = [owner_reference(obj)]
+        annotations = body["metadata"].setdefault("annotations", {})
+        annotations[OWNER_SUSPEND] = str(suspend_of(obj)).lower()
         try:
             created = self.api.create(TRAININGJOBS, body, job.metadata.namespace)
         except ConflictError as error:
@@ -359,19 +364,20 @@ class KubeflowBridge:
             self.record(obj, "Refused", message, warning=True)
 
     def follow_suspend(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> None:
-        """Copy the object's suspend to its TrainingJob (``kubectl patch pytorchjob … runPolicy.suspend``)."""
-        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-        assert isinstance(spec, Mapping)
-        run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), Mapping) else {}
-        wanted = spec.get("suspend") if obj.get("kind") == TRAINJOB else (run_policy or {}).get("suspend")
-        if not isinstance(wanted, bool):
-            wanted = False
-        job_spec = job.get("spec") or {}
-        if bool((job_spec.get("runPolicy") or {}).get("suspend", False)) == wanted:
-            return
+        """Copy a change of the object's suspend to its TrainingJob (``kubectl patch pytorchjob … suspend``).
+
+        Only a change: the value last copied is kept on the TrainingJob (``OWNER_SUSPEND``), so a TrainingJob
+        halted or resumed by itself (``phalanx halt``) stays so until the owner's suspend changes.
+        """
+        wanted = suspend_of(obj)
         meta = job.get("metadata") or {}
+        if (meta.get("annotations") or {}).get(OWNER_SUSPEND) == str(wanted).lower():
+            return
         patch = {
-            "metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "annotations": {OWNER_SUSPEND: str(wanted).lower()},
+            },
             "spec": {"runPolicy": {"suspend": wanted}},
         }
         self.jobs.observe(self.api.patch(TRAININGJOBS, str(meta.get("name")), patch, str(meta.get("namespace"))))
@@ -425,6 +431,20 @@ class KubeflowBridge:
     def now(self) -> str:
         """The time of a condition that changes, RFC 3339."""
         return self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def suspend_of(obj: Mapping[str, Any]) -> bool:
+    """The suspend an upstream object asks for: ``runPolicy.suspend`` (a TrainJob's ``spec.suspend``)."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return False
+    run_policy = spec.get("runPolicy")
+    wanted = (
+        spec.get("suspend")
+        if obj.get("kind") == TRAINJOB
+        else (run_policy.get("suspend") if isinstance(run_policy, Mapping) else None)
+    )
+    return wanted is True
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
