@@ -50,7 +50,7 @@ from phalanx.model.kubeflow import TRAINJOB, kubeflow_kind, runtime_key, shipped
 from phalanx.model.kubeflow.status import is_finished, refused_status, upstream_status
 from phalanx.services.kubernetes.apply import event_body
 from phalanx.services.kubernetes.operations import CLUSTER_NAMESPACED_KINDS
-from phalanx.services.operations import validate_documents
+from phalanx.services.operations import refuse_scheduler_fields, validate_documents
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str]  # (kind, namespace, name)
@@ -116,6 +116,7 @@ class KubeflowBridge:
         *,
         component: str = "phalanx-operator",
         identity: str = "phalanx-operator",
+        own_scheduler: str = "phalanx-scheduler",
     ) -> None:
         self.api = api
         self.jobs = jobs
@@ -123,6 +124,7 @@ class KubeflowBridge:
         self.clock = clock
         self.component = component
         self.identity = identity
+        self.own_scheduler = own_scheduler
         self.signal = Signal()
         self.informers: dict[str, Informer] = {}
         self._dirty: set[Key] = set()
@@ -305,7 +307,10 @@ class KubeflowBridge:
             runtime = self.runtime_of(obj)
             if runtime is not None:
                 documents.insert(0, as_written(runtime))
-        return validate_documents(documents, self.jobtypes(), namespaced_kinds=CLUSTER_NAMESPACED_KINDS)
+        parsed = validate_documents(documents, self.jobtypes(), namespaced_kinds=CLUSTER_NAMESPACED_KINDS)
+        # What a cluster scheduler the job names cannot honour, refused before anything exists (as submit does).
+        refuse_scheduler_fields(parsed, True, self.own_scheduler)
+        return parsed
 
     def runtime_of(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
         """The cluster's runtime a TrainJob names (None: the converter looks among the shipped ones)."""

@@ -106,6 +106,7 @@ class KubeOperator:
                 self.clock,
                 component=settings.component,
                 identity=settings.identity,
+                own_scheduler=settings.scheduler_name,
             )
         caches = Caches(jobs=self.jobs, pods=self.pods, services=self.services, configmaps=self.configmaps)
         self.reconciler = JobReconciler(
