@@ -10,7 +10,8 @@ a TrainingJob it owns, with its Pods; the TrainingJob's progress reaches the Kub
 replicaStatuses (``kubectl get pytorchjob`` prints the state); deleting the Kubeflow object deletes the
 TrainingJob and its Pods (the garbage collector, through the ownerReferences); a file with a field Phalanx
 cannot honour is stored, and gets a Failed condition and a Warning Event naming the field's path, and nothing
-else; an operator restarted after all that writes nothing.
+else; an operator restarted after all that writes nothing; the operator creates the shipped
+ClusterTrainingRuntimes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import k8s_testenv
 from components import Components, install_documents
 from phalanx.adapters.kubernetes.kubeflow_crds import KUBEFLOW_CRDS
 from phalanx.adapters.kubernetes.manifests import KUBEFLOW_ROLE
+from phalanx.model.kubeflow import shipped_runtimes
 from phalanx.services.kubernetes.install import InstallRequest, render_install
 from support.waiting import wait_until
 
@@ -297,3 +299,19 @@ def test_a_refused_file_shows_the_field_path_in_status_and_events_and_creates_no
     assert job_pods(kube, namespace, name) == []
     described = kubectl("describe", "pytorchjob", "-n", namespace, name).stdout
     assert path in described
+
+
+def test_the_operator_creates_the_shipped_cluster_training_runtimes(
+    kubeflow_installed: Any, components: Components, kubectl: Kubectl
+) -> None:
+    kube = kubeflow_installed
+    components.operator("--kubeflow-kinds")
+    runtimes = "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes"
+    wanted = {key.name for key in shipped_runtimes()}
+    wait_until(
+        lambda: wanted <= {r["metadata"]["name"] for r in kube.get(runtimes)["items"]},
+        60,
+        "the shipped ClusterTrainingRuntimes created",
+    )
+    listed = kubectl("get", "clustertrainingruntimes", "-o", "name").stdout.split()
+    assert "clustertrainingruntime.trainer.kubeflow.org/torch-distributed" in listed
