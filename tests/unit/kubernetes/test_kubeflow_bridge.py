@@ -10,6 +10,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from phalanx.adapters.kubernetes.api import CRDS, EVENTS, TRAININGJOBS
 from phalanx.adapters.kubernetes.informer import Informer
 from phalanx.adapters.kubernetes.kubeflow_crds import kubeflow_crd, kubeflow_custom_resource_definitions
@@ -211,3 +213,21 @@ def test_a_change_of_the_owners_suspend_is_copied_and_a_halt_of_the_job_itself_i
         harness.sync()
         assert suspended(harness, "ddp-demo") == wanted
     assert stored["metadata"]["uid"] == harness.upstream("PyTorchJob", "ddp-demo")["metadata"]["uid"]
+
+
+def test_one_objects_unexpected_failure_does_not_hold_back_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    harness = Harness()
+    first = example("pytorchjob")
+    first["metadata"]["name"] = "a-broken"
+    harness.apply(first)
+    harness.apply(example("pytorchjob"))
+    convert = harness.bridge.convert
+
+    def failing(obj: dict[str, Any]) -> list[Any]:
+        if obj["metadata"]["name"] == "a-broken":
+            raise RuntimeError("a bug")
+        return convert(obj)
+
+    monkeypatch.setattr(harness.bridge, "convert", failing)
+    assert harness.bridge.sync() is False  # retried soon
+    assert [job["metadata"]["name"] for job in harness.api.of(TRAININGJOBS)] == ["ddp-demo"]

@@ -267,6 +267,11 @@ class KubeflowBridge:
                 log.warning("%s %s/%s: %s; retrying", key[0], key[1], key[2], error)
                 self.mark(key)
                 ok = False
+            except Exception:
+                # One object's unexpected failure must not hold back the others of the pass.
+                log.exception("%s %s/%s failed; retrying", *key)
+                self.mark(key)
+                ok = False
         return ok
 
     # -- one object ----------------------------------------------------------------------------------------------
