@@ -452,3 +452,16 @@ def test_every_refusal_is_reported_at_once() -> None:
         document["spec"]["elasticPolicy"] = {}
 
     assert len(refusals(changed("pytorchjob", many))) == 3
+
+
+def test_a_null_container_field_is_an_absent_one() -> None:
+    """mpi-operator's Intel and MPICH examples write ``command:`` with no value above ``args``: Kubernetes reads a
+    null field as absent, so the args run the image's entrypoint; it is not refused as a malformed list."""
+
+    def null_command(document: dict[str, Any]) -> None:
+        worker = container(document, "mpiReplicaSpecs", "Worker")
+        worker.update(command=None, args=["/usr/sbin/sshd", "-De"])
+
+    _, job = converted(changed("mpijob", null_command))
+    template = job.spec.replicas["worker"].template
+    assert (template.command, template.args) == ([], ["/usr/sbin/sshd", "-De"])

@@ -177,6 +177,8 @@ def _container(container: Any, path: str) -> tuple[dict[str, Any], list[FieldErr
     result: dict[str, Any] = {}
     for key, value in container.items():
         where = f"{path}.{key}"
+        if value is None:
+            continue  # a null field is an absent one, as the API server reads it (upstream's `command:` with no value)
         if key in _CONTAINER_FIELDS_NOT_YET:
             errors.append(FieldError(where, _NOT_YET))
         elif key not in _CONTAINER_FIELDS:
