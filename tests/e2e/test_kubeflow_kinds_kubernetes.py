@@ -264,10 +264,18 @@ def test_mpijob_applied_with_kubectl_runs_its_gang_and_deleting_it_deletes_the_r
     pods = job_pods(kube, namespace, name)
     assert sorted(p["metadata"]["name"] for p in pods) == [f"{name}-launcher-0", f"{name}-worker-0", f"{name}-worker-1"]
     assert {p["status"].get("phase") for p in pods} == {"Running"}
+    # Every MPIJob gets an SSH key pair (sshAuthMountPath, /root/.ssh by default): a Secret the TrainingJob owns.
+    secrets = f"/api/v1/namespaces/{namespace}/secrets?labelSelector=phalanx.dev/job%3D{name}"
+    [secret] = kube.get(secrets)["items"]
+    assert [ref["uid"] for ref in secret["metadata"]["ownerReferences"]] == [job["metadata"]["uid"]]
+    for pod in pods:
+        mounts = pod["spec"]["containers"][0]["volumeMounts"]
+        assert {"name": "ssh-auth", "mountPath": "/root/.ssh", "readOnly": True} in mounts
 
     kubectl("delete", "mpijob", "-n", namespace, name)
     wait_until(lambda: not kube.exists(f"{JOBS.format(ns=namespace)}/{name}"), 60, "the TrainingJob deleted")
     wait_until(lambda: not job_pods(kube, namespace, name), 60, "its Pods deleted")
+    wait_until(lambda: not kube.get(secrets)["items"], 60, "its SSH key Secret deleted")
 
 
 def test_a_refused_file_shows_the_field_path_in_status_and_events_and_creates_nothing(
