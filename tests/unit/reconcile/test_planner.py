@@ -1106,3 +1106,48 @@ def test_plan_time_is_only_the_input_time() -> None:
     inp = build_input(two_workers().phase(P.RUNNING).placed().restart("OnFailure"), (replica(W1).failed(3),))
     later = replace(inp, now=inp.now + timedelta(days=365))
     assert plan(later).status.next_retry_time == later.now + timedelta(seconds=1)
+
+
+# -- a restartPolicy per role -----------------------------------------------------------------------------
+M0 = "q-master-0"
+
+
+def master_and_workers() -> JobBuilder:
+    """A job whose workers retry and whose master does not (upstream's XGBoost examples: Master Never)."""
+    return (
+        job("q")
+        .type("xgboost")
+        .role("master")
+        .role("worker", 2)
+        .restart("OnFailure", backoff_limit=2, backoff_seconds=0)
+        .role_restart("master", "Never")
+    )
+
+
+def test_life_of_a_job_whose_worker_role_retries() -> None:
+    phases, log = live_through(master_and_workers(), Executor(fail={(W1, 0): 1}, runs_for=6))
+    assert phases == [P.QUEUED, P.DOWNLOADING, P.RUNNING, P.RESTARTING, P.RUNNING, P.STORING, P.SUCCEEDED]
+    assert log.count(f"create {W1}@1") == 1
+    assert f"create {M0}@1" not in log  # only the failed worker starts again
+
+
+def test_life_of_a_job_whose_master_role_does_not_retry() -> None:
+    phases, log = live_through(master_and_workers(), Executor(fail={(M0, 0): 1}))
+    assert phases[-1] == P.FAILED
+    assert P.RESTARTING not in phases
+    assert not [line for line in log if line.endswith("@1")]
+
+
+def test_a_master_failing_with_a_worker_fails_the_job() -> None:
+    running = (replica(M0).failed(1), replica(W0).failed(1), replica(W1).running())
+    result = reconcile(master_and_workers().phase(P.RUNNING).placed(), running)
+    assert (result.status.phase, result.status.reason) == (P.FAILED, "ReplicaFailed")
+    said = "replica q-master-0 failed with exit code 1; the master role's restartPolicy is Never"
+    assert said in result.status.message
+
+
+def test_worker_restarts_count_against_the_jobs_backoff_limit() -> None:
+    failures = {(W1, attempt): 1 for attempt in range(5)}
+    phases, _ = live_through(master_and_workers(), Executor(failures, runs_for=20))
+    assert phases[-1] == P.FAILED
+    assert phases.count(P.RESTARTING) == 2

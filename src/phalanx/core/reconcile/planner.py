@@ -426,7 +426,7 @@ def _handled_failures(d: _Draft) -> bool:
     lost = _lost_to_unhealthy_gpus(d)
     if not failed and not lost:
         return False
-    decision = decide_restart(d.policy, lost + failed, restarts=d.status.restarts)
+    decision = decide_restart(d.policy, lost + failed, restarts=d.status.restarts, roles=d.job.spec.replicas)
     if lost and decision.culprit is lost[0] and decision.reason != "BackoffLimitExceeded":
         decision = replace(decision, reason=GPU_UNHEALTHY)
     if not decision.retry:
