@@ -366,6 +366,15 @@ class ReplicaSpec(ApiModel):
     )
 
 
+class CleanPodPolicy(StrEnum):
+    """What becomes of the replicas still running when the job finishes (Kubeflow's ``cleanPodPolicy``)."""
+
+    #: they are stopped and their resources released; finished replicas keep their logs
+    RUNNING = "Running"
+    #: they keep running, holding their resources, until they exit or the job is deleted
+    NONE = "None"
+
+
 class RunPolicy(ApiModel):
     """Failure handling, deadlines and cleanup."""
 
@@ -388,6 +397,12 @@ class RunPolicy(ApiModel):
     active_deadline_seconds: int | None = Field(default=None, gt=0, le=MAX_SECONDS)
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     suspend: StrictBool = False
+    clean_pod_policy: CleanPodPolicy = Field(
+        default=CleanPodPolicy.RUNNING,
+        description="Running: replicas still running when the job succeeds or fails are stopped. None: they keep "
+        "running (a parameter server after its workers succeed) until they exit or the job is deleted; a job "
+        "failed by activeDeadlineSeconds or backoffLimit still stops them",
+    )
 
 
 class Placement(StrEnum):

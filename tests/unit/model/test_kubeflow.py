@@ -160,6 +160,12 @@ def test_an_mpijob_worker_may_have_its_own_restart_policy() -> None:
     assert (job.spec.restart_policy_of("launcher"), job.spec.restart_policy_of("worker")) == ("OnFailure", "Never")
 
 
+@pytest.mark.parametrize(("upstream", "ours"), [("None", "None"), ("Running", "Running"), ("All", "Running")])
+def test_clean_pod_policy_maps_to_phalanxs(upstream: str, ours: str) -> None:
+    _, job = converted(changed("pytorchjob", lambda d: d["spec"]["runPolicy"].update(cleanPodPolicy=upstream)))
+    assert job.spec.run_policy.clean_pod_policy == ours
+
+
 def test_replicas_default_to_one_and_zero_leaves_the_type_out() -> None:
     def counts(document: dict[str, Any]) -> None:
         del document["spec"]["tfReplicaSpecs"]["Chief"]["replicas"]
@@ -303,8 +309,8 @@ def worker_sets(**fields: Any) -> Callable[[dict[str, Any]], None]:
          "fixed size"),
         (lambda d: d["spec"].update(nprocPerNode="many"), "spec.nprocPerNode", "auto, cpu, gpu"),
         (lambda d: d["spec"].update(unknownField=1), "spec.unknownField", "unknown field of a PyTorchJob spec"),
-        (lambda d: d["spec"]["runPolicy"].update(cleanPodPolicy="None"), "spec.runPolicy.cleanPodPolicy",
-         "use Running"),
+        (lambda d: d["spec"]["runPolicy"].update(cleanPodPolicy="Never"), "spec.runPolicy.cleanPodPolicy",
+         "Running, All or None"),
         (lambda d: d["spec"]["runPolicy"].update(managedBy="kueue.x-k8s.io/multikueue"), "spec.runPolicy.managedBy",
          "another controller"),
         (lambda d: d["spec"]["runPolicy"]["schedulingPolicy"].update(minResources={"cpu": "4"}),
@@ -317,7 +323,7 @@ def worker_sets(**fields: Any) -> Callable[[dict[str, Any]], None]:
         "volumeMounts", "env-valueFrom", "envFrom", "imagePullPolicy", "probe", "unknown-container-field",
         "ephemeral-storage", "requests-differ", "hostNetwork", "tolerations", "volumes", "sidecar",
         "pod-restartPolicy", "template-name", "unknown-replica-type", "restart-always",
-        "elasticPolicy", "nprocPerNode", "unknown-spec-field", "cleanPodPolicy-None", "managedBy", "minResources",
+        "elasticPolicy", "nprocPerNode", "unknown-spec-field", "cleanPodPolicy-unknown", "managedBy", "minResources",
         "scheduleTimeout", "apiVersion",
     ],
 )  # fmt: skip

@@ -87,6 +87,14 @@ class JobBuilder:
             self._role_policies[role]["retryableExitCodes"] = retryable
         return self
 
+    def reason(self, reason: str) -> JobBuilder:
+        self._status["reason"] = reason
+        return self
+
+    def clean_pod_policy(self, policy: str) -> JobBuilder:
+        self._run_policy["cleanPodPolicy"] = policy
+        return self
+
     def gang_restart(self) -> JobBuilder:
         self._run_policy["gangRestart"] = True
         return self

@@ -19,6 +19,10 @@ A failed replica without an exit code ended with an *unknown* exit status (its s
 recording one): it may have succeeded. It never counts as a success, so it is handled as a failure, but every
 decision it causes carries the reason ``ExitStatusUnknown`` and says so: under ``Never`` the job fails rather
 than risk running the program twice; under ``OnFailure`` and ``ExitCode`` it is restarted, saying why.
+
+Cleanup (``runPolicy.cleanPodPolicy``): ``Running`` stops every replica still running when the job ends;
+``None`` leaves them running (a parameter server after its workers succeeded) once the job succeeded or failed
+for a replica's failure, as upstream does; they exit by themselves or with the job's deletion.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from phalanx.core.reconcile.types import ObservedReplica
-from phalanx.model.jobs import ReplicaSpec, RestartPolicy, RunPolicy, TrainingJob
+from phalanx.model.jobs import CleanPodPolicy, Phase, ReplicaSpec, RestartPolicy, RunPolicy, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.replicas import ReplicaPhase, replica_name
 
@@ -167,6 +171,26 @@ def _not_retried(
                 replica,
             )
     return None
+
+
+#: The failures after which a finished job's replicas still running stay up under cleanPodPolicy None: a
+#: replica's failure, judged by its role's restartPolicy (upstream's "finished" job). After any other (deadline,
+#: backoff limit, a GPU gone bad, a spec Phalanx cannot run) they are stopped, as upstream stops its Pods when a
+#: job exceeds its limits.
+_KEEPING_FAILURES = frozenset({"ReplicaFailed", EXIT_STATUS_UNKNOWN})
+
+
+def keeps_running_replicas(policy: RunPolicy, phase: Phase, reason: str) -> bool:
+    """Whether a job in ``phase`` (for ``reason``) leaves its replicas still running as they are.
+
+    Only under ``cleanPodPolicy: None``, once the job has met its success policy (Storing, Succeeded) or failed
+    for a replica's failure. Such replicas keep their resources until they exit or the job is deleted.
+    """
+    if policy.clean_pod_policy != CleanPodPolicy.NONE:
+        return False
+    if phase in (Phase.STORING, Phase.SUCCEEDED):
+        return True
+    return phase == Phase.FAILED and reason in _KEEPING_FAILURES
 
 
 def backoff_delay(policy: RunPolicy, restarts: int) -> float:

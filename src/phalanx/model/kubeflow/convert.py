@@ -9,8 +9,8 @@ count``).
 Every field has a meaning here or is refused with its path and why; nothing is dropped. What is taken:
 replica specs (type → role, ``replicas`` → count), the PodTemplateSpec's one container (``kubeflow.pods``),
 ``runPolicy`` (backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished, suspend, schedulingPolicy's
-minAvailable, queue and priorityClass; cleanPodPolicy Running or All, which is what Phalanx does when a job
-ends), each replica type's restartPolicy (job-wide when they all agree, else per role), ``nprocPerNode``,
+minAvailable, queue and priorityClass; cleanPodPolicy: None as Phalanx's None, Running and All as its default
+Running), each replica type's restartPolicy (job-wide when they all agree, else per role), ``nprocPerNode``,
 ``slotsPerWorker`` and ``runLauncherAsWorker``. docs/kubeflow.md lists every field.
 """
 
@@ -321,7 +321,8 @@ class _Converter:
             if key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"):
                 run[key] = value
             elif key == "cleanPodPolicy":
-                self.clean_pod_policy(value, where)
+                if self.clean_pod_policy(value, where):
+                    run["cleanPodPolicy"] = "None"
             elif key == "managedBy":
                 if value != self.kind.controller:
                     self.refuse(
@@ -335,19 +336,20 @@ class _Converter:
                 self.refuse(where, "unknown field of a runPolicy; remove it")
         return run, scheduling
 
-    def clean_pod_policy(self, value: Any, where: str) -> None:
-        # When a job ends, Phalanx stops every replica still running and releases its resources (keeping the
-        # logs): that is Running, and All as far as resources go. None would leave replicas running unowned.
+    def clean_pod_policy(self, value: Any, where: str) -> bool:
+        """True for None: the replicas still running when the job ends keep running (Phalanx's own None).
+
+        Running and All are Phalanx's default, Running: replicas still running are stopped and release their
+        resources, while a finished replica's logs stay until the job is deleted (on Kubernetes its exited Pod
+        stays, as under Running). All would delete exited Pods too: that frees nothing (they hold no resources)
+        and would lose the logs, so All is taken as Running.
+        """
         if value in ("Running", "All"):
-            return
+            return False
         if value == "None":
-            self.refuse(
-                where,
-                "None would leave replicas running after the job ends; Phalanx stops every replica of a finished "
-                "job and keeps its logs: use Running or remove cleanPodPolicy",
-            )
-        else:
-            self.refuse(where, f"must be Running, All or None, got {short(value)}")
+            return True
+        self.refuse(where, f"must be Running, All or None, got {short(value)}")
+        return False
 
     def scheduling_policy(self, policy: Any, path: str) -> dict[str, Any]:
         if not isinstance(policy, Mapping):
