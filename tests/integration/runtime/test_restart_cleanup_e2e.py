@@ -73,6 +73,8 @@ def test_a_failed_worker_starts_again_while_the_master_role_never_restarts(runti
     assert shown["status"]["phase"] == "Succeeded" and shown["status"]["restarts"] == 1
     assert shown["spec"]["replicas"]["master"]["restartPolicy"] == "Never"
     assert shown["spec"]["replicas"]["worker"]["restartPolicy"] == "OnFailure"
+    described = runtime.cli("describe", "job", "retrying", check=True).stdout
+    assert "(master: Never, worker: OnFailure)" in described
 
 
 def test_a_failed_master_fails_the_job_at_once_naming_its_roles_policy(runtime: Runtime, tmp_path: Path) -> None:
@@ -122,9 +124,14 @@ def test_a_parameter_server_left_running_holds_its_cpus_until_the_job_is_deleted
 
     assert done.status.phase == Phase.SUCCEEDED, done.status.message
     assert len(processes_mentioning(str(hold))) == 1, "the parameter server keeps running"
-    assert [r.metadata.name for r in replicas_of(runtime, "serving")] == ["serving-ps-0"]
+    wait_until(
+        lambda: [r.metadata.name for r in replicas_of(runtime, "serving")] == ["serving-ps-0"],
+        message="the finished worker collected, the parameter server kept",
+    )
+    assert len(processes_mentioning(str(hold))) == 1
     events = runtime.cli("describe", "job", "serving", check=True).stdout
     assert "serving-ps-0 keep running (cleanPodPolicy None)" in events
+    assert "cleanPodPolicy=None" in events
     blocker = {
         "apiVersion": "phalanx.dev/v1alpha1",
         "kind": "TrainingJob",
