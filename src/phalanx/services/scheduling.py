@@ -23,6 +23,7 @@ from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import SchedulerConfig
 from phalanx.core.scheduling.node_fit import constraint_of
 from phalanx.core.scheduling.passes import PassPlan, plan_pass
+from phalanx.core.scheduling.pod_requests import template_overhead
 from phalanx.core.scheduling.types import (
     Admission,
     ClusterSnapshot,
@@ -66,6 +67,7 @@ def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[R
                 resources=resources.vector(),
                 gpu_model=resources.gpu_model,
                 node_constraint=constraint_of(template),
+                overhead=template_overhead(template),
             )
         )
     return requests
@@ -113,7 +115,7 @@ def holdings_of(
     choice is not visible). ``requests`` gives a job's replicas' requests by name (default: ``replica_requests``;
     phalanx-scheduler passes its cache).
     """
-    requested = requests or (lambda job: {r.name: r.resources for r in replica_requests(job)})
+    requested = requests or (lambda job: {r.name: r.total() for r in replica_requests(job)})
     held: list[tuple[ReplicaPlacement, ResourceVector]] = []
     covered: set[tuple[str, str]] = set()
     foreign: list[Occupant] = []
