@@ -20,6 +20,7 @@ from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
 from phalanx.core.rendezvous import replica_names
 from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import SchedulerConfig
+from phalanx.core.scheduling.demands import pins_cpus
 from phalanx.core.scheduling.node_fit import constraint_of
 from phalanx.core.scheduling.passes import PassPlan, plan_pass
 from phalanx.core.scheduling.types import (
@@ -64,6 +65,7 @@ def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[R
                 role=role,
                 resources=resources.vector(),
                 gpu_model=resources.gpu_model,
+                pin_cpus=pins_cpus(resources.vector(), resources.ceiling()),
                 node_constraint=constraint_of(template),
             )
         )

@@ -165,3 +165,25 @@ def test_a_trainjob_without_a_command_is_refused_at_the_trainers() -> None:
     found = refusals(changed("trainjob", lambda d: d[0]["spec"].pop("trainer")))
     assert list(found) == ["spec.trainer.command"]
     assert "ClusterTrainingRuntime/torch-distributed gives none" in found["spec.trainer.command"]
+
+
+def test_resources_per_node_reserve_the_requests_and_enforce_the_limits() -> None:
+    # As Kubeflow Trainer's examples write it.
+    def per_node(docs: list[dict[str, Any]]) -> None:
+        docs[0]["spec"]["trainer"]["resourcesPerNode"] = {
+            "requests": {"cpu": "2", "memory": "4Gi"},
+            "limits": {"cpu": "4", "memory": "8Gi"},
+        }
+
+    resources = converted(changed("trainjob", per_node)).spec.replicas["worker"].template.resources
+    assert (resources.cpu, resources.memory) == (2000, 4 * 2**30)
+    assert resources.limits is not None
+    assert (resources.limits.cpu, resources.limits.memory) == (4000, 8 * 2**30)
+
+
+def test_a_limit_below_its_request_per_node_is_named_where_it_was_written() -> None:
+    def per_node(docs: list[dict[str, Any]]) -> None:
+        docs[0]["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}
+
+    found = refusals(changed("trainjob", per_node))
+    assert "below the 4 CPU reserved" in found["spec.trainer.resourcesPerNode.limits.cpu"], found
