@@ -73,6 +73,9 @@ def test_the_ceiling_is_enforced_and_the_reservation_counted(
     assert (replica.spec.cpu_milli, replica.spec.memory) == (250, 64 * MIB)  # what the scheduler counts
     assert job.status.placements["bursting-worker-0"].cpus == []
 
+    described = runtime.cli("describe", "job", "bursting", check=True).stdout
+    assert "250m (limit 500m)" in described
+    assert "64Mi (limit 128Mi)" in described
     assert enforced(cgroups, "default-bursting-worker-0-a0") == (128 * MIB, 50_000)
     assert enforced(cgroups, "default-capped-worker-0-a0") == (96 * MIB, 25_000)
     hold.write_text("go")

@@ -28,8 +28,10 @@ Decisions:
       uses node rank to group Pods on one machine sees every Pod as its own machine.
     - **Restarts.** ``restartPolicy: Never``: Phalanx's reconciler decides retries (backoff, gang restarts) and
       creates a new Pod, with a new ``phalanx.dev/attempt`` label.
-    - **Resources.** Requests equal limits (a predictable, Guaranteed-class Pod when every resource is set):
-      cpu in Kubernetes' form (``"2"``, ``"500m"``), memory in bytes, whole GPUs as ``nvidia.com/gpu``. A
+    - **Resources.** Requests are what Phalanx reserved (``resources.cpu``, ``memory``, ``gpu``), limits the
+      ceiling (``resources.limits``, else the same amounts: a predictable, Guaranteed-class Pod when every
+      resource is set, the only kind given exclusive CPUs): cpu in Kubernetes' form (``"2"``, ``"500m"``),
+      memory in bytes, whole GPUs as ``nvidia.com/gpu``, equal in both. A
       share of a GPU (``gpuMilli``) has no extended resource: it is annotated ``phalanx.dev/gpu-milli`` for
       Phalanx's scheduler and node agent.
     - **Placement.** The operator passes the scheduler's placement (``status.placements``): it is copied into
