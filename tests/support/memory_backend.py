@@ -37,6 +37,7 @@ class MemoryBackend:
     namespaced_kinds = NAMESPACED_KINDS
     pod_field_refusals: Mapping[str, str] = {}
     cluster_scheduling = False
+    own_scheduler: str | None = None
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Any] = {}

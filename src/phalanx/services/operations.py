@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from phalanx.core.delegation import conflicts, placing_scheduler
 from phalanx.core.lifecycle import ACTIVE_PHASES
 from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
@@ -208,6 +209,54 @@ def validate_documents(
     return parsed
 
 
+@dataclass(frozen=True)
+class BackendRules:
+    """What a backend cannot honour, as the validation door reads it from ``OperationsBackend``."""
+
+    pod_field_refusals: Mapping[str, str]
+    cluster_scheduling: bool
+    own_scheduler: str | None
+
+    @classmethod
+    def of(cls, backend: type[Any]) -> BackendRules:
+        """The rules a backend class declares (its class attributes: no connection is made)."""
+        return cls(backend.pod_field_refusals, backend.cluster_scheduling, backend.own_scheduler)
+
+
+def refuse_scheduler_fields(
+    parsed: Sequence[Any], cluster_scheduling: bool, own: str | None, source: str | None = None
+) -> None:
+    """Refuse, before anything is created, a ``schedulerName`` the backend cannot honour, or what it rules out.
+
+    Where Phalanx places every job (``cluster_scheduling`` false) the field itself is refused. On a cluster, a
+    job naming another scheduler than Phalanx's own (``own``) is refused the fields only Phalanx's scheduler
+    honours (``core.delegation.conflicts``): the operator would refuse it when it renders the Pods, and saying
+    it at submit keeps a job that cannot run out of the cluster. The cluster-wide default scheduler is the
+    operator's setting, unknown here: a job naming no scheduler is checked by the operator only.
+    """
+    many = len(parsed) > 1
+    refused: list[FieldError] = []
+    for position, obj in enumerate(parsed):
+        if not isinstance(obj, TrainingJob) or obj.spec.scheduling.scheduler_name is None:
+            continue
+        prefix = f"document {position + 1}: " if many else ""
+        if not cluster_scheduling:
+            refused.append(
+                FieldError(
+                    "spec.scheduling.schedulerName",
+                    f"{prefix}names the Kubernetes scheduler {obj.spec.scheduling.scheduler_name!r}, and this "
+                    "runtime has none: it places jobs itself; remove schedulerName (it applies on a Kubernetes "
+                    "cluster)",
+                )
+            )
+            continue
+        scheduler = placing_scheduler(obj, own=own or "")
+        if scheduler is not None:
+            refused += [FieldError(e.path, prefix + e.message) for e in conflicts(obj, scheduler)]
+    if refused:
+        raise SpecError(refused, source=source)
+
+
 def _refuse_pod_fields(job: TrainingJob, refusals: Mapping[str, str] | None, conversion: Conversion | None) -> None:
     """Raise the pod fields of ``job`` the backend refuses, at their path in the document as written."""
     refused = refused_pod_fields(job, refusals or {})
@@ -218,19 +267,28 @@ def _refuse_pod_fields(job: TrainingJob, refusals: Mapping[str, str] | None, con
 
 
 def convert_documents(
-    documents: Sequence[dict[str, Any]], jobtypes: Mapping[str, JobType], *, source: str | None = None
+    documents: Sequence[dict[str, Any]],
+    jobtypes: Mapping[str, JobType],
+    *,
+    source: str | None = None,
+    backend: BackendRules | None = None,
 ) -> list[dict[str, Any]]:
     """The documents with every Kubeflow job replaced by the JobTypes and TrainingJob it becomes (``convert``).
 
     A TrainJob becomes its TrainingJob; the (Cluster)TrainingRuntimes of the file, used up by it, are left out.
 
-    Everything is validated first, by ``validate_documents``, so what comes out is what ``submit`` would accept;
-    other documents come out as they went in. A JobType made by a conversion is written once.
+    Everything is validated first, by ``validate_documents`` with the rules of ``backend`` when given, so what
+    comes out is what ``submit`` to that backend would accept; other documents come out as they went in. A
+    JobType made by a conversion is written once.
 
     Raises:
         SpecError: every problem in every document, each with its field path.
     """
-    validate_documents(documents, jobtypes, source=source)
+    parsed = validate_documents(
+        documents, jobtypes, source=source, pod_field_refusals=backend.pod_field_refusals if backend else None
+    )
+    if backend is not None:
+        refuse_scheduler_fields(parsed, backend.cluster_scheduling, backend.own_scheduler, source)
     known = dict(jobtypes)
     runtimes = runtimes_in(documents)
     converted: list[dict[str, Any]] = []
@@ -471,20 +529,7 @@ class Operations:
             namespaced_kinds=self.backend.namespaced_kinds,
             pod_field_refusals=self.backend.pod_field_refusals,
         )
-        if not self.backend.cluster_scheduling:
-            many = len(parsed) > 1
-            refused = [
-                FieldError(
-                    "spec.scheduling.schedulerName",
-                    f"{f'document {position + 1}: ' if many else ''}names the Kubernetes scheduler "
-                    f"{obj.spec.scheduling.scheduler_name!r}, and this runtime has none: it places jobs itself; "
-                    "remove schedulerName (it applies on a Kubernetes cluster)",
-                )
-                for position, obj in enumerate(parsed)
-                if isinstance(obj, TrainingJob) and obj.spec.scheduling.scheduler_name is not None
-            ]
-            if refused:
-                raise SpecError(refused, source=source)
+        refuse_scheduler_fields(parsed, self.backend.cluster_scheduling, self.backend.own_scheduler, source)
         return parsed
 
     def submit(

@@ -23,6 +23,7 @@ from phalanx.core.scheduling.config import SchedulerConfig
 from phalanx.core.scheduling.demands import pins_cpus
 from phalanx.core.scheduling.node_fit import constraint_of
 from phalanx.core.scheduling.passes import PassPlan, plan_pass
+from phalanx.core.scheduling.pod_requests import template_overhead
 from phalanx.core.scheduling.types import (
     Admission,
     ClusterSnapshot,
@@ -67,6 +68,7 @@ def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[R
                 gpu_model=resources.gpu_model,
                 pin_cpus=pins_cpus(resources.vector(), resources.ceiling()),
                 node_constraint=constraint_of(template),
+                overhead=template_overhead(template),
             )
         )
     return requests
@@ -114,7 +116,7 @@ def holdings_of(
     choice is not visible). ``requests`` gives a job's replicas' requests by name (default: ``replica_requests``;
     phalanx-scheduler passes its cache).
     """
-    requested = requests or (lambda job: {r.name: r.resources for r in replica_requests(job)})
+    requested = requests or (lambda job: {r.name: r.total() for r in replica_requests(job)})
     held: list[tuple[ReplicaPlacement, ResourceVector]] = []
     covered: set[tuple[str, str]] = set()
     foreign: list[Occupant] = []

@@ -173,3 +173,22 @@ def test_a_trainjob_on_the_shipped_torch_distributed_runtime_runs_to_succeeded(
     assert {env["PET_NPROC_PER_NODE"] for env in seen.values()} == {"auto"}  # the runtime's numProcPerNode
     logs = runtime.cli("logs", "tj", "--replica", "worker-0", check=True).stdout
     assert "rank 0 heard ranks [1] of world size 2" in logs
+
+
+def test_convert_applies_the_refusals_of_the_backend_it_converts_for(runtime: Runtime, tmp_path: Path) -> None:
+    # Before, convert printed a TrainingJob the embedded runtime then refused at submit (affinity has no
+    # meaning on one machine): convert and submit --dry-run now answer alike for each backend.
+    document = pytorchjob("ddp", tmp_path / "env")
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    required = {"nodeSelectorTerms": [{"matchExpressions": [zone]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    document["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"] = affinity
+    path = runtime.write_job("affine", document)
+    where = "spec.pytorchReplicaSpecs.Worker.template.spec.affinity"
+    for verb in (["convert"], ["submit", "--dry-run"]):
+        refused = runtime.cli(*verb, str(path))
+        assert refused.returncode == 2, (verb, refused.stdout, refused.stderr)
+        assert where in refused.stderr
+    converted = runtime.cli("convert", "--backend", "kubernetes", str(path), check=True).stdout
+    (job,) = list(yaml.safe_load_all(converted))
+    assert job["spec"]["replicas"]["worker"]["template"]["affinity"] == affinity

@@ -218,6 +218,28 @@ def test_the_embedded_runtime_refuses_a_scheduler_name_with_its_path() -> None:
     ops.validate([raw_job()])  # without it, accepted
 
 
+def cluster_backend() -> MemoryBackend:
+    backend = MemoryBackend()
+    backend.cluster_scheduling = True
+    backend.own_scheduler = "phalanx-scheduler"
+    return backend
+
+
+def test_submit_on_a_cluster_refuses_what_the_named_scheduler_cannot_honour_before_creating_anything() -> None:
+    # Before, the job was created and failed later, when the operator rendered its Pods.
+    ops = Operations(cluster_backend())
+    named = {"schedulerName": "default-scheduler", "queue": "team-a", "placement": "spread"}
+    with pytest.raises(SpecError) as caught:
+        ops.validate([raw_job(named)])
+    paths = {error.path: error.message for error in caught.value.errors}
+    assert set(paths) == {"spec.scheduling.queue", "spec.scheduling.placement"}
+    assert "placed by 'default-scheduler'" in paths["spec.scheduling.queue"]
+    # The same fields with Phalanx's own scheduler named (or none) are Phalanx's to honour.
+    ops.validate([raw_job({**named, "schedulerName": "phalanx-scheduler"})])
+    ops.validate([raw_job({"queue": "team-a", "placement": "spread"})])
+    ops.validate([raw_job({"schedulerName": "default-scheduler"})])
+
+
 def test_reconcile_input_defaults_to_phalanx_placing() -> None:
     job = make()
     assert replace(ReconcileInput(job=job, jobtype=None, replicas=(), now=T0)).placed_by is None

@@ -109,17 +109,17 @@ def _runtime_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
     [
         ("trainjob", lambda d: d[0]["spec"]["runtimeRef"].update(name="torch-elastic"), "spec.runtimeRef.name",
          "no ClusterTrainingRuntime 'torch-elastic'; put it in the same file as the TrainJob, or use one of "
-         "torch-distributed"),
+         "jax-distributed, torch-distributed, xgboost-distributed"),
         ("trainjob-runtime", lambda d: d[0]["metadata"].update(namespace="other"), "spec.runtimeRef.name",
          "no TrainingRuntime 'cpu-torch' in namespace default"),
         ("trainjob", lambda d: d[0]["spec"].update(initializer={"dataset": {"storageUri": "hf://x"}}),
          "spec.initializer", "Phalanx Dataset"),
         ("trainjob", lambda d: d[0]["spec"].update(podTemplateOverrides=[{"targetJobs": [{"name": "node"}]}]),
-         "spec.podTemplateOverrides", "not supported yet"),
+         "spec.podTemplateOverrides", "write the same change as runtimePatches"),
         ("trainjob", lambda d: d[0]["spec"].update(managedBy="kueue.x-k8s.io/multikueue"), "spec.managedBy",
          "another controller"),
         ("trainjob", lambda d: d[0]["spec"]["trainer"].update(env=[{"name": "K", "valueFrom": {}}]),
-         "spec.trainer.env[0].valueFrom", "K comes from a secret"),
+         "spec.trainer.env[0].valueFrom", "give exactly one of secretKeyRef, configMapKeyRef or fieldRef"),
         ("trainjob", lambda d: d[0]["spec"]["trainer"]["resourcesPerNode"]["limits"].update({"hugepages-2Mi": "1Gi"}),
          "spec.trainer.resourcesPerNode.limits.hugepages-2Mi", "remove hugepages-2Mi"),
         ("trainjob", lambda d: d[0]["spec"]["trainer"].update(numProcPerNode="all"), "spec.trainer.numProcPerNode",
@@ -128,8 +128,12 @@ def _runtime_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
          f"{RUNTIME}spec.mlPolicy.mpi", "MPIJob"),
         ("trainjob-runtime", lambda d: _runtime_spec(d)["mlPolicy"]["torch"].update(elasticPolicy={"maxNodes": 4}),
          f"{RUNTIME}spec.mlPolicy.torch.elasticPolicy", "fixed size"),
-        ("trainjob-runtime", lambda d: _runtime_spec(d).update(podGroupPolicy={"volcano": {}}),
-         f"{RUNTIME}spec.podGroupPolicy.volcano", "use coscheduling"),
+        ("trainjob-runtime", lambda d: _runtime_spec(d).update(podGroupPolicy={"kueue": {}}),
+         f"{RUNTIME}spec.podGroupPolicy.kueue", "use coscheduling or volcano"),
+        ("trainjob-runtime", lambda d: _runtime_spec(d).update(podGroupPolicy={"volcano": {"networkTopology": {}}}),
+         f"{RUNTIME}spec.podGroupPolicy.volcano.networkTopology", "no volcano option"),
+        ("trainjob-runtime", lambda d: _runtime_spec(d)["mlPolicy"].update(xgboost={"x": 1}),
+         f"{RUNTIME}spec.mlPolicy.xgboost", "takes no options"),
         ("trainjob-runtime", lambda d: _runtime_spec(d)["podGroupPolicy"]["coscheduling"].update(
             scheduleTimeoutSeconds=60), f"{RUNTIME}spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds",
          "no timeout"),
@@ -149,7 +153,8 @@ def _runtime_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
     ],
     ids=[
         "unknown-runtime", "runtime-elsewhere", "initializer", "pod-overrides", "managed-by", "valueFrom",
-        "hugepages", "nproc", "mpi-runtime", "elastic", "volcano", "schedule-timeout", "initializer-job",
+        "hugepages", "nproc", "mpi-runtime", "elastic", "kueue", "volcano-option", "xgboost-option",
+        "schedule-timeout", "initializer-job",
         "jobset-field", "runtime-pull-policy", "zero-nodes", "runtime-nodes", "no-command", "env-name",
     ],
 )  # fmt: skip
@@ -165,6 +170,141 @@ def test_a_trainjob_without_a_command_is_refused_at_the_trainers() -> None:
     found = refusals(changed("trainjob", lambda d: d[0]["spec"].pop("trainer")))
     assert list(found) == ["spec.trainer.command"]
     assert "ClusterTrainingRuntime/torch-distributed gives none" in found["spec.trainer.command"]
+
+
+def node_patch(pod_spec: dict[str, Any], *, manager: str = "example.io/platform") -> dict[str, Any]:
+    """A runtime patch of the node's pod spec, in the shape upstream's runtimePatches take."""
+    return {
+        "manager": manager,
+        "trainingRuntimeSpec": {
+            "template": {
+                "metadata": {"labels": {"cost-center": "research"}},
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "metadata": {"annotations": {"team/owner": "nlp"}},
+                                "spec": {"template": {"metadata": {"labels": {"pod": "yes"}}, "spec": pod_spec}},
+                            },
+                        }
+                    ]
+                },
+            }
+        },
+    }
+
+
+def test_runtime_patches_reach_the_node_template_and_the_objects_above_it() -> None:
+    patches = [
+        node_patch(
+            {
+                "serviceAccountName": "training-sa",
+                "nodeSelector": {"node-type": "training", "zone": "a"},
+                "tolerations": [{"key": "training", "operator": "Exists", "effect": "NoSchedule"}],
+            }
+        ),
+        node_patch({"nodeSelector": {"zone": "b"}}, manager="example.io/kueue"),  # a later patch merges over it
+    ]
+    job = converted(changed("trainjob-runtime", lambda d: d[1]["spec"].update(runtimePatches=patches)))
+    template = job.spec.replicas["worker"].template
+    assert template.service_account_name == "training-sa"
+    assert template.node_selector == {"node-type": "training", "zone": "b"}
+    assert [t.key for t in template.tolerations] == ["training"]
+    assert template.metadata.labels == {"tier": "cpu", "pod": "yes"}
+    # Phalanx makes no JobSet or Job: their labels and annotations go to the TrainingJob.
+    assert job.metadata.labels["cost-center"] == "research"
+    assert job.metadata.annotations["team/owner"] == "nlp"
+
+
+def test_a_refused_patched_field_is_named_at_the_patch() -> None:
+    patches = [node_patch({"hostNetwork": True, "terminationGracePeriodSeconds": 5})]
+    found = refusals(changed("trainjob-runtime", lambda d: d[1]["spec"].update(runtimePatches=patches)))
+    base = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec"
+    assert "may not set this pod spec field" in found[f"{base}.hostNetwork"]
+    assert "not supported yet" in found[f"{base}.terminationGracePeriodSeconds"]
+    assert not [path for path in found if path.startswith(RUNTIME)], found
+
+
+@pytest.mark.parametrize(
+    ("patch", "path", "words"),
+    [
+        ({"manager": "m", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "launcher"}]}}}},
+         "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].name",
+         "no replicated job 'launcher' (it has node)"),
+        ({"trainingRuntimeSpec": {}}, "spec.runtimePatches[0].manager", "required"),
+        ({"manager": "m", "trainingRuntimeSpec": {"mlPolicy": {"numNodes": 4}}},
+         "spec.runtimePatches[0].trainingRuntimeSpec.mlPolicy", "only the runtime's template"),
+        (node_patch({"containers": [{"name": "node", "env": [{"name": "A", "value": "1"}]}]}),
+         "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec"
+         ".containers[0].env", "set it under spec.trainer.env"),
+        (node_patch({"containers": [{"name": "sidecar", "volumeMounts": []}]}),
+         "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec"
+         ".containers[0].name", "no container 'sidecar'"),
+    ],
+    ids=["unknown-job", "no-manager", "not-template", "node-env", "unknown-container"],
+)  # fmt: skip
+def test_a_bad_runtime_patch_is_refused_at_its_path(patch: dict[str, Any], path: str, words: str) -> None:
+    found = refusals(changed("trainjob-runtime", lambda d: d[1]["spec"].update(runtimePatches=[patch])))
+    assert path in found, found
+    assert words in found[path]
+
+
+def test_two_patches_of_one_manager_are_refused() -> None:
+    patches = [node_patch({"nodeSelector": {"a": "1"}}), node_patch({"nodeSelector": {"a": "2"}})]
+    found = refusals(changed("trainjob-runtime", lambda d: d[1]["spec"].update(runtimePatches=patches)))
+    assert "one per manager" in found["spec.runtimePatches[1].manager"]
+
+
+def test_a_patched_container_mount_reaches_the_template() -> None:
+    def change(docs: list[dict[str, Any]]) -> None:
+        pod = docs[0]["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        pod["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+        mount = {"name": "scratch", "mountPath": "/scratch"}
+        docs[1]["spec"]["runtimePatches"] = [
+            node_patch({"containers": [{"name": node_container(docs)["name"], "volumeMounts": [mount]}]})
+        ]
+
+    template = converted(changed("trainjob-runtime", change)).spec.replicas["worker"].template
+    assert [(m.name, m.mount_path) for m in template.volume_mounts] == [("scratch", "/scratch")]
+
+
+def test_the_jobset_and_job_template_labels_of_a_runtime_go_to_the_trainingjob() -> None:
+    def change(docs: list[dict[str, Any]]) -> None:
+        docs[0]["spec"]["template"]["metadata"] = {"labels": {"jobset": "1"}}
+        docs[0]["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["metadata"] = {"labels": {"job": "1"}}
+
+    job = converted(changed("trainjob-runtime", change))
+    assert (job.metadata.labels["jobset"], job.metadata.labels["job"]) == ("1", "1")
+
+
+def test_active_deadline_and_a_secret_env_of_the_trainer_are_kept() -> None:
+    def change(docs: list[dict[str, Any]]) -> None:
+        docs[1]["spec"]["activeDeadlineSeconds"] = 3600
+        secret = {"secretKeyRef": {"name": "hf", "key": "token"}}
+        docs[1]["spec"]["trainer"]["env"].append({"name": "HF_TOKEN", "valueFrom": secret})
+
+    job = converted(changed("trainjob-runtime", change))
+    assert job.spec.run_policy.active_deadline_seconds == 3600
+    source = job.spec.replicas["worker"].template.env_value_from["HF_TOKEN"]
+    assert (source.secret_key_ref.name, source.secret_key_ref.key) == ("hf", "token")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("runtime", "jobtype"), [("jax-distributed", "jax"), ("xgboost-distributed", "xgboost")])
+def test_the_shipped_jax_and_xgboost_runtimes_make_their_job_types(runtime: str, jobtype: str) -> None:
+    def change(docs: list[dict[str, Any]]) -> None:
+        docs[0]["spec"]["runtimeRef"]["name"] = runtime
+        docs[0]["spec"]["trainer"].pop("numProcPerNode", None)
+
+    job = converted(changed("trainjob", change))
+    assert job.spec.type == jobtype
+    assert list(job.spec.replicas) == ["worker"]
+    assert job.spec.replicas["worker"].count == 3
+
+
+def test_a_volcano_pod_group_policy_is_the_gang_phalanx_makes_anyway() -> None:
+    job = converted(changed("trainjob-runtime", lambda d: _runtime_spec(d).update(podGroupPolicy={"volcano": {}})))
+    assert job.spec.type == "pytorch"
 
 
 def test_resources_per_node_reserve_the_requests_and_enforce_the_limits() -> None:

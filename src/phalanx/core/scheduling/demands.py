@@ -98,10 +98,11 @@ def demand_of(replica: ReplicaRequest) -> Demand:
     gpus = max(0, resources.gpu)
     gpu_milli = max(0, resources.gpu_milli) if gpus == 0 else 0
     wants_gpu = bool(gpus or gpu_milli)
+    overhead = replica.overhead
     return Demand(
         exclusive_cpus=exclusive,
-        shared_cpu_milli=0 if exclusive else cpu_milli,
-        memory=max(0, resources.memory),
+        shared_cpu_milli=(0 if exclusive else cpu_milli) + max(0, overhead.cpu_milli),
+        memory=max(0, resources.memory) + max(0, overhead.memory),
         gpus=gpus,
         gpu_milli=gpu_milli,
         gpu_model=model_key(replica.gpu_model) if wants_gpu else None,

@@ -51,10 +51,11 @@ class Usage:
 def usage_of(request: ReplicaRequest) -> Usage:
     """What one replica is charged: its whole request (a GPU share counts as its milli-GPU)."""
     resources = request.resources
+    overhead = request.overhead
     gpu = max(0, resources.gpu)
     return Usage(
-        cpu_milli=max(0, resources.cpu_milli),
-        memory=max(0, resources.memory),
+        cpu_milli=max(0, resources.cpu_milli) + max(0, overhead.cpu_milli),
+        memory=max(0, resources.memory) + max(0, overhead.memory),
         gpu_milli=gpu * MILLI if gpu else max(0, resources.gpu_milli),
     )
 
@@ -115,11 +116,12 @@ def holding_of(job: RunningJob, reservations: Sequence[Reservation] | None = Non
 def rebuild_reservation(assignment: DeviceAssignment, request: ReplicaRequest) -> Reservation:
     """What ``assignment`` of ``request`` holds, counted as ``build_snapshot`` counts a holding."""
     resources = request.resources
+    overhead = request.overhead
     return Reservation(
         node=assignment.node,
         cpus=tuple(assignment.cpus),
-        shared_cpu_milli=0 if assignment.cpus else max(0, resources.cpu_milli),
-        memory=max(0, resources.memory),
+        shared_cpu_milli=(0 if assignment.cpus else max(0, resources.cpu_milli)) + max(0, overhead.cpu_milli),
+        memory=max(0, resources.memory) + max(0, overhead.memory),
         gpus=tuple(assignment.gpus),
         gpu_milli=(assignment.gpu_milli if assignment.gpu_milli > 0 else MILLI) if assignment.gpus else 0,
     )

@@ -61,6 +61,8 @@ def build_snapshot(
             continue
         if placement.cpus:
             used.exclusive_cpus.update(placement.cpus)
+            # Beyond its exclusive cores (its init containers and sidecars, ``pod_requests``): the shared pool.
+            used.shared_cpu_milli += max(0, requested.cpu_milli - len(placement.cpus) * MILLI)
         else:
             used.shared_cpu_milli += requested.cpu_milli
         used.memory += requested.memory

@@ -89,6 +89,10 @@ class ClusterSnapshot:
     running: tuple[RunningJob, ...] = ()
 
 
+#: The overhead of a replica without init containers or sidecars (a frozen vector: one shared instance is safe).
+NO_OVERHEAD = ResourceVector()
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaRequest:
     """One replica to place.
@@ -102,6 +106,8 @@ class ReplicaRequest:
         pin_cpus: whether a whole number of CPUs asks for exclusive cores (the kubelet static CPU manager
             rule). False takes every CPU request from the shared pool, as for Kubernetes pods outside the
             Guaranteed QoS class and for trace replay, where cores carry no identity.
+        overhead: what its Pod's init containers and sidecars add (``pod_requests.template_overhead``): CPU
+            from the shared pool and memory, never exclusive cores or GPUs.
     """
 
     name: str
@@ -110,6 +116,11 @@ class ReplicaRequest:
     gpu_model: str | None = None
     pin_cpus: bool = True
     node_constraint: NodeConstraint | None = None
+    overhead: ResourceVector = NO_OVERHEAD
+
+    def total(self) -> ResourceVector:
+        """Everything the replica holds on its node: its own request and its overhead."""
+        return self.resources + self.overhead
 
 
 DATASET_LABEL_PREFIX = "dataset.phalanx.dev/"

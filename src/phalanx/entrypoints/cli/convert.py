@@ -1,12 +1,15 @@
 """``phalanx convert FILE``: the TrainingJobs (and JobTypes) that the Kubeflow jobs of a file become.
 
 Offline: it reads the file and the built-in JobTypes (and those in the file), talks to no control plane and no
-cluster, and creates nothing. What it prints is what ``phalanx submit`` would accept for the same file, so it is
-also the migration path: keep the printed TrainingJob as your spec from then on (docs/kubeflow.md).
+cluster, and creates nothing. What it prints is what ``phalanx submit`` to the chosen backend would accept for the
+same file — that backend's refusals (pod fields the embedded runtime cannot honour, fields a named cluster
+scheduler cannot) included —, so it is also the migration path: keep the printed TrainingJob as your spec from
+then on (docs/kubeflow.md).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -14,7 +17,9 @@ from typing import Annotated
 
 import typer
 
-from phalanx.entrypoints.cli.output import spec_errors
+from phalanx.entrypoints.cli.backends import BackendError, choose_backend
+from phalanx.entrypoints.cli.options import BackendOption
+from phalanx.entrypoints.cli.output import fail, spec_errors
 
 
 class Format(StrEnum):
@@ -27,19 +32,33 @@ class Format(StrEnum):
 def convert(
     file: Annotated[Path, typer.Argument(help="A YAML/JSON file of Kubeflow jobs (PyTorchJob, TFJob, MPIJob...).")],
     output: Annotated[Format, typer.Option("--output", "-o", help="yaml or json.")] = Format.YAML,
+    backend: BackendOption = None,
 ) -> None:
     """Print the TrainingJob (and any JobType) each Kubeflow job in FILE becomes; nothing is created.
 
-    Other documents of the file are printed as they are. A field that cannot be honoured is an error naming its
-    path in the Kubeflow document.
+    Other documents of the file are printed as they are. A field that cannot be honoured — by Phalanx, or by the
+    backend the job would be submitted to (--backend) — is an error naming its path in the Kubeflow document.
     """
     from phalanx.model.errors import SpecError
     from phalanx.model.loading import builtin_jobtypes, dump_json, dump_yaml, read_documents
-    from phalanx.services.operations import convert_documents
+    from phalanx.services.operations import BackendRules, convert_documents
 
     try:
+        choice = choose_backend(backend, os.environ)
+    except BackendError as err:
+        fail(str(err))
+    rules: BackendRules
+    if choice.kubernetes:
+        from phalanx.services.kubernetes.operations import KubeBackend
+
+        rules = BackendRules.of(KubeBackend)
+    else:
+        from phalanx.services.embedded.operations import SqliteBackend
+
+        rules = BackendRules.of(SqliteBackend)
+    try:
         documents = read_documents(file)
-        converted = convert_documents(documents, builtin_jobtypes(), source=str(file))
+        converted = convert_documents(documents, builtin_jobtypes(), source=str(file), backend=rules)
     except SpecError as err:
         spec_errors(err.source, [(e.path, e.message) for e in err.errors])
     if output == Format.JSON:

@@ -361,3 +361,8 @@ def _gpu_count(amount: Any) -> Any:
     if isinstance(amount, str) and amount.strip().isdigit():
         return int(amount)
     return amount
+
+
+def container_env(env: Any, path: str) -> tuple[dict[str, Any], list[FieldError]]:
+    """A container's ``env`` list as a replica template's ``env`` mapping (``valueFrom`` entries kept as written)."""
+    return _env(env, path)

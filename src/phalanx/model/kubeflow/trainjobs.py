@@ -22,7 +22,8 @@ from typing import Any
 
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.kubeflow.convert import CONVERTED_FROM, Conversion, record_pod_paths
-from phalanx.model.kubeflow.pods import container_resources, replica_template, resource_paths
+from phalanx.model.kubeflow.pods import container_env, container_resources, replica_template, resource_paths
+from phalanx.model.kubeflow.runtime_patches import Patched, apply_runtime_patches
 from phalanx.model.loading import parse_documents
 
 TRAINER_V1ALPHA1 = "trainer.kubeflow.org/v1alpha1"
@@ -31,6 +32,11 @@ RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 TRAINJOB_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
 #: The replicated job of a runtime that runs the training nodes (the one the TrainJob's trainer overrides).
 NODE = "node"
+#: mlPolicy entries with no options, and the JobType each becomes.
+_PLAIN_POLICIES = {"jax": "jax", "xgboost": "xgboost"}
+#: Gang schedulers a runtime's podGroupPolicy may name: Phalanx schedules every job as a gang itself, so each
+#: means what Phalanx does anyway.
+_GANG_POLICIES = ("coscheduling", "volcano")
 
 
 @dataclass(frozen=True)
@@ -110,12 +116,21 @@ class _TrainJob:
         self.errors: list[FieldError] = []
         self.paths: dict[str, str] = {}
         self.runtime_name = ""
+        #: Labels and annotations of the runtime's JobSet and Job templates: Phalanx makes neither object, so
+        #: they go to the TrainingJob, which stands where they stand (under the TrainJob's own).
+        self.object_metadata: dict[str, dict[str, Any]] = {}
+        self.patched = Patched(None)
 
     def refuse(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
 
     def refuse_in_runtime(self, path: str, message: str) -> None:
         self.errors.append(FieldError(self.in_runtime(path), message))
+
+    def refuse_in_template(self, path: str, message: str) -> None:
+        """A refusal in the (patched) runtime template: named at the patch when a runtime patch wrote the field."""
+        origin = self.patched.origin(path)
+        self.errors.append(FieldError(origin if origin != path else self.in_runtime(path), message))
 
     def in_runtime(self, path: str) -> str:
         """A path in the runtime's document, named by the runtime: ``ClusterTrainingRuntime/NAME spec...``."""
@@ -140,7 +155,7 @@ class _TrainJob:
             trainer = {}
         job_spec: dict[str, Any] = {}
         if runtime is not None:
-            job_spec = self.from_runtime(runtime, trainer)
+            job_spec = self.from_runtime(runtime, trainer, spec.get("runtimePatches"))
         self.trainjob_fields(spec, job_spec)
         job_metadata = self.job_metadata(metadata, spec)
         if self.errors:
@@ -183,7 +198,7 @@ class _TrainJob:
 
     # -- the runtime, with the trainer's overrides -----------------------------------------------------------
 
-    def from_runtime(self, runtime: Mapping[str, Any], trainer: Mapping[str, Any]) -> dict[str, Any]:
+    def from_runtime(self, runtime: Mapping[str, Any], trainer: Mapping[str, Any], patches: Any) -> dict[str, Any]:
         spec = runtime.get("spec") if isinstance(runtime.get("spec"), Mapping) else {}
         assert isinstance(spec, Mapping)
         for key in spec:
@@ -191,7 +206,9 @@ class _TrainJob:
                 self.refuse_in_runtime(f"spec.{key}", "unknown field of a runtime; remove it")
         jobtype, nodes, nproc = self.ml_policy(spec.get("mlPolicy"))
         self.pod_group_policy(spec.get("podGroupPolicy"))
-        template, restart = self.node_template(spec.get("template"))
+        self.patched = apply_runtime_patches(spec.get("template"), patches)
+        self.errors += self.patched.errors
+        template, restart = self.node_template(self.patched.template)
         if "numNodes" in trainer:
             nodes = trainer["numNodes"]
             self.paths["spec.replicas.worker.count"] = "spec.trainer.numNodes"
@@ -230,8 +247,15 @@ class _TrainJob:
         nodes = policy.get("numNodes", 1)
         self.paths["spec.replicas.worker.count"] = self.in_runtime("spec.mlPolicy.numNodes")
         for key in policy:
-            if key not in ("numNodes", "torch", "mpi"):
+            if key not in ("numNodes", "torch", "mpi", *_PLAIN_POLICIES):
                 self.refuse_in_runtime(f"spec.mlPolicy.{key}", "unknown field of an mlPolicy; remove it")
+        for key, jobtype in _PLAIN_POLICIES.items():
+            if key in policy:
+                # Upstream's jax and xgboost plugins take no options: they give every node the coordinator or
+                # tracker address, the node count and its rank, as Phalanx's JobType of the same name does.
+                if policy[key] not in (None, {}):
+                    self.refuse_in_runtime(f"spec.mlPolicy.{key}", f"takes no options; write {key}: {{}}")
+                return jobtype, nodes, None
         if "mpi" in policy:
             self.refuse_in_runtime(
                 "spec.mlPolicy.mpi",
@@ -263,16 +287,26 @@ class _TrainJob:
             return
         for key, value in policy.items():
             where = f"spec.podGroupPolicy.{key}"
-            if key == "coscheduling":
-                if isinstance(value, Mapping) and "scheduleTimeoutSeconds" in value:
+            if key not in _GANG_POLICIES:
+                self.refuse_in_runtime(
+                    where, "Phalanx schedules every job as a gang itself; use coscheduling or volcano, or remove it"
+                )
+                continue
+            if value is not None and not isinstance(value, Mapping):
+                self.refuse_in_runtime(where, f"must be a mapping, got {short(value)}")
+                continue
+            for option in value or {}:
+                if key == "coscheduling" and option == "scheduleTimeoutSeconds":
                     self.refuse_in_runtime(
                         f"{where}.scheduleTimeoutSeconds",
                         "Phalanx keeps a gang queued until all of it fits, with no timeout; remove it",
                     )
-            else:
-                self.refuse_in_runtime(
-                    where, "Phalanx schedules every job as a gang itself; use coscheduling or remove it"
-                )
+                else:
+                    self.refuse_in_runtime(
+                        f"{where}.{option}",
+                        f"is not supported: Phalanx places the gang itself and has no {key} option {option!r}; "
+                        "remove it",
+                    )
 
     def node_template(self, template: Any) -> tuple[dict[str, Any], str | None]:
         """The node's replica template and the pod restartPolicy, from the runtime's JobSet template."""
@@ -283,6 +317,7 @@ class _TrainJob:
         for key in template:
             if key not in ("spec", "metadata"):
                 self.refuse_in_runtime(f"{base}.{key}", "unknown field of a runtime template; remove it")
+        self.take_object_metadata(template.get("metadata"), f"{base}.metadata")
         jobset = template["spec"]
         for key in jobset:
             if key != "replicatedJobs":
@@ -318,6 +353,10 @@ class _TrainJob:
         if not isinstance(job_template, Mapping) or not isinstance(job_template.get("spec"), Mapping):
             self.refuse_in_runtime(f"{where}.template.spec", "required: the Job spec with the node's pod template")
             return {}, None
+        for key in job_template:
+            if key not in ("spec", "metadata"):
+                self.refuse_in_runtime(f"{where}.template.{key}", "unknown field of a Job template; remove it")
+        self.take_object_metadata(job_template.get("metadata"), f"{where}.template.metadata")
         for key in job_template["spec"]:
             if key != "template":
                 self.refuse_in_runtime(
@@ -335,7 +374,8 @@ class _TrainJob:
                 restart = None
         pod_path = f"{where}.template.spec.template"
         result, problems = replica_template(pod, pod_path, restart_policy=restart)
-        self.errors += [FieldError(self.in_runtime(e.path), e.message) for e in problems]
+        for problem in problems:
+            self.refuse_in_template(problem.path, problem.message)
         container = self.in_runtime(f"{pod_path}.spec.containers[0]")
         self.paths.update(
             {
@@ -345,7 +385,29 @@ class _TrainJob:
             }
         )
         record_pod_paths(self.paths, "spec.replicas.worker.template", self.in_runtime(f"{pod_path}.spec"), pod)
+        for ours, path in list(self.paths.items()):
+            if path.startswith(f"{self.runtime_name} "):
+                runtime_path = path[len(self.runtime_name) + 1 :]
+                if self.patched.origin(runtime_path) != runtime_path:
+                    self.paths[ours] = self.patched.origin(runtime_path)
         return result, restart
+
+    def take_object_metadata(self, metadata: Any, where: str) -> None:
+        """Labels and annotations of the JobSet or Job template, for the TrainingJob."""
+        if metadata is None:
+            return
+        if not isinstance(metadata, Mapping):
+            self.refuse_in_template(where, f"must be a mapping of labels and annotations, got {short(metadata)}")
+            return
+        for key, value in metadata.items():
+            if key not in ("labels", "annotations"):
+                self.refuse_in_template(
+                    f"{where}.{key}", "Phalanx names the objects it makes; only labels and annotations are taken"
+                )
+            elif not isinstance(value, Mapping):
+                self.refuse_in_template(f"{where}.{key}", f"must be a mapping of strings, got {short(value)}")
+            else:
+                self.object_metadata.setdefault(key, {}).update(value)
 
     def apply_trainer(self, template: dict[str, Any], trainer: Mapping[str, Any]) -> None:
         """The TrainJob's trainer over the runtime's node container."""
@@ -368,23 +430,15 @@ class _TrainJob:
         if not isinstance(env, list):
             self.refuse(where, f"must be a list of {{name, value}} entries, got {short(env)}")
             return
+        given, problems = container_env(env, where)
+        self.errors += problems
         merged = dict(template.get("env", {}))
+        for name in given:
+            merged.pop(name, None)  # the trainer's value wins over the runtime's
+        merged.update(given)
         for position, item in enumerate(env):
-            if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
-                self.refuse(f"{where}[{position}]", "must be a mapping with a name and a value")
-                continue
-            if "valueFrom" in item:
-                self.refuse(
-                    f"{where}[{position}].valueFrom",
-                    f"{item['name']} comes from a secret, a ConfigMap or a pod field, which Phalanx does not read "
-                    "yet; write the value itself under value",
-                )
-                continue
-            for key in item:
-                if key not in ("name", "value"):
-                    self.refuse(f"{where}[{position}].{key}", "unknown field of an env entry; it has name and value")
-            merged[item["name"]] = item.get("value", "")  # the trainer's value wins over the runtime's
-            self.paths[f"spec.replicas.worker.template.env.{item['name']}"] = f"{where}[{position}]"
+            if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+                self.paths[f"spec.replicas.worker.template.env.{item['name']}"] = f"{where}[{position}]"
         template["env"] = merged
 
     # -- the TrainJob's own fields ---------------------------------------------------------------------------
@@ -392,10 +446,13 @@ class _TrainJob:
     def trainjob_fields(self, spec: Mapping[str, Any], job_spec: dict[str, Any]) -> None:
         for key, value in spec.items():
             where = f"spec.{key}"
-            if key in ("runtimeRef", "trainer", "labels", "annotations"):
+            if key in ("runtimeRef", "trainer", "labels", "annotations", "runtimePatches"):
                 continue
             if key == "suspend":
                 job_spec.setdefault("runPolicy", {})["suspend"] = value
+            elif key == "activeDeadlineSeconds":
+                job_spec.setdefault("runPolicy", {})["activeDeadlineSeconds"] = value
+                self.paths["spec.runPolicy.activeDeadlineSeconds"] = where
             elif key == "managedBy":
                 if value != TRAINJOB_CONTROLLER:
                     self.refuse(where, f"{short(value)} would hand the job to another controller; remove managedBy")
@@ -406,7 +463,9 @@ class _TrainJob:
                     "(docs/datasets.md) and remove it",
                 )
             elif key == "podTemplateOverrides":
-                self.refuse(where, "is not supported yet: Phalanx does not pass pod fields to replicas; remove it")
+                self.refuse(
+                    where, "is the earlier name of runtimePatches upstream; write the same change as runtimePatches"
+                )
             else:
                 self.refuse(where, "unknown field of a TrainJob spec; remove it")
 
@@ -422,8 +481,9 @@ class _TrainJob:
                 continue
             if own is not None and not isinstance(own, Mapping):
                 continue  # validation names it at metadata.<field>
-            if own or extra:
-                merged[field] = {**(own or {}), **(extra or {})}
+            inherited = self.object_metadata.get(field, {})
+            if own or extra or inherited:
+                merged[field] = {**inherited, **(own or {}), **(extra or {})}
             self.paths[f"metadata.{field}"] = f"spec.{field}" if extra else f"metadata.{field}"
         annotations = merged.get("annotations")
         if annotations is None or isinstance(annotations, Mapping):

@@ -100,6 +100,7 @@ class SqliteBackend(SqliteStatus):
     namespaced_kinds = NAMESPACED_KINDS
     pod_field_refusals: Mapping[str, str] = EMBEDDED_REFUSALS
     cluster_scheduling = False
+    own_scheduler: str | None = None
 
     def __init__(self, store: SqliteStore, layout: StateLayout, *, clock: Clock | None = None) -> None:
         super().__init__(store, clock=clock)

@@ -63,7 +63,7 @@ from phalanx.adapters.kubernetes.objects import (
     replica_from_pod,
     status_body,
 )
-from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, CONTAINER_NAME
+from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, CONTAINER_NAME, DEFAULT_SCHEDULER_NAME
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
 from phalanx.model.events import Event
@@ -137,6 +137,7 @@ class KubeBackend:
     namespaced_kinds = CLUSTER_NAMESPACED_KINDS
     pod_field_refusals: Mapping[str, str] = {}  # every pod field reaches the Pod
     cluster_scheduling = True
+    own_scheduler: str | None = DEFAULT_SCHEDULER_NAME
 
     def __init__(
         self,

@@ -42,7 +42,6 @@ leader from its status.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -78,7 +77,7 @@ from phalanx.adapters.kubernetes.objects import (
     queue_from_object,
 )
 from phalanx.adapters.kubernetes.parsed import ParsedCache
-from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, GPU_RESOURCE, RenderError
+from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, RenderError
 from phalanx.core.delegation import placing_scheduler
 from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.reconcile import OutputsObservation, Plan, ReconcileInput, plan
@@ -86,6 +85,7 @@ from phalanx.core.reconcile.types import EventRecord
 from phalanx.core.scheduling import build_snapshot
 from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import DEFAULT_POLICY, SchedulerConfig
+from phalanx.core.scheduling.pod_requests import pod_spec_request
 from phalanx.core.scheduling.types import Admission, Preemption, RunningJob
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
@@ -94,7 +94,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
-from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, parse_memory
+from phalanx.model.resources import ResourceVector
 from phalanx.services.kubernetes.apply import Background, EventBudget, PodSettings, check_renderable
 from phalanx.services.kubernetes.leader import LeaseElector
 from phalanx.services.kubernetes.operations import KubeBackend
@@ -162,19 +162,8 @@ class CycleResult:
 
 
 def pod_requests(pod: dict[str, Any]) -> ResourceVector:
-    """The Pod's summed container requests (limits where no request is given, as Kubernetes defaults them)."""
-    cpu = memory = gpu = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        try:
-            cpu += parse_cpu(wanted.get("cpu", 0))
-            memory += parse_memory(wanted.get("memory", 0))
-        except QuantityError:
-            pass
-        with contextlib.suppress(ValueError):
-            gpu += int(str(wanted.get(GPU_RESOURCE, 0)))
-    return ResourceVector(cpu_milli=cpu, memory=memory, gpu=gpu)
+    """The Pod's effective request, init containers and sidecars included (``core.scheduling.pod_requests``)."""
+    return pod_spec_request(pod.get("spec") or {})
 
 
 class KubeScheduler:
@@ -539,7 +528,7 @@ class KubeScheduler:
         key = (job.metadata.uid or "", job.metadata.generation)
         found = self._vectors.get(key)
         if found is None:
-            found = self._vectors[key] = {request.name: request.resources for request in replica_requests(job)}
+            found = self._vectors[key] = {request.name: request.total() for request in replica_requests(job)}
         return found
 
     def _running(
