@@ -108,3 +108,27 @@ def test_the_scheduler_sees_the_reservation_and_shares_cores_with_a_bursting_rep
     assert request.resources == ResourceVector(cpu_milli=2000, memory=GI)
     assert request.pin_cpus is False
     assert [r.pin_cpus for r in replica_requests(guaranteed)] == [True]
+
+
+@pytest.mark.parametrize(
+    ("sidecar_resources", "pinned"),
+    [
+        ({"limits": {"cpu": "100m", "memory": "64Mi"}}, True),  # requests default to the limits: Guaranteed
+        ({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}, True),
+        (None, False),  # no limits: the Pod is Burstable
+        ({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}, False),
+        ({"limits": {"cpu": "100m"}}, False),  # no memory limit
+    ],
+    ids=["limits-only", "equal", "none", "cpu-above", "no-memory-limit"],
+)
+def test_a_sidecar_that_is_not_guaranteed_leaves_the_replica_without_exclusive_cpus(
+    sidecar_resources: dict[str, Any] | None, pinned: bool
+) -> None:
+    # Kubernetes' QoS class counts every container of the Pod, init containers and sidecars too.
+    sidecar: dict[str, Any] = {"name": "shipper", "image": "example.org/shipper:1"}
+    if sidecar_resources is not None:
+        sidecar["resources"] = sidecar_resources
+    document = job({"cpu": 2, "memory": "1Gi"})
+    document["spec"]["replicas"]["worker"]["template"]["sidecars"] = [sidecar]
+    [request] = replica_requests(validate_job(document, JOBTYPES))
+    assert request.pin_cpus is pinned
