@@ -63,10 +63,21 @@ def nodes(components: Components) -> Iterator[Nodes]:
         kube.request("DELETE", f"/api/v1/nodes/{node}")
 
 
-def submit(kube: Any, namespace: str, path: Path, home: Path) -> subprocess.CompletedProcess[str]:
+def assert_within(actual: Any, written: Any, where: str) -> None:
+    """Everything written is in ``actual`` as written (``actual`` may hold more: the API server's defaults)."""
+    if isinstance(written, dict):
+        assert isinstance(actual, dict), where
+        for key, value in written.items():
+            assert key in actual, f"{where}.{key}"
+            assert_within(actual[key], value, f"{where}.{key}")
+    else:
+        assert actual == written, where
+
+
+def submit(kube: Any, namespace: str, path: Path, home: Path, *options: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k not in ("PHALANX_BACKEND", "KUBECONFIG")}
     environment["PHALANX_HOME"] = str(home)
-    command = [sys.executable, "-m", "phalanx.entrypoints.cli", "submit", str(path), "-n", namespace]
+    command = [sys.executable, "-m", "phalanx.entrypoints.cli", "submit", str(path), "-n", namespace, *options]
     command += ["--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig)]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
 
@@ -144,6 +155,10 @@ def test_every_pod_field_reaches_the_pod_as_written(
         assert entry in env, entry
     assert container["envFrom"] == written["envFrom"]
     assert container["securityContext"] == written["containerSecurityContext"]
+    assert container["imagePullPolicy"] == written["imagePullPolicy"]
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        # The API server fills in the probe's defaults (timeoutSeconds, successThreshold, an httpGet's scheme).
+        assert_within(container[probe], written[probe], probe)
 
     init = {c["name"]: c for c in spec["initContainers"]}
     fetch = written["initContainers"][0]
@@ -155,3 +170,43 @@ def test_every_pod_field_reaches_the_pod_as_written(
     for key, value in sidecar.items():
         assert init[sidecar["name"]][key] == value, key
     assert [c["name"] for c in spec["initContainers"]] == [fetch["name"], sidecar["name"]]
+
+
+def test_a_replica_without_a_command_runs_its_images_entrypoint_and_a_stand_in_is_refused(
+    components: Components, nodes: Nodes, namespace: str, tmp_path: Path
+) -> None:
+    kube = components.kube
+    image = "phalanx.invalid/mnist:1"
+    template = {
+        "image": image,
+        "args": ["--backend", "gloo"],
+        "imagePullPolicy": "Always",
+        "resources": {"cpu": "1", "memory": "1Gi", "gpu": 1, "gpuModel": nodes.model},
+        "metadata": {"annotations": {"phalanx.dev/sim-duration-ms": "60000"}},
+        # The node the scheduler may use: the plain one has neither the labels nor the taint.
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    document = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "entrypoint"},
+        "spec": {"replicas": {"worker": {"count": 1, "template": template}}},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    jobs = JOBS.format(ns=namespace)
+    wait_until(lambda: kube.request("GET", jobs).status_code == 200, 30, f"{jobs} served")
+
+    # Images run on a cluster: a stand-in is refused, and nothing is created.
+    refused = submit(kube, namespace, path, tmp_path / "embedded-state", "--stand-in", f"{image}=/bin/true")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "on Kubernetes every replica runs its image" in " ".join(refused.stderr.split())
+    assert kube.request("GET", f"{jobs}/entrypoint").status_code == 404
+
+    result = submit(kube, namespace, path, tmp_path / "embedded-state")
+    assert result.returncode == 0, result.stdout + result.stderr
+    pod_path = f"/api/v1/namespaces/{namespace}/pods/entrypoint-worker-0"
+    container = kube.wait_for(pod_path, lambda p: True, 60, "the replica's Pod created")["spec"]["containers"][0]
+    assert "command" not in container  # the image's entrypoint runs...
+    assert container["args"] == ["--backend", "gloo"]  # ...with the args
+    assert (container["image"], container["imagePullPolicy"]) == (image, "Always")

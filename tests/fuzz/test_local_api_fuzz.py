@@ -219,6 +219,7 @@ odd_submits = st.fixed_dictionaries(
         "namespace": st.one_of(TEXT, JSON),
         "replaceFinished": JSON,
         "source": st.one_of(TEXT, JSON),
+        "standIns": st.one_of(JSON, st.dictionaries(TEXT, st.lists(TEXT, max_size=3), max_size=2)),
         "extra": JSON,
     },
 )

@@ -37,6 +37,7 @@ class MemoryBackend:
     namespaced_kinds = NAMESPACED_KINDS
     pod_field_refusals: Mapping[str, str] = {}
     cluster_scheduling = False
+    runs_images = False
     own_scheduler: str | None = None
 
     def __init__(self) -> None:

@@ -14,6 +14,7 @@ the same verbs (``entrypoints.kubernetes.client``).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -102,13 +103,17 @@ class Client(JobVerbs):
 
     # -- jobs ----------------------------------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec, *, replace_finished: bool = False) -> list[Submitted]:
+    def submit(
+        self, spec: JobSpec, *, replace_finished: bool = False, stand_ins: Mapping[str, Sequence[str]] | None = None
+    ) -> list[Submitted]:
         """Validate and create the objects in a file or in mappings; nothing is created if any is invalid.
 
         Args:
             spec: a YAML/JSON file, or one or more mappings.
             replace_finished: a job of the same name that finished (Succeeded or Failed) is replaced, as
                 ``phalanx run`` does; otherwise its name is refused.
+            stand_ins: image -> the words of a local program that plays it, for replicas whose image the embedded
+                runtime cannot run (``phalanx run --stand-in``; docs/kubeflow.md).
 
         Raises:
             SpecError: an invalid document (nothing is created).
@@ -122,6 +127,7 @@ class Client(JobVerbs):
             namespace=None if self.namespace == "default" else self.namespace,
             replace_finished=replace_finished,
             source=source,
+            stand_ins=stand_ins,
         )
 
     def logs(self, name: str, replica: str | None = None) -> dict[str, str]:

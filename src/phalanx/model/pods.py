@@ -472,6 +472,74 @@ class SecurityContext(ApiModel):
     seccomp_profile: SeccompProfile | None = None
 
 
+# -- probes and image pulls ----------------------------------------------------------------------------------
+
+#: When the kubelet pulls the replica's image (Kubernetes' own values; its default depends on the image's tag).
+ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
+#: A port, by number or by the name of a container port.
+PortRef = Annotated[int, Field(ge=1, le=65535)] | Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+
+
+class ExecAction(ApiModel):
+    """A command run in the container; exit 0 is success."""
+
+    command: list[str] = Field(min_length=1, max_length=MAX_POD_LIST_ITEMS)
+
+
+class HttpHeader(ApiModel):
+    """A header of an HTTP probe."""
+
+    name: Annotated[str, Field(min_length=1)]
+    value: str
+
+
+class HttpGetAction(ApiModel):
+    """An HTTP GET on the container; a status from 200 to 399 is success."""
+
+    path: str | None = None
+    port: PortRef
+    host: str | None = None
+    scheme: Literal["HTTP", "HTTPS"] | None = None
+    http_headers: list[HttpHeader] = _items()
+
+
+class TcpSocketAction(ApiModel):
+    """A TCP connection to the container; an open port is success."""
+
+    port: PortRef
+    host: str | None = None
+
+
+class GrpcAction(ApiModel):
+    """A gRPC health check on the container."""
+
+    port: Annotated[int, Field(ge=1, le=65535)]
+    service: str | None = None
+
+
+class Probe(ApiModel):
+    """A check the kubelet runs on the replica's container (liveness, readiness or startup): exactly one action."""
+
+    exec: ExecAction | None = None
+    http_get: HttpGetAction | None = None
+    tcp_socket: TcpSocketAction | None = None
+    grpc: GrpcAction | None = None
+    initial_delay_seconds: int | None = Field(default=None, ge=0, le=10**9)
+    timeout_seconds: int | None = Field(default=None, ge=1, le=10**9)
+    period_seconds: int | None = Field(default=None, ge=1, le=10**9)
+    success_threshold: int | None = Field(default=None, ge=1, le=10**9)
+    failure_threshold: int | None = Field(default=None, ge=1, le=10**9)
+    termination_grace_period_seconds: int | None = Field(default=None, ge=1, le=10**9)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Probe:
+        actions = {"exec": self.exec, "httpGet": self.http_get, "tcpSocket": self.tcp_socket, "grpc": self.grpc}
+        given = [name for name, value in actions.items() if value is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of exec, httpGet, tcpSocket or grpc, got {', '.join(given) or 'none'}")
+        return self
+
+
 # -- extra containers ----------------------------------------------------------------------------------------
 
 
@@ -487,6 +555,7 @@ class Container(ApiModel):
 
     name: Annotated[str, _dns_label("container name")]
     image: str | None = Field(default=None, description="default: the replica's image")
+    image_pull_policy: ImagePullPolicy | None = None
     command: list[str] = _items()
     args: list[str] = _items()
     working_dir: str | None = None
@@ -521,6 +590,12 @@ class PodFields(ApiModel):
     affinity: Affinity | None = None
     security_context: PodSecurityContext | None = None
     container_security_context: SecurityContext | None = None
+    image_pull_policy: ImagePullPolicy | None = Field(
+        default=None, description="when Kubernetes pulls the replica's image; the embedded runtime uses no image"
+    )
+    liveness_probe: Probe | None = None
+    readiness_probe: Probe | None = None
+    startup_probe: Probe | None = None
     service_account_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     image_pull_secrets: list[LocalObjectReference] = _items()
     priority_class_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
@@ -590,10 +665,18 @@ EMBEDDED_REFUSALS: dict[str, str] = {
     "securityContext": "the embedded runtime runs replicas as the user of the control plane; remove it",
     "containerSecurityContext": "the embedded runtime runs replicas as the user of the control plane; remove it",
     "serviceAccountName": "the embedded runtime has no service accounts; remove it",
-    "imagePullSecrets": "the embedded runtime pulls no images; remove it",
     "priorityClassName": "the embedded runtime has no PriorityClasses; use spec.scheduling.priorityClass",
     "initContainers": "the embedded runtime runs one process per replica; run setup steps in its command",
     "sidecars": "the embedded runtime runs one process per replica; start helpers from its command",
+    "livenessProbe": "the embedded runtime has no kubelet to probe a replica; remove it (it applies on Kubernetes)",
+    "readinessProbe": "the embedded runtime has no kubelet to probe a replica, and nothing waits for a replica to "
+    "be ready; remove it (it applies on Kubernetes)",
+    "startupProbe": "the embedded runtime has no kubelet to probe a replica; remove it (it applies on Kubernetes)",
+    # Not a pod field: a replica without a command runs its image's entrypoint, and the embedded runtime runs no
+    # images. ``{image}`` is the replica's image.
+    "command": "no command: on Kubernetes the image's entrypoint runs, and the embedded runtime runs no images; "
+    "give the container a command, or play {image} with a local program: phalanx run --stand-in "
+    "{image}=PROGRAM FILE (docs/kubeflow.md#running-upstream-examples-on-your-machine)",
 }
 
 
@@ -615,6 +698,9 @@ def refused_pod_fields(job: TrainingJob, refusals: Mapping[str, str]) -> list[Fi
     errors: list[FieldError] = []
     for role, replica in job.spec.replicas.items():
         path = f"spec.replicas.{role}.template"
+        if "command" in refusals and not replica.template.command:
+            image = replica.template.image or "IMAGE"
+            errors.append(FieldError(f"{path}.command", refusals["command"].format(image=image)))
         for wire in set_pod_fields(replica.template):
             if wire in refusals:
                 errors.append(FieldError(f"{path}.{wire}", refusals[wire]))

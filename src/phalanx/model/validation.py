@@ -1,7 +1,7 @@
 """Turning a raw TrainingJob document into a validated, defaulted one — or into a list of field errors.
 
 Validation happens before anything is created. It checks the document's shape (pydantic), then what the shape
-cannot say alone: that the JobType exists, that roles and counts fit it, that every replica has a command,
+cannot say alone: that the JobType exists, that roles and counts fit it, that every replica has a command or an image,
 that ``minAvailable`` is reachable. Defaulting then fills each role's template from its JobType role and
 T-shirt size, so the stored spec is complete and the scheduler never guesses.
 """
@@ -161,10 +161,17 @@ def check_against_jobtype(job: TrainingJob, jobtypes: Mapping[str, JobType]) -> 
                     f"role {role_name!r} of {spec.type!r} allows at most {definition.max_count}, got {count}",
                 )
             )
-        role_command = definition.template.command if definition else []
-        if not replica.template.command and not role_command:
+        role_template = definition.template if definition else None
+        role_command = role_template.command if role_template else []
+        role_image = role_template.image if role_template else None
+        if not replica.template.command and not role_command and not (replica.template.image or role_image):
+            # With an image and no command, the image's entrypoint runs (on Kubernetes; the embedded runtime,
+            # which runs no images, refuses it at its door unless a stand-in plays the image).
             errors.append(
-                FieldError(f"{path}.template.command", "required: the program to run, e.g. [python, train.py]")
+                FieldError(
+                    f"{path}.template.command",
+                    "required: the program to run, e.g. [python, train.py], or an image whose entrypoint runs it",
+                )
             )
         errors.extend(_check_env(replica.template.env, f"{path}.template.env"))
         errors.extend(_check_env(replica.template.env_value_from, f"{path}.template.envValueFrom"))

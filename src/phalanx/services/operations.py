@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from phalanx.core.delegation import conflicts, placing_scheduler
 from phalanx.core.lifecycle import ACTIVE_PHASES
+from phalanx.core.stand_ins import FLAG, apply_stand_ins, check_stand_ins
 from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import FieldError, SpecError, short
@@ -114,6 +115,7 @@ def validate_documents(
     namespace: str | None = None,
     namespaced_kinds: frozenset[str] = NAMESPACED_KINDS,
     pod_field_refusals: Mapping[str, str] | None = None,
+    stand_ins: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Any]:
     """Validate TrainingJobs, JobTypes, Queues and Datasets; jobs against ``jobtypes`` (and the submission's).
 
@@ -134,6 +136,8 @@ def validate_documents(
         namespaced_kinds: the kinds the override applies to.
         pod_field_refusals: pod fields the backend cannot honour, with why (``OperationsBackend``); a job
             setting one is refused naming the field.
+        stand_ins: image -> the words of a local program that plays it (``core.stand_ins``), applied to every
+            job before the backend's refusals; one that no replica's image matches is refused.
 
     Raises:
         SpecError: every problem in every document, each with its field path; a bad ``namespace`` alone.
@@ -159,6 +163,15 @@ def validate_documents(
     # JobTypes in the same submission may be used by jobs in it.
     parsed: list[Any] = []
     errors: list[FieldError] = []
+    # The images of the jobs that got as far as their stand-ins, and those a stand-in played.
+    images: set[str] = set()
+    played: set[str] = set()
+    jobs_in_file = sum(
+        1
+        for doc in documents
+        if doc.get("kind", "TrainingJob") in ("TrainingJob", TRAINJOB) or kubeflow_kind(doc) is not None
+    )
+    reached = 0
     for position, doc in enumerate(documents):
         kind = doc.get("kind", "TrainingJob")
         prefix = f"document {position + 1}: " if len(documents) > 1 else ""
@@ -168,7 +181,8 @@ def validate_documents(
                 jobtypes[jobtype.metadata.name] = jobtype
                 parsed.append(jobtype)
             elif kind == "TrainingJob":
-                job = validate_job(doc, jobtypes)
+                job = _stand_in(validate_job(doc, jobtypes), stand_ins, images, played)
+                reached += 1
                 _refuse_pod_fields(job, pod_field_refusals, None)
                 parsed.append(job)
             elif kind == "Queue":
@@ -181,10 +195,14 @@ def validate_documents(
                     raise SpecError(problems)
             elif kind == TRAINJOB:
                 _, job, conversion = validate_trainjob(doc, runtimes, jobtypes)
+                job = _stand_in(job, stand_ins, images, played)
+                reached += 1
                 _refuse_pod_fields(job, pod_field_refusals, conversion)
                 parsed.append(job)
             elif kubeflow_kind(doc) is not None:
                 made, job, conversion = validate_kubeflow(doc, jobtypes)
+                job = _stand_in(job, stand_ins, images, played)
+                reached += 1
                 _refuse_pod_fields(job, pod_field_refusals, conversion)
                 for jobtype in made:
                     # Jobs alike share the JobType their conversion makes: store it once per submission.
@@ -204,9 +222,39 @@ def validate_documents(
                 what = f"{kind.lower()}/{str(name)[:MAX_NAME_LENGTH]}" if name else kind.lower()
                 prefix = f"document {position + 1} ({what}): " if len(documents) > 1 else f"{what}: "
             errors.extend(FieldError(e.path, prefix + e.message) for e in err.errors)
+    if stand_ins and reached == jobs_in_file:  # else a job that did not validate might have used a stand-in
+        errors += _unplayed(stand_ins, images, played)
     if errors:
         raise SpecError(errors, source=source)
     return parsed
+
+
+def _unplayed(stand_ins: Mapping[str, Sequence[str]], images: set[str], played: set[str]) -> list[FieldError]:
+    """A stand-in no replica's image matches is refused: a misspelt image would leave its replicas unplayed."""
+    named = sorted(images)
+    known = f"the replicas' images: {', '.join(named)}" if named else "no replica names an image"
+    return [
+        FieldError(f"{FLAG} {image}", f"no replica runs this image ({known}); fix the image or leave the stand-in out")
+        for image in sorted(set(stand_ins) - played)
+    ]
+
+
+def _stand_in(
+    job: TrainingJob, stand_ins: Mapping[str, Sequence[str]] | None, images: set[str], played: set[str]
+) -> TrainingJob:
+    """``job`` with its images played by ``stand_ins`` (``core.stand_ins``).
+
+    ``images`` gets the job's images and ``played`` those a stand-in played.
+    """
+    images |= {r.template.image for r in job.spec.replicas.values() if r.template.image}
+    if not stand_ins:
+        return job
+    try:
+        job, used = apply_stand_ins(job, stand_ins)
+    except ValueError as err:
+        raise SpecError([FieldError(FLAG, str(err))]) from None
+    played |= used
+    return job
 
 
 @dataclass(frozen=True)
@@ -514,13 +562,33 @@ class Operations:
     # -- writing -------------------------------------------------------------------------------------------
 
     def validate(
-        self, documents: Sequence[dict[str, Any]], *, source: str | None = None, namespace: str | None = None
+        self,
+        documents: Sequence[dict[str, Any]],
+        *,
+        source: str | None = None,
+        namespace: str | None = None,
+        stand_ins: Mapping[str, Sequence[str]] | None = None,
     ) -> list[Any]:
         """Validate every document (moved to ``namespace`` when given); nothing is created.
+
+        ``stand_ins``: image -> the words of a local program that plays it, on a backend that runs no images
+        (``core.stand_ins``); refused where images run.
 
         Raises:
             SpecError: every problem in every document, each with its field path.
         """
+        if stand_ins:
+            problems = check_stand_ins(stand_ins)
+            if self.backend.runs_images:
+                images = ", ".join(sorted(stand_ins))
+                problems = [
+                    f"{FLAG} {images}: on Kubernetes every replica runs its image, so nothing plays one; leave "
+                    f"{FLAG} out (it is for the embedded runtime, which runs no images)"
+                ]
+            if problems:
+                raise SpecError(
+                    [FieldError(FLAG, problem.removeprefix(f"{FLAG} ")) for problem in problems], source=source
+                )
         parsed = validate_documents(
             documents,
             self.jobtypes(),
@@ -528,6 +596,7 @@ class Operations:
             namespace=namespace,
             namespaced_kinds=self.backend.namespaced_kinds,
             pod_field_refusals=self.backend.pod_field_refusals,
+            stand_ins=stand_ins,
         )
         refuse_scheduler_fields(parsed, self.backend.cluster_scheduling, self.backend.own_scheduler, source)
         return parsed
@@ -540,6 +609,7 @@ class Operations:
         replace_finished: bool = False,
         source: str | None = None,
         annotations: Mapping[str, str] | None = None,
+        stand_ins: Mapping[str, Sequence[str]] | None = None,
     ) -> list[Submitted]:
         """Validate everything first, then create the objects (Queues, JobTypes, Datasets, then jobs).
 
@@ -552,13 +622,14 @@ class Operations:
             replace_finished: a job of the same name that finished is removed first, as ``phalanx run`` does.
             source: the file the documents came from, for error messages.
             annotations: added to every job and Dataset (e.g. the directory relative paths start from).
+            stand_ins: image -> the words of a local program that plays it (``validate``).
 
         Raises:
             SpecError: invalid documents, or a job reads a Dataset that does not exist (nothing is created).
             JobExistsError: a job of that name exists (and is active, or replacing was not asked for).
             OperationError: the backend refused a write.
         """
-        objects = self.validate(documents, source=source, namespace=namespace)
+        objects = self.validate(documents, source=source, namespace=namespace, stand_ins=stand_ins)
         if annotations:
             objects = [_annotated(o, annotations) if isinstance(o, TrainingJob | Dataset) else o for o in objects]
         self._check_datasets_exist(objects)

@@ -141,6 +141,9 @@ class OperationsBackend(ObjectReader, ObjectWriter, Protocol):
     sets one is refused at the validation door, naming the field's path. Empty on a cluster."""
     cluster_scheduling: bool
     """Whether a job may leave its placement to the cluster's scheduler (``spec.scheduling.schedulerName``)."""
+    runs_images: bool
+    """Whether replicas run their container images (a cluster); where they do not, a local program may stand in
+    for an image (``core.stand_ins``)."""
     own_scheduler: str | None
     """The name of Phalanx's own scheduler on this backend (a job naming it is placed by Phalanx); None where
     Phalanx places every job itself."""

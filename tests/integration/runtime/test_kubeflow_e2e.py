@@ -175,6 +175,74 @@ def test_a_trainjob_on_the_shipped_torch_distributed_runtime_runs_to_succeeded(
     assert "rank 0 heard ranks [1] of world size 2" in logs
 
 
+MNIST_IMAGE = "kubeflow/pytorch-dist-mnist:latest"
+MNIST_STANDIN = str(HERE / "mnist_standin.py")
+
+
+def mnist_gloo() -> dict[str, Any]:
+    """A PyTorchJob in the shape of upstream's mnist gloo example: image and args only (the image's entrypoint
+    trains), Master and Worker; resources are CPU here (upstream's asks for a GPU each)."""
+
+    def replica() -> dict[str, Any]:
+        container = {"name": "pytorch", "image": MNIST_IMAGE, "args": ["--backend", "gloo"], "resources": SMALL}
+        return {"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
+
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "pytorch-dist-mnist-gloo"},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}},
+    }
+
+
+def test_an_upstream_pytorchjob_without_a_command_runs_unchanged_with_a_stand_in_for_its_image(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    envs = tmp_path / "env"
+    path = runtime.write_job("mnist", mnist_gloo())
+    written = path.read_text()
+    master = "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].command"
+
+    # Without a stand-in the embedded runtime refuses it, where the command would be, naming the fix.
+    for verb in (["submit", "--dry-run"], ["run"]):
+        refused = runtime.cli(*verb, str(path))
+        assert refused.returncode == 2, (verb, refused.stdout, refused.stderr)
+        assert master in refused.stderr
+        assert f"--stand-in {MNIST_IMAGE}=PROGRAM" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    with runtime.client() as client:
+        assert client.store.list(TrainingJob) == []
+
+    stand_in = f"{MNIST_IMAGE}=python {MNIST_STANDIN} {envs}"
+    ran = runtime.cli("run", str(path), "--stand-in", stand_in, timeout=180)
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert path.read_text() == written  # the file is not edited
+    # Each replica's stand-in was handed the argv its container would run: the args, for the entrypoint.
+    argv = {int(p.name.split(".")[0]): json.loads(p.read_text()) for p in envs.glob("*.argv.json")}
+    assert argv == {0: ["--backend", "gloo"], 1: ["--backend", "gloo"]}
+    logs = runtime.cli("logs", "pytorch-dist-mnist-gloo", "--replica", "master-0", check=True).stdout
+    assert "rank 0 heard ranks [1] of world size 2" in logs
+    # Visible afterwards: the annotation and the stored command in get -o yaml, an event in describe.
+    shown = yaml.safe_load(runtime.cli("get", "job", "pytorch-dist-mnist-gloo", "-o", "yaml", check=True).stdout)
+    recorded = shown["metadata"]["annotations"]["phalanx.dev/stand-ins"]
+    assert recorded == f"{MNIST_IMAGE}=python {MNIST_STANDIN} {envs}"
+    assert shown["spec"]["replicas"]["worker"]["template"]["command"] == ["python", MNIST_STANDIN, str(envs)]
+    described = runtime.cli("describe", "job", "pytorch-dist-mnist-gloo", check=True).stdout
+    assert "StandIn" in described
+    assert f"image {MNIST_IMAGE} is played by the stand-in" in " ".join(described.split())
+
+
+def test_a_stand_in_for_an_image_no_replica_runs_is_refused(runtime: Runtime, tmp_path: Path) -> None:
+    path = runtime.write_job("mnist", mnist_gloo())
+    refused = runtime.cli("run", str(path), "--stand-in", f"kubeflow/mnist=python {MNIST_STANDIN}")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "--stand-in kubeflow/mnist: no replica runs this image" in " ".join(refused.stderr.split())
+    missing = runtime.cli("run", str(path), "--stand-in", f"{MNIST_IMAGE}=./no-such-program")
+    assert missing.returncode == 2
+    assert "./no-such-program is not a file" in missing.stderr
+
+
 def test_convert_applies_the_refusals_of_the_backend_it_converts_for(runtime: Runtime, tmp_path: Path) -> None:
     # Before, convert printed a TrainingJob the embedded runtime then refused at submit (affinity has no
     # meaning on one machine): convert and submit --dry-run now answer alike for each backend.

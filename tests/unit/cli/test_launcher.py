@@ -24,7 +24,13 @@ def typer_run_options() -> set[str]:
 def test_both_parsers_know_the_same_run_options() -> None:
     # The backend options are typer's alone: with any of them the launcher declines (an unknown option), and
     # typer's `run` takes the kubernetes path.
-    assert typer_run_options() - set(KUBERNETES_OPTIONS) == set(launcher.RUN_OPTIONS)
+    assert typer_run_options() - set(KUBERNETES_OPTIONS) - set(launcher.TYPER_RUN_OPTIONS) == set(launcher.RUN_OPTIONS)
+
+
+@pytest.mark.parametrize("argv", [["--stand-in", "img=./play.py"], ["--stand-in=img=./play.py"]])
+def test_a_stand_in_is_left_to_typer(argv: list[str]) -> None:
+    with pytest.raises(launcher._DeclinedError):
+        launcher.parse_run(["run", "job.yaml", *argv])
 
 
 @pytest.mark.parametrize("option", ["--backend=kubernetes", "--context=prod", "--kubeconfig=k.yaml"])

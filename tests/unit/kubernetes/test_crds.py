@@ -109,7 +109,9 @@ def test_quantities_are_int_or_string_wherever_they_appear() -> None:
         if node.get("x-kubernetes-int-or-string")
     }
     assert quantity_paths <= found
-    assert {path.rsplit(".", 1)[1] for _, path in found} == {"cpu", "memory"}
+    # Besides quantities, a probe's port is a number or a port's name, as Kubernetes' IntOrString.
+    assert {path.rsplit(".", 1)[1] for _, path in found} == {"cpu", "memory", "port"}
+    assert all("Probe." in path for _, path in found if path.endswith(".port"))
 
 
 def test_enums_and_defaults_are_kept_for_the_api_server_to_apply() -> None:

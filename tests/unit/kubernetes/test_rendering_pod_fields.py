@@ -38,6 +38,8 @@ def test_container_fields_are_copied_and_value_from_follows_the_values() -> None
     assert container["volumeMounts"][-len(template["volumeMounts"]) :] == template["volumeMounts"]
     assert container["envFrom"] == template["envFrom"]
     assert container["securityContext"] == template["containerSecurityContext"]
+    for field in ("imagePullPolicy", "livenessProbe", "readinessProbe", "startupProbe"):
+        assert container[field] == template[field], field
     sourced = [e for e in template["env"] if "valueFrom" in e]
     assert container["env"][-len(sourced) :] == sourced
     assert {"name": "EPOCHS", "value": "3"} in container["env"]

@@ -236,9 +236,9 @@ def worker_sets(**fields: Any) -> Callable[[dict[str, Any]], None]:
         (worker_sets(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s"}}}]),
          f"{CONTAINER}.env[0].valueFrom.secretKeyRef.key", "required"),
         (worker_sets(envFrom=[{}]), f"{CONTAINER}.envFrom[0]", "exactly one"),
-        (lambda d: _worker(d).update(imagePullPolicy="Always"), f"{CONTAINER}.imagePullPolicy", "not supported yet"),
-        (lambda d: _worker(d).update(livenessProbe={"exec": {"command": ["true"]}}), f"{CONTAINER}.livenessProbe",
-         "not supported yet"),
+        (lambda d: _worker(d).update(imagePullPolicy="Sometimes"), f"{CONTAINER}.imagePullPolicy", "'Always'"),
+        (lambda d: _worker(d).update(livenessProbe={"periodSeconds": 5}), f"{CONTAINER}.livenessProbe",
+         "exactly one of exec, httpGet, tcpSocket or grpc"),
         (lambda d: _worker(d).update(stdinOnce=True), f"{CONTAINER}.stdinOnce", "no meaning"),
         (lambda d: _worker(d)["resources"]["limits"].update({"ephemeral-storage": "1Gi"}),
          f"{CONTAINER}.resources.limits.ephemeral-storage", "remove ephemeral-storage"),
@@ -353,8 +353,8 @@ def test_an_mpijob_worker_follows_the_launchers_restart_policy() -> None:
         ("pytorchjob", lambda d: container(d, "pytorchReplicaSpecs", "Master").update(
             resources={"requests": {"cpu": "-1"}, "limits": {"cpu": "-1"}}),
          "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources.requests.cpu", "-1"),
-        ("pytorchjob", lambda d: container(d, "pytorchReplicaSpecs", "Worker").pop("command"),
-         "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command", "does not read the image's entrypoint"),
+        ("pytorchjob", lambda d: [container(d, "pytorchReplicaSpecs", "Worker").pop(k) for k in ("command", "image")],
+         "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].command", "or an image whose entrypoint"),
         ("pytorchjob", lambda d: d["metadata"].update(name="Bad_Name"), "metadata.name", "DNS-1123"),
         ("tfjob", lambda d: d["spec"]["tfReplicaSpecs"]["Evaluator"].update(replicas=2),
          "spec.tfReplicaSpecs.Evaluator.replicas", "at most 1"),
@@ -377,7 +377,7 @@ def test_what_the_trainingjob_refuses_is_named_at_the_upstream_path(
 
 def test_every_refusal_is_reported_at_once() -> None:
     def many(document: dict[str, Any]) -> None:
-        _worker(document).update(livenessProbe={}, imagePullPolicy="Always")
+        _worker(document).update(lifecycle={}, tty=True)
         document["spec"]["elasticPolicy"] = {}
 
     assert len(refusals(changed("pytorchjob", many))) == 3

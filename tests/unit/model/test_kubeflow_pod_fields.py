@@ -24,6 +24,7 @@ DATA = Path(__file__).parents[2] / "data"
 JOBTYPES = builtin_jobtypes()
 POD = ("volumes", "nodeSelector", "tolerations", "affinity", "securityContext", "serviceAccountName")
 POD += ("imagePullSecrets", "priorityClassName")
+CONTAINER_POD_FIELDS = ("imagePullPolicy", "livenessProbe", "readinessProbe", "startupProbe")
 WORKER = "spec.pytorchReplicaSpecs.Worker.template.spec"
 
 
@@ -42,6 +43,7 @@ def pytorchjob_with_every_field() -> tuple[dict[str, Any], dict[str, Any]]:
         envFrom=copy.deepcopy(ours["envFrom"]),
         volumeMounts=copy.deepcopy(ours["volumeMounts"]),
         securityContext=copy.deepcopy(ours["containerSecurityContext"]),
+        **{key: copy.deepcopy(ours[key]) for key in CONTAINER_POD_FIELDS},
     )
     return document, ours
 
@@ -63,6 +65,8 @@ def test_every_pod_field_of_a_kubeflow_replica_is_mapped() -> None:
     assert template["volumeMounts"] == ours["volumeMounts"]
     assert template["envFrom"] == ours["envFrom"]
     assert template["containerSecurityContext"] == ours["containerSecurityContext"]
+    for key in CONTAINER_POD_FIELDS:
+        assert template[key] == ours[key], key
     sourced = {e["name"]: e["valueFrom"] for e in ours["env"] if "valueFrom" in e}
     assert template["envValueFrom"] == sourced
     assert template["initContainers"] == ours["initContainers"]
@@ -81,6 +85,9 @@ def test_the_embedded_runtime_refuses_them_at_the_path_in_the_kubeflow_document(
     assert f"{WORKER}.initContainers" in paths
     assert f"{WORKER}.containers[0].securityContext" in paths
     assert f"{WORKER}.containers[0].volumeMounts[0]" in paths
+    # Probes need a kubelet; imagePullPolicy goes with the image, which the embedded runtime does not use.
+    assert {f"{WORKER}.containers[0].{probe}" for probe in CONTAINER_POD_FIELDS[1:]} <= paths
+    assert f"{WORKER}.containers[0].imagePullPolicy" not in paths
     # nodeSelector, tolerations, env valueFrom and envFrom have a meaning there.
     assert not any(".env[" in path or "envFrom" in path for path in paths)
     assert f"{WORKER}.nodeSelector" not in paths

@@ -141,8 +141,8 @@ def _runtime_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
             {"name": "dataset-initializer"}), f"{RUNTIME}spec.template.spec.replicatedJobs[1]", "initializers"),
         ("trainjob-runtime", lambda d: _runtime_spec(d)["template"]["spec"].update(failurePolicy={"maxRestarts": 3}),
          f"{RUNTIME}spec.template.spec.failurePolicy", "runs no JobSet"),
-        ("trainjob-runtime", lambda d: node_container(d).update(imagePullPolicy="Always"),
-         f"{RUNTIME}{NODE}.spec.containers[0].imagePullPolicy", "not supported yet"),
+        ("trainjob-runtime", lambda d: node_container(d).update(imagePullPolicy="Sometimes"),
+         f"{RUNTIME}{NODE}.spec.containers[0].imagePullPolicy", "'Always'"),
         ("trainjob-runtime", lambda d: d[1]["spec"]["trainer"].update(numNodes=0), "spec.trainer.numNodes", ">= 1"),
         ("trainjob-runtime", lambda d: _runtime_spec(d)["mlPolicy"].update(numNodes=-2),
          f"{RUNTIME}spec.mlPolicy.numNodes", ">= 1"),
@@ -166,10 +166,21 @@ def test_a_trainjob_problem_is_named_where_it_was_written(
     assert words in found[path]
 
 
-def test_a_trainjob_without_a_command_is_refused_at_the_trainers() -> None:
-    found = refusals(changed("trainjob", lambda d: d[0]["spec"].pop("trainer")))
+def test_a_trainjob_without_a_command_runs_the_runtime_images_entrypoint() -> None:
+    job = converted(changed("trainjob", lambda d: d[0]["spec"].pop("trainer")))
+    template = job.spec.replicas["worker"].template
+    assert template.command == []
+    assert template.image  # the shipped runtime's: on Kubernetes its entrypoint runs
+
+
+def test_a_trainjob_without_a_command_or_an_image_is_refused_at_the_trainers() -> None:
+    def no_image(docs: list[dict[str, Any]]) -> None:
+        node_container(docs).pop("image")
+        node_container(docs).pop("command")
+
+    found = refusals(changed("trainjob-runtime", no_image))
     assert list(found) == ["spec.trainer.command"]
-    assert "ClusterTrainingRuntime/torch-distributed gives none" in found["spec.trainer.command"]
+    assert "gives none" in found["spec.trainer.command"]
 
 
 def node_patch(pod_spec: dict[str, Any], *, manager: str = "example.io/platform") -> dict[str, Any]:

@@ -160,13 +160,17 @@ def test_the_embedded_door_refuses_every_pod_field_naming_its_path() -> None:
         validate_documents(read_documents(EVERY_FIELD), builtin_jobtypes(), pod_field_refusals=EMBEDDED_REFUSALS)
     paths = {e.path for e in caught.value.errors}
     root = "spec.replicas.worker.template"
+    # The example has a command: "command" (none given: the image's entrypoint) is the one refusal it does not meet.
     expected = {f"{root}.{alias}" for alias in EMBEDDED_REFUSALS if not alias.startswith("envValueFrom")}
+    expected -= {f"{root}.command"}
     # env valueFrom and envFrom have a meaning there: the replica's own metadata, files of the state directory.
     expected -= {f"{root}.nodeSelector", f"{root}.tolerations", f"{root}.volumeMounts.host"}
     # No mount of the example is one the host shows as a Pod would (a claim, a path elsewhere, readOnly...).
     expected |= {f"{root}.volumeMounts[{position}]" for position in range(6)}
     assert paths == expected
     assert all("the embedded runtime" in e.message for e in caught.value.errors)
+    # What goes with the image, which the embedded runtime does not use, is accepted there: pull policy and secrets.
+    assert not {f"{root}.imagePullSecrets", f"{root}.imagePullPolicy"} & paths
 
 
 def test_a_cluster_refuses_none() -> None:

@@ -294,6 +294,16 @@ def render_pod(
         container["envFrom"] = [_wire(source) for source in template.env_from]
     if template.container_security_context is not None:
         container["securityContext"] = _wire(template.container_security_context)
+    if template.image_pull_policy is not None:
+        container["imagePullPolicy"] = template.image_pull_policy
+    for wire, probe in (
+        ("livenessProbe", template.liveness_probe),
+        ("readinessProbe", template.readiness_probe),
+        ("startupProbe", template.startup_probe),
+    ):
+        if probe is not None:
+            container[wire] = _wire(probe)
+    # No command: the image's entrypoint runs, with the args (as a Pod's container does).
     if template.command:
         container["command"] = list(template.command)
     if template.args:

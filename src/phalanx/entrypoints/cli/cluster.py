@@ -137,14 +137,21 @@ def follow_on_cluster(
         return follow(source, writer(), show_logs=show_logs, show_phases=show_phases, note_silent=note_silent)
 
 
-def run_on_cluster(client: KubernetesClient, file: Path, *, detach: bool, logs: bool) -> int:
+def run_on_cluster(
+    client: KubernetesClient,
+    file: Path,
+    *,
+    detach: bool,
+    logs: bool,
+    stand_ins: dict[str, list[str]] | None = None,
+) -> int:
     """`phalanx run` on a cluster: validate, submit, follow; the exit code (0 succeeded, 1 failed, 3 halted)."""
     from phalanx.entrypoints.cli.running import summary
 
     console = writer()
     where = escape(f"cluster {client.server} (context {client.context}); namespace {client.namespace}")
     console.print(f"[dim]{where}[/]")
-    submitted = client.submit(file, replace_finished=True)
+    submitted = client.submit(file, replace_finished=True, stand_ins=stand_ins)
     jobs = [s for s in submitted if s.kind == "TrainingJob"]
     for item in submitted:
         verb = "replaced" if item.replaced else "configured" if item.configured else "created"

@@ -24,12 +24,14 @@ from phalanx.entrypoints.cli.options import (
     Output,
     OutputOption,
     Resource,
+    StandInOption,
     StateDirOption,
     backend_session,
     choose,
     embedded_only,
     print_objects,
     require_named_resource,
+    stand_in_map,
 )
 from phalanx.entrypoints.cli.output import console, fail, print_replica_logs, warn
 from phalanx.entrypoints.cli.running import refuse_bad_namespace, run_job, session
@@ -52,9 +54,11 @@ def run(
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
+    stand_in: StandInOption = None,
 ) -> None:
     """Submit a job, starting the local control plane if needed, and follow it to the end."""
     refuse_bad_namespace(namespace)
+    stand_ins = stand_in_map(stand_in)
     choice = choose(backend, kubeconfig, context)
     if choice.kubernetes:
         if inventory is not None:
@@ -62,11 +66,17 @@ def run(
         from phalanx.entrypoints.cli.cluster import cluster_session, run_on_cluster
 
         with cluster_session(choice, namespace) as cluster:
-            code = run_on_cluster(cluster, file, detach=detach, logs=logs)
+            code = run_on_cluster(cluster, file, detach=detach, logs=logs, stand_ins=stand_ins)
         raise typer.Exit(code)
     raise typer.Exit(
         run_job(
-            file, state_dir=state_dir, namespace=namespace or "default", detach=detach, logs=logs, inventory=inventory
+            file,
+            state_dir=state_dir,
+            namespace=namespace or "default",
+            detach=detach,
+            logs=logs,
+            inventory=inventory,
+            stand_ins=stand_ins,
         )
     )
 
@@ -84,6 +94,7 @@ def submit(
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
+    stand_in: StandInOption = None,
 ) -> None:
     """Validate and create jobs, job types and queues without following them (the control plane picks them up).
 
@@ -97,6 +108,7 @@ def submit(
     file = filename or file
     assert file is not None
     refuse_bad_namespace(namespace)
+    stand_ins = stand_in_map(stand_in)
     choice = choose(backend, kubeconfig, context)
     if choice.kubernetes:
         from phalanx.entrypoints.cli.cluster import cluster_session
@@ -104,11 +116,12 @@ def submit(
         with cluster_session(choice, namespace) as cluster:
             if dry_run:
                 target = None if cluster.namespace == "default" else cluster.namespace  # as `submit` does
-                print_objects(
-                    cluster.ops.validate(read_documents(file), source=str(file), namespace=target), Output.YAML
+                objects = cluster.ops.validate(
+                    read_documents(file), source=str(file), namespace=target, stand_ins=stand_ins
                 )
+                print_objects(objects, Output.YAML)
                 return
-            for item in cluster.submit(file):
+            for item in cluster.submit(file, stand_ins=stand_ins):
                 console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
         return
     from phalanx.services.embedded.daemon import current_leader
@@ -116,10 +129,10 @@ def submit(
     with session(state_dir, namespace or "default") as client:
         documents = read_documents(file)
         if dry_run:
-            objects = client.ops.validate(documents, source=str(file), namespace=namespace)
+            objects = client.ops.validate(documents, source=str(file), namespace=namespace, stand_ins=stand_ins)
             print_objects(objects, Output.YAML)
             return
-        submitted = client.submit(file)
+        submitted = client.submit(file, stand_ins=stand_ins)
         for item in submitted:
             console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
         if current_leader(client.store) is None:

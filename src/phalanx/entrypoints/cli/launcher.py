@@ -20,6 +20,8 @@ from pathlib import Path
 from phalanx.entrypoints.cli.local_api import ApiError  # standard library only, like this module
 
 RUN_OPTIONS = ("--state-dir", "--namespace", "-n", "--detach", "-d", "--logs", "--no-logs", "--inventory")
+#: `run` options the launcher leaves to typer (an unknown option declines): ``--stand-in`` is checked with the model.
+TYPER_RUN_OPTIONS = ("--stand-in",)
 
 
 class _DeclinedError(Exception):

@@ -159,18 +159,21 @@ class LocalApi:
         namespace: str | None,
         replace_finished: bool,
         source: str | None,
+        stand_ins: dict[str, list[str]] | None = None,
     ) -> list[dict[str, Any]]:
         """Validate and create; raises ApiError 422 with ``errors`` when a document is invalid.
 
         ``documents`` is a list of mappings, or the text of a YAML/JSON file that the control plane parses.
         """
-        body = {
+        body: dict[str, Any] = {
             "documents" if not isinstance(documents, str) else "text": documents,
             "submitDir": str(submit_dir),
             "namespace": namespace,
             "replaceFinished": replace_finished,
             "source": source,
         }
+        if stand_ins:
+            body["standIns"] = stand_ins
         return list(self._request("POST", "/v1/submit", body)["created"])
 
     def job(self, namespace: str, name: str, *, after: str = "", wait: float = 0.0) -> dict[str, Any]:

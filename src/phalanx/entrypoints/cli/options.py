@@ -85,6 +85,48 @@ ContextOption = Annotated[
     typer.Option("--context", help="kubeconfig context: the cluster to use (selects the kubernetes backend)."),
 ]
 OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table, wide, yaml or json.")]
+StandInOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--stand-in",
+        metavar="IMAGE=PROGRAM",
+        help="Embedded runtime: run PROGRAM in place of IMAGE, which cannot run here; each replica of that image "
+        "runs PROGRAM with its container's command and args as arguments (e.g. kubeflow/mnist:latest=./play.py; "
+        "PROGRAM is split into words as a shell would). Repeatable; recorded in the job's phalanx.dev/stand-ins "
+        "annotation. Refused on Kubernetes, where images run.",
+        show_default=False,
+    ),
+]
+
+
+def stand_in_map(given: list[str] | None) -> dict[str, list[str]] | None:
+    """``--stand-in IMAGE=PROGRAM`` options as image -> program words; a path-like program made absolute.
+
+    The program's first word, when it has a ``/``, is a file relative to the current directory: it must exist, and
+    is made absolute (a replica runs in its own working directory). A bare name is found on PATH when it runs.
+    """
+    from phalanx.core.stand_ins import parse_stand_in
+
+    if not given:
+        return None
+    found: dict[str, list[str]] = {}
+    for text in given:
+        try:
+            stand_in = parse_stand_in(text)
+        except ValueError as err:
+            fail(str(err), 2)
+        if stand_in.image in found:
+            fail(f"--stand-in {stand_in.image}: given twice; give one program per image", 2)
+        program, *rest = stand_in.program
+        if "/" in program:
+            path = Path(os.path.abspath(Path(program).expanduser()))
+            if not path.is_file():
+                fail(f"--stand-in {text}: {program} is not a file; give the path of the program playing the image", 2)
+            program = str(path)
+        found[stand_in.image] = [program, *rest]
+    return found
+
+
 INSTALL_HINT = "phalanx install --print | kubectl apply -f -"
 
 

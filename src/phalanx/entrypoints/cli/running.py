@@ -72,8 +72,12 @@ def run_job(
     detach: bool = False,
     logs: bool = True,
     inventory: Path | None = None,
+    stand_ins: dict[str, list[str]] | None = None,
 ) -> int:
-    """Submit, follow and summarise; return the exit code (0 succeeded, 1 failed, 3 halted)."""
+    """Submit, follow and summarise; return the exit code (0 succeeded, 1 failed, 3 halted).
+
+    ``stand_ins``: image -> the words of a local program that plays it (``--stand-in``).
+    """
     refuse_bad_namespace(namespace)
     layout = StateLayout(state_dir or default_state_dir())
     api = LocalApi(layout.api_socket)
@@ -94,7 +98,12 @@ def run_job(
             from phalanx.services.embedded.daemon import start_control_plane
 
             documents = read_documents(file)
-            client.ops.validate(documents, source=str(file), namespace=None if namespace == "default" else namespace)
+            client.ops.validate(
+                documents,
+                source=str(file),
+                namespace=None if namespace == "default" else namespace,
+                stand_ins=stand_ins,
+            )
             leader, started = start_control_plane(client.layout, inventory=inventory)
             word = "started" if started else "running"
             where = escape(str(client.layout.root))
@@ -109,6 +118,7 @@ def run_job(
             namespace=None if namespace == "default" else namespace,
             replace_finished=True,
             source=str(file),
+            stand_ins=stand_ins,
         )
     except ApiError as err:
         if err.status == 422:

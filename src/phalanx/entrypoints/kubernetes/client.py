@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from phalanx.adapters.kubernetes.api import KubeApi, KubeApiError, load_kubeconfig
@@ -96,14 +97,20 @@ class KubernetesClient(JobVerbs):
 
     # -- jobs ----------------------------------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec, *, replace_finished: bool = False) -> list[Submitted]:
-        """Validate and create the objects in a file or in mappings; nothing is created if any is invalid."""
+    def submit(
+        self, spec: JobSpec, *, replace_finished: bool = False, stand_ins: Mapping[str, Sequence[str]] | None = None
+    ) -> list[Submitted]:
+        """Validate and create the objects in a file or in mappings; nothing is created if any is invalid.
+
+        ``stand_ins`` are refused: on a cluster every replica runs its image.
+        """
         documents, source = spec_documents(spec)
         return self.ops.submit(
             documents,
             namespace=None if self.namespace == "default" else self.namespace,
             replace_finished=replace_finished,
             source=source,
+            stand_ins=stand_ins,
         )
 
     def logs(self, name: str, replica: str | None = None) -> dict[str, str]:

@@ -209,15 +209,9 @@ class _Converter:
             template, problems = replica_template(
                 replica.get("template"), f"{where}.template", restart_policy=policies.get(str(name))
             )
+            # A container without a command runs its image's entrypoint with its args, as on upstream's Pods; the
+            # TrainingJob's validation and the backend decide (the embedded runtime needs a command or a stand-in).
             self.errors += problems
-            if "command" not in template and _has_container(replica.get("template")):
-                # Upstream's examples often leave the program to the image's entrypoint, which Phalanx never
-                # reads (the embedded runtime runs no image; on Kubernetes the command is part of the job).
-                self.refuse(
-                    f"{where}.template.spec.containers[0].command",
-                    "required: Phalanx runs the command it is given and does not read the image's entrypoint; "
-                    "write the program the image runs, e.g. [python, /opt/train.py]",
-                )
             roles[role] = {"count": count, "template": template}
             self.record_role_paths(role, where, replica.get("template"))
         return roles, restart
@@ -509,11 +503,3 @@ def _annotated(metadata: Any, annotations: Mapping[str, str]) -> Any:
     if existing is not None and not isinstance(existing, Mapping):
         return metadata
     return {**metadata, "annotations": {**(existing or {}), **annotations}}
-
-
-def _has_container(template: Any) -> bool:
-    """Whether a PodTemplateSpec has a first container (else its absence is what is reported)."""
-    try:
-        return isinstance(template["spec"]["containers"][0], Mapping)
-    except (KeyError, IndexError, TypeError):
-        return False

@@ -1,7 +1,8 @@
 """A Kubernetes PodTemplateSpec, as Kubeflow replica specs hold it, turned into a Phalanx replica template.
 
-What a Phalanx replica can honour is taken: the one container's image, command, args, env (``valueFrom``
-included), ``envFrom``, working directory, resources (cpu, memory, ``nvidia.com/gpu``), ``volumeMounts`` and
+What a Phalanx replica can honour is taken: the one container's image, command (none: the image's entrypoint
+runs), args, env (``valueFrom`` included), ``envFrom``, working directory, resources (cpu, memory,
+``nvidia.com/gpu``), ``volumeMounts``, ``imagePullPolicy``, the liveness, readiness and startup probes and
 ``securityContext`` (as ``containerSecurityContext``), the template's labels and annotations, the container's
 name and ports, which only describe the container, and the pod fields a replica template carries
 (``model.pods``, docs/pod-fields.md): volumes, nodeSelector, tolerations, affinity, securityContext,
@@ -56,10 +57,6 @@ _POD_FIELDS_NOT_YET = frozenset(
 )
 _CONTAINER_FIELDS_NOT_YET = frozenset(
     {
-        "imagePullPolicy",
-        "livenessProbe",
-        "readinessProbe",
-        "startupProbe",
         "lifecycle",
         "volumeDevices",
         "stdin",
@@ -69,16 +66,19 @@ _CONTAINER_FIELDS_NOT_YET = frozenset(
         "resizePolicy",
     }
 )
+#: Container fields a replica template carries under the same name (``model.pods``).
+_CONTAINER_POD_FIELDS = frozenset({"imagePullPolicy", "livenessProbe", "readinessProbe", "startupProbe"})
 #: Container fields taken as they are (``name`` and ``ports`` only describe the container: Phalanx names the
 #: replica and chooses the rendezvous port itself, and tells every replica the port in its environment).
 _CONTAINER_FIELDS = frozenset(
     {"name", "image", "command", "args", "env", "envFrom", "workingDir", "resources", "ports", "volumeMounts"}
     | {"securityContext"}
+    | _CONTAINER_POD_FIELDS
 )
 #: Fields of an init container or sidecar (``model.pods.Container``), taken as they are.
 _EXTRA_CONTAINER_FIELDS = frozenset(
-    {"name", "image", "command", "args", "workingDir", "env", "envFrom", "volumeMounts", "resources"}
-    | {"securityContext"}
+    {"name", "image", "imagePullPolicy", "command", "args", "workingDir", "env", "envFrom", "volumeMounts"}
+    | {"resources", "securityContext"}
 )
 
 
@@ -181,7 +181,7 @@ def _container(container: Any, path: str) -> tuple[dict[str, Any], list[FieldErr
             errors.append(FieldError(where, _NOT_YET))
         elif key not in _CONTAINER_FIELDS:
             errors.append(FieldError(where, "has no meaning for a Phalanx replica; remove it"))
-        elif key in ("image", "command", "args", "envFrom", "volumeMounts"):
+        elif key in ("image", "command", "args", "envFrom", "volumeMounts") or key in _CONTAINER_POD_FIELDS:
             result[key] = value
         elif key == "securityContext":
             result["containerSecurityContext"] = value

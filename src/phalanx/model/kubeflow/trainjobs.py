@@ -215,11 +215,14 @@ class _TrainJob:
         if "numProcPerNode" in trainer:
             nproc = trainer["numProcPerNode"]
         self.apply_trainer(template, trainer)
-        if not template.get("command") and "command" not in trainer:
+        if not template.get("command") and "command" not in trainer and not template.get("image"):
             self.refuse(
                 "spec.trainer.command",
                 f"required: the program each node runs, e.g. [torchrun, train.py] ({self.runtime_name} gives none)",
             )
+        if not template.get("command"):
+            # The image's entrypoint runs; where a command is needed (the embedded runtime), the trainer gives it.
+            self.paths["spec.replicas.worker.template.command"] = "spec.trainer.command"
         if jobtype == "pytorch" and nproc is not None:
             text = str(nproc)
             if text not in ("auto", "cpu", "gpu") and not (text.isdigit() and int(text) >= 1):

@@ -4,8 +4,9 @@ It lets thin clients (``phalanx run``) submit and follow jobs without loading th
 control plane, which has it loaded already, validates, creates and reads. Requests share one store, which keeps a
 connection per thread. Routes:
 
-- ``POST /v1/submit`` ``{documents | text, submitDir, namespace?, replaceFinished?, source?}`` (``text``: the
-  YAML/JSON file's content, parsed here) → ``200 {created: [...]}``,
+- ``POST /v1/submit`` ``{documents | text, submitDir, namespace?, replaceFinished?, source?, standIns?}``
+  (``text``: the YAML/JSON file's content, parsed here; ``standIns``: image -> the words of the local program that
+  plays it, ``core.stand_ins``) → ``200 {created: [...]}``,
   ``422 {errors: [{path, message}], source}`` (nothing created), ``409 {message}``.
 - ``GET /v1/namespaces/NS/trainingjobs/NAME?after=RV&wait=S`` → ``200`` the job (wire form) once its
   resourceVersion differs from ``RV`` or ``S`` seconds have passed; ``404 {message}``.
@@ -60,7 +61,7 @@ MAX_WAIT_SECONDS = 30.0
 MAX_JSON_DEPTH = 100
 """How deep a submit body may nest (as YAML in a spec file): far past any spec, far from a RecursionError."""
 MAX_RESOURCE_VERSION_DIGITS = 20
-_SUBMIT_FIELDS = ("documents", "text", "submitDir", "namespace", "replaceFinished", "source")
+_SUBMIT_FIELDS = ("documents", "text", "submitDir", "namespace", "replaceFinished", "source", "standIns")
 
 
 def store_failure(err: StoreError) -> dict[str, str]:
@@ -123,6 +124,7 @@ class _Routes:
                 namespace=namespace,
                 replace_finished=bool(fields.get("replaceFinished")),
                 source=fields.get("source"),
+                stand_ins=fields.get("standIns"),
             )
         finally:
             self.on_write()  # even a failed submit may have written some of its documents
@@ -204,6 +206,7 @@ def _submit_fields(body: bytes) -> dict[str, Any]:
         "namespace": (str, "a string, a namespace name"),
         "replaceFinished": (bool, "true or false"),
         "source": (str, "a string, the spec file's name"),
+        "standIns": (dict, "an object of image -> the words of the program that plays it"),
     }
     for name, (kind, what) in expected.items():
         value = fields.get(name)
@@ -211,6 +214,9 @@ def _submit_fields(body: bytes) -> dict[str, Any]:
             raise HttpError(400, f"{name} must be {what}, got {type(value).__name__}")
     if not fields.get("submitDir") or not Path(fields["submitDir"]).is_absolute() or "\0" in fields["submitDir"]:
         raise HttpError(400, f"submitDir must be an absolute directory path; the body is like {example}")
+    stand_ins = fields.get("standIns") or {}
+    if not all(isinstance(p, list) and all(isinstance(w, str) for w in p) for p in stand_ins.values()):
+        raise HttpError(400, "standIns must map each image to a list of strings, the words of its program")
     if (fields.get("documents") is None) == (fields.get("text") is None):
         given = "both" if fields.get("documents") is not None else "neither"
         raise HttpError(400, f"give documents (a list of objects) or text (a spec file's content); got {given}")

@@ -43,6 +43,7 @@ from phalanx.core.rendezvous import (
     render_hostfile,
     render_replica_env,
 )
+from phalanx.core.stand_ins import played
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import ObjectMeta
@@ -304,13 +305,28 @@ class JobController:
         return True
 
     def _warn_ignored_fields(self, job: TrainingJob) -> None:
-        images = sorted({r.template.image for r in job.spec.replicas.values() if r.template.image})
+        stand_ins = played(job)
+        for image, program in sorted(stand_ins.items()):
+            roles = sorted(role for role, r in job.spec.replicas.items() if r.template.image == image)
+            self._event(
+                job,
+                "StandIn",
+                f"image {image} is played by the stand-in {program} (phalanx.dev/stand-ins): replicas of "
+                f"{', '.join(roles)} run it with their container's command and args as arguments",
+            )
+        images = sorted(
+            {
+                r.template.image
+                for r in job.spec.replicas.values()
+                if r.template.image and r.template.image not in stand_ins
+            }
+        )
         if images:
             self._event(
                 job,
                 "ImageIgnored",
-                f"image {', '.join(images)} is not used: the embedded runtime runs replicas as local processes "
-                "in this machine's environment",
+                f"image {', '.join(images)} is not used (nor its pull policy or pull secrets): the embedded "
+                "runtime runs replicas as local processes in this machine's environment",
                 warning=True,
             )
 

@@ -100,6 +100,7 @@ class SqliteBackend(SqliteStatus):
     namespaced_kinds = NAMESPACED_KINDS
     pod_field_refusals: Mapping[str, str] = EMBEDDED_REFUSALS
     cluster_scheduling = False
+    runs_images = False
     own_scheduler: str | None = None
 
     def __init__(self, store: SqliteStore, layout: StateLayout, *, clock: Clock | None = None) -> None:
@@ -277,6 +278,7 @@ class EmbeddedOperations(Operations):
         namespace: str | None = None,
         replace_finished: bool = False,
         source: str | None = None,
+        stand_ins: Mapping[str, Sequence[str]] | None = None,
     ) -> builtins.list[Submitted]:
         """``Operations.submit``, with ``submit_dir`` (relative paths of jobs and Datasets start there)."""
         return super().submit(
@@ -285,6 +287,7 @@ class EmbeddedOperations(Operations):
             replace_finished=replace_finished,
             source=source,
             annotations={SUBMIT_DIR_ANNOTATION: str(submit_dir.resolve())},
+            stand_ins=stand_ins,
         )
 
     def log_files(self, namespace: str, name: str, replica: str | None = None) -> builtins.list[tuple[str, Path]]:

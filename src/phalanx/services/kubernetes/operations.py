@@ -137,6 +137,7 @@ class KubeBackend:
     namespaced_kinds = CLUSTER_NAMESPACED_KINDS
     pod_field_refusals: Mapping[str, str] = {}  # every pod field reaches the Pod
     cluster_scheduling = True
+    runs_images = True
     own_scheduler: str | None = DEFAULT_SCHEDULER_NAME
 
     def __init__(
