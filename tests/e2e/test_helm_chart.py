@@ -187,6 +187,20 @@ def test_a_wrong_value_is_refused_by_name(helm: Helm, setting: str, named: str) 
     assert named in done.stderr
 
 
+def test_kubeflow_kinds_render_as_the_install_with_the_option(helm: Helm) -> None:
+    rendered = keyed(helm.template("--namespace", SYSTEM, "--set", "kubeflowKinds.enabled=true"))
+    install = keyed(parse(render_install(InstallRequest(kubeflow_kinds=True))))
+    assert sorted(rendered) == sorted(install)
+    for key, document in install.items():
+        if key[2:] == ("", document["metadata"]["name"]) and document["metadata"]["name"].endswith("kubeflow.org"):
+            # helm keeps them on uninstall, as it keeps the chart's own CRDs: deleting one deletes every job.
+            assert rendered[key]["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+        assert rendered[key] == document, key
+    operator = rendered[("apps/v1", "Deployment", SYSTEM, "phalanx-operator")]
+    env = operator["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "PHALANX_KUBEFLOW_KINDS", "value": "true"} in env
+
+
 # --------------------------------------------------------------------------------------------------------------
 # On a real control plane of its own.
 # --------------------------------------------------------------------------------------------------------------
@@ -329,3 +343,43 @@ def test_helm_installs_upgrades_with_a_job_running_and_uninstalls(helm: Helm, cl
             wait_until(lambda key=key: gone_or_terminating(cluster, key), 30, f"{key} removed by helm uninstall")
     assert json.loads(helm("list", "--all-namespaces", "--output", "json").stdout) == []
     assert cluster.get(job_path)["metadata"]["uid"] == uid
+
+
+def test_kubeflow_kinds_are_refused_where_another_installation_serves_them(helm: Helm, cluster: Kube) -> None:
+    """A CRD of those names without Phalanx's label (a real Kubeflow's) stops the install, naming it."""
+    helm = Helm(helm.binary, helm.home, cluster.env.kubeconfig)
+    theirs = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "mpijobs.kubeflow.org"},
+        "spec": {
+            "group": "kubeflow.org",
+            "names": {"kind": "MPIJob", "plural": "mpijobs", "singular": "mpijob", "listKind": "MPIJobList"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v2beta1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/mpijobs.kubeflow.org"
+    cluster.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", theirs)
+    try:
+        done = helm(
+            "install", "kubeflow-check", str(CHART), "--namespace", "kubeflow-check", "--create-namespace",
+            "--dry-run=server", "--set", "kubeflowKinds.enabled=true", check=False,
+        )  # fmt: skip
+        assert done.returncode != 0, done.stdout
+        assert "the CRD mpijobs.kubeflow.org belongs to another installation" in done.stderr, done.stderr
+        # Without the option the same cluster takes the chart (its own kinds do not collide).
+        plain = helm(
+            "install", "kubeflow-check", str(CHART), "--namespace", "kubeflow-check", "--create-namespace",
+            "--dry-run=server", check=False,
+        )  # fmt: skip
+        assert plain.returncode == 0, plain.stderr
+    finally:
+        cluster.request("DELETE", path)

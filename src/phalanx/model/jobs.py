@@ -328,8 +328,23 @@ def _no_schema_default(schema: dict[str, JsonValue]) -> None:
     schema.pop("default", None)
 
 
+class RestartPolicy(StrEnum):
+    """When a failed replica is restarted."""
+
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+    EXIT_CODE = "ExitCode"
+
+
+ExitCodes = list[Annotated[int, Field(ge=0, le=MAX_EXIT_CODE)]]
+
+
 class ReplicaSpec(ApiModel):
-    """A role of the job: how many replicas and how each runs."""
+    """A role of the job: how many replicas, how each runs, and how its failures are handled.
+
+    ``restartPolicy`` and ``retryableExitCodes`` override the job's ``runPolicy`` for this role only (a Kubeflow
+    job's per-replica-type restartPolicy); ``backoffLimit``, the backoff and ``gangRestart`` stay job-wide.
+    """
 
     count: int = Field(
         default=1,
@@ -339,21 +354,32 @@ class ReplicaSpec(ApiModel):
         json_schema_extra=_no_schema_default,
     )
     template: ReplicaTemplate = Field(default_factory=ReplicaTemplate)
+    restart_policy: RestartPolicy | None = Field(
+        default=None,
+        description="what a failure of this role's replicas leads to; default: runPolicy.restartPolicy",
+    )
+    retryable_exit_codes: ExitCodes | None = Field(
+        default=None,
+        max_length=MAX_EXIT_CODE + 1,
+        description="with this role's restartPolicy ExitCode: the exit codes retried; default: "
+        "runPolicy.retryableExitCodes",
+    )
 
 
-class RestartPolicy(StrEnum):
-    """When a failed replica is restarted."""
+class CleanPodPolicy(StrEnum):
+    """What becomes of the replicas still running when the job finishes (Kubeflow's ``cleanPodPolicy``)."""
 
-    NEVER = "Never"
-    ON_FAILURE = "OnFailure"
-    EXIT_CODE = "ExitCode"
+    #: they are stopped and their resources released; finished replicas keep their logs
+    RUNNING = "Running"
+    #: they keep running, holding their resources, until they exit or the job is deleted
+    NONE = "None"
 
 
 class RunPolicy(ApiModel):
     """Failure handling, deadlines and cleanup."""
 
     restart_policy: RestartPolicy = RestartPolicy.NEVER
-    retryable_exit_codes: list[Annotated[int, Field(ge=0, le=MAX_EXIT_CODE)]] = Field(
+    retryable_exit_codes: ExitCodes = Field(
         default_factory=lambda: [130, 137, 143],
         max_length=MAX_EXIT_CODE + 1,
         description="with restartPolicy ExitCode: exit codes that are retried (default: killed by a signal)",
@@ -371,6 +397,12 @@ class RunPolicy(ApiModel):
     active_deadline_seconds: int | None = Field(default=None, gt=0, le=MAX_SECONDS)
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     suspend: StrictBool = False
+    clean_pod_policy: CleanPodPolicy = Field(
+        default=CleanPodPolicy.RUNNING,
+        description="Running: replicas still running when the job succeeds or fails are stopped. None: they keep "
+        "running (a parameter server after its workers succeed) until they exit or the job is deleted; a job "
+        "failed by activeDeadlineSeconds or backoffLimit still stops them",
+    )
 
 
 class Placement(StrEnum):
@@ -468,6 +500,34 @@ class TrainingJobSpec(ApiModel):
         if total > MAX_REPLICAS:
             raise ValueError(f"at most {MAX_REPLICAS} replicas per job (all roles together), got {total}")
         return value
+
+    @model_validator(mode="after")
+    def _exit_codes_need_exit_code(self) -> TrainingJobSpec:
+        # Codes that no ExitCode policy reads would be dropped without a word.
+        problems: list[tuple[tuple[str | int, ...], str]] = [
+            (
+                ("replicas", role, "retryableExitCodes"),
+                f"the role's restartPolicy is {self.restart_policy_of(role)}, which reads no exit codes: set "
+                "restartPolicy: ExitCode for the role or remove retryableExitCodes",
+            )
+            for role, replica in self.replicas.items()
+            if replica.retryable_exit_codes is not None and self.restart_policy_of(role) != RestartPolicy.EXIT_CODE
+        ]
+        if problems:
+            raise every_problem("TrainingJobSpec", problems)
+        return self
+
+    def restart_policy_of(self, role: str) -> RestartPolicy:
+        """The restartPolicy of ``role``'s replicas: the role's own, else the job's."""
+        replica = self.replicas.get(role)
+        own = replica.restart_policy if replica is not None else None
+        return RestartPolicy(own or self.run_policy.restart_policy)
+
+    def retryable_exit_codes_of(self, role: str) -> list[int]:
+        """The exit codes retried for ``role`` under ExitCode: the role's own, else the job's."""
+        replica = self.replicas.get(role)
+        own = replica.retryable_exit_codes if replica is not None else None
+        return list(own if own is not None else self.run_policy.retryable_exit_codes)
 
     def total_replicas(self) -> int:
         """How many replicas the job runs in all."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from phalanx.core.lifecycle import HOLDING_PHASES, can_transition, transition
+from phalanx.core.reconcile.policies import keeps_running_replicas
 from phalanx.core.rendezvous import replica_names
 from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import SchedulerConfig
@@ -212,7 +213,7 @@ def running_jobs(
 
     A finished job whose replicas (``replicas``) are still exiting is running too, ending now and not preemptible:
     backfill must see that room come back, or the first waiting job would get no reservation and any job could
-    pass it.
+    pass it. Replicas a finished job leaves running (``cleanPodPolicy: None``) are running too, with no known end.
     """
     existing = {(r.spec.job_uid, r.metadata.name): r.spec.placement for r in replicas}
     exiting: dict[str, list[tuple[str, ReplicaPlacement]]] = {}
@@ -258,7 +259,10 @@ def _exiting_job(
         return []
     names = {request.name for request in requests}
     found = running_job(job, requests, [(n, p) for n, p in replicas if n in names and p.node in known], now)
-    return [] if found is None else [replace(found, expected_end=now, preemptible=False)]
+    # Replicas a finished job leaves running (cleanPodPolicy None) end when they will: backfill may not count
+    # on their room coming back.
+    kept = keeps_running_replicas(job.spec.run_policy, Phase(job.status.phase), job.status.reason)
+    return [] if found is None else [replace(found, expected_end=None if kept else now, preemptible=False)]
 
 
 def _amounts(amounts: ResourceAmounts) -> QuotaAmounts:

@@ -124,6 +124,48 @@ def test_exitcode_retries_what_upstream_retries() -> None:
     assert job.spec.run_policy.retryable_exit_codes == list(range(128, 256))
 
 
+def test_replica_types_that_differ_keep_their_own_restart_policies() -> None:
+    def master_never_worker_exit_code(document: dict[str, Any]) -> None:
+        document["spec"]["xgbReplicaSpecs"]["Worker"]["restartPolicy"] = "ExitCode"
+
+    _, job = converted(changed("xgboostjob", master_never_worker_exit_code))
+    master, worker = job.spec.replicas["master"], job.spec.replicas["worker"]
+    assert (master.restart_policy, worker.restart_policy) == ("Never", "ExitCode")
+    assert worker.retryable_exit_codes == list(range(128, 256))
+    assert master.retryable_exit_codes is None
+    assert job.spec.restart_policy_of("worker") == "ExitCode"
+
+
+def test_replica_types_that_agree_keep_one_job_wide_restart_policy() -> None:
+    _, job = converted(example("xgboostjob"))
+    assert job.spec.run_policy.restart_policy == "Never"
+    assert all(replica.restart_policy is None for replica in job.spec.replicas.values())
+
+
+def test_a_replica_type_left_to_upstreams_default_gets_that_default_as_its_own() -> None:
+    def worker_never(document: dict[str, Any]) -> None:
+        document["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] = "Never"
+        del document["spec"]["pytorchReplicaSpecs"]["Master"]["restartPolicy"]
+
+    _, job = converted(changed("pytorchjob", worker_never))
+    assert job.spec.restart_policy_of("master") == "OnFailure"  # a PyTorchJob's default
+    assert job.spec.restart_policy_of("worker") == "Never"
+
+
+def test_an_mpijob_worker_may_have_its_own_restart_policy() -> None:
+    def worker_never(document: dict[str, Any]) -> None:
+        document["spec"]["mpiReplicaSpecs"]["Worker"]["restartPolicy"] = "Never"
+
+    _, job = converted(changed("mpijob", worker_never))
+    assert (job.spec.restart_policy_of("launcher"), job.spec.restart_policy_of("worker")) == ("OnFailure", "Never")
+
+
+@pytest.mark.parametrize(("upstream", "ours"), [("None", "None"), ("Running", "Running"), ("All", "Running")])
+def test_clean_pod_policy_maps_to_phalanxs(upstream: str, ours: str) -> None:
+    _, job = converted(changed("pytorchjob", lambda d: d["spec"]["runPolicy"].update(cleanPodPolicy=upstream)))
+    assert job.spec.run_policy.clean_pod_policy == ours
+
+
 def test_replicas_default_to_one_and_zero_leaves_the_type_out() -> None:
     def counts(document: dict[str, Any]) -> None:
         del document["spec"]["tfReplicaSpecs"]["Chief"]["replicas"]
@@ -261,16 +303,14 @@ def worker_sets(**fields: Any) -> Callable[[dict[str, Any]], None]:
          f"{WORKER}.template.metadata.name", "only labels and annotations"),
         (lambda d: d["spec"]["pytorchReplicaSpecs"].update(Launcher=d["spec"]["pytorchReplicaSpecs"]["Worker"]),
          "spec.pytorchReplicaSpecs.Launcher", "replica types Master, Worker"),
-        (lambda d: d["spec"]["pytorchReplicaSpecs"]["Worker"].update(restartPolicy="Never"),
-         "spec.pytorchReplicaSpecs.Master.restartPolicy", "Master OnFailure, Worker Never"),
         (lambda d: d["spec"]["pytorchReplicaSpecs"]["Worker"].update(restartPolicy="Always"),
          "spec.pytorchReplicaSpecs.Worker.restartPolicy", "use OnFailure"),
         (lambda d: d["spec"].update(elasticPolicy={"minReplicas": 1, "maxReplicas": 4}), "spec.elasticPolicy",
          "fixed size"),
         (lambda d: d["spec"].update(nprocPerNode="many"), "spec.nprocPerNode", "auto, cpu, gpu"),
         (lambda d: d["spec"].update(unknownField=1), "spec.unknownField", "unknown field of a PyTorchJob spec"),
-        (lambda d: d["spec"]["runPolicy"].update(cleanPodPolicy="None"), "spec.runPolicy.cleanPodPolicy",
-         "use Running"),
+        (lambda d: d["spec"]["runPolicy"].update(cleanPodPolicy="Never"), "spec.runPolicy.cleanPodPolicy",
+         "Running, All or None"),
         (lambda d: d["spec"]["runPolicy"].update(managedBy="kueue.x-k8s.io/multikueue"), "spec.runPolicy.managedBy",
          "another controller"),
         (lambda d: d["spec"]["runPolicy"]["schedulingPolicy"].update(minResources={"cpu": "4"}),
@@ -282,8 +322,8 @@ def worker_sets(**fields: Any) -> Callable[[dict[str, Any]], None]:
     ids=[
         "volumeMounts", "env-valueFrom", "envFrom", "imagePullPolicy", "probe", "unknown-container-field",
         "ephemeral-storage", "requests-differ", "hostNetwork", "tolerations", "volumes", "sidecar",
-        "pod-restartPolicy", "template-name", "unknown-replica-type", "restart-disagree", "restart-always",
-        "elasticPolicy", "nprocPerNode", "unknown-spec-field", "cleanPodPolicy-None", "managedBy", "minResources",
+        "pod-restartPolicy", "template-name", "unknown-replica-type", "restart-always",
+        "elasticPolicy", "nprocPerNode", "unknown-spec-field", "cleanPodPolicy-unknown", "managedBy", "minResources",
         "scheduleTimeout", "apiVersion",
     ],
 )  # fmt: skip
@@ -309,13 +349,11 @@ def test_a_field_that_cannot_be_honoured_is_refused_at_its_path(
         ("mpijob", lambda d: d["spec"].update(sshAuthMountPath="/home/mpiuser/.ssh"), "spec.sshAuthMountPath",
          "no SSH keys"),
         ("mpijob", lambda d: d["spec"].update(slotsPerWorker=0), "spec.slotsPerWorker", ">= 1"),
-        ("mpijob", lambda d: d["spec"]["mpiReplicaSpecs"]["Worker"].update(restartPolicy="Never"),
-         "spec.mpiReplicaSpecs.Launcher.restartPolicy", "Launcher OnFailure, Worker Never"),
         ("mpijob", lambda d: d.update(apiVersion="kubeflow.org/v1"), "apiVersion", "kubeflow.org/v2beta1"),
     ],
     ids=[
         "tf-master-and-chief", "tf-dynamic-worker", "tf-success-policy", "paddle-elastic", "mpi-mpich",
-        "mpi-wait-for-workers", "mpi-ssh-path", "mpi-zero-slots", "mpi-worker-never", "mpi-v1",
+        "mpi-wait-for-workers", "mpi-ssh-path", "mpi-zero-slots", "mpi-v1",
     ],
 )  # fmt: skip
 def test_other_kinds_refuse_at_their_paths(

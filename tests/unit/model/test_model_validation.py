@@ -205,3 +205,18 @@ def test_jobtype_errors_use_wire_field_names() -> None:
 
 def test_builtin_jobtypes_carry_the_builtin_label() -> None:
     assert all(t.metadata.labels.get("phalanx.dev/builtin") == "true" for t in JOBTYPES.values())
+
+
+def test_a_role_may_set_its_own_restart_policy() -> None:
+    command = {"command": ["true"]}
+    roles = {"master": {"restartPolicy": "Never", "template": command}, "worker": {"count": 2, "template": command}}
+    spec = validate_job(job(type="xgboost", replicas=roles, runPolicy={"restartPolicy": "OnFailure"}), JOBTYPES).spec
+    assert (spec.restart_policy_of("master"), spec.restart_policy_of("worker")) == ("Never", "OnFailure")
+
+
+def test_a_roles_exit_codes_without_exit_code_policy_are_refused_at_their_path() -> None:
+    worker = {"restartPolicy": "OnFailure", "retryableExitCodes": [137], "template": {"command": ["true"]}}
+    assert errors_of(job(replicas={"worker": worker})) == [
+        "spec.replicas.worker.retryableExitCodes: the role's restartPolicy is OnFailure, which reads no exit codes: "
+        "set restartPolicy: ExitCode for the role or remove retryableExitCodes"
+    ]

@@ -42,6 +42,7 @@ class JobBuilder:
         self._name = name
         self._type = "generic"
         self._roles: dict[str, int] = {}
+        self._role_policies: dict[str, dict[str, Any]] = {}
         self._run_policy: dict[str, Any] = {}
         self._scheduling: dict[str, Any] = {}
         self._status: dict[str, Any] = {}
@@ -77,6 +78,21 @@ class JobBuilder:
         ):
             if value is not None:
                 self._run_policy[key] = value
+        return self
+
+    def role_restart(self, role: str, policy: str, *, retryable: list[int] | None = None) -> JobBuilder:
+        """Give ``role`` its own restartPolicy (and retryableExitCodes), over the job's."""
+        self._role_policies[role] = {"restartPolicy": policy}
+        if retryable is not None:
+            self._role_policies[role]["retryableExitCodes"] = retryable
+        return self
+
+    def reason(self, reason: str) -> JobBuilder:
+        self._status["reason"] = reason
+        return self
+
+    def clean_pod_policy(self, policy: str) -> JobBuilder:
+        self._run_policy["cleanPodPolicy"] = policy
         return self
 
     def gang_restart(self) -> JobBuilder:
@@ -153,7 +169,11 @@ class JobBuilder:
             "spec": {
                 "type": self._type,
                 "replicas": {
-                    role: {"count": count, "template": {"command": ["python", "train.py"]}}
+                    role: {
+                        "count": count,
+                        "template": {"command": ["python", "train.py"]},
+                        **self._role_policies.get(role, {}),
+                    }
                     for role, count in roles.items()
                 },
                 "runPolicy": self._run_policy,

@@ -1106,3 +1106,122 @@ def test_plan_time_is_only_the_input_time() -> None:
     inp = build_input(two_workers().phase(P.RUNNING).placed().restart("OnFailure"), (replica(W1).failed(3),))
     later = replace(inp, now=inp.now + timedelta(days=365))
     assert plan(later).status.next_retry_time == later.now + timedelta(seconds=1)
+
+
+# -- a restartPolicy per role -----------------------------------------------------------------------------
+M0 = "q-master-0"
+
+
+def master_and_workers() -> JobBuilder:
+    """A job whose workers retry and whose master does not (upstream's XGBoost examples: Master Never)."""
+    return (
+        job("q")
+        .type("xgboost")
+        .role("master")
+        .role("worker", 2)
+        .restart("OnFailure", backoff_limit=2, backoff_seconds=0)
+        .role_restart("master", "Never")
+    )
+
+
+def test_life_of_a_job_whose_worker_role_retries() -> None:
+    phases, log = live_through(master_and_workers(), Executor(fail={(W1, 0): 1}, runs_for=6))
+    assert phases == [P.QUEUED, P.DOWNLOADING, P.RUNNING, P.RESTARTING, P.RUNNING, P.STORING, P.SUCCEEDED]
+    assert log.count(f"create {W1}@1") == 1
+    assert f"create {M0}@1" not in log  # only the failed worker starts again
+
+
+def test_life_of_a_job_whose_master_role_does_not_retry() -> None:
+    phases, log = live_through(master_and_workers(), Executor(fail={(M0, 0): 1}))
+    assert phases[-1] == P.FAILED
+    assert P.RESTARTING not in phases
+    assert not [line for line in log if line.endswith("@1")]
+
+
+def test_a_master_failing_with_a_worker_fails_the_job() -> None:
+    running = (replica(M0).failed(1), replica(W0).failed(1), replica(W1).running())
+    result = reconcile(master_and_workers().phase(P.RUNNING).placed(), running)
+    assert (result.status.phase, result.status.reason) == (P.FAILED, "ReplicaFailed")
+    said = "replica q-master-0 failed with exit code 1; the master role's restartPolicy is Never"
+    assert said in result.status.message
+
+
+def test_worker_restarts_count_against_the_jobs_backoff_limit() -> None:
+    failures = {(W1, attempt): 1 for attempt in range(5)}
+    phases, _ = live_through(master_and_workers(), Executor(failures, runs_for=20))
+    assert phases[-1] == P.FAILED
+    assert phases.count(P.RESTARTING) == 2
+
+
+# -- cleanPodPolicy None: replicas still running when the job ends keep running ---------------------------
+def tensorflow_job(policy: str = "None") -> JobBuilder:
+    return job("q").type("tensorflow").role("chief").role("worker", 2).role("ps").clean_pod_policy(policy)
+
+
+def test_life_of_a_job_that_leaves_its_ps_running() -> None:
+    phases, log = live_through(tensorflow_job(), Executor(runs_for=2, serves={"q-ps-0"}), ticks=30)
+    assert phases[-1] == P.SUCCEEDED
+    assert "delete q-ps-0" not in log  # it serves on after the job succeeded
+    assert "delete q-chief-0" in log  # finished replicas are collected as before
+
+
+def test_a_succeeded_job_keeps_a_running_replica_and_collects_it_once_it_exits() -> None:
+    succeeded = tensorflow_job().phase(P.SUCCEEDED)
+    running = (replica("q-chief-0").succeeded(), replica("q-ps-0").running())
+    assert summarize(reconcile(succeeded, running)) == ["delete q-chief-0"]
+    exited = (replica("q-ps-0").succeeded(),)
+    assert summarize(reconcile(succeeded, exited)) == ["delete q-ps-0"]
+
+
+def test_storing_neither_stops_nor_waits_for_a_kept_replica() -> None:
+    storing = tensorflow_job().phase(P.STORING).placed()
+    world = (replica("q-chief-0").succeeded(), replica("q-ps-0").running())
+    result = reconcile(storing, world, outputs=STORED)
+    assert result.status.phase == P.SUCCEEDED
+    assert summarize(result) == ["delete q-chief-0"]
+
+
+def test_success_says_which_replicas_keep_running() -> None:
+    world = (
+        replica("q-chief-0").succeeded(),
+        replica("q-worker-0").succeeded(),
+        replica("q-worker-1").succeeded(),
+        replica("q-ps-0").running(),
+    )
+    result = reconcile(tensorflow_job().phase(P.RUNNING).placed(), world)
+    assert ("ReplicasKept", "q-ps-0 keep running (cleanPodPolicy None) until they exit or the job is deleted") in [
+        (event.reason, event.message) for event in result.events
+    ]
+    assert "delete q-ps-0" not in summarize(result)
+
+
+@pytest.mark.parametrize(
+    ("phase", "reason", "kept"),
+    [
+        (P.FAILED, "ReplicaFailed", True),
+        (P.FAILED, "ExitStatusUnknown", True),
+        (P.FAILED, "DeadlineExceeded", False),
+        (P.FAILED, "BackoffLimitExceeded", False),
+        (P.FAILED, "GPUUnhealthy", False),
+    ],
+    ids=["replica-failed", "exit-status-unknown", "deadline", "backoff-limit", "gpu-unhealthy"],
+)
+def test_a_failed_job_keeps_running_replicas_only_after_a_replicas_failure(
+    phase: Phase, reason: str, kept: bool
+) -> None:
+    failed = tensorflow_job().phase(phase).reason(reason)
+    result = reconcile(failed, (replica("q-ps-0").running(),))
+    assert summarize(result) == ([] if kept else ["delete q-ps-0"])
+
+
+@pytest.mark.parametrize("ending", ["deleted", "ttl"])
+def test_a_kept_replica_stops_when_the_job_is_deleted_or_its_ttl_passes(ending: str) -> None:
+    builder = tensorflow_job().phase(P.SUCCEEDED)
+    builder = builder.deleting() if ending == "deleted" else builder.ttl(5)
+    result = reconcile(builder, (replica("q-ps-0").running(),), now=at(10))
+    assert "delete q-ps-0" in summarize(result)
+
+
+def test_running_is_the_default_and_stops_what_still_runs() -> None:
+    result = reconcile(tensorflow_job("Running").phase(P.SUCCEEDED), (replica("q-ps-0").running(),))
+    assert summarize(result) == ["delete q-ps-0"]

@@ -1,4 +1,5 @@
-"""The restart policy on a replica whose exit status is unknown: never read as a known code, always said."""
+"""The restart policy: a replica whose exit status is unknown (never read as a known code, always said), and a
+restartPolicy per role (each failed replica judged by its role's, backoffLimit job-wide)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from phalanx.core.reconcile.policies import EXIT_STATUS_UNKNOWN, decide_restart
 from phalanx.core.reconcile.types import ObservedReplica
-from phalanx.model.jobs import RunPolicy
+from phalanx.model.jobs import ReplicaSpec, RunPolicy
 from phalanx.model.replicas import ReplicaPhase
 
 UNKNOWN = ObservedReplica(
@@ -40,3 +41,65 @@ def test_a_known_exit_code_keeps_its_reason() -> None:
     decision = decide_restart(RunPolicy(restart_policy="Never"), [known], restarts=0)
     assert (decision.retry, decision.reason) == (False, "ReplicaFailed")
     assert "exit code 3" in decision.message
+
+
+# -- a restartPolicy per role -----------------------------------------------------------------------------
+def failed_replica(role: str, exit_code: int | None) -> ObservedReplica:
+    return replace(UNKNOWN, name=f"j-{role}-0", role=role, exit_code=exit_code, message="")
+
+
+def xgboost_like(**run: object) -> tuple[RunPolicy, dict[str, ReplicaSpec]]:
+    """A master that must not retry beside workers that retry the codes of a kill, as upstream's XGBoost examples."""
+    roles = {
+        "master": ReplicaSpec(restart_policy="Never"),
+        "worker": ReplicaSpec(restart_policy="ExitCode", retryable_exit_codes=list(range(128, 256))),
+    }
+    return RunPolicy.model_validate({"backoffLimit": 3, **run}), roles
+
+
+@pytest.mark.parametrize(
+    ("failed", "restarts", "retry", "reason", "said"),
+    [
+        ([("worker", 137)], 0, True, "ReplicaFailed", "restart 1 of 3"),
+        ([("worker", 1)], 0, False, "ReplicaFailed", "not retryable (the worker role's retryableExitCodes: 128,"),
+        ([("worker", None)], 0, True, EXIT_STATUS_UNKNOWN, "restart 1 of 3"),
+        ([("master", 137)], 0, False, "ReplicaFailed", "the master role's restartPolicy is Never"),
+        ([("master", None)], 0, False, EXIT_STATUS_UNKNOWN, "the master role's restartPolicy is Never"),
+        ([("worker", 137), ("master", 1)], 0, False, "ReplicaFailed", "j-master-0 failed with exit code 1"),
+        ([("worker", 137)], 3, False, "BackoffLimitExceeded", "3 restarts reached backoffLimit 3"),
+    ],
+    ids=[
+        "worker-killed-retries",
+        "worker-error-fails",
+        "worker-lost-retries",
+        "master-never",
+        "master-unknown-never",
+        "any-refusal-fails-the-job",
+        "backoff-limit-is-job-wide",
+    ],
+)
+def test_each_failed_replica_is_judged_by_its_roles_policy(
+    failed: list[tuple[str, int | None]], restarts: int, retry: bool, reason: str, said: str
+) -> None:
+    policy, roles = xgboost_like()
+    replicas = [failed_replica(role, code) for role, code in failed]
+    decision = decide_restart(policy, replicas, restarts=restarts, roles=roles)
+    assert (decision.retry, decision.reason) == (retry, reason)
+    assert said in decision.message
+
+
+def test_a_role_without_its_own_policy_follows_the_jobs() -> None:
+    roles = {"master": ReplicaSpec(restart_policy="Never"), "worker": ReplicaSpec()}
+    policy = RunPolicy(restart_policy="ExitCode", retryable_exit_codes=[3])
+    worker = decide_restart(policy, [failed_replica("worker", 3)], restarts=0, roles=roles)
+    other = decide_restart(policy, [failed_replica("worker", 4)], restarts=0, roles=roles)
+    assert worker.retry and not other.retry
+    assert "(retryableExitCodes: 3)" in other.message  # the job's codes, named as the job's
+
+
+def test_a_role_may_retry_under_a_job_that_never_does() -> None:
+    roles = {"worker": ReplicaSpec(restart_policy="OnFailure"), "chief": ReplicaSpec()}
+    policy = RunPolicy(restart_policy="Never")
+    assert decide_restart(policy, [failed_replica("worker", 1)], restarts=0, roles=roles).retry
+    chief = decide_restart(policy, [failed_replica("chief", 1)], restarts=0, roles=roles)
+    assert not chief.retry and chief.message.endswith("; restartPolicy is Never")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
+
+import pytest
 
 from phalanx.adapters.kubernetes.objects import job_from_object, node_from_object
 from phalanx.model.jobs import ReplicaPlacement, TrainingJob
@@ -11,12 +14,16 @@ from phalanx.model.meta import ObjectMeta
 from phalanx.model.replicas import Replica, ReplicaObjectSpec
 from phalanx.model.resources import ResourceVector
 from phalanx.services.kubernetes.scheduler import KubeScheduler, SchedulerSettings
-from phalanx.services.scheduling import Occupant, holdings_of, replica_occupant
+from phalanx.services.scheduling import Occupant, holdings_of, replica_occupant, running_jobs
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 WORKER = ResourceVector(cpu_milli=2000, memory=2**30, gpu=1)
 
 
-def job(phase: str, placements: dict[str, dict[str, Any]], count: int = 2) -> TrainingJob:
+def job(
+    phase: str, placements: dict[str, dict[str, Any]], count: int = 2, run_policy: dict[str, Any] | None = None
+) -> TrainingJob:
     obj = {
         "apiVersion": "phalanx.dev/v1alpha1",
         "kind": "TrainingJob",
@@ -29,6 +36,7 @@ def job(phase: str, placements: dict[str, dict[str, Any]], count: int = 2) -> Tr
                     "template": {"command": ["true"], "resources": {"cpu": "2", "memory": "1Gi", "gpu": 1}},
                 }
             },
+            "runPolicy": run_policy or {},
         },
         "status": {"phase": phase, "placements": placements},
     }
@@ -78,6 +86,19 @@ def test_a_replica_still_exiting_after_its_job_finished_holds_its_placement() ->
     finished = job("Succeeded", {"ddp-worker-0": placed(0), "ddp-worker-1": placed(1)})
     held = holdings_of([finished], [replica_occupant(replica("ddp-worker-1", 1))])
     assert [p.gpus for p, _ in held] == [[1]], "the finished job's other placement holds nothing"
+
+
+@pytest.mark.parametrize(("policy", "end"), [("Running", "now"), ("None", None)], ids=["stopping", "left-running"])
+def test_a_finished_jobs_replica_runs_on_with_an_end_only_when_it_is_being_stopped(
+    policy: str, end: str | None
+) -> None:
+    finished = job("Succeeded", {}, run_policy={"cleanPodPolicy": policy})
+    (running,) = running_jobs(
+        [finished], [replica("ddp-worker-1", 1)], jobtypes=builtin_jobtypes(), nodes=["n"], now=T0
+    )
+    assert running.expected_end == (T0 if end == "now" else None)
+    assert [a.gpus for a in running.assignments] == [(1,)]
+    assert not running.preemptible
 
 
 def test_a_replica_of_an_older_job_of_the_same_name_does_not_stand_for_the_new_jobs_placement() -> None:

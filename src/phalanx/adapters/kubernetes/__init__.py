@@ -8,7 +8,8 @@
   discovered node into the labels, annotations and GPU quantities its node agent writes on the Node;
   ``cache_report``: the dataset cache report a node agent writes on its Node, and eviction requests.
 - ``crds``: the CustomResourceDefinitions of TrainingJob, JobType, Queue and Dataset, generated from the models
-  (``schemas``) and checked structural (``structural``); ``manifests``: the install manifests.
+  (``schemas``) and checked structural (``structural``); ``kubeflow_crds``: the opt-in CRDs of the Kubeflow kinds
+  (PyTorchJob... TrainJob), open schemas for upstream files as written; ``manifests``: the install manifests.
 
 The operator, scheduler and node agent that use them are ``services.kubernetes``; their mains are
 ``entrypoints.kubernetes``.

@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from phalanx.adapters.kubernetes.crds import KINDS, custom_resource_definitions
+from phalanx.adapters.kubernetes.kubeflow_crds import JOB_CRDS, KUBEFLOW_CRDS, kubeflow_custom_resource_definitions
 from phalanx.adapters.kubernetes.rendering import DATASET_MOUNT_PATH, SAMPLE_MOUNT_PATH
 from phalanx.model.base import API_GROUP
 from phalanx.model.scheduler_config import SchedulerConfiguration
@@ -82,6 +83,8 @@ class InstallParameters:
         cache_dir: the directory on every node that holds its dataset cache (a hostPath).
         default_job_scheduler: the cluster's scheduler for jobs naming none in ``spec.scheduling.schedulerName``
             (the operator's and the scheduler's ``$PHALANX_DEFAULT_JOB_SCHEDULER``); empty: phalanx-scheduler.
+        kubeflow_kinds: also serve the Kubeflow kinds (PyTorchJob... MPIJob, TrainJob and its runtimes) and let
+            the operator run them (``kubeflow_manifests``; off by default).
     """
 
     image: str
@@ -89,6 +92,7 @@ class InstallParameters:
     dataset_store_claim: str | None = None
     cache_dir: str = DEFAULT_CACHE_DIR
     default_job_scheduler: str = ""
+    kubeflow_kinds: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,12 +130,54 @@ def install_manifests(parameters: InstallParameters) -> list[dict[str, Any]]:
     return [
         namespace(parameters.namespace, privileged=parameters.dataset_store_claim is not None),
         *custom_resource_definitions(),
+        *(kubeflow_custom_resource_definitions() if parameters.kubeflow_kinds else []),
         *(service_account(component, parameters.namespace) for component in COMPONENTS),
         *rbac(parameters.namespace),
+        *(kubeflow_rbac(parameters.namespace) if parameters.kubeflow_kinds else []),
         scheduler_config_map(parameters),
         operator_deployment(parameters),
         scheduler_deployment(parameters),
         node_agent_daemonset(parameters),
+    ]
+
+
+#: The operator's switch for the Kubeflow kinds (``--kubeflow-kinds``): ``true`` or ``false``.
+KUBEFLOW_KINDS_ENV = "PHALANX_KUBEFLOW_KINDS"
+KUBEFLOW_ROLE = "phalanx-operator-kubeflow"
+
+
+def kubeflow_rbac(namespace: str) -> list[dict[str, Any]]:
+    """The operator's rights on the Kubeflow kinds (``--kubeflow-kinds``, with their CRDs).
+
+    A ClusterRole of its own, bound to the operator's ServiceAccount, so that an install without the option
+    grants nothing on those kinds. The shipped ClusterTrainingRuntimes are created by the operator at start
+    (like the built-in JobTypes): in one ``kubectl apply`` a CRD is not served yet when the objects after it
+    are sent.
+    """
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": KUBEFLOW_ROLE, "labels": {"app.kubernetes.io/part-of": "phalanx"}},
+        "rules": kubeflow_rules(),
+    }
+    return [role, _binding("ClusterRoleBinding", "ClusterRole", KUBEFLOW_ROLE, namespace, account=OPERATOR.account)]
+
+
+def kubeflow_rules() -> list[dict[str, Any]]:
+    """The operator's rules on the Kubeflow kinds: read them, write their status, own TrainingJobs by them."""
+    groups = sorted({crd.group for crd in KUBEFLOW_CRDS})
+    jobs = [crd.plural for crd in JOB_CRDS]
+    return [
+        _rule(groups, [crd.plural for crd in KUBEFLOW_CRDS], READ),
+        # Conditions and replicaStatuses, as upstream's operators write them.
+        _rule(groups, [f"{plural}/status" for plural in jobs], ["update", "patch"]),
+        # A TrainingJob owned by one (blockOwnerDeletion) needs the right to set finalizers on its owner.
+        _rule(groups, [f"{plural}/finalizers" for plural in jobs], ["update"]),
+        # The shipped ClusterTrainingRuntimes (torch-distributed...), created at start when missing.
+        _rule(["trainer.kubeflow.org"], ["clustertrainingruntimes"], ["create", "update"]),
+        _rule([API_GROUP], ["trainingjobs"], ["create"]),
+        # Whether each CRD is Phalanx's: a real Kubeflow's is left alone.
+        _rule(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["get"], [crd.name for crd in KUBEFLOW_CRDS]),
     ]
 
 
@@ -373,6 +419,7 @@ def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
     env = [
         {"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME},
         {"name": JOB_SCHEDULER_ENV, "value": parameters.default_job_scheduler},
+        {"name": KUBEFLOW_KINDS_ENV, "value": "true" if parameters.kubeflow_kinds else "false"},
     ]
     if parameters.dataset_store_claim is None:
         return _deployment(OPERATOR, parameters, env, strategy="Recreate")

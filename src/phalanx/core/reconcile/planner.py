@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from phalanx.core.delegation import cluster_placements, gang_min_count
 from phalanx.core.gpu_health import lost_replicas
 from phalanx.core.lifecycle import transition
-from phalanx.core.reconcile.policies import backoff_delay, decide_restart, success_message
+from phalanx.core.reconcile.policies import backoff_delay, decide_restart, keeps_running_replicas, success_message
 from phalanx.core.reconcile.types import (
     Action,
     CreateReplica,
@@ -185,12 +185,18 @@ class _Draft:
     def delete_strays(self) -> None:
         """Delete replicas outside the spec (unknown role, index past the count) or without a placement."""
         known = {name for _, _, name in self.order}
+        # A finished job has no placements; the replicas it leaves running (cleanPodPolicy None) stay.
+        kept = self.keeps_running()
         for replica in self.live():
             expected = replica_name(self.job.metadata.name, replica.role, replica.index)
             if replica.name not in known or replica.name != expected:
                 self.delete(replica.name, "NotInSpec")
-            elif replica.name not in self.status.placements:
+            elif replica.name not in self.status.placements and not (kept and replica.phase in _UNFINISHED):
                 self.delete(replica.name, "NotPlaced")
+
+    def keeps_running(self) -> bool:
+        """Whether the replicas still running are left running (``cleanPodPolicy: None`` once the job ended)."""
+        return keeps_running_replicas(self.policy, self.phase, self.status.reason)
 
     def role_statuses(self) -> dict[str, RoleStatus]:
         counts = {role: [0, 0, 0] for role in self.job.spec.replicas}
@@ -275,6 +281,12 @@ def _step_running(d: _Draft) -> None:
     if message is not None:
         d.move(P.STORING, "SuccessPolicyMet", f"{message}; storing outputs")
         _stop_unfinished(d, "SuccessPolicyMet")
+        kept = [replica.name for replica in d.live() if replica.phase in _UNFINISHED]
+        if kept:
+            d.note(
+                "ReplicasKept",
+                f"{', '.join(kept)} keep running (cleanPodPolicy None) until they exit or the job is deleted",
+            )
         return
     if _handled_failures(d) or _placed_again_off_unhealthy(d):
         return
@@ -309,6 +321,7 @@ def _step_restarting(d: _Draft) -> None:
 
 def _step_storing(d: _Draft) -> None:
     _stop_unfinished(d, "SuccessPolicyMet")
+    keeping = d.keeps_running()
     outputs = d.inp.outputs
     if outputs.error is not None:
         d.fail("StoringFailed", f"storing outputs failed: {outputs.error}")
@@ -316,8 +329,9 @@ def _step_storing(d: _Draft) -> None:
     if not outputs.stored:
         d.store_outputs()
         return
-    # Placements are released on Succeeded: wait until stopped replicas have let go of their devices.
-    if any(replica.phase in _UNFINISHED for replica in d.world.values()):
+    # Placements are released on Succeeded: wait until stopped replicas have let go of their devices. Replicas
+    # left running (cleanPodPolicy None) hold theirs as occupants of their nodes until they exit.
+    if not keeping and any(replica.phase in _UNFINISHED for replica in d.world.values()):
         return
     where = f" at {outputs.location}" if outputs.location else ""
     d.move(
@@ -356,10 +370,13 @@ def _step_preempted(d: _Draft) -> None:
 
 
 def _step_finished(d: _Draft) -> None:
-    for replica in d.live():
-        d.delete(replica.name, "JobFinished")
     expiry = _ttl_expiry(d)
-    if expiry is not None and expiry <= d.now:
+    expired = expiry is not None and expiry <= d.now
+    keeping = d.keeps_running() and not expired
+    for replica in d.live():
+        if not (keeping and replica.phase in _UNFINISHED):
+            d.delete(replica.name, "JobFinished")
+    if expired:
         d.delete_job(f"ttlSecondsAfterFinished={d.policy.ttl_seconds_after_finished} passed")
 
 
@@ -426,7 +443,7 @@ def _handled_failures(d: _Draft) -> bool:
     lost = _lost_to_unhealthy_gpus(d)
     if not failed and not lost:
         return False
-    decision = decide_restart(d.policy, lost + failed, restarts=d.status.restarts)
+    decision = decide_restart(d.policy, lost + failed, restarts=d.status.restarts, roles=d.job.spec.replicas)
     if lost and decision.culprit is lost[0] and decision.reason != "BackoffLimitExceeded":
         decision = replace(decision, reason=GPU_UNHEALTHY)
     if not decision.retry:
@@ -540,6 +557,8 @@ def _say_why_not_started(d: _Draft) -> None:
 
 
 def _stop_unfinished(d: _Draft, reason: str) -> None:
+    if d.keeps_running():
+        return
     for replica in d.live():
         if replica.phase in _UNFINISHED:
             d.delete(replica.name, reason)

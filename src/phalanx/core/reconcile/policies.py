@@ -8,15 +8,21 @@ that role must have succeeded; when the job has none of those roles, every place
 is not a service role must have succeeded. Only placed replicas count, so a job admitted with
 ``minAvailable`` succeeds on the replicas it actually ran.
 
-Restart (from ``runPolicy``): ``Never`` fails the job; ``OnFailure`` retries; ``ExitCode`` retries only exit
-codes listed in ``retryableExitCodes`` (a replica with no exit code — lost, never started — is retried, as it
-says nothing about the program). A retry past ``backoffLimit`` restarts fails the job. Several replicas
-failing at once count as one restart.
+Restart (from the failed replica's role, else ``runPolicy``): ``Never`` fails the job; ``OnFailure`` retries;
+``ExitCode`` retries only exit codes listed in ``retryableExitCodes`` (a replica with no exit code — lost, never
+started — is retried, as it says nothing about the program). A role may set its own ``restartPolicy`` and
+``retryableExitCodes`` (a Kubeflow Master that must not retry beside Workers that may); ``backoffLimit`` stays
+job-wide: a retry past ``backoffLimit`` restarts, of any role, fails the job. Several replicas failing at once
+count as one restart, and fail the job if any one of them may not be retried.
 
 A failed replica without an exit code ended with an *unknown* exit status (its supervisor was killed before
 recording one): it may have succeeded. It never counts as a success, so it is handled as a failure, but every
 decision it causes carries the reason ``ExitStatusUnknown`` and says so: under ``Never`` the job fails rather
 than risk running the program twice; under ``OnFailure`` and ``ExitCode`` it is restarted, saying why.
+
+Cleanup (``runPolicy.cleanPodPolicy``): ``Running`` stops every replica still running when the job ends;
+``None`` leaves them running (a parameter server after its workers succeeded) once the job succeeded or failed
+for a replica's failure, as upstream does; they exit by themselves or with the job's deletion.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from phalanx.core.reconcile.types import ObservedReplica
-from phalanx.model.jobs import RestartPolicy, RunPolicy, TrainingJob
+from phalanx.model.jobs import CleanPodPolicy, Phase, ReplicaSpec, RestartPolicy, RunPolicy, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.replicas import ReplicaPhase, replica_name
 
@@ -104,26 +110,25 @@ def describe_failure(replica: ObservedReplica) -> str:
     return f"replica {replica.name} failed{detail}"
 
 
-def decide_restart(policy: RunPolicy, failed: Sequence[ObservedReplica], *, restarts: int) -> RestartDecision:
-    """Whether the job retries after ``failed`` replicas failed (at least one), given the restarts so far."""
+def decide_restart(
+    policy: RunPolicy,
+    failed: Sequence[ObservedReplica],
+    *,
+    restarts: int,
+    roles: Mapping[str, ReplicaSpec] | None = None,
+) -> RestartDecision:
+    """Whether the job retries after ``failed`` replicas failed (at least one), given the restarts so far.
+
+    Each failed replica is judged by its role's restartPolicy (``roles``: the job's replica specs; a role
+    without one of its own follows ``policy``); one that may not be retried fails the job. ``backoffLimit``
+    counts the job's restarts, whatever role caused them.
+    """
     if not failed:
         raise ValueError("decide_restart needs at least one failed replica")
-    restart_policy = RestartPolicy(policy.restart_policy)
-    if restart_policy == RestartPolicy.NEVER:
-        culprit = failed[0]
-        return RestartDecision(
-            False, failure_reason(culprit), f"{describe_failure(culprit)}; restartPolicy is Never", culprit
-        )
-    if restart_policy == RestartPolicy.EXIT_CODE:
-        for replica in failed:
-            if replica.exit_code is not None and replica.exit_code not in policy.retryable_exit_codes:
-                codes = ", ".join(str(code) for code in policy.retryable_exit_codes) or "none"
-                return RestartDecision(
-                    False,
-                    "ReplicaFailed",
-                    f"{describe_failure(replica)}, which is not retryable (retryableExitCodes: {codes})",
-                    replica,
-                )
+    for replica in failed:
+        refused = _not_retried(policy, replica, roles or {})
+        if refused is not None:
+            return refused
     culprit = failed[0]
     if restarts >= policy.backoff_limit:
         return RestartDecision(
@@ -139,6 +144,53 @@ def decide_restart(policy: RunPolicy, failed: Sequence[ObservedReplica], *, rest
         f"in {backoff_delay(policy, restarts):g}s",
         culprit,
     )
+
+
+def _not_retried(
+    policy: RunPolicy, replica: ObservedReplica, roles: Mapping[str, ReplicaSpec]
+) -> RestartDecision | None:
+    """The failure of the job when ``replica``'s role may not retry it; None when it may."""
+    spec = roles.get(replica.role)
+    own_policy = spec.restart_policy if spec is not None else None
+    restart_policy = RestartPolicy(own_policy or policy.restart_policy)
+    # A role's own policy is named as the role's, so a job whose roles differ says which one decided.
+    whose = f"the {replica.role} role's restartPolicy" if own_policy else "restartPolicy"
+    if restart_policy == RestartPolicy.NEVER:
+        message = f"{describe_failure(replica)}; {whose} is Never"
+        return RestartDecision(False, failure_reason(replica), message, replica)
+    if restart_policy == RestartPolicy.EXIT_CODE and replica.exit_code is not None:
+        own_codes = spec.retryable_exit_codes if spec is not None else None
+        codes = own_codes if own_codes is not None else policy.retryable_exit_codes
+        if replica.exit_code not in codes:
+            listed = ", ".join(str(code) for code in codes) or "none"
+            field = f"the {replica.role} role's retryableExitCodes" if own_codes is not None else "retryableExitCodes"
+            return RestartDecision(
+                False,
+                "ReplicaFailed",
+                f"{describe_failure(replica)}, which is not retryable ({field}: {listed})",
+                replica,
+            )
+    return None
+
+
+#: The failures after which a finished job's replicas still running stay up under cleanPodPolicy None: a
+#: replica's failure, judged by its role's restartPolicy (upstream's "finished" job). After any other (deadline,
+#: backoff limit, a GPU gone bad, a spec Phalanx cannot run) they are stopped, as upstream stops its Pods when a
+#: job exceeds its limits.
+_KEEPING_FAILURES = frozenset({"ReplicaFailed", EXIT_STATUS_UNKNOWN})
+
+
+def keeps_running_replicas(policy: RunPolicy, phase: Phase, reason: str) -> bool:
+    """Whether a job in ``phase`` (for ``reason``) leaves its replicas still running as they are.
+
+    Only under ``cleanPodPolicy: None``, once the job has met its success policy (Storing, Succeeded) or failed
+    for a replica's failure. Such replicas keep their resources until they exit or the job is deleted.
+    """
+    if policy.clean_pod_policy != CleanPodPolicy.NONE:
+        return False
+    if phase in (Phase.STORING, Phase.SUCCEEDED):
+        return True
+    return phase == Phase.FAILED and reason in _KEEPING_FAILURES
 
 
 def backoff_delay(policy: RunPolicy, restarts: int) -> float:

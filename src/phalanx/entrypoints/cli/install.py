@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Annotated
 
@@ -29,6 +30,15 @@ def install(
             "default-scheduler (kube-scheduler's gang scheduling; default: phalanx-scheduler)."
         ),
     ] = "",
+    kubeflow_kinds: Annotated[
+        bool,
+        typer.Option(
+            "--kubeflow-kinds",
+            help="Also serve the Kubeflow kinds (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob, MPIJob, TrainJob "
+            "and its runtimes) and let the operator run them, so `kubectl apply -f` of one works (docs/kubeflow.md). "
+            "Not on a cluster where Kubeflow's operators run.",
+        ),
+    ] = False,
 ) -> None:
     """Install Phalanx on Kubernetes: CRDs, RBAC, operator, scheduler and node agent."""
     if not print_yaml:
@@ -39,11 +49,14 @@ def install(
         )
     from phalanx.services.kubernetes.install import InstallRequest, render_install
 
-    request = InstallRequest(image=image, crds_only=crds_only, default_job_scheduler=default_job_scheduler)
+    request = InstallRequest(
+        image=image,
+        crds_only=crds_only,
+        default_job_scheduler=default_job_scheduler,
+        kubeflow_kinds=kubeflow_kinds,
+    )
     if namespace is not None:
-        request = InstallRequest(
-            namespace=namespace, image=image, crds_only=crds_only, default_job_scheduler=default_job_scheduler
-        )
+        request = dataclasses.replace(request, namespace=namespace)
     try:
         text = render_install(request)
     except ValueError as err:

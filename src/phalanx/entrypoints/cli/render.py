@@ -147,9 +147,12 @@ def print_description(console: Console, described: JobDescription, *, pods: bool
         console.print(f"[bold]Message:[/]     {status.message}")
     console.print(f"[bold]Created:[/]     {meta.creation_timestamp} ({age(meta.creation_timestamp)} ago)")
     policy = spec.run_policy
+    own = ", ".join(f"{role}: {r.restart_policy}" for role, r in spec.replicas.items() if r.restart_policy)
     console.print(
-        f"[bold]Run policy:[/]  restart={policy.restart_policy} backoffLimit={policy.backoff_limit} "
-        f"gangRestart={str(policy.gang_restart).lower()} suspend={str(policy.suspend).lower()}"
+        f"[bold]Run policy:[/]  restart={policy.restart_policy}{f' ({own})' if own else ''} "
+        f"backoffLimit={policy.backoff_limit} gangRestart={str(policy.gang_restart).lower()} "
+        f"suspend={str(policy.suspend).lower()}"
+        + (f" cleanPodPolicy={policy.clean_pod_policy}" if policy.clean_pod_policy != "Running" else "")
     )
     console.print(f"[bold]Restarts:[/]    {status.restarts}")
     if status.metrics:

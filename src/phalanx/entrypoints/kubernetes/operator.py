@@ -5,7 +5,8 @@ the scheduler that binds the Pods it creates, ``--image`` (``$PHALANX_DEFAULT_IM
 whose job and JobType name none, ``--dataset-store`` (``$PHALANX_DATASET_STORE``), the directory Datasets are
 materialised into and node agents stage from (without it Datasets are left alone and ``spec.datasets`` is not
 staged), ``--dataset-mount-path``, where replicas see the cache entries they read, and what Dataset sources it
-reads: local paths under ``--allow-path-under`` directories only, scripts only with ``--allow-script-sources``.
+reads: local paths under ``--allow-path-under`` directories only, scripts only with ``--allow-script-sources``;
+``--kubeflow-kinds`` (``$PHALANX_KUBEFLOW_KINDS``): also run PyTorchJobs, MPIJobs, TrainJobs... applied with kubectl.
 Exits 0 after a signal, 1 when it cannot reach the API server or fill its caches (the Deployment restarts it).
 """
 
@@ -23,6 +24,7 @@ from types import FrameType
 
 from phalanx.adapters.kubernetes.api import KubeApiError
 from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
+from phalanx.adapters.kubernetes.manifests import KUBEFLOW_KINDS_ENV
 from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME
 from phalanx.entrypoints.kubernetes.common import (
     add_common_options,
@@ -78,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run Datasets' spec.source.script commands in the operator (they run with its identity)",
     )
+    parser.add_argument(
+        "--kubeflow-kinds",
+        action="store_true",
+        default=os.environ.get(KUBEFLOW_KINDS_ENV, "").lower() == "true",
+        help="run the Kubeflow kinds (PyTorchJob... MPIJob, TrainJob) applied with kubectl, on a cluster installed "
+        f"with `phalanx install --kubeflow-kinds` (default: ${KUBEFLOW_KINDS_ENV} == true)",
+    )
     parser.add_argument("--workers", type=int, default=8, help="concurrent API writes within one job's reconcile")
     parser.add_argument("--job-workers", type=int, default=8, help="jobs reconciled at once")
     return parser
@@ -107,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             dataset_store=args.dataset_store,
             dataset_mount_path=args.dataset_mount_path,
             dataset_sources=SourcePolicy(tuple(args.allow_path_under), args.allow_script_sources),
+            kubeflow_kinds=args.kubeflow_kinds,
         ),
     )
     stop = threading.Event()

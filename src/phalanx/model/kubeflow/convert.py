@@ -9,9 +9,9 @@ count``).
 Every field has a meaning here or is refused with its path and why; nothing is dropped. What is taken:
 replica specs (type → role, ``replicas`` → count), the PodTemplateSpec's one container (``kubeflow.pods``),
 ``runPolicy`` (backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished, suspend, schedulingPolicy's
-minAvailable, queue and priorityClass; cleanPodPolicy Running or All, which is what Phalanx does when a job
-ends), the replicas' restartPolicy when they agree, ``nprocPerNode``, ``slotsPerWorker`` and
-``runLauncherAsWorker``. docs/kubeflow.md lists every field.
+minAvailable, queue and priorityClass; cleanPodPolicy: None as Phalanx's None, Running and All as its default
+Running), each replica type's restartPolicy (job-wide when they all agree, else per role), ``nprocPerNode``,
+``slotsPerWorker`` and ``runLauncherAsWorker``. docs/kubeflow.md lists every field.
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ class _Converter:
             raise SpecError(self.errors)
         metadata = document.get("metadata")
         job_spec: dict[str, Any] = {"type": kind.jobtype}
-        job_spec["replicas"], restart = self.replicas(spec)
+        job_spec["replicas"], policies = self.replicas(spec)
+        restart = self.role_restart_policies(job_spec["replicas"], policies)
         run, scheduling = self.run_policy(spec.get("runPolicy"), restart)
         job_spec.update({key: value for key, value in (("runPolicy", run), ("scheduling", scheduling)) if value})
         for key in spec:
@@ -161,25 +162,16 @@ class _Converter:
 
     # -- replica specs ---------------------------------------------------------------------------------------
 
-    def replicas(self, spec: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
-        """The roles, and the one restartPolicy they agree on (None when refused)."""
+    def replicas(self, spec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        """The roles, and each role's restartPolicy (as written or upstream's default)."""
         kind = self.kind
         field = f"spec.{kind.replicas_field}"
         specs = spec.get(kind.replicas_field)
         if not isinstance(specs, Mapping) or not specs:
             self.refuse(field, f"required: the replica specs, e.g. {kind.replicas_field}: {{Worker: {{...}}}}")
-            return {}, None
+            return {}, {}
         policies = self.restart_policies(specs, field)
-        agreed = set(policies.values())
-        restart = next(iter(agreed)) if len(agreed) == 1 else None
-        if len(agreed) > 1:
-            described = ", ".join(f"{name} {policy}" for name, policy in policies.items())
-            first = next(iter(policies))
-            self.refuse(
-                f"{field}.{first}.restartPolicy",
-                f"Phalanx restarts failed replicas by one restartPolicy for the whole job, and these differ "
-                f"({described}): give every replica type the same restartPolicy",
-            )
+        by_role: dict[str, str] = {}
         roles: dict[str, Any] = {}
         taken: dict[str, str] = {}
         for name, replica in specs.items():
@@ -213,8 +205,28 @@ class _Converter:
             # TrainingJob's validation and the backend decide (the embedded runtime needs a command or a stand-in).
             self.errors += problems
             roles[role] = {"count": count, "template": template}
+            if str(name) in policies:
+                by_role[role] = policies[str(name)]
             self.record_role_paths(role, where, replica.get("template"))
-        return roles, restart
+        return roles, by_role
+
+    def role_restart_policies(self, roles: Mapping[str, Any], policies: Mapping[str, str]) -> str | None:
+        """The job-wide restartPolicy when every role's agrees; else each role gets its own (None returned).
+
+        Upstream decides per replica type; Phalanx reads a role's own restartPolicy first, then the job's. One
+        job-wide value keeps a converted spec short when they agree.
+        """
+        agreed = set(policies.values())
+        if len(agreed) <= 1:
+            return next(iter(agreed), None)
+        for role, policy in policies.items():
+            roles[role]["restartPolicy"] = _RESTART_POLICIES[policy]
+            if policy == "ExitCode":
+                roles[role]["retryableExitCodes"] = RETRYABLE_EXIT_CODES
+            where = self.paths.get(f"spec.replicas.{role}", f"spec.replicas.{role}")
+            self.paths[f"spec.replicas.{role}.restartPolicy"] = f"{where}.restartPolicy"
+            self.paths[f"spec.replicas.{role}.retryableExitCodes"] = f"{where}.restartPolicy"
+        return None
 
     def restart_policies(self, specs: Mapping[str, Any], field: str) -> dict[str, str]:
         """Each replica type's restartPolicy, as written or as upstream defaults it; refuses ``Always``."""
@@ -303,7 +315,8 @@ class _Converter:
             if key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"):
                 run[key] = value
             elif key == "cleanPodPolicy":
-                self.clean_pod_policy(value, where)
+                if self.clean_pod_policy(value, where):
+                    run["cleanPodPolicy"] = "None"
             elif key == "managedBy":
                 if value != self.kind.controller:
                     self.refuse(
@@ -317,19 +330,20 @@ class _Converter:
                 self.refuse(where, "unknown field of a runPolicy; remove it")
         return run, scheduling
 
-    def clean_pod_policy(self, value: Any, where: str) -> None:
-        # When a job ends, Phalanx stops every replica still running and releases its resources (keeping the
-        # logs): that is Running, and All as far as resources go. None would leave replicas running unowned.
+    def clean_pod_policy(self, value: Any, where: str) -> bool:
+        """True for None: the replicas still running when the job ends keep running (Phalanx's own None).
+
+        Running and All are Phalanx's default, Running: replicas still running are stopped and release their
+        resources, while a finished replica's logs stay until the job is deleted (on Kubernetes its exited Pod
+        stays, as under Running). All would delete exited Pods too: that frees nothing (they hold no resources)
+        and would lose the logs, so All is taken as Running.
+        """
         if value in ("Running", "All"):
-            return
+            return False
         if value == "None":
-            self.refuse(
-                where,
-                "None would leave replicas running after the job ends; Phalanx stops every replica of a finished "
-                "job and keeps its logs: use Running or remove cleanPodPolicy",
-            )
-        else:
-            self.refuse(where, f"must be Running, All or None, got {short(value)}")
+            return True
+        self.refuse(where, f"must be Running, All or None, got {short(value)}")
+        return False
 
     def scheduling_policy(self, policy: Any, path: str) -> dict[str, Any]:
         if not isinstance(policy, Mapping):

@@ -27,10 +27,12 @@ from typing import Any
 import yaml
 
 from phalanx.adapters.kubernetes.crds import KINDS
+from phalanx.adapters.kubernetes.kubeflow_crds import KUBEFLOW_CRDS, kubeflow_custom_resource_definitions
 from phalanx.adapters.kubernetes.manifests import (
     DEFAULT_CACHE_DIR,
     HEALTH_PORT,
     HEALTH_PORT_ENV,
+    KUBEFLOW_KINDS_ENV,
     NODE_AGENT,
     OPERATOR,
     SCHEDULER,
@@ -39,6 +41,7 @@ from phalanx.adapters.kubernetes.manifests import (
     SCRAPE_PORT_ANNOTATION,
     InstallParameters,
     install_manifests,
+    kubeflow_rbac,
     render_yaml,
     scheduler_config_text,
 )
@@ -149,6 +152,8 @@ def _template_workload(workload: dict[str, Any], key: str, tokens: _Tokens) -> N
     for variable in container["env"]:
         if variable["name"] == HEALTH_PORT_ENV:
             variable["value"] = tokens.scalar('"{{ .Values.healthPort }}"')
+        if variable["name"] == KUBEFLOW_KINDS_ENV:
+            variable["value"] = tokens.scalar("{{ .Values.kubeflowKinds.enabled | quote }}")
     annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
     if SCRAPE_PORT_ANNOTATION in annotations:
         annotations[SCRAPE_PORT_ANNOTATION] = tokens.scalar('"{{ .Values.healthPort }}"')
@@ -183,7 +188,38 @@ def _template_files() -> dict[str, str]:
         if name == "namespace.yaml":
             body = f"{{{{- if .Values.namespace.create }}}}\n{body}{{{{- end }}}}\n"
         files[f"templates/{name}"] = f"# {CHART_NOTE}\n{body}"
+    files["templates/kubeflow.yaml"] = _kubeflow_template()
     return files
+
+
+#: Kept by helm on uninstall and when the value is turned off, like the chart's own CRDs: deleting a CRD deletes
+#: every object of its kind, and with them their TrainingJobs and Pods.
+KEEP = {"helm.sh/resource-policy": "keep"}
+
+
+def _kubeflow_template() -> str:
+    """``templates/kubeflow.yaml``: the Kubeflow kinds' CRDs and RBAC, with ``kubeflowKinds.enabled``.
+
+    The CRDs of the Kubeflow kinds and the operator's rights on them (``manifests.kubeflow_rbac``); the install is
+    refused (helm's ``lookup``, on a real cluster) when a CRD of those names belongs to another installation.
+    """
+    tokens = _Tokens()
+    crds = kubeflow_custom_resource_definitions()
+    for crd in crds:
+        crd["metadata"]["annotations"] = dict(KEEP)
+    body = tokens.substitute(render_yaml([*crds, *kubeflow_rbac(tokens.scalar("{{ .Release.Namespace }}"))]))
+    names = " ".join(f'"{crd.name}"' for crd in KUBEFLOW_CRDS)
+    guard = (
+        f"{{{{- range $name := list {names} }}}}\n"
+        '{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" $name }}\n'
+        '{{- if and $crd (ne (dig "metadata" "labels" "app.kubernetes.io/part-of" "" $crd) "phalanx") }}\n'
+        '{{- fail (printf "kubeflowKinds.enabled: the CRD %s belongs to another installation (a Kubeflow '
+        "operator serves it): leave kubeflowKinds off on this cluster, and run those files with phalanx submit "
+        '(docs/kubeflow.md)" $name) }}\n'
+        "{{- end }}\n"
+        "{{- end }}\n"
+    )
+    return f"# {CHART_NOTE}\n{{{{- if .Values.kubeflowKinds.enabled }}}}\n{guard}{body}{{{{- end }}}}\n"
 
 
 def _merge(condition: str, then: str, otherwise: str) -> str:
@@ -237,6 +273,7 @@ def default_values() -> dict[str, Any]:
     values["scheduler"]["config"] = scheduler_config_text()
     values["datasets"] = {"storeClaim": "", "cacheDir": DEFAULT_CACHE_DIR}
     values["defaultJobScheduler"] = ""
+    values["kubeflowKinds"] = {"enabled": False}
     return values
 
 
@@ -257,6 +294,9 @@ _COMMENTS = {
     "as the dataset store, and the hostPath each node caches datasets in. Empty storeClaim: no staging.",
     "defaultJobScheduler": "The cluster's scheduler for jobs naming none in spec.scheduling.schedulerName, e.g.\n"
     "default-scheduler for kube-scheduler's alpha gang scheduling (docs/kubernetes.md). Empty: phalanx-scheduler.",
+    "kubeflowKinds": "Serve the Kubeflow kinds (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob, MPIJob, TrainJob\n"
+    "and its runtimes) and let the operator run them, so `kubectl apply -f` of one works (docs/kubeflow.md).\n"
+    "Not on a cluster where Kubeflow's own operators serve those kinds: the install is then refused.",
 }
 
 
@@ -318,6 +358,7 @@ def values_schema() -> dict[str, Any]:
                 "maxLength": 253,
                 "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
             },
+            "kubeflowKinds": closed({"enabled": {"type": "boolean"}}),
         }
     )
 

@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from phalanx.adapters.kubernetes.crds import KINDS, custom_resource_definition, custom_resource_definitions
+from phalanx.adapters.kubernetes.kubeflow_crds import KUBEFLOW_CRDS, kubeflow_custom_resource_definitions
 from phalanx.adapters.kubernetes.manifests import (
     DEFAULT_NAMESPACE,
     InstallParameters,
@@ -43,12 +44,15 @@ class InstallRequest:
         image: the image they run; None for ``default_image()``.
         crds_only: only the CustomResourceDefinitions (cluster-wide; no namespace, RBAC or workloads).
         default_job_scheduler: the cluster's scheduler for jobs naming none (empty: phalanx-scheduler).
+        kubeflow_kinds: also the CRDs of the Kubeflow kinds and the operator's rights on them, so that
+            ``kubectl apply`` of a PyTorchJob, MPIJob, TrainJob... runs it (docs/kubeflow.md).
     """
 
     namespace: str = DEFAULT_NAMESPACE
     image: str | None = None
     crds_only: bool = False
     default_job_scheduler: str = ""
+    kubeflow_kinds: bool = False
 
 
 def render_install(request: InstallRequest) -> str:
@@ -59,7 +63,8 @@ def render_install(request: InstallRequest) -> str:
             job scheduler is not a DNS-1123 subdomain.
     """
     if request.crds_only:
-        return render_yaml(custom_resource_definitions(), header=_crds_header())
+        kubeflow = kubeflow_custom_resource_definitions() if request.kubeflow_kinds else []
+        return render_yaml([*custom_resource_definitions(), *kubeflow], header=_crds_header(request.kubeflow_kinds))
     check_dns_label(request.namespace, "namespace")
     image = request.image if request.image is not None else default_image()
     if not image or any(character.isspace() for character in image):
@@ -69,7 +74,10 @@ def render_install(request: InstallRequest) -> str:
     if request.default_job_scheduler:
         check_dns_subdomain(request.default_job_scheduler, "--default-job-scheduler")
     parameters = InstallParameters(
-        image=image, namespace=request.namespace, default_job_scheduler=request.default_job_scheduler
+        image=image,
+        namespace=request.namespace,
+        default_job_scheduler=request.default_job_scheduler,
+        kubeflow_kinds=request.kubeflow_kinds,
     )
     return render_yaml(install_manifests(parameters), header=_install_header())
 
@@ -112,8 +120,9 @@ def write_files(directory: Path, files: dict[str, str]) -> list[Path]:
     return written
 
 
-def _crds_header() -> str:
-    return f"Phalanx CustomResourceDefinitions ({', '.join(kind.kind for kind in KINDS)}).\n{GENERATED_NOTE}"
+def _crds_header(kubeflow: bool = False) -> str:
+    kinds = [kind.kind for kind in KINDS] + ([crd.kind for crd in KUBEFLOW_CRDS] if kubeflow else [])
+    return f"Phalanx CustomResourceDefinitions ({', '.join(kinds)}).\n{GENERATED_NOTE}"
 
 
 def _install_header() -> str:

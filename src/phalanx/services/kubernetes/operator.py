@@ -43,6 +43,7 @@ from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
 from phalanx.services.kubernetes.apply import OperatorCounters, Wiring, job_uid_of
 from phalanx.services.kubernetes.datasets import KubeDatasetManager
 from phalanx.services.kubernetes.gc import PodDeletions, collect_orphans
+from phalanx.services.kubernetes.kubeflow import KubeflowBridge
 from phalanx.services.kubernetes.reconcile import Caches, JobReconciler, OperatorSettings, Outcome
 from phalanx.services.kubernetes.specs import SpecCache
 from phalanx.services.kubernetes.status_writer import StatusWriter
@@ -96,6 +97,17 @@ class KubeOperator:
                 clock=self.clock,
                 policy=settings.dataset_sources,
             )
+        self.kubeflow: KubeflowBridge | None = None
+        if settings.kubeflow_kinds:
+            self.kubeflow = KubeflowBridge(
+                api,
+                self.jobs,
+                self.specs.current_jobtypes,
+                self.clock,
+                component=settings.component,
+                identity=settings.identity,
+                own_scheduler=settings.scheduler_name,
+            )
         caches = Caches(jobs=self.jobs, pods=self.pods, services=self.services, configmaps=self.configmaps)
         self.reconciler = JobReconciler(
             wiring, settings, caches, self.specs, self.data, self.writer, self.deletions, self._unhealthy_gpus
@@ -120,6 +132,8 @@ class KubeOperator:
             return
         if self.settings.seed_jobtypes:
             self.seed_jobtypes()
+        if self.kubeflow is not None and not self.kubeflow.start(timeout, stop):
+            return
         self.ready.set()
 
     def run(self, stop: threading.Event) -> None:
@@ -128,6 +142,10 @@ class KubeOperator:
         if self.data is not None:
             datasets = threading.Thread(target=self.data.run, args=(stop,), name="operator-datasets", daemon=True)
             datasets.start()
+        kubeflow = None
+        if self.kubeflow is not None:
+            kubeflow = threading.Thread(target=self.kubeflow.run, args=(stop,), name="operator-kubeflow", daemon=True)
+            kubeflow.start()
         try:
             while not stop.is_set():
                 try:
@@ -145,6 +163,9 @@ class KubeOperator:
             if self.data is not None and datasets is not None:
                 self.data.signal.set()
                 datasets.join(10)
+            if self.kubeflow is not None and kubeflow is not None:
+                self.kubeflow.signal.set()
+                kubeflow.join(10)
             for informer in self.informers:
                 informer.stop()
             self._jobs_pool.shutdown(wait=True)
@@ -185,6 +206,8 @@ class KubeOperator:
 
     def _job_changed(self, kind: str, obj: dict[str, Any]) -> None:
         self.queue.mark({object_key(obj)})
+        if self.kubeflow is not None:
+            self.kubeflow.job_changed(obj)  # its Kubeflow owner's status follows it
 
     def _pod_changed(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}

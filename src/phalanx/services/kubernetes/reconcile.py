@@ -103,6 +103,7 @@ class OperatorSettings:
     dataset_store: Path | None = None  # where Datasets are materialised (shared with node agents); None: no staging
     dataset_mount_path: str = DEFAULT_CACHE_DIR  # where replicas see the cache entries they read
     dataset_sources: SourcePolicy = field(default_factory=SourcePolicy)  # what Dataset sources it reads
+    kubeflow_kinds: bool = False  # run the Kubeflow kinds (PyTorchJob... TrainJob) too: services/kubernetes/kubeflow.py
 
     @property
     def pods(self) -> PodSettings:
