@@ -155,7 +155,11 @@ def test_node_selection_resources_health_port_and_scheduler_config_land_in_the_o
     }
     scheduler = objects[("apps/v1", "Deployment", SYSTEM, "phalanx-scheduler")]["spec"]["template"]["spec"]
     assert scheduler["affinity"] == values["scheduler"]["affinity"]
-    for name, kind in (("phalanx-node-agent", "DaemonSet"), ("phalanx-operator", "Deployment"), ("phalanx-scheduler", "Deployment")):
+    for name, kind in (
+        ("phalanx-node-agent", "DaemonSet"),
+        ("phalanx-operator", "Deployment"),
+        ("phalanx-scheduler", "Deployment"),
+    ):
         template = objects[("apps/v1", kind, SYSTEM, name)]["spec"]["template"]
         spec = template["spec"]
         [container] = spec["containers"]
