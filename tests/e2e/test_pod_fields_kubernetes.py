@@ -28,6 +28,7 @@ from components import Components, wait_alive
 from phalanx.model.jobs import ReplicaTemplate
 from phalanx.model.loading import read_documents
 from phalanx.model.pods import PodFields
+from phalanx.model.resources import parse_cpu, parse_memory
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -210,3 +211,51 @@ def test_a_replica_without_a_command_runs_its_images_entrypoint_and_a_stand_in_i
     assert "command" not in container  # the image's entrypoint runs...
     assert container["args"] == ["--backend", "gloo"]  # ...with the args
     assert (container["image"], container["imagePullPolicy"]) == (image, "Always")
+
+
+def test_requests_below_limits_reach_the_pod_as_written(
+    components: Components, nodes: Nodes, namespace: str, tmp_path: Path
+) -> None:
+    """Issue 16: a Kubeflow container's requests are what Phalanx reserves, its limits the Pod's ceiling.
+
+    The Pod is Burstable (the API server computes its QoS class), so the Phalanx scheduler gave it no exclusive
+    CPUs, as the kubelet's static CPU manager would give none to it.
+    """
+    kube = components.kube
+    requests = {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}
+    limits = {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"}
+    container = {
+        "name": "pytorch",
+        "image": "example.org/trainer:1",
+        "command": ["python", "train.py"],
+        "resources": {"requests": requests, "limits": limits},
+    }
+    template = {"metadata": {"annotations": {"phalanx.dev/sim-hang": "true"}}, "spec": {"containers": [container]}}
+    document = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "bursting"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template}}},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    jobs = JOBS.format(ns=namespace)
+    wait_until(lambda: kube.request("GET", jobs).status_code == 200, 30, f"{jobs} served")
+    result = submit(kube, namespace, path, tmp_path / "embedded-state")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    # The stored TrainingJob keeps the ceiling: the CRD's schema has it.
+    stored = kube.get(f"{jobs}/bursting")["spec"]["replicas"]["master"]["template"]["resources"]
+    assert (stored["cpu"], stored["memory"], stored["limits"]) == ("2", "4Gi", {"cpu": "4", "memory": "8Gi"})
+
+    pod_path = f"/api/v1/namespaces/{namespace}/pods/bursting-master-0"
+    pod = kube.wait_for(pod_path, lambda p: True, 60, "the replica's Pod created")
+    resources = pod["spec"]["containers"][0]["resources"]
+    for written, rendered in ((requests, resources["requests"]), (limits, resources["limits"])):
+        assert set(rendered) == set(written)
+        assert parse_cpu(rendered["cpu"]) == parse_cpu(written["cpu"])
+        assert parse_memory(rendered["memory"]) == parse_memory(written["memory"])
+        assert rendered["nvidia.com/gpu"] == written["nvidia.com/gpu"]
+    assert pod["status"]["qosClass"] == "Burstable"
+    assert pod["metadata"]["annotations"]["phalanx.dev/cpus"] == ""  # placed, with no exclusive CPUs
+    kube.request("DELETE", f"{jobs}/bursting")

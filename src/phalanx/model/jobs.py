@@ -114,14 +114,56 @@ class Phase(StrEnum):
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
 
+_GPU_NOT_LIMITED = (
+    "GPUs have no ceiling above what is reserved (in Kubernetes too, a GPU's limit equals its request): "
+    "set the GPUs with resources.gpu and remove this"
+)
+
+
+class ResourceLimits(ApiModel):
+    """The enforced ceiling of a replica's CPU and memory, above what Phalanx reserves for it.
+
+    Kubernetes' ``limits``: the replica is placed (and counted against quotas) by its reserved amount and may use
+    up to its ceiling when the node has room. A resource left out here has its reserved amount as its ceiling.
+    """
+
+    cpu: ReplicaCpu | None = Field(
+        default=None, gt=0, description="CPU the replica may use at most (its CPU quota); default: resources.cpu"
+    )
+    memory: ReplicaMemory | None = Field(
+        default=None,
+        gt=0,
+        description="memory the replica may use at most before it is killed; default: resources.memory",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_gpu_ceiling(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            gpus = [key for key in data if key in ("gpu", "gpuMilli", "gpu_milli", "nvidia.com/gpu")]
+            if gpus:
+                raise every_problem("ResourceLimits", [((key,), _GPU_NOT_LIMITED) for key in gpus])
+        return data
+
+
 class Resources(ApiModel):
-    """What one replica asks for; unset fields are filled by defaulting."""
+    """What one replica asks for; unset fields are filled by defaulting.
+
+    ``cpu`` and ``memory`` are reserved: the scheduler places the replica by them and quotas count them.
+    ``limits`` may lift the enforced ceiling above them (Kubernetes' requests and limits); without it, the
+    reserved amount is also the ceiling.
+    """
 
     cpu: ReplicaCpu | None = Field(default=None, gt=0)
     memory: ReplicaMemory | None = Field(default=None, gt=0)
     gpu: int | None = Field(default=None, ge=0, le=MAX_REPLICA_GPU)
     gpu_milli: int | None = Field(default=None, ge=1, le=1000)
     gpu_model: GpuModels | None = None
+    limits: ResourceLimits | None = Field(
+        default=None,
+        description="the enforced ceiling of cpu and memory, at least the reserved amount (Kubernetes' limits); "
+        "default: the reserved amount",
+    )
 
     @model_validator(mode="after")
     def _gpu_exclusive_or_shared(self) -> Resources:
@@ -131,11 +173,48 @@ class Resources(ApiModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _ceiling_at_least_reserved(self) -> Resources:
+        if self.limits is None:
+            return self
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        if self.cpu is not None and self.limits.cpu is not None and self.limits.cpu < self.cpu:
+            problems.append(
+                (
+                    ("limits", "cpu"),
+                    f"{format_cpu(self.limits.cpu)} is below the {format_cpu(self.cpu)} CPU reserved (resources.cpu, "
+                    "else the size's or job type's): a ceiling is at least what is reserved; raise limits.cpu or "
+                    "lower cpu",
+                )
+            )
+        if self.memory is not None and self.limits.memory is not None and self.limits.memory < self.memory:
+            problems.append(
+                (
+                    ("limits", "memory"),
+                    f"{format_memory(self.limits.memory)} is below the {format_memory(self.memory)} reserved "
+                    "(resources.memory, else the size's or job type's): a ceiling is at least what is reserved; raise "
+                    "limits.memory or lower memory",
+                )
+            )
+        if problems:
+            raise every_problem("Resources", problems)
+        return self
+
     def vector(self) -> ResourceVector:
-        """The request as exact integers (unset fields count as zero)."""
+        """The reserved amounts as exact integers (unset fields count as zero): what scheduling counts."""
         return ResourceVector(
             cpu_milli=self.cpu or 0,
             memory=self.memory or 0,
+            gpu=self.gpu or 0,
+            gpu_milli=self.gpu_milli or 0,
+        )
+
+    def ceiling(self) -> ResourceVector:
+        """The enforced amounts: ``limits`` where given, else the reserved ones (GPUs are never above them)."""
+        limits = self.limits or ResourceLimits()
+        return ResourceVector(
+            cpu_milli=limits.cpu or self.cpu or 0,
+            memory=limits.memory or self.memory or 0,
             gpu=self.gpu or 0,
             gpu_milli=self.gpu_milli or 0,
         )

@@ -45,8 +45,10 @@ class ReplicaObjectSpec(ApiModel):
     env: dict[str, str] = Field(default_factory=dict)
     working_dir: str | None = None
     placement: ReplicaPlacement
-    cpu_milli: int = 0
-    memory: int = 0
+    cpu_milli: int = Field(default=0, description="CPU reserved for the replica, in millicores")
+    memory: int = Field(default=0, description="memory reserved for the replica, in bytes")
+    cpu_limit_milli: int = Field(default=0, ge=0, description="its CPU ceiling (resources.limits); 0: cpu_milli")
+    memory_limit: int = Field(default=0, ge=0, description="its memory ceiling (resources.limits); 0: memory")
     files: dict[str, str] = Field(default_factory=dict, description="relative path -> content (e.g. hostfile)")
     env_sources: dict[str, EnvVarSource] = Field(
         default_factory=dict,

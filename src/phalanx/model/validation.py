@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from phalanx.model.base import every_problem
 from phalanx.model.bounds import MAX_REPLICAS
 from phalanx.model.errors import FieldError, SpecError, from_validation_error, short
 from phalanx.model.jobs import PRIORITY_CLASSES, ReplicaSpec, ReplicaTemplate, TrainingJob
@@ -107,10 +108,11 @@ def validate_job(raw: Any, jobtypes: Mapping[str, JobType], *, source: str | Non
     errors = check_against_jobtype(job, jobtypes)
     if errors:
         raise SpecError(errors, source=source)
-    defaulted = apply_defaults(job, jobtypes[job.spec.type])
-    # Defaulting combines validated parts (the role's command with the job's args, both envs): validate the
-    # whole again, as the store will read it back, so that no combination escapes a bound.
+    # Defaulting combines validated parts (the role's command with the job's args, both envs, a size's
+    # reservation with the template's ceiling): validate the whole again, as the store will read it back, so
+    # that no combination escapes a bound.
     try:
+        defaulted = apply_defaults(job, jobtypes[job.spec.type])
         return TrainingJob.model_validate(defaulted.to_dict())
     except ValidationError as err:
         raise SpecError(from_validation_error(err), source=source) from None
@@ -279,7 +281,14 @@ def apply_defaults(job: TrainingJob, jobtype: JobType) -> TrainingJob:
         if size is not None:
             fallbacks.insert(0, SIZES[size])
         fallbacks.append(SIZES[DEFAULT_SIZE])
-        resources = fill_resources(template.resources, role_template.resources, *fallbacks)
+        try:
+            resources = fill_resources(template.resources, role_template.resources, *fallbacks)
+        except ValidationError as error:  # e.g. a ceiling below the reservation a size gave: named at its path
+            where = ("spec", "replicas", role_name, "template", "resources")
+            raise every_problem(
+                "TrainingJob",
+                [((*where, *item["loc"]), item["msg"].removeprefix("Value error, ")) for item in error.errors()],
+            ) from None
         if resources.gpu_model is None and job.spec.scheduling.gpu_model:
             resources = resources.model_copy(update={"gpu_model": job.spec.scheduling.gpu_model})
         completed = template.model_copy(

@@ -23,7 +23,7 @@ from phalanx.core.scheduling.attained import AttainedService
 from phalanx.core.scheduling.config import SchedulerConfig
 from phalanx.core.scheduling.node_fit import constraint_of
 from phalanx.core.scheduling.passes import PassPlan, plan_pass
-from phalanx.core.scheduling.pod_requests import template_overhead
+from phalanx.core.scheduling.pod_requests import is_guaranteed, template_overhead
 from phalanx.core.scheduling.types import (
     Admission,
     ClusterSnapshot,
@@ -66,6 +66,7 @@ def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[R
                 role=role,
                 resources=resources.vector(),
                 gpu_model=resources.gpu_model,
+                pin_cpus=is_guaranteed(template),
                 node_constraint=constraint_of(template),
                 overhead=template_overhead(template),
             )

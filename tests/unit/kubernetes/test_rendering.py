@@ -291,3 +291,21 @@ def test_bad_replicas_and_overlong_names_are_refused(pytorch: tuple[TrainingJob,
     long_job, _ = make_job("pytorch", {"worker": {"template": template()}}, name="j" * 60)
     with pytest.raises(RenderError, match=r"shorten metadata\.name"):
         render_pod(long_job, jobtype, "worker", 0, 0)
+
+
+def test_requests_are_the_reservation_and_limits_the_ceiling() -> None:
+    resources = {"cpu": 2, "memory": "4Gi", "gpu": 1, "limits": {"cpu": "4", "memory": "8Gi"}}
+    job, jobtype = make_job("pytorch", {"master": {"template": template(resources=resources)}})
+    [container] = render_pod(job, jobtype, "master", 0, 0)["spec"]["containers"]
+    assert container["resources"] == {
+        "requests": {"cpu": "2", "memory": str(4 * 1024**3), "nvidia.com/gpu": "1"},
+        "limits": {"cpu": "4", "memory": str(8 * 1024**3), "nvidia.com/gpu": "1"},
+    }
+
+
+def test_a_ceiling_of_memory_only_keeps_the_cpu_limit_at_its_request() -> None:
+    resources = {"cpu": "500m", "memory": "1Gi", "limits": {"memory": "2Gi"}}
+    job, jobtype = make_job("pytorch", {"master": {"template": template(resources=resources)}})
+    [container] = render_pod(job, jobtype, "master", 0, 0)["spec"]["containers"]
+    assert container["resources"]["requests"] == {"cpu": "500m", "memory": str(1024**3)}
+    assert container["resources"]["limits"] == {"cpu": "500m", "memory": str(2 * 1024**3)}

@@ -284,8 +284,12 @@ def worker_sets(**fields: Any) -> Callable[[dict[str, Any]], None]:
         (lambda d: _worker(d).update(stdinOnce=True), f"{CONTAINER}.stdinOnce", "no meaning"),
         (lambda d: _worker(d)["resources"]["limits"].update({"ephemeral-storage": "1Gi"}),
          f"{CONTAINER}.resources.limits.ephemeral-storage", "remove ephemeral-storage"),
-        (lambda d: _worker(d)["resources"].update(requests={"cpu": "1"}), f"{CONTAINER}.resources.limits.cpu",
-         "same amount in both"),
+        (lambda d: _worker(d)["resources"].update(requests={"cpu": "2"}), f"{CONTAINER}.resources.limits.cpu",
+         "1500m is below the 2 CPU reserved"),
+        (lambda d: _worker(d)["resources"].update(requests={"memory": "3Gi"}), f"{CONTAINER}.resources.limits.memory",
+         "is below the 3Gi reserved"),
+        (lambda d: _worker(d)["resources"].update(requests={"nvidia.com/gpu": 2}),
+         f"{CONTAINER}.resources.limits.nvidia.com/gpu", "GPUs are not overcommitted"),
         (lambda d: d["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"].update(hostNetwork=True),
          f"{WORKER}.template.spec.hostNetwork", "not supported yet"),
         (lambda d: d["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"].update(
@@ -321,7 +325,8 @@ def worker_sets(**fields: Any) -> Callable[[dict[str, Any]], None]:
     ],
     ids=[
         "volumeMounts", "env-valueFrom", "envFrom", "imagePullPolicy", "probe", "unknown-container-field",
-        "ephemeral-storage", "requests-differ", "hostNetwork", "tolerations", "volumes", "sidecar",
+        "ephemeral-storage", "cpu-limit-below-request", "memory-limit-below-request",
+        "gpu-requests-differ", "hostNetwork", "tolerations", "volumes", "sidecar",
         "pod-restartPolicy", "template-name", "unknown-replica-type", "restart-always",
         "elasticPolicy", "nprocPerNode", "unknown-spec-field", "cleanPodPolicy-unknown", "managedBy", "minResources",
         "scheduleTimeout", "apiVersion",
@@ -419,3 +424,39 @@ def test_every_refusal_is_reported_at_once() -> None:
         document["spec"]["elasticPolicy"] = {}
 
     assert len(refusals(changed("pytorchjob", many))) == 3
+
+
+# -- requests and limits: reserved and enforced ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("resources", "reserved", "ceiling"),
+    [
+        # Kubernetes' meaning: the request is reserved, the limit above it is the enforced ceiling.
+        (
+            {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
+            (2000, 4 * 2**30),
+            {"cpu": 4000, "memory": 8 * 2**30},
+        ),
+        # A limit alone is also the request (Kubernetes defaults it so); one amount written twice is one amount.
+        ({"limits": {"cpu": "1", "memory": "1Gi"}}, (1000, 2**30), None),
+        (
+            {"requests": {"cpu": "1", "memory": "1024Mi"}, "limits": {"cpu": "1000m", "memory": "1Gi"}},
+            (1000, 2**30),
+            None,
+        ),
+        (
+            {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+            (500, 2**30),
+            {"cpu": None, "memory": 2 * 2**30},
+        ),
+    ],
+    ids=["both-above", "limits-only", "equal-in-other-units", "memory-only"],
+)
+def test_requests_are_reserved_and_limits_above_them_are_the_ceiling(
+    resources: dict[str, Any], reserved: tuple[int, int], ceiling: dict[str, int | None] | None
+) -> None:
+    _, job = converted(changed("pytorchjob", worker_sets(resources=resources)))
+    got = job.spec.replicas["worker"].template.resources
+    assert (got.cpu, got.memory) == reserved
+    assert (dict(got.limits) if got.limits else None) == ceiling

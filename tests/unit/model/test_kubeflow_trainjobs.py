@@ -316,3 +316,25 @@ def test_the_shipped_jax_and_xgboost_runtimes_make_their_job_types(runtime: str,
 def test_a_volcano_pod_group_policy_is_the_gang_phalanx_makes_anyway() -> None:
     job = converted(changed("trainjob-runtime", lambda d: _runtime_spec(d).update(podGroupPolicy={"volcano": {}})))
     assert job.spec.type == "pytorch"
+
+
+def test_resources_per_node_reserve_the_requests_and_enforce_the_limits() -> None:
+    # As Kubeflow Trainer's examples write it.
+    def per_node(docs: list[dict[str, Any]]) -> None:
+        docs[0]["spec"]["trainer"]["resourcesPerNode"] = {
+            "requests": {"cpu": "2", "memory": "4Gi"},
+            "limits": {"cpu": "4", "memory": "8Gi"},
+        }
+
+    resources = converted(changed("trainjob", per_node)).spec.replicas["worker"].template.resources
+    assert (resources.cpu, resources.memory) == (2000, 4 * 2**30)
+    assert resources.limits is not None
+    assert (resources.limits.cpu, resources.limits.memory) == (4000, 8 * 2**30)
+
+
+def test_a_limit_below_its_request_per_node_is_named_where_it_was_written() -> None:
+    def per_node(docs: list[dict[str, Any]]) -> None:
+        docs[0]["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}
+
+    found = refusals(changed("trainjob", per_node))
+    assert "below the 4 CPU reserved" in found["spec.trainer.resourcesPerNode.limits.cpu"], found

@@ -48,10 +48,12 @@ def job_with_sidecar() -> TrainingJob:
     template = {
         "command": ["python", "train.py"],
         "resources": {"cpu": 2, "memory": "1Gi"},
-        "initContainers": [{"name": "fetch", "command": ["true"], "resources": {"requests": {"cpu": "3"}}}],
-        "sidecars": [
-            {"name": "log", "command": ["tail"], "resources": {"requests": {"cpu": "500m", "memory": "128Mi"}}}
+        # Limits equal to the requests, on CPU and memory: the Pod is Guaranteed, so its own CPUs may be exclusive
+        # (test_resource_limits.py: without them the kubelet pins none, and neither does Phalanx).
+        "initContainers": [
+            {"name": "fetch", "command": ["true"], "resources": {"limits": {"cpu": "3", "memory": "64Mi"}}}
         ],
+        "sidecars": [{"name": "log", "command": ["tail"], "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}}}],
     }
     return TrainingJob.model_validate(
         {"metadata": {"name": "j"}, "spec": {"replicas": {"worker": {"count": 2, "template": template}}}}
@@ -60,7 +62,7 @@ def job_with_sidecar() -> TrainingJob:
 
 def test_a_replica_with_an_init_container_and_a_sidecar_carries_their_overhead() -> None:
     template = job_with_sidecar().spec.replicas["worker"].template
-    # running: 2 + 0.5 CPU; starting: 3 CPU (init) -> 3 CPU, 1Gi + 128Mi
+    # running: 2 + 0.5 CPU, 1Gi + 128Mi; starting: 3 CPU (init), 64Mi -> 3 CPU, 1Gi + 128Mi
     assert template_overhead(template) == cpu(1000, 128 * MI)
     assert template_overhead(ReplicaTemplate(command=["x"])) == ResourceVector()
     request = replica_requests(job_with_sidecar())[0]

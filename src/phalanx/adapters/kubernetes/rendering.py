@@ -28,8 +28,10 @@ Decisions:
       uses node rank to group Pods on one machine sees every Pod as its own machine.
     - **Restarts.** ``restartPolicy: Never``: Phalanx's reconciler decides retries (backoff, gang restarts) and
       creates a new Pod, with a new ``phalanx.dev/attempt`` label.
-    - **Resources.** Requests equal limits (a predictable, Guaranteed-class Pod when every resource is set):
-      cpu in Kubernetes' form (``"2"``, ``"500m"``), memory in bytes, whole GPUs as ``nvidia.com/gpu``. A
+    - **Resources.** Requests are what Phalanx reserved (``resources.cpu``, ``memory``, ``gpu``), limits the
+      ceiling (``resources.limits``, else the same amounts: a predictable, Guaranteed-class Pod when every
+      resource is set, the only kind given exclusive CPUs): cpu in Kubernetes' form (``"2"``, ``"500m"``),
+      memory in bytes, whole GPUs as ``nvidia.com/gpu``, equal in both. A
       share of a GPU (``gpuMilli``) has no extended resource: it is annotated ``phalanx.dev/gpu-milli`` for
       Phalanx's scheduler and node agent.
     - **Placement.** The operator passes the scheduler's placement (``status.placements``): it is copied into
@@ -72,7 +74,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import check_dns_label
 from phalanx.model.pods import Container
 from phalanx.model.replicas import replica_name
-from phalanx.model.resources import format_cpu
+from phalanx.model.resources import ResourceVector, format_cpu
 
 DEFAULT_SCHEDULER_NAME = "phalanx-scheduler"
 #: The PodGroup of kube-scheduler's alpha gang scheduling in the pinned Kubernetes (``api.PODGROUPS``).
@@ -397,18 +399,26 @@ def _without_empty_lists(value: Any) -> Any:
     return value
 
 
-def _resources(job: TrainingJob, role: str) -> dict[str, Any]:
-    resources = job.spec.replicas[role].template.resources
+def _quantities(amounts: ResourceVector) -> dict[str, str]:
     quantities: dict[str, str] = {}
-    if resources.cpu:
-        quantities["cpu"] = format_cpu(resources.cpu)
-    if resources.memory:
-        quantities["memory"] = str(resources.memory)
-    if resources.gpu:
-        quantities[GPU_RESOURCE] = str(resources.gpu)
-    if not quantities:
+    if amounts.cpu_milli:
+        quantities["cpu"] = format_cpu(amounts.cpu_milli)
+    if amounts.memory:
+        quantities["memory"] = str(amounts.memory)
+    if amounts.gpu:
+        quantities[GPU_RESOURCE] = str(amounts.gpu)
+    return quantities
+
+
+def _resources(job: TrainingJob, role: str) -> dict[str, Any]:
+    # Requests are what the scheduler reserved; limits the ceiling the kubelet enforces (the reserved amount
+    # unless the template lifts it with resources.limits). Equal ones make the Pod Guaranteed, as the scheduler
+    # assumed when it gave it exclusive CPUs (core.scheduling.demands.pins_cpus).
+    resources = job.spec.replicas[role].template.resources
+    requests = _quantities(resources.vector())
+    if not requests:
         return {}
-    return {"requests": dict(quantities), "limits": dict(quantities)}
+    return {"requests": requests, "limits": _quantities(resources.ceiling())}
 
 
 def render_headless_service(job: TrainingJob, jobtype: JobType) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 A ``ReplicaRequest`` says ``cpu_milli=2000``; a node cares whether that means two exclusive CPUs or 2000
 millicores from the shared pool. ``Demand`` makes that split once per replica (the kubelet static CPU
 manager rule: a positive whole number of CPUs is exclusive, anything else is shared; a replica with
-``pin_cpus=False`` takes all of its CPU from the shared pool), so filters, device
+``pin_cpus=False`` takes all of its CPU from the shared pool; ``pins_cpus`` says which replicas get
+``pin_cpus``: Kubernetes' Guaranteed ones), so filters, device
 choice and reasons all read the same numbers. ``Demand`` is frozen and hashable: the gang placer uses it as a
 cache key.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from phalanx.core.scheduling.node_fit import NodeConstraint
 from phalanx.core.scheduling.types import ReplicaRequest
+from phalanx.model.resources import ResourceVector
 
 # Thousandths of a CPU or of a GPU in one whole CPU or GPU.
 MILLI = 1000
@@ -72,6 +74,16 @@ def _common_model(a: Demand, b: Demand) -> str | None:
     if not b.wants_gpu:
         return a.gpu_model
     return a.gpu_model if a.gpu_model == b.gpu_model else None
+
+
+def pins_cpus(reserved: ResourceVector, ceiling: ResourceVector) -> bool:
+    """Whether a replica may have exclusive cores: only when its ceiling is its reservation.
+
+    That is Kubernetes' Guaranteed QoS class, the only one the kubelet's static CPU manager gives exclusive
+    cores to: a replica allowed to use more CPU or memory than it reserved (a ceiling above, ``Burstable``) shares
+    the node's pool, on Kubernetes and on the embedded runtime alike, so both place it the same way.
+    """
+    return ceiling.cpu_milli <= reserved.cpu_milli and ceiling.memory <= reserved.memory
 
 
 def demand_of(replica: ReplicaRequest) -> Demand:

@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from phalanx.core.scheduling.demands import pins_cpus
 from phalanx.model.jobs import ReplicaTemplate
 from phalanx.model.pods import Container
 from phalanx.model.resources import QuantityError, ResourceVector, parse_cpu, parse_memory
@@ -95,3 +96,31 @@ def template_overhead(template: ReplicaTemplate) -> ResourceVector:
         max(0, total.gpu - own.gpu),
         max(0, total.gpu_milli - own.gpu_milli),
     )
+
+
+def is_guaranteed(template: ReplicaTemplate) -> bool:
+    """Whether a replica's Pod is of Kubernetes' Guaranteed QoS class: only such a replica gets exclusive CPUs.
+
+    Its own container's ceiling must be its reservation (``pins_cpus``), and every init container and sidecar
+    must give CPU and memory limits with equal requests (or none, which Kubernetes defaults to the limits): the
+    kubelet's static CPU manager pins no cores for a Pod one container of which could take more than it asked.
+    """
+    resources = template.resources
+    if not pins_cpus(resources.vector(), resources.ceiling()):
+        return False
+    return all(_is_guaranteed_container(c) for c in [*template.init_containers, *template.sidecars])
+
+
+def _is_guaranteed_container(container: Container) -> bool:
+    if container.resources is None:
+        return False
+    limits, requests = container.resources.limits, container.resources.requests
+    for name, parse in (("cpu", parse_cpu), ("memory", parse_memory)):
+        if name not in limits:
+            return False
+        try:
+            if name in requests and parse(requests[name]) != parse(limits[name]):
+                return False
+        except QuantityError:
+            return False
+    return True

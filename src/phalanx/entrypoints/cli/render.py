@@ -165,11 +165,18 @@ def print_description(console: Console, described: JobDescription, *, pods: bool
     for role, replica in spec.replicas.items():
         res = replica.template.resources
         gpu = str(res.gpu or 0) if not res.gpu_milli else f"{res.gpu_milli}m"
+        reserved, ceiling = res.vector(), res.ceiling()
+        cpu, memory = format_cpu(reserved.cpu_milli), format_memory(reserved.memory)
+        # What is reserved, and the enforced ceiling where resources.limits lifts it.
+        if ceiling.cpu_milli > reserved.cpu_milli:
+            cpu += f" (limit {format_cpu(ceiling.cpu_milli)})"
+        if ceiling.memory > reserved.memory:
+            memory += f" (limit {format_memory(ceiling.memory)})"
         roles.add_row(
             role,
             str(replica.count),
-            format_cpu(res.cpu or 0),
-            format_memory(res.memory or 0),
+            cpu,
+            memory,
             gpu,
             " ".join([*replica.template.command, *replica.template.args]),
         )

@@ -23,7 +23,7 @@ from typing import Any
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.jobtypes import JobType
 from phalanx.model.kubeflow.kinds import KubeflowKind
-from phalanx.model.kubeflow.pods import GPU_RESOURCE, replica_template
+from phalanx.model.kubeflow.pods import replica_template, resource_paths
 
 #: The annotation a converted job carries: the kind and API version it was written as.
 CONVERTED_FROM = "phalanx.dev/converted-from"
@@ -295,14 +295,7 @@ class _Converter:
                 if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
                     self.paths[f"{base}.template.env.{entry['name']}"] = f"{container}.env[{position}]"
         # ...and an amount's at the requests or limits it was taken from.
-        resources = raw.get("resources")
-        if isinstance(resources, Mapping):
-            for part in ("limits", "requests"):  # requests win, as in container_resources
-                amounts = resources.get(part)
-                if isinstance(amounts, Mapping):
-                    for name in amounts:
-                        ours = "gpu" if name == GPU_RESOURCE else name
-                        self.paths[f"{base}.template.resources.{ours}"] = f"{container}.resources.{part}.{name}"
+        resource_paths(self.paths, f"{base}.template.resources", f"{container}.resources", raw.get("resources"))
 
     # -- runPolicy -------------------------------------------------------------------------------------------
 

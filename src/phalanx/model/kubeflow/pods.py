@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx.model.errors import FieldError, short
+from phalanx.model.resources import QuantityError, parse_cpu, parse_memory
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -278,11 +279,14 @@ def _ports(ports: Any, path: str) -> list[FieldError]:
 
 
 def container_resources(resources: Any, path: str) -> tuple[dict[str, Any], list[FieldError]]:
-    """Phalanx ``resources`` from a container's requests and limits.
+    """Phalanx ``resources`` from a container's requests and limits, with Kubernetes' meaning.
 
-    A Phalanx replica has one amount of each resource, reserved and (where the machine allows) enforced. When
-    requests and limits both name a resource with different amounts, no single amount means what was written:
-    that is refused rather than guessed.
+    A request is what Phalanx reserves (``cpu``, ``memory``); a limit above it is the enforced ceiling
+    (``limits.cpu``, ``limits.memory``). A limit without a request is both, as Kubernetes defaults a missing
+    request to its limit. A CPU or memory request without a limit is reserved and, unlike on Kubernetes, also
+    the ceiling: a Phalanx replica always has one. GPUs have no ceiling: requests and limits of
+    ``nvidia.com/gpu`` must be equal, as Kubernetes requires. A limit below its request is left for the
+    TrainingJob's validation to refuse, at the limit's path (``resource_paths``).
     """
     if not isinstance(resources, Mapping):
         return {}, [FieldError(path, f"must be a mapping with requests and limits, got {short(resources)}")]
@@ -310,19 +314,49 @@ def container_resources(resources: Any, path: str) -> tuple[dict[str, Any], list
             errors.append(FieldError(f"{path}.{key}", "has no meaning for a Phalanx replica; remove it"))
     result: dict[str, Any] = {}
     for name, parts in amounts.items():
-        if "requests" in parts and "limits" in parts and str(parts["requests"]) != str(parts["limits"]):
-            errors.append(
-                FieldError(
-                    f"{path}.limits.{name}",
-                    f"differs from requests.{name} ({short(parts['requests'])} vs {short(parts['limits'])}); a "
-                    "Phalanx replica gets one amount, reserved and enforced: write the same amount in both, or "
-                    "only one of them",
+        if name == GPU_RESOURCE:
+            counts = {part: _gpu_count(amount) for part, amount in parts.items()}
+            if len(counts) == 2 and str(counts["requests"]) != str(counts["limits"]):
+                errors.append(
+                    FieldError(
+                        f"{path}.limits.{name}",
+                        f"differs from requests.{name} ({short(parts['requests'])} vs {short(parts['limits'])}); "
+                        "GPUs are not overcommitted (Kubernetes requires the two to be equal): write one amount",
+                    )
                 )
-            )
+                continue
+            result["gpu"] = counts.get("requests", counts.get("limits"))
             continue
-        amount = parts.get("requests", parts.get("limits"))
-        result["gpu" if name == GPU_RESOURCE else name] = _gpu_count(amount) if name == GPU_RESOURCE else amount
+        result[name] = parts.get("requests", parts.get("limits"))
+        if "requests" in parts and "limits" in parts and not _same_amount(name, parts["requests"], parts["limits"]):
+            result.setdefault("limits", {})[name] = parts["limits"]
     return result, errors
+
+
+def resource_paths(paths: dict[str, str], ours: str, upstream: str, resources: Any) -> None:
+    """Record where each of Phalanx's resource fields was written upstream, as ``container_resources`` maps them.
+
+    ``ours`` is the template's ``resources`` path, ``upstream`` the container's (or ``resourcesPerNode``). A
+    reserved amount comes from the request (else the limit); a ceiling from the limit.
+    """
+    if not isinstance(resources, Mapping):
+        return
+    for part in ("limits", "requests"):  # a request, where given, is the reserved amount
+        amounts = resources.get(part)
+        for name in amounts if isinstance(amounts, Mapping) else ():
+            field = "gpu" if name == GPU_RESOURCE else str(name)
+            paths[f"{ours}.{field}"] = f"{upstream}.{part}.{name}"
+            if part == "limits":
+                paths[f"{ours}.limits.{field}"] = f"{upstream}.limits.{name}"
+
+
+def _same_amount(name: str, request: Any, limit: Any) -> bool:
+    # "2" and "2000m" are one amount. One that does not parse is kept as written, for validation to name.
+    parse = parse_cpu if name == "cpu" else parse_memory
+    try:
+        return parse(request) == parse(limit)
+    except QuantityError:
+        return str(request) == str(limit)
 
 
 def _gpu_count(amount: Any) -> Any:

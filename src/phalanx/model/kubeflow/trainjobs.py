@@ -22,7 +22,7 @@ from typing import Any
 
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.kubeflow.convert import CONVERTED_FROM, Conversion, record_pod_paths
-from phalanx.model.kubeflow.pods import GPU_RESOURCE, container_env, container_resources, replica_template
+from phalanx.model.kubeflow.pods import container_env, container_resources, replica_template, resource_paths
 from phalanx.model.kubeflow.runtime_patches import Patched, apply_runtime_patches
 from phalanx.model.loading import parse_documents
 
@@ -432,11 +432,7 @@ class _TrainJob:
                 resources, problems = container_resources(value, where)
                 self.errors += problems
                 template["resources"] = resources
-                for part in ("limits", "requests"):
-                    amounts = value.get(part) if isinstance(value, Mapping) else None
-                    for name in amounts if isinstance(amounts, Mapping) else ():
-                        ours = "gpu" if name == GPU_RESOURCE else name
-                        self.paths[f"spec.replicas.worker.template.resources.{ours}"] = f"{where}.{part}.{name}"
+                resource_paths(self.paths, "spec.replicas.worker.template.resources", where, value)
             elif key not in ("numNodes", "numProcPerNode"):
                 self.refuse(where, "unknown field of a trainer; remove it")
 

@@ -282,6 +282,8 @@ class JobController:
                 placement=placement,
                 cpu_milli=template.resources.cpu or 0,
                 memory=template.resources.memory or 0,
+                cpu_limit_milli=template.resources.ceiling().cpu_milli,
+                memory_limit=template.resources.ceiling().memory,
                 files=files,
                 # Read at launch, so that a secret's value is never stored (node_runtime).
                 env_sources={k: v for k, v in template.env_value_from.items() if v.field_ref is None},

@@ -333,8 +333,9 @@ class NodeRuntime:
             working_dir=working_dir,
             run_dir=run_dir,
             cpus=cpus,
-            memory_limit=spec.memory if real and spec.memory else None,
-            cpu_limit_milli=None if exclusive or not real else spec.cpu_milli or None,
+            # The ceiling is enforced (resources.limits, else the reserved amount); exclusive cores need no quota.
+            memory_limit=(spec.memory_limit or spec.memory or None) if real else None,
+            cpu_limit_milli=None if exclusive or not real else spec.cpu_limit_milli or spec.cpu_milli or None,
             files=dict(spec.files),
             # Made with the run directory, so that a full disk defers the launch like any other of its writes.
             directories=(
