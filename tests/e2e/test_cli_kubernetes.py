@@ -516,3 +516,22 @@ def test_a_kubeflow_replicas_pod_fields_reach_its_pods(cli: Cli, running: str) -
         "Always",
     )
     cli.ok("delete", "job", "kf-pod-fields")
+
+
+UPSTREAM_SHAPED = sorted((Path(__file__).parents[1] / "data" / "kubeflow" / "upstream-shaped").glob("*.yaml"))
+
+
+def test_files_in_the_shape_of_upstreams_examples_are_accepted_unchanged_by_submit_dry_run(cli: Cli) -> None:
+    # Issue 16's acceptance, on the real kube-apiserver: tests/data/kubeflow/upstream-shaped holds our own files in
+    # the shape of the training operator's, Trainer v2's and mpi-operator's examples; each one prints the
+    # TrainingJob it becomes, and nothing is created.
+    refused = {}
+    for path in UPSTREAM_SHAPED:
+        done = cli("submit", "--dry-run", str(path))
+        if done.returncode != 0:
+            refused[path.name] = done.stderr
+            continue
+        kinds = [doc["kind"] for doc in yaml.safe_load_all(done.stdout) if doc]
+        assert "TrainingJob" in kinds, (path.name, done.stdout)
+    assert refused == {}
+    assert cli.jobs() == []

@@ -155,16 +155,25 @@ def test_node_selection_resources_health_port_and_scheduler_config_land_in_the_o
     }
     scheduler = objects[("apps/v1", "Deployment", SYSTEM, "phalanx-scheduler")]["spec"]["template"]["spec"]
     assert scheduler["affinity"] == values["scheduler"]["affinity"]
-    for spec in (agent, operator, scheduler):
+    for name, kind in (
+        ("phalanx-node-agent", "DaemonSet"),
+        ("phalanx-operator", "Deployment"),
+        ("phalanx-scheduler", "Deployment"),
+    ):
+        template = objects[("apps/v1", kind, SYSTEM, name)]["spec"]["template"]
+        spec = template["spec"]
         [container] = spec["containers"]
         assert spec["imagePullSecrets"] == [{"name": "my-registry"}]
         assert container["ports"][0]["containerPort"] == 9100
         assert {"name": "PHALANX_HEALTH_PORT", "value": "9100"} in container["env"]
+        # Prometheus finds /metrics on the same port
+        assert template["metadata"]["annotations"]["prometheus.io/port"] == "9100"
+        assert template["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
     config_map = objects[("v1", "ConfigMap", SYSTEM, "phalanx-scheduler-config")]
     assert config_map["data"]["scheduler-config.yaml"] == config
     # A new configuration is a new Pod template, so an upgrade that changes it restarts the scheduler.
     annotations = objects[("apps/v1", "Deployment", SYSTEM, "phalanx-scheduler")]["spec"]["template"]["metadata"]
-    assert annotations["annotations"] == {SCHEDULER_CONFIG_HASH: hashlib.sha256(config.encode()).hexdigest()}
+    assert annotations["annotations"][SCHEDULER_CONFIG_HASH] == hashlib.sha256(config.encode()).hexdigest()
 
 
 @pytest.mark.parametrize(

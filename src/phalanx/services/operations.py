@@ -116,6 +116,8 @@ def validate_documents(
     namespaced_kinds: frozenset[str] = NAMESPACED_KINDS,
     pod_field_refusals: Mapping[str, str] | None = None,
     stand_ins: Mapping[str, Sequence[str]] | None = None,
+    cluster_scheduling: bool | None = None,
+    own_scheduler: str | None = None,
 ) -> list[Any]:
     """Validate TrainingJobs, JobTypes, Queues and Datasets; jobs against ``jobtypes`` (and the submission's).
 
@@ -138,6 +140,9 @@ def validate_documents(
             setting one is refused naming the field.
         stand_ins: image -> the words of a local program that plays it (``core.stand_ins``), applied to every
             job before the backend's refusals; one that no replica's image matches is refused.
+        cluster_scheduling: whether the backend has a cluster scheduler a job may name (``schedulerName``);
+            None: not checked (``refuse_scheduler``).
+        own_scheduler: the name of Phalanx's own scheduler there.
 
     Raises:
         SpecError: every problem in every document, each with its field path; a bad ``namespace`` alone.
@@ -184,6 +189,7 @@ def validate_documents(
                 job = _stand_in(validate_job(doc, jobtypes), stand_ins, images, played)
                 reached += 1
                 _refuse_pod_fields(job, pod_field_refusals, None)
+                refuse_scheduler(job, cluster_scheduling, own_scheduler, None)
                 parsed.append(job)
             elif kind == "Queue":
                 parsed.append(parse_queue(doc))
@@ -198,12 +204,14 @@ def validate_documents(
                 job = _stand_in(job, stand_ins, images, played)
                 reached += 1
                 _refuse_pod_fields(job, pod_field_refusals, conversion)
+                refuse_scheduler(job, cluster_scheduling, own_scheduler, conversion)
                 parsed.append(job)
             elif kubeflow_kind(doc) is not None:
                 made, job, conversion = validate_kubeflow(doc, jobtypes)
                 job = _stand_in(job, stand_ins, images, played)
                 reached += 1
                 _refuse_pod_fields(job, pod_field_refusals, conversion)
+                refuse_scheduler(job, cluster_scheduling, own_scheduler, conversion)
                 for jobtype in made:
                     # Jobs alike share the JobType their conversion makes: store it once per submission.
                     if jobtypes.get(jobtype.metadata.name) != jobtype:
@@ -271,38 +279,38 @@ class BackendRules:
         return cls(backend.pod_field_refusals, backend.cluster_scheduling, backend.own_scheduler)
 
 
-def refuse_scheduler_fields(
-    parsed: Sequence[Any], cluster_scheduling: bool, own: str | None, source: str | None = None
+def refuse_scheduler(
+    job: TrainingJob, cluster_scheduling: bool | None, own: str | None, conversion: Conversion | None
 ) -> None:
-    """Refuse, before anything is created, a ``schedulerName`` the backend cannot honour, or what it rules out.
+    """Refuse a ``schedulerName`` the backend cannot honour, or what the scheduler it names rules out.
 
     Where Phalanx places every job (``cluster_scheduling`` false) the field itself is refused. On a cluster, a
     job naming another scheduler than Phalanx's own (``own``) is refused the fields only Phalanx's scheduler
     honours (``core.delegation.conflicts``): the operator would refuse it when it renders the Pods, and saying
     it at submit keeps a job that cannot run out of the cluster. The cluster-wide default scheduler is the
-    operator's setting, unknown here: a job naming no scheduler is checked by the operator only.
+    operator's setting, unknown here: a job naming no scheduler is checked by the operator only. None for
+    ``cluster_scheduling``: nothing is checked. A Kubeflow job's refusals are named where its author wrote them.
     """
-    many = len(parsed) > 1
+    name = job.spec.scheduling.scheduler_name
+    if cluster_scheduling is None or name is None:
+        return
     refused: list[FieldError] = []
-    for position, obj in enumerate(parsed):
-        if not isinstance(obj, TrainingJob) or obj.spec.scheduling.scheduler_name is None:
-            continue
-        prefix = f"document {position + 1}: " if many else ""
-        if not cluster_scheduling:
-            refused.append(
-                FieldError(
-                    "spec.scheduling.schedulerName",
-                    f"{prefix}names the Kubernetes scheduler {obj.spec.scheduling.scheduler_name!r}, and this "
-                    "runtime has none: it places jobs itself; remove schedulerName (it applies on a Kubernetes "
-                    "cluster)",
-                )
+    if not cluster_scheduling:
+        refused.append(
+            FieldError(
+                "spec.scheduling.schedulerName",
+                f"names the Kubernetes scheduler {name!r}, and this runtime has none: it places jobs itself; "
+                "remove schedulerName (it applies on a Kubernetes cluster)",
             )
-            continue
-        scheduler = placing_scheduler(obj, own=own or "")
+        )
+    else:
+        scheduler = placing_scheduler(job, own=own or "")
         if scheduler is not None:
-            refused += [FieldError(e.path, prefix + e.message) for e in conflicts(obj, scheduler)]
+            refused = conflicts(job, scheduler)
+    if refused and conversion is not None:
+        refused = [FieldError(conversion.upstream_path(error.path), error.message) for error in refused]
     if refused:
-        raise SpecError(refused, source=source)
+        raise SpecError(refused)
 
 
 def _refuse_pod_fields(job: TrainingJob, refusals: Mapping[str, str] | None, conversion: Conversion | None) -> None:
@@ -332,11 +340,14 @@ def convert_documents(
     Raises:
         SpecError: every problem in every document, each with its field path.
     """
-    parsed = validate_documents(
-        documents, jobtypes, source=source, pod_field_refusals=backend.pod_field_refusals if backend else None
+    validate_documents(
+        documents,
+        jobtypes,
+        source=source,
+        pod_field_refusals=backend.pod_field_refusals if backend else None,
+        cluster_scheduling=backend.cluster_scheduling if backend else None,
+        own_scheduler=backend.own_scheduler if backend else None,
     )
-    if backend is not None:
-        refuse_scheduler_fields(parsed, backend.cluster_scheduling, backend.own_scheduler, source)
     known = dict(jobtypes)
     runtimes = runtimes_in(documents)
     converted: list[dict[str, Any]] = []
@@ -597,8 +608,9 @@ class Operations:
             namespaced_kinds=self.backend.namespaced_kinds,
             pod_field_refusals=self.backend.pod_field_refusals,
             stand_ins=stand_ins,
+            cluster_scheduling=self.backend.cluster_scheduling,
+            own_scheduler=self.backend.own_scheduler,
         )
-        refuse_scheduler_fields(parsed, self.backend.cluster_scheduling, self.backend.own_scheduler, source)
         return parsed
 
     def submit(

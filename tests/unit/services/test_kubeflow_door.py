@@ -117,3 +117,44 @@ def test_a_runtime_of_another_apiversion_is_refused_with_its_document() -> None:
     (error,) = caught.value.errors
     assert error.path == "apiVersion"
     assert error.message.startswith("document 1: a TrainingRuntime is trainer.kubeflow.org/v1alpha1")
+
+
+def with_scheduler(document: dict[str, Any], names: dict[str, str | None]) -> dict[str, Any]:
+    copied = copy.deepcopy(document)
+    for replica_type, name in names.items():
+        pod = copied["spec"]["pytorchReplicaSpecs"][replica_type]["template"]["spec"]
+        if name is not None:
+            pod["schedulerName"] = name
+    return copied
+
+
+def test_a_pod_templates_scheduler_name_becomes_the_jobs() -> None:
+    # Before, schedulerName in a replica's pod template was refused as "not supported yet".
+    document = with_scheduler(example("pytorchjob"), {"Master": "volcano", "Worker": "volcano"})
+    (job,) = validate_documents([document], JOBTYPES)
+    assert isinstance(job, TrainingJob)
+    assert job.spec.scheduling.scheduler_name == "volcano"
+    assert all("schedulerName" not in r.template.model_dump(by_alias=True) for r in job.spec.replicas.values())
+
+
+def test_replica_types_naming_different_schedulers_are_refused_at_the_odd_one() -> None:
+    document = with_scheduler(example("pytorchjob"), {"Master": "volcano", "Worker": None})
+    with pytest.raises(SpecError) as caught:
+        validate_documents([document], JOBTYPES)
+    paths = {error.path: error.message for error in caught.value.errors}
+    where = "spec.pytorchReplicaSpecs.Worker.template.spec.schedulerName"
+    assert "no scheduler differs from 'volcano'" in paths[where]
+
+
+def test_the_backend_refuses_a_scheduler_name_where_the_author_wrote_it() -> None:
+    document = with_scheduler(example("pytorchjob"), {"Master": "volcano", "Worker": "volcano"})
+    with pytest.raises(SpecError) as caught:  # the embedded runtime has no cluster scheduler
+        validate_documents([document], JOBTYPES, cluster_scheduling=False)
+    [error] = caught.value.errors
+    assert error.path == "spec.pytorchReplicaSpecs.Master.template.spec.schedulerName"
+    assert "this runtime has none" in error.message
+    # On a cluster, what the named scheduler cannot honour is named at the upstream path too.
+    document["spec"]["runPolicy"] = {"schedulingPolicy": {"queue": "team-a"}}
+    with pytest.raises(SpecError) as caught:
+        validate_documents([document], JOBTYPES, cluster_scheduling=True, own_scheduler="phalanx-scheduler")
+    assert [e.path for e in caught.value.errors] == ["spec.runPolicy.schedulingPolicy.queue"]

@@ -56,7 +56,17 @@ SCHEDULER_CONFIG_FILE = "scheduler-config.yaml"
 # On the scheduler's Pod template: a new configuration is a new template, so applying it restarts the scheduler.
 SCHEDULER_CONFIG_HASH = "phalanx.dev/scheduler-config-sha256"
 HEALTH_PORT = 8081
-HEALTH_PORT_ENV = "PHALANX_HEALTH_PORT"  # the port each component serves /healthz and /readyz on (--health-port)
+HEALTH_PORT_ENV = "PHALANX_HEALTH_PORT"  # the port each component serves /healthz, /readyz, /metrics on (--health-port)
+#: Pod annotations by which a Prometheus with the common kubernetes-pods scrape config finds each component's
+#: /metrics (on the health port).
+SCRAPE_PORT_ANNOTATION = "prometheus.io/port"
+
+
+def scrape_annotations() -> dict[str, str]:
+    """The Prometheus scrape annotations of a component's Pods."""
+    return {"prometheus.io/scrape": "true", SCRAPE_PORT_ANNOTATION: str(HEALTH_PORT), "prometheus.io/path": "/metrics"}
+
+
 NONROOT_UID = 65532
 READ = ["get", "list", "watch"]
 
@@ -392,7 +402,7 @@ def _deployment(
             "selector": {"matchLabels": component.selector},
             "strategy": {"type": strategy},
             "template": {
-                "metadata": {"labels": component.labels},
+                "metadata": {"labels": component.labels, "annotations": scrape_annotations()},
                 "spec": _pod_spec(component, parameters.image, env),
             },
         },
@@ -457,7 +467,7 @@ def scheduler_deployment(parameters: InstallParameters) -> dict[str, Any]:
     ]
     deployment = _deployment(SCHEDULER, parameters, env, strategy="RollingUpdate")
     digest = hashlib.sha256(scheduler_config_text().encode()).hexdigest()
-    deployment["spec"]["template"]["metadata"]["annotations"] = {SCHEDULER_CONFIG_HASH: digest}
+    deployment["spec"]["template"]["metadata"]["annotations"][SCHEDULER_CONFIG_HASH] = digest
     spec = deployment["spec"]["template"]["spec"]
     spec["volumes"] = [{"name": "config", "configMap": {"name": SCHEDULER_CONFIG_MAP}}]
     container = spec["containers"][0]
@@ -513,6 +523,6 @@ def node_agent_daemonset(parameters: InstallParameters) -> dict[str, Any]:
         "spec": {
             "selector": {"matchLabels": NODE_AGENT.selector},
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
-            "template": {"metadata": {"labels": NODE_AGENT.labels}, "spec": spec},
+            "template": {"metadata": {"labels": NODE_AGENT.labels, "annotations": scrape_annotations()}, "spec": spec},
         },
     }

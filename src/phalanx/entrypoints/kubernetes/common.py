@@ -3,7 +3,8 @@
 Options come from flags first, then from the environment the manifests in ``deploy/`` set (``POD_NAME``,
 ``POD_NAMESPACE``, ``PHALANX_HEALTH_PORT``, ``KUBECONFIG``), then defaults; outside a cluster, ``--kubeconfig``
 (or ``$KUBECONFIG``) selects the API server. ``/healthz`` and ``/readyz`` answer on ``--health-port`` for the
-kubelet's probes.
+kubelet's probes, and ``/metrics`` for Prometheus: the process's own metrics (CPU, memory, open files, Python's
+garbage collector), which component and version it is, and whether it is ready (docs/install.md#metrics).
 """
 
 from __future__ import annotations
@@ -17,11 +18,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from phalanx import __version__
 from phalanx.adapters.kubernetes.api import KubeApi
 from phalanx.adapters.kubernetes.manifests import HEALTH_PORT, HEALTH_PORT_ENV, JOB_SCHEDULER_ENV
 from phalanx.entrypoints.masked_logging import mask_log_handlers
 from phalanx.model.names import check_dns_subdomain
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 DEFAULT_NAMESPACE = "phalanx-system"
 
@@ -126,13 +132,46 @@ def setup(options: ComponentOptions, component: str) -> KubeApi:
     return KubeApi.from_kubeconfig(options.kubeconfig, options.context)
 
 
-def serve_health(port: int, ready: Callable[[], bool]) -> ThreadingHTTPServer | None:
-    """Answer the kubelet's probes in a daemon thread: /healthz while the process lives, /readyz when ``ready()``."""
+def component_metrics(component: str, ready: Callable[[], bool]) -> CollectorRegistry:
+    """The metrics a component serves on /metrics: its process, its name and version, and its readiness.
+
+    A registry of its own per server (not prometheus_client's global one), so that two servers in one process —
+    the tests' — do not collide.
+    """
+    from prometheus_client import CollectorRegistry, Gauge, Info
+    from prometheus_client.gc_collector import GCCollector
+    from prometheus_client.platform_collector import PlatformCollector
+    from prometheus_client.process_collector import ProcessCollector
+
+    registry = CollectorRegistry(auto_describe=True)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    Info("phalanx_component", "The Phalanx component this process is, and its version.", registry=registry).info(
+        {"component": component, "version": __version__}
+    )
+    readiness = Gauge("phalanx_component_ready", "1 when the component answers /readyz with 200.", registry=registry)
+    readiness.set_function(lambda: 1.0 if ready() else 0.0)
+    return registry
+
+
+def serve_health(port: int, ready: Callable[[], bool], component: str = "phalanx") -> ThreadingHTTPServer | None:
+    """Answer in a daemon thread: /healthz while the process lives, /readyz when ``ready()``, /metrics always."""
     if not port:
         return None
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    registry = component_metrics(component, ready)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if self.path == "/metrics":
+                body = generate_latest(registry)
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                self.end_headers()
+                self.wfile.write(body)
+                return
             ok = self.path == "/healthz" or (self.path == "/readyz" and ready())
             self.send_response(200 if ok else 503)
             self.end_headers()

@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: _stop(stop, keeper))
         ready = agent.ready.is_set if keeper is None else lambda: agent.ready.is_set() and keeper.ready.is_set()
-        serve_health(options.health_port, ready)
+        serve_health(options.health_port, ready, "node-agent")
         log.info(
             "node agent %s for node %s: every %.1fs%s",
             options.identity,

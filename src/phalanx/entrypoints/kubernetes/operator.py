@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server = serve_health(options.health_port, operator.ready.is_set)
+    server = serve_health(options.health_port, operator.ready.is_set, "operator")
     try:
         operator.start(stop=stop)
         log.info("operator %s running (scheduler %s)", options.identity, args.scheduler_name)

@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    serve_health(options.health_port, scheduler.ready.is_set)
+    serve_health(options.health_port, scheduler.ready.is_set, "scheduler")
     try:
         scheduler.start()
     except KubeApiError as error:

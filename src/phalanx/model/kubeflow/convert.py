@@ -104,6 +104,7 @@ class _Converter:
         self.kind = kind
         self.errors: list[FieldError] = []
         self.paths: dict[str, str] = {}
+        self.role_paths: dict[str, str] = {}  # role -> the path of its pod spec in the document
 
     def refuse(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
@@ -128,6 +129,13 @@ class _Converter:
         job_spec["replicas"], policies = self.replicas(spec)
         restart = self.role_restart_policies(job_spec["replicas"], policies)
         run, scheduling = self.run_policy(spec.get("runPolicy"), restart)
+        scheduler = lift_scheduler_name(
+            {role: (replica["template"], self.role_paths[role]) for role, replica in job_spec["replicas"].items()},
+            self.errors,
+        )
+        if scheduler is not None:
+            scheduling = {**(scheduling or {}), "schedulerName": scheduler[0]}
+            self.paths["spec.scheduling.schedulerName"] = scheduler[1]
         job_spec.update({key: value for key, value in (("runPolicy", run), ("scheduling", scheduling)) if value})
         for key in spec:
             if key not in ("runPolicy", kind.replicas_field) and key not in kind.spec_fields:
@@ -207,6 +215,7 @@ class _Converter:
             # TrainingJob's validation and the backend decide (the embedded runtime needs a command or a stand-in).
             self.errors += problems
             roles[role] = {"count": count, "template": template}
+            self.role_paths[role] = f"{where}.template.spec"
             if str(name) in policies:
                 by_role[role] = policies[str(name)]
             self.record_role_paths(role, where, replica.get("template"))
@@ -545,6 +554,37 @@ def hydra_env(implementation: str, slots: int) -> dict[str, str]:
 def _without_open_mpi(env: Mapping[str, str]) -> dict[str, str]:
     """The ``mpi`` JobType's env less Open MPI's own variables (``OMPI_MCA_*``, ``PRTE_MCA_*``)."""
     return {key: value for key, value in env.items() if not key.startswith(("OMPI_MCA_", "PRTE_MCA_"))}
+
+
+def lift_scheduler_name(
+    templates: Mapping[str, tuple[dict[str, Any], str]], errors: list[FieldError]
+) -> tuple[str, str] | None:
+    """The one ``schedulerName`` the pod templates name (and where it is written), taken out of the templates.
+
+    Phalanx places a job's replicas as one gang, by one scheduler (``spec.scheduling.schedulerName``); templates
+    that name different schedulers, or some none, are refused at the path of the odd one out.
+
+    Args:
+        templates: by role, the converted replica template and the path of its pod spec in the document.
+        errors: where a refusal is added.
+    """
+    named = {role: (template.pop("schedulerName"), path) for role, (template, path) in templates.items()
+             if "schedulerName" in template}  # fmt: skip
+    if not named:
+        return None
+    first, first_path = next(iter(named.values()))
+    for role, (_, path) in templates.items():
+        name = named.get(role, (None, ""))[0]
+        if name != first:
+            errors.append(
+                FieldError(
+                    f"{path}.schedulerName",
+                    f"{short(name) if name is not None else 'no scheduler'} differs from {short(first)} at "
+                    f"{first_path}.schedulerName: Phalanx places a job's replicas together, by one scheduler; name "
+                    "the same one in every replica type's template",
+                )
+            )
+    return first, f"{first_path}.schedulerName"
 
 
 def _annotated(metadata: Any, annotations: Mapping[str, str]) -> Any:

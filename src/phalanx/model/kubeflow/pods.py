@@ -47,7 +47,6 @@ _POD_FIELDS_NOT_YET = frozenset(
         "hostNetwork",
         "hostPID",
         "shareProcessNamespace",
-        "schedulerName",
         "runtimeClassName",
         "dnsPolicy",
         "dnsConfig",
@@ -133,6 +132,10 @@ def replica_template(
             result[key] = value
         elif key == "initContainers":
             errors += _init_containers(value, where, result)
+        elif key == "schedulerName":
+            # A job-level choice in Phalanx (spec.scheduling.schedulerName: one scheduler places a gang): kept in
+            # the result for the caller to lift; left there, the TrainingJob's validation refuses it by name.
+            result[key] = value
         elif key == "serviceAccount":
             errors.append(FieldError(where, "is the deprecated alias of serviceAccountName: write serviceAccountName"))
         elif key in _POD_FIELDS_NOT_YET:

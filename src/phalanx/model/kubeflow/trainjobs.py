@@ -120,6 +120,7 @@ class _TrainJob:
         #: they go to the TrainingJob, which stands where they stand (under the TrainJob's own).
         self.object_metadata: dict[str, dict[str, Any]] = {}
         self.patched = Patched(None)
+        self.node_pod_path = ""  # the node's pod template in the runtime (runtime-relative)
 
     def refuse(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
@@ -238,6 +239,11 @@ class _TrainJob:
         job_spec: dict[str, Any] = {"type": jobtype, "replicas": {"worker": {"count": nodes, "template": template}}}
         if restart is not None:
             job_spec["runPolicy"] = {"restartPolicy": restart}
+        if "schedulerName" in template:  # the node pod's scheduler places the job's gang
+            job_spec["scheduling"] = {"schedulerName": template.pop("schedulerName")}
+            pod_spec = f"{self.node_pod_path}.spec.schedulerName"
+            origin = self.patched.origin(pod_spec)
+            self.paths["spec.scheduling.schedulerName"] = origin if origin != pod_spec else self.in_runtime(pod_spec)
         return job_spec
 
     def ml_policy(self, policy: Any) -> tuple[str, Any, Any]:
@@ -376,6 +382,7 @@ class _TrainJob:
                 )
                 restart = None
         pod_path = f"{where}.template.spec.template"
+        self.node_pod_path = pod_path
         result, problems = replica_template(pod, pod_path, restart_policy=restart)
         for problem in problems:
             self.refuse_in_template(problem.path, problem.message)

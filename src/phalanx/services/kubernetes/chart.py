@@ -38,6 +38,7 @@ from phalanx.adapters.kubernetes.manifests import (
     SCHEDULER,
     SCHEDULER_CONFIG_FILE,
     SCHEDULER_CONFIG_HASH,
+    SCRAPE_PORT_ANNOTATION,
     InstallParameters,
     install_manifests,
     kubeflow_rbac,
@@ -154,6 +155,8 @@ def _template_workload(workload: dict[str, Any], key: str, tokens: _Tokens) -> N
         if variable["name"] == KUBEFLOW_KINDS_ENV:
             variable["value"] = tokens.scalar("{{ .Values.kubeflowKinds.enabled | quote }}")
     annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
+    if SCRAPE_PORT_ANNOTATION in annotations:
+        annotations[SCRAPE_PORT_ANNOTATION] = tokens.scalar('"{{ .Values.healthPort }}"')
     if SCHEDULER_CONFIG_HASH in annotations:
         annotations[SCHEDULER_CONFIG_HASH] = tokens.scalar("{{ .Values.scheduler.config | sha256sum | quote }}")
     for field in ("imagePullSecrets", "nodeSelector", "affinity", "tolerations"):
@@ -280,7 +283,8 @@ _COMMENTS = {
     "imagePullSecrets": "Secrets in the release namespace to pull the image with, e.g. [{name: my-registry}].",
     "namespace": "Create the release namespace (labelled for the Pod Security Standards, as `phalanx install` does).\n"
     "Install with --create-namespace too, so helm can store the release there; false: the namespace exists.",
-    "healthPort": "The port each component serves /healthz and /readyz on (the kubelet's probes).",
+    "healthPort": "The port each component serves /healthz and /readyz (the kubelet's probes) and /metrics\n"
+    "(Prometheus, found by the prometheus.io/* annotations of its Pods) on.",
     "operator": "phalanx-operator: TrainingJobs into Pods, Services and ConfigMaps.",
     "scheduler": "phalanx-scheduler: binds whole gangs. `config` is its SchedulerConfiguration (docs/scheduling.md),\n"
     "read at start: e.g. --set-file scheduler.config=my-config.yaml.",

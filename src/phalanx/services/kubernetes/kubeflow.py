@@ -50,7 +50,7 @@ from phalanx.model.kubeflow import TRAINJOB, kubeflow_kind, runtime_key, shipped
 from phalanx.model.kubeflow.status import is_finished, refused_status, upstream_status
 from phalanx.services.kubernetes.apply import event_body
 from phalanx.services.kubernetes.operations import CLUSTER_NAMESPACED_KINDS
-from phalanx.services.operations import refuse_scheduler_fields, validate_documents
+from phalanx.services.operations import validate_documents
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str]  # (kind, namespace, name)
@@ -312,10 +312,14 @@ class KubeflowBridge:
             runtime = self.runtime_of(obj)
             if runtime is not None:
                 documents.insert(0, as_written(runtime))
-        parsed = validate_documents(documents, self.jobtypes(), namespaced_kinds=CLUSTER_NAMESPACED_KINDS)
-        # What a cluster scheduler the job names cannot honour, refused before anything exists (as submit does).
-        refuse_scheduler_fields(parsed, True, self.own_scheduler)
-        return parsed
+        # What a cluster scheduler the job names cannot honour is refused before anything exists, as submit does.
+        return validate_documents(
+            documents,
+            self.jobtypes(),
+            namespaced_kinds=CLUSTER_NAMESPACED_KINDS,
+            cluster_scheduling=True,
+            own_scheduler=self.own_scheduler,
+        )
 
     def runtime_of(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
         """The cluster's runtime a TrainJob names (None: the converter looks among the shipped ones)."""
