@@ -41,6 +41,7 @@ from phalanx.model.kubeflow import (
     validate_kubeflow,
     validate_trainjob,
 )
+from phalanx.model.kubeflow.convert import WORKER_SSHD
 from phalanx.model.loading import builtin_jobtypes, check_documents, parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.names import MAX_NAME_LENGTH, check_dns_label
 from phalanx.model.nodes import Node
@@ -316,6 +317,21 @@ def refuse_scheduler(
 def _refuse_pod_fields(job: TrainingJob, refusals: Mapping[str, str] | None, conversion: Conversion | None) -> None:
     """Raise the pod fields of ``job`` the backend refuses, at their path in the document as written."""
     refused = refused_pod_fields(job, refusals or {})
+    if conversion is not None and refusals and "command" in refusals:
+        # Upstream's default command (an MPIJob worker's sshd) stands where the author wrote none: a backend that
+        # runs no images must not start it on its machine. A stand-in that played the image changed it.
+        for role in conversion.defaulted_commands:
+            template = job.spec.replicas[role].template
+            if tuple(template.command) == WORKER_SSHD:
+                image = template.image or "its image"
+                refused.append(
+                    FieldError(
+                        f"spec.replicas.{role}.template.command",
+                        f"none given, so upstream's {' '.join(WORKER_SSHD)} would run, which the embedded "
+                        f"runtime does not start on this machine: give the container a command, or play {image} "
+                        f"with a local program: phalanx run --stand-in {image}=PROGRAM",
+                    )
+                )
     if refused and conversion is not None:  # a Kubeflow job: named where its author wrote it
         refused = [FieldError(conversion.upstream_path(error.path), error.message) for error in refused]
     if refused:

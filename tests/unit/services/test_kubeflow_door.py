@@ -158,3 +158,34 @@ def test_the_backend_refuses_a_scheduler_name_where_the_author_wrote_it() -> Non
     with pytest.raises(SpecError) as caught:
         validate_documents([document], JOBTYPES, cluster_scheduling=True, own_scheduler="phalanx-scheduler")
     assert [e.path for e in caught.value.errors] == ["spec.runPolicy.schedulingPolicy.queue"]
+
+
+def mpijob_with_bare_workers() -> dict[str, Any]:
+    document = copy.deepcopy(example("mpijob"))
+    worker = document["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    worker.pop("command", None)
+    worker.pop("args", None)
+    return document
+
+
+def test_an_mpijob_worker_without_command_or_args_runs_sshd_as_upstream_starts_it() -> None:
+    parsed = validate_documents([mpijob_with_bare_workers()], JOBTYPES, pod_field_refusals={})
+    (job,) = [obj for obj in parsed if isinstance(obj, TrainingJob)]
+    assert job.spec.replicas["worker"].template.command == ["/usr/sbin/sshd", "-De"]
+    # args alone are the author's: nothing is added to them
+    document = mpijob_with_bare_workers()
+    document["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"] = ["serve"]
+    parsed = validate_documents([document], JOBTYPES, pod_field_refusals={})
+    (job,) = [obj for obj in parsed if isinstance(obj, TrainingJob)]
+    assert job.spec.replicas["worker"].template.command == []
+
+
+def test_the_embedded_runtime_does_not_start_upstreams_sshd_on_its_machine() -> None:
+    from phalanx.model.pods import EMBEDDED_REFUSALS
+
+    with pytest.raises(SpecError) as caught:
+        validate_documents([mpijob_with_bare_workers()], JOBTYPES, pod_field_refusals=EMBEDDED_REFUSALS)
+    found = {error.path: error.message for error in caught.value.errors}
+    where = "spec.mpiReplicaSpecs.Worker.template.spec.containers[0].command"
+    assert "/usr/sbin/sshd -De would run" in found[where]
+    assert "--stand-in" in found[where]

@@ -49,6 +49,8 @@ class Conversion:
     jobtypes: tuple[dict[str, Any], ...]
     #: (TrainingJob path prefix, upstream path), longest prefix first
     paths: tuple[tuple[str, str], ...]
+    #: Roles given upstream's default command for a container that names none (an MPIJob's workers: sshd)
+    defaulted_commands: tuple[str, ...] = ()
 
     def upstream_path(self, path: str) -> str:
         """The path in the upstream document of a TrainingJob path (the longest known prefix is replaced)."""
@@ -105,6 +107,7 @@ class _Converter:
         self.errors: list[FieldError] = []
         self.paths: dict[str, str] = {}
         self.role_paths: dict[str, str] = {}  # role -> the path of its pod spec in the document
+        self.defaulted_commands: list[str] = []
 
     def refuse(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
@@ -168,7 +171,9 @@ class _Converter:
             }
         )
         ordered = sorted(self.paths.items(), key=lambda item: len(item[0]), reverse=True)
-        return Conversion(job=job, jobtypes=tuple(extra), paths=tuple(ordered))
+        return Conversion(
+            job=job, jobtypes=tuple(extra), paths=tuple(ordered), defaulted_commands=tuple(self.defaulted_commands)
+        )
 
     # -- replica specs ---------------------------------------------------------------------------------------
 
@@ -450,7 +455,15 @@ class _Converter:
         jobtypes: Mapping[str, JobType],
         metadata: Any,
     ) -> dict[str, Any] | None:
-        """Check the MPIJob fields; a JobType document when the hostfile differs from ``mpi``'s."""
+        """Check the MPIJob fields; a JobType document when the hostfile differs from ``mpi``'s.
+
+        A worker container with neither command nor args runs ``/usr/sbin/sshd -De``, as mpi-operator starts it:
+        the launcher's mpirun logs in to the workers over SSH.
+        """
+        worker = job_spec["replicas"].get("worker")
+        if isinstance(worker, dict) and not worker["template"].get("command") and not worker["template"].get("args"):
+            worker["template"]["command"] = list(WORKER_SSHD)
+            self.defaulted_commands.append("worker")
         implementation = spec.get("mpiImplementation", "OpenMPI")
         if implementation not in _MPI_IMPLEMENTATIONS:
             self.refuse(
@@ -531,6 +544,9 @@ class _Converter:
         self.paths["spec.slotsPerHost"] = "spec.slotsPerWorker"
         return document
 
+
+#: What an MPIJob worker without a command or args runs, as mpi-operator starts it.
+WORKER_SSHD = ("/usr/sbin/sshd", "-De")
 
 #: mpi-operator's ``mpiImplementation`` values.
 _MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
