@@ -200,15 +200,11 @@ def validate_documents(
                 # Used by the TrainJobs that name it; not stored (Phalanx has no such kind).
                 if problems := check_runtime(doc):
                     raise SpecError(problems)
-            elif kind == TRAINJOB:
-                _, job, conversion = validate_trainjob(doc, runtimes, jobtypes)
-                job = _stand_in(job, stand_ins, images, played)
-                reached += 1
-                _refuse_pod_fields(job, pod_field_refusals, conversion)
-                refuse_scheduler(job, cluster_scheduling, own_scheduler, conversion)
-                parsed.append(job)
-            elif kubeflow_kind(doc) is not None:
-                made, job, conversion = validate_kubeflow(doc, jobtypes)
+            elif kind == TRAINJOB or kubeflow_kind(doc) is not None:
+                if kind == TRAINJOB:  # on an MPI runtime, it may make a JobType too
+                    made, job, conversion = validate_trainjob(doc, runtimes, jobtypes)
+                else:
+                    made, job, conversion = validate_kubeflow(doc, jobtypes)
                 job = _stand_in(job, stand_ins, images, played)
                 reached += 1
                 _refuse_pod_fields(job, pod_field_refusals, conversion)
@@ -370,16 +366,16 @@ def convert_documents(
     for doc in documents:
         if is_runtime(doc):
             continue  # what it says is in the TrainingJobs of the TrainJobs that name it
-        if doc.get("kind") == TRAINJOB:
-            converted.append(validate_trainjob(doc, runtimes, known)[2].job)
-            continue
-        if kubeflow_kind(doc) is None:
+        if doc.get("kind") != TRAINJOB and kubeflow_kind(doc) is None:
             converted.append(doc)
             if doc.get("kind") == "JobType":
                 jobtype = parse_jobtype(doc)
                 known[jobtype.metadata.name] = jobtype
             continue
-        made, _, conversion = validate_kubeflow(doc, known)
+        if doc.get("kind") == TRAINJOB:
+            made, _, conversion = validate_trainjob(doc, runtimes, known)
+        else:
+            made, _, conversion = validate_kubeflow(doc, known)
         for jobtype, raw in zip(made, conversion.jobtypes, strict=True):
             if known.get(jobtype.metadata.name) != jobtype:
                 known[jobtype.metadata.name] = jobtype

@@ -15,6 +15,7 @@ import pytest
 
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
+from phalanx.model.jobtypes import JobType
 from phalanx.model.kubeflow import CONVERTED_FROM, RuntimeKey, runtimes_in, shipped_runtimes, validate_trainjob
 from phalanx.model.loading import builtin_jobtypes, read_documents
 
@@ -109,7 +110,7 @@ def _runtime_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
     [
         ("trainjob", lambda d: d[0]["spec"]["runtimeRef"].update(name="torch-elastic"), "spec.runtimeRef.name",
          "no ClusterTrainingRuntime 'torch-elastic'; put it in the same file as the TrainJob, or use one of "
-         "jax-distributed, torch-distributed, xgboost-distributed"),
+         "deepspeed-distributed, jax-distributed, mlx-distributed, torch-distributed, xgboost-distributed"),
         ("trainjob-runtime", lambda d: d[0]["metadata"].update(namespace="other"), "spec.runtimeRef.name",
          "no TrainingRuntime 'cpu-torch' in namespace default"),
         ("trainjob", lambda d: d[0]["spec"].update(initializer={"dataset": {"storageUri": "hf://x"}}),
@@ -125,7 +126,7 @@ def _runtime_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
         ("trainjob", lambda d: d[0]["spec"]["trainer"].update(numProcPerNode="all"), "spec.trainer.numProcPerNode",
          "auto, cpu, gpu"),
         ("trainjob-runtime", lambda d: _runtime_spec(d)["mlPolicy"].update(mpi={"numProcPerNode": 1}),
-         f"{RUNTIME}spec.mlPolicy.mpi", "MPIJob"),
+         f"{RUNTIME}spec.mlPolicy.mpi", "torch and mpi are both given: keep one"),
         ("trainjob-runtime", lambda d: _runtime_spec(d)["mlPolicy"]["torch"].update(elasticPolicy={"maxNodes": 4}),
          f"{RUNTIME}spec.mlPolicy.torch.elasticPolicy", "fixed size"),
         ("trainjob-runtime", lambda d: _runtime_spec(d).update(podGroupPolicy={"kueue": {}}),
@@ -153,7 +154,7 @@ def _runtime_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
     ],
     ids=[
         "unknown-runtime", "runtime-elsewhere", "initializer", "pod-overrides", "managed-by", "valueFrom",
-        "hugepages", "nproc", "mpi-runtime", "elastic", "kueue", "volcano-option", "xgboost-option",
+        "hugepages", "nproc", "two-frameworks", "elastic", "kueue", "volcano-option", "xgboost-option",
         "schedule-timeout", "initializer-job",
         "jobset-field", "runtime-pull-policy", "zero-nodes", "runtime-nodes", "no-command", "env-name",
     ],
@@ -338,3 +339,165 @@ def test_a_limit_below_its_request_per_node_is_named_where_it_was_written() -> N
 
     found = refusals(changed("trainjob", per_node))
     assert "below the 4 CPU reserved" in found["spec.trainer.resourcesPerNode.limits.cpu"], found
+
+
+# -- MPI runtimes (mlPolicy.mpi): a launcher and its workers ------------------------------------------------------
+
+MPI_RUNTIME = "TrainingRuntime/cpu-mpi "
+
+
+def mpi_validated(docs: list[dict[str, Any]]) -> tuple[list[JobType], TrainingJob]:
+    *_, trainjob = docs
+    made, job, _ = validate_trainjob(trainjob, runtimes_in(docs), JOBTYPES)
+    return made, job
+
+
+def on_shipped(runtime: str, **trainer: Any) -> list[dict[str, Any]]:
+    document = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "run"},
+        "spec": {"runtimeRef": {"name": runtime}, "trainer": {"command": ["mpirun", "python3", "train.py"], **trainer}},
+    }
+    return [document]
+
+
+@pytest.mark.parametrize("runtime", ["deepspeed-distributed", "mlx-distributed"])
+def test_the_shipped_mpi_runtimes_make_a_launcher_that_is_a_node_and_workers_serving_ssh(runtime: str) -> None:
+    framework = runtime.split("-")[0]
+    docs = on_shipped(
+        runtime, numNodes=3, env=[{"name": "EPOCHS", "value": "2"}], resourcesPerNode={"limits": {"cpu": "4"}}
+    )
+    made, job = mpi_validated(docs)
+    (jobtype,) = made
+    assert job.spec.type == jobtype.metadata.name == "mpi-launcher-as-worker"
+    # The launcher is listed first in the hostfile, one slot a host (the runtime's numProcPerNode: 1, no GPUs).
+    assert (jobtype.spec.hostfile_roles, jobtype.spec.rank_roles) == (["launcher", "worker"], ["launcher", "worker"])
+    assert jobtype.spec.slots_per_host == 1
+    launcher, worker = job.spec.replicas["launcher"], job.spec.replicas["worker"]
+    assert (launcher.count, worker.count) == (1, 2)  # numNodes 3: the launcher and two nodes
+    image = f"ghcr.io/kubeflow/trainer/{framework}-runtime"
+    assert (launcher.template.image, worker.template.image) == (image, image)
+    assert launcher.template.command == ["mpirun", "python3", "train.py"]
+    assert (worker.template.command, worker.template.args) == (
+        ["/usr/sbin/sshd"],
+        ["-De", "-f", "/home/mpiuser/.sshd_config"],
+    )
+    # The launcher is a node: the trainer's env and resources reach the nodes too.
+    assert launcher.template.env["EPOCHS"] == worker.template.env["EPOCHS"] == "2"
+    assert launcher.template.resources.cpu == worker.template.resources.cpu == 4000
+    assert job.spec.ssh_keys is not None and job.spec.ssh_keys.mount_path == "/home/mpiuser/.ssh"
+    assert job.metadata.labels == {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+
+
+def test_one_node_on_a_launcher_as_node_runtime_still_has_a_worker_as_upstream() -> None:
+    _, job = mpi_validated(on_shipped("deepspeed-distributed", numNodes=1))
+    assert (job.spec.replicas["launcher"].count, job.spec.replicas["worker"].count) == (1, 1)
+
+
+def test_no_nodes_on_a_launcher_as_node_runtime_is_refused_at_num_nodes() -> None:
+    found = refusals(on_shipped("mlx-distributed", numNodes=0))
+    assert found == {"spec.trainer.numNodes": "must be >= 1, got 0"}
+
+
+def test_a_runtimes_one_process_per_node_becomes_the_gpus_of_a_node() -> None:
+    gpus = {"limits": {"nvidia.com/gpu": 4}}
+    made, job = mpi_validated(on_shipped("deepspeed-distributed", numNodes=2, resourcesPerNode=gpus))
+    assert (job.spec.type, made[0].spec.slots_per_host) == ("mpi-slots-4-launcher-as-worker", 4)
+    # The trainer's numProcPerNode wins.
+    made, job = mpi_validated(on_shipped("deepspeed-distributed", resourcesPerNode=gpus, numProcPerNode=2))
+    assert (job.spec.type, made[0].spec.slots_per_host) == ("mpi-slots-2-launcher-as-worker", 2)
+
+
+def test_an_mpi_trainingruntime_of_the_file_is_a_launcher_with_the_trainer_and_workers_as_written() -> None:
+    made, job = mpi_validated(documents("trainjob-mpi-runtime"))
+    (jobtype,) = made
+    assert (job.spec.type, jobtype.spec.slots_per_host, jobtype.spec.hostfile_roles) == ("mpi-slots-2", 2, ["worker"])
+    assert jobtype.metadata.namespace == "default"
+    launcher, worker = job.spec.replicas["launcher"], job.spec.replicas["worker"]
+    assert (launcher.count, worker.count) == (1, 3)  # the launcher is no node: numNodes workers
+    assert launcher.template.command == ["mpirun", "python3", "pi.py"]
+    assert launcher.template.env == {"OMPI_ALLOW_RUN_AS_ROOT": "1", "STEPS": "1000"}
+    assert launcher.template.resources.cpu == 1000
+    # As upstream, the trainer's env and resources go to the trainer's replicated job (the launcher) only.
+    assert worker.template.env == {} and worker.template.resources.cpu == 2000
+    assert worker.template.command == ["/usr/sbin/sshd", "-De"]
+    assert (launcher.restart_policy, worker.restart_policy) == ("OnFailure", "Never")
+    assert job.spec.ssh_keys is not None and job.spec.ssh_keys.mount_path == "/home/mpiuser/.ssh"
+
+
+def test_an_mpi_runtime_of_the_default_shape_uses_the_mpi_jobtype() -> None:
+    def plain(docs: list[dict[str, Any]]) -> None:
+        _mpi_spec(docs)["mlPolicy"]["mpi"] = {}
+
+    made, job = mpi_validated(changed("trainjob-mpi-runtime", plain))
+    assert (made, job.spec.type) == ([], "mpi")
+    assert job.spec.ssh_keys is not None and job.spec.ssh_keys.mount_path == "/root/.ssh"
+
+
+def _mpi_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = docs[0]["spec"]
+    return spec
+
+
+def _mpi_job(docs: list[dict[str, Any]], position: int) -> dict[str, Any]:
+    job: dict[str, Any] = _mpi_spec(docs)["template"]["spec"]["replicatedJobs"][position]
+    return job
+
+
+JOBS = "spec.template.spec.replicatedJobs"
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "words"),
+    [
+        (lambda d: _mpi_job(d, 0).update(dependsOn=[{"name": "node", "status": "Complete"}]),
+         f"{MPI_RUNTIME}{JOBS}[0].dependsOn", "starts the launcher with the nodes"),
+        (lambda d: _mpi_job(d, 1).update(dependsOn=[{"name": "launcher", "status": "Ready"}]),
+         f"{MPI_RUNTIME}{JOBS}[1].dependsOn", "unknown field of a replicated job"),
+        (lambda d: _mpi_spec(d)["template"]["spec"]["successPolicy"].update(targetReplicatedJobs=["node"]),
+         f"{MPI_RUNTIME}spec.template.spec.successPolicy.targetReplicatedJobs", "succeeds when its launcher does"),
+        (lambda d: _mpi_spec(d)["template"]["spec"]["network"].update(publishNotReadyAddresses=False),
+         f"{MPI_RUNTIME}spec.template.spec.network.publishNotReadyAddresses", "published before they are ready"),
+        (lambda d: _mpi_spec(d)["template"]["spec"]["network"].update(subdomain="mpi"),
+         f"{MPI_RUNTIME}spec.template.spec.network.subdomain", "names the replicas' hosts itself"),
+        (lambda d: _mpi_spec(d)["mlPolicy"]["mpi"].update(mpiImplementation="MVAPICH"),
+         f"{MPI_RUNTIME}spec.mlPolicy.mpi.mpiImplementation", "OpenMPI, Intel, MPICH"),
+        (lambda d: _mpi_spec(d)["mlPolicy"]["mpi"].update(numProcPerNode=0),
+         f"{MPI_RUNTIME}spec.mlPolicy.mpi.numProcPerNode", ">= 1"),
+        (lambda d: _mpi_spec(d)["mlPolicy"]["mpi"].update(runLauncherAsWorker=True),
+         f"{MPI_RUNTIME}spec.mlPolicy.mpi.runLauncherAsWorker", "unknown field of an mpi policy"),
+        (lambda d: d[1]["spec"]["trainer"].update(numProcPerNode="auto"), "spec.trainer.numProcPerNode",
+         "whole number"),
+        (lambda d: d[1]["spec"]["trainer"]["env"].append({"name": "OMPI_MCA_plm_rsh_args", "value": "-p 22"}),
+         "spec.trainer.env[1].name", "set by the MPI runtime"),
+        (lambda d: _mpi_spec(d)["template"]["spec"]["replicatedJobs"].pop(0),
+         f"{MPI_RUNTIME}{JOBS}", "required: the replicated job 'launcher'"),
+        (lambda d: _mpi_job(d, 0).update(replicas=2), f"{MPI_RUNTIME}{JOBS}[0].replicas", "one launcher"),
+        (lambda d: d[1]["spec"]["trainer"].update(numNodes=0), "spec.trainer.numNodes", ">= 1"),
+    ],
+    ids=[
+        "depends-on-complete", "node-depends", "success-of-nodes", "not-ready-hidden", "subdomain",
+        "implementation", "zero-slots", "mpijob-field", "auto-slots", "reserved-env", "no-launcher",
+        "two-launchers", "zero-nodes",
+    ],
+)  # fmt: skip
+def test_an_mpi_runtime_problem_is_named_where_it_was_written(
+    change: Callable[[list[dict[str, Any]]], None], path: str, words: str
+) -> None:
+    found = refusals(changed("trainjob-mpi-runtime", change))
+    assert path in found, found
+    assert words in found[path]
+
+
+def test_a_launcher_or_an_mpi_jobset_field_is_refused_on_a_runtime_without_mlpolicy_mpi() -> None:
+    def launcher(docs: list[dict[str, Any]]) -> None:
+        spec = _runtime_spec(docs)["template"]["spec"]
+        spec["replicatedJobs"].append({"name": "launcher", "template": {"spec": {}}})
+        spec["successPolicy"] = {"operator": "All", "targetReplicatedJobs": ["launcher"]}
+        spec["network"] = {"publishNotReadyAddresses": True}
+
+    found = refusals(changed("trainjob-runtime", launcher))
+    assert "a launcher only with mlPolicy.mpi" in found[f"{RUNTIME}spec.template.spec.replicatedJobs[1]"]
+    assert "runs no JobSet" in found[f"{RUNTIME}spec.template.spec.successPolicy"]
+    assert f"{RUNTIME}spec.template.spec.network" not in found  # what Phalanx does for every job

@@ -189,3 +189,24 @@ def test_the_embedded_runtime_does_not_start_upstreams_sshd_on_its_machine() -> 
     where = "spec.mpiReplicaSpecs.Worker.template.spec.containers[0].command"
     assert "/usr/sbin/sshd -De would run" in found[where]
     assert "--stand-in" in found[where]
+
+
+def test_a_trainjob_on_an_mpi_runtime_stores_and_prints_the_jobtype_it_makes_once() -> None:
+    def trainjob(name: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": "deepspeed-distributed"}, "trainer": {"command": ["mpirun", "t.py"]}},
+        }
+
+    documents = [trainjob("ds-1"), trainjob("ds-2")]
+    parsed = validate_documents(documents, JOBTYPES)
+    assert [type(obj).__name__ for obj in parsed] == ["JobType", "TrainingJob", "TrainingJob"]
+    assert parsed[0].metadata.name == "mpi-launcher-as-worker"
+    converted = convert_documents(documents, JOBTYPES)
+    assert [(doc["kind"], doc["metadata"]["name"]) for doc in converted] == [
+        ("JobType", "mpi-launcher-as-worker"),
+        ("TrainingJob", "ds-1"),
+        ("TrainingJob", "ds-2"),
+    ]

@@ -108,7 +108,7 @@ def validate_trainjob(
     Raises:
         SpecError: every problem, each at its path in the TrainJob or in its runtime.
     """
-    return _validated(convert_trainjob(document, runtimes), jobtypes)
+    return _validated(convert_trainjob(document, runtimes, jobtypes), jobtypes)
 
 
 def _validated(

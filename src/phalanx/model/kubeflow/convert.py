@@ -465,7 +465,7 @@ class _Converter:
             worker["template"]["command"] = list(WORKER_SSHD)
             self.defaulted_commands.append("worker")
         implementation = spec.get("mpiImplementation", "OpenMPI")
-        if implementation not in _MPI_IMPLEMENTATIONS:
+        if implementation not in MPI_IMPLEMENTATIONS:
             self.refuse(
                 "spec.mpiImplementation",
                 f"must be OpenMPI, Intel or MPICH, got {short(implementation)}",
@@ -487,7 +487,7 @@ class _Converter:
         if not isinstance(launcher_works, bool):
             self.refuse("spec.runLauncherAsWorker", f"must be true or false, got {short(launcher_works)}")
             return None
-        if slots == 1 and not launcher_works and implementation == "OpenMPI":
+        if not needs_own_mpi_jobtype(slots, launcher_works, implementation):
             return None
         base = jobtypes.get("mpi")
         if base is None:
@@ -513,43 +513,75 @@ class _Converter:
         job_spec: dict[str, Any],
         metadata: Any,
     ) -> dict[str, Any]:
-        # The hostfile is the JobType's: a type of its own, named by what differs, so jobs alike share it.
-        name = "mpi" + ("" if implementation == "OpenMPI" else f"-{implementation.lower()}")
-        if slots != 1:
-            name += f"-slots-{slots}"
-        if launcher_works:
-            name += "-launcher-as-worker"
-        document = base.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-        spec = document["spec"]
-        spec["slotsPerHost"] = slots
-        spec["description"] = (
-            f"The mpi JobType with {slots} slot(s) per host in the hostfile"
-            + (", the launcher listed first as a worker too" if launcher_works else "")
-            + (f", for {implementation} MPI's Hydra (host:slots lines)" if implementation != "OpenMPI" else "")
-            + f", for MPIJobs with slotsPerWorker: {slots}, runLauncherAsWorker: {str(launcher_works).lower()}"
-            + f" and mpiImplementation: {implementation}."
-        )
-        if launcher_works:
-            spec["hostfileRoles"] = ["launcher", *[r for r in spec.get("hostfileRoles", []) if r != "launcher"]]
-            spec["rankRoles"] = ["launcher", *[r for r in spec.get("rankRoles", []) if r != "launcher"]]
-            if "worker" in spec["roles"]:
-                spec["roles"]["worker"]["minCount"] = 0
-        if implementation != "OpenMPI":
-            spec["hostfileFormat"] = "Hydra"
-            spec["env"] = {**_without_open_mpi(spec.get("env", {})), **hydra_env(implementation, slots)}
         namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
-        document["metadata"] = {"name": name, **({"namespace": namespace} if namespace else {})}
-        document = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "JobType", **document}
-        job_spec["type"] = name
+        document = mpi_jobtype_document(
+            base,
+            slots=slots,
+            launcher_works=launcher_works,
+            implementation=implementation,
+            namespace=namespace,
+        )
+        job_spec["type"] = document["metadata"]["name"]
         self.paths["spec.slotsPerHost"] = "spec.slotsPerWorker"
         return document
+
+
+def needs_own_mpi_jobtype(slots: int, launcher_works: bool, implementation: str) -> bool:
+    """Whether an MPI job's hostfile differs from the built-in ``mpi`` JobType's (one slot, workers only, Open MPI)."""
+    return slots != 1 or launcher_works or implementation != "OpenMPI"
+
+
+def mpi_jobtype_document(
+    base: JobType,
+    *,
+    slots: int,
+    launcher_works: bool,
+    implementation: str,
+    namespace: str | None,
+) -> dict[str, Any]:
+    """The JobType document of an MPI job whose hostfile differs from ``base``'s (the ``mpi`` JobType).
+
+    The hostfile is the JobType's: a type of its own, named by what differs (``mpi-intel-slots-4-launcher-as-
+    worker``), so jobs alike share it. Used by MPIJobs and by TrainJobs on an ``mlPolicy.mpi`` runtime.
+
+    Args:
+        base: the ``mpi`` JobType.
+        slots: the slots per host in the hostfile.
+        launcher_works: the launcher is listed first in the hostfile, a worker too.
+        implementation: OpenMPI, Intel or MPICH (the last two: Hydra's hostfile and variables).
+        namespace: the job's namespace, for the JobType's.
+    """
+    name = "mpi" + ("" if implementation == "OpenMPI" else f"-{implementation.lower()}")
+    if slots != 1:
+        name += f"-slots-{slots}"
+    if launcher_works:
+        name += "-launcher-as-worker"
+    document = base.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    spec = document["spec"]
+    spec["slotsPerHost"] = slots
+    spec["description"] = (
+        f"The mpi JobType with {slots} slot(s) per host in the hostfile"
+        + (", the launcher listed first as a worker too" if launcher_works else "")
+        + (f", for {implementation} MPI's Hydra (host:slots lines)" if implementation != "OpenMPI" else "")
+        + ", made for the MPI jobs of this shape (MPIJobs, and TrainJobs on an mlPolicy.mpi runtime)."
+    )
+    if launcher_works:
+        spec["hostfileRoles"] = ["launcher", *[r for r in spec.get("hostfileRoles", []) if r != "launcher"]]
+        spec["rankRoles"] = ["launcher", *[r for r in spec.get("rankRoles", []) if r != "launcher"]]
+        if "worker" in spec["roles"]:
+            spec["roles"]["worker"]["minCount"] = 0
+    if implementation != "OpenMPI":
+        spec["hostfileFormat"] = "Hydra"
+        spec["env"] = {**_without_open_mpi(spec.get("env", {})), **hydra_env(implementation, slots)}
+    document["metadata"] = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "JobType", **document}
 
 
 #: What an MPIJob worker without a command or args runs, as mpi-operator starts it.
 WORKER_SSHD = ("/usr/sbin/sshd", "-De")
 
 #: mpi-operator's ``mpiImplementation`` values.
-_MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
+MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
 
 
 def hydra_env(implementation: str, slots: int) -> dict[str, str]:
