@@ -223,6 +223,74 @@ def test_a_trainjob_on_the_shipped_torch_distributed_runtime_runs_to_succeeded(
     assert "rank 0 heard ranks [1] of world size 2" in logs
 
 
+def mpi_runtime(name: str) -> dict[str, Any]:
+    """A TrainingRuntime in the shape of upstream's deepspeed-distributed, whose nodes run a local stand-in for
+    their SSH server (``sleep infinity``: the launcher's stand-in for mpirun logs in to none of them)."""
+
+    def replicated(job: str, command: list[str] | None = None, **fields: Any) -> dict[str, Any]:
+        container: dict[str, Any] = {"name": "node", "image": "example.org/deepspeed:0.16"}
+        if command is not None:
+            container["command"] = command
+        return {"name": job, **fields, "template": {"spec": {"template": {"spec": {"containers": [container]}}}}}
+
+    launcher = replicated("launcher", dependsOn=[{"name": "node", "status": "Ready"}])
+    launcher["template"]["metadata"] = {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": name},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "mpi": {"numProcPerNode": 2, "runLauncherAsNode": True}},
+            "template": {
+                "spec": {
+                    "network": {"publishNotReadyAddresses": True},
+                    "successPolicy": {"operator": "All", "targetReplicatedJobs": ["launcher"]},
+                    "replicatedJobs": [replicated("node", ["sleep", "infinity"]), launcher],
+                }
+            },
+        },
+    }
+
+
+def test_a_trainjob_on_an_mpi_runtime_runs_its_launcher_as_a_node_and_ends_with_it(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    hostfile, envs = tmp_path / "hostfile", tmp_path / "env"
+    trainjob = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "ds"},
+        "spec": {
+            "runtimeRef": {"name": "local-mpi", "kind": "TrainingRuntime"},
+            "trainer": {
+                # In place of mpirun: check the hostfile it would read (the launcher and 2 nodes x 2 slots).
+                "command": [sys.executable, PROGRAM],
+                "args": ["--hostfile-out", str(hostfile), "--expect-slots", "6", "--env-dir", str(envs)],
+                "numNodes": 3,
+                "env": [{"name": "EPOCHS", "value": "2"}],
+                "resourcesPerNode": SMALL,
+            },
+        },
+    }
+    path = tmp_path / "ds.yaml"
+    path.write_text(yaml.safe_dump_all([mpi_runtime("local-mpi"), trainjob]))
+
+    ran = runtime.cli("run", str(path), timeout=180)
+
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "jobtype/mpi-slots-2-launcher-as-worker created" in ran.stdout
+    assert hostfile.read_text() == "127.0.0.1 slots=6\n"  # all three hosts on this machine: their slots summed
+    env = json.loads((envs / "launcher-0.json").read_text())
+    assert env["EPOCHS"] == "2"
+    assert env["OMPI_MCA_orte_default_hostfile"] == env["PHALANX_HOSTFILE"]
+    with runtime.client() as client:
+        job = client.get("ds")
+    assert job.status.phase == Phase.SUCCEEDED
+    assert (job.spec.replicas["launcher"].count, job.spec.replicas["worker"].count) == (1, 2)
+    # The nodes serve the launcher until it ends: Phalanx stops them then, as upstream's successPolicy does.
+    wait_until(lambda: replicas_left(runtime, "ds") == [], message="the MPI nodes to be stopped")
+
+
 MNIST_IMAGE = "kubeflow/pytorch-dist-mnist:latest"
 MNIST_STANDIN = str(HERE / "mnist_standin.py")
 
