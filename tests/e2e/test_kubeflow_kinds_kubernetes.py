@@ -5,8 +5,8 @@ The module applies what the option adds to an install (the Kubeflow kinds' CRDs 
 that the session's install without the option created none of those CRDs, and deletes them afterwards. The
 operator runs as its own ServiceAccount with ``--kubeflow-kinds``, so a missing permission fails here.
 
-Checked: a PyTorchJob and an MPIJob (our own files, in upstream's format) are stored as written and each becomes
-a TrainingJob it owns, with its Pods; the TrainingJob's progress reaches the Kubeflow object's conditions and
+Checked: a PyTorchJob, an MPIJob and a TrainJob on the shipped deepspeed-distributed runtime (our own files,
+in upstream's format) are stored as written and each becomes a TrainingJob it owns, with its Pods; the TrainingJob's progress reaches the Kubeflow object's conditions and
 replicaStatuses (``kubectl get pytorchjob`` prints the state); deleting the Kubeflow object deletes the
 TrainingJob and its Pods (the garbage collector, through the ownerReferences); a file with a field Phalanx
 cannot honour is stored, and gets a Failed condition and a Warning Event naming the field's path, and nothing
@@ -276,6 +276,88 @@ def test_mpijob_applied_with_kubectl_runs_its_gang_and_deleting_it_deletes_the_r
     wait_until(lambda: not kube.exists(f"{JOBS.format(ns=namespace)}/{name}"), 60, "the TrainingJob deleted")
     wait_until(lambda: not job_pods(kube, namespace, name), 60, "its Pods deleted")
     wait_until(lambda: not kube.get(secrets)["items"], 60, "its SSH key Secret deleted")
+
+
+# A TrainJob on the shipped deepspeed-distributed runtime; a runtime patch makes its Pods hang under kwok
+# (phalanx.dev/sim-hang), so the job stays Running until it is deleted.
+DEEPSPEED_TRAINJOB = """\
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata:
+  name: {name}
+spec:
+  runtimeRef:
+    name: deepspeed-distributed
+  trainer:
+    numNodes: 3
+    command: [mpirun, python3, /workspace/train.py]
+    resourcesPerNode:
+      limits: {{cpu: "1", memory: 1Gi, nvidia.com/gpu: 1}}
+  runtimePatches:
+    - manager: example.io/e2e
+      trainingRuntimeSpec:
+        template:
+          spec:
+            replicatedJobs:
+              - name: node
+                template:
+                  spec:
+                    template:
+                      metadata:
+                        annotations: {{phalanx.dev/sim-hang: "true"}}
+              - name: launcher
+                template:
+                  spec:
+                    template:
+                      metadata:
+                        annotations: {{phalanx.dev/sim-hang: "true"}}
+"""
+
+
+def test_a_trainjob_on_the_shipped_deepspeed_runtime_runs_a_launcher_that_is_a_node_and_ssh_servers(
+    kubeflow_installed: Any,
+    components: Components,
+    namespace: str,
+    gpu_nodes: list[str],
+    kubectl: Kubectl,
+    tmp_path: Path,
+) -> None:
+    kube = kubeflow_installed
+    start(components)
+    name = "deepspeed"
+    manifest = tmp_path / "trainjob.yaml"
+    manifest.write_text(DEEPSPEED_TRAINJOB.format(name=name))
+    applied = kubectl("apply", "-n", namespace, "-f", str(manifest)).stdout.strip()
+    assert applied == f"trainjob.trainer.kubeflow.org/{name} created"
+    wait_until(
+        lambda: (
+            {p["status"].get("phase") for p in job_pods(kube, namespace, name)} == {"Running"}
+            and len(job_pods(kube, namespace, name)) == 3
+        ),
+        90,
+        "the launcher and both nodes running",
+    )
+    job = kube.get(f"{JOBS.format(ns=namespace)}/{name}")
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+    # numNodes 3 with the launcher as a node: the launcher and 2 workers, listed in the hostfile in that order.
+    assert job["spec"]["type"] == "mpi-launcher-as-worker"
+    jobtype = kube.get(f"/apis/phalanx.dev/v1alpha1/jobtypes/{job['spec']['type']}")
+    assert jobtype["spec"]["hostfileRoles"] == ["launcher", "worker"]
+    pods = {p["metadata"]["name"]: p for p in job_pods(kube, namespace, name)}
+    assert sorted(pods) == [f"{name}-launcher-0", f"{name}-worker-0", f"{name}-worker-1"]
+    launcher, worker = pods[f"{name}-launcher-0"]["spec"], pods[f"{name}-worker-0"]["spec"]
+    assert launcher["containers"][0]["command"] == ["mpirun", "python3", "/workspace/train.py"]
+    assert worker["containers"][0]["command"] == ["/usr/sbin/sshd"]
+    for spec in (launcher, worker):
+        container = spec["containers"][0]
+        assert container["image"] == "ghcr.io/kubeflow/trainer/deepspeed-runtime"
+        assert container["securityContext"]["runAsUser"] == 1000 and spec["securityContext"]["fsGroup"] == 1000
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"  # the launcher is a node: both get it
+        assert {"name": "ssh-auth", "mountPath": "/home/mpiuser/.ssh", "readOnly": True} in container["volumeMounts"]
+
+    kubectl("delete", "trainjob", "-n", namespace, name)
+    wait_until(lambda: not kube.exists(f"{JOBS.format(ns=namespace)}/{name}"), 60, "the TrainingJob deleted")
+    wait_until(lambda: not job_pods(kube, namespace, name), 60, "its Pods deleted")
 
 
 def test_a_refused_file_shows_the_field_path_in_status_and_events_and_creates_nothing(
