@@ -5,13 +5,13 @@ The module applies what the option adds to an install (the Kubeflow kinds' CRDs 
 that the session's install without the option created none of those CRDs, and deletes them afterwards. The
 operator runs as its own ServiceAccount with ``--kubeflow-kinds``, so a missing permission fails here.
 
-Checked: a PyTorchJob, an MPIJob and a TrainJob on the shipped deepspeed-distributed runtime (our own files,
-in upstream's format) are stored as written and each becomes a TrainingJob it owns, with its Pods; the TrainingJob's progress reaches the Kubeflow object's conditions and
-replicaStatuses (``kubectl get pytorchjob`` prints the state); deleting the Kubeflow object deletes the
-TrainingJob and its Pods (the garbage collector, through the ownerReferences); a file with a field Phalanx
-cannot honour is stored, and gets a Failed condition and a Warning Event naming the field's path, and nothing
-else; an operator restarted after all that writes nothing; the operator creates the shipped
-ClusterTrainingRuntimes.
+Checked: a PyTorchJob, an MPIJob and a TrainJob on the shipped deepspeed-distributed runtime (our own files, in
+upstream's format) are stored as written and each becomes a TrainingJob it owns, with its Pods; the TrainingJob's
+progress reaches the Kubeflow object's conditions and replicaStatuses (``kubectl get pytorchjob`` prints the
+state); deleting the Kubeflow object deletes the TrainingJob and its Pods (the garbage collector, through the
+ownerReferences); a file with a field Phalanx cannot honour is stored, and gets a Failed condition and a Warning
+Event naming the field's path, and nothing else; an operator restarted after all that writes nothing; the operator
+creates the shipped ClusterTrainingRuntimes.
 """
 
 from __future__ import annotations
