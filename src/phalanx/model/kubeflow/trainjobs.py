@@ -2,11 +2,16 @@
 
 A TrainJob (``trainer.kubeflow.org/v1alpha1``) names a runtime (``spec.runtimeRef``): a ClusterTrainingRuntime
 (the default kind) or a TrainingRuntime of its namespace, from the same file or, for ClusterTrainingRuntimes,
-one Phalanx ships (``runtimes/``, today ``torch-distributed``). The runtime says what kind of job it is
-(``mlPolicy``: ``torch`` → the ``pytorch`` JobType; none → ``generic``) and holds the node's pod template
-(the replicated job named ``node``); the TrainJob's ``trainer`` replaces its image, command, args and resources,
-adds to its env, and sets the node count (``numNodes``) and processes per node (``numProcPerNode``, given to
-torchrun as ``PET_NPROC_PER_NODE``).
+one Phalanx ships (``runtimes/``: torch-, jax-, xgboost-, deepspeed- and mlx-distributed). The runtime says what
+kind of job it is (``mlPolicy``: ``torch`` → the ``pytorch`` JobType; ``jax``, ``xgboost``; ``mpi`` → an ``mpi``
+JobType; none → ``generic``) and holds the node's pod template (the replicated job named ``node``); the
+TrainJob's ``trainer`` replaces its image, command, args and resources, adds to its env, and sets the node count
+(``numNodes``) and processes per node (``numProcPerNode``, given to torchrun as ``PET_NPROC_PER_NODE``).
+
+An MPI runtime (``mlPolicy.mpi``) also has the replicated job ``launcher``, which runs mpirun: it becomes the
+launcher role and takes the trainer's image, command and args, while ``node`` becomes the workers, as upstream's
+MPI plugin decides (``runLauncherAsNode``: the launcher is a host too and one of numNodes; ``numProcPerNode``:
+the slots per host). The JobType for the hostfile is made as for an MPIJob (``convert.mpi_jobtype_document``).
 
 As for the v1 kinds (``kubeflow.convert``), every field is mapped or refused with its path; a problem in the
 runtime's part is named at the runtime's path, with the runtime's kind and name in the message.
@@ -655,6 +660,8 @@ class _TrainJob:
             for role, restart in (("launcher", launcher_restart), ("worker", worker_restart)):
                 if restart is not None:
                     job_spec["replicas"][role]["restartPolicy"] = restart
+                    pod_spec = f"{self.pod_paths[role]}.spec"
+                    self.paths[f"spec.replicas.{role}.restartPolicy"] = self.in_runtime(f"{pod_spec}.restartPolicy")
         scheduler = lift_scheduler_name(
             {
                 role: (job_spec["replicas"][role]["template"], self.in_runtime(f"{path}.spec"))
