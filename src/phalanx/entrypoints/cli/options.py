@@ -9,6 +9,7 @@ help text); ``backends.choose_backend`` decides the backend, this module only tu
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,6 +100,18 @@ StandInOption = Annotated[
 ]
 
 
+def _not_runnable(path: Path) -> str | None:
+    """Why the system could not start ``path`` as a program (not executable, no ``#!`` line), or None."""
+    if not os.access(path, os.X_OK):
+        return "is not executable"
+    with path.open("rb") as file:
+        head = file.read(4)
+    # A script starts with #!; a compiled program with its format's magic (ELF here, Mach-O elsewhere).
+    if head[:2] == b"#!" or head == b"\x7fELF" or head[:3] == b"\xcf\xfa\xed" or head[:3] == b"\xfe\xed\xfa":
+        return None
+    return "has no #! line naming its interpreter, so the system cannot start it"
+
+
 def stand_in_map(given: list[str] | None) -> dict[str, list[str]] | None:
     """``--stand-in IMAGE=PROGRAM`` options as image -> program words; a path-like program made absolute.
 
@@ -122,6 +135,12 @@ def stand_in_map(given: list[str] | None) -> dict[str, list[str]] | None:
             path = Path(os.path.abspath(Path(program).expanduser()))
             if not path.is_file():
                 fail(f"--stand-in {text}: {program} is not a file; give the path of the program playing the image", 2)
+            problem = _not_runnable(path)
+            if problem:
+                # The absolute path: a replica runs in a working directory of its own.
+                hint = shlex.join(["python3", str(path), *rest]) if path.suffix == ".py" else f"INTERPRETER {path}"
+                fail(f"--stand-in {text}: {program} {problem}; start it with its interpreter: "
+                     f"--stand-in {stand_in.image}={shlex.quote(hint)}", 2)  # fmt: skip
             program = str(path)
         found[stand_in.image] = [program, *rest]
     return found
