@@ -410,7 +410,8 @@ def test_halt_stops_every_pod_and_resume_runs_the_job_to_success(
             "spec.replicas.trainer: job type 'pytorch' has no role 'trainer'",
         ),
         (
-            {"type": "pytorch", "replicas": {"worker": {"count": 1, "template": {"image": IMAGE}}}},
+            # an image alone is a command (its entrypoint runs); neither is nothing to run
+            {"type": "pytorch", "replicas": {"worker": {"count": 1, "template": {}}}},
             "spec.replicas.worker.template.command: required",
         ),
     ],
