@@ -136,6 +136,19 @@ class RenderError(ValueError):
     """The job cannot be rendered into Kubernetes objects; the message names the field to fix."""
 
 
+def owned_metadata(job: TrainingJob, name: str) -> dict[str, Any]:
+    """The metadata of an object Phalanx makes for ``job`` (a Service, ConfigMap, Secret, PodGroup).
+
+    Named ``name`` in the job's namespace, labelled with the job, and owned by it: deleting the job deletes it.
+    """
+    return {
+        "name": name,
+        "namespace": job.metadata.namespace,
+        "labels": {LABEL_JOB: job.metadata.name, "app.kubernetes.io/managed-by": "phalanx"},
+        "ownerReferences": [job_owner_reference(job)],
+    }
+
+
 def job_owner_reference(job: TrainingJob) -> dict[str, Any]:
     """The ownerReference that makes an object belong to the job: deleting the job garbage-collects it.
 
@@ -410,12 +423,7 @@ def render_ssh_secret(job: TrainingJob, private_pem: str, public_line: str) -> d
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "kubernetes.io/ssh-auth",
-        "metadata": {
-            "name": ssh_secret_name(job),
-            "namespace": job.metadata.namespace,
-            "labels": {LABEL_JOB: job.metadata.name, "app.kubernetes.io/managed-by": "phalanx"},
-            "ownerReferences": [job_owner_reference(job)],
-        },
+        "metadata": owned_metadata(job, ssh_secret_name(job)),
         "stringData": {SSH_PRIVATE_KEY: private_pem, SSH_PUBLIC_KEY: public_line},
     }
 
@@ -505,12 +513,7 @@ def render_headless_service(job: TrainingJob, jobtype: JobType) -> dict[str, Any
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": service_name(job),
-            "namespace": job.metadata.namespace,
-            "labels": {LABEL_JOB: job.metadata.name, "app.kubernetes.io/managed-by": "phalanx"},
-            "ownerReferences": [job_owner_reference(job)],
-        },
+        "metadata": owned_metadata(job, service_name(job)),
         "spec": {
             "clusterIP": "None",
             "selector": {LABEL_JOB: job.metadata.name},
@@ -539,12 +542,7 @@ def render_pod_group(job: TrainingJob) -> dict[str, Any]:
     return {
         "apiVersion": POD_GROUP_API_VERSION,
         "kind": "PodGroup",
-        "metadata": {
-            "name": pod_group_name(job),
-            "namespace": job.metadata.namespace,
-            "labels": {LABEL_JOB: job.metadata.name, "app.kubernetes.io/managed-by": "phalanx"},
-            "ownerReferences": [job_owner_reference(job)],
-        },
+        "metadata": owned_metadata(job, pod_group_name(job)),
         "spec": {"schedulingPolicy": {"gang": {"minCount": gang_min_count(job)}}},
     }
 
@@ -563,12 +561,7 @@ def render_hostfile_configmap(job: TrainingJob, jobtype: JobType) -> dict[str, A
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {
-            "name": hostfile_configmap_name(job),
-            "namespace": job.metadata.namespace,
-            "labels": {LABEL_JOB: job.metadata.name, "app.kubernetes.io/managed-by": "phalanx"},
-            "ownerReferences": [job_owner_reference(job)],
-        },
+        "metadata": owned_metadata(job, hostfile_configmap_name(job)),
         "data": {HOSTFILE_KEY: render_hostfile(job, jobtype, dns_addresses(job, jobtype))},
     }
 

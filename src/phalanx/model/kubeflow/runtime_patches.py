@@ -15,7 +15,7 @@ patch's path rather than the runtime's.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,24 @@ class _JobSetPatch:
     def refuse(self, path: str, message: str) -> None:
         self.result.errors.append(FieldError(path, message))
 
+    def template_patch(
+        self,
+        target: dict[str, Any],
+        ours: str,
+        patch: Mapping[str, Any],
+        where: str,
+        what: str,
+        spec: Callable[[dict[str, Any], str, Any, str], None],
+    ) -> None:
+        """A ``{metadata, spec}`` patch of a ``what`` template into ``target`` (its runtime path ``ours``)."""
+        for key, value in patch.items():
+            if key == "metadata":
+                self.metadata(target, ours, value, f"{where}.metadata")
+            elif key == "spec":
+                spec(target, ours, value, f"{where}.spec")
+            else:
+                self.refuse(f"{where}.{key}", f"unknown field of a {what} patch; it has metadata and spec")
+
     def apply(self, patch: Any) -> None:
         if not isinstance(patch, Mapping):
             self.refuse(self.where, f"must be a mapping with metadata and spec, got {short(patch)}")
@@ -190,15 +208,9 @@ class _JobSetPatch:
         target = job.setdefault("template", {})
         if not isinstance(target, dict):
             return
-        for key, value in job_template.items():
-            if key == "metadata":
-                self.metadata(target, f"{ours}.template", value, f"{where}.template.metadata")
-            elif key == "spec":
-                self.job_spec(target, f"{ours}.template", value, f"{where}.template.spec")
-            else:
-                self.refuse(
-                    f"{where}.template.{key}", "unknown field of a Job template patch; it has metadata and spec"
-                )
+        self.template_patch(
+            target, f"{ours}.template", job_template, f"{where}.template", "Job template", self.job_spec
+        )
 
     def job_spec(self, target: dict[str, Any], ours: str, patch: Any, where: str) -> None:
         if not isinstance(patch, Mapping):
@@ -217,17 +229,10 @@ class _JobSetPatch:
         pod = spec.setdefault("template", {}) if isinstance(spec, dict) else None
         if not isinstance(pod, dict):
             return
-        for key, value in pod_patch.items():
-            if key == "metadata":
-                self.metadata(pod, f"{ours}.spec.template", value, f"{where}.template.metadata")
-            elif key == "spec":
-                self.pod_spec(pod, f"{ours}.spec.template.spec", value, f"{where}.template.spec")
-            else:
-                self.refuse(
-                    f"{where}.template.{key}", "unknown field of a pod template patch; it has metadata and spec"
-                )
+        self.template_patch(pod, f"{ours}.spec.template", pod_patch, f"{where}.template", "pod template", self.pod_spec)
 
     def pod_spec(self, pod: dict[str, Any], ours: str, patch: Any, where: str) -> None:
+        ours = f"{ours}.spec"  # ``ours`` is the pod template's path
         if not isinstance(patch, Mapping):
             self.refuse(where, f"must be a mapping of pod spec fields, got {short(patch)}")
             return
