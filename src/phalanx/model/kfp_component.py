@@ -390,19 +390,14 @@ class ComponentSpec(ApiModel):
 
     @model_validator(mode="after")
     def _references(self) -> ComponentSpec:
-        problems = _name_problems("inputs", [item.name for item in self.inputs])
-        problems += _name_problems("outputs", [item.name for item in self.outputs])
-        inputs = {item.name for item in self.inputs}
-        outputs = {item.name for item in self.outputs}
         container = self.implementation.container
-        for field in ("command", "args"):
-            for index, item in enumerate(getattr(container, field) or []):
-                problems += _unknown_names(item, ("implementation", "container", field, index), inputs, outputs)
-        for key, item in (container.env or {}).items():
-            problems += _unknown_names(item, ("implementation", "container", "env", key), inputs, outputs)
-        for key in container.file_outputs or {}:
-            if key not in outputs:
-                problems.append((("implementation", "container", "fileOutputs", key), _unknown("output", key, outputs)))
+        problems = _reference_problems(
+            [item.name for item in self.inputs],
+            [item.name for item in self.outputs],
+            {"command": container.command or [], "args": container.args or []},
+            container.env or {},
+            list(container.file_outputs or {}),
+        )
         if problems:
             raise every_problem("ComponentSpec", problems)
         return self
@@ -414,6 +409,59 @@ class ComponentSpec(ApiModel):
     def output(self, name: str) -> OutputSpec | None:
         """The output called ``name``, if the component has one."""
         return next((item for item in self.outputs if item.name == name), None)
+
+
+def _reference_problems(
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    lists: Mapping[str, Sequence[Any]],
+    env: Mapping[str, Any],
+    file_outputs: Sequence[str],
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """Names repeated or colliding, and placeholders naming an input or output the component lacks."""
+    problems = _name_problems("inputs", inputs) + _name_problems("outputs", outputs)
+    known_inputs, known_outputs = set(inputs), set(outputs)
+    base = ("implementation", "container")
+    for field, items in lists.items():
+        for index, item in enumerate(items):
+            problems += _unknown_names(item, (*base, field, index), known_inputs, known_outputs)
+    for key, item in env.items():
+        problems += _unknown_names(item, (*base, "env", key), known_inputs, known_outputs)
+    for key in file_outputs:
+        if key not in known_outputs:
+            problems.append(((*base, "fileOutputs", key), _unknown("output", key, known_outputs)))
+    return problems
+
+
+def _references_in_raw(raw: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+    """``_reference_problems`` of a document that failed validation elsewhere, as far as its shape allows.
+
+    Pydantic skips a model's own checks once a field is wrong; this reports the dangling names too, so that one
+    pass over a file lists all of its problems.
+    """
+
+    def names(field: str) -> list[str]:
+        items = raw.get(field)
+        found = items if isinstance(items, list) else []
+        return [item["name"] for item in found if isinstance(item, Mapping) and isinstance(item.get("name"), str)]
+
+    implementation = raw.get("implementation")
+    container = implementation.get("container") if isinstance(implementation, Mapping) else None
+    if not isinstance(container, Mapping):
+        return _name_problems("inputs", names("inputs")) + _name_problems("outputs", names("outputs"))
+    ignored: list[tuple[tuple[str | int, ...], str]] = []  # shape problems: pydantic reported them already
+    lists = {
+        field: [_argument(item, (), ignored) for item in container[field]]
+        for field in ("command", "args")
+        if isinstance(container.get(field), list)
+    }
+    env = container.get("env")
+    parsed_env = (
+        {str(key): _argument(item, (), ignored) for key, item in env.items()} if isinstance(env, Mapping) else {}
+    )
+    file_outputs = container.get("fileOutputs")
+    keys = [str(key) for key in file_outputs] if isinstance(file_outputs, Mapping) else []
+    return _reference_problems(names("inputs"), names("outputs"), lists, parsed_env, keys)
 
 
 def _name_problems(field: str, names: Sequence[str]) -> list[tuple[tuple[str | int, ...], str]]:
@@ -487,7 +535,13 @@ def parse_component(raw: Any, *, prefix: Sequence[str | int] = (), source: str |
     try:
         return ComponentSpec.model_validate(raw)
     except ValidationError as err:
-        raise SpecError(from_validation_error(err, prefix=prefix, fields_at=_fields_at), source=source) from None
+        errors = from_validation_error(err, prefix=prefix, fields_at=_fields_at)
+    seen = {error.path for error in errors}
+    for loc, message in _references_in_raw(raw):
+        path = join_path([*prefix, *loc])
+        if path not in seen:
+            errors.append(FieldError(path, message))
+    raise SpecError(errors, source=source)
 
 
 def _fields_at(loc: Sequence[Any]) -> list[str]:
