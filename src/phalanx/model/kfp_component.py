@@ -5,12 +5,13 @@ of the SDK): ``name``, ``description``, ``metadata{annotations, labels}``, ``inp
 ``implementation`` that is a ``container``. No other key is accepted anywhere, so a misspelt ``optinal`` is refused
 by path rather than silently ignored. A ``graph`` implementation is refused: a Phalanx Pipeline is the graph.
 
-The command line is a list of strings and *placeholders*, each a mapping with one key:
-``inputValue``, ``inputPath``, ``outputPath`` (a name), ``concat`` (a list), ``if`` (``cond``, ``then``, optional
-``else``), and ``isPresent`` (a name; only as an ``if`` condition, as the upstream schema has it). The
-placeholders the SDK later added for its v2-compatible mode (``inputUri``, ``outputUri``, ``inputMetadata``,
-``outputMetadata``, ``executorInput``) are refused by path. Every placeholder must name an input or output the
-component declares. ``core.pipelines.placeholders`` turns them into an argv and an environment.
+The command line (``command``, ``args`` and ``env`` values) is strings and *placeholders*, parsed by
+``model.kfp_placeholders``; here every placeholder is checked to name an input or output the component declares.
+``core.pipelines.placeholders`` turns them into an argv and an environment. ``parse_component`` is the door: it
+measures a parsed document against the file limits and lists every problem, dangling names included, in one pass.
+
+``component_digest`` is the sha256 of the canonical JSON of what decides the component's behaviour, for step
+cache keys.
 
 Invariants once parsed: input names unique, output names unique, and no two inputs (or outputs) share a file name
 (upstream's default paths ``.../<name with odd characters as _>/data`` must not collide); input defaults are
@@ -24,22 +25,28 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from phalanx.model.base import ApiModel, every_problem
-from phalanx.model.errors import FieldError, SpecError, from_validation_error, join_path, short
+from phalanx.model.errors import FieldError, SpecError, from_validation_error, join_path
+from phalanx.model.kfp_placeholders import (
+    Argument,
+    ConcatPlaceholder,
+    IfPlaceholder,
+    InputPathPlaceholder,
+    InputValuePlaceholder,
+    IsPresentPlaceholder,
+    OutputPathPlaceholder,
+    name_in,
+    named_in,
+    parse_argument,
+    parse_arguments,
+)
 from phalanx.model.validation import allowed_fields
+from phalanx.model.yaml_limits import LimitExceededError, measure_documents
 
-#: Placeholders of the SDK's v2-compatible mode (``dsl/v1_structures.py``): their meaning needs KFP's executor.
-V2_PLACEHOLDERS = ("inputUri", "outputUri", "inputMetadata", "outputMetadata", "executorInput")
-_V2_MESSAGE = "v2-compatible placeholders are not supported; use inputPath or outputPath (a local file path) instead"
-_ARGUMENT_PLACEHOLDERS = ("inputValue", "inputPath", "outputPath", "concat", "if")
-#: What ``if.cond`` may be besides an ``isPresent``/``inputValue`` placeholder: strings read as
-#: ``distutils.util.strtobool`` reads them, as the KFP v1 SDK does.
-TRUE_WORDS = frozenset({"y", "yes", "t", "true", "on", "1"})
-FALSE_WORDS = frozenset({"n", "no", "f", "false", "off", "0"})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FILE_NAME_ODD = re.compile(r"[^-_.0-9a-zA-Z]+")
 
@@ -47,209 +54,6 @@ _FILE_NAME_ODD = re.compile(r"[^-_.0-9a-zA-Z]+")
 def file_name_of(name: str) -> str:
     """An input or output name as one path component, as KFP v1 writes it (``eval data`` → ``eval_data``)."""
     return _FILE_NAME_ODD.sub("_", name)
-
-
-class InputValuePlaceholder(ApiModel):
-    """``{inputValue: NAME}``: the argument's value as one string."""
-
-    input_value: str
-
-
-class InputPathPlaceholder(ApiModel):
-    """``{inputPath: NAME}``: a local path holding the input's data."""
-
-    input_path: str
-
-
-class OutputPathPlaceholder(ApiModel):
-    """``{outputPath: NAME}``: a local path the program must write the output to."""
-
-    output_path: str
-
-
-class IsPresentPlaceholder(ApiModel):
-    """``{isPresent: NAME}``: whether the optional input was given (only as an ``if`` condition)."""
-
-    is_present: str
-
-
-class ConcatPlaceholder(ApiModel):
-    """``{concat: [...]}``: its items, each resolved, joined into one string."""
-
-    concat: list[Argument]
-
-    @field_validator("concat", mode="before")
-    @classmethod
-    def _placeholders(cls, value: Any) -> Any:
-        return parse_arguments(value)
-
-
-class IfStructure(ApiModel):
-    """The body of ``{if: {cond, then, else}}``."""
-
-    cond: Condition
-    then: list[Argument]
-    else_: list[Argument] | None = Field(default=None, alias="else")
-
-    @field_validator("cond", mode="before")
-    @classmethod
-    def _condition(cls, value: Any) -> Any:
-        return parse_condition(value)
-
-    @field_validator("then", "else_", mode="before")
-    @classmethod
-    def _branches(cls, value: Any) -> Any:
-        # Upstream takes one argument or a list of them; a single one is kept as a list of one.
-        return None if value is None else parse_arguments(value if isinstance(value, list) else [value])
-
-
-class IfPlaceholder(ApiModel):
-    """``{if: {cond, then, else}}``: the ``then`` arguments when ``cond`` holds, else the ``else`` ones (or none)."""
-
-    if_: IfStructure = Field(alias="if")
-
-
-#: One command-line item: a string or a placeholder that resolves to zero, one or several strings.
-Argument = Union[  # noqa: UP007 (forward references: the | operator needs the classes, not their names)
-    str, InputValuePlaceholder, InputPathPlaceholder, OutputPathPlaceholder, ConcatPlaceholder, IfPlaceholder
-]
-#: An ``if`` condition: a literal (bool or a boolean word), whether an input is present, or an input's value.
-Condition = bool | str | IsPresentPlaceholder | InputValuePlaceholder
-
-_NAMED = ("inputValue", "inputPath", "outputPath", "isPresent")
-
-
-def _named_placeholder(key: str, name: str) -> ApiModel:
-    # Built without validation: the caller has checked the one value a named placeholder holds.
-    if key == "inputValue":
-        return InputValuePlaceholder.model_construct(input_value=name)
-    if key == "inputPath":
-        return InputPathPlaceholder.model_construct(input_path=name)
-    if key == "outputPath":
-        return OutputPathPlaceholder.model_construct(output_path=name)
-    return IsPresentPlaceholder.model_construct(is_present=name)
-
-
-def _name_in(item: ApiModel) -> tuple[str, str]:
-    """(placeholder key, the name it holds) of a named placeholder."""
-    if isinstance(item, InputValuePlaceholder):
-        return "inputValue", item.input_value
-    if isinstance(item, InputPathPlaceholder):
-        return "inputPath", item.input_path
-    if isinstance(item, OutputPathPlaceholder):
-        return "outputPath", item.output_path
-    if isinstance(item, IsPresentPlaceholder):
-        return "isPresent", item.is_present
-    raise TypeError(f"not a named placeholder: {type(item).__name__}")
-
-
-def parse_arguments(raw: Any) -> Any:
-    """A raw list of command-line items as ``Argument`` objects, or every problem in it by path.
-
-    Written by hand rather than left to pydantic's union matching so that a bad placeholder gets one sentence
-    about *that* placeholder, not one error per union member.
-
-    Raises:
-        ValidationError: with one entry per problem, located relative to the list.
-    """
-    if not isinstance(raw, list):
-        return raw  # pydantic's own "must be a list" message
-    problems: list[tuple[tuple[str | int, ...], str]] = []
-    parsed = [_argument(item, (index,), problems) for index, item in enumerate(raw)]
-    if problems:
-        raise every_problem("Argument", problems)
-    return parsed
-
-
-def parse_condition(raw: Any) -> Any:
-    """A raw ``if.cond`` as a ``Condition``, or its problem by path (see ``parse_arguments``)."""
-    problems: list[tuple[tuple[str | int, ...], str]] = []
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str):
-        if raw.strip().lower() not in TRUE_WORDS | FALSE_WORDS:
-            problems.append(((), f"must be true or false (or a placeholder), got {short(raw)}"))
-    elif isinstance(raw, Mapping) and len(raw) == 1 and next(iter(raw)) in ("isPresent", "inputValue"):
-        return _named(raw, (), problems)
-    else:
-        problems.append(((), "must be {isPresent: NAME}, {inputValue: NAME}, true or false"))
-    if problems:
-        raise every_problem("Condition", problems)
-    return raw
-
-
-def _argument(raw: Any, loc: tuple[str | int, ...], problems: list[tuple[tuple[str | int, ...], str]]) -> Any:
-    if isinstance(raw, str):
-        return raw
-    if isinstance(raw, bool | int | float):
-        # Unquoted YAML scalars (``- 10``): KFP's resolver writes them with str().
-        return str(raw)
-    if isinstance(raw, ApiModel):
-        return raw  # already parsed (a model built in code)
-    if not isinstance(raw, Mapping) or len(raw) != 1:
-        problems.append((loc, "must be a string or a placeholder with one key, e.g. {inputValue: NAME}"))
-        return raw
-    key, value = next(iter(raw.items()))
-    if key in _NAMED and key != "isPresent":
-        return _named(raw, loc, problems)
-    if key == "concat":
-        if not isinstance(value, list):
-            problems.append(((*loc, key), "must be a list of strings and placeholders"))
-            return raw
-        return ConcatPlaceholder.model_construct(
-            concat=[_argument(item, (*loc, key, index), problems) for index, item in enumerate(value)]
-        )
-    if key == "if":
-        return _if(value, (*loc, key), problems)
-    if key == "isPresent":
-        problems.append((loc, "isPresent is only allowed as an if condition: {if: {cond: {isPresent: NAME}, ...}}"))
-    elif key in V2_PLACEHOLDERS:
-        problems.append(((*loc, key), _V2_MESSAGE))
-    else:
-        close = difflib.get_close_matches(str(key), _ARGUMENT_PLACEHOLDERS, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(_ARGUMENT_PLACEHOLDERS)}"
-        problems.append(((*loc, str(key)), f"unknown placeholder; {hint}"))
-    return raw
-
-
-def _named(raw: Mapping[str, Any], loc: tuple[str | int, ...], problems: list[Any]) -> Any:
-    key, name = next(iter(raw.items()))
-    if not isinstance(name, str) or not name:
-        problems.append(((*loc, key), f"must be the name of an {'output' if key == 'outputPath' else 'input'}"))
-        return raw
-    if "\x00" in name:
-        problems.append(((*loc, key), "must not contain a NUL byte (\\x00); remove it"))
-        return raw
-    return _named_placeholder(key, name)
-
-
-def _if(raw: Any, loc: tuple[str | int, ...], problems: list[Any]) -> Any:
-    if not isinstance(raw, Mapping):
-        problems.append((loc, "must be a mapping with cond, then and optionally else"))
-        return raw
-    for key in raw:
-        if key not in ("cond", "then", "else"):
-            problems.append(((*loc, str(key)), "unknown field; allowed: cond, else, then"))
-    for key in ("cond", "then"):
-        if key not in raw:
-            problems.append(((*loc, key), "required field is missing"))
-    if problems and any(p[0][: len(loc)] == loc for p in problems):
-        return raw
-    try:
-        cond = parse_condition(raw["cond"])
-    except ValidationError as err:
-        problems.extend(((*loc, "cond", *e["loc"]), e["msg"].removeprefix("Value error, ")) for e in err.errors())
-        return raw
-    branches: dict[str, list[Any] | None] = {"then": None, "else": None}
-    for key in branches:
-        value = raw.get(key)
-        if isinstance(value, list):
-            branches[key] = [_argument(item, (*loc, key, index), problems) for index, item in enumerate(value)]
-        elif value is not None:  # upstream also takes one item where a list is expected
-            branches[key] = [_argument(value, (*loc, key), problems)]
-    return IfPlaceholder.model_construct(
-        if_=IfStructure.model_construct(cond=cond, then=branches["then"] or [], else_=branches["else"])
-    )
 
 
 #: An input or output type: a free string (``Dataset``, ``Integer``) or ``{NAME: {param: value}}``.
@@ -349,7 +153,7 @@ class ContainerSpec(ApiModel):
                 problems.append(((str(key),), "an environment variable name is letters, digits and _"))
             elif key.startswith("PHALANX_"):
                 problems.append(((key,), "names starting PHALANX_ are reserved for Phalanx; rename it"))
-            parsed[str(key)] = _argument(item, (str(key),), problems)
+            parsed[str(key)] = parse_argument(item, (str(key),), problems)
         if problems:
             raise every_problem("env", problems)
         return parsed
@@ -410,6 +214,20 @@ class ComponentSpec(ApiModel):
         """The output called ``name``, if the component has one."""
         return next((item for item in self.outputs if item.name == name), None)
 
+    def input_uses(self) -> dict[str, frozenset[str]]:
+        """How the command line may use each input, in any ``if`` branch: ``inputValue``, ``inputPath``, ``isPresent``.
+
+        For checks made before a run, e.g. whether an artifact is passed to an input read only by value; an
+        input the command line never names maps to an empty set.
+        """
+        uses: dict[str, set[str]] = {item.name: set() for item in self.inputs}
+        container = self.implementation.container
+        for item in [*(container.command or []), *(container.args or []), *(container.env or {}).values()]:
+            for key, name in named_in(item):
+                if key != "outputPath" and name in uses:
+                    uses[name].add(key)
+        return {name: frozenset(found) for name, found in uses.items()}
+
 
 def _reference_problems(
     inputs: Sequence[str],
@@ -451,13 +269,13 @@ def _references_in_raw(raw: Mapping[str, Any]) -> list[tuple[tuple[str | int, ..
         return _name_problems("inputs", names("inputs")) + _name_problems("outputs", names("outputs"))
     ignored: list[tuple[tuple[str | int, ...], str]] = []  # shape problems: pydantic reported them already
     lists = {
-        field: [_argument(item, (), ignored) for item in container[field]]
+        field: [parse_argument(item, (), ignored) for item in container[field]]
         for field in ("command", "args")
         if isinstance(container.get(field), list)
     }
     env = container.get("env")
     parsed_env = (
-        {str(key): _argument(item, (), ignored) for key, item in env.items()} if isinstance(env, Mapping) else {}
+        {str(key): parse_argument(item, (), ignored) for key, item in env.items()} if isinstance(env, Mapping) else {}
     )
     file_outputs = container.get("fileOutputs")
     keys = [str(key) for key in file_outputs] if isinstance(file_outputs, Mapping) else []
@@ -498,7 +316,7 @@ def _unknown_names(
     """A problem per placeholder in ``item`` that names an input or output the component lacks."""
     found: list[tuple[tuple[str | int, ...], str]] = []
     if isinstance(item, InputValuePlaceholder | InputPathPlaceholder | IsPresentPlaceholder):
-        key, name = _name_in(item)
+        key, name = name_in(item)
         if name not in inputs:
             found.append(((*loc, key), _unknown("input", name, inputs)))
     elif isinstance(item, OutputPathPlaceholder) and item.output_path not in outputs:
@@ -514,8 +332,7 @@ def _unknown_names(
     return found
 
 
-for _model in (ConcatPlaceholder, IfStructure, IfPlaceholder, ContainerSpec):
-    _model.model_rebuild()
+ContainerSpec.model_rebuild()
 
 
 def parse_component(raw: Any, *, prefix: Sequence[str | int] = (), source: str | None = None) -> ComponentSpec:
@@ -532,6 +349,12 @@ def parse_component(raw: Any, *, prefix: Sequence[str | int] = (), source: str |
     if not isinstance(raw, Mapping):
         problem = FieldError(join_path(prefix), "a component must be a mapping with inputs, outputs and implementation")
         raise SpecError([problem], source=source)
+    try:
+        # Validation walks placeholders recursively: a parsed document (not read through the YAML loader's limits)
+        # is measured first, so that 10,000 nested concats are one sentence, not a RecursionError.
+        measure_documents([raw], source=None)
+    except LimitExceededError as err:
+        raise SpecError([FieldError(join_path(prefix), str(err))], source=source) from None
     try:
         return ComponentSpec.model_validate(raw)
     except ValidationError as err:

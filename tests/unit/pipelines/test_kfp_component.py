@@ -18,16 +18,18 @@ from hypothesis import strategies as st
 
 from phalanx.model.errors import SpecError
 from phalanx.model.kfp_component import (
+    component_digest,
+    file_name_of,
+    parse_component,
+    type_name,
+)
+from phalanx.model.kfp_placeholders import (
     ConcatPlaceholder,
     IfPlaceholder,
     InputPathPlaceholder,
     InputValuePlaceholder,
     IsPresentPlaceholder,
     OutputPathPlaceholder,
-    component_digest,
-    file_name_of,
-    parse_component,
-    type_name,
 )
 
 DATA = Path(__file__).parents[2] / "data" / "kfp"
@@ -277,3 +279,25 @@ def test_the_digest_changes_with_anything_that_runs(change: Any) -> None:
     before, after = component_digest(parse_component(document)), component_digest(parse_component(edited))
     assert before != after
     assert len(after) == 64 and int(after, 16) >= 0
+
+
+def test_a_document_nested_past_the_file_limits_is_one_sentence() -> None:
+    nested: Any = "x"
+    for _ in range(5000):
+        nested = {"concat": [nested]}
+    found = problems(minimal(args=[nested]), prefix=("spec", "component"))
+    assert len(found) == 1
+    assert found[0].startswith("spec.component: document 1 nests lists and mappings more than 100 deep")
+
+
+def test_input_uses_cover_every_branch_and_the_environment() -> None:
+    uses = parse_component(load("train.yaml")).input_uses()
+    assert uses == {
+        "training data": {"inputPath"},
+        "epochs": {"inputValue"},
+        "learning rate": {"inputValue"},
+        "shuffle": {"inputValue"},
+        "warm start": {"isPresent", "inputPath"},
+        "run label": {"inputValue"},
+    }
+    assert parse_component(minimal()).input_uses() == {"rows": frozenset(), "flag": frozenset()}

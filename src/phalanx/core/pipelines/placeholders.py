@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from phalanx.model.errors import FieldError, SpecError, join_path, short
-from phalanx.model.kfp_component import (
+from phalanx.model.kfp_component import ComponentSpec, file_name_of
+from phalanx.model.kfp_placeholders import (
     FALSE_WORDS,
     TRUE_WORDS,
     Argument,
-    ComponentSpec,
     ConcatPlaceholder,
     Condition,
     IfPlaceholder,
@@ -44,7 +44,6 @@ from phalanx.model.kfp_component import (
     InputValuePlaceholder,
     IsPresentPlaceholder,
     OutputPathPlaceholder,
-    file_name_of,
 )
 
 Loc = tuple[str | int, ...]
