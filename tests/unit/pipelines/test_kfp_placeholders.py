@@ -226,3 +226,12 @@ def test_isPresent_if_equals_presence(present: list[bool], values: list[str]) ->
     resolved = resolve(spec, given_values)
     assert resolved.args == tuple(expected)
     assert resolved.inputs_by_value == set(given_values)
+
+
+def test_a_value_with_a_nul_byte_is_refused_on_the_command_line_but_may_be_written_to_a_file() -> None:
+    assert failures(inline([{"inputValue": "x"}]), {"x": "a\x00b"}) == [
+        "implementation.container.args[0].inputValue: the value of input 'x' holds a NUL byte (\\x00), "
+        "which a command line cannot carry"
+    ]
+    resolved = resolve(inline([{"inputPath": "x"}]), {"x": "a\x00b"}, input_paths={"x": "/in/x"})
+    assert resolved.value_files == {"/in/x": "a\x00b"}

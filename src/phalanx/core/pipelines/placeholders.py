@@ -208,8 +208,15 @@ class _Resolver:
     def value_of(self, name: str, loc: Loc) -> str | None:
         """The input's value, its default, or None for an absent optional input (refused for a file-only one)."""
         if name in self.values:
+            value = self.values[name]
+            if "\x00" in value:
+                # execve cuts a string at a NUL: the program would silently get a shorter value.
+                self.fail(
+                    loc, f"the value of input {name!r} holds a NUL byte (\\x00), which a command line cannot carry"
+                )
+                return None
             self.by_value.add(name)
-            return self.values[name]
+            return value
         if name in self.artifacts:
             self.fail(
                 loc,
