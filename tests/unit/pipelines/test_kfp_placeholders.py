@@ -235,3 +235,9 @@ def test_a_value_with_a_nul_byte_is_refused_on_the_command_line_but_may_be_writt
     ]
     resolved = resolve(inline([{"inputPath": "x"}]), {"x": "a\x00b"}, input_paths={"x": "/in/x"})
     assert resolved.value_files == {"/in/x": "a\x00b"}
+
+
+def test_an_input_cannot_be_both_a_value_and_a_file() -> None:
+    assert failures(inline(["a"]), {"x": "1"}, artifacts={"x": "/art/x"}) == [
+        "arguments.x: input 'x' is given both a value and a file; pass one of them"
+    ]

@@ -112,6 +112,10 @@ def resolve_command(
         if component.input(name) is None:
             known = [item.name for item in component.inputs]
             resolver.fail((*arguments_at, name), _no_such("input", name, known), in_component=False)
+    for name in values:
+        if name in artifacts:
+            message = f"input {name!r} is given both a value and a file; pass one of them"
+            resolver.fail((*arguments_at, name), message, in_component=False)
     for item in component.inputs:
         if not item.optional and item.default is None and item.name not in values and item.name not in artifacts:
             resolver.fail(
