@@ -468,13 +468,15 @@ def _check_conditions(parameter: Parameter, earlier: Mapping[str, Parameter], pa
             errors.append(
                 FieldError(where, f"no earlier parameter is called {name!r}; a condition names one listed above it")
             )
+        elif not accepted:
+            errors.append(FieldError(where, f"list at least one value of {name!r}, or remove the condition"))
         elif parent.values is None:
             errors.append(
                 FieldError(where, f"{name!r} is a {parent.type} parameter; a condition names a categorical or discrete")
             )
         else:
             errors.extend(
-                FieldError(where, f"{short(value)} is not one of {name!r}'s values {short(parent.values)}")
+                FieldError(where, f"{short(value)} is not a value of {name!r}; its values are {short(parent.values)}")
                 for value in accepted
                 if value not in parent.values
             )

@@ -92,7 +92,7 @@ def test_a_condition_names_an_earlier_parameter_with_values(doc: dict[str, Any])
     params[4]["when"] = {"optimizer": "rmsprop", "lr": 0.1, "later": "x"}
     params.append({"name": "later", "type": "categorical", "values": ["x"]})
     assert errors_of(doc) == [
-        "spec.parameters[4].when.optimizer: 'rmsprop' is not one of 'optimizer''s values ['adam', 'sgd']",
+        "spec.parameters[4].when.optimizer: 'rmsprop' is not a value of 'optimizer'; its values are ['adam', 'sgd']",
         "spec.parameters[4].when.lr: 'lr' is a double parameter; a condition names a categorical or discrete",
         "spec.parameters[4].when.later: no earlier parameter is called 'later'; a condition names one listed above it",
     ]
@@ -236,3 +236,10 @@ def test_sample_values_are_the_first_value_or_the_minimum() -> None:
     assert Parameter(name="a", type="int", min=2, max=5).sample_value() == 2
     assert isinstance(Parameter(name="a", type="double", min=2, max=5).sample_value(), float)
     assert Parameter(name="a", type="categorical", values=["x", "y"]).sample_value() == "x"
+
+
+def test_a_condition_lists_at_least_one_value(doc: dict[str, Any]) -> None:
+    doc["spec"]["parameters"][4]["when"] = {"optimizer": []}
+    assert errors_of(doc) == [
+        "spec.parameters[4].when.optimizer: list at least one value of 'optimizer', or remove the condition"
+    ]

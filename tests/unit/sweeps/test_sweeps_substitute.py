@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -10,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phalanx.core.sweeps.substitute import (
+    PARAMETERS_ANNOTATION,
     SWEEP_LABEL,
     TRIAL_NUMBER_LABEL,
     active_parameters,
+    check_assignment,
     render,
     sample_assignment,
     substitute,
@@ -152,3 +155,30 @@ def test_a_substituted_value_that_breaks_the_job_is_caught_with_the_sample(doc: 
     with pytest.raises(SpecError) as caught:
         validate_sweep(doc, JOBTYPES)
     assert [e.path for e in caught.value.errors] == ["spec.trial.spec.replicas.worker.count"]
+
+
+def test_the_trials_parameters_are_recorded_on_its_job(doc: dict[str, Any]) -> None:
+    assignment = {"lr": 0.001, "layers": 3, "batch": 64, "optimizer": "adam"}
+    document = trial_document(parse_sweep(doc), 2, assignment)
+    assert json.loads(document["metadata"]["annotations"][PARAMETERS_ANNOTATION]) == assignment
+
+
+def test_an_assignment_is_checked_against_the_search_space(doc: dict[str, Any]) -> None:
+    spec = parse_sweep(doc).spec
+    good = {"lr": 0.001, "layers": 3, "batch": 64, "optimizer": "sgd", "momentum": 0.9}
+    assert check_assignment(spec, good) == []
+    assert check_assignment(spec, {**good, "optimizer": "adam"}) == ["momentum: inactive under its condition"]
+    assert check_assignment(spec, {**good, "lr": 0.5, "layers": 2.5, "batch": 65, "extra": 1}) == [
+        "extra: no such parameter",
+        "lr: 0.5 is outside [1e-05, 0.1]",
+        "layers: must be a whole number, got 2.5",
+        "batch: 65 is not one of [32, 64, 128]",
+    ]
+    missing = dict(good)
+    del missing["momentum"]
+    assert check_assignment(spec, {**missing, "lr": "x"}) == ["lr: must be a number, got 'x'", "momentum: missing"]
+
+
+def test_every_sample_assignment_is_a_point_of_its_space(doc: dict[str, Any]) -> None:
+    spec = parse_sweep(doc).spec
+    assert check_assignment(spec, sample_assignment(spec)) == []

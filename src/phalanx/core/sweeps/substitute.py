@@ -13,6 +13,8 @@ template is refused before any trial exists, its errors named under ``spec.trial
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +26,9 @@ from phalanx.model.validation import validate_job
 #: Labels every trial carries, so a sweep finds its trials again after a restart (by label, not by memory).
 SWEEP_LABEL = "phalanx.dev/sweep"
 TRIAL_NUMBER_LABEL = "phalanx.dev/trial-number"
+#: The trial's assignment as JSON, on its job: a restarted controller reads a trial's parameters from the job
+#: itself, whatever the algorithm's storage remembers.
+PARAMETERS_ANNOTATION = "phalanx.dev/trial-parameters"
 
 
 def render(value: ParamValue) -> str:
@@ -57,6 +62,41 @@ def sample_assignment(spec: SweepSpec) -> dict[str, ParamValue]:
         if parameter.name in active_parameters(spec, assignment):
             assignment[parameter.name] = parameter.sample_value()
     return assignment
+
+
+def check_assignment(spec: SweepSpec, assignment: Mapping[str, ParamValue]) -> list[str]:
+    """Why ``assignment`` is not a point of the search space (empty when it is): a guard on suggestions.
+
+    Every active parameter has a value of its kind within its bounds (or among its values), and no inactive or
+    unknown parameter has one. An algorithm's adapter, or a converted Katib trial, is checked here before a trial
+    job is made from it.
+    """
+    problems = []
+    active = active_parameters(spec, assignment)
+    for name in assignment:
+        if name not in active:
+            known = spec.parameter(name) is not None
+            problems.append(f"{name}: {'inactive under its condition' if known else 'no such parameter'}")
+    for name in active:
+        parameter = spec.parameter(name)
+        assert parameter is not None
+        if name not in assignment:
+            problems.append(f"{name}: missing")
+            continue
+        value = assignment[name]
+        if parameter.values is not None:
+            if value not in parameter.values or isinstance(value, bool):
+                problems.append(f"{name}: {value!r} is not one of {parameter.values!r}")
+            continue
+        low, high = parameter.min, parameter.max
+        assert low is not None and high is not None  # a double or int parameter has both (model.sweeps)
+        if isinstance(value, str | bool):
+            problems.append(f"{name}: must be a number, got {value!r}")
+        elif parameter.type == "int" and not isinstance(value, int):
+            problems.append(f"{name}: must be a whole number, got {value!r}")
+        elif not math.isfinite(value) or not low <= value <= high:
+            problems.append(f"{name}: {value!r} is outside [{low}, {high}]")
+    return problems
 
 
 def substitute(tree: Any, values: Mapping[tuple[str, str], str]) -> Any:
@@ -93,7 +133,10 @@ def trial_document(sweep: Sweep, number: int, assignment: Mapping[str, ParamValu
             "name": trial_name(sweep.metadata.name, number),
             "namespace": sweep.metadata.namespace,
             "labels": labels,
-            "annotations": substitute(template.metadata.annotations, values),
+            "annotations": {
+                **substitute(template.metadata.annotations, values),
+                PARAMETERS_ANNOTATION: json.dumps(dict(assignment), separators=(",", ":")),
+            },
         },
         "spec": substitute(template.spec, values),
     }
