@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -58,6 +59,23 @@ SWEEP_FIELDS = ("name",)
 
 Number = StrictInt | StrictFloat
 ParamValue = StrictInt | StrictFloat | StrictStr
+
+
+def finite(value: float) -> bool:
+    """Whether ``value`` is a number a float holds: finite, and for an int, within 2**53 (exact as a float).
+
+    ``math.isfinite`` raises on an int past a float's range (``10**400``); samplers compute in floats.
+    """
+    if isinstance(value, int):
+        return abs(value) <= 2**53
+    return math.isfinite(value)
+
+
+def not_finite(value: float) -> str:
+    """The message for a number ``finite`` refuses."""
+    if isinstance(value, int):
+        return f"must be between -2**53 and 2**53 (what a float holds exactly), got {short(value)}"
+    return f"must be a finite number, got {short(value)}"
 
 
 class ParameterType(StrEnum):
@@ -100,8 +118,10 @@ class Parameter(ApiModel):
             return (int(self.max) - int(self.min)) // int(self.step or 1) + 1
         if self.step is None:
             return None
-        # The epsilon keeps max itself when (max - min) / step lands a rounding error below a whole number.
-        return math.floor((self.max - self.min) / self.step + 1e-9) + 1
+        # The epsilon keeps max itself when (max - min) / step lands a rounding error below a whole number; a
+        # ratio past a float's range (a step of 1e-300) is counted as the largest float, still "too many".
+        ratio = (self.max - self.min) / self.step
+        return math.floor(min(ratio, sys.float_info.max) + 1e-9) + 1
 
     def finite_values(self) -> list[ParamValue] | None:
         """Every value a grid visits, in order; ``None`` for a continuous double (no step)."""
@@ -138,8 +158,8 @@ def _parameter_problems(p: Parameter) -> Iterator[tuple[str, str]]:
             yield ("min" if p.min is None else "max"), f"required for a {kind.value} parameter"
             return
         for field, value in (("min", p.min), ("max", p.max), ("step", p.step)):
-            if value is not None and not math.isfinite(value):
-                yield field, f"must be a finite number, got {value}"
+            if value is not None and not finite(value):
+                yield field, not_finite(value)
                 return
             if kind is ParameterType.INT and value is not None and value != int(value):
                 yield field, f"an int parameter needs whole numbers, got {value}"
@@ -171,8 +191,8 @@ def _parameter_problems(p: Parameter) -> Iterator[tuple[str, str]]:
                 hint = "numbers; use type: categorical for strings" if want_numbers else "strings, e.g. [adam, sgd]"
                 yield f"values[{index}]", f"a {kind.value} parameter takes {hint}; got {short(item)}"
                 return
-            if not isinstance(item, str) and not math.isfinite(item):
-                yield f"values[{index}]", f"must be a finite number, got {item}"
+            if not isinstance(item, str) and not finite(item):
+                yield f"values[{index}]", not_finite(item)
                 return
         if len(set(p.values)) != len(p.values):
             yield "values", "each value must be listed once"
@@ -219,8 +239,8 @@ class Objective(ApiModel):
                 f"metric: {short(self.metric)} is not a metric name: use letters, digits, '_', '.', '-', '/', "
                 "starting with a letter or '_', e.g. 'val_loss'"
             )
-        if self.goal is not None and not math.isfinite(self.goal):
-            raise ValueError(f"goal: must be a finite number, got {self.goal}")
+        if self.goal is not None and not finite(self.goal):
+            raise ValueError(f"goal: {not_finite(self.goal)}")
         return self
 
     def better(self, a: float, b: float) -> bool:
@@ -502,7 +522,8 @@ def _check_algorithm(spec: SweepSpec) -> list[FieldError]:
             else:
                 points *= size
         if not errors and points > MAX_GRID_POINTS:
-            errors.append(FieldError(path, f"the grid has {points} points (at most {MAX_GRID_POINTS}); coarsen steps"))
+            count = f"{points}" if points < 10**15 else "more than 10**15"
+            errors.append(FieldError(path, f"the grid has {count} points (at most {MAX_GRID_POINTS}); coarsen steps"))
     if algorithm is AlgorithmName.CMAES:
         errors.extend(
             FieldError(

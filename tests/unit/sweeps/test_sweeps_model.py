@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from phalanx.model.errors import SpecError
 from phalanx.model.sweeps import Parameter, Sweep, parse_sweep
@@ -60,9 +62,12 @@ def test_a_bad_double_is_refused_at_its_field(doc: dict[str, Any], change: dict[
     assert error.startswith(expected)
 
 
-def test_int_bounds_must_be_whole_numbers(doc: dict[str, Any]) -> None:
+def test_int_bounds_must_be_whole_numbers_a_float_holds(doc: dict[str, Any]) -> None:
     doc["spec"]["parameters"][1]["max"] = 6.5
     assert errors_of(doc) == ["spec.parameters[1].max: an int parameter needs whole numbers, got 6.5"]
+    doc["spec"]["parameters"][1]["max"] = 10**400
+    (error,) = errors_of(doc)
+    assert error.startswith("spec.parameters[1].max: must be between -2**53 and 2**53 (what a float holds exactly)")
 
 
 def test_a_discrete_parameter_takes_numbers_and_a_categorical_strings(doc: dict[str, Any]) -> None:
@@ -134,10 +139,12 @@ def test_grid_refuses_conditions_and_a_grid_too_large(doc: dict[str, Any]) -> No
     assert errors[0].startswith("spec.algorithm.name: the grid has 3000000000 points (at most 10000000)")
     assert errors[1].startswith("spec.algorithm.name: grid does not model conditional parameters; 'momentum'")
     drop_momentum(doc)
-    doc["spec"]["parameters"][0]["max"] = 10**30  # counted, never listed
+    doc["spec"]["parameters"][0]["max"] = 2**53  # counted, never listed
     assert errors_of(doc) == [
-        "spec.algorithm.name: the grid has 600000000000000000000000000000000 points (at most 10000000); coarsen steps"
+        "spec.algorithm.name: the grid has more than 10**15 points (at most 10000000); coarsen steps"
     ]
+    doc["spec"]["parameters"][0] = {"name": "lr", "type": "double", "min": -1e300, "max": 1e300, "step": 1e-300}
+    assert errors_of(doc)[0].startswith("spec.algorithm.name: the grid has more than 10**15 points")
 
 
 def test_cmaes_refuses_discrete_and_categorical_parameters(doc: dict[str, Any]) -> None:
@@ -243,3 +250,50 @@ def test_a_condition_lists_at_least_one_value(doc: dict[str, Any]) -> None:
     assert errors_of(doc) == [
         "spec.parameters[4].when.optimizer: list at least one value of 'optimizer', or remove the condition"
     ]
+
+
+NUMBERS = st.one_of(
+    st.integers(min_value=-(10**500), max_value=10**500),
+    st.floats(),
+    st.sampled_from([0, 1, -1, 2**53, 2**53 + 1, 1e308, 1e-308, True]),
+)
+WILD_PARAMETER = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(["a", "b", "Bad", ""]),
+        "type": st.sampled_from(["double", "int", "discrete", "categorical", "x"]),
+    },
+    optional={
+        "min": NUMBERS,
+        "max": NUMBERS,
+        "step": NUMBERS,
+        "log": st.booleans(),
+        "values": st.lists(st.one_of(NUMBERS, st.text(max_size=3)), max_size=4),
+        "when": st.dictionaries(st.sampled_from(["a", "b", "z"]), st.one_of(NUMBERS, st.text(max_size=2)), max_size=2),
+    },
+)
+
+
+@settings(
+    max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    parameters=st.lists(WILD_PARAMETER, min_size=1, max_size=3),
+    algorithm=st.sampled_from(["grid", "random", "tpe", "cmaes", "gp"]),
+    goal=NUMBERS,
+)
+def test_any_search_space_is_accepted_or_refused_with_spec_errors_only(
+    doc: dict[str, Any], parameters: list[dict[str, Any]], algorithm: str, goal: Any
+) -> None:
+    doc["spec"].update(parameters=parameters, algorithm={"name": algorithm}, objective={"metric": "m", "goal": goal})
+    doc["spec"]["trial"]["spec"]["replicas"]["worker"]["template"]["env"] = {}
+    doc["spec"]["trial"]["spec"]["replicas"]["worker"]["template"]["command"] = ["x"]
+    try:
+        sweep = parse_sweep(doc)
+    except SpecError as error:
+        assert error.errors and all(e.path and e.message for e in error.errors)
+        return
+    for parameter in sweep.spec.parameters:
+        size = parameter.grid_size()
+        assert size is None or size >= 1
+        if algorithm == "grid" and size is not None and size < 1000:
+            assert len(parameter.finite_values() or []) == size

@@ -14,13 +14,12 @@ template is refused before any trial exists, its errors named under ``spec.trial
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.jobtypes import JobType
-from phalanx.model.sweeps import REFERENCE, ParamValue, Sweep, SweepSpec, parse_sweep, trial_name
+from phalanx.model.sweeps import REFERENCE, ParamValue, Sweep, SweepSpec, finite, parse_sweep, trial_name
 from phalanx.model.validation import validate_job
 
 #: Labels every trial carries, so a sweep finds its trials again after a restart (by label, not by memory).
@@ -94,7 +93,7 @@ def check_assignment(spec: SweepSpec, assignment: Mapping[str, ParamValue]) -> l
             problems.append(f"{name}: must be a number, got {value!r}")
         elif parameter.type == "int" and not isinstance(value, int):
             problems.append(f"{name}: must be a whole number, got {value!r}")
-        elif not math.isfinite(value) or not low <= value <= high:
+        elif not finite(value) or not low <= value <= high:
             problems.append(f"{name}: {value!r} is outside [{low}, {high}]")
     return problems
 
