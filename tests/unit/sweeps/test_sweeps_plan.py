@@ -65,6 +65,12 @@ def test_max_trials_bounds_creation_and_the_rest_of_asked_is_abandoned(doc: dict
     assert plan.abandon == [3, 4] and plan.ask == 0
 
 
+def test_a_lowered_max_trials_abandons_every_asked_suggestion(doc: dict[str, Any]) -> None:
+    sweep = sweep_of(doc, maxTrials=1, parallelTrials=3)
+    plan = plan_sweep(sweep, [trial(0, P.RUNNING), trial(1, P.RUNNING)], {2: params(2), 3: params(3)})
+    assert (plan.create, plan.ask, plan.abandon, plan.finish) == ([], 0, [2, 3], None)
+
+
 def test_the_sweep_succeeds_when_max_trials_are_done_with_the_best_trial(doc: dict[str, Any]) -> None:
     sweep = sweep_of(doc, maxTrials=3, objective={"metric": "val_loss"})
     trials = [trial(0, P.SUCCEEDED, 0.3), trial(1, P.SUCCEEDED, 0.2), trial(2, P.FAILED)]

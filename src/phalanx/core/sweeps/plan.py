@@ -140,8 +140,9 @@ def plan_sweep(
             stop.append(StopTrial(decision.trial, trial_name(name, decision.trial), decision.reason))
 
     # Stopping frees a slot only once the trial is observed Stopped: until then its processes still hold resources.
-    room = max(0, min(spec.parallel_trials - len(active), spec.max_trials - len(by_number)))
-    budget = spec.max_trials - len(by_number)
+    # The budget is negative when maxTrials was lowered below the trials already made: nothing more runs.
+    budget = max(0, spec.max_trials - len(by_number))
+    room = max(0, min(spec.parallel_trials - len(active), budget))
     create = [
         CreateTrial(
             number,
@@ -152,7 +153,7 @@ def plan_sweep(
         )
         for position, number in enumerate(pending_asks[:room])
     ]
-    abandon = pending_asks[budget:] if len(pending_asks) > budget else []
+    abandon = pending_asks[budget:]
     ask = 0 if exhausted else max(0, room - len(pending_asks))
     phase = SweepPhase.RUNNING if by_number or create else SweepPhase.PENDING
     return SweepPlan(phase, counts, best, create=create, ask=ask, abandon=abandon, stop=stop)
