@@ -3,7 +3,8 @@
 This module owns the Sweep's shape and every check that needs nothing but the document: the search space
 (double, int, discrete, categorical; log scale; grid steps; conditional parameters with ``when``), the
 algorithm and what each one can sample, the objective, the budgets, the early-stopping rule and the references
-``${params.NAME}``, ``${trial.name}``, ``${trial.number}`` and ``${sweep.name}`` in the trial template. The
+``${params.NAME}``, ``${trial.name}``, ``${trial.namespace}``, ``${trial.number}`` and ``${sweep.name}`` in the
+trial template. The
 template itself is validated as a TrainingJob once substituted (``core.sweeps.substitute.validate_sweep``): the
 model layer cannot substitute, which is core's job.
 
@@ -51,10 +52,11 @@ MAX_STEP = 10**9
 PARAMETER_NAME = re.compile(r"[a-z][a-z0-9_]*")
 #: A metric's name as ``phalanx-metric step=3 NAME=0.5`` and ``metrics.json`` write it.
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")
-#: A reference in the trial template: ``${params.lr}``, ``${trial.name}``, ``${trial.number}``, ``${sweep.name}``.
+#: A reference in the trial template: ``${params.lr}``, ``${trial.name}``, ``${trial.namespace}`` (Katib's
+#: ``${trialSpec.Name}`` and ``${trialSpec.Namespace}``), ``${trial.number}``, ``${sweep.name}``.
 #: Any other ``${...}`` (a shell variable in ``bash -c``) is left as written.
 REFERENCE = re.compile(r"\$\{(params|trial|sweep)\.([^}]*)\}")
-TRIAL_FIELDS = ("name", "number")
+TRIAL_FIELDS = ("name", "namespace", "number")
 SWEEP_FIELDS = ("name",)
 
 Number = StrictInt | StrictFloat

@@ -52,6 +52,12 @@ def test_a_trial_document_has_its_values_name_and_labels(doc: dict[str, Any]) ->
     assert template["command"] == ["python", "train.py", "--lr", "0.001", "--layers", "3"]
     assert template["env"] == {"OPTIMIZER": "sgd", "MOMENTUM": "0.9"}
     assert document["metadata"]["name"] == "lr-search-7"
+    annotated = parse_sweep({**doc, "metadata": {"name": "s", "namespace": "team-a"}})
+    annotated.spec.trial.metadata.annotations["where"] = (
+        "${trial.namespace}/${trial.name}#${trial.number}@${sweep.name}"
+    )
+    where = trial_document(annotated, 4, {"lr": 0.1, "layers": 1, "batch": 32, "optimizer": "adam"})["metadata"]
+    assert (where["annotations"]["where"], where["namespace"]) == ("team-a/s-4#4@s", "team-a")
     assert document["metadata"]["labels"] == {
         "team": "x",
         "trial": "lr-search-7",

@@ -2,9 +2,9 @@
 
 ``${params.NAME}`` becomes the trial's value written canonically (an int as an int, a double with
 ``format(v, '.12g')``, a string as is; a conditional parameter that is inactive in this trial as the empty
-string), ``${trial.name}``, ``${trial.number}`` and ``${sweep.name}`` what they say. Only strings are rewritten,
-mapping keys never (they are names: a key made by substitution could collide with another), and any other
-``${...}`` is kept as written (a shell variable in ``bash -c``).
+string), ``${trial.name}``, ``${trial.namespace}``, ``${trial.number}`` and ``${sweep.name}`` what they say.
+Only strings are rewritten, mapping keys never (they are names: a key made by substitution could collide with
+another), and any other ``${...}`` is kept as written (a shell variable in ``bash -c``).
 
 ``validate_sweep`` is the submit-time door: the Sweep's own checks (model.sweeps), then the template substituted
 with a sample assignment (each parameter's first value or minimum) and validated as a TrainingJob, so a bad
@@ -114,6 +114,7 @@ def reference_values(sweep: Sweep, number: int, assignment: Mapping[str, ParamVa
     values = {("params", p.name): "" for p in sweep.spec.parameters}
     values.update({("params", name): render(value) for name, value in assignment.items()})
     values[("trial", "name")] = trial_name(sweep.metadata.name, number)
+    values[("trial", "namespace")] = sweep.metadata.namespace
     values[("trial", "number")] = str(number)
     values[("sweep", "name")] = sweep.metadata.name
     return values
