@@ -17,6 +17,7 @@ placeholders that only take their final form at run time, and a sweep spec is ch
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -53,7 +54,7 @@ MAX_STEP_NAME_LENGTH = 40
 #: A pipeline parameter or a step's declared input/output of a trainingJob/sweep step: used in ``${inputs.NAME}``
 #: and in ``$PHALANX_OUTPUTS/<name>``, so an identifier. Component inputs keep KFP's free names ("raw data").
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-#: Names of a ``parallelFor`` loop variable: only ``item`` is referenced (``{{item}}``), as the design fixes.
+#: The loop variable every ``parallelFor`` step references (``{{item}}``), whatever its ``as`` label says.
 LOOP_VARIABLE = "item"
 
 
@@ -162,10 +163,14 @@ class SweepTemplate(ApiModel):
 
 
 class ParallelFor(ApiModel):
-    """Run the step once per item: a literal list, or a reference to a JSON array parameter or output."""
+    """Run the step once per item: a literal list, or a reference to a JSON array parameter or output.
+
+    ``as`` is a label for people (``describe`` shows ``evaluate[shard=2]``); arguments read the current item as
+    ``{{item}}`` whatever the label, so one spelling works in every step (the design's reference set is closed).
+    """
 
     items: Annotated[str, Field(max_length=MAX_VALUE_CHARS)] | list[JsonValue]
-    as_: Literal["item"] = Field(default="item", alias="as")
+    as_: Identifier = Field(default=LOOP_VARIABLE, alias="as")
 
     @field_validator("items")
     @classmethod
@@ -331,26 +336,34 @@ class RunPhase(StrEnum):
 
 
 class StepStatus(ApiModel):
-    """What was observed of one step instance."""
+    """What was observed of one step instance (``core.pipelines.plan.observation`` reads these back)."""
 
     nul_bytes_allowed = True  # observed: messages may quote a program's output
 
+    step: str
+    item: int | None = Field(default=None, ge=0)
     phase: StepPhase
-    item: int | None = None
     attempts: int = Field(default=0, ge=0)
+    retryable: bool = Field(default=True, description="false when it failed before starting (no retry mends it)")
     cache_hit: bool = False
     cache_key: str | None = None
-    outputs: dict[str, str] = Field(default_factory=dict)
+    outputs: dict[str, str] = Field(default_factory=dict, description="output name -> value or artifact location")
+    output_digests: dict[str, str] = Field(default_factory=dict, description="artifact output -> content digest")
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
     message: str | None = None
 
 
 class PipelineRunStatus(ApiModel):
-    """What was observed of a run: its phase and each step instance (``step`` or ``step[item]``)."""
+    """What was observed of a run: its phase, each step instance, the recorded fan-outs and fan-ins."""
 
     nul_bytes_allowed = True
 
     phase: RunPhase = RunPhase.PENDING
-    steps: dict[str, StepStatus] = Field(default_factory=dict)
+    instances: list[StepStatus] = Field(default_factory=list)
+    fanouts: dict[str, list[JsonValue]] = Field(default_factory=dict, description="step -> its recorded items")
+    joined: list[str] = Field(default_factory=list, description="fanned-out steps whose fan-in was recorded")
+    component_digests: dict[str, str] = Field(default_factory=dict, description="step -> digest of what it runs")
     message: str | None = None
 
 

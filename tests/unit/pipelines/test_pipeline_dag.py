@@ -268,3 +268,12 @@ def test_file_order_is_kept_when_it_is_already_topological(links: list[bool]) ->
     names = [f"s{i}" for i in range(len(links))]
     upstream = {name: ({names[i - 1]} if i and links[i] else set()) for i, name in enumerate(names)}
     assert topological_order(names, upstream) == tuple(names)
+
+
+def test_a_constant_for_a_typed_input_is_read_now() -> None:
+    builder = pipeline().component(
+        "a", inputs=(inp("n", "Integer"), inp("s", "String")), arguments={"n": "ten", "s": "x"}
+    )
+    assert _errors(builder) == {
+        "spec.steps[0].arguments.n": "input 'n' must be a whole number (type Integer), got 'ten'"
+    }

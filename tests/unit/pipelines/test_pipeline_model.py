@@ -46,7 +46,7 @@ def test_the_design_example_parses() -> None:
         {
             "name": "evaluate",
             "component": {"inline": {"name": "eval", "implementation": {}}},
-            "parallelFor": {"items": "{{steps.prepare.outputs.shard list}}", "as": "item"},
+            "parallelFor": {"items": "{{steps.prepare.outputs.shard list}}", "as": "shard"},
             "arguments": {"shard": "{{item}}"},
             "when": "{{steps.train.outputs.model}} != ''",
             "retries": 2,
@@ -64,7 +64,7 @@ def test_the_design_example_parses() -> None:
     assert evaluate.retries == 2 and evaluate.cache is False
     assert evaluate.parallel_for is not None and evaluate.parallel_for.items == "{{steps.prepare.outputs.shard list}}"
     assert pipeline.spec.steps[0].cache is True
-    assert pipeline.to_dict()["spec"]["steps"][2]["parallelFor"]["as"] == "item"
+    assert pipeline.to_dict()["spec"]["steps"][2]["parallelFor"]["as"] == "shard"
 
 
 @pytest.mark.parametrize(
@@ -79,9 +79,9 @@ def test_the_design_example_parses() -> None:
         ({"name": "a", **COMPONENT, "retries": 101}, "spec.steps[0].retries", "<= 100"),
         ({"name": "a", **COMPONENT, "cache": "yes"}, "spec.steps[0].cache", "true or false"),
         (
-            {"name": "a", **COMPONENT, "parallelFor": {"items": [1], "as": "x"}},
+            {"name": "a", **COMPONENT, "parallelFor": {"items": [1], "as": "x y"}},
             "spec.steps[0].parallelFor.as",
-            "'item'",
+            "must be a letter",
         ),
         ({"name": "a", **COMPONENT, "retry": 1}, "spec.steps[0].retry", "did you mean 'retries'"),
         ({"name": "a", **COMPONENT, "inputs": [{"name": "x"}]}, "spec.steps[0].inputs", "from the component"),

@@ -29,9 +29,11 @@ from phalanx.core.pipelines.plan import (
     SkipStep,
     StartStep,
     UseCache,
+    observation,
     plan_run,
 )
-from phalanx.model.pipelines import RunPhase, StepPhase
+from phalanx.model.base import validated_copy
+from phalanx.model.pipelines import PipelineRunStatus, RunPhase, StepPhase, StepStatus
 
 
 def design() -> PipelineGraph:
@@ -320,3 +322,47 @@ def test_every_run_ends_and_starts_each_attempt_once(failures: dict[tuple[str, i
     assert final.finished is (RunPhase.FAILED if failed_for_good else RunPhase.SUCCEEDED)
     assert sum(isinstance(a, FinishRun) for a in history) == 1
     assert all(a.reason for a in history)
+
+
+def test_a_step_only_ordered_after_a_skipped_step_still_runs() -> None:
+    graph = (
+        pipeline()
+        .param("go", "String", "no")
+        .job("maybe", when="{{params.go}} == yes", outputs=[{"name": "o"}])
+        .job("after-it", after=["maybe"])
+        .job("reader", arguments={"x": "{{steps.maybe.outputs.o}}"})
+        .graph()
+    )
+    (skip,) = plan_run(graph, {"go": "no"}, RunObservation(), component_digests={}, cache={}).actions
+    assert skip == SkipStep("maybe", None, "maybe is skipped: its condition '{{params.go}} == yes' is false")
+    observed = apply(RunObservation(), (skip,))
+    actions = plan_run(graph, {"go": "no"}, observed, component_digests={}, cache={}).actions
+    assert [(type(a), a.step) for a in actions] == [(StartStep, "after-it"), (SkipStep, "reader")]  # type: ignore[union-attr]
+    assert actions[0].reason == "after-it starts: its inputs are ready (no digest to cache by)"
+
+
+def test_a_stored_status_reads_back_as_the_observation_it_records() -> None:
+    status = PipelineRunStatus(
+        phase=RunPhase.RUNNING,
+        instances=[
+            StepStatus(
+                step="prepare",
+                phase=StepPhase.SUCCEEDED,
+                attempts=1,
+                outputs={"data": "/d"},
+                output_digests={"data": "sha-d"},
+            ),
+            StepStatus(step="evaluate", item=1, phase=StepPhase.FAILED, attempts=2, retryable=False),
+        ],
+        fanouts={"evaluate": [1, "b"]},
+        joined=["evaluate"],
+    )
+    stored = PipelineRunStatus.model_validate(status.to_dict())
+    observed = observation(stored)
+    assert observed.instances[("prepare", None)] == InstanceState(
+        StepPhase.SUCCEEDED, 1, {"data": OutputValue("/d", "sha-d")}
+    )
+    assert observed.instances[("evaluate", 1)].retryable is False
+    assert observed.fanouts == {"evaluate": (1, "b")} and observed.joined == {"evaluate"}
+    assert observed.finished is None
+    assert observation(validated_copy(stored, phase=RunPhase.FAILED)).finished is RunPhase.FAILED

@@ -67,6 +67,7 @@ _TYPE_ALIASES = {
     "jsonarray": "JsonArray",
 }
 _GENERIC_TYPES = frozenset({"", "string", "str"})
+_PARAMETER_TYPES = frozenset({"Integer", "Float", "Boolean", "JsonObject", "JsonArray"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +246,11 @@ class _Checker:
         for reference in references:
             self.check_reference(step, where, reference)
         whole = whole_reference(value)
+        kind = normal_type(wanted.type) if wanted is not None else None
+        # A constant for a typed parameter input: read it now rather than fail the step later.
+        wrong = type_problem(value, str(kind)) if kind in _PARAMETER_TYPES and not (references or problems) else None
+        if wanted is not None and wrong is not None:
+            self.error(where, f"input {wanted.name!r} {wrong}")
         if wanted is None or whole is None:
             return
         given = self.type_of(whole)

@@ -46,7 +46,7 @@ from phalanx.core.pipelines.references import (
     substitute,
     whole_reference,
 )
-from phalanx.model.pipelines import MAX_PARALLEL_ITEMS, RunPhase, Step, StepPhase
+from phalanx.model.pipelines import MAX_PARALLEL_ITEMS, PipelineRunStatus, RunPhase, Step, StepPhase
 
 InstanceKey = tuple[str, int | None]
 
@@ -91,6 +91,23 @@ class RunObservation:
     fanouts: Mapping[str, tuple[JsonValue, ...]] = field(default_factory=dict)
     joined: frozenset[str] = frozenset()
     finished: RunPhase | None = None
+
+
+def observation(status: PipelineRunStatus) -> RunObservation:
+    """The observation a stored run status holds (what a service passes to ``plan_run`` after a restart)."""
+    instances: dict[InstanceKey, InstanceState] = {}
+    for entry in status.instances:
+        outputs = {name: OutputValue(value, entry.output_digests.get(name)) for name, value in entry.outputs.items()}
+        instances[(entry.step, entry.item)] = InstanceState(
+            entry.phase, entry.attempts, outputs, entry.cache_hit, entry.retryable
+        )
+    finished = status.phase if status.phase in (RunPhase.SUCCEEDED, RunPhase.FAILED) else None
+    return RunObservation(
+        instances=instances,
+        fanouts={name: tuple(items) for name, items in status.fanouts.items()},
+        joined=frozenset(status.joined),
+        finished=RunPhase(finished) if finished is not None else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
