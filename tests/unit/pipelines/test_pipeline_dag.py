@@ -277,3 +277,16 @@ def test_a_constant_for_a_typed_input_is_read_now() -> None:
     assert _errors(builder) == {
         "spec.steps[0].arguments.n": "input 'n' must be a whole number (type Integer), got 'ten'"
     }
+
+
+def test_an_input_placeholder_in_a_number_field_is_judged_with_a_valid_sample() -> None:
+    raw = pipeline().raw()
+    raw["spec"]["steps"] = [
+        {
+            "name": "t",
+            "trainingJob": {"spec": {"replicas": {"worker": {"count": "${inputs.n}", "template": {"command": ["x"]}}}}},
+            "arguments": {"n": "4"},
+        },
+    ]
+    graph = check_pipeline(parse_pipeline(raw).spec, {})
+    assert graph.order == ("t",)

@@ -446,7 +446,8 @@ def _strings(value: JsonValue, path: tuple[str | int, ...]) -> Iterator[tuple[tu
 
 def _sampled(value: JsonValue) -> JsonValue:
     if isinstance(value, str):
-        return _INPUT_PLACEHOLDER.sub("0", value)
+        # "1": a valid count, index, size or flag value alike, so only the template's own shape is judged.
+        return _INPUT_PLACEHOLDER.sub("1", value)
     if isinstance(value, dict):
         return {key: _sampled(item) for key, item in value.items()}
     if isinstance(value, list):

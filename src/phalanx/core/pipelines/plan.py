@@ -18,6 +18,10 @@ digests and a read-only view of the step cache, and returns actions:
 - ``FinishRun``: Succeeded when every step is done with none failed; Failed once a step has failed for good and
   nothing is running.
 
+Cache keys count an upstream artifact by its content digest (``OutputValue.digest``, which the service fills through
+``cache.ArtifactDigests`` when the producer finishes); an artifact without a digest counts by its location, which
+only ever misses. ``observation`` reads a stored ``PipelineRunStatus`` back into what this module takes.
+
 Idempotent: the same observation gives the same actions, and an action is derived only from what is not yet
 observed (an instance observed in any phase is never started again; ``attempt`` is the key a service dedupes
 retries on). After a step fails for good nothing new starts — running instances finish — as Argo's DAG
