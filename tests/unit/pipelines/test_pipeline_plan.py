@@ -250,7 +250,11 @@ def apply(observed: RunObservation, actions: tuple[Action, ...]) -> RunObservati
 
 
 def run_to_the_end(
-    graph: PipelineGraph, cache: dict[str, CachedResult], outcome: Callable[[str, int | None, int], bool]
+    graph: PipelineGraph,
+    cache: dict[str, CachedResult],
+    outcome: Callable[[str, int | None, int], bool],
+    *,
+    score: str = "0.9",
 ) -> tuple[RunObservation, list[Action]]:
     observed = RunObservation()
     history: list[Action] = []
@@ -271,7 +275,7 @@ def run_to_the_end(
                 if outcome(name, item, state.attempts):
                     outputs = {
                         decl.name: OutputValue(
-                            "0.9" if decl.type in ("Float", None) else f"{name}-{item}", f"sha-{name}-{item}"
+                            score if decl.type in ("Float", None) else f"{name}-{item}", f"sha-{name}-{item}"
                         )
                         for decl in graph.interfaces[name].outputs
                     }
@@ -310,11 +314,16 @@ def test_a_rerun_with_nothing_changed_completes_from_cache_without_starting_anyt
             st.integers(1, 3),
         ),
         st.booleans(),
-    )
+    ),
+    st.sampled_from(["0.9", "0.5"]),
 )
-def test_every_run_ends_and_starts_each_attempt_once(failures: dict[tuple[str, int | None, int], bool]) -> None:
+def test_every_run_ends_and_starts_each_attempt_once(
+    failures: dict[tuple[str, int | None, int], bool], score: str
+) -> None:
     graph = design()
-    final, history = run_to_the_end(graph, {}, lambda name, item, attempt: not failures.get((name, item, attempt)))
+    final, history = run_to_the_end(
+        graph, {}, lambda name, item, attempt: not failures.get((name, item, attempt)), score=score
+    )
     starts = [(a.step, a.item, a.attempt) for a in history if isinstance(a, StartStep | RetryStep)]
     assert len(starts) == len(set(starts))
     assert all(attempt <= graph.spec.step(step).retries + 1 for step, _, attempt in starts)  # type: ignore[union-attr]
@@ -322,6 +331,8 @@ def test_every_run_ends_and_starts_each_attempt_once(failures: dict[tuple[str, i
     assert final.finished is (RunPhase.FAILED if failed_for_good else RunPhase.SUCCEEDED)
     assert sum(isinstance(a, FinishRun) for a in history) == 1
     assert all(a.reason for a in history)
+    if score == "0.5" and final.finished is RunPhase.SUCCEEDED:  # the condition is false: no evaluation ran
+        assert not any(isinstance(a, StartStep) and a.step in ("evaluate", "report") for a in history)
 
 
 def test_a_step_only_ordered_after_a_skipped_step_still_runs() -> None:
@@ -366,3 +377,22 @@ def test_a_stored_status_reads_back_as_the_observation_it_records() -> None:
     assert observed.fanouts == {"evaluate": (1, "b")} and observed.joined == {"evaluate"}
     assert observed.finished is None
     assert observation(validated_copy(stored, phase=RunPhase.FAILED)).finished is RunPhase.FAILED
+
+
+def test_a_fanned_out_step_reading_a_skipped_step_is_skipped_whole_and_the_run_ends() -> None:
+    graph = (
+        pipeline()
+        .param("go", "String", "no")
+        .job("maybe", when="{{params.go}} == yes", outputs=[{"name": "xs", "type": "JsonArray"}])
+        .job("loop", parallel_for={"items": "{{steps.maybe.outputs.xs}}"}, arguments={"x": "{{item}}"})
+        .graph()
+    )
+    observed = RunObservation()
+    history: list[Action] = []
+    for _ in range(4):
+        actions = plan_run(graph, {"go": "no"}, observed, component_digests={}, cache={}).actions
+        history.extend(actions)
+        observed = apply(observed, actions)
+    assert [type(a) for a in history] == [SkipStep, SkipStep, FinishRun]
+    assert history[1] == SkipStep("loop", None, "loop is skipped: it reads outputs of skipped step maybe")
+    assert observed.finished is RunPhase.SUCCEEDED

@@ -306,6 +306,9 @@ class _Planner:
             if state is None or not self.is_final(step, state):
                 return _StepOutcome(False, None, {})
             return _StepOutcome(True, state.phase, state.outputs)
+        whole = self.observed.instances.get((name, None))
+        if whole is not None and self.is_final(step, whole):
+            return _StepOutcome(True, whole.phase, {})  # skipped or failed as a whole, before any item
         if name not in self.observed.joined:
             return _StepOutcome(False, None, {})
         states = self.item_states(name)
