@@ -38,6 +38,7 @@ Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
 PYTORCHJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"
+PRODUCT = "KUBEFLOW-KINDS-GPU"
 MPIJOBS = "/apis/kubeflow.org/v2beta1/namespaces/{ns}/mpijobs"
 
 PYTORCHJOB = """\
@@ -54,6 +55,7 @@ spec:
       restartPolicy: OnFailure
       template:
         spec:
+          nodeSelector: {{nvidia.com/gpu.product: {product}}}
           containers:
             - name: pytorch
               image: example.org/vision/ddp:1.0
@@ -65,6 +67,7 @@ spec:
       restartPolicy: OnFailure
       template:
         spec:
+          nodeSelector: {{nvidia.com/gpu.product: {product}}}
           {extra}containers:
             - name: pytorch
               image: example.org/vision/ddp:1.0
@@ -144,7 +147,8 @@ def kubeflow_installed(
 def gpu_nodes(components: Components) -> Iterator[list[str]]:
     kube = components.kube
     names = [kube.unique("kubeflow-gpu") for _ in range(2)]
-    k8s_testenv.create_fake_gpu_nodes(kube.env, names)
+    # A GPU product of their own: the PyTorchJob selects them, so it never lands on another test's nodes.
+    k8s_testenv.create_fake_gpu_nodes(kube.env, names, product=PRODUCT)
     yield names
     for name in names:
         kube.request("DELETE", f"/api/v1/nodes/{name}")
@@ -180,7 +184,7 @@ def test_pytorchjob_applied_with_kubectl_runs_and_reports_and_a_restart_changes_
     components.scheduler("--lease-duration", "6")
     name = "ddp"
     manifest = tmp_path / "pytorchjob.yaml"
-    manifest.write_text(PYTORCHJOB.format(name=name, extra=""))
+    manifest.write_text(PYTORCHJOB.format(name=name, extra="", product=PRODUCT))
     applied = kubectl("apply", "-n", namespace, "-f", str(manifest))
     assert applied.stdout.strip() == f"pytorchjob.kubeflow.org/{name} created"
 
@@ -215,7 +219,7 @@ def test_pytorchjob_applied_with_kubectl_runs_and_reports_and_a_restart_changes_
     versions = (upstream["metadata"]["resourceVersion"], job["metadata"]["resourceVersion"])
     operator.restart()
     marker = tmp_path / "marker.yaml"
-    marker.write_text(PYTORCHJOB.format(name="zz-marker", extra="hostNetwork: true\n          "))
+    marker.write_text(PYTORCHJOB.format(name="zz-marker", extra="hostNetwork: true\n          ", product=PRODUCT))
     kubectl("apply", "-n", namespace, "-f", str(marker))
     kube.wait_for(
         f"{PYTORCHJOBS.format(ns=namespace)}/zz-marker",
@@ -367,7 +371,7 @@ def test_a_refused_file_shows_the_field_path_in_status_and_events_and_creates_no
     components.operator("--kubeflow-kinds")
     name = "no-host-network"
     manifest = tmp_path / "refused.yaml"
-    manifest.write_text(PYTORCHJOB.format(name=name, extra="hostNetwork: true\n          "))
+    manifest.write_text(PYTORCHJOB.format(name=name, extra="hostNetwork: true\n          ", product=PRODUCT))
     assert kubectl("apply", "-n", namespace, "-f", str(manifest)).returncode == 0  # the API server stores it
     path = "spec.pytorchReplicaSpecs.Worker.template.spec.hostNetwork"
     upstream = kube.wait_for(

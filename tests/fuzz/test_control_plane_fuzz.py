@@ -25,6 +25,7 @@ from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.services.embedded.daemon import current_leader
+from phalanx.services.embedded.operations import SqliteBackend
 from phalanx.services.operations import OperationError, validate_documents
 from support.waiting import wait_until
 
@@ -51,7 +52,14 @@ def accepted_documents(count: int) -> list[dict[str, Any]]:
         if len(found) >= count:
             return
         try:
-            validate_documents([document], jobtypes)
+            # With the embedded backend's own rules, as its submit applies them (pod fields, schedulerName).
+            validate_documents(
+                [document],
+                jobtypes,
+                pod_field_refusals=SqliteBackend.pod_field_refusals,
+                cluster_scheduling=SqliteBackend.cluster_scheduling,
+                own_scheduler=SqliteBackend.own_scheduler,
+            )
         except (SpecError, ArithmeticError, ValueError):
             return  # refused, or the door's own breach: property A reports those
         document = json.loads(json.dumps(document))  # a plain copy, free of shared objects

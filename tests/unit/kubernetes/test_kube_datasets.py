@@ -478,6 +478,9 @@ def test_the_agent_stages_its_shard_pins_it_and_reports_it_on_its_node(tmp_path:
     node = api.get(NODES, "gpu-0")
     assert node["metadata"]["labels"] == {"type": "kwok", "dataset.phalanx.dev/train": version_label(version)}
     assert CacheReport.from_annotation(node["metadata"]["annotations"][CACHE_ANNOTATION]) == report
+    # The entry is ready in the copy's thread; the event comes from the pass that collects the copy, which under
+    # load may be the next one (the fresh-clone gate saw [] here): wait for it, do not race it.
+    run_until(keeper, lambda _: bool(api.of(EVENTS)))
     assert [e["reason"] for e in api.of(EVENTS)] == ["Staged"]
 
     # The job finishes: unpinned, still cached and labelled (evictable).
