@@ -52,7 +52,7 @@ from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.jobtypes import JobType
 from phalanx.model.kubeflow.convert import CONVERTED_FROM, Conversion, convert, lift_scheduler_name, record_pod_paths
 from phalanx.model.kubeflow.kinds import KINDS
-from phalanx.model.kubeflow.pods import replica_template
+from phalanx.model.kubeflow.pods import replica_template, resource_paths
 from phalanx.model.names import MAX_NAME_LENGTH
 
 API_VERSION = "kubeflow.org/v1beta1"
@@ -757,11 +757,26 @@ class _Converter:
             }
         )
         record_pod_paths(self.paths, f"{ours}.template", f"{path}.template.spec", template)
+        self.container_paths(f"{ours}.template", f"{path}.template.spec.containers[0]", template)
         result: dict[str, Any] = {"type": "generic", "replicas": {"worker": {"count": 1, "template": replica}}}
         result["runPolicy"] = run
         if scheduling:
             result["scheduling"] = scheduling
         return result
+
+    def container_paths(self, ours: str, upstream: str, template: Any) -> None:
+        """An env variable's problem at its entry of the env list, an amount's at the requests or limits."""
+        try:
+            raw = template["spec"]["containers"][0]
+        except (KeyError, IndexError, TypeError):
+            return
+        if not isinstance(raw, Mapping):
+            return
+        entries = raw.get("env")
+        for position, entry in enumerate(entries if isinstance(entries, list) else ()):
+            if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+                self.paths[f"{ours}.env.{entry['name']}"] = f"{upstream}.env[{position}]"
+        resource_paths(self.paths, f"{ours}.resources", f"{upstream}.resources", raw.get("resources"))
 
     def conditions(self, template: Mapping[str, Any], defaults: tuple[str, str] | None, path: str) -> None:
         for key, default in zip(("successCondition", "failureCondition"), defaults or (None, None), strict=True):
