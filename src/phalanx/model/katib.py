@@ -394,7 +394,7 @@ class _Converter:
                 "rule hyperband, or use random or tpe here",
             )
             return {}
-        if name not in _ALGORITHMS:
+        if not isinstance(name, str) or name not in _ALGORITHMS:
             listed = ", ".join(_ALGORITHMS)
             self.refuse(f"{path}.algorithmName", f"{short(name)} is not supported; use one of {listed}")
             return {}
@@ -419,6 +419,9 @@ class _Converter:
                 typed = read(value)
             except ValueError:
                 self.refuse(f"{where}.value", f"{key} must be a {read.__name__}, got {short(value)}")
+                continue
+            if isinstance(typed, float) and not (math.isfinite(typed) and typed > 0):
+                self.refuse(f"{where}.value", f"{key} must be a finite number > 0, got {short(value)}")
                 continue
             if ours == "restart_strategy" and typed not in _RESTART_STRATEGIES:
                 self.refuse(f"{where}.value", f"restart_strategy must be ipop, bipop or none, got {short(value)}")
@@ -573,9 +576,10 @@ class _Converter:
         source = collector_spec.get("source")
         if source is None:
             return annotations
-        formats = source.get("filter", {}).get("metricsFormat") if isinstance(source, Mapping) else None
-        if not isinstance(source, Mapping) or set(source) - {"filter"} or not isinstance(source["filter"], Mapping) \
-                or set(source["filter"]) - {"metricsFormat"} or not isinstance(formats, list):  # fmt: skip
+        found = source.get("filter") if isinstance(source, Mapping) else None
+        formats = found.get("metricsFormat") if isinstance(found, Mapping) else None
+        if not isinstance(source, Mapping) or set(source) != {"filter"} or not isinstance(found, Mapping) \
+                or set(found) != {"metricsFormat"} or not isinstance(formats, list):  # fmt: skip
             self.refuse(f"{path}.source", "StdOut reads the trial's output: only filter.metricsFormat (a list of "
                         "regular expressions) is taken here")  # fmt: skip
             return annotations
@@ -644,7 +648,11 @@ class _Converter:
             self.refuse(f"{_TRIAL_SPEC}.kind", f"a trial runs one of {kinds}; {short(kind)} ({short(api)}) is not one")
             return {}, None
         self.conditions(template, conditions, path)
-        if template.get("retain") is True and isinstance(job_spec, dict):
+        if (
+            template.get("retain") is True
+            and isinstance(job_spec, dict)
+            and isinstance(job_spec.get("runPolicy", {}), dict)
+        ):
             # Katib keeps a retained trial's job and pods; Phalanx keeps the job's record, and its pods with this.
             job_spec.setdefault("runPolicy", {}).setdefault("cleanPodPolicy", "None")
             self.paths.setdefault("spec.trial.spec.runPolicy.cleanPodPolicy", f"{path}.retain")
@@ -653,7 +661,7 @@ class _Converter:
         self.primary_container(template.get("primaryContainerName"), spec, path)
         trial: dict[str, Any] = {"spec": job_spec}
         metadata = self.trial_metadata(spec.get("metadata"))
-        if kind == "Job":
+        if kind == "Job" and isinstance(metadata.get("annotations", {}), Mapping):
             # As a converted Kubeflow job says what it was written as, so does each trial of a Job.
             metadata["annotations"] = {**metadata.get("annotations", {}), CONVERTED_FROM: "Job.batch/v1"}
         if metadata:
@@ -682,6 +690,8 @@ class _Converter:
             name, reference = entry["name"], entry.get("reference")
             if name in found:
                 self.refuse(f"{item}.name", f"{name!r} is listed twice; names must be unique")
+            elif not isinstance(reference, str):
+                self.refuse(f"{item}.reference", f"must be a parameter's name, got {short(reference)}")
             elif reference in self.names:
                 found[name] = f"${{params.{self.names[reference]}}}"
             elif reference in _TRIAL_METADATA:
@@ -795,6 +805,9 @@ class _Converter:
         first container of every pod template; a TrainingJob's containers have no name, and any is taken.
         """
         if name is None:
+            return
+        if not isinstance(name, str):
+            self.refuse(f"{path}.primaryContainerName", f"must be a container's name, got {short(name)}")
             return
         containers = set(_first_container_names(trial_spec))
         if containers and containers != {name}:

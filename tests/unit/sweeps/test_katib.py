@@ -220,6 +220,14 @@ REFUSED = [
         "must be a int",
     ),
     (
+        "a sigma that is no number",
+        lambda d: spec_of(d).update(
+            algorithm={"algorithmName": "cmaes", "algorithmSettings": [{"name": "sigma", "value": "nan"}]}
+        ),
+        "spec.algorithm.algorithmSettings[0].value",
+        "finite number > 0",
+    ),
+    (
         "a medianstop setting",
         lambda d: spec_of(d).update(
             earlyStopping={"algorithmName": "medianstop", "algorithmSettings": [{"name": "window", "value": "2"}]}
@@ -475,3 +483,36 @@ def test_renamed_parameters_are_valid_unique_and_deterministic(names: list[str])
     # A name that is already a valid Sweep name, listed first, keeps itself.
     if PARAMETER_NAME.fullmatch(names[0]) and len(names[0]) <= 63:
         assert renamed[names[0]] == names[0]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def nodes(tree: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The path of every node of a document (the root excluded)."""
+    found = [path] if path else []
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            found += nodes(value, (*path, key))
+    elif isinstance(tree, list):
+        for index, value in enumerate(tree):
+            found += nodes(value, (*path, index))
+    return found
+
+
+@given(st.sampled_from(sorted(path.stem for path in DATA.glob("*.yaml"))), st.data())
+def test_any_value_anywhere_is_converted_or_refused_never_a_crash(name: str, data: st.DataObject) -> None:
+    document = load(name)
+    where = data.draw(st.sampled_from(nodes(document)))
+    parent: Any = document
+    for part in where[:-1]:
+        parent = parent[part]
+    parent[where[-1]] = data.draw(JSON)
+    try:
+        validate_experiment(document, JOBTYPES)
+    except SpecError as error:
+        assert error.errors and all(item.message for item in error.errors)
