@@ -28,8 +28,12 @@ Every field has a meaning here or is refused with its path and why; nothing is d
   whether Katib keeps its suggestion service; a Sweep's state lives in the store either way).
 - ``trialTemplate``: trialParameters (``${trialParameters.X}`` in the trialSpec becomes ``${params.Y}``, or
   ``${trial.name}``/``${trial.namespace}`` for a reference to ``${trialSpec.Name}``/``${trialSpec.Namespace}``);
-  a trialSpec of kind TrainingJob (taken as it is), batch/v1 Job (a one-replica ``generic`` job) or a Kubeflow
-  job kind (``model.kubeflow``'s converter); primaryContainerName when it names the trial's container;
+  a trialSpec of kind TrainingJob (taken as it is), batch/v1 Job (a one-replica ``generic`` job: its pod template
+  through ``model.kubeflow.pods``, backoffLimit, activeDeadlineSeconds and ttlSecondsAfterFinished as the
+  runPolicy's, the pod's restartPolicy as the job's, parallelism and completions 1 only) or a Kubeflow job kind
+  (``model.kubeflow``'s converter); the trialSpec's labels and annotations go on every trial's job, its name and
+  namespace are refused (a trial is ``<sweep>-<number>``); primaryContainerName when it names the trial's
+  container; primaryPodLabels is refused (metrics are read from the job);
   successCondition and failureCondition when they are upstream's defaults for the kind (what Phalanx's job
   phases mean); retain: true keeps the finished trial's pods (``cleanPodPolicy: None``).
 - ``metricsCollectorSpec``: StdOut (upstream's default, also when the field is absent), with its optional

@@ -516,3 +516,48 @@ def test_any_value_anywhere_is_converted_or_refused_never_a_crash(name: str, dat
         validate_experiment(document, JOBTYPES)
     except SpecError as error:
         assert error.errors and all(item.message for item in error.errors)
+
+
+def as_trainingjob(document: dict[str, Any]) -> None:
+    template = spec_of(document)["trialTemplate"]
+    template.pop("primaryContainerName")
+    template["trialSpec"] = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"labels": {"suite": "katib"}},
+        "spec": {
+            "type": "generic",
+            "replicas": {"worker": {"count": 1, "template": {"image": "i", "command": ["t", "${trialParameters.lr}"]}}},
+        },
+    }
+
+
+def test_a_trainingjob_trial_is_taken_as_it_is() -> None:
+    _, sweep, _ = validate_experiment(edit("random", as_trainingjob), JOBTYPES)
+    assert sweep.spec.trial.metadata.labels == {"suite": "katib"}
+    job = trial_document(sweep, 0, {"learning_rate": 0.05, "hidden_layers": 1, "optimizer": "sgd"})
+    assert job["spec"]["replicas"]["worker"]["template"]["command"] == ["t", "0.05"]
+
+
+def test_a_trainingjob_trials_errors_point_into_its_spec() -> None:
+    def zero(document: dict[str, Any]) -> None:
+        as_trainingjob(document)
+        spec_of(document)["trialTemplate"]["trialSpec"]["spec"]["replicas"]["worker"]["count"] = 0
+
+    assert "spec.trialTemplate.trialSpec.spec.replicas.worker.count" in problems(edit("random", zero))
+
+
+def test_a_parameter_can_stand_for_a_replica_count() -> None:
+    def workers(document: dict[str, Any]) -> None:
+        spec = spec_of(document)
+        spec["parameters"].append(
+            {"name": "workers", "parameterType": "int", "feasibleSpace": {"min": "1", "max": "3"}}
+        )
+        spec["trialTemplate"]["trialParameters"].append({"name": "workers", "reference": "workers"})
+        spec["trialTemplate"]["trialSpec"]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = (
+            "${trialParameters.workers}"
+        )
+
+    _, sweep, _ = validate_experiment(edit("pytorchjob", workers), JOBTYPES)
+    job = trial_document(sweep, 0, {"lr": 0.02, "momentum": 0.6, "workers": 3})
+    assert validate_job(job, JOBTYPES).spec.replicas["worker"].count == 3
