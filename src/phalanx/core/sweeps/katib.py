@@ -14,7 +14,7 @@ from phalanx.core.sweeps.substitute import validate_sweep
 from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.jobtypes import JobType
 from phalanx.model.katib import ExperimentConversion, convert_experiment
-from phalanx.model.loading import parse_jobtype
+from phalanx.model.kubeflow import with_made_jobtypes
 from phalanx.model.sweeps import Sweep
 
 
@@ -30,12 +30,7 @@ def validate_experiment(
         conversion = convert_experiment(document, jobtypes)
     except SpecError as error:
         raise SpecError(error.errors, source=source) from None
-    known = dict(jobtypes)
-    made: list[JobType] = []
-    for raw in conversion.jobtypes:
-        jobtype = parse_jobtype(raw)
-        known[jobtype.metadata.name] = jobtype
-        made.append(jobtype)
+    known, made = with_made_jobtypes(conversion.jobtypes, jobtypes)
     try:
         sweep = validate_sweep(conversion.sweep, known)
     except SpecError as error:

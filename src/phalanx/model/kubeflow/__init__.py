@@ -50,6 +50,7 @@ __all__ = [
     "shipped_runtimes",
     "validate_kubeflow",
     "validate_trainjob",
+    "with_made_jobtypes",
 ]
 
 
@@ -111,15 +112,23 @@ def validate_trainjob(
     return _validated(convert_trainjob(document, runtimes, jobtypes), jobtypes)
 
 
-def _validated(
-    conversion: Conversion, jobtypes: Mapping[str, JobType]
-) -> tuple[list[JobType], TrainingJob, Conversion]:
+def with_made_jobtypes(
+    raws: Sequence[dict[str, Any]], jobtypes: Mapping[str, JobType]
+) -> tuple[dict[str, JobType], list[JobType]]:
+    """The JobTypes a conversion made, parsed, and ``jobtypes`` with them added (what its job may name)."""
     known = dict(jobtypes)
     made: list[JobType] = []
-    for raw in conversion.jobtypes:
+    for raw in raws:
         jobtype = parse_jobtype(raw)
         known[jobtype.metadata.name] = jobtype
         made.append(jobtype)
+    return known, made
+
+
+def _validated(
+    conversion: Conversion, jobtypes: Mapping[str, JobType]
+) -> tuple[list[JobType], TrainingJob, Conversion]:
+    known, made = with_made_jobtypes(conversion.jobtypes, jobtypes)
     try:
         job = validate_job(conversion.job, known)
     except SpecError as err:
