@@ -19,23 +19,22 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     Field,
     JsonValue,
     StrictBool,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
-from phalanx.model.base import API_VERSION, ApiModel, every_problem
-from phalanx.model.errors import FieldError, SpecError, from_validation_error, short
+from phalanx.model.base import ApiModel, every_problem
+from phalanx.model.errors import short
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.names import check_dns_label
-from phalanx.model.validation import allowed_fields
+from phalanx.model.validation import parse_shape
 
 #: Steps of one pipeline: KFP pipelines of real use have tens; past this the DAG checks stop being instant.
 MAX_STEPS = 500
@@ -383,7 +382,7 @@ def parse_pipeline(raw: Any, *, source: str | None = None) -> Pipeline:
     Raises:
         SpecError: every shape problem, each with its field path.
     """
-    return _parse(raw, Pipeline, "Pipeline", source=source)
+    return parse_shape(raw, Pipeline, "Pipeline", source=source)
 
 
 def parse_pipeline_run(raw: Any, *, source: str | None = None) -> PipelineRun:
@@ -392,26 +391,4 @@ def parse_pipeline_run(raw: Any, *, source: str | None = None) -> PipelineRun:
     Raises:
         SpecError: every shape problem, each with its field path.
     """
-    return _parse(raw, PipelineRun, "PipelineRun", source=source)
-
-
-_Document = TypeVar("_Document", Pipeline, PipelineRun)
-
-
-def _parse(raw: Any, model: type[_Document], kind: str, *, source: str | None) -> _Document:
-    if not isinstance(raw, dict):
-        raise SpecError([FieldError("", f"a {kind} must be a mapping with metadata and spec")], source=source)
-    errors: list[FieldError] = []
-    if raw.get("kind", kind) != kind:
-        errors.append(FieldError("kind", f"must be {kind}, got {short(raw.get('kind'))}"))
-    if raw.get("apiVersion", API_VERSION) != API_VERSION:
-        errors.append(FieldError("apiVersion", f"must be {API_VERSION}, got {short(raw.get('apiVersion'))}"))
-    body = {key: value for key, value in raw.items() if key not in ("status", "kind", "apiVersion")}
-    try:
-        parsed = model.model_validate(body)
-    except ValidationError as err:
-        errors.extend(from_validation_error(err, fields_at=lambda loc: allowed_fields(model, loc)))
-        raise SpecError(errors, source=source) from None
-    if errors:
-        raise SpecError(errors, source=source)
-    return parsed
+    return parse_shape(raw, PipelineRun, "PipelineRun", source=source)

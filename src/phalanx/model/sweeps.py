@@ -28,13 +28,13 @@ from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, JsonValue, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import Field, JsonValue, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
 from phalanx.model.base import ApiModel
-from phalanx.model.errors import FieldError, SpecError, from_validation_error, short
+from phalanx.model.errors import FieldError, short
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.names import MAX_NAME_LENGTH
-from phalanx.model.validation import allowed_fields
+from phalanx.model.validation import parse_shape
 
 #: Trials of one sweep: a search past this many is a different tool (and numbers stay short in trial names).
 MAX_TRIALS = 100_000
@@ -437,23 +437,7 @@ def parse_sweep(raw: Any, *, source: str | None = None) -> Sweep:
     Raises:
         SpecError: every problem found, each with its field path and a fix.
     """
-    if not isinstance(raw, Mapping):
-        raise SpecError([FieldError("", "a Sweep must be a mapping with metadata and spec")], source=source)
-    errors: list[FieldError] = []
-    if raw.get("kind", "Sweep") != "Sweep":
-        errors.append(FieldError("kind", f"must be Sweep, got {short(raw.get('kind'))}"))
-    if raw.get("apiVersion", "phalanx.dev/v1alpha1") != "phalanx.dev/v1alpha1":
-        errors.append(FieldError("apiVersion", f"must be phalanx.dev/v1alpha1, got {short(raw.get('apiVersion'))}"))
-    body = {key: value for key, value in raw.items() if key not in ("status", "kind", "apiVersion")}
-    try:
-        sweep = Sweep.model_validate(body)
-    except ValidationError as err:
-        errors.extend(from_validation_error(err, fields_at=lambda loc: allowed_fields(Sweep, loc)))
-        raise SpecError(errors, source=source) from None
-    errors.extend(check_sweep(sweep))
-    if errors:
-        raise SpecError(errors, source=source)
-    return sweep
+    return parse_shape(raw, Sweep, "Sweep", source=source, checks=check_sweep)
 
 
 def check_sweep(sweep: Sweep) -> list[FieldError]:

@@ -12,13 +12,13 @@ import difflib
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from phalanx.model.base import every_problem
+from phalanx.model.base import API_VERSION, every_problem
 from phalanx.model.bounds import MAX_REPLICAS
 from phalanx.model.errors import FieldError, SpecError, from_validation_error, short
 from phalanx.model.jobs import PRIORITY_CLASSES, ReplicaSpec, ReplicaTemplate, TrainingJob
@@ -69,30 +69,52 @@ def _unwrap(annotation: Any) -> Any:
             return annotation
 
 
+_Document = TypeVar("_Document", bound=BaseModel)
+
+
+def parse_shape(
+    raw: Any,
+    model: type[_Document],
+    kind: str,
+    *,
+    source: str | None = None,
+    checks: Callable[[_Document], list[FieldError]] | None = None,
+) -> _Document:
+    """A Phalanx document of ``kind`` parsed as ``model``: its kind, apiVersion and shape (no defaults, no lookups).
+
+    ``status`` is left out (a user does not write it). ``checks`` adds what the shape cannot tell, reported with
+    a wrong kind or apiVersion in one error.
+
+    Raises:
+        SpecError: listing every problem with its field path.
+    """
+    if not isinstance(raw, Mapping):
+        raise SpecError([FieldError("", f"a {kind} must be a mapping with metadata and spec")], source=source)
+    errors: list[FieldError] = []
+    if raw.get("kind", kind) != kind:
+        errors.append(FieldError("kind", f"must be {kind}, got {short(raw.get('kind'))}"))
+    if raw.get("apiVersion", API_VERSION) != API_VERSION:
+        errors.append(FieldError("apiVersion", f"must be {API_VERSION}, got {short(raw.get('apiVersion'))}"))
+    body = {key: value for key, value in raw.items() if key not in ("status", "kind", "apiVersion")}
+    try:
+        parsed = model.model_validate(body)
+    except ValidationError as err:
+        errors.extend(from_validation_error(err, fields_at=lambda loc: allowed_fields(model, loc)))
+        raise SpecError(errors, source=source) from None
+    if checks is not None:
+        errors.extend(checks(parsed))
+    if errors:
+        raise SpecError(errors, source=source)
+    return parsed
+
+
 def parse_job(raw: Any, *, source: str | None = None) -> TrainingJob:
     """Check the document's shape only (no JobType lookup, no defaults).
 
     Raises:
         SpecError: listing every shape problem with its field path.
     """
-    if not isinstance(raw, Mapping):
-        raise SpecError([FieldError("", "a TrainingJob must be a mapping with metadata and spec")], source=source)
-    errors: list[FieldError] = []
-    kind = raw.get("kind", "TrainingJob")
-    if kind != "TrainingJob":
-        errors.append(FieldError("kind", f"must be TrainingJob, got {short(kind)}"))
-    api_version = raw.get("apiVersion", "phalanx.dev/v1alpha1")
-    if api_version != "phalanx.dev/v1alpha1":
-        errors.append(FieldError("apiVersion", f"must be phalanx.dev/v1alpha1, got {short(api_version)}"))
-    body = {key: value for key, value in raw.items() if key not in ("status", "kind", "apiVersion")}
-    try:
-        job = TrainingJob.model_validate(body)
-    except ValidationError as err:
-        errors.extend(from_validation_error(err, fields_at=lambda loc: allowed_fields(TrainingJob, loc)))
-        raise SpecError(errors, source=source) from None
-    if errors:
-        raise SpecError(errors, source=source)
-    return job
+    return parse_shape(raw, TrainingJob, "TrainingJob", source=source)
 
 
 def validate_job(raw: Any, jobtypes: Mapping[str, JobType], *, source: str | None = None) -> TrainingJob:
