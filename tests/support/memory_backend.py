@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from phalanx.model.base import validated_copy
-from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.masking import mask_url
@@ -24,7 +23,15 @@ from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 from phalanx.services.operations import NAMESPACED_KINDS, OperationError
-from phalanx.services.port import AlreadyExistsError, ConflictError, NotFoundError, Readable, Stored, Written
+from phalanx.services.port import (
+    AlreadyExistsError,
+    ConflictError,
+    NotFoundError,
+    Readable,
+    Stored,
+    WithStatus,
+    Written,
+)
 
 _CLUSTER_SCOPED = (Queue, Node)
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -87,7 +94,7 @@ class MemoryBackend:
         """What a test put in ``replicas`` for the job's uid."""
         return list(self.replicas.get(job.metadata.uid or "", []))
 
-    def events_of(self, obj: TrainingJob | Dataset) -> builtins.list[Event]:
+    def events_of(self, obj: WithStatus) -> builtins.list[Event]:
         """What a test put in ``events`` for the object's uid."""
         return list(self.events.get(obj.metadata.uid or "", []))
 
@@ -128,7 +135,7 @@ class MemoryBackend:
 
     # -- the status side -------------------------------------------------------------------------------------
 
-    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
+    def write_status(self, obj: WithStatus, changes: Mapping[str, Any]) -> Written:
         """Write the status on the version read (``conflicts["write_status"]`` loses the next writes)."""
         status = obj.status.model_copy(update=dict(changes))
         if status == obj.status:
@@ -143,7 +150,7 @@ class MemoryBackend:
         self._stored(validated_copy(current, status=status))
         return Written.WROTE
 
-    def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+    def record(self, obj: WithStatus, reason: str, message: str, *, warning: bool = False) -> None:
         """Keep the Event in ``events``, under the object's uid, stamped one second after the one before."""
         time = _EPOCH + timedelta(seconds=len(self.calls))
         self.calls.append(("record", obj.kind, obj.metadata.name))

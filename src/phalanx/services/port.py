@@ -27,13 +27,17 @@ from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
+from phalanx.model.pipelines import Pipeline, PipelineRun
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
+from phalanx.model.sweeps import Sweep
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 
-Stored = TrainingJob | JobType | Queue | Dataset
+Stored = TrainingJob | JobType | Queue | Dataset | Sweep | Pipeline | PipelineRun
 """The kinds a user submits and the operations write."""
-Readable = TypeVar("Readable", TrainingJob, JobType, Queue, Dataset, Node)
+Readable = TypeVar("Readable", TrainingJob, JobType, Queue, Dataset, Node, Sweep, Pipeline, PipelineRun)
+WithStatus = TrainingJob | Dataset | Sweep | PipelineRun
+"""The kinds a controller writes the status of and records Events about."""
 
 
 class PortError(Exception):
@@ -67,7 +71,7 @@ class ObjectReader(Protocol):
         """The job's replicas (Pods on a cluster), of this incarnation of its name."""
         ...
 
-    def events_of(self, obj: TrainingJob | Dataset) -> builtins.list[Event]:
+    def events_of(self, obj: WithStatus) -> builtins.list[Event]:
         """Events about the object, oldest first."""
         ...
 
@@ -120,11 +124,11 @@ class Written(enum.Enum):
 class StatusWriter(Protocol):
     """The status side: what a controller writes about an object it read, and the Events that say so."""
 
-    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
+    def write_status(self, obj: WithStatus, changes: Mapping[str, Any]) -> Written:
         """Write ``obj``'s status with ``changes`` (status fields) on the resourceVersion read (moved on: LOST)."""
         ...
 
-    def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+    def record(self, obj: WithStatus, reason: str, message: str, *, warning: bool = False) -> None:
         """Record an Event about the object (best effort), its message with any credentials masked."""
         ...
 

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from phalanx.adapters.kubernetes.rendering import CONTAINER_NAME
 from phalanx.core.reconcile.types import ObservedReplica
+from phalanx.model.base import ApiModel
 from phalanx.model.datasets import Dataset, DatasetStatus
 from phalanx.model.events import Event
 from phalanx.model.jobs import ReplicaPlacement, TrainingJob, TrainingJobStatus
@@ -35,9 +36,11 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import CpuInfo, GpuInfo, Node, NodeSpec, NodeStatus, NodeTaint
+from phalanx.model.pipelines import Pipeline, PipelineRun
 from phalanx.model.queues import Queue, QueueStatus
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
 from phalanx.model.resources import QuantityError, parse_cpu, parse_memory
+from phalanx.model.sweeps import Sweep
 from phalanx.model.validation import validate_job
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -108,7 +111,7 @@ def job_from_object(obj: Mapping[str, Any], jobtypes: Mapping[str, JobType]) -> 
     return job.model_copy(update={"status": job_status(obj)})
 
 
-def status_body(obj: Mapping[str, Any], status: TrainingJobStatus | DatasetStatus) -> dict[str, Any]:
+def status_body(obj: Mapping[str, Any], status: ApiModel) -> dict[str, Any]:
     """The body of a PUT to ``trainingjobs/<name>/status`` (or a Dataset's): its identity as read, the new status.
 
     The object's resourceVersion rides along, so a write against a job that changed since it was read (or was
@@ -148,7 +151,9 @@ def dataset_from_object(obj: Mapping[str, Any]) -> Dataset:
     return dataset.model_copy(update={"status": status})
 
 
-def object_body(obj: TrainingJob | JobType | Queue | Dataset, *, namespaced: bool) -> dict[str, Any]:
+def object_body(
+    obj: TrainingJob | JobType | Queue | Dataset | Sweep | Pipeline | PipelineRun, *, namespaced: bool
+) -> dict[str, Any]:
     """The object to POST: no status (the controllers'), only the metadata a user may set.
 
     That is its name, namespace (``namespaced`` kinds only), labels and annotations; for a job, the validated,

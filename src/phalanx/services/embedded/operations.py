@@ -40,7 +40,7 @@ from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 from phalanx.services.embedded.daemon import current_leader
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.operations import NAMESPACED_KINDS, OperationError, Operations, Submitted, no_replica_logs
-from phalanx.services.port import Readable, Stored, Written
+from phalanx.services.port import Readable, Stored, WithStatus, Written
 from phalanx.services.queue_views import unique_queues
 
 SUBMIT_DIR_ANNOTATION = "phalanx.dev/submit-dir"
@@ -76,7 +76,7 @@ class SqliteStatus:
         self.store = store
         self.clock = clock or SystemClock()
 
-    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
+    def write_status(self, obj: WithStatus, changes: Mapping[str, Any]) -> Written:
         """Replace the stored status on the version read."""
         status = obj.status.model_copy(update=dict(changes))
         if status == obj.status:
@@ -87,7 +87,7 @@ class SqliteStatus:
             return Written.LOST
         return Written.WROTE
 
-    def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+    def record(self, obj: WithStatus, reason: str, message: str, *, warning: bool = False) -> None:
         """Store an Event about the object."""
         event = Event.about(obj.kind, obj.metadata, reason, mask_url(message), self.clock.now(), warning=warning)
         self.store.record_event(event)
@@ -132,7 +132,7 @@ class SqliteBackend(SqliteStatus):
         """The job's current Replica objects."""
         return [r for r in self.store.list(Replica, job.metadata.namespace) if r.spec.job_uid == job.metadata.uid]
 
-    def events_of(self, obj: TrainingJob | Dataset) -> builtins.list[Event]:
+    def events_of(self, obj: WithStatus) -> builtins.list[Event]:
         """Events recorded about the object."""
         return self.store.list_events(obj.kind, obj.metadata.namespace, obj.metadata.name)
 

@@ -79,7 +79,7 @@ from phalanx.services import port
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView, cache_view_from_labels
 from phalanx.services.kubernetes.apply import event_body
 from phalanx.services.operations import OperationError, Operations, no_replica_logs
-from phalanx.services.port import Readable, Stored, Written
+from phalanx.services.port import Readable, Stored, WithStatus, Written
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class ReplicaLog:
     error: str = ""  # why the log could not be read, when it could not
 
 
-def _identity(obj: TrainingJob | Dataset) -> dict[str, Any]:
+def _identity(obj: WithStatus) -> dict[str, Any]:
     """What a status write and an Event carry of the object: its kind and identity, as the API names them."""
     meta = obj.metadata.model_dump(include={"name", "namespace", "uid", "resource_version"}, by_alias=True)
     return {"apiVersion": obj.api_version, "kind": obj.kind, "metadata": meta}
@@ -314,7 +314,7 @@ class KubeBackend:
         pods = self.job_pods(job.metadata.namespace, job.metadata.name, job.metadata.uid)
         return [replica_from_pod(pod, job) for pod in pods]
 
-    def events_of(self, obj: TrainingJob | Dataset) -> builtins.list[Event]:
+    def events_of(self, obj: WithStatus) -> builtins.list[Event]:
         """The core/v1 Events whose ``involvedObject.uid`` is the object's, oldest first."""
         if not obj.metadata.uid:
             return []
@@ -397,7 +397,7 @@ class KubeBackend:
 
     # -- the status side -------------------------------------------------------------------------------------
 
-    def write_status(self, obj: TrainingJob | Dataset, changes: Mapping[str, Any]) -> Written:
+    def write_status(self, obj: WithStatus, changes: Mapping[str, Any]) -> Written:
         """PUT the status subresource on the resourceVersion read; another API failure is raised as it is.
 
         A PUT with only the object's identity and the new status: the API server applies it without the decode
@@ -419,7 +419,7 @@ class KubeBackend:
             self.on_written(obj, status, written)
         return Written.WROTE
 
-    def record(self, obj: TrainingJob | Dataset, reason: str, message: str, *, warning: bool = False) -> None:
+    def record(self, obj: WithStatus, reason: str, message: str, *, warning: bool = False) -> None:
         """Create a core/v1 Event about the object (a lost one is logged)."""
         text, now = mask_url(message), self.clock.now()  # events are shown (kubectl describe): never a password
         who = {"component": self.component, "instance": self.instance, "kind": obj.kind}
