@@ -37,6 +37,9 @@ from phalanx.entrypoints.cli.output import console, fail, print_replica_logs, wa
 from phalanx.entrypoints.cli.running import refuse_bad_namespace, run_job, session
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, styled_phase
 
+#: `describe sweep NAME` (entrypoints.cli.sweeps).
+SWEEP_RESOURCES = ("sweep", "sweeps", "sw")
+
 if TYPE_CHECKING:
     from phalanx.entrypoints.client import Client
     from phalanx.entrypoints.kubernetes.client import KubernetesClient
@@ -219,8 +222,14 @@ def describe(
     from phalanx.entrypoints.cli.nodes import describe_node
     from phalanx.entrypoints.cli.render import print_description, print_queue_description
 
-    require_named_resource(resource, "describe", nodes=True)
     choice = choose(backend, kubeconfig, context)
+    if resource in SWEEP_RESOURCES:
+        from phalanx.entrypoints.cli.sweeps import describe_sweep
+
+        with backend_session(choice, state_dir, namespace) as client:
+            describe_sweep(client, name)
+        return
+    require_named_resource(resource, "describe", nodes=True)
     with backend_session(choice, state_dir, namespace) as client:
         if resource in NODE_RESOURCES:
             describe_node(client, name)

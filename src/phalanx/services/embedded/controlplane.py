@@ -3,9 +3,10 @@
 Only the lease holder acts. The loop is level-triggered: each pass reads the store and processes, acts, and
 sleeps until something may have changed: the store (a write by any process), a replica's process (its shim
 exited), a timer that is due. A pass that changed something is followed at once by another, so a submitted job
-runs through Queued → Admitted → Downloading → Running within a few passes. A pass also checks the GPUs'
-health when due, every ``gpu_check_seconds`` (``services.embedded.gpu_watch``), as the node agent does on
-Kubernetes.
+runs through Queued → Admitted → Downloading → Running within a few passes. Sweeps are run in the same passes
+by the sweep controller written once over the port (``services.sweeps``): their trials are ordinary jobs, with
+the studies in ``sweeps.db``. A pass also checks the GPUs' health when due, every ``gpu_check_seconds``
+(``services.embedded.gpu_watch``), as the node agent does on Kubernetes.
 
 The sleep is one ``poll(2)`` on the shims' exit descriptors (pidfds, see ``NodeRuntime``) and on a ``Bell``
 that the local API rings when it writes, so neither a finished replica nor a job submitted through the API
@@ -26,6 +27,7 @@ lease is free.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import select
@@ -49,9 +51,11 @@ from phalanx.services.embedded.gpu_watch import GpuWatch
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.leadership import LEASE_NAME, Leadership
 from phalanx.services.embedded.node_runtime import NodeRuntime
-from phalanx.services.embedded.operations import seed_builtin_jobtypes
+from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteBackend, seed_builtin_jobtypes
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
+from phalanx.services.sweeps.controller import SweepController
+from phalanx.services.sweeps.study import StudyStore, UnavailableStudies
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,6 +97,20 @@ class Bell:
             self._closed = True
             os.close(self.fd)
             os.close(self._write_fd)
+
+
+def study_store(layout: StateLayout) -> StudyStore:
+    """The sweeps' studies in the state directory (``sweeps.db``); without Optuna, sweeps wait saying why."""
+    try:
+        # Imported by name: Optuna is an extra (``phalanx[sweeps]``), and a control plane runs without it.
+        adapter = importlib.import_module("phalanx.adapters.sweeps.optuna_study")
+    except ImportError as error:
+        return UnavailableStudies(
+            f"sweeps need Optuna, which this control plane cannot import ({error}); install it with "
+            "`pip install 'phalanx[sweeps]'` and restart the control plane"
+        )
+    studies: StudyStore = adapter.StudyStore(f"sqlite:///{layout.sweeps_database}")
+    return studies
 
 
 @dataclass
@@ -264,6 +282,12 @@ class ControlPlane:
         self, stop: threading.Event, runtime: NodeRuntime, gpus: GpuWatch, bell: Bell, datasets: DatasetManager
     ) -> None:
         controller = JobController(self.store, self.layout, identity=self.leadership.holder, data=datasets)
+        sweeps = SweepController(
+            SqliteBackend(self.store, self.layout, clock=self.clock),
+            study_store(self.layout),
+            self.clock,
+            inherited_annotations=frozenset({SUBMIT_DIR_ANNOTATION}),
+        )
         scheduler = SchedulerService(self.store, identity=self.leadership.holder, policy=self.config.scheduler_policy)
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
@@ -285,6 +309,7 @@ class ControlPlane:
                     changed_runtime = gpus.sync()
                     changed_runtime |= runtime.sync()
                     changed_runtime |= datasets.sync()
+                    changed_runtime |= sweeps.sync()  # before the controller: a trial made now is queued now
                     changed_jobs, wake = controller.sync()
                     changed_sched = scheduler.sync()
                     if not (changed_runtime or changed_jobs or changed_sched):
