@@ -423,3 +423,19 @@ def test_without_the_algorithm_package_a_sweep_waits_saying_how_to_install_it(ba
     status = sweep_now(backend).status
     assert (status.phase, status.reason) == (SweepPhase.PENDING, "StudyUnavailable")
     assert "phalanx[sweeps]" in status.message and reasons(backend, sweep) == ["StudyUnavailable"]
+
+
+def test_a_sweep_converted_from_katib_reads_katib_name_value_lines(
+    backend: MemoryBackend, studies: FakeStudies
+) -> None:
+    doc = copy.deepcopy(SWEEP)
+    doc["metadata"]["annotations"] = {"phalanx.dev/metrics-format": "katib-stdout"}
+    backend.create(parse_sweep(doc))
+    ctl = controller(backend, studies)
+    settle(ctl)
+    set_phase(backend, "lr-0", "Running")
+    uid = jobs(backend)["lr-0"].metadata.uid or ""
+    backend.logs[uid] = {"worker-0": "epoch 1 val_loss=0.5 accuracy=0.7\nval_loss = 0.25\n"}
+    settle(ctl)
+    result = sweep_now(backend).status.result(0)
+    assert result is not None and (result.step, result.value) == (2, 0.25)

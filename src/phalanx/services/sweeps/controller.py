@@ -2,9 +2,9 @@
 
 Each pass reads every Sweep and its trial jobs (``core.sweeps.trials``: labelled with the sweep's name, marked
 with its uid), observes each trial (phase from its job, final metrics from ``status.metrics``, the objective's
-intermediate values from the ``phalanx-metric`` lines of the first replica of the job's first role, read through
-``ObjectReader.logs_of``), asks ``core.sweeps.plan.plan_sweep`` what to do with the study's asked suggestions,
-and does it:
+intermediate values from the ``phalanx-metric`` lines of the first replica of the job's first role, read
+through ``ObjectReader.logs_of``; and Katib's ``name=value`` lines for a Sweep converted from a Katib
+Experiment), asks ``core.sweeps.plan.plan_sweep`` what to do with the study's asked suggestions, and does it:
 
 1. ask the study for new suggestions (persisted there before any job exists), and plan again with them;
 2. tell the study each finished trial (complete, fail, pruned; telling twice does nothing) and abandon the
@@ -32,13 +32,14 @@ store (it is small, and named by the sweep's uid).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from phalanx.core.clock import Clock
-from phalanx.core.sweeps.metrics import objective_value, parse_intermediate
+from phalanx.core.sweeps.metrics import KATIB_DEFAULT_FORMAT, objective_value, parse_intermediate, parse_katib
 from phalanx.core.sweeps.plan import ACTIVE, SweepPlan, TrialObservation, plan_sweep
 from phalanx.core.sweeps.substitute import SWEEP_LABEL
 from phalanx.core.sweeps.trials import (
@@ -56,6 +57,7 @@ from phalanx.model.base import validated_copy
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
+from phalanx.model.katib import KATIB_STDOUT, METRICS_FILTER_ANNOTATION, METRICS_FORMAT_ANNOTATION
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.sweeps import ParamValue, Sweep, SweepPhase, TrialPhase, TrialResult, trial_name
 from phalanx.model.validation import validate_job
@@ -74,6 +76,18 @@ log = logging.getLogger(__name__)
 
 FINISHED = frozenset({TrialPhase.SUCCEEDED, TrialPhase.FAILED, TrialPhase.STOPPED})
 DONE = frozenset({SweepPhase.SUCCEEDED, SweepPhase.FAILED})
+
+
+def katib_formats(sweep: Sweep) -> list[str] | None:
+    """The Katib StdOut expressions the sweep's trials print in (a converted Experiment), else None."""
+    annotations = sweep.metadata.annotations
+    if annotations.get(METRICS_FORMAT_ANNOTATION) != KATIB_STDOUT:
+        return None
+    try:
+        formats = json.loads(annotations.get(METRICS_FILTER_ANNOTATION, "[]"))
+    except json.JSONDecodeError:
+        formats = []
+    return [str(f) for f in formats] if isinstance(formats, list) and formats else [KATIB_DEFAULT_FORMAT]
 
 
 class SweepPort(ObjectReader, ObjectWriter, StatusWriter, Protocol):
@@ -183,6 +197,7 @@ class SweepController:
     def _observe(self, sweep: Sweep, mine: Mapping[int, TrainingJob], told: set[int]) -> dict[int, TrialObservation]:
         """Every trial of the sweep: from its job; else from the status's record; else (told) as stopped."""
         metric = sweep.spec.objective.metric
+        katib = katib_formats(sweep)
         recorded = {result.number: result for result in sweep.status.results}
         trials: dict[int, TrialObservation] = {}
         for number, job in mine.items():
@@ -191,7 +206,7 @@ class SweepController:
             if parameters is None:
                 parameters = dict(record.parameters) if record is not None else {}
             phase = trial_phase(job)
-            intermediate = self._intermediate(job, phase, metric)
+            intermediate = self._intermediate(job, phase, metric, katib)
             if not intermediate and record is not None and record.step is not None and record.value is not None:
                 intermediate = {record.step: record.value}  # its log is gone: what the sweep saw last
             trials[number] = TrialObservation(number, phase, parameters, dict(job.status.metrics), intermediate)
@@ -212,7 +227,9 @@ class SweepController:
             trials[number] = TrialObservation(number, TrialPhase.STOPPED, {})
         return trials
 
-    def _intermediate(self, job: TrainingJob, phase: TrialPhase, metric: str) -> dict[int, float]:
+    def _intermediate(
+        self, job: TrainingJob, phase: TrialPhase, metric: str, katib: list[str] | None
+    ) -> dict[int, float]:
         """The objective's values by step from the job's log, read at most every ``log_every_s`` (once when done)."""
         uid = job.metadata.uid or ""
         cached = self._logs.setdefault(uid, _Intermediate())
@@ -223,8 +240,11 @@ class SweepController:
             return dict(cached.values)
         replica = first_replica(job)
         text = self.backend.logs_of(job, replica).get(replica, "")
+        lines = text.splitlines()
+        if katib is not None:  # Katib's reports are numbered from the log's start: read afresh, not merged
+            cached.values = parse_katib(lines, katib).of(metric)
         # Merged, not replaced: steps that scrolled out of the log's tail stay known.
-        cached.values.update(parse_intermediate(text.splitlines()).of(metric))
+        cached.values.update(parse_intermediate(lines).of(metric))
         cached.read_at, cached.final = now, phase in FINISHED
         return dict(cached.values)
 
