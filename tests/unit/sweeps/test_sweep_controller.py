@@ -439,3 +439,19 @@ def test_a_sweep_converted_from_katib_reads_katib_name_value_lines(
     settle(ctl)
     result = sweep_now(backend).status.result(0)
     assert result is not None and (result.step, result.value) == (2, 0.25)
+
+
+def test_a_sweep_failed_on_an_invalid_trial_stays_failed_and_stops_the_trials_it_made(backend: MemoryBackend) -> None:
+    studies = FakeStudies(suggest=lambda n: {"lr": 0.5, "cpu": "1" if n == 0 else "lots"})
+    doc_spec = copy.deepcopy(SWEEP["spec"])
+    doc_spec["parameters"].append({"name": "cpu", "type": "categorical", "values": ["1", "lots"]})
+    doc_spec["trial"]["spec"]["replicas"]["worker"]["template"]["resources"] = {"cpu": "${params.cpu}"}
+    submit(backend, **{k: doc_spec[k] for k in ("parameters", "trial")})
+    settle(controller(backend, studies))
+    status = sweep_now(backend).status
+    assert (status.phase, status.reason) == (SweepPhase.FAILED, "TrialInvalid")
+    assert sorted(jobs(backend)) == ["lr-0"] and jobs(backend)["lr-0"].spec.run_policy.suspend is True
+    set_phase(backend, "lr-0", "Halted")
+    settle(controller(backend, studies))
+    status = sweep_now(backend).status
+    assert (status.phase, status.reason, status.trials.stopped) == (SweepPhase.FAILED, "TrialInvalid", 1)

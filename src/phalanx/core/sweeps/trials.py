@@ -110,7 +110,7 @@ def kept_results(results: Sequence[TrialResult], direction: str, limit: int = MA
     active = [r for r in results if r.phase in (TrialPhase.PENDING, TrialPhase.RUNNING)]
     sign = 1.0 if direction == Direction.MINIMIZE else -1.0
     valued = sorted(
-        (r for r in results if r.phase is TrialPhase.SUCCEEDED and r.value is not None),
+        (r for r in results if r.phase == TrialPhase.SUCCEEDED and r.value is not None),
         key=lambda r: (sign * (r.value or 0.0), r.number),
     )
     latest = sorted(results, key=lambda r: -r.number)

@@ -35,12 +35,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from phalanx.core.clock import Clock
 from phalanx.core.sweeps.metrics import KATIB_DEFAULT_FORMAT, objective_value, parse_intermediate, parse_katib
-from phalanx.core.sweeps.plan import ACTIVE, SweepPlan, TrialObservation, plan_sweep
+from phalanx.core.sweeps.plan import ACTIVE, FinishSweep, StopTrial, SweepPlan, TrialObservation, plan_sweep
 from phalanx.core.sweeps.substitute import SWEEP_LABEL
 from phalanx.core.sweeps.trials import (
     STOPPED_ANNOTATION,
@@ -59,7 +59,7 @@ from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.katib import KATIB_STDOUT, METRICS_FILTER_ANNOTATION, METRICS_FORMAT_ANNOTATION
 from phalanx.model.loading import builtin_jobtypes
-from phalanx.model.sweeps import ParamValue, Sweep, SweepPhase, TrialPhase, TrialResult, trial_name
+from phalanx.model.sweeps import MAX_RESULTS, ParamValue, Sweep, SweepPhase, TrialPhase, TrialResult, trial_name
 from phalanx.model.validation import validate_job
 from phalanx.services.port import (
     AlreadyExistsError,
@@ -88,6 +88,22 @@ def katib_formats(sweep: Sweep) -> list[str] | None:
     except json.JSONDecodeError:
         formats = []
     return [str(f) for f in formats] if isinstance(formats, list) and formats else [KATIB_DEFAULT_FORMAT]
+
+
+def _still_finished(
+    sweep: Sweep, plan: SweepPlan, trials: Mapping[int, TrialObservation], asked: Mapping[int, object]
+) -> SweepPlan:
+    """A finished sweep stays finished as recorded (a TrialInvalid failure is not the plan's to see): its
+    remaining trials are stopped, nothing is asked or created."""
+    status = sweep.status
+    finish = FinishSweep(SweepPhase(status.phase), status.reason, status.message)
+    active = sorted(number for number, trial in trials.items() if trial.phase in ACTIVE)
+    stop = [
+        StopTrial(n, trial_name(sweep.metadata.name, n), f"trial {n} stopped: the sweep ended ({status.message})")
+        for n in active
+    ]
+    pending = sorted(number for number in asked if number not in trials)
+    return replace(plan, phase=finish.phase, create=[], ask=0, abandon=pending, stop=stop, finish=finish)
 
 
 class SweepPort(ObjectReader, ObjectWriter, StatusWriter, Protocol):
@@ -177,8 +193,11 @@ class SweepController:
         study = self._study(sweep)
         told = study.told()
         trials = self._observe(sweep, mine, told)
-        plan = plan_sweep(sweep, list(trials.values()), study.asked(), exhausted=study.exhausted())
-        if plan.ask:
+        asked = study.asked()
+        plan = plan_sweep(sweep, list(trials.values()), asked, exhausted=study.exhausted())
+        if SweepPhase(status.phase) in DONE:
+            plan = _still_finished(sweep, plan, trials, asked)
+        elif plan.ask:
             study.ask(plan.ask)
             plan = plan_sweep(sweep, list(trials.values()), study.asked(), exhausted=study.exhausted())
         changed = self._tell(sweep, study, trials, told, plan)
@@ -222,9 +241,12 @@ class SweepController:
             elif record.value is not None and record.step is not None:
                 values[record.step] = record.value
             trials[number] = TrialObservation(number, phase, dict(record.parameters), final, values)
-        for number in told - trials.keys():
-            # Told, with neither job nor record (past MAX_RESULTS): counted, never a candidate, never a failure.
-            trials[number] = TrialObservation(number, TrialPhase.STOPPED, {})
+        if len(recorded) >= MAX_RESULTS:
+            # Records were dropped (past MAX_RESULTS): a told trial with neither job nor record is one of them,
+            # counted, never a candidate, never a failure. (Short of that bound, such a number is a suggestion
+            # abandoned without a job.)
+            for number in told - trials.keys():
+                trials[number] = TrialObservation(number, TrialPhase.STOPPED, {})
         return trials
 
     def _intermediate(
@@ -233,7 +255,7 @@ class SweepController:
         """The objective's values by step from the job's log, read at most every ``log_every_s`` (once when done)."""
         uid = job.metadata.uid or ""
         cached = self._logs.setdefault(uid, _Intermediate())
-        if cached.final or phase is TrialPhase.PENDING:
+        if cached.final or phase == TrialPhase.PENDING:
             return dict(cached.values)
         now = self.clock.monotonic()
         if phase not in FINISHED and cached.read_at is not None and now - cached.read_at < self.log_every_s:
@@ -274,14 +296,14 @@ class SweepController:
             if trial.intermediate:
                 study.report(number, trial.intermediate)
             name = trial_name(sweep.metadata.name, number)
-            if trial.phase is TrialPhase.SUCCEEDED and value is not None:
+            if trial.phase == TrialPhase.SUCCEEDED and value is not None:
                 study.tell(number, "complete", value)
                 self.backend.record(sweep, "TrialSucceeded", f"trial {name}: {metric}={value:.6g}")
-            elif trial.phase is TrialPhase.STOPPED:
+            elif trial.phase == TrialPhase.STOPPED:
                 study.tell(number, "pruned", value)
             else:
                 study.tell(number, "fail", None)
-                why = f"it reported no {metric}" if trial.phase is TrialPhase.SUCCEEDED else "its job failed"
+                why = f"it reported no {metric}" if trial.phase == TrialPhase.SUCCEEDED else "its job failed"
                 self.backend.record(sweep, "TrialFailed", f"trial {name} failed: {why}", warning=True)
             changed = True
         for number in plan.abandon:
@@ -348,11 +370,11 @@ class SweepController:
             value = objective_value(metric, trial.final, trial.intermediate)
             step = max(trial.intermediate) if trial.intermediate and metric not in trial.final else None
             reason = previous.reason if previous is not None and job is None else ""
-            if job is not None and trial.phase is TrialPhase.STOPPED:
+            if job is not None and trial.phase == TrialPhase.STOPPED:
                 reason = stop_reason(job) or ""
-            elif job is not None and trial.phase is TrialPhase.FAILED:
+            elif job is not None and trial.phase == TrialPhase.FAILED:
                 reason = job.status.message or job.status.reason
-            elif job is not None and trial.phase is TrialPhase.SUCCEEDED and value is None:
+            elif job is not None and trial.phase == TrialPhase.SUCCEEDED and value is None:
                 reason = f"it reported no {metric}"
             elif job is None and previous is not None and previous.phase in ACTIVE:
                 reason = "its job was deleted before it finished"
@@ -383,13 +405,13 @@ class SweepController:
             "trials": plan.counts,
             "best_trial": plan.best,
             "results": kept_results(results, sweep.spec.objective.direction),
-            "start_time": sweep.status.start_time or (now if phase is not SweepPhase.PENDING else None),
+            "start_time": sweep.status.start_time or (now if phase != SweepPhase.PENDING else None),
             "completion_time": sweep.status.completion_time or (now if phase in DONE else None),
         }
         written = self.backend.write_status(sweep, changes)
         if written is Written.WROTE and phase in DONE and SweepPhase(sweep.status.phase) not in DONE:
-            event = "SweepSucceeded" if phase is SweepPhase.SUCCEEDED else "SweepFailed"
-            self.backend.record(sweep, event, f"{reason}: {message}", warning=phase is SweepPhase.FAILED)
+            event = "SweepSucceeded" if phase == SweepPhase.SUCCEEDED else "SweepFailed"
+            self.backend.record(sweep, event, f"{reason}: {message}", warning=phase == SweepPhase.FAILED)
             log.info("sweep %s %s: %s", sweep.key, phase.value.lower(), message)
         return written is Written.WROTE
 
