@@ -55,7 +55,7 @@ from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteBa
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
 from phalanx.services.sweeps.controller import SweepController
-from phalanx.services.sweeps.study import StudyStore, UnavailableStudies
+from phalanx.services.sweeps.study import LazyStudies, StudyStore, UnavailableStudies
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -284,7 +284,7 @@ class ControlPlane:
         controller = JobController(self.store, self.layout, identity=self.leadership.holder, data=datasets)
         sweeps = SweepController(
             SqliteBackend(self.store, self.layout, clock=self.clock),
-            study_store(self.layout),
+            LazyStudies(lambda: study_store(self.layout)),
             self.clock,
             inherited_annotations=frozenset({SUBMIT_DIR_ANNOTATION}),
         )

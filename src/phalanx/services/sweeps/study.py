@@ -6,12 +6,12 @@ sweep's memory of what it *asked*: a suggestion handed out and not yet told surv
 (``asked``), so that a crash between asking and creating a trial job neither loses nor repeats a trial.
 
 ``UnavailableStudies`` stands in where the algorithm's package is not installed: every sweep then waits, its status
-saying how to install it.
+saying how to install it. ``LazyStudies`` makes the store on first use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal, Protocol
 
 from phalanx.model.sweeps import ParamValue, Sweep
@@ -79,3 +79,25 @@ class UnavailableStudies:
 
     def delete(self, sweep: Sweep) -> None:
         """Nothing was ever opened."""
+
+
+class LazyStudies:
+    """A ``StudyStore`` made on first use: a control plane with no sweep never imports the algorithm's package
+    (Optuna takes about a second to import)."""
+
+    def __init__(self, make: Callable[[], StudyStore]) -> None:
+        self._make = make
+        self._store: StudyStore | None = None
+
+    def _real(self) -> StudyStore:
+        if self._store is None:
+            self._store = self._make()
+        return self._store
+
+    def open(self, sweep: Sweep) -> SweepStudy:
+        """The real store's ``open``."""
+        return self._real().open(sweep)
+
+    def delete(self, sweep: Sweep) -> None:
+        """The real store's ``delete``."""
+        self._real().delete(sweep)
