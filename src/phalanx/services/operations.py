@@ -16,17 +16,18 @@ the objects that name it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from phalanx.core.delegation import conflicts, placing_scheduler
 from phalanx.core.lifecycle import ACTIVE_PHASES
+from phalanx.core.pipelines.components import sample_step_jobs
 from phalanx.core.pipelines.validation import bind_run, validate_pipeline, validate_run
 from phalanx.core.stand_ins import FLAG, apply_stand_ins, check_stand_ins
 from phalanx.core.sweeps.katib import validate_experiment
-from phalanx.core.sweeps.substitute import SWEEP_LABEL, validate_sweep
+from phalanx.core.sweeps.substitute import SWEEP_LABEL, sample_trial, validate_sweep
 from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import FieldError, SpecError, short
@@ -204,6 +205,8 @@ def validate_documents(
     images: set[str] = set()
     played: set[str] = set()
     runs: list[tuple[int, PipelineRun]] = []
+    # A sweep's trials and a pipeline's job steps meet the backend's refusals too, where their templates are written.
+    rules = _TemplateRules(pod_field_refusals, cluster_scheduling, own_scheduler)
     jobs_in_file = sum(
         1
         for doc in documents
@@ -231,15 +234,25 @@ def validate_documents(
             elif kind == "Dataset":
                 parsed.append(parse_dataset(doc))
             elif kind == "Sweep":
-                parsed.append(validate_sweep(doc, jobtypes))
+                sweep = validate_sweep(doc, jobtypes)
+                rules.refuse([("spec.trial", sample_trial(sweep, jobtypes))])
+                parsed.append(sweep)
             elif is_experiment(doc):
-                made_types, sweep, _ = validate_experiment(doc, jobtypes)
+                made_types, sweep, experiment = validate_experiment(doc, jobtypes)
+                trial = sample_trial(sweep, {**jobtypes, **{t.metadata.name: t for t in made_types}})
+                rules.refuse([("spec.trial", trial)], experiment.upstream_path)
                 _add_made(made_types, jobtypes, parsed)
                 parsed.append(sweep)
             elif kind == "Pipeline":
-                parsed.append(validate_pipeline(doc, jobtypes))
+                pipeline = validate_pipeline(doc, jobtypes)
+                rules.refuse(sample_step_jobs(pipeline.spec, jobtypes, namespace=pipeline.metadata.namespace))
+                parsed.append(pipeline)
             elif kind == "PipelineRun":
                 run = validate_run(doc, jobtypes)
+                if run.spec.pipeline_spec is not None:
+                    at = ("spec", "pipelineSpec")
+                    namespace = run.metadata.namespace
+                    rules.refuse(sample_step_jobs(run.spec.pipeline_spec, jobtypes, prefix=at, namespace=namespace))
                 runs.append((position, run))
                 parsed.append(run)
             elif is_runtime(doc):
@@ -278,6 +291,37 @@ def validate_documents(
     if errors:
         raise SpecError(errors, source=source)
     return parsed
+
+
+@dataclass(frozen=True)
+class _TemplateRules:
+    """The backend's refusals, applied to the sample jobs of templates (a sweep's trial, a pipeline's job steps)."""
+
+    pod_field_refusals: Mapping[str, str] | None
+    cluster_scheduling: bool | None
+    own_scheduler: str | None
+
+    def refuse(self, jobs: Sequence[tuple[str, TrainingJob]], upstream: Callable[[str], str] | None = None) -> None:
+        """Raise what the backend refuses of each job, at ``PATH.spec...`` for a job given as ``(PATH, job)``.
+
+        ``upstream``: the path in the document as its author wrote it (a Katib Experiment's), of a Sweep path.
+        """
+        errors: list[FieldError] = []
+        for at, job in jobs:
+            refused: list[FieldError] = []
+            try:
+                _refuse_pod_fields(job, self.pod_field_refusals, None)
+            except SpecError as err:
+                refused += err.errors
+            try:
+                refuse_scheduler(job, self.cluster_scheduling, self.own_scheduler, None)
+            except SpecError as err:
+                refused += err.errors
+            for error in refused:
+                path = f"{at}.{error.path}"
+                errors.append(FieldError(upstream(path) if upstream else path, error.message))
+        if errors:
+            raise SpecError(errors)
 
 
 def _with_unread(doc: dict[str, Any], jobtypes: Mapping[str, JobType], problems: list[FieldError]) -> list[FieldError]:

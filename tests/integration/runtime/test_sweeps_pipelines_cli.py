@@ -7,6 +7,7 @@ No control plane runs: submitting and reading work on the store alone (the contr
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +169,25 @@ def test_malformed_sweeps_and_pipelines_are_refused_by_path_and_nothing_is_store
     assert said("spec.algorithm.name", "document 6", "grid", "lr"), lines
     for noun in ("sweeps", "pipelines"):
         assert runtime.cli("get", noun, check=True).stdout.startswith("No "), noun
+
+
+def test_the_store_knows_the_new_kinds_feeds_their_changes_and_quarantines_a_bad_row(runtime: Runtime) -> None:
+    with runtime.client() as client:
+        before = client.store.latest_seq()
+        client.submit(sweep("kept"))
+        assert [(c.kind, c.name) for c in client.store.changes_since(before)] == [("Sweep", "kept")]
+        assert client.ops.quarantined() == []  # an audit no longer takes Sweep rows for an unknown kind
+    with sqlite3.connect(runtime.state_dir / "phalanx.db") as raw:  # a row written behind the store's back
+        raw.execute(
+            "INSERT INTO objects (kind, namespace, name, uid, resource_version, generation, body) "
+            "VALUES ('Sweep', 'default', 'broken', 'uid-broken', 1, 1, ?)",
+            ('{"kind": "Sweep", "spec": 5}',),
+        )
+    got = runtime.cli("get", "sweep", "broken")
+    said = " ".join((got.stdout + got.stderr).split())
+    assert got.returncode == 1 and said.startswith("error: sweep default/broken is stored but cannot be read"), said
+    assert "phalanx delete --quarantined" in said
+    deleted = runtime.cli("delete", "--quarantined", check=True)
+    assert "sweep/broken deleted" in deleted.stdout
+    (row,) = parse_table(runtime.cli("get", "sweeps", check=True).stdout)
+    assert row["NAME"] == "kept"

@@ -17,6 +17,7 @@ from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import builtin_jobtypes, read_documents
 from phalanx.model.pipelines import Pipeline, PipelineRun, RunPhase
+from phalanx.model.pods import EMBEDDED_REFUSALS
 from phalanx.model.sweeps import Sweep
 from phalanx.services.operations import OperationError, Operations, convert_documents, validate_documents
 from support.memory_backend import MemoryBackend
@@ -412,3 +413,49 @@ def test_submit_annotations_reach_sweeps_pipelines_and_runs_not_queues(ops: Oper
     assert ops.get_pipelinerun("default", "run-1").metadata.annotations["phalanx.dev/submit-dir"] == "/w"
     assert ops.get_pipeline("default", "train-eval").metadata.annotations["phalanx.dev/submit-dir"] == "/w"
     assert not [o for o in ops.list_jobs() if isinstance(o, TrainingJob)]
+
+
+# -- the backend's refusals reach the templates ------------------------------------------------------------------
+
+
+def embedded_refusals(documents: list[dict[str, Any]]) -> dict[str, str]:
+    with pytest.raises(SpecError) as caught:
+        validate_documents(
+            documents, builtin_jobtypes(), pod_field_refusals=EMBEDDED_REFUSALS, cluster_scheduling=False
+        )
+    return {error.path: error.message for error in caught.value.errors}
+
+
+def test_a_trial_template_setting_a_pod_field_the_backend_refuses_is_refused_at_submit() -> None:
+    document = sweep()
+    document["spec"]["trial"]["spec"]["replicas"]["worker"]["template"]["serviceAccountName"] = "robot"
+    document["spec"]["trial"]["spec"]["scheduling"] = {"schedulerName": "volcano"}
+    problems = embedded_refusals([document])
+    assert "no service accounts" in problems["spec.trial.spec.replicas.worker.template.serviceAccountName"]
+    assert "this runtime has none" in problems["spec.trial.spec.scheduling.schedulerName"]
+
+
+def test_a_refused_pod_field_of_a_katib_trial_is_named_at_its_experiment_path() -> None:
+    (document,) = read_documents(KATIB / "pytorchjob.yaml")
+    worker = document["spec"]["trialTemplate"]["trialSpec"]["spec"]["pytorchReplicaSpecs"]["Worker"]
+    worker["template"]["spec"]["serviceAccountName"] = "robot"
+    problems = embedded_refusals([document])
+    assert list(problems) == [
+        "spec.trialTemplate.trialSpec.spec.pytorchReplicaSpecs.Worker.template.spec.serviceAccountName"
+    ]
+
+
+def test_a_refused_pod_field_of_a_job_step_or_a_sweep_steps_trial_is_named_in_the_pipeline() -> None:
+    template = {"command": ["train", "${inputs.x}"], "serviceAccountName": "robot"}
+    job = {"type": "generic", "replicas": {"worker": {"count": 1, "template": template}}}
+    tuning = sweep()["spec"]
+    tuning["trial"]["spec"]["replicas"]["worker"]["template"]["serviceAccountName"] = "robot"
+    steps = [
+        {"name": "train", "trainingJob": {"spec": job}, "arguments": {"x": "1"}},
+        {"name": "tune", "sweep": {"spec": tuning}},
+    ]
+    problems = embedded_refusals([pipeline(steps=steps)])
+    assert set(problems) == {
+        "spec.steps[0].trainingJob.spec.replicas.worker.template.serviceAccountName",
+        "spec.steps[1].sweep.spec.trial.spec.replicas.worker.template.serviceAccountName",
+    }

@@ -13,12 +13,16 @@ does for the shape check), so a spec that could never run is refused before anyt
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import JsonValue
+
 from phalanx.core.pipelines.dag import InputDecl, OutputDecl, StepInterface, sample_inputs
-from phalanx.core.sweeps.substitute import validate_sweep
+from phalanx.core.sweeps.substitute import sample_trial, validate_sweep
 from phalanx.model.errors import FieldError, SpecError, join_path
+from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.kfp_component import ComponentSpec, parse_component, type_name
 from phalanx.model.pipelines import PipelineSpec, StepKind
@@ -66,6 +70,52 @@ def component_interfaces(
     return components, errors
 
 
+def sample_step_jobs(
+    spec: PipelineSpec,
+    jobtypes: Mapping[str, JobType],
+    *,
+    prefix: Sequence[str] = ("spec",),
+    namespace: str = "default",
+) -> list[tuple[str, TrainingJob]]:
+    """The job each valid trainingJob step (and each valid sweep step's sample trial) would run, inputs sampled.
+
+    Each comes with the path of what stands for its ``metadata``/``spec`` in the pipeline
+    (``spec.steps[0].trainingJob``, ``spec.steps[1].sweep.spec.trial``), so a backend's further refusals can be
+    named where they were written.
+    Steps whose templates ``check_step_templates`` refuses are left out.
+    """
+    jobs: list[tuple[str, TrainingJob]] = []
+    for position, step in enumerate(spec.steps):
+        with contextlib.suppress(SpecError):
+            if step.training_job is not None:
+                at = join_path([*prefix, "steps", position, "trainingJob"])
+                jobs.append((at, validate_job(_job_document(step.training_job.spec, namespace), jobtypes)))
+            elif step.sweep is not None:
+                sweep = validate_sweep(_sweep_document(step.sweep.spec, namespace), jobtypes)
+                jobs.append(
+                    (join_path([*prefix, "steps", position, "sweep", "spec", "trial"]), sample_trial(sweep, jobtypes))
+                )
+    return jobs
+
+
+def _job_document(spec: dict[str, JsonValue], namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": SAMPLE_NAME, "namespace": namespace},
+        "spec": sample_inputs(spec),
+    }
+
+
+def _sweep_document(spec: dict[str, JsonValue], namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "Sweep",
+        "metadata": {"name": SAMPLE_NAME, "namespace": namespace},
+        "spec": sample_inputs(spec),
+    }
+
+
 def check_step_templates(
     spec: PipelineSpec,
     jobtypes: Mapping[str, JobType],
@@ -76,29 +126,16 @@ def check_step_templates(
     """Each trainingJob step's spec validated as a TrainingJob, each sweep step's as a Sweep, inputs sampled."""
     errors: list[FieldError] = []
     for position, step in enumerate(spec.steps):
-        metadata = {"name": SAMPLE_NAME, "namespace": namespace}
         if step.training_job is not None:
             at = join_path([*prefix, "steps", position, "trainingJob"])
-            document: dict[str, Any] = {
-                "apiVersion": "phalanx.dev/v1alpha1",
-                "kind": "TrainingJob",
-                "metadata": metadata,
-                "spec": sample_inputs(step.training_job.spec),
-            }
             try:
-                validate_job(document, jobtypes)
+                validate_job(_job_document(step.training_job.spec, namespace), jobtypes)
             except SpecError as err:
                 errors.extend(_under(at, item) for item in err.errors)
         elif step.sweep is not None:
             at = join_path([*prefix, "steps", position, "sweep"])
-            document = {
-                "apiVersion": "phalanx.dev/v1alpha1",
-                "kind": "Sweep",
-                "metadata": metadata,
-                "spec": sample_inputs(step.sweep.spec),
-            }
             try:
-                validate_sweep(document, jobtypes)
+                validate_sweep(_sweep_document(step.sweep.spec, namespace), jobtypes)
             except SpecError as err:
                 errors.extend(_under(at, item) for item in err.errors)
     return errors
