@@ -1,7 +1,8 @@
-"""The sweep verbs that read what the sweep controller recorded: `describe sweep NAME` and `sweep best NAME`.
+"""The Sweep nouns of ``phalanx``: `get sweeps`, `describe sweep`, `delete sweep` and `sweep best`.
 
-Both read the Sweep's status alone (``SweepStatus.results``, ``bestTrial``) and its Events: no trial's log is read,
-so they answer at once on either backend, even for trials whose jobs are gone.
+`describe sweep` and `sweep best` read what the sweep controller recorded in the Sweep's status
+(``SweepStatus.results``, ``bestTrial``) and its Events: no trial's log is read, so they answer at once on
+either backend, even for trials whose jobs are gone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from phalanx.entrypoints.cli.options import (
     StateDirOption,
     backend_session,
     choose,
+    print_objects,
 )
 from phalanx.entrypoints.cli.output import console, fail
 
@@ -35,20 +37,53 @@ if TYPE_CHECKING:
 sweep_app = typer.Typer(help="Sweeps: hyperparameter searches whose trials are jobs.", no_args_is_help=True)
 
 
-def read_sweep(client: Client | KubernetesClient, name: str) -> Sweep:
-    """The Sweep called ``name`` in the client's namespace; exit 1 naming the sweeps there when there is none."""
-    from phalanx.model.sweeps import Sweep
+def best_value(sweep: Sweep) -> str:
+    """The best trial's objective value, or ``-`` while there is none."""
+    best = sweep.status.best_trial
+    return f"{best.value:.6g}" if best is not None else "-"
 
-    sweep = client.ops.backend.get(Sweep, client.namespace, name)
-    if sweep is None:
-        names = ", ".join(s.metadata.name for s in client.ops.backend.list(Sweep, client.namespace)) or "none"
-        fail(f"sweep {name!r} not found in namespace {client.namespace}; sweeps there: {names}")
-    return sweep
+
+def sweeps_table(sweeps: list[Sweep], *, namespaces: bool = False) -> Table:
+    """`phalanx get sweeps`: NAME PHASE TRIALS (created/max) RUNNING BEST AGE."""
+    from phalanx.entrypoints.cli.render import age
+    from phalanx.entrypoints.cli.styles import styled_phase
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    columns = ["NAME", "PHASE", "TRIALS", "RUNNING", "BEST", "AGE"]
+    for column in ["NAMESPACE", *columns] if namespaces else columns:
+        table.add_column(column)
+    for sweep in sweeps:
+        trials = sweep.status.trials
+        row = [
+            sweep.metadata.name,
+            styled_phase(sweep.status.phase),
+            f"{trials.created}/{sweep.spec.max_trials}",
+            str(trials.running),
+            best_value(sweep),
+            age(sweep.metadata.creation_timestamp),
+        ]
+        table.add_row(*([sweep.metadata.namespace, *row] if namespaces else row))
+    return table
+
+
+def show_sweeps(client: Client | KubernetesClient, name: str | None, output: Output, everywhere: bool) -> None:
+    """Print the sweeps (only ``name``; every namespace's when ``everywhere``) as a table or as YAML/JSON."""
+    ops = client.ops
+    sweeps = (
+        [ops.get_sweep(client.namespace, name)] if name else ops.list_sweeps(None if everywhere else client.namespace)
+    )
+    if output in (Output.YAML, Output.JSON):
+        print_objects(sweeps, output)
+    elif not sweeps:
+        where = "any namespace" if everywhere else client.namespace
+        console.print(f"No sweeps in {where}: submit one with `phalanx submit -f sweep.yaml` (see docs/sweeps.md).")
+    else:
+        console.print(sweeps_table(sweeps, namespaces=everywhere))
 
 
 def describe_sweep(client: Client | KubernetesClient, name: str) -> None:
     """`phalanx describe sweep NAME`."""
-    sweep = read_sweep(client, name)
+    sweep = client.ops.get_sweep(client.namespace, name)
     print_sweep_description(console, sweep, client.ops.backend.events_of(sweep))
 
 
@@ -164,7 +199,7 @@ def best(
     Exits 1 when no trial has succeeded with a value yet.
     """
     with backend_session(choose(backend, kubeconfig, context), state_dir, namespace) as client:
-        sweep = read_sweep(client, name)
+        sweep = client.ops.get_sweep(client.namespace, name)
     found = sweep.status.best_trial
     if found is None:
         fail(
@@ -183,3 +218,11 @@ def best(
     console.print(f"{found.name} (trial {found.number}): {metric}={found.value:.6g}", highlight=False)
     for key, value in found.parameters.items():
         console.print(f"  {key}: {escape(str(value))}", highlight=False)
+
+
+def delete_sweep(client: Client | KubernetesClient, name: str) -> None:
+    """Delete a sweep and its trial jobs."""
+    trials = client.ops.delete_sweep(client.namespace, name)
+    console.print(f"sweep/{name} deleted")
+    if trials:
+        console.print(f"with its trial jobs: {', '.join(trials)}")

@@ -93,8 +93,10 @@ def katib_formats(sweep: Sweep) -> list[str] | None:
 def _still_finished(
     sweep: Sweep, plan: SweepPlan, trials: Mapping[int, TrialObservation], asked: Mapping[int, object]
 ) -> SweepPlan:
-    """A finished sweep stays finished as recorded (a TrialInvalid failure is not the plan's to see): its
-    remaining trials are stopped, nothing is asked or created."""
+    """A finished sweep stays finished as recorded: its remaining trials stopped, nothing asked or created.
+
+    The plan alone would not always see the end again (a TrialInvalid failure is not the plan's to see).
+    """
     status = sweep.status
     finish = FinishSweep(SweepPhase(status.phase), status.reason, status.message)
     active = sorted(number for number, trial in trials.items() if trial.phase in ACTIVE)

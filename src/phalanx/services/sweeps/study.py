@@ -82,8 +82,10 @@ class UnavailableStudies:
 
 
 class LazyStudies:
-    """A ``StudyStore`` made on first use: a control plane with no sweep never imports the algorithm's package
-    (Optuna takes about a second to import)."""
+    """A ``StudyStore`` made on first use.
+
+    A control plane with no sweep then never imports the algorithm's package (Optuna takes a while to import).
+    """
 
     def __init__(self, make: Callable[[], StudyStore]) -> None:
         self._make = make
