@@ -16,10 +16,8 @@ from typing import Any
 import pytest
 
 from conftest import Runtime
-from phalanx.core.sweeps.substitute import validate_sweep
 from phalanx.core.sweeps.trials import trial_parameters
 from phalanx.model.jobs import TrainingJob
-from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.sweeps import Sweep
 from support.waiting import wait_until
 
@@ -81,9 +79,9 @@ def sweep_document(runtime: Runtime, name: str, mode: str, **spec: Any) -> dict[
 
 
 def submit_sweep(runtime: Runtime, document: dict[str, Any]) -> None:
-    sweep = validate_sweep(document, builtin_jobtypes())
-    with runtime.client() as client:
-        client.store.create(sweep)
+    path = runtime.write_job(document["metadata"]["name"], document)
+    submitted = runtime.cli("submit", "-f", str(path), check=True)
+    assert f"sweep/{document['metadata']['name']} created" in submitted.stdout
 
 
 def read_sweep(runtime: Runtime, name: str) -> Sweep:
@@ -177,7 +175,7 @@ def test_the_median_rule_stops_a_bad_trial_whose_process_then_ends(runtime: Runt
     assert "Stopped and failed trials" in described and "TrialStopped" in described
 
     missing = runtime.cli("sweep", "best", "nothing")
-    assert missing.returncode == 1 and "sweep 'nothing' not found" in missing.stderr
+    assert missing.returncode == 1 and "sweep default/nothing not found" in missing.stderr
 
 
 def test_a_control_plane_killed_mid_sweep_loses_and_repeats_no_trial(runtime: Runtime) -> None:
@@ -187,6 +185,10 @@ def test_a_control_plane_killed_mid_sweep_loses_and_repeats_no_trial(runtime: Ru
     def started() -> list[int]:
         return [n["trial"] for n in records(runtime) if n["what"] == "start"]
 
+    wait_until(lambda: 0 in started(), timeout=60, message="trial 0 to start")
+    none_yet = runtime.cli("sweep", "best", "kill", "-o", "json")  # trial 0 waits for its gate: nothing is done
+    assert none_yet.returncode == 1 and "sweep kill has no best trial yet" in none_yet.stderr
+    assert none_yet.stdout == ""
     for release in range(6):
         wait_until(lambda: release in started(), timeout=60, message=f"trial {release} to start")  # noqa: B023
         (runtime.work_dir / f"gate-{release}").touch()

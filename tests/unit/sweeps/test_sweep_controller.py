@@ -455,3 +455,22 @@ def test_a_sweep_failed_on_an_invalid_trial_stays_failed_and_stops_the_trials_it
     settle(controller(backend, studies))
     status = sweep_now(backend).status
     assert (status.phase, status.reason, status.trials.stopped) == (SweepPhase.FAILED, "TrialInvalid", 1)
+
+
+def test_a_failing_study_is_named_in_the_status_and_the_other_sweeps_go_on(backend: MemoryBackend) -> None:
+    class Broken(FakeStudies):
+        def open(self, sweep: Sweep) -> FakeStudy:
+            if sweep.metadata.name == "lr":
+                raise RuntimeError("the study database is locked")
+            return super().open(sweep)
+
+    submit(backend)
+    other = copy.deepcopy(SWEEP)
+    other["metadata"]["name"] = "other"
+    backend.create(parse_sweep(other))
+    ctl = controller(backend, Broken())
+    settle(ctl)
+    status = sweep_now(backend).status
+    assert (status.phase, status.reason) == (SweepPhase.PENDING, "SyncFailed")
+    assert "the study database is locked" in status.message
+    assert sorted(jobs(backend)) == ["other-0", "other-1"]

@@ -176,6 +176,7 @@ class SweepController:
                 if self._failing.get(uid) != repr(error):
                     log.exception("sweep %s: a pass failed; retrying on every pass", sweep.key)
                     self._failing[uid] = repr(error)
+                    changed |= self._say_failing(sweep, error)
             else:
                 self._failing.pop(uid, None)
         changed |= self._collect_orphans(sweeps, jobs)
@@ -424,6 +425,15 @@ class SweepController:
         if written is Written.WROTE:
             self.backend.record(sweep, "StudyUnavailable", why, warning=True)
         return written is Written.WROTE
+
+    def _say_failing(self, sweep: Sweep, error: Exception) -> bool:
+        """Put why the passes fail on the sweep in its status message (its phase stays), once per error."""
+        message = f"the sweep controller cannot go on with this sweep, and retries on every pass: {error}"
+        try:
+            return self.backend.write_status(sweep, {"reason": "SyncFailed", "message": message}) is Written.WROTE
+        except Exception:  # the store itself may be what fails: the log has said it
+            log.debug("sweep %s: could not say why in its status", sweep.key, exc_info=True)
+            return False
 
     # -- what deleted sweeps leave -------------------------------------------------------------------------------
 
