@@ -14,6 +14,7 @@ from phalanx.core.sweeps.substitute import PARAMETERS_ANNOTATION, SWEEP_LABEL, T
 from phalanx.core.sweeps.trials import STOPPED_ANNOTATION, SWEEP_UID_ANNOTATION
 from phalanx.model.jobs import TrainingJob, TrainingJobStatus
 from phalanx.model.sweeps import ParamValue, Sweep, SweepPhase, TrialPhase, parse_sweep
+from phalanx.services.operations import OperationError
 from phalanx.services.sweeps.controller import SweepController
 from phalanx.services.sweeps.study import Outcome, UnavailableStudies
 from support.memory_backend import MemoryBackend
@@ -474,3 +475,26 @@ def test_a_failing_study_is_named_in_the_status_and_the_other_sweeps_go_on(backe
     assert (status.phase, status.reason) == (SweepPhase.PENDING, "SyncFailed")
     assert "the study database is locked" in status.message
     assert sorted(jobs(backend)) == ["other-0", "other-1"]
+
+
+def test_the_trials_of_a_sweep_that_cannot_be_read_are_not_taken_for_orphans(studies: FakeStudies) -> None:
+    class Quarantining(MemoryBackend):
+        hidden = False
+
+        def list(self, kind: Any, namespace: str | None = None) -> Any:
+            found = super().list(kind, namespace)
+            return [o for o in found if not (self.hidden and kind is Sweep)]
+
+        def get(self, kind: Any, namespace: str, name: str) -> Any:
+            if self.hidden and kind is Sweep:
+                raise OperationError(f"sweep {namespace}/{name} is stored but cannot be read; it is quarantined")
+            return super().get(kind, namespace, name)
+
+    backend = Quarantining()
+    submit(backend)
+    ctl = controller(backend, studies)
+    settle(ctl)
+    backend.hidden = True
+    settle(ctl)
+    assert sorted(jobs(backend)) == ["lr-0", "lr-1"]
+    assert studies.deleted == []

@@ -445,6 +445,8 @@ class SweepController:
             owner = job.metadata.annotations.get(SWEEP_UID_ANNOTATION)
             if owner is None or owner in live or job.metadata.deletion_timestamp is not None:
                 continue
+            if self._still_there(job.metadata.namespace, job.metadata.labels[SWEEP_LABEL], owner):
+                continue
             try:
                 self.backend.delete_job(job.metadata.namespace, job.metadata.name)
             except NotFoundError:
@@ -453,11 +455,25 @@ class SweepController:
             changed = True
         return changed
 
+    def _still_there(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether the sweep of ``uid`` exists after all.
+
+        One that cannot be read (quarantined) is left out of the list but is not gone: its trials and study stay.
+        """
+        try:
+            current = self.backend.get(Sweep, namespace, name)
+        except Exception:
+            return True
+        return current is not None and current.metadata.uid == uid
+
     def _forget(self, sweeps: Sequence[Sweep], jobs: Sequence[TrainingJob]) -> None:
         """Drop the studies of deleted sweeps, and the cached logs of jobs that are gone."""
         live = {sweep.metadata.uid or "" for sweep in sweeps}
         for uid in [uid for uid in self._studies if uid not in live]:
-            sweep, _study = self._studies.pop(uid)
+            sweep, _study = self._studies[uid]
+            if self._still_there(sweep.metadata.namespace, sweep.metadata.name, uid):
+                continue
+            del self._studies[uid]
             self.studies.delete(sweep)
             log.info("sweep %s was deleted; dropped its study", sweep.key)
         job_uids = {job.metadata.uid or "" for job in jobs}
