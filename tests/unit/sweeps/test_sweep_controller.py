@@ -498,3 +498,26 @@ def test_the_trials_of_a_sweep_that_cannot_be_read_are_not_taken_for_orphans(stu
     settle(ctl)
     assert sorted(jobs(backend)) == ["lr-0", "lr-1"]
     assert studies.deleted == []
+
+
+def test_a_trial_job_that_cannot_be_read_is_not_taken_for_deleted(studies: FakeStudies) -> None:
+    class Quarantining(MemoryBackend):
+        hidden: set[str] = set()
+
+        def list(self, kind: Any, namespace: str | None = None) -> Any:
+            return [o for o in super().list(kind, namespace) if o.metadata.name not in self.hidden]
+
+        def get(self, kind: Any, namespace: str, name: str) -> Any:
+            if name in self.hidden:
+                raise OperationError(f"job {namespace}/{name} is stored but cannot be read; it is quarantined")
+            return super().get(kind, namespace, name)
+
+    backend = Quarantining()
+    submit(backend, maxFailedTrials=0)
+    ctl = controller(backend, studies)
+    settle(ctl)
+    backend.hidden = {"lr-0"}
+    settle(ctl)
+    backend.hidden = set()
+    status = sweep_now(backend).status
+    assert status.phase == SweepPhase.RUNNING and status.result(0).phase == TrialPhase.PENDING  # type: ignore[union-attr]

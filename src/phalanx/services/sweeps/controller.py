@@ -235,8 +235,11 @@ class SweepController:
         for number, record in recorded.items():
             if number in trials:
                 continue
-            # Its job is gone: what the record says, and an active trial did not finish (its job was deleted).
-            phase = TrialPhase.FAILED if record.phase in ACTIVE else TrialPhase(record.phase)
+            # Its job is gone: what the record says, and an active trial did not finish (its job was deleted),
+            # unless its job is there but cannot be read (quarantined): it is then as it was last seen.
+            phase = TrialPhase(record.phase)
+            if phase in ACTIVE and not self._unreadable(sweep.metadata.namespace, record.name):
+                phase = TrialPhase.FAILED
             final: dict[str, float] = {}
             values: dict[int, float] = {}
             if record.value is not None and record.step is None:
@@ -251,6 +254,14 @@ class SweepController:
             for number in told - trials.keys():
                 trials[number] = TrialObservation(number, TrialPhase.STOPPED, {})
         return trials
+
+    def _unreadable(self, namespace: str, name: str) -> bool:
+        """Whether the job is stored but cannot be read (left out of the list, but not gone)."""
+        try:
+            self.backend.get(TrainingJob, namespace, name)
+        except Exception:
+            return True
+        return False
 
     def _intermediate(
         self, job: TrainingJob, phase: TrialPhase, metric: str, katib: list[str] | None
@@ -379,7 +390,7 @@ class SweepController:
                 reason = job.status.message or job.status.reason
             elif job is not None and trial.phase == TrialPhase.SUCCEEDED and value is None:
                 reason = f"it reported no {metric}"
-            elif job is None and previous is not None and previous.phase in ACTIVE:
+            elif job is None and previous is not None and previous.phase in ACTIVE and trial.phase == TrialPhase.FAILED:
                 reason = "its job was deleted before it finished"
             name = trial_name(sweep.metadata.name, number)
             results.append(
