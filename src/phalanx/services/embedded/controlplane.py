@@ -27,7 +27,6 @@ lease is free.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import select
@@ -102,15 +101,14 @@ class Bell:
 def study_store(layout: StateLayout) -> StudyStore:
     """The sweeps' studies in the state directory (``sweeps.db``); without Optuna, sweeps wait saying why."""
     try:
-        # Imported by name: Optuna is an extra (``phalanx[sweeps]``), and a control plane runs without it.
-        adapter = importlib.import_module("phalanx.adapters.sweeps.optuna_study")
+        # Imported here: Optuna is an extra (``phalanx[sweeps]``), and a control plane runs without it.
+        from phalanx.adapters.sweeps.optuna_study import StudyStore as OptunaStudies
     except ImportError as error:
         return UnavailableStudies(
             f"sweeps need Optuna, which this control plane cannot import ({error}); install it with "
             "`pip install 'phalanx[sweeps]'` and restart the control plane"
         )
-    studies: StudyStore = adapter.StudyStore(f"sqlite:///{layout.sweeps_database}")
-    return studies
+    return OptunaStudies(f"sqlite:///{layout.sweeps_database}")
 
 
 @dataclass
