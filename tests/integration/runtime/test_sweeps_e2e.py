@@ -202,3 +202,18 @@ def test_a_control_plane_killed_mid_sweep_loses_and_repeats_no_trial(runtime: Ru
     assert sorted(trial_jobs(runtime, "kill")) == [0, 1, 2, 3, 4, 5]
     assert sweep.status.trials.created == 6 and sweep.status.trials.succeeded == 6
     assert [r.number for r in sweep.status.results] == [0, 1, 2, 3, 4, 5]
+
+
+def test_deleting_a_running_sweep_ends_its_trials_and_drops_its_study(runtime: Runtime) -> None:
+    import optuna
+
+    runtime.start_control_plane()
+    submit_sweep(runtime, sweep_document(runtime, "gone", "gated"))
+    wait_until(lambda: len({n["trial"] for n in records(runtime)}) == 2, timeout=60, message="two trials to start")
+    storage = f"sqlite:///{runtime.state_dir / 'sweeps.db'}"
+    assert [name.split(".")[:2] for name in optuna.get_all_study_names(storage)] == [["default", "gone"]]
+    deleted = runtime.cli("delete", "sweep", "gone", check=True).stdout
+    assert "sweep/gone deleted" in deleted
+    wait_until(lambda: optuna.get_all_study_names(storage) == [], timeout=30, message="the study to be dropped")
+    wait_until(lambda: trial_jobs(runtime, "gone") == {}, timeout=30, message="the trial jobs to go")
+    assert not any(n["what"] == "end" for n in records(runtime))  # stopped by the deletion, not run to their end
