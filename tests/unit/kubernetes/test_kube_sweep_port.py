@@ -1,4 +1,4 @@
-"""KubeBackend.logs_of: the tail of each placed Pod's log, for the sweep controller (``ObjectReader.logs_of``)."""
+"""The sweep controller's use of the Kubernetes backend: logs_of (placed Pods' logs) and a trial's stop (one write)."""
 
 from __future__ import annotations
 
@@ -47,3 +47,21 @@ def test_logs_of_reads_each_placed_pod_of_the_job_by_replica_name() -> None:
     api.logs_text["quickstart-master-0"] = "old\n" * LOG_TAIL_LINES + "new\n"
     assert backend.logs_of(job, "master-0")["master-0"].startswith("old\n") is True
     assert backend.logs_of(job, "master-0")["master-0"].count("\n") == LOG_TAIL_LINES
+
+
+def test_stopping_a_trial_marks_and_halts_its_job_in_one_write() -> None:
+    from phalanx.core.sweeps.trials import STOPPED_ANNOTATION
+    from phalanx.model.base import validated_copy
+
+    api = MemoryKubeApi()
+    KubeOperations(api).submit([parse_documents((REPO / "examples" / "quickstart.yaml").read_text())[0]])
+    backend = KubeBackend(api)
+    job = backend.get(TrainingJob, "default", "quickstart")
+    assert job is not None
+    spec = validated_copy(job.spec, run_policy=validated_copy(job.spec.run_policy, suspend=True))
+    annotations = {**job.metadata.annotations, STOPPED_ANNOTATION: "trial 1 stopped: the median rule"}
+    backend.replace(validated_copy(job, spec=spec, metadata=validated_copy(job.metadata, annotations=annotations)))
+    stored = api.objects[("trainingjobs", "default", "quickstart")]
+    assert stored["spec"]["runPolicy"]["suspend"] is True
+    assert stored["metadata"]["annotations"][STOPPED_ANNOTATION] == "trial 1 stopped: the median rule"
+    assert [c.verb for c in api.calls if c.plural == "trainingjobs" and c.verb in ("replace", "patch")] == ["replace"]
