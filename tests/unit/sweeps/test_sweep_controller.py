@@ -521,3 +521,18 @@ def test_a_trial_job_that_cannot_be_read_is_not_taken_for_deleted(studies: FakeS
     backend.hidden = set()
     status = sweep_now(backend).status
     assert status.phase == SweepPhase.RUNNING and status.result(0).phase == TrialPhase.PENDING  # type: ignore[union-attr]
+
+
+def test_the_backend_s_own_faults_end_the_pass_for_its_caller(backend: MemoryBackend, studies: FakeStudies) -> None:
+    class StoreDownError(Exception):
+        pass
+
+    submit(backend)
+    ctl = SweepController(backend, studies, VirtualClock(), passthrough=(StoreDownError,))
+
+    def down(*_args: Any, **_kwargs: Any) -> Any:
+        raise StoreDownError("database is locked")
+
+    backend.write_status = down  # type: ignore[method-assign]
+    with pytest.raises(StoreDownError):
+        ctl.sync()

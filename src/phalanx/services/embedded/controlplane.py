@@ -285,6 +285,7 @@ class ControlPlane:
             LazyStudies(lambda: study_store(self.layout)),
             self.clock,
             inherited_annotations=frozenset({SUBMIT_DIR_ANNOTATION}),
+            passthrough=(StoreError,),  # the loop backs off on the store's faults, as for every step
         )
         scheduler = SchedulerService(self.store, identity=self.leadership.holder, policy=self.config.scheduler_policy)
         renew_every = self.config.lease_ttl_seconds / 3

@@ -135,6 +135,8 @@ class SweepController:
         inherited_annotations: annotations a trial job takes from its sweep when the sweep has them (the
             embedded runtime: the directory a submission's relative paths start from).
         log_every_s: how often a running trial's log is read again (a finished trial's is read once).
+        passthrough: errors that are the backend's, not the sweep's (the store cannot be used for now): they end
+            the pass for its caller to wait on, where any other error is said in the failing sweep's status.
     """
 
     def __init__(
@@ -145,12 +147,14 @@ class SweepController:
         *,
         inherited_annotations: frozenset[str] = frozenset(),
         log_every_s: float = 1.0,
+        passthrough: tuple[type[Exception], ...] = (),
     ) -> None:
         self.backend = backend
         self.studies = studies
         self.clock = clock
         self.inherited = inherited_annotations
         self.log_every_s = log_every_s
+        self.passthrough = passthrough
         self._studies: dict[str, tuple[Sweep, SweepStudy]] = {}  # by sweep uid
         self._logs: dict[str, _Intermediate] = {}  # by job uid
         self._failing: dict[str, str] = {}  # sweep uid -> the error last logged for it
@@ -172,6 +176,8 @@ class SweepController:
                 changed |= self._sync_sweep(sweep, jobs)
             except StudyUnavailableError as error:
                 changed |= self._wait_for_study(sweep, str(error))
+            except self.passthrough:
+                raise
             except Exception as error:  # one sweep's failure must not stop the others, nor the control plane
                 if self._failing.get(uid) != repr(error):
                     log.exception("sweep %s: a pass failed; retrying on every pass", sweep.key)
