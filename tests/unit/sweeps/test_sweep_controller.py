@@ -536,3 +536,28 @@ def test_the_backend_s_own_faults_end_the_pass_for_its_caller(backend: MemoryBac
     backend.write_status = down  # type: ignore[method-assign]
     with pytest.raises(StoreDownError):
         ctl.sync()
+
+
+def test_the_next_log_read_of_a_running_trial_is_due_within_the_period(
+    backend: MemoryBackend, studies: FakeStudies
+) -> None:
+    submit(backend)
+    clock = VirtualClock()
+    ctl = SweepController(backend, studies, clock, log_every_s=0.25)
+    settle(ctl)
+    assert ctl.due_in() is None  # nothing runs: nothing to read
+    set_phase(backend, "lr-0", "Running")
+    uid = jobs(backend)["lr-0"].metadata.uid or ""
+    backend.logs[uid] = {"worker-0": "phalanx-metric step=1 val_loss=0.5\n"}
+    settle(ctl)
+    assert ctl.due_in() == 0.25
+    clock.advance(0.1)
+    backend.logs[uid]["worker-0"] += "phalanx-metric step=2 val_loss=0.4\n"
+    assert ctl.sync() is False  # not due yet: the log is not read again
+    assert ctl.due_in() == pytest.approx(0.15)
+    clock.advance(0.15)
+    assert ctl.sync() is True
+    assert sweep_now(backend).status.result(0).step == 2  # type: ignore[union-attr]
+    set_phase(backend, "lr-0", "Succeeded", val_loss=0.3)
+    settle(ctl)
+    assert ctl.due_in() is None

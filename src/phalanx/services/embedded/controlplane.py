@@ -63,6 +63,9 @@ STOP_CHECK_SECONDS = 0.1
 # store's own wait_for_change does).
 STORE_CHECK_SECONDS = 0.002
 MAX_STORE_CHECK_SECONDS = 0.02
+# How often a running trial's log (a local file's tail) is read for its metric lines: early stopping acts within
+# about this much of a report.
+SWEEP_LOG_SECONDS = 0.25
 
 
 class Bell:
@@ -286,6 +289,7 @@ class ControlPlane:
             self.clock,
             inherited_annotations=frozenset({SUBMIT_DIR_ANNOTATION}),
             passthrough=(StoreError,),  # the loop backs off on the store's faults, as for every step
+            log_every_s=SWEEP_LOG_SECONDS,
         )
         scheduler = SchedulerService(self.store, identity=self.leadership.holder, policy=self.config.scheduler_policy)
         renew_every = self.config.lease_ttl_seconds / 3
@@ -338,6 +342,8 @@ class ControlPlane:
             timeout = period if wake is None else max(0.0, min(period, wake))
             if (launch_in := runtime.launch_retry_in()) is not None:
                 timeout = min(timeout, launch_in)  # a launch deferred by a fault of the machine is due
+            if (read_in := sweeps.due_in()) is not None:
+                timeout = min(timeout, read_in)  # a running trial's metric lines are due to be read
             if (check_in := gpus.due_in()) is not None:
                 timeout = min(timeout, check_in)  # the GPUs' health is due to be checked
             if self.faults.active and wake is not None:

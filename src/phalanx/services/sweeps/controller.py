@@ -189,6 +189,20 @@ class SweepController:
         self._forget(sweeps, jobs)
         return changed
 
+    def due_in(self) -> float | None:
+        """Seconds until a running trial's log is due to be read again (None: no trial runs).
+
+        A runtime that sleeps until something changes wakes by then: a trial's metric lines change nothing it
+        watches, and early stopping should not wait for an unrelated wake-up.
+        """
+        now = self.clock.monotonic()
+        due = [
+            max(0.0, self.log_every_s - (now - cached.read_at))
+            for cached in self._logs.values()
+            if not cached.final and cached.read_at is not None
+        ]
+        return min(due) if due else None
+
     def _sync_sweep(self, sweep: Sweep, jobs: Sequence[TrainingJob]) -> bool:
         mine = trials_of(sweep, jobs)
         status = sweep.status
