@@ -1020,16 +1020,16 @@ class Operations:
     def delete_sweep(self, namespace: str, name: str) -> list[str]:
         """Delete a Sweep and its trial jobs (label ``phalanx.dev/sweep``); returns the trials deleted.
 
-        The trials go first: a sweep controller running meanwhile finds no sweep to create more for.
+        The sweep goes first: a sweep controller's next pass finds no sweep to create trials for, and the trials
+        are listed after that.
 
         Raises:
             OperationError: no such Sweep.
         """
         sweep = self.get_sweep(namespace, name)
-        trials = self._delete_labelled_jobs(namespace, SWEEP_LABEL, name)
         with contextlib.suppress(NotFoundError):
             self.backend.delete(Sweep, namespace, name, uid=sweep.metadata.uid)
-        return trials
+        return self._delete_labelled_jobs(namespace, SWEEP_LABEL, name)
 
     def list_pipelines(self, namespace: str | None = None) -> list[Pipeline]:
         """Pipelines of the namespace (every namespace when None), by namespace and name."""
@@ -1077,15 +1077,17 @@ class Operations:
             OperationError: no such PipelineRun.
         """
         run = self.get_pipelinerun(namespace, name)
-        deleted = [f"job/{job}" for job in self._delete_labelled_jobs(namespace, PIPELINERUN_LABEL, name)]
-        for sweep in self.backend.list(Sweep, namespace):
-            if sweep.metadata.labels.get(PIPELINERUN_LABEL) == name:
-                with contextlib.suppress(OperationError):  # deleted meanwhile
-                    self.delete_sweep(namespace, sweep.metadata.name)
-                    deleted.append(f"sweep/{sweep.metadata.name}")
+        # The run goes first, as a sweep does (``delete_sweep``): no pass of its controller starts a step after.
         with contextlib.suppress(NotFoundError):
             self.backend.delete(PipelineRun, namespace, name, uid=run.metadata.uid)
-        return deleted
+        deleted: list[str] = []
+        for sweep in self.backend.list(Sweep, namespace):  # its sweep steps, before their trials are listed
+            if sweep.metadata.labels.get(PIPELINERUN_LABEL) == name:
+                with contextlib.suppress(OperationError):  # deleted meanwhile
+                    deleted += [f"job/{trial}" for trial in self.delete_sweep(namespace, sweep.metadata.name)]
+                    deleted.append(f"sweep/{sweep.metadata.name}")
+        deleted += [f"job/{job}" for job in self._delete_labelled_jobs(namespace, PIPELINERUN_LABEL, name)]
+        return sorted(set(deleted))
 
     def _get(self, kind: type[Readable], namespace: str, name: str) -> Readable:
         found = self.backend.get(kind, namespace, name)

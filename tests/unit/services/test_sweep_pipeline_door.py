@@ -387,8 +387,11 @@ def test_deleting_a_run_deletes_its_step_jobs_and_sweeps(ops: Operations, backen
     step["spec"] = {"type": "generic", "replicas": {"worker": {"count": 1, "template": {"command": ["true"]}}}}
     tuning = sweep("run-1-tune")
     tuning["metadata"]["labels"] = label
-    ops.submit([step, tuning])
-    assert ops.delete_pipelinerun("default", "run-1") == ["job/run-1-prep-0", "sweep/run-1-tune"]
+    trial = copy.deepcopy(step)
+    trial["metadata"] = {"name": "run-1-tune-0", "labels": {"phalanx.dev/sweep": "run-1-tune"}}
+    ops.submit([step, tuning, trial])
+    deleted = ops.delete_pipelinerun("default", "run-1")
+    assert deleted == ["job/run-1-prep-0", "job/run-1-tune-0", "sweep/run-1-tune"]
     assert ops.list_jobs() == [] and ops.list_sweeps() == [] and ops.list_pipelineruns() == []
 
 
@@ -459,3 +462,26 @@ def test_a_refused_pod_field_of_a_job_step_or_a_sweep_steps_trial_is_named_in_th
         "spec.steps[0].trainingJob.spec.replicas.worker.template.serviceAccountName",
         "spec.steps[1].sweep.spec.trial.spec.replicas.worker.template.serviceAccountName",
     }
+
+
+def test_an_experiment_of_an_mpijob_trial_stores_the_jobtype_it_makes_before_its_sweep(
+    ops: Operations, backend: MemoryBackend
+) -> None:
+    (document,) = read_documents(KATIB / "pytorchjob.yaml")
+    template = document["spec"]["trialTemplate"]
+    pod = template["trialSpec"]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    template["trialSpec"] = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "spec": {
+            "slotsPerWorker": 2,
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": copy.deepcopy(pod)},
+                "Worker": {"replicas": 2, "template": copy.deepcopy(pod)},
+            },
+        },
+    }
+    created = ops.submit([document])
+    assert [(c.kind, c.name) for c in created] == [("JobType", "mpi-slots-2"), ("Sweep", "mnist-ddp")]
+    assert ops.get_sweep("default", "mnist-ddp").spec.trial.spec["type"] == "mpi-slots-2"
+    assert ops.jobtypes()["mpi-slots-2"].metadata.name == "mpi-slots-2"
