@@ -86,6 +86,11 @@ def test_submit_get_describe_and_delete_sweeps_pipelines_and_runs(runtime: Runti
     }
     write(folder / "all.yaml", run, pipeline("train-eval", GOOD_STEPS), sweep("lr-search"))
 
+    dry = yaml.safe_load(runtime.cli("submit", "--dry-run", "-f", "flows/all.yaml", check=True).stdout)["items"]
+    assert [d["kind"] for d in dry] == ["PipelineRun", "Pipeline", "Sweep"]
+    assert dry[1]["spec"]["steps"][1]["component"] == {"inline": TRAIN}  # what would be stored, files read
+    assert runtime.cli("get", "pipelines", check=True).stdout.startswith("No ")  # and nothing was
+
     submitted = runtime.cli("submit", "-f", "flows/all.yaml", check=True).stdout
     for line in ("pipeline/train-eval created", "pipelinerun/nightly created", "sweep/lr-search created"):
         assert line in submitted
