@@ -485,3 +485,15 @@ def test_an_experiment_of_an_mpijob_trial_stores_the_jobtype_it_makes_before_its
     assert [(c.kind, c.name) for c in created] == [("JobType", "mpi-slots-2"), ("Sweep", "mnist-ddp")]
     assert ops.get_sweep("default", "mnist-ddp").spec.trial.spec["type"] == "mpi-slots-2"
     assert ops.jobtypes()["mpi-slots-2"].metadata.name == "mpi-slots-2"
+
+
+def test_a_component_that_cannot_be_read_does_not_hide_the_pipelines_other_problems(
+    ops: Operations, files: Path
+) -> None:
+    document = pipeline()
+    document["spec"]["steps"][1]["component"]["path"] = "components/nope.yaml"
+    document["spec"]["steps"][0]["after"] = ["train"]
+    document["spec"]["steps"][1]["after"] = ["prep"]
+    problems = refused(ops, [document], files)
+    assert set(problems) == {"spec.steps[1].component.path", "spec.steps[0]"}  # no "not loaded" beside the file's
+    assert "cycle prep -> train -> prep" in problems["spec.steps[0]"]
