@@ -497,3 +497,15 @@ def test_a_component_that_cannot_be_read_does_not_hide_the_pipelines_other_probl
     problems = refused(ops, [document], files)
     assert set(problems) == {"spec.steps[1].component.path", "spec.steps[0]"}  # no "not loaded" beside the file's
     assert "cycle prep -> train -> prep" in problems["spec.steps[0]"]
+
+
+def test_a_pipeline_past_the_limits_once_its_components_are_inline_is_refused_in_one_sentence(
+    ops: Operations, backend: MemoryBackend, files: Path
+) -> None:
+    large = {**PREP, "metadata": {"annotations": {f"note-{i}": "x" for i in range(30_000)}}}
+    (files / "components" / "prep.yaml").write_text(yaml.safe_dump(large))  # within a file's limits alone
+    steps = [{"name": f"s{i}", "component": {"path": "components/prep.yaml"}} for i in range(5)]
+    problems = refused(ops, [pipeline(steps=steps)], files)
+    assert list(problems) == ["spec.steps"]
+    assert "with its component files inline" in problems["spec.steps"] and "100,000 values" in problems["spec.steps"]
+    nothing_stored(backend)
