@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from phalanx.core.pipelines.components import COMPONENT_PATHS_ANNOTATION
+from phalanx.model.base import validated_copy
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import builtin_jobtypes, read_documents
@@ -509,3 +510,21 @@ def test_a_pipeline_past_the_limits_once_its_components_are_inline_is_refused_in
     assert list(problems) == ["spec.steps"]
     assert "with its component files inline" in problems["spec.steps"] and "100,000 values" in problems["spec.steps"]
     nothing_stored(backend)
+
+
+@pytest.mark.parametrize(
+    "stopping",
+    [
+        {"rule": "median", "minTrials": 2, "startStep": 3},
+        {"rule": "successiveHalving", "minResource": 2, "reductionFactor": 3},
+        {"rule": "hyperband", "minResource": 1, "maxResource": 27},
+    ],
+)
+def test_a_sweep_with_early_stopping_is_stored_annotated_and_copies_validate(
+    ops: Operations, stopping: dict[str, Any]
+) -> None:
+    # The submit annotations are added with a validated copy, which writes every field (null ones too).
+    ops.submit([sweep(earlyStopping=stopping)], annotations={"phalanx.dev/submit-dir": "/w"})
+    stored = ops.get_sweep("default", "lr-search")
+    assert stored.spec.early_stopping is not None and stored.spec.early_stopping.rule == stopping["rule"]
+    assert validated_copy(stored, metadata=stored.metadata) == stored
