@@ -196,3 +196,13 @@ def test_the_store_knows_the_new_kinds_feeds_their_changes_and_quarantines_a_bad
     assert "sweep/broken deleted" in deleted.stdout
     (row,) = parse_table(runtime.cli("get", "sweeps", check=True).stdout)
     assert row["NAME"] == "kept"
+
+
+def test_the_sweep_examples_are_accepted_as_documented(runtime: Runtime) -> None:
+    examples = Path(__file__).parents[3] / "examples" / "sweeps"
+    for name in ("sweep.yaml", "katib-experiment.yaml"):
+        result = runtime.cli("submit", "-f", str(examples / name))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "created" in result.stdout and "Traceback" not in result.stderr
+    names = sorted(row["NAME"] for row in parse_table(runtime.cli("get", "sweeps", check=True).stdout))
+    assert len(names) == 2, names
