@@ -16,14 +16,16 @@ the objects that name it.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from phalanx.adapters.sweeps.algorithms import algorithm_available, check_settings
 from phalanx.core.delegation import conflicts, placing_scheduler
 from phalanx.core.lifecycle import ACTIVE_PHASES
-from phalanx.core.pipelines.components import sample_step_jobs
+from phalanx.core.pipelines.components import sample_step_jobs, step_sweeps
 from phalanx.core.pipelines.validation import bind_run, validate_pipeline, validate_run
 from phalanx.core.stand_ins import FLAG, apply_stand_ins, check_stand_ins
 from phalanx.core.sweeps.katib import validate_experiment
@@ -53,11 +55,11 @@ from phalanx.model.kubeflow.convert import WORKER_SSHD
 from phalanx.model.loading import builtin_jobtypes, check_documents, parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.names import MAX_NAME_LENGTH, check_dns_label
 from phalanx.model.nodes import Node
-from phalanx.model.pipelines import PIPELINERUN_LABEL, Pipeline, PipelineRun, RunPhase
+from phalanx.model.pipelines import PIPELINERUN_LABEL, Pipeline, PipelineRun, PipelineSpec, RunPhase
 from phalanx.model.pods import refused_pod_fields
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
-from phalanx.model.sweeps import Sweep
+from phalanx.model.sweeps import AlgorithmName, Sweep
 from phalanx.model.validation import validate_job, with_namespace
 from phalanx.services.dataset_views import (
     DatasetDescription,
@@ -140,6 +142,7 @@ def validate_documents(
     cluster_scheduling: bool | None = None,
     own_scheduler: str | None = None,
     component_dir: Path | None = None,
+    algorithms_here: bool = False,
 ) -> list[Any]:
     """Validate TrainingJobs, JobTypes, Queues, Datasets, Sweeps, Pipelines and PipelineRuns against ``jobtypes``.
 
@@ -173,6 +176,9 @@ def validate_documents(
         own_scheduler: the name of Phalanx's own scheduler there.
         component_dir: where a Pipeline's component paths start (the pipeline file's directory); None: a
             component path is refused (the documents came from no file).
+        algorithms_here: a Sweep's search algorithm runs with this process's installation
+            (``OperationsBackend.algorithms_here``): one whose libraries are missing is refused. Its settings are
+            checked either way.
 
     Raises:
         SpecError: every problem in every document, each with its field path; a bad ``namespace`` alone.
@@ -206,7 +212,7 @@ def validate_documents(
     played: set[str] = set()
     runs: list[tuple[int, PipelineRun]] = []
     # A sweep's trials and a pipeline's job steps meet the backend's refusals too, where their templates are written.
-    rules = _TemplateRules(pod_field_refusals, cluster_scheduling, own_scheduler)
+    rules = _TemplateRules(pod_field_refusals, cluster_scheduling, own_scheduler, algorithms_here)
     jobs_in_file = sum(
         1
         for doc in documents
@@ -235,24 +241,24 @@ def validate_documents(
                 parsed.append(parse_dataset(doc))
             elif kind == "Sweep":
                 sweep = validate_sweep(doc, jobtypes)
+                rules.check_algorithm(sweep)
                 rules.refuse([("spec.trial", sample_trial(sweep, jobtypes))])
                 parsed.append(sweep)
             elif is_experiment(doc):
                 made_types, sweep, experiment = validate_experiment(doc, jobtypes)
+                rules.check_algorithm(sweep, experiment.upstream_path)
                 trial = sample_trial(sweep, {**jobtypes, **{t.metadata.name: t for t in made_types}})
                 rules.refuse([("spec.trial", trial)], experiment.upstream_path)
                 _add_made(made_types, jobtypes, parsed)
                 parsed.append(sweep)
             elif kind == "Pipeline":
                 pipeline = validate_pipeline(doc, jobtypes)
-                rules.refuse(sample_step_jobs(pipeline.spec, jobtypes, namespace=pipeline.metadata.namespace))
+                rules.steps(pipeline.spec, jobtypes, ("spec",), pipeline.metadata.namespace)
                 parsed.append(pipeline)
             elif kind == "PipelineRun":
                 run = validate_run(doc, jobtypes)
                 if run.spec.pipeline_spec is not None:
-                    at = ("spec", "pipelineSpec")
-                    namespace = run.metadata.namespace
-                    rules.refuse(sample_step_jobs(run.spec.pipeline_spec, jobtypes, prefix=at, namespace=namespace))
+                    rules.steps(run.spec.pipeline_spec, jobtypes, ("spec", "pipelineSpec"), run.metadata.namespace)
                 runs.append((position, run))
                 parsed.append(run)
             elif is_runtime(doc):
@@ -300,6 +306,31 @@ class _TemplateRules:
     pod_field_refusals: Mapping[str, str] | None
     cluster_scheduling: bool | None
     own_scheduler: str | None
+    algorithms_here: bool = False
+
+    def check_algorithm(self, sweep: Sweep, upstream: Callable[[str], str] | None = None) -> None:
+        """Refuse a sweep algorithm's unknown or out-of-range settings, and one that cannot run here (its libraries)."""
+        found = check_settings(AlgorithmName(sweep.spec.algorithm.name), sweep.spec.algorithm.settings)
+        missing = algorithm_available(sweep.spec.algorithm.name) if self.algorithms_here else None
+        if missing is not None:
+            found.insert(0, FieldError("spec.algorithm.name", missing))
+        if found:
+            raise SpecError([FieldError(upstream(e.path) if upstream else e.path, e.message) for e in found])
+
+    def steps(self, spec: PipelineSpec, jobtypes: Mapping[str, JobType], at: Sequence[str], namespace: str) -> None:
+        """Refuse what the backend refuses of a pipeline's steps: its sweep steps' algorithms, its jobs' fields."""
+        errors: list[FieldError] = []
+        for where, sweep in step_sweeps(spec, jobtypes, prefix=at, namespace=namespace):
+            try:
+                self.check_algorithm(sweep, functools.partial(_under_path, where))
+            except SpecError as err:
+                errors += err.errors
+        try:
+            self.refuse(sample_step_jobs(spec, jobtypes, prefix=at, namespace=namespace))
+        except SpecError as err:
+            errors += err.errors
+        if errors:
+            raise SpecError(errors)
 
     def refuse(self, jobs: Sequence[tuple[str, TrainingJob]], upstream: Callable[[str], str] | None = None) -> None:
         """Raise what the backend refuses of each job, at ``PATH.spec...`` for a job given as ``(PATH, job)``.
@@ -322,6 +353,11 @@ class _TemplateRules:
                 errors.append(FieldError(upstream(path) if upstream else path, error.message))
         if errors:
             raise SpecError(errors)
+
+
+def _under_path(prefix: str, path: str) -> str:
+    """``path`` of a document embedded at ``prefix`` (a sweep step's Sweep), as a path of the outer document."""
+    return f"{prefix}.{path}"
 
 
 def _with_unread(doc: dict[str, Any], jobtypes: Mapping[str, JobType], problems: list[FieldError]) -> list[FieldError]:
@@ -787,6 +823,7 @@ class Operations:
             cluster_scheduling=self.backend.cluster_scheduling,
             own_scheduler=self.backend.own_scheduler,
             component_dir=component_dir if component_dir is not None else _file_dir(source),
+            algorithms_here=self.backend.algorithms_here,
         )
         self._bind_stored_pipelines(parsed, source)
         return parsed
