@@ -289,7 +289,7 @@ class EarlyStopping(ApiModel):
     def _fields_of_the_rule(self) -> EarlyStopping:
         rule = StoppingRule(self.rule)
         wanted = _RULE_FIELDS[rule]
-        # Set and not None: a stored sweep read back (model_dump round trip) has every field set, most to None.
+        # A field given as null is as good as unset: a copy validated again (``validated_copy``) writes every field.
         given = {name for name in self.model_fields_set if getattr(self, name) is not None}
         for name in sorted(given - {"rule"} - wanted):
             field = type(self).model_fields[name].alias or name
@@ -300,7 +300,7 @@ class EarlyStopping(ApiModel):
             raise ValueError(f"maxResource: must be greater than minResource ({self.resource_floor})")
         return self
 
-    # Defaults are applied here, not in the fields, so that ``model_fields_set`` tells what the user wrote.
+    # Defaults are applied here, not in the fields, so that the fields set (and not null) tell what the user wrote.
     @property
     def minimum_trials(self) -> int:
         """median: trials with a value at a step before anyone is stopped at it (Katib's min_trials_required)."""
