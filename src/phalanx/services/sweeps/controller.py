@@ -19,7 +19,8 @@ Nothing is remembered between passes that a restart would need: the jobs, the st
 hold it all. A crash between asking and creating finds the suggestion in ``asked`` and creates it then; between
 creating and writing the status, the job is found by its name; a told trial is told again harmlessly. So a
 sweep killed at any point ends with exactly its trials, each run once. Only the intermediate values read from
-logs are cached (per job uid, finished trials' for good), and a restart reads them again.
+logs are cached (per job uid, finished trials' for good), and a restart reads them again. A running trial's log
+is read every ``log_every_s``; ``due_in`` says when next, for a runtime that sleeps until something changes.
 
 The status's ``results`` are also the sweep's record of trials whose job is gone (deleted by hand, or by
 ``ttlSecondsAfterFinished``): such a trial keeps counting with its last phase (an active one becomes Failed:
