@@ -160,6 +160,7 @@ class SweepController:
         self._logs: dict[str, _Intermediate] = {}  # by job uid
         self._failing: dict[str, str] = {}  # sweep uid -> the error last logged for it
         self._seen_sweeps = False
+        self._blocked: set[tuple[str, str]] = set()  # (sweep uid, job key) waiting for a namesake's job to go
 
     # -- the pass ------------------------------------------------------------------------------------------------
 
@@ -380,7 +381,10 @@ class SweepController:
         except AlreadyExistsError:
             # Ours (created before a crash, found by the next pass) or a namesake sweep's, being deleted: wait.
             existing = self.backend.get(TrainingJob, job.metadata.namespace, job.metadata.name)
-            if existing is not None and existing.metadata.annotations.get(SWEEP_UID_ANNOTATION) != sweep.metadata.uid:
+            blocked = (sweep.metadata.uid or "", job.key)
+            namesake = existing is not None and existing.metadata.annotations.get(SWEEP_UID_ANNOTATION) != blocked[0]
+            if namesake and blocked not in self._blocked:  # said once: passes come back to it until the name is free
+                self._blocked.add(blocked)
                 log.info("sweep %s: waiting for job %s of an earlier sweep to go", sweep.key, job.key)
             return None
         self.backend.record(sweep, "TrialCreated", reason)
