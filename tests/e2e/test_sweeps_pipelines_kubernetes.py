@@ -4,13 +4,17 @@ as written (nothing pruned from the parts held raw), and the kubernetes backend 
 The CRDs come from ``deploy/install.yaml`` (``phalanx_installed``). Objects are created by ``KubeBackend`` as the
 cluster admin, as ``phalanx submit`` does; their status is written through the status subresource by
 ``KubeBackend`` authenticated as the ``phalanx-operator`` ServiceAccount, so the operator's RBAC in deploy/ is
-what is checked; ``kubectl get`` prints the printer columns. Nothing here runs a controller.
+what is checked; ``kubectl get`` prints the printer columns. The ``phalanx`` CLI then submits, lists, describes
+and deletes them with ``--backend kubernetes``, as a user does. Nothing here runs a controller.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -171,3 +175,130 @@ def test_delete_removes_each_kind_and_a_second_delete_is_not_found(admin: KubeBa
         wait_until(lambda model=model, name=name: admin.get(model, namespace, name) is None, 10, f"{name} deleted")
         with pytest.raises(port.NotFoundError):
             admin.delete(model, namespace, name)
+
+
+# -- the CLI's verbs against the cluster -----------------------------------------------------------------------------
+
+PREP = {
+    "name": "prep",
+    "inputs": [{"name": "rows", "type": "Integer", "default": "10"}],
+    "outputs": [{"name": "data", "type": "Dataset"}],
+    "implementation": {
+        "container": {"image": "python:3.12", "command": ["prep", {"inputValue": "rows"}, {"outputPath": "data"}]}
+    },
+}
+JOB = {"type": "generic", "replicas": {"worker": {"count": 1, "template": {"image": "x:1", "command": ["true"]}}}}
+
+
+def phalanx(kube: Any, namespace: str, directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``phalanx ARGS -n NAMESPACE --backend kubernetes --kubeconfig <admin>``, run in ``directory``."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("PHALANX_BACKEND", "KUBECONFIG", "PHALANX_HOME")}
+    environment.update(PHALANX_HOME=str(directory / "embedded-state"), COLUMNS="200")
+    cluster = ["-n", namespace, "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig)]
+    return subprocess.run(
+        [sys.executable, "-m", "phalanx.entrypoints.cli", *args, *cluster],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        cwd=directory,
+    )
+
+
+def table(text: str) -> list[dict[str, str]]:
+    """The rows of a CLI table (columns split on runs of two or more spaces)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    header = re.split(r"\s{2,}", lines[0].strip())
+    return [dict(zip(header, re.split(r"\s{2,}", line.strip()), strict=False)) for line in lines[1:]]
+
+
+def test_phalanx_submit_get_describe_and_delete_the_new_kinds_on_the_cluster(
+    phalanx_installed: Any, admin: KubeBackend, namespace: str, tmp_path: Path
+) -> None:
+    kube = phalanx_installed
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        result = phalanx(kube, namespace, tmp_path, *args)
+        assert result.returncode == 0, f"phalanx {' '.join(args)}: {result.stdout}{result.stderr}"
+        return result
+
+    (tmp_path / "components").mkdir()
+    (tmp_path / "components" / "prep.yaml").write_text(yaml.safe_dump(PREP))
+    pipeline = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "Pipeline",
+        "metadata": {"name": "train-eval"},
+        "spec": {
+            "parameters": [{"name": "rows", "type": "Integer", "default": "5"}],
+            "steps": [
+                {
+                    "name": "prep",
+                    "component": {"path": "components/prep.yaml"},
+                    "arguments": {"rows": "{{params.rows}}"},
+                },
+                {"name": "report", "trainingJob": {"spec": JOB}, "after": ["prep"]},
+            ],
+        },
+    }
+    run = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "PipelineRun",
+        "metadata": {"name": "nightly"},
+        "spec": {"pipelineRef": {"name": "train-eval"}, "arguments": {"rows": "7"}},
+    }
+    sweep = sweep_document()
+    del sweep["metadata"]["namespace"]  # -n puts it in the test's namespace
+    (tmp_path / "all.yaml").write_text(yaml.safe_dump_all([run, pipeline, sweep], sort_keys=False))
+
+    submitted = cli("submit", "-f", "all.yaml").stdout
+    for line in ("pipeline/train-eval created", "pipelinerun/nightly created", "sweep/lr-search created"):
+        assert line in submitted, submitted
+    stored = raw(kube, namespace, "Pipeline", "train-eval")
+    assert stored["spec"]["steps"][0]["component"] == {"inline": PREP}  # the file is not needed on the cluster
+    assert "phalanx.dev/component-paths" in stored["metadata"]["annotations"]
+    assert raw(kube, namespace, "PipelineRun", "nightly")["spec"]["arguments"] == {"rows": "7"}
+
+    (row,) = table(cli("get", "sweeps").stdout)
+    assert (row["NAME"], row["PHASE"], row["TRIALS"]) == ("lr-search", "Pending", "0/12")
+    (row,) = table(cli("get", "pl").stdout)
+    assert (row["NAME"], row["STEPS"]) == ("train-eval", "2")
+    (row,) = table(cli("get", "plr").stdout)
+    assert (row["NAME"], row["PIPELINE"], row["PHASE"]) == ("nightly", "train-eval", "Pending")
+    as_yaml = yaml.safe_load(cli("get", "sweep", "lr-search", "-o", "yaml").stdout)
+    assert as_yaml["spec"]["trial"] == sweep["spec"]["trial"]
+    described = cli("describe", "pipeline", "train-eval").stdout
+    assert "components/prep.yaml" in described and "report" in described
+
+    refused = phalanx(kube, namespace, tmp_path, "delete", "pipeline", "train-eval")
+    assert refused.returncode == 1 and "named by pipelineruns: nightly" in refused.stderr
+    assert cli("delete", "plr", "nightly").stdout.strip() == "pipelinerun/nightly deleted"
+    assert "pipeline/train-eval deleted" in cli("delete", "pipeline", "train-eval").stdout
+    assert "sweep/lr-search deleted" in cli("delete", "sw", "lr-search").stdout
+    for model in (Sweep, Pipeline, PipelineRun):
+        wait_until(lambda model=model: admin.list(model, namespace) == [], 10, f"{model.__name__}s gone")
+    for noun in ("sweeps", "pipelines", "pipelineruns"):
+        assert cli("get", noun).stdout.startswith("No "), noun
+
+
+def test_a_malformed_submission_creates_nothing_on_the_cluster(
+    phalanx_installed: Any, admin: KubeBackend, namespace: str, tmp_path: Path
+) -> None:
+    cycle = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "Pipeline",
+        "metadata": {"name": "cycle"},
+        "spec": {
+            "steps": [
+                {"name": "a", "trainingJob": {"spec": JOB}, "after": ["b"]},
+                {"name": "b", "trainingJob": {"spec": JOB}, "after": ["a"]},
+            ]
+        },
+    }
+    good = sweep_document()
+    del good["metadata"]["namespace"]
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump_all([good, cycle], sort_keys=False))
+    result = phalanx(phalanx_installed, namespace, tmp_path, "submit", "-f", "bad.yaml")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "cycle a -> b -> a" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
+    assert admin.list(Sweep, namespace) == [] and admin.list(Pipeline, namespace) == []
