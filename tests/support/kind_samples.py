@@ -65,8 +65,8 @@ def sweep_status() -> dict[str, Any]:
     """A running sweep's status, as the sweep controller writes it."""
     return {
         "phase": "Running",
-        "reason": "TrialsRunning",
-        "message": "2 trials running, 3 finished",
+        "reason": "",
+        "message": "2 running, 5 of 20 trials created",
         "trials": {"created": 5, "running": 2, "succeeded": 2, "failed": 0, "stopped": 1},
         "bestTrial": {
             "name": "lr-search-3",
@@ -74,6 +74,33 @@ def sweep_status() -> dict[str, Any]:
             "parameters": {"lr": 0.0031, "workers": 2, "batch": 32.5, "optimizer": "adam"},
             "value": 0.125,
         },
+        "results": [
+            {
+                "number": 2,
+                "name": "lr-search-2",
+                "phase": "Stopped",
+                "parameters": {"lr": 0.1, "workers": 1},
+                "value": 0.9,
+                "step": 4,
+                "reason": "trial 2 stopped at step 4: its best loss so far, 0.9, is worse",
+            },
+            {
+                "number": 3,
+                "name": "lr-search-3",
+                "phase": "Succeeded",
+                "parameters": {"lr": 0.0031, "workers": 2},
+                "value": 0.125,
+                "reason": "",
+            },
+            {
+                "number": 4,
+                "name": "lr-search-4",
+                "phase": "Pending",
+                "parameters": {"lr": 0.02, "workers": 2},
+                "reason": "",
+            },
+        ],
+        "startTime": "2026-11-26T22:00:01Z",
     }
 
 
