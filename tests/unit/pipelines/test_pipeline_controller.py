@@ -56,8 +56,10 @@ MAKE = {
     "implementation": {
         "container": {
             "image": "python:3.12",
-            "command": ["python3", "make.py", {"inputValue": "count"}]
-            + [{"outputPath": "shards"}, {"outputPath": "data"}],
+            "command": [
+                *["python3", "make.py", {"inputValue": "count"}],
+                *[{"outputPath": "shards"}, {"outputPath": "data"}],
+            ],
         }
     },
 }
@@ -436,9 +438,7 @@ SWEEP_SPEC = {
     "objective": {"metric": "loss", "direction": "minimize"},
     "maxTrials": 2,
     "trial": {
-        "spec": {
-            "replicas": {"worker": {"count": 1, "template": {"command": ["python3", "t.py", "${params.lr}"]}}}
-        }
+        "spec": {"replicas": {"worker": {"count": 1, "template": {"command": ["python3", "t.py", "${params.lr}"]}}}}
     },
 }
 
