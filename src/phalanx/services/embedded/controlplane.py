@@ -1,6 +1,8 @@
 """The embedded control plane: node registration, then controller, scheduler and node runtime in one loop.
 
-Only the lease holder acts. The loop is level-triggered: each pass reads the store and processes, acts, and
+Only the lease holder acts. Pipeline runs advance in the same passes (``services.pipelines.controller``), with
+their artifacts in ``ControlPlaneConfig.artifact_store`` (the state directory's ``artifacts`` folder by default).
+The loop is level-triggered: each pass reads the store and processes, acts, and
 sleeps until something may have changed: the store (a write by any process), a replica's process (its shim
 exited), a timer that is due. A pass that changed something is followed at once by another, so a submitted job
 runs through Queued → Admitted → Downloading → Running within a few passes. A pass also checks the GPUs'
@@ -36,6 +38,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
+from phalanx.adapters.artifacts import ArtifactStore, ArtifactStoreError
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
@@ -49,9 +52,10 @@ from phalanx.services.embedded.gpu_watch import GpuWatch
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.leadership import LEASE_NAME, Leadership
 from phalanx.services.embedded.node_runtime import NodeRuntime
-from phalanx.services.embedded.operations import seed_builtin_jobtypes
+from phalanx.services.embedded.operations import SqliteBackend, seed_builtin_jobtypes
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
+from phalanx.services.pipelines.controller import PipelineController
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -115,6 +119,9 @@ class ControlPlaneConfig:
     gpu_check_seconds: float = 10.0
     gpu_fault_file: Path | None = None
     scheduler_policy: SchedulerConfig = DEFAULT_POLICY
+    #: Where pipeline steps keep their artifacts and the step cache: a local folder or an fsspec URL (s3://, gs://
+    #: with the extras). None: the state directory's ``artifacts`` folder.
+    artifact_store: str | None = None
 
 
 @dataclass
@@ -264,6 +271,7 @@ class ControlPlane:
         self, stop: threading.Event, runtime: NodeRuntime, gpus: GpuWatch, bell: Bell, datasets: DatasetManager
     ) -> None:
         controller = JobController(self.store, self.layout, identity=self.leadership.holder, data=datasets)
+        pipelines = self._pipeline_controller()
         scheduler = SchedulerService(self.store, identity=self.leadership.holder, policy=self.config.scheduler_policy)
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
@@ -285,6 +293,8 @@ class ControlPlane:
                     changed_runtime = gpus.sync()
                     changed_runtime |= runtime.sync()
                     changed_runtime |= datasets.sync()
+                    # Before the job controller: a step job created here is taken up in the same pass.
+                    changed_runtime |= pipelines.sync() if pipelines is not None else False
                     changed_jobs, wake = controller.sync()
                     changed_sched = scheduler.sync()
                     if not (changed_runtime or changed_jobs or changed_sched):
@@ -319,6 +329,16 @@ class ControlPlane:
             if self.faults.active and wake is not None:
                 timeout = wake  # the backoff, however often polling would look otherwise
             runtime.exits_noticed(self._wait(stop, seq, timeout, bell, runtime.exit_fds(), datasets.has_results))
+
+    def _pipeline_controller(self) -> PipelineController | None:
+        """The pipeline controller over this store and the configured artifact store (None if that is unusable)."""
+        url = self.config.artifact_store or str(self.layout.artifacts)
+        try:
+            artifacts = ArtifactStore(url, staging=self.layout.artifact_staging)
+        except ArtifactStoreError as err:
+            log.error("pipeline runs wait: %s", err)
+            return None
+        return PipelineController(SqliteBackend(self.store, self.layout, clock=self.clock), artifacts, self.clock)
 
     def _step_down(self) -> None:
         """Another control plane holds the lease now: stop acting at once and go back to standing by."""

@@ -103,7 +103,10 @@ def _executor_outputs(job: TrainingJob, component: ComponentSpec | None) -> Mapp
         text = Path(output_file).read_text()
     except OSError:
         return {}  # no parameter outputs written through the executor: the declared files must be there
-    found: Mapping[str, str] = executor.executor_outputs(text, component)
+    try:
+        found: Mapping[str, str] = executor.executor_outputs(text, component)
+    except ValueError as err:
+        raise CollectError(str(err)) from None
     return found
 
 

@@ -119,6 +119,7 @@ class PipelineController:
         self.backend = backend
         self.artifacts = artifacts
         self.clock = clock
+        self._failed: dict[str, str] = {}
 
     def sync(self) -> bool:
         """One pass over every PipelineRun; whether anything changed."""
@@ -133,6 +134,14 @@ class PipelineController:
                 log.warning("pipelinerun %s/%s: %s", run.metadata.namespace, run.metadata.name, err)
                 message = f"the artifact store failed: {err}; retrying"
                 changed |= self.backend.write_status(run, {"message": message}) is Written.WROTE
+            except Exception as err:
+                # One run a pass fails on must not stop the others, nor the passes of the job controller after
+                # this one: logged once per distinct error, retried every pass.
+                if self._failed.get(run.metadata.uid or "") != repr(err):
+                    log.exception("pipelinerun %s/%s: a pass failed", run.metadata.namespace, run.metadata.name)
+                    self._failed[run.metadata.uid or ""] = repr(err)
+            else:
+                self._failed.pop(run.metadata.uid or "", None)
         return changed
 
     # -- one run -----------------------------------------------------------------------------------------------

@@ -191,13 +191,16 @@ def _component_job(
     extra: dict[str, Any] = {}
     annotations: dict[str, str] = {}
     executor = kfp_executor()
-    if executor is not None and executor.uses_executor_input(component):
-        output_file = str(folder.outputs / EXECUTOR_OUTPUT_FILE)
-        extra["executor_input"] = executor.executor_input(
-            component, values=values, artifacts=artifacts, output_paths=output_paths, output_file=output_file
-        )
-        annotations[EXECUTOR_OUTPUT_ANNOTATION] = output_file
+    collected: dict[str, str] = {}
     try:
+        if executor is not None and executor.uses_executor_input(component):
+            output_file = str(folder.outputs / EXECUTOR_OUTPUT_FILE)
+            extra["executor_input"] = executor.executor_input(
+                component, values=values, artifacts=artifacts, output_paths=output_paths, output_file=output_file
+            )
+            annotations[EXECUTOR_OUTPUT_ANNOTATION] = output_file
+            # The executor input hands the program every output's path, not the command line.
+            collected.update(output_paths)
         resolved = resolve_command(
             component,
             values=values,
@@ -211,9 +214,10 @@ def _component_job(
     for path, text in resolved.value_files.items():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text)
-    for path in resolved.outputs_by_path.values():
+    collected.update(resolved.outputs_by_path)
+    for path in collected.values():
         Path(path).parent.mkdir(parents=True, exist_ok=True)  # KFP creates the output's folder for the program
-    annotations[OUTPUTS_ANNOTATION] = json.dumps(resolved.outputs_by_path, sort_keys=True)
+    annotations[OUTPUTS_ANNOTATION] = json.dumps(collected, sort_keys=True)
     metadata = _metadata(instance)
     metadata["annotations"].update(annotations)
     container = component.implementation.container
