@@ -117,7 +117,7 @@ def build_object(
         return _component_job(instance, component, folder, store, jobtypes)
     inputs = _template_inputs(instance, folder, store)
     if kind is StepKind.TRAINING_JOB:
-        return _training_job(instance, folder, inputs, jobtypes)
+        return _training_job(instance, folder, store, inputs, jobtypes)
     return _sweep(instance, inputs, jobtypes)
 
 
@@ -229,6 +229,7 @@ def _component_job(
             "type": "generic",
             # The step's own retries decide reruns; the job fails at its first failure.
             "runPolicy": {"backoffLimit": 0},
+            **_stored_outputs(folder, store),
             "replicas": {
                 "worker": {
                     "count": 1,
@@ -245,6 +246,19 @@ def _component_job(
     return _validated_job(document, jobtypes)
 
 
+def _stored_outputs(folder: InstanceFolder, store: ArtifactStore, given: Any = None) -> dict[str, Any]:
+    """``outputs.storeTo``: the instance's outputs folder, with a local store.
+
+    A job's stored outputs then are the step's outputs, so a Dataset ``fromJob`` the step's job reads them. An
+    object store's folder is not a local path the runtime could store to: the job keeps its own there.
+    """
+    if not store.is_local:
+        return {}
+    outputs = dict(given) if isinstance(given, dict) else {}
+    outputs["storeTo"] = str(folder.outputs)
+    return {"outputs": outputs}
+
+
 def _template_inputs(instance: Instance, folder: InstanceFolder, store: ArtifactStore) -> dict[str, str]:
     """``${inputs.NAME}`` values: arguments as they are, artifact inputs by their local path."""
     values = dict(instance.arguments)
@@ -254,12 +268,19 @@ def _template_inputs(instance: Instance, folder: InstanceFolder, store: Artifact
 
 
 def _training_job(
-    instance: Instance, folder: InstanceFolder, inputs: Mapping[str, str], jobtypes: Mapping[str, JobType]
+    instance: Instance,
+    folder: InstanceFolder,
+    store: ArtifactStore,
+    inputs: Mapping[str, str],
+    jobtypes: Mapping[str, JobType],
 ) -> TrainingJob:
     template = instance.step.training_job
     assert template is not None
     spec = fill_inputs(template.spec, inputs)
     assert isinstance(spec, dict)
+    given = spec.get("outputs")
+    if not isinstance(given, dict) or not given.get("storeTo"):  # a storeTo the step sets stays its own
+        spec = {**spec, **_stored_outputs(folder, store, given)}
     outputs = {decl.name: str(folder.outputs / decl.name) for decl in instance.step.outputs}
     metadata = _metadata(instance, template.metadata)
     metadata["annotations"][OUTPUTS_ANNOTATION] = json.dumps(outputs, sort_keys=True)
