@@ -1,4 +1,4 @@
-"""``phalanx convert FILE``: the TrainingJobs (and JobTypes) that the Kubeflow jobs of a file become.
+"""``phalanx convert FILE``: what the Kubeflow jobs (TrainingJobs, JobTypes) and Katib Experiments (Sweeps) become.
 
 Offline: it reads the file and the built-in JobTypes (and those in the file), talks to no control plane and no
 cluster, and creates nothing. What it prints is what ``phalanx submit`` to the chosen backend would accept for the
@@ -30,14 +30,18 @@ class Format(StrEnum):
 
 
 def convert(
-    file: Annotated[Path, typer.Argument(help="A YAML/JSON file of Kubeflow jobs (PyTorchJob, TFJob, MPIJob...).")],
+    file: Annotated[
+        Path,
+        typer.Argument(help="A YAML/JSON file of Kubeflow jobs (PyTorchJob, TFJob, MPIJob...) or Katib Experiments."),
+    ],
     output: Annotated[Format, typer.Option("--output", "-o", help="yaml or json.")] = Format.YAML,
     backend: BackendOption = None,
 ) -> None:
-    """Print the TrainingJob (and any JobType) each Kubeflow job in FILE becomes; nothing is created.
+    """Print what each Kubeflow job (a TrainingJob, any JobType) and Katib Experiment (a Sweep) in FILE becomes.
 
-    Other documents of the file are printed as they are. A field that cannot be honoured — by Phalanx, or by the
-    backend the job would be submitted to (--backend) — is an error naming its path in the Kubeflow document.
+    Nothing is created; other documents of the file are printed as they are. A field that cannot be honoured — by
+    Phalanx, or by the backend the job would be submitted to (--backend) — is an error naming its path in the
+    Kubeflow document.
     """
     from phalanx.model.errors import SpecError
     from phalanx.model.loading import builtin_jobtypes, dump_json, dump_yaml, read_documents
