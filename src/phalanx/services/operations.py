@@ -53,7 +53,7 @@ from phalanx.model.kubeflow.convert import WORKER_SSHD
 from phalanx.model.loading import builtin_jobtypes, check_documents, parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.names import MAX_NAME_LENGTH, check_dns_label
 from phalanx.model.nodes import Node
-from phalanx.model.pipelines import PIPELINERUN_LABEL, Pipeline, PipelineRun, RunPhase
+from phalanx.model.pipelines import PIPELINERUN_LABEL, Pipeline, PipelineRun, PipelineSpec, RunPhase
 from phalanx.model.pods import refused_pod_fields
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
@@ -111,6 +111,15 @@ class Submitted:
     name: str
     replaced: bool = False
     configured: bool = False  # an existing object (a Queue, a JobType) whose spec was replaced, as kubectl apply
+
+
+@dataclass(frozen=True)
+class PipelineRunDescription:
+    """What `describe pipelinerun` shows: the run, the pipeline it runs (None when that is gone), its Events."""
+
+    run: PipelineRun
+    spec: PipelineSpec | None
+    events: list[Event]
 
 
 @dataclass
@@ -1066,6 +1075,19 @@ class Operations:
             OperationError: no such PipelineRun (with the names of the others), or it cannot be read.
         """
         return self._get(PipelineRun, namespace, name)
+
+    def describe_pipelinerun(self, namespace: str, name: str) -> PipelineRunDescription:
+        """A PipelineRun with the pipeline it runs and its Events (the pipeline controller's).
+
+        Raises:
+            OperationError: no such PipelineRun.
+        """
+        run = self.get_pipelinerun(namespace, name)
+        spec = run.spec.pipeline_spec
+        if spec is None and run.spec.pipeline_ref is not None:
+            stored = self.backend.get(Pipeline, namespace, run.spec.pipeline_ref.name)
+            spec = stored.spec if stored is not None else None
+        return PipelineRunDescription(run=run, spec=spec, events=self.backend.events_of(run))
 
     def delete_pipelinerun(self, namespace: str, name: str) -> list[str]:
         """Delete a PipelineRun with its step jobs and its sweep steps' Sweeps (label ``phalanx.dev/pipelinerun``).

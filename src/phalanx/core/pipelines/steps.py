@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pydantic import JsonValue
 
 from phalanx.core.pipelines.dag import normal_type
+from phalanx.model.pipelines import PIPELINERUN_LABEL
 
 #: The longest job or Sweep name a step instance gets: 63 (a DNS label) less room for ``-<role>-<index>``.
 MAX_STEP_OBJECT_NAME = 47
@@ -67,7 +68,7 @@ def is_parameter(output_type: str | None) -> bool:
 
 #: Labels of every object a step instance creates: which run (and which incarnation of its name), step, item,
 #: attempt. The controller finds a run's jobs by them after a restart.
-RUN_LABEL = "phalanx.dev/pipelinerun"
+RUN_LABEL = PIPELINERUN_LABEL
 RUN_UID_LABEL = "phalanx.dev/pipelinerun-uid"
 STEP_LABEL = "phalanx.dev/step"
 ITEM_LABEL = "phalanx.dev/item"

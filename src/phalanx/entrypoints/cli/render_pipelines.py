@@ -15,12 +15,11 @@ from datetime import UTC, datetime
 from rich.markup import escape
 from rich.tree import Tree
 
-from phalanx.core.pipelines.dag import StepInterface, check_pipeline, topological_order
+from phalanx.core.pipelines.dag import check_pipeline, topological_order
 from phalanx.core.pipelines.references import render
+from phalanx.core.pipelines.validation import interfaces_of
 from phalanx.entrypoints.cli.styles import styled_phase
-from phalanx.model.kfp_component import parse_component
 from phalanx.model.pipelines import PipelineRun, PipelineSpec, Step, StepStatus
-from phalanx.services.pipelines.controller import component_interface
 
 
 def _phase(phase: str) -> str:
@@ -44,7 +43,7 @@ def _order(spec: PipelineSpec) -> tuple[list[Step], dict[str, list[str]]]:
     """The steps in run order and what each waits for (the ``after`` edges alone if the graph no longer checks)."""
     names = [step.name for step in spec.steps]
     try:
-        graph = check_pipeline(spec, _interfaces(spec))
+        graph = check_pipeline(spec, interfaces_of(spec))
         upstream = {name: sorted(graph.upstream[name], key=names.index) for name in names}
         order = list(graph.order)
     except (ValueError, KeyError):
@@ -52,14 +51,6 @@ def _order(spec: PipelineSpec) -> tuple[list[Step], dict[str, list[str]]]:
         order = list(topological_order(names, upstream)) if upstream else names
     by_name = {step.name: step for step in spec.steps}
     return [by_name[name] for name in order if name in by_name], upstream
-
-
-def _interfaces(spec: PipelineSpec) -> dict[str, StepInterface]:
-    found: dict[str, StepInterface] = {}
-    for step in spec.steps:
-        if step.component is not None and step.component.inline is not None:
-            found[step.name] = component_interface(parse_component(step.component.inline))
-    return found
 
 
 def _label(entry: StepStatus, retries: int, now: datetime, name: str) -> str:

@@ -35,7 +35,8 @@ from typing import Any, Protocol
 from phalanx.adapters.artifacts import ArtifactStore, ArtifactStoreError
 from phalanx.core.clock import Clock
 from phalanx.core.pipelines.cache import step_definition_digest
-from phalanx.core.pipelines.dag import InputDecl, OutputDecl, PipelineGraph, StepInterface, check_pipeline
+from phalanx.core.pipelines.components import component_interface
+from phalanx.core.pipelines.dag import PipelineGraph, StepInterface, check_pipeline
 from phalanx.core.pipelines.parameters import bind_parameters
 from phalanx.core.pipelines.plan import (
     Action,
@@ -56,7 +57,7 @@ from phalanx.core.pipelines.steps import ATTEMPT_LABEL, ITEM_LABEL, RUN_LABEL, R
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.model.kfp_component import ComponentSpec, component_digest, parse_component, type_name
+from phalanx.model.kfp_component import ComponentSpec, component_digest, parse_component
 from phalanx.model.pipelines import (
     Pipeline,
     PipelineRun,
@@ -449,13 +450,3 @@ class PipelineController:
 
     def _jobtypes(self) -> dict[str, JobType]:
         return {jobtype.metadata.name: jobtype for jobtype in self.backend.list(JobType)}
-
-
-def component_interface(component: ComponentSpec) -> StepInterface:
-    """The inputs and outputs a component declares (one with a default or ``optional`` needs no argument)."""
-    inputs = tuple(
-        InputDecl(item.name, type_name(item.type), required=item.default is None and not item.optional)
-        for item in component.inputs
-    )
-    outputs = tuple(OutputDecl(item.name, type_name(item.type)) for item in component.outputs)
-    return StepInterface(inputs, outputs)
