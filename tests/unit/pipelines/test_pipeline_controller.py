@@ -491,3 +491,18 @@ def test_an_observation_read_back_from_a_stored_status_has_phase_members() -> No
 
     stored = PipelineRunStatus.model_validate({"instances": [{"step": "a", "phase": "Succeeded"}]})
     assert observation(stored).instances[("a", None)].phase is StepPhase.SUCCEEDED
+
+
+def test_a_pipeline_changed_under_a_started_run_fails_it_naming_the_steps(world: World) -> None:
+    world.submit(fan_pipeline(), run_document("r1"))
+    world.settle()
+    stored = world.backend.get(Pipeline, "default", "fan")
+    assert stored is not None
+    changed = fan_pipeline()
+    changed["spec"]["steps"][2]["component"]["inline"]["implementation"]["container"]["image"] = "python:3.13"
+    world.backend.replace(parse_pipeline({**changed, "metadata": stored.metadata.to_dict()}))
+    world.settle()
+    run = world.run("r1")
+    assert run.status.phase == RunPhase.FAILED
+    assert "pipeline fan changed while it ran (steps join differ" in (run.status.message or "")
+    assert world.creates() == ["r1-make-1"]

@@ -23,6 +23,11 @@ Idempotent across crashes: object names are deterministic (``steps.step_object_n
 exists is never started again (creating it again finds it and adopts it); outputs collected twice give the
 same values and digests; the cache index is written whole. A job of an earlier run of the same name (another
 uid) is never taken for this run's.
+
+A run reads its stored Pipeline on every pass and records what each step runs (``status.componentDigests``)
+when it starts. A Pipeline submitted again with steps that run something else (or steps added or removed) while
+a run of it is not finished fails that run, naming the steps: its instances and cache keys were made for the
+old steps. Editing ``retries``, ``cache`` or a condition changes no digest and the run goes on under the new spec.
 """
 
 from __future__ import annotations
@@ -152,6 +157,9 @@ class PipelineController:
         if pipeline is None:
             assert problem is not None
             return self._refuse(run, problem)
+        changed = _changed_steps(run.status.component_digests, pipeline.digests)
+        if changed:
+            return self._fail_changed(run, changed)
         work = _Pass(
             run=run,
             instances={(entry.step, entry.item): entry for entry in run.status.instances},
@@ -209,6 +217,18 @@ class PipelineController:
         except SpecError as err:
             return None, "; ".join(f"{item.path}: {item.message}" for item in err.errors)
         return _Pipeline(spec, graph, components, digests, parameters), None
+
+    def _fail_changed(self, run: PipelineRun, changed: list[str]) -> bool:
+        """The stored Pipeline changed under a started run: what it already ran no longer matches, so it fails."""
+        assert run.spec.pipeline_ref is not None
+        message = (
+            f"the run failed: pipeline {run.spec.pipeline_ref.name} changed while it ran (steps "
+            f"{', '.join(changed)} differ from what it started with); start a new run of it"
+        )
+        written = self.backend.write_status(run, {"phase": RunPhase.FAILED, "message": message})
+        if written is Written.WROTE:
+            self.backend.record(run, "RunFailed", message, warning=True)
+        return written is not Written.UNCHANGED
 
     def _refuse(self, run: PipelineRun, problem: str) -> bool:
         """The run cannot be planned: it waits (a missing Pipeline may still come) with the reason as message."""
@@ -450,3 +470,10 @@ class PipelineController:
 
     def _jobtypes(self) -> dict[str, JobType]:
         return {jobtype.metadata.name: jobtype for jobtype in self.backend.list(JobType)}
+
+
+def _changed_steps(recorded: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
+    """Steps whose digest differs from the one the run recorded when it started (none recorded: none)."""
+    if not recorded:
+        return []
+    return sorted(name for name in {*recorded, *current} if recorded.get(name) != current.get(name))
