@@ -209,7 +209,8 @@ def test_a_steps_output_is_usable_as_a_dataset_from_its_job(runtime: Runtime) ->
 
 def test_kill_9_of_the_control_plane_mid_run_then_restart_finishes_with_no_step_run_twice(runtime: Runtime) -> None:
     (runtime.work_dir / "hold-1").write_text("")  # work[1] waits for go-1: the run is mid-way when killed
-    plane = runtime.start_control_plane()
+    store = runtime.work_dir / "artifact-store"  # and a store of the control plane's configuration
+    plane = runtime.start_control_plane(extra=["--artifact-store", str(store)])
     runtime.cli("submit", "-f", str(write_pipeline(runtime, flaky=False)), check=True)
     submit_run(runtime, "killed")
     wait_until(
@@ -220,10 +221,12 @@ def test_kill_9_of_the_control_plane_mid_run_then_restart_finishes_with_no_step_
     plane.kill9()
     mid = get_run(runtime, "killed")
     assert mid.status.phase == "Running"
-    runtime.start_control_plane()
+    runtime.start_control_plane(extra=["--artifact-store", str(store)])
     (runtime.work_dir / "go-1").write_text("")
-    wait_finished(runtime, "killed")
+    run = wait_finished(runtime, "killed")
     assert started(runtime) == ALL_ONCE  # nothing lost, nothing run twice
+    data = next(e.outputs["data"] for e in run.status.instances if e.step == "make")
+    assert Path(data).is_relative_to(store) and len(list(Path(data).iterdir())) == 3
     with runtime.client() as client:
         jobs = [j.metadata.name for j in client.ops.list_jobs("default")]
     assert sorted(j for j in jobs if j.startswith("killed-")) == sorted(
