@@ -68,3 +68,18 @@ def test_an_object_store_stages_inputs_in_and_publishes_outputs(tmp_path: Path) 
     assert store.cache_get(key) is not None
     with pytest.raises(ArtifactStoreError, match="is gone"):
         store.stage_input(f"{url}/nothing", tmp_path / "x")
+
+
+def test_copying_within_a_local_store_links_the_files_and_keeps_the_digest(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    source = tmp_path / "a" / "model"
+    source.mkdir(parents=True)
+    (source / "weights.bin").write_bytes(b"w" * 100)
+    store.copy(str(source), str(tmp_path / "b" / "model"))
+    store.copy(str(source), str(tmp_path / "b" / "model"))  # again, as after a crash mid-copy: same result
+    copied = tmp_path / "b" / "model" / "weights.bin"
+    assert copied.read_bytes() == b"w" * 100
+    assert copied.stat().st_ino == (source / "weights.bin").stat().st_ino
+    assert local_tree_digest(tmp_path / "b" / "model") == local_tree_digest(source)
+    with pytest.raises(ArtifactStoreError, match="is gone"):
+        store.copy(str(tmp_path / "nothing"), str(tmp_path / "c"))

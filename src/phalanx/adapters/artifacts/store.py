@@ -77,6 +77,16 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link (instant, no space: a cached artifact can be large), or a copy across file systems."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(target)  # a copy interrupted earlier: replaced whole
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def local_tree_digest(path: Path) -> str | None:
     """The content digest of a local file or folder (its regular files; links are not followed), or None if absent.
 
@@ -175,6 +185,9 @@ class ArtifactStore:
     def copy(self, source: str, target: str) -> None:
         """Copy an artifact (a file or a folder) within the store, e.g. a cached output into a new instance.
 
+        In a local store files are hard-linked where the file system allows (steps read their inputs in place and
+        write only their own outputs, so sharing the bytes is safe).
+
         Raises:
             ArtifactStoreError: the source is gone.
         """
@@ -184,9 +197,9 @@ class ArtifactStore:
                 raise ArtifactStoreError(f"cached artifact {source} is gone")
             dst.parent.mkdir(parents=True, exist_ok=True)
             if src.is_dir():
-                shutil.copytree(src, dst, dirs_exist_ok=True)
+                shutil.copytree(src, dst, dirs_exist_ok=True, copy_function=_link_or_copy)
             else:
-                shutil.copy2(src, dst)
+                _link_or_copy(str(src), str(dst))
             return
         fs, src_path = _filesystem_of(source)
         _, dst_path = _filesystem_of(target)
