@@ -15,6 +15,7 @@ import pytest
 from tests.support.memory_backend import MemoryBackend
 
 from phalanx.adapters.artifacts import ArtifactStore
+from phalanx.core.pipelines.plan import observation
 from phalanx.core.pipelines.steps import (
     ATTEMPT_LABEL,
     MAX_STEP_OBJECT_NAME,
@@ -23,11 +24,14 @@ from phalanx.core.pipelines.steps import (
     STEP_LABEL,
     step_object_name,
 )
+from phalanx.core.rendezvous import Endpoint, render_replica_env
+from phalanx.model.base import validated_copy
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.pipelines import (
     Pipeline,
     PipelineRun,
+    PipelineRunStatus,
     RunPhase,
     StepPhase,
     StepStatus,
@@ -486,9 +490,6 @@ def test_step_object_names_are_deterministic_dns_labels_and_long_ones_are_hash_s
 
 
 def test_an_observation_read_back_from_a_stored_status_has_phase_members() -> None:
-    from phalanx.core.pipelines.plan import observation
-    from phalanx.model.pipelines import PipelineRunStatus
-
     stored = PipelineRunStatus.model_validate({"instances": [{"step": "a", "phase": "Succeeded"}]})
     assert observation(stored).instances[("a", None)].phase is StepPhase.SUCCEEDED
 
@@ -506,3 +507,30 @@ def test_a_pipeline_changed_under_a_started_run_fails_it_naming_the_steps(world:
     assert run.status.phase == RunPhase.FAILED
     assert "pipeline fan changed while it ran (steps join differ" in (run.status.message or "")
     assert world.creates() == ["r1-make-1"]
+
+
+def test_the_runtime_gives_a_training_steps_replicas_phalanx_outputs_and_no_other_template_phalanx_name(
+    world: World,
+) -> None:
+    world.submit(training_pipeline(), run_document("r1", pipeline="train"))
+    world.settle()
+    world.finish("r1-make-1", {"shards": "[]", "data": {"x": "1"}})
+    world.settle()
+    job = world.jobs()["r1-train-1"]
+    template = job.spec.replicas["worker"].template
+    sneaky = validated_copy(template, env={**template.env, "PHALANX_RANK": "99"})
+    replicas = {"worker": validated_copy(job.spec.replicas["worker"], template=sneaky)}
+    job = validated_copy(job, spec=validated_copy(job.spec, replicas=replicas))
+    names = ["r1-train-1-worker-0", "r1-train-1-worker-1"]
+    env = render_replica_env(
+        job,
+        builtin_jobtypes()["generic"],
+        "worker",
+        0,
+        {name: Endpoint("127.0.0.1", 29500 + i) for i, name in enumerate(names)},
+        node_of=dict.fromkeys(names, "n0"),
+        output_dir="/out",
+        hostfile_path="/hostfile",
+    )
+    assert env["PHALANX_OUTPUTS"] == template.env["PHALANX_OUTPUTS"]
+    assert env["PHALANX_RANK"] == "0" and env["PHALANX_OUTPUT_DIR"] == "/out"

@@ -73,6 +73,9 @@ RUN_UID_LABEL = "phalanx.dev/pipelinerun-uid"
 STEP_LABEL = "phalanx.dev/step"
 ITEM_LABEL = "phalanx.dev/item"
 ATTEMPT_LABEL = "phalanx.dev/attempt"
+#: A trainingJob step's outputs folder, in every replica's environment: output NAME is ``$PHALANX_OUTPUTS/NAME``.
+#: A ``PHALANX_`` name (users may not set those): the runtime lets this one through from the job's template.
+OUTPUTS_ENV = "PHALANX_OUTPUTS"
 #: On a step's job: output name -> the local path its process writes it to (JSON), read back when it finished.
 OUTPUTS_ANNOTATION = "phalanx.dev/step-outputs"
 #: On a step's job running a kfp v2 lightweight component: where the kfp executor writes its output file.

@@ -37,6 +37,7 @@ from phalanx.core.pipelines.steps import (
     EXECUTOR_OUTPUT_ANNOTATION,
     ITEM_LABEL,
     OUTPUTS_ANNOTATION,
+    OUTPUTS_ENV,
     RUN_LABEL,
     RUN_UID_LABEL,
     STEP_LABEL,
@@ -55,7 +56,6 @@ from phalanx.model.validation import validate_job
 
 #: Where a run was submitted from (the embedded door's annotation): a step job's relative paths start there.
 SUBMIT_DIR_ANNOTATION = "phalanx.dev/submit-dir"
-OUTPUTS_ENV = "PHALANX_OUTPUTS"
 EXECUTOR_OUTPUT_FILE = "executor_output.json"
 
 
