@@ -16,14 +16,16 @@ the objects that name it.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from phalanx.adapters.sweeps.algorithms import algorithm_available, check_settings
 from phalanx.core.delegation import conflicts, placing_scheduler
 from phalanx.core.lifecycle import ACTIVE_PHASES
-from phalanx.core.pipelines.components import sample_step_jobs
+from phalanx.core.pipelines.components import sample_step_jobs, step_sweeps
 from phalanx.core.pipelines.validation import bind_run, validate_pipeline, validate_run
 from phalanx.core.stand_ins import FLAG, apply_stand_ins, check_stand_ins
 from phalanx.core.sweeps.katib import validate_experiment
@@ -57,7 +59,7 @@ from phalanx.model.pipelines import PIPELINERUN_LABEL, Pipeline, PipelineRun, Pi
 from phalanx.model.pods import refused_pod_fields
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
-from phalanx.model.sweeps import Sweep
+from phalanx.model.sweeps import AlgorithmName, Sweep
 from phalanx.model.validation import validate_job, with_namespace
 from phalanx.services.dataset_views import (
     DatasetDescription,
@@ -149,6 +151,7 @@ def validate_documents(
     cluster_scheduling: bool | None = None,
     own_scheduler: str | None = None,
     component_dir: Path | None = None,
+    algorithms_here: bool = False,
 ) -> list[Any]:
     """Validate TrainingJobs, JobTypes, Queues, Datasets, Sweeps, Pipelines and PipelineRuns against ``jobtypes``.
 
@@ -182,6 +185,9 @@ def validate_documents(
         own_scheduler: the name of Phalanx's own scheduler there.
         component_dir: where a Pipeline's component paths start (the pipeline file's directory); None: a
             component path is refused (the documents came from no file).
+        algorithms_here: a Sweep's search algorithm runs with this process's installation
+            (``OperationsBackend.algorithms_here``): one whose libraries are missing is refused. Its settings are
+            checked either way.
 
     Raises:
         SpecError: every problem in every document, each with its field path; a bad ``namespace`` alone.
@@ -215,7 +221,7 @@ def validate_documents(
     played: set[str] = set()
     runs: list[tuple[int, PipelineRun]] = []
     # A sweep's trials and a pipeline's job steps meet the backend's refusals too, where their templates are written.
-    rules = _TemplateRules(pod_field_refusals, cluster_scheduling, own_scheduler)
+    rules = _TemplateRules(pod_field_refusals, cluster_scheduling, own_scheduler, algorithms_here)
     jobs_in_file = sum(
         1
         for doc in documents
@@ -244,24 +250,24 @@ def validate_documents(
                 parsed.append(parse_dataset(doc))
             elif kind == "Sweep":
                 sweep = validate_sweep(doc, jobtypes)
+                rules.check_algorithm(sweep)
                 rules.refuse([("spec.trial", sample_trial(sweep, jobtypes))])
                 parsed.append(sweep)
             elif is_experiment(doc):
                 made_types, sweep, experiment = validate_experiment(doc, jobtypes)
+                rules.check_algorithm(sweep, experiment.upstream_path)
                 trial = sample_trial(sweep, {**jobtypes, **{t.metadata.name: t for t in made_types}})
                 rules.refuse([("spec.trial", trial)], experiment.upstream_path)
                 _add_made(made_types, jobtypes, parsed)
                 parsed.append(sweep)
             elif kind == "Pipeline":
                 pipeline = validate_pipeline(doc, jobtypes)
-                rules.refuse(sample_step_jobs(pipeline.spec, jobtypes, namespace=pipeline.metadata.namespace))
+                rules.steps(pipeline.spec, jobtypes, ("spec",), pipeline.metadata.namespace)
                 parsed.append(pipeline)
             elif kind == "PipelineRun":
                 run = validate_run(doc, jobtypes)
                 if run.spec.pipeline_spec is not None:
-                    at = ("spec", "pipelineSpec")
-                    namespace = run.metadata.namespace
-                    rules.refuse(sample_step_jobs(run.spec.pipeline_spec, jobtypes, prefix=at, namespace=namespace))
+                    rules.steps(run.spec.pipeline_spec, jobtypes, ("spec", "pipelineSpec"), run.metadata.namespace)
                 runs.append((position, run))
                 parsed.append(run)
             elif is_runtime(doc):
@@ -309,6 +315,31 @@ class _TemplateRules:
     pod_field_refusals: Mapping[str, str] | None
     cluster_scheduling: bool | None
     own_scheduler: str | None
+    algorithms_here: bool = False
+
+    def check_algorithm(self, sweep: Sweep, upstream: Callable[[str], str] | None = None) -> None:
+        """Refuse a sweep algorithm's unknown or out-of-range settings, and one that cannot run here (its libraries)."""
+        found = check_settings(AlgorithmName(sweep.spec.algorithm.name), sweep.spec.algorithm.settings)
+        missing = algorithm_available(sweep.spec.algorithm.name) if self.algorithms_here else None
+        if missing is not None:
+            found.insert(0, FieldError("spec.algorithm.name", missing))
+        if found:
+            raise SpecError([FieldError(upstream(e.path) if upstream else e.path, e.message) for e in found])
+
+    def steps(self, spec: PipelineSpec, jobtypes: Mapping[str, JobType], at: Sequence[str], namespace: str) -> None:
+        """Refuse what the backend refuses of a pipeline's steps: its sweep steps' algorithms, its jobs' fields."""
+        errors: list[FieldError] = []
+        for where, sweep in step_sweeps(spec, jobtypes, prefix=at, namespace=namespace):
+            try:
+                self.check_algorithm(sweep, functools.partial(_under_path, where))
+            except SpecError as err:
+                errors += err.errors
+        try:
+            self.refuse(sample_step_jobs(spec, jobtypes, prefix=at, namespace=namespace))
+        except SpecError as err:
+            errors += err.errors
+        if errors:
+            raise SpecError(errors)
 
     def refuse(self, jobs: Sequence[tuple[str, TrainingJob]], upstream: Callable[[str], str] | None = None) -> None:
         """Raise what the backend refuses of each job, at ``PATH.spec...`` for a job given as ``(PATH, job)``.
@@ -333,12 +364,19 @@ class _TemplateRules:
             raise SpecError(errors)
 
 
+def _under_path(prefix: str, path: str) -> str:
+    """``path`` of a document embedded at ``prefix`` (a sweep step's Sweep), as a path of the outer document."""
+    return f"{prefix}.{path}"
+
+
 def _with_unread(doc: dict[str, Any], jobtypes: Mapping[str, JobType], problems: list[FieldError]) -> list[FieldError]:
     """A pipeline's (or run's) problems when some of its component files could not be read: those, then the rest.
 
     Its validation says each unread component "was not read" at the path the file's problem names: left out.
     """
     paths = {problem.path for problem in problems}
+    if any(path.endswith(".steps") for path in paths):
+        return list(problems)  # past a limit once its files are inline: not walked further
     try:
         validate_pipeline(doc, jobtypes) if doc.get("kind") == "Pipeline" else validate_run(doc, jobtypes)
     except SpecError as err:
@@ -794,6 +832,7 @@ class Operations:
             cluster_scheduling=self.backend.cluster_scheduling,
             own_scheduler=self.backend.own_scheduler,
             component_dir=component_dir if component_dir is not None else _file_dir(source),
+            algorithms_here=self.backend.algorithms_here,
         )
         self._bind_stored_pipelines(parsed, source)
         return parsed
@@ -1029,16 +1068,16 @@ class Operations:
     def delete_sweep(self, namespace: str, name: str) -> list[str]:
         """Delete a Sweep and its trial jobs (label ``phalanx.dev/sweep``); returns the trials deleted.
 
-        The trials go first: a sweep controller running meanwhile finds no sweep to create more for.
+        The sweep goes first: a sweep controller's next pass finds no sweep to create trials for, and the trials
+        are listed after that.
 
         Raises:
             OperationError: no such Sweep.
         """
         sweep = self.get_sweep(namespace, name)
-        trials = self._delete_labelled_jobs(namespace, SWEEP_LABEL, name)
         with contextlib.suppress(NotFoundError):
             self.backend.delete(Sweep, namespace, name, uid=sweep.metadata.uid)
-        return trials
+        return self._delete_labelled_jobs(namespace, SWEEP_LABEL, name)
 
     def list_pipelines(self, namespace: str | None = None) -> list[Pipeline]:
         """Pipelines of the namespace (every namespace when None), by namespace and name."""
@@ -1099,15 +1138,17 @@ class Operations:
             OperationError: no such PipelineRun.
         """
         run = self.get_pipelinerun(namespace, name)
-        deleted = [f"job/{job}" for job in self._delete_labelled_jobs(namespace, PIPELINERUN_LABEL, name)]
-        for sweep in self.backend.list(Sweep, namespace):
-            if sweep.metadata.labels.get(PIPELINERUN_LABEL) == name:
-                with contextlib.suppress(OperationError):  # deleted meanwhile
-                    self.delete_sweep(namespace, sweep.metadata.name)
-                    deleted.append(f"sweep/{sweep.metadata.name}")
+        # The run goes first, as a sweep does (``delete_sweep``): no pass of its controller starts a step after.
         with contextlib.suppress(NotFoundError):
             self.backend.delete(PipelineRun, namespace, name, uid=run.metadata.uid)
-        return deleted
+        deleted: list[str] = []
+        for sweep in self.backend.list(Sweep, namespace):  # its sweep steps, before their trials are listed
+            if sweep.metadata.labels.get(PIPELINERUN_LABEL) == name:
+                with contextlib.suppress(OperationError):  # deleted meanwhile
+                    deleted += [f"job/{trial}" for trial in self.delete_sweep(namespace, sweep.metadata.name)]
+                    deleted.append(f"sweep/{sweep.metadata.name}")
+        deleted += [f"job/{job}" for job in self._delete_labelled_jobs(namespace, PIPELINERUN_LABEL, name)]
+        return sorted(set(deleted))
 
     def _get(self, kind: type[Readable], namespace: str, name: str) -> Readable:
         found = self.backend.get(kind, namespace, name)
