@@ -7,6 +7,7 @@ annotation names and setting the job's phase, as the runtime would.
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -208,6 +209,7 @@ def test_a_component_step_is_a_one_replica_generic_job_with_the_resolved_command
     command = [*job.spec.replicas["worker"].template.command, *job.spec.replicas["worker"].template.args]
     assert command == ["python3", "make.py", "3", paths["shards"], paths["data"]]
     assert paths["data"].endswith("/make/all/a1/outputs/data/data")
+    assert job.spec.outputs.store_to == str(Path(paths["data"]).parents[1])  # a fromJob Dataset reads the outputs
     assert job.metadata.labels[STEP_LABEL] == "make" and job.metadata.labels[ATTEMPT_LABEL] == "1"
     assert job.metadata.labels[RUN_UID_LABEL] == world.run("r1").metadata.uid
     entry = world.instance("r1", "make")
@@ -534,3 +536,26 @@ def test_the_runtime_gives_a_training_steps_replicas_phalanx_outputs_and_no_othe
     )
     assert env["PHALANX_OUTPUTS"] == template.env["PHALANX_OUTPUTS"]
     assert env["PHALANX_RANK"] == "0" and env["PHALANX_OUTPUT_DIR"] == "/out"
+
+
+def test_with_an_object_store_outputs_are_uploaded_inputs_staged_and_the_cache_copies_in_the_store(
+    tmp_path: Path,
+) -> None:
+    url = f"memory://pipelines-{uuid.uuid4().hex[:8]}"
+    world = World(tmp_path)
+    world.store = ArtifactStore(url, staging=tmp_path / "staging")
+    world.controller = PipelineController(world.backend, world.store, FixedClock())
+    world.submit(fan_pipeline(), run_document("r1"))
+    play_fan(world, "r1")
+    assert world.run("r1").status.phase == RunPhase.SUCCEEDED
+    data = world.instance("r1", "make").outputs["data"]
+    assert data.startswith(f"{url}/_runs/default/r1/") and data.endswith("/outputs/data/data")
+    # work[1] read the data from a local copy staged for it, not from the store's URL
+    staged = world.jobs()["r1-work-1-1"].spec.replicas["worker"].template.command[2]
+    assert Path(staged, "rows.csv").read_text() == "a,b\n1,2\n" and staged.startswith(str(tmp_path / "staging"))
+    assert world.jobs()["r1-make-1"].spec.outputs.store_to is None  # a bucket is no folder the runtime stores to
+    world.submit(fan_pipeline(), run_document("r2"))
+    world.settle()
+    again = world.instance("r2", "make")
+    assert again.cache_hit and again.outputs["data"].startswith(f"{url}/_runs/default/r2/")
+    assert world.store.stage_input(again.outputs["data"], tmp_path / "back").joinpath("rows.csv").exists()
