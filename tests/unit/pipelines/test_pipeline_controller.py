@@ -559,3 +559,28 @@ def test_with_an_object_store_outputs_are_uploaded_inputs_staged_and_the_cache_c
     again = world.instance("r2", "make")
     assert again.cache_hit and again.outputs["data"].startswith(f"{url}/_runs/default/r2/")
     assert world.store.stage_input(again.outputs["data"], tmp_path / "back").joinpath("rows.csv").exists()
+
+
+class BrokenStoreError(Exception):
+    """The backend's own fault, for the test below."""
+
+
+def test_a_failing_run_does_not_stop_the_others_but_the_backends_own_fault_ends_the_pass(world: World) -> None:
+    world.submit(fan_pipeline(), run_document("r1"), run_document("r2"))
+    original = world.backend.list
+
+    def failing_list(kind: Any, namespace: str | None = None) -> Any:
+        if kind is TrainingJob and namespace == "default" and failing["on"]:
+            raise failing["error"]
+        return original(kind, namespace)
+
+    failing: dict[str, Any] = {"on": True, "error": RuntimeError("boom")}
+    world.backend.list = failing_list  # type: ignore[method-assign]
+    world.controller = PipelineController(world.backend, world.store, FixedClock(), passthrough=(BrokenStoreError,))
+    assert world.controller.sync() is False  # both runs failed their pass, logged, nothing written
+    failing["error"] = BrokenStoreError("locked")
+    with pytest.raises(BrokenStoreError):
+        world.controller.sync()
+    failing["on"] = False
+    world.settle()
+    assert set(world.jobs()) == {"r1-make-1", "r2-make-1"}

@@ -121,10 +121,27 @@ class _Pass:
 class PipelineController:
     """Runs every PipelineRun of a backend, one level-triggered pass at a time."""
 
-    def __init__(self, backend: PipelineBackend, artifacts: ArtifactStore, clock: Clock) -> None:
+    def __init__(
+        self,
+        backend: PipelineBackend,
+        artifacts: ArtifactStore,
+        clock: Clock,
+        *,
+        passthrough: tuple[type[Exception], ...] = (),
+    ) -> None:
+        """A controller over ``backend`` and ``artifacts``.
+
+        Args:
+            backend: the port (objects and statuses).
+            artifacts: where steps read and write their artifacts, and the step cache.
+            clock: the time steps start and end at.
+            passthrough: the backend's own faults (a store that cannot be used for now): they end the pass for
+                its caller to back off, where any other error of one run is logged and the other runs go on.
+        """
         self.backend = backend
         self.artifacts = artifacts
         self.clock = clock
+        self.passthrough = passthrough
         self._failed: dict[str, str] = {}
 
     def sync(self) -> bool:
@@ -135,6 +152,8 @@ class PipelineController:
                 continue
             try:
                 changed |= self._sync_run(run)
+            except self.passthrough:
+                raise
             except (OSError, ArtifactStoreError) as err:
                 # The artifact store failed us (a full disk, an unreachable bucket): say so; the next pass retries.
                 log.warning("pipelinerun %s/%s: %s", run.metadata.namespace, run.metadata.name, err)
