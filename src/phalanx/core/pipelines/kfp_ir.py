@@ -547,6 +547,8 @@ class _Converter:
     ) -> list[str]:
         name = self.step_names.get(where)
         document = self.component(ref, component)
+        retries = self.retries(task, where)
+        cache = self.cache(task, where)
         if name is None or document is None:
             return []
         types = {item["name"]: item.get("type") for item in document.get("inputs", [])}
@@ -567,10 +569,9 @@ class _Converter:
             )
         elif context.conditions:
             step["when"] = context.conditions[0][0]
-        retries = self.retries(task, where)
         if retries:
             step["retries"] = retries
-        step["cache"] = self.cache(task, where)
+        step["cache"] = cache
         self.after_of[name] = context.after
         self.steps.append(step)
         return [name]
