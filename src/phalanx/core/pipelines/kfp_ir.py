@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from phalanx.model.kfp_ir import (
     artifact_type,
     convert_item,
     convert_string,
+    is_kfp_ir,
     parameter_type,
     render_value,
     unknown_fields,
@@ -749,3 +750,37 @@ def pipeline_from_ir(document: Mapping[str, Any], *, source: str | None = None) 
         return _Converter(document).convert()
     except SpecError as err:
         raise SpecError(err.errors, source=source) from None
+
+
+def pipelines_from_ir(documents: Sequence[Mapping[str, Any]], *, source: str | None = None) -> list[Any]:
+    """The documents of a file with each compiled KFP v2 pipeline replaced by its Pipeline document (the door's).
+
+    The platform document ``kfp-kubernetes`` writes after the IR (``platforms: {kubernetes: ...}``) is refused:
+    its volumes, secrets and node selectors would be lost.
+
+    Raises:
+        SpecError: every problem of every IR document, each at its IR path (``document N:`` before it when the
+            file holds several documents).
+    """
+    converted: list[Any] = []
+    errors: list[FieldError] = []
+    for position, document in enumerate(documents):
+        prefix = f"document {position + 1}: " if len(documents) > 1 else ""
+        if is_kfp_ir(document):
+            try:
+                converted.append(pipeline_from_ir(document))
+            except SpecError as err:
+                errors.extend(FieldError(error.path, prefix + error.message) for error in err.errors)
+        elif isinstance(document, Mapping) and set(document) == {"platforms"}:
+            errors.append(
+                FieldError(
+                    "platforms",
+                    f"{prefix}Kubernetes platform settings of a KFP pipeline (kfp-kubernetes) are not supported; "
+                    "remove this document",
+                )
+            )
+        else:
+            converted.append(document)
+    if errors:
+        raise SpecError(errors, source=source)
+    return converted
