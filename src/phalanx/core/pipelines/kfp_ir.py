@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx.core.pipelines.dag import topological_order
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.kfp_component import parse_component
 from phalanx.model.kfp_ir import (
@@ -77,6 +78,7 @@ _NEGATED = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 _COMPARISON = re.compile(r"\s*(.+?)\s*(==|!=|<=|>=|<|>)\s*(.+?)\s*", re.DOTALL)
 _OPERAND = re.compile(r"inputs\.parameter_values\['([^']+)'\]")
 _CAST = re.compile(r"(?:int|double|string)\((.*)\)", re.DOTALL)
+_STEP_REFERENCE = re.compile(r"\{\{\s*steps\.([a-z][-a-z0-9]*)\.outputs\.")
 _NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
 #: The annotation a converted Pipeline carries (as Kubeflow jobs' conversions do): what it was written as.
 KFP_IR_SOURCE = "kfp PipelineSpec"
@@ -156,6 +158,7 @@ class _Converter:
             waits = [name for name in waits if name != step["name"]]
             if waits:
                 step["after"] = waits
+        self.steps = _in_order(self.steps)
         if not self.steps and not self.problems:
             self.fail("root.dag.tasks", "the pipeline has no task to run")
         if self.problems:
@@ -711,6 +714,22 @@ class _Converter:
                 entry["optional"] = True
             declared.append(entry)
         return declared
+
+
+def _in_order(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Steps upstream first (the IR lists tasks by name), the IR's order among steps ready together."""
+    names = [step["name"] for step in steps]
+    upstream = {
+        step["name"]: {*step.get("after", []), *_STEP_REFERENCE.findall(json.dumps(step.get("arguments", {})))}
+        | set(_STEP_REFERENCE.findall(json.dumps([step.get("when"), step.get("parallelFor")])))
+        for step in steps
+    }
+    try:
+        order = topological_order(names, upstream)
+    except StopIteration:  # a cycle (a hand-edited file): the DAG check names it
+        return steps
+    by_name = {step["name"]: step for step in steps}
+    return [by_name[name] for name in order]
 
 
 def _quoted(text: str) -> str:
