@@ -113,7 +113,8 @@ class MemoryBackend:
             raise NotFoundError(obj.metadata.name)
         if current.metadata.resource_version != obj.metadata.resource_version:
             raise ConflictError(obj.metadata.name)
-        self._stored(validated_copy(obj, status=current.status))
+        # A kind with no status (JobType, Pipeline) has only its spec and metadata to replace.
+        self._stored(validated_copy(obj, status=current.status) if hasattr(current, "status") else obj)
 
     def delete(self, kind: type[Stored], namespace: str, name: str, *, uid: str | None = None) -> None:
         """Remove an object (only the incarnation ``uid``, when given)."""

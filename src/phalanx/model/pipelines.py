@@ -53,6 +53,8 @@ MAX_STEP_NAME_LENGTH = 40
 #: A pipeline parameter or a step's declared input/output of a trainingJob/sweep step: used in ``${inputs.NAME}``
 #: and in ``$PHALANX_OUTPUTS/<name>``, so an identifier. Component inputs keep KFP's free names ("raw data").
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+#: The label of every object a PipelineRun creates (its step jobs, its sweep steps' Sweeps): the run's name.
+PIPELINERUN_LABEL = "phalanx.dev/pipelinerun"
 #: The loop variable every ``parallelFor`` step references (``{{item}}``), whatever its ``as`` label says.
 LOOP_VARIABLE = "item"
 

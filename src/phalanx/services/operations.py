@@ -16,20 +16,28 @@ the objects that name it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from phalanx.core.delegation import conflicts, placing_scheduler
 from phalanx.core.lifecycle import ACTIVE_PHASES
+from phalanx.core.pipelines.components import sample_step_jobs
 from phalanx.core.pipelines.kfp_ir import pipelines_from_ir
+from phalanx.core.pipelines.validation import bind_run, validate_pipeline, validate_run
 from phalanx.core.stand_ins import FLAG, apply_stand_ins, check_stand_ins
+from phalanx.core.sweeps.katib import validate_experiment
+from phalanx.core.sweeps.substitute import SWEEP_LABEL, sample_trial, validate_sweep
 from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
+from phalanx.model.katib import API_VERSION as KATIB_API_VERSION
+from phalanx.model.katib import KIND as KATIB_KIND
+from phalanx.model.katib import is_experiment
 from phalanx.model.kubeflow import KINDS as KUBEFLOW_KINDS
 from phalanx.model.kubeflow import (
     TRAINJOB,
@@ -46,9 +54,11 @@ from phalanx.model.kubeflow.convert import WORKER_SSHD
 from phalanx.model.loading import builtin_jobtypes, check_documents, parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.names import MAX_NAME_LENGTH, check_dns_label
 from phalanx.model.nodes import Node
+from phalanx.model.pipelines import PIPELINERUN_LABEL, Pipeline, PipelineRun, RunPhase
 from phalanx.model.pods import refused_pod_fields
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
+from phalanx.model.sweeps import Sweep
 from phalanx.model.validation import validate_job, with_namespace
 from phalanx.services.dataset_views import (
     DatasetDescription,
@@ -57,7 +67,15 @@ from phalanx.services.dataset_views import (
     eviction_failure,
     readers,
 )
-from phalanx.services.port import AlreadyExistsError, ConflictError, NotFoundError, OperationsBackend, Stored
+from phalanx.services.pipeline_files import inline_component_files
+from phalanx.services.port import (
+    AlreadyExistsError,
+    ConflictError,
+    NotFoundError,
+    OperationsBackend,
+    Readable,
+    Stored,
+)
 from phalanx.services.queue_views import QueueDescription, QueueView, describe_queue, queue_views, unique_queues
 
 MAX_CONFLICT_RETRIES = 20
@@ -106,7 +124,9 @@ class JobDescription:
 
 
 #: The kinds ``submit -n`` moves to its namespace on the embedded runtime (Queues are cluster-scoped).
-NAMESPACED_KINDS = frozenset({"TrainingJob", "JobType", "Dataset"})
+NAMESPACED_KINDS = frozenset({"TrainingJob", "JobType", "Dataset", "Sweep", "Pipeline", "PipelineRun"})
+#: The kinds of issue 17, each validated whole at the door and stored as it is.
+SWEEP_KINDS = ("Sweep", "Pipeline", "PipelineRun")
 
 
 def validate_documents(
@@ -120,12 +140,19 @@ def validate_documents(
     stand_ins: Mapping[str, Sequence[str]] | None = None,
     cluster_scheduling: bool | None = None,
     own_scheduler: str | None = None,
+    component_dir: Path | None = None,
 ) -> list[Any]:
-    """Validate TrainingJobs, JobTypes, Queues and Datasets; jobs against ``jobtypes`` (and the submission's).
+    """Validate TrainingJobs, JobTypes, Queues, Datasets, Sweeps, Pipelines and PipelineRuns against ``jobtypes``.
 
     Kubeflow jobs (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob, MPIJob) are accepted as they are: each becomes
     a TrainingJob (and, for some MPIJobs, a JobType of its own) through ``model.kubeflow``, validated as one, with
-    every problem named at its path in the upstream document.
+    every problem named at its path in the upstream document. A Katib ``kubeflow.org/v1beta1`` Experiment becomes
+    the Sweep it converts to (``core.sweeps.katib``), its problems named at their Experiment path.
+
+    A Sweep is checked with its trial template as a TrainingJob (``core.sweeps.substitute.validate_sweep``); a
+    Pipeline whole (``core.pipelines.validation``), its component files read from ``component_dir`` and stored
+    inline (``services.pipeline_files``); a PipelineRun with its arguments bound to its pipeline when that is
+    inline or in the same submission (``Operations.validate`` binds those naming a stored one).
 
     The one validation of every backend: the embedded runtime and the Kubernetes backend call it with their own
     JobTypes, so a spec fails with the same field paths in both. Every object a submission stores comes out of
@@ -145,6 +172,8 @@ def validate_documents(
         cluster_scheduling: whether the backend has a cluster scheduler a job may name (``schedulerName``);
             None: not checked (``refuse_scheduler``).
         own_scheduler: the name of Phalanx's own scheduler there.
+        component_dir: where a Pipeline's component paths start (the pipeline file's directory); None: a
+            component path is refused (the documents came from no file).
 
     Raises:
         SpecError: every problem in every document, each with its field path; a bad ``namespace`` alone.
@@ -163,9 +192,12 @@ def validate_documents(
             with_namespace(doc, namespace)
             if str(doc.get("kind", "TrainingJob")) in namespaced_kinds
             or (moves_with_jobs(doc) and "TrainingJob" in namespaced_kinds)
+            or (is_experiment(doc) and "Sweep" in namespaced_kinds)  # it becomes a Sweep
             else doc
             for doc in documents
         ]
+    # A pipeline's component files are read first, so what is validated (and stored) holds them inline.
+    documents, unread = inline_component_files(documents, component_dir)
     jobtypes = dict(jobtypes)
     # A TrainJob names a runtime of the same file (before or after it) or one Phalanx ships.
     runtimes = runtimes_in(documents)
@@ -175,6 +207,9 @@ def validate_documents(
     # The images of the jobs that got as far as their stand-ins, and those a stand-in played.
     images: set[str] = set()
     played: set[str] = set()
+    runs: list[tuple[int, PipelineRun]] = []
+    # A sweep's trials and a pipeline's job steps meet the backend's refusals too, where their templates are written.
+    rules = _TemplateRules(pod_field_refusals, cluster_scheduling, own_scheduler)
     jobs_in_file = sum(
         1
         for doc in documents
@@ -185,6 +220,8 @@ def validate_documents(
         kind = doc.get("kind", "TrainingJob")
         prefix = f"document {position + 1}: " if len(documents) > 1 else ""
         try:
+            if position in unread:
+                raise SpecError(_with_unread(doc, jobtypes, unread[position]))
             if kind == "JobType":
                 jobtype = parse_jobtype(doc)
                 jobtypes[jobtype.metadata.name] = jobtype
@@ -199,6 +236,28 @@ def validate_documents(
                 parsed.append(parse_queue(doc))
             elif kind == "Dataset":
                 parsed.append(parse_dataset(doc))
+            elif kind == "Sweep":
+                sweep = validate_sweep(doc, jobtypes)
+                rules.refuse([("spec.trial", sample_trial(sweep, jobtypes))])
+                parsed.append(sweep)
+            elif is_experiment(doc):
+                made_types, sweep, experiment = validate_experiment(doc, jobtypes)
+                trial = sample_trial(sweep, {**jobtypes, **{t.metadata.name: t for t in made_types}})
+                rules.refuse([("spec.trial", trial)], experiment.upstream_path)
+                _add_made(made_types, jobtypes, parsed)
+                parsed.append(sweep)
+            elif kind == "Pipeline":
+                pipeline = validate_pipeline(doc, jobtypes)
+                rules.refuse(sample_step_jobs(pipeline.spec, jobtypes, namespace=pipeline.metadata.namespace))
+                parsed.append(pipeline)
+            elif kind == "PipelineRun":
+                run = validate_run(doc, jobtypes)
+                if run.spec.pipeline_spec is not None:
+                    at = ("spec", "pipelineSpec")
+                    namespace = run.metadata.namespace
+                    rules.refuse(sample_step_jobs(run.spec.pipeline_spec, jobtypes, prefix=at, namespace=namespace))
+                runs.append((position, run))
+                parsed.append(run)
             elif is_runtime(doc):
                 # Used by the TrainJobs that name it; not stored (Phalanx has no such kind).
                 if problems := check_runtime(doc):
@@ -212,18 +271,17 @@ def validate_documents(
                 reached += 1
                 _refuse_pod_fields(job, pod_field_refusals, conversion)
                 refuse_scheduler(job, cluster_scheduling, own_scheduler, conversion)
-                for jobtype in made:
-                    # Jobs alike share the JobType their conversion makes: store it once per submission.
-                    if jobtypes.get(jobtype.metadata.name) != jobtype:
-                        jobtypes[jobtype.metadata.name] = jobtype
-                        parsed.append(jobtype)
+                _add_made(made, jobtypes, parsed)
                 parsed.append(job)
             else:
                 kubeflow = ", ".join([*KUBEFLOW_KINDS, TRAINJOB, "TrainingRuntime", "ClusterTrainingRuntime"])
-                kinds = f"TrainingJob, JobType, Queue, Dataset or a Kubeflow kind ({kubeflow})"
+                kinds = (
+                    f"TrainingJob, JobType, Queue, Dataset, Sweep, Pipeline, PipelineRun, a Katib Experiment "
+                    f"({KATIB_API_VERSION}) or a Kubeflow kind ({kubeflow})"
+                )
                 errors.append(FieldError("kind", f"{prefix}unknown kind {short(kind)}; use {kinds}"))
         except SpecError as err:
-            if kind in ("Queue", "Dataset"):
+            if kind in ("Queue", "Dataset", *SWEEP_KINDS, KATIB_KIND):
                 # Name the Queue too: a file of queues and jobs has many documents.
                 name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
                 # A name past its limit is refused anyway: quote no more of it than a valid one can hold.
@@ -232,9 +290,75 @@ def validate_documents(
             errors.extend(FieldError(e.path, prefix + e.message) for e in err.errors)
     if stand_ins and reached == jobs_in_file:  # else a job that did not validate might have used a stand-in
         errors += _unplayed(stand_ins, images, played)
+    errors += _bind_runs_in(runs, parsed, len(documents))
     if errors:
         raise SpecError(errors, source=source)
     return parsed
+
+
+@dataclass(frozen=True)
+class _TemplateRules:
+    """The backend's refusals, applied to the sample jobs of templates (a sweep's trial, a pipeline's job steps)."""
+
+    pod_field_refusals: Mapping[str, str] | None
+    cluster_scheduling: bool | None
+    own_scheduler: str | None
+
+    def refuse(self, jobs: Sequence[tuple[str, TrainingJob]], upstream: Callable[[str], str] | None = None) -> None:
+        """Raise what the backend refuses of each job, at ``PATH.spec...`` for a job given as ``(PATH, job)``.
+
+        ``upstream``: the path in the document as its author wrote it (a Katib Experiment's), of a Sweep path.
+        """
+        errors: list[FieldError] = []
+        for at, job in jobs:
+            refused: list[FieldError] = []
+            try:
+                _refuse_pod_fields(job, self.pod_field_refusals, None)
+            except SpecError as err:
+                refused += err.errors
+            try:
+                refuse_scheduler(job, self.cluster_scheduling, self.own_scheduler, None)
+            except SpecError as err:
+                refused += err.errors
+            for error in refused:
+                path = f"{at}.{error.path}"
+                errors.append(FieldError(upstream(path) if upstream else path, error.message))
+        if errors:
+            raise SpecError(errors)
+
+
+def _with_unread(doc: dict[str, Any], jobtypes: Mapping[str, JobType], problems: list[FieldError]) -> list[FieldError]:
+    """A pipeline's (or run's) problems when some of its component files could not be read: those, then the rest.
+
+    Its validation says each unread component "was not read" at the path the file's problem names: left out.
+    """
+    paths = {problem.path for problem in problems}
+    try:
+        validate_pipeline(doc, jobtypes) if doc.get("kind") == "Pipeline" else validate_run(doc, jobtypes)
+    except SpecError as err:
+        return [*problems, *(error for error in err.errors if error.path not in paths)]
+    return list(problems)
+
+
+def _add_made(made: Sequence[JobType], jobtypes: dict[str, JobType], parsed: list[Any]) -> None:
+    """Add the JobTypes a conversion made; jobs alike share one, so it is stored once per submission."""
+    for jobtype in made:
+        if jobtypes.get(jobtype.metadata.name) != jobtype:
+            jobtypes[jobtype.metadata.name] = jobtype
+            parsed.append(jobtype)
+
+
+def _bind_runs_in(runs: Sequence[tuple[int, PipelineRun]], parsed: Sequence[Any], count: int) -> list[FieldError]:
+    """Bind the arguments of the runs whose pipelineRef names a Pipeline of the same submission."""
+    pipelines = {(p.metadata.namespace, p.metadata.name): p for p in parsed if isinstance(p, Pipeline)}
+    errors = []
+    for position, run in runs:
+        ref = run.spec.pipeline_ref
+        pipeline = pipelines.get((run.metadata.namespace, ref.name)) if ref is not None else None
+        if pipeline is not None:
+            prefix = f"document {position + 1} (pipelinerun/{run.metadata.name}): " if count > 1 else ""
+            errors += [FieldError(e.path, prefix + e.message) for e in bind_run(run, pipeline.spec)]
+    return errors
 
 
 def _unplayed(stand_ins: Mapping[str, Sequence[str]], images: set[str], played: set[str]) -> list[FieldError]:
@@ -346,7 +470,8 @@ def convert_documents(
 ) -> list[dict[str, Any]]:
     """The documents with every Kubeflow job replaced by the JobTypes and TrainingJob it becomes (``convert``).
 
-    A TrainJob becomes its TrainingJob; the (Cluster)TrainingRuntimes of the file, used up by it, are left out.
+    A TrainJob becomes its TrainingJob; the (Cluster)TrainingRuntimes of the file, used up by it, are left out. A
+    Katib Experiment becomes its Sweep (and the JobTypes its trial's conversion makes).
 
     Everything is validated first, by ``validate_documents`` with the rules of ``backend`` when given, so what
     comes out is what ``submit`` to that backend would accept; other documents come out as they went in. A
@@ -364,6 +489,7 @@ def convert_documents(
         pod_field_refusals=backend.pod_field_refusals if backend else None,
         cluster_scheduling=backend.cluster_scheduling if backend else None,
         own_scheduler=backend.own_scheduler if backend else None,
+        component_dir=_file_dir(source),
     )
     known = dict(jobtypes)
     runtimes = runtimes_in(documents)
@@ -371,6 +497,14 @@ def convert_documents(
     for doc in documents:
         if is_runtime(doc):
             continue  # what it says is in the TrainingJobs of the TrainJobs that name it
+        if is_experiment(doc):
+            made, _, experiment = validate_experiment(doc, known)
+            for jobtype, raw in zip(made, experiment.jobtypes, strict=True):
+                if known.get(jobtype.metadata.name) != jobtype:
+                    known[jobtype.metadata.name] = jobtype
+                    converted.append(raw)
+            converted.append(experiment.sweep)
+            continue
         if doc.get("kind") != TRAINJOB and kubeflow_kind(doc) is None:
             converted.append(doc)
             if doc.get("kind") == "JobType":
@@ -408,7 +542,7 @@ def exists_message(what: str, name: str, flag: str, phase: str | None) -> str:
     return f"{what} already exists (it is {phase}); {fix}, or choose another metadata.name"
 
 
-def not_found_message(kind: str, namespace: str, name: str, others: Sequence[Dataset]) -> str:
+def not_found_message(kind: str, namespace: str, name: str, others: Sequence[Stored | Node]) -> str:
     """``dataset default/x not found; datasets in default: a, b`` (or that the namespace has none)."""
     names = ", ".join(o.metadata.name for o in others[:20])
     known = f"{kind}s in {namespace}: {names}" if names else f"{namespace} has no {kind}s"
@@ -428,6 +562,31 @@ def check_no_readers(dataset: Dataset, jobs: Sequence[TrainingJob]) -> None:
             f"dataset {dataset.metadata.namespace}/{dataset.metadata.name} is read by unfinished jobs: {names}; "
             "delete them or wait for them to finish, then delete the dataset"
         )
+
+
+def check_no_runs(pipeline: Pipeline, runs: Sequence[PipelineRun]) -> None:
+    """Refuse to delete a Pipeline that PipelineRuns name.
+
+    A run reads the pipeline's steps while it runs, and ``describe`` does afterwards.
+
+    Raises:
+        OperationError: naming the runs and what to do.
+    """
+    name = pipeline.metadata.name
+    using = [r for r in runs if r.spec.pipeline_ref is not None and r.spec.pipeline_ref.name == name]
+    if using:
+        names = ", ".join(f"{r.metadata.name} ({r.status.phase})" for r in using[:20])
+        more = f" and {len(using) - 20} more" if len(using) > 20 else ""
+        unfinished = any(r.status.phase in (RunPhase.PENDING, RunPhase.RUNNING) for r in using)
+        wait = " (or wait for the unfinished ones to finish, then delete them)" if unfinished else ""
+        raise OperationError(
+            f"pipeline {pipeline.metadata.namespace}/{name} is named by pipelineruns: {names}{more}; delete them "
+            f"first with `phalanx delete pipelinerun NAME`{wait}, then delete the pipeline"
+        )
+
+
+def _by_name(objects: Sequence[Any]) -> list[Any]:
+    return sorted(objects, key=lambda o: (o.metadata.namespace, o.metadata.name))
 
 
 class JobOperations(Protocol):
@@ -596,11 +755,14 @@ class Operations:
         source: str | None = None,
         namespace: str | None = None,
         stand_ins: Mapping[str, Sequence[str]] | None = None,
+        component_dir: Path | None = None,
     ) -> list[Any]:
         """Validate every document (moved to ``namespace`` when given); nothing is created.
 
         ``stand_ins``: image -> the words of a local program that plays it, on a backend that runs no images
-        (``core.stand_ins``); refused where images run.
+        (``core.stand_ins``); refused where images run. ``component_dir``: where a Pipeline's component paths
+        start (default: the directory of ``source``, when it names a file). A PipelineRun naming a Pipeline
+        outside the submission is bound to the stored one (refused when there is none).
 
         Raises:
             SpecError: every problem in every document, each with its field path.
@@ -627,8 +789,29 @@ class Operations:
             stand_ins=stand_ins,
             cluster_scheduling=self.backend.cluster_scheduling,
             own_scheduler=self.backend.own_scheduler,
+            component_dir=component_dir if component_dir is not None else _file_dir(source),
         )
+        self._bind_stored_pipelines(parsed, source)
         return parsed
+
+    def _bind_stored_pipelines(self, objects: Sequence[Any], source: str | None) -> None:
+        """Bind each run naming a Pipeline not in the submission to the stored one; refuse a missing one."""
+        submitted = {(o.metadata.namespace, o.metadata.name) for o in objects if isinstance(o, Pipeline)}
+        errors: list[FieldError] = []
+        for run in objects:
+            if not isinstance(run, PipelineRun) or run.spec.pipeline_ref is None:
+                continue
+            namespace = run.metadata.namespace
+            if (namespace, run.spec.pipeline_ref.name) in submitted:
+                continue  # bound by validate_documents
+            stored = self.backend.get(Pipeline, namespace, run.spec.pipeline_ref.name)
+            pipelines = {stored.metadata.name: stored} if stored is not None else {}
+            if stored is None:
+                pipelines = {p.metadata.name: p for p in self.backend.list(Pipeline, namespace)}
+            problems = bind_run(run, pipelines)
+            errors += [FieldError(p.path, f"pipelinerun/{run.metadata.name}: {p.message}") for p in problems]
+        if errors:
+            raise SpecError(errors, source=source)
 
     def submit(
         self,
@@ -639,11 +822,16 @@ class Operations:
         source: str | None = None,
         annotations: Mapping[str, str] | None = None,
         stand_ins: Mapping[str, Sequence[str]] | None = None,
+        component_dir: Path | None = None,
     ) -> list[Submitted]:
-        """Validate everything first, then create the objects (Queues, JobTypes, Datasets, then jobs).
+        """Validate everything first, then create the objects.
 
-        An existing Queue, JobType or Dataset gets the submitted spec (``configured``, as ``kubectl apply``); a
-        job of an existing name is an error unless ``replace_finished`` and it finished.
+        Queues, JobTypes, Datasets and Pipelines first, then jobs, Sweeps and PipelineRuns: each object exists
+        before the objects that name it.
+
+        An existing Queue, JobType, Dataset or Pipeline gets the submitted spec (``configured``, as ``kubectl
+        apply``); a job of an existing name is an error unless ``replace_finished`` and it finished; a Sweep or
+        PipelineRun of an existing name is an error.
 
         Args:
             documents: TrainingJobs, JobTypes, Queues and Datasets.
@@ -652,16 +840,22 @@ class Operations:
             source: the file the documents came from, for error messages.
             annotations: added to every job and Dataset (e.g. the directory relative paths start from).
             stand_ins: image -> the words of a local program that plays it (``validate``).
+            component_dir: where a Pipeline's component paths start (``validate``).
 
         Raises:
             SpecError: invalid documents, or a job reads a Dataset that does not exist (nothing is created).
             JobExistsError: a job of that name exists (and is active, or replacing was not asked for).
             OperationError: the backend refused a write.
         """
-        objects = self.validate(documents, source=source, namespace=namespace, stand_ins=stand_ins)
+        objects = self.validate(
+            documents, source=source, namespace=namespace, stand_ins=stand_ins, component_dir=component_dir
+        )
         if annotations:
-            objects = [_annotated(o, annotations) if isinstance(o, TrainingJob | Dataset) else o for o in objects]
+            # A Sweep's trials and a run's steps are jobs too: their relative paths start where the file was.
+            made_jobs = TrainingJob | Dataset | Sweep | Pipeline | PipelineRun
+            objects = [_annotated(o, annotations) if isinstance(o, made_jobs) else o for o in objects]
         self._check_datasets_exist(objects)
+        self._check_names_free(objects)
         # Every name is checked before anything is changed: a job in the way leaves everything as it was.
         replaced: dict[str, TrainingJob] = {}
         for job in (o for o in objects if isinstance(o, TrainingJob)):
@@ -674,10 +868,17 @@ class Operations:
         for existing in replaced.values():
             self.backend.remove_finished(existing)
         created: list[Submitted] = []
-        order: dict[type, int] = {Queue: 0, JobType: 1, Dataset: 2}
-        for obj in sorted(objects, key=lambda o: order.get(type(o), 3)):
+        order: dict[type, int] = {Queue: 0, JobType: 1, Dataset: 2, Pipeline: 3, TrainingJob: 4}
+        for obj in sorted(objects, key=lambda o: order.get(type(o), 5)):
             kind = type(obj).__name__
             namespace_shown = obj.metadata.namespace if kind in self.backend.namespaced_kinds else ""
+            if isinstance(obj, Sweep | PipelineRun):
+                try:
+                    self.backend.create(obj)
+                except AlreadyExistsError:
+                    raise OperationError(self._taken_message(obj)) from None
+                created.append(Submitted(kind, obj.metadata.namespace, obj.metadata.name))
+                continue
             if not isinstance(obj, TrainingJob):
                 configured = self.apply(obj)
                 # A JobType is reported created either way, as it always was.
@@ -691,6 +892,27 @@ class Operations:
                 raise self._exists_error(obj, None) from None
             created.append(Submitted(kind, obj.metadata.namespace, obj.metadata.name, replaced=obj.key in replaced))
         return created
+
+    def _check_names_free(self, objects: Sequence[Any]) -> None:
+        """Refuse Sweeps and PipelineRuns whose name is taken (nothing is created)."""
+        for obj in objects:
+            existing: Sweep | PipelineRun | None = None
+            if isinstance(obj, Sweep):
+                existing = self.backend.get(Sweep, obj.metadata.namespace, obj.metadata.name)
+            elif isinstance(obj, PipelineRun):
+                existing = self.backend.get(PipelineRun, obj.metadata.namespace, obj.metadata.name)
+            if existing is not None:
+                raise OperationError(self._taken_message(existing))
+
+    def _taken_message(self, obj: Sweep | PipelineRun) -> str:
+        noun = obj.kind.lower()
+        meta = obj.metadata
+        flag = "" if meta.namespace == "default" else f" -n {meta.namespace}"
+        phase = f" (it is {obj.status.phase})" if obj.metadata.uid else ""
+        return (
+            f"{noun} {meta.namespace}/{meta.name} already exists{phase}; delete it (`phalanx delete {noun} "
+            f"{meta.name}{flag}`) or choose another metadata.name"
+        )
 
     def _exists_error(self, job: TrainingJob, phase: str | None) -> JobExistsError:
         namespace = job.metadata.namespace
@@ -725,7 +947,7 @@ class Operations:
         if errors:
             raise SpecError(errors)
 
-    def apply(self, obj: Queue | JobType | Dataset) -> bool:
+    def apply(self, obj: Queue | JobType | Dataset | Pipeline) -> bool:
         """Create the object, or give the existing one the submitted spec (``kubectl apply``); True when it existed.
 
         Labels and annotations are replaced when the submission has some; the status stays (a changed Dataset
@@ -786,6 +1008,107 @@ class Operations:
         except NotFoundError:
             self.get_job(namespace, name)  # says it is not found, naming the others
 
+    # -- sweeps, pipelines and pipeline runs -----------------------------------------------------------------
+
+    def list_sweeps(self, namespace: str | None = None) -> list[Sweep]:
+        """Sweeps of the namespace (every namespace when None), by namespace and name."""
+        return _by_name(self.backend.list(Sweep, namespace))
+
+    def get_sweep(self, namespace: str, name: str) -> Sweep:
+        """One Sweep.
+
+        Raises:
+            OperationError: no such Sweep (with the names of the others), or it cannot be read.
+        """
+        return self._get(Sweep, namespace, name)
+
+    def delete_sweep(self, namespace: str, name: str) -> list[str]:
+        """Delete a Sweep and its trial jobs (label ``phalanx.dev/sweep``); returns the trials deleted.
+
+        The trials go first: a sweep controller running meanwhile finds no sweep to create more for.
+
+        Raises:
+            OperationError: no such Sweep.
+        """
+        sweep = self.get_sweep(namespace, name)
+        trials = self._delete_labelled_jobs(namespace, SWEEP_LABEL, name)
+        with contextlib.suppress(NotFoundError):
+            self.backend.delete(Sweep, namespace, name, uid=sweep.metadata.uid)
+        return trials
+
+    def list_pipelines(self, namespace: str | None = None) -> list[Pipeline]:
+        """Pipelines of the namespace (every namespace when None), by namespace and name."""
+        return _by_name(self.backend.list(Pipeline, namespace))
+
+    def get_pipeline(self, namespace: str, name: str) -> Pipeline:
+        """One Pipeline.
+
+        Raises:
+            OperationError: no such Pipeline (with the names of the others), or it cannot be read.
+        """
+        return self._get(Pipeline, namespace, name)
+
+    def delete_pipeline(self, namespace: str, name: str) -> Pipeline:
+        """Delete a Pipeline no PipelineRun names.
+
+        Raises:
+            OperationError: no such Pipeline, or runs name it (named, with what to do).
+        """
+        pipeline = self.get_pipeline(namespace, name)
+        check_no_runs(pipeline, self.list_pipelineruns(namespace))
+        with contextlib.suppress(NotFoundError):
+            self.backend.delete(Pipeline, namespace, name, uid=pipeline.metadata.uid)
+        return pipeline
+
+    def list_pipelineruns(self, namespace: str | None = None) -> list[PipelineRun]:
+        """PipelineRuns of the namespace (every namespace when None), by namespace and name."""
+        return _by_name(self.backend.list(PipelineRun, namespace))
+
+    def get_pipelinerun(self, namespace: str, name: str) -> PipelineRun:
+        """One PipelineRun.
+
+        Raises:
+            OperationError: no such PipelineRun (with the names of the others), or it cannot be read.
+        """
+        return self._get(PipelineRun, namespace, name)
+
+    def delete_pipelinerun(self, namespace: str, name: str) -> list[str]:
+        """Delete a PipelineRun with its step jobs and its sweep steps' Sweeps (label ``phalanx.dev/pipelinerun``).
+
+        Returns:
+            ``job/NAME`` and ``sweep/NAME`` of each object deleted with it.
+
+        Raises:
+            OperationError: no such PipelineRun.
+        """
+        run = self.get_pipelinerun(namespace, name)
+        deleted = [f"job/{job}" for job in self._delete_labelled_jobs(namespace, PIPELINERUN_LABEL, name)]
+        for sweep in self.backend.list(Sweep, namespace):
+            if sweep.metadata.labels.get(PIPELINERUN_LABEL) == name:
+                with contextlib.suppress(OperationError):  # deleted meanwhile
+                    self.delete_sweep(namespace, sweep.metadata.name)
+                    deleted.append(f"sweep/{sweep.metadata.name}")
+        with contextlib.suppress(NotFoundError):
+            self.backend.delete(PipelineRun, namespace, name, uid=run.metadata.uid)
+        return deleted
+
+    def _get(self, kind: type[Readable], namespace: str, name: str) -> Readable:
+        found = self.backend.get(kind, namespace, name)
+        if found is None:
+            noun = kind.__name__.lower()
+            raise OperationError(not_found_message(noun, namespace, name, self.backend.list(kind, namespace)))
+        return found
+
+    def _delete_labelled_jobs(self, namespace: str, label: str, value: str) -> list[str]:
+        """Delete the jobs of ``namespace`` whose ``label`` is ``value`` (the backend's way); their names."""
+        deleted = []
+        for job in self.backend.list(TrainingJob, namespace):
+            if job.metadata.labels.get(label) == value:
+                with contextlib.suppress(NotFoundError):  # deleted meanwhile
+                    self.backend.delete_job(namespace, job.metadata.name)
+                deleted.append(job.metadata.name)
+        return sorted(deleted)
+
     # -- datasets and node caches ---------------------------------------------------------------------------
 
     def list_datasets(self, namespace: str | None = None) -> list[Dataset]:
@@ -842,6 +1165,14 @@ class Operations:
         if failure is not None:
             raise OperationError(failure)
         return evicted
+
+
+def _file_dir(source: str | None) -> Path | None:
+    """The directory of the file ``source`` names (relative to the working directory), or None when it names none."""
+    if source is None:
+        return None
+    path = Path(source)
+    return path.resolve().parent if path.is_file() else None
 
 
 def _annotated(obj: Stored, annotations: Mapping[str, str]) -> Any:

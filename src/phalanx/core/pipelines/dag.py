@@ -348,7 +348,7 @@ class _Checker:
                     )
         if validate_job:
             # A sample value per input: the shape of the job is checked now, not when the step starts.
-            sample = _sampled(spec)
+            sample = sample_inputs(spec)
             try:
                 TrainingJobSpec.model_validate(sample)
             except ValidationError as err:
@@ -444,12 +444,13 @@ def _strings(value: JsonValue, path: tuple[str | int, ...]) -> Iterator[tuple[tu
             yield from _strings(item, (*path, position))
 
 
-def _sampled(value: JsonValue) -> JsonValue:
+def sample_inputs(value: JsonValue) -> JsonValue:
+    """``value`` with every ``${inputs.NAME}`` replaced by ``1``, to check a template's shape before a run."""
     if isinstance(value, str):
         # "1": a valid count, index, size or flag value alike, so only the template's own shape is judged.
         return _INPUT_PLACEHOLDER.sub("1", value)
     if isinstance(value, dict):
-        return {key: _sampled(item) for key, item in value.items()}
+        return {key: sample_inputs(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_sampled(item) for item in value]
+        return [sample_inputs(item) for item in value]
     return value

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx.model.errors import FieldError, SpecError
+from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.sweeps import REFERENCE, ParamValue, Sweep, SweepSpec, finite, parse_sweep, trial_name
 from phalanx.model.validation import validate_job
@@ -144,12 +145,20 @@ def trial_document(sweep: Sweep, number: int, assignment: Mapping[str, ParamValu
 
 def check_trial_template(sweep: Sweep, jobtypes: Mapping[str, JobType]) -> list[FieldError]:
     """The template with a sample assignment, validated as a TrainingJob; errors named under ``spec.trial``."""
-    document = trial_document(sweep, 0, sample_assignment(sweep.spec))
     try:
-        validate_job(document, jobtypes)
+        sample_trial(sweep, jobtypes)
     except SpecError as error:
         return [_under_trial(item) for item in error.errors]
     return []
+
+
+def sample_trial(sweep: Sweep, jobtypes: Mapping[str, JobType]) -> TrainingJob:
+    """Trial 0 with each parameter at its first value or minimum, validated (what a backend's door checks further).
+
+    Raises:
+        SpecError: the template does not make a valid TrainingJob (paths of the job, not of the sweep).
+    """
+    return validate_job(trial_document(sweep, 0, sample_assignment(sweep.spec)), jobtypes)
 
 
 def _under_trial(error: FieldError) -> FieldError:

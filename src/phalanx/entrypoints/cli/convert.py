@@ -1,4 +1,4 @@
-"""``phalanx convert FILE``: the TrainingJobs (and JobTypes) that the Kubeflow jobs of a file become.
+"""``phalanx convert FILE``: what the Kubeflow jobs (TrainingJobs, JobTypes) and Katib Experiments (Sweeps) become.
 
 A compiled Kubeflow Pipelines v2 file (the IR YAML ``kfp.compiler`` writes) comes out as the Pipeline it becomes.
 
@@ -35,18 +35,20 @@ def convert(
     file: Annotated[
         Path,
         typer.Argument(
-            help="A YAML/JSON file of Kubeflow jobs (PyTorchJob, TFJob, MPIJob...) or a compiled KFP v2 pipeline."
+            help="A YAML/JSON file of Kubeflow jobs (PyTorchJob, TFJob, MPIJob...), Katib Experiments or a compiled "
+            "KFP v2 pipeline."
         ),
     ],
     output: Annotated[Format, typer.Option("--output", "-o", help="yaml or json.")] = Format.YAML,
     backend: BackendOption = None,
 ) -> None:
-    """Print the TrainingJob (and any JobType) each Kubeflow job in FILE becomes; nothing is created.
+    """Print what each Kubeflow job (a TrainingJob, any JobType) and Katib Experiment (a Sweep) in FILE becomes.
 
     A compiled Kubeflow Pipelines v2 pipeline (IR YAML) is printed as the Phalanx Pipeline it runs as.
 
-    Other documents of the file are printed as they are. A field that cannot be honoured — by Phalanx, or by the
-    backend the job would be submitted to (--backend) — is an error naming its path in the Kubeflow document.
+    Nothing is created; other documents of the file are printed as they are. A field that cannot be honoured — by
+    Phalanx, or by the backend the job would be submitted to (--backend) — is an error naming its path in the
+    Kubeflow document.
     """
     from phalanx.model.errors import SpecError
     from phalanx.model.loading import builtin_jobtypes, dump_json, dump_yaml, read_documents

@@ -16,7 +16,10 @@ from phalanx.entrypoints.cli.follow import LOG_POLL_SECONDS, LogTailer, StoreJob
 from phalanx.entrypoints.cli.options import (
     DATASET_RESOURCES,
     NODE_RESOURCES,
+    PIPELINE_RESOURCES,
+    PIPELINERUN_RESOURCES,
     QUEUE_RESOURCES,
+    SWEEP_RESOURCES,
     BackendOption,
     ContextOption,
     KubeconfigOption,
@@ -83,7 +86,12 @@ def run(
 
 def submit(
     file: Annotated[
-        Path | None, typer.Argument(help="A YAML/JSON file of TrainingJobs, JobTypes and Queues.", show_default=False)
+        Path | None,
+        typer.Argument(
+            help="A YAML/JSON file of TrainingJobs, JobTypes, Queues, Datasets, Sweeps, Pipelines, PipelineRuns "
+            "(or Kubeflow jobs and Katib Experiments).",
+            show_default=False,
+        ),
     ] = None,
     filename: Annotated[
         Path | None, typer.Option("--filename", "-f", help="The file, kubectl-style (instead of the argument).")
@@ -140,7 +148,12 @@ def submit(
 
 
 def get(
-    resource: Annotated[Resource, typer.Argument(help="jobs, nodes, jobtypes, queues or datasets")],
+    resource: Annotated[
+        Resource,
+        typer.Argument(
+            help="jobs, nodes, jobtypes, queues, datasets, sweeps (sw), pipelines (pl) or pipelineruns (plr)"
+        ),
+    ],
     name: Annotated[str | None, typer.Argument(help="Only this one.")] = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
@@ -152,11 +165,13 @@ def get(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """List jobs, nodes, job types, queues (usage/quota, admitted and pending jobs) or datasets."""
+    """List jobs, nodes, job types, queues (usage/quota, jobs), datasets, sweeps, pipelines or pipeline runs."""
     from phalanx.entrypoints.cli.datasets import show_datasets
     from phalanx.entrypoints.cli.jobtypes import show_jobtypes
     from phalanx.entrypoints.cli.nodes import show_nodes
+    from phalanx.entrypoints.cli.pipelines import show_pipelineruns, show_pipelines
     from phalanx.entrypoints.cli.queues import show_queues
+    from phalanx.entrypoints.cli.sweeps import show_sweeps
 
     choice = choose(backend, kubeconfig, context)
     with backend_session(choice, state_dir, namespace) as client:
@@ -171,6 +186,12 @@ def get(
             show_datasets(client, name, output, all_namespaces)
         elif resource in (Resource.QUEUES, Resource.QUEUE):
             show_queues(client, name, output)
+        elif resource in SWEEP_RESOURCES:
+            show_sweeps(client, name, output, all_namespaces)
+        elif resource in PIPELINE_RESOURCES:
+            show_pipelines(client, name, output, all_namespaces)
+        elif resource in PIPELINERUN_RESOURCES:
+            show_pipelineruns(client, name, output, all_namespaces)
         else:
             show_jobtypes(client, name, output)
 
@@ -207,7 +228,9 @@ def _warn_unreadable_jobs(client: Client | KubernetesClient, namespace: str | No
 
 
 def describe(
-    resource: Annotated[str, typer.Argument(help="job, queue, dataset or node")],
+    resource: Annotated[
+        str, typer.Argument(help="job, queue, dataset, node, sweep (sw), pipeline (pl) or pipelinerun (plr)")
+    ],
     name: Annotated[str, typer.Argument(help="Its name.")],
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
@@ -215,7 +238,11 @@ def describe(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Show a job (roles, placement, replicas, events), a queue (quota, usage, jobs), a dataset or a node (GPUs)."""
+    """Show a job, a queue, a dataset, a node, a sweep, a pipeline or a pipeline run.
+
+    A job: roles, placement, replicas, events; a queue: quota, usage, jobs; a node: GPUs; a sweep: trials, best
+    trial; a pipeline: parameters, steps; a pipeline run: its steps.
+    """
     from phalanx.entrypoints.cli.nodes import describe_node
     from phalanx.entrypoints.cli.render import print_description, print_queue_description
 
@@ -232,6 +259,22 @@ def describe(
             from phalanx.entrypoints.cli.render_data import print_dataset_description
 
             print_dataset_description(console, client.describe_dataset(name))
+            return
+        # The sweep and pipeline controllers own what these two show (entrypoints/cli/sweeps.py, pipelines.py).
+        if resource in SWEEP_RESOURCES:
+            from phalanx.entrypoints.cli.sweeps import describe_sweep
+
+            describe_sweep(client, name)
+            return
+        if resource in PIPELINERUN_RESOURCES:
+            from phalanx.entrypoints.cli.pipelines import describe_pipelinerun
+
+            describe_pipelinerun(client, name)
+            return
+        if resource in PIPELINE_RESOURCES:
+            from phalanx.entrypoints.cli.pipelines import describe_pipeline
+
+            describe_pipeline(client, name)
             return
         print_description(console, client.describe(name), pods=choice.kubernetes)
 
@@ -331,7 +374,10 @@ def resume(
 
 
 def delete(
-    resource: Annotated[str | None, typer.Argument(help="job, queue or dataset", show_default=False)] = None,
+    resource: Annotated[
+        str | None,
+        typer.Argument(help="job, queue, dataset, sweep (sw), pipeline (pl) or pipelinerun (plr)", show_default=False),
+    ] = None,
     name: Annotated[str | None, typer.Argument(help="Its name.", show_default=False)] = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
@@ -346,7 +392,10 @@ def delete(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Delete a job (stop its replicas, then remove it with its logs), a queue (its jobs keep running) or a dataset.
+    """Delete a job, a queue, a dataset, a sweep, a pipeline or a pipeline run.
+
+    A job's replicas are stopped, then it is removed with its logs; a queue's jobs keep running; a sweep goes with
+    its trial jobs, a pipeline run with its step jobs; a pipeline no run names.
 
     With --quarantined: every object the control plane set aside (see `phalanx status`), rows it cannot read
     included.
@@ -367,7 +416,11 @@ def delete(
             console.print("nothing is quarantined")
         return
     if resource is None or name is None:
-        fail("give what to delete: `phalanx delete job NAME` (or queue, dataset), or `phalanx delete --quarantined`", 2)
+        fail(
+            "give what to delete: `phalanx delete job NAME` (or queue, dataset, sweep, pipeline, pipelinerun), or "
+            "`phalanx delete --quarantined`",
+            2,
+        )
     require_named_resource(resource, "delete")
     with backend_session(choice, state_dir, namespace) as client:
         if resource in DATASET_RESOURCES:
@@ -375,6 +428,21 @@ def delete(
             return
         if resource in QUEUE_RESOURCES:
             delete_queue(client, name)
+            return
+        if resource in SWEEP_RESOURCES:
+            from phalanx.entrypoints.cli.sweeps import delete_sweep
+
+            delete_sweep(client, name)
+            return
+        if resource in PIPELINE_RESOURCES:
+            from phalanx.entrypoints.cli.pipelines import delete_pipeline
+
+            delete_pipeline(client, name)
+            return
+        if resource in PIPELINERUN_RESOURCES:
+            from phalanx.entrypoints.cli.pipelines import delete_pipelinerun
+
+            delete_pipelinerun(client, name)
             return
         client.delete(name)
         console.print(f"job/{name} deleted")

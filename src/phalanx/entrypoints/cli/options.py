@@ -50,11 +50,23 @@ class Resource(StrEnum):
     QUEUE = "queue"
     DATASETS = "datasets"
     DATASET = "dataset"
+    SWEEPS = "sweeps"
+    SWEEP = "sweep"
+    SW = "sw"
+    PIPELINES = "pipelines"
+    PIPELINE = "pipeline"
+    PL = "pl"
+    PIPELINERUNS = "pipelineruns"
+    PIPELINERUN = "pipelinerun"
+    PLR = "plr"
 
 
 QUEUE_RESOURCES = ("queue", "queues")
 DATASET_RESOURCES = ("dataset", "datasets")
 NODE_RESOURCES = ("node", "nodes")
+SWEEP_RESOURCES = ("sweep", "sweeps", "sw")
+PIPELINE_RESOURCES = ("pipeline", "pipelines", "pl")
+PIPELINERUN_RESOURCES = ("pipelinerun", "pipelineruns", "plr")
 
 StateDirOption = Annotated[
     Path | None,
@@ -150,12 +162,14 @@ INSTALL_HINT = "phalanx install --print | kubectl apply -f -"
 
 
 def require_named_resource(resource: str, verb: str, *, nodes: bool = False) -> None:
-    """Verbs on one object take ``job NAME``, ``queue NAME`` or ``dataset NAME`` (``node NAME`` where ``nodes``)."""
-    if resource not in ("job", "jobs", *QUEUE_RESOURCES, *DATASET_RESOURCES, *(NODE_RESOURCES if nodes else ())):
+    """Verbs on one object take ``KIND NAME``: job, queue, dataset, sweep, pipeline, pipelinerun (node: ``nodes``)."""
+    named = (*QUEUE_RESOURCES, *DATASET_RESOURCES, *SWEEP_RESOURCES, *PIPELINE_RESOURCES, *PIPELINERUN_RESOURCES)
+    if resource not in ("job", "jobs", *named, *(NODE_RESOURCES if nodes else ())):
         node = f", `phalanx {verb} node NAME`" if nodes else ""
         fail(
-            f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`, `phalanx {verb} queue NAME`{node} or "
-            f"`phalanx {verb} dataset NAME`",
+            f"cannot {verb} {resource!r}; use `phalanx {verb} job NAME`, `phalanx {verb} queue NAME`{node}, "
+            f"`phalanx {verb} dataset NAME`, `phalanx {verb} sweep NAME`, `phalanx {verb} pipeline NAME` or "
+            f"`phalanx {verb} pipelinerun NAME`",
             2,
         )
 

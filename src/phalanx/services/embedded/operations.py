@@ -32,9 +32,11 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
 from phalanx.model.masking import mask_url
 from phalanx.model.nodes import Node
+from phalanx.model.pipelines import Pipeline, PipelineRun
 from phalanx.model.pods import EMBEDDED_REFUSALS
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
+from phalanx.model.sweeps import Sweep
 from phalanx.services import port
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 from phalanx.services.embedded.daemon import current_leader
@@ -44,7 +46,7 @@ from phalanx.services.port import Readable, Stored, WithStatus, Written
 from phalanx.services.queue_views import unique_queues
 
 SUBMIT_DIR_ANNOTATION = "phalanx.dev/submit-dir"
-STORED_KINDS = (TrainingJob, JobType, Queue, Dataset, Node, Replica)
+STORED_KINDS = (TrainingJob, JobType, Queue, Dataset, Node, Replica, Sweep, Pipeline, PipelineRun)
 """Every kind the embedded store keeps; rows of any other kind are quarantined as unknown."""
 
 log = logging.getLogger(__name__)
@@ -280,7 +282,11 @@ class EmbeddedOperations(Operations):
         source: str | None = None,
         stand_ins: Mapping[str, Sequence[str]] | None = None,
     ) -> builtins.list[Submitted]:
-        """``Operations.submit``, with ``submit_dir`` (relative paths of jobs and Datasets start there)."""
+        """``Operations.submit``, with ``submit_dir`` (relative paths of jobs and Datasets start there).
+
+        A Pipeline's component paths start at the directory of ``source`` (relative to ``submit_dir``), or at
+        ``submit_dir`` for documents that came from no file.
+        """
         return super().submit(
             documents,
             namespace=namespace,
@@ -288,6 +294,7 @@ class EmbeddedOperations(Operations):
             source=source,
             annotations={SUBMIT_DIR_ANNOTATION: str(submit_dir.resolve())},
             stand_ins=stand_ins,
+            component_dir=(submit_dir / source).resolve().parent if source else submit_dir.resolve(),
         )
 
     def log_files(self, namespace: str, name: str, replica: str | None = None) -> builtins.list[tuple[str, Path]]:
