@@ -118,6 +118,7 @@ class _Converter:
     loop_of: dict[str, str | None] = field(default_factory=dict)  # step name -> IR path of its ParallelFor
     under: dict[str, list[str]] = field(default_factory=dict)  # IR path of a task -> the steps it runs
     inline: dict[str, dict[str, Any]] = field(default_factory=dict)  # component name -> its v1 document
+    walked: set[str] = field(default_factory=set)  # dag components already flattened
     steps: list[dict[str, Any]] = field(default_factory=list)
     after_of: dict[str, frozenset[str]] = field(default_factory=dict)  # step name -> task paths it waits for
 
@@ -261,9 +262,14 @@ class _Converter:
                 continue
             unknown_fields(component, _COMPONENT_FIELDS, f"components.{ref}", self.problems, what="component")
             waits = set(context.after)
-            for other in task.get("dependentTasks") or []:
-                if other not in tasks:
+            dependencies = task.get("dependentTasks") or []
+            if not isinstance(dependencies, list):
+                self.fail(f"{where}.dependentTasks", "must be a list of task names")
+                dependencies = []
+            for other in dependencies:
+                if not isinstance(other, str) or other not in tasks:
                     self.fail(f"{where}.dependentTasks", f"names no task of this dag: {short(other)}")
+                    continue
                 waits.add(f"{path}.tasks.{other}")
             self.trigger_strategy(task, where)
             bindings = self.task_inputs(task, where, path, scope, context)
@@ -299,6 +305,9 @@ class _Converter:
         context: _Context,
     ) -> list[str]:
         """A ParallelFor, a condition or a plain group: its tasks become steps with the group's settings."""
+        if ref in self.walked:
+            return []  # a dag component run twice (or by itself): survey() refused it
+        self.walked.add(ref)
         for key in ("cachingOptions", "retryPolicy"):
             if key in task:
                 self.fail(f"{where}.{key}", "set caching and retries on the tasks inside the group")
@@ -494,8 +503,11 @@ class _Converter:
             return False
         return self.loop_of.get(binding.producer) == context.loop.task
 
-    def output(self, dag: str, producer: Any, key: Any, path: str) -> _Binding | None:
+    def output(self, dag: str, producer: Any, key: Any, path: str, depth: int = 0) -> _Binding | None:
         """The binding of output ``key`` of task ``producer`` of the dag at IR path ``dag``."""
+        if depth > len(self.components):  # a group's output selecting itself (a hand-made loop)
+            self.fail(path, "the output leads back to itself through the groups' outputs")
+            return None
         tasks = self.dags.get(dag, {}).get("tasks")
         task = tasks.get(producer) if isinstance(tasks, Mapping) and isinstance(producer, str) else None
         if not isinstance(task, Mapping) or not isinstance(key, str):
@@ -526,7 +538,8 @@ class _Converter:
                 return None
             selector = self.mapping(parameter["valueFromParameter"], "", "selector")
             inner = f"components.{ref}.dag"
-            return self.output(inner, selector.get("producerSubtask"), selector.get("outputParameterKey"), path)
+            subtask, subkey = selector.get("producerSubtask"), selector.get("outputParameterKey")
+            return self.output(inner, subtask, subkey, path, depth + 1)
         artifact = self.mapping(outputs.get("artifacts"), "", "artifacts").get(key)
         if isinstance(artifact, Mapping):
             selectors = artifact.get("artifactSelectors")
@@ -534,7 +547,8 @@ class _Converter:
                 self.fail(f"{at}.artifacts.{key}", "dsl.OneOf (an output chosen among branches) is not supported")
                 return None
             inner = f"components.{ref}.dag"
-            return self.output(inner, selectors[0].get("producerSubtask"), selectors[0].get("outputArtifactKey"), path)
+            subtask, subkey = selectors[0].get("producerSubtask"), selectors[0].get("outputArtifactKey")
+            return self.output(inner, subtask, subkey, path, depth + 1)
         self.fail(path, f"group {producer!r} has no output {key!r}")
         return None
 
