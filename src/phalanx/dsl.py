@@ -286,6 +286,18 @@ class Pipeline:
             spec = {"parameters": [dict(item) for item in self._parameters], **spec}
         return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Pipeline", "metadata": metadata, "spec": spec}
 
+    def check(self) -> Any:
+        """Run the door's checks on the Pipeline document (against the built-in JobTypes); the stored form.
+
+        Raises:
+            SpecError: every problem, each at its path in the document, as ``submit`` would report it.
+        """
+        from phalanx.model.loading import builtin_jobtypes
+        from phalanx.services.operations import validate_documents
+
+        [pipeline] = validate_documents([self.to_dict()], builtin_jobtypes())
+        return pipeline
+
     def to_yaml(self) -> str:
         """The Pipeline document as YAML (keys in the order a person writes them)."""
         return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)

@@ -38,6 +38,16 @@ def test_the_example_writes_a_pipeline_the_checks_accept() -> None:
     assert steps["numbers"]["component"]["inline"]["name"] == "Make numbers"
     assert document["spec"]["parameters"][1] == {"name": "factors", "type": "JsonArray", "default": "[1,2,3]"}
     assert yaml.safe_load(example().to_yaml()) == document
+    assert example().check().spec.steps[1].parallel_for is not None
+
+
+def test_check_reports_what_the_door_would() -> None:
+    p = dsl.Pipeline("broken")
+    p.command("a", ["echo", dsl.input_value("x")], inputs={"x": "Integer"}, arguments={"x": "{{params.missing}}"})
+    with pytest.raises(SpecError) as caught:
+        p.check()
+    assert [e.path for e in caught.value.errors] == ["spec.steps[0].arguments.x"]
+    assert "no parameter 'missing'" in caught.value.errors[0].message
 
 
 def test_steps_of_every_kind_and_their_options() -> None:
