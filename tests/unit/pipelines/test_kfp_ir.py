@@ -217,6 +217,29 @@ def test_a_lightweight_component_reads_the_executor_input(tmp_path: Path) -> Non
     assert [(o.name, o.type) for o in component.outputs] == [("Output", "Integer")]
 
 
+def test_a_sub_pipeline_used_once_is_flattened_its_output_wired_through(tmp_path: Path) -> None:
+    @dsl.pipeline
+    def inner(x: int) -> int:
+        first = add(a=x)
+        return add(a=first.output).output
+
+    @dsl.pipeline(name="outer")
+    def outer(n: int = 1):
+        sub = inner(x=n).set_caching_options(False)
+        add(a=sub.output, b=5)
+
+    document = pipeline_from_ir(compiled(outer, tmp_path))
+    accepted(document)
+    steps = steps_of(document)
+    # Its task named like one outside takes the sub-pipeline's name first; caching off on it is off inside.
+    assert steps["inner-add"]["arguments"] == {"a": "{{params.n}}"}
+    assert steps["inner-add"]["cache"] is False and steps["add-2"]["cache"] is False
+    assert steps["add-2"]["arguments"] == {"a": "{{steps.inner-add.outputs.Output}}"}
+    assert steps["add"]["arguments"] == {"a": "{{steps.add-2.outputs.Output}}", "b": "5"}
+    assert steps["add"]["cache"] is True
+    assert steps["add"]["after"] == ["add-2", "inner-add"]
+
+
 # ---- refusals by path ------------------------------------------------------------------------------------
 
 

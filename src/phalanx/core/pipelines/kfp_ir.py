@@ -105,6 +105,7 @@ class _Context:
     loop: _Loop | None = None
     conditions: tuple[tuple[str, str], ...] = ()  # (when, IR path of the condition)
     after: frozenset[str] = frozenset()  # IR paths of tasks every step here waits for
+    cache: bool = True  # false inside a sub-pipeline whose task turns caching off
 
 
 @dataclass
@@ -212,7 +213,7 @@ class _Converter:
 
     # ---- names, before any step is made -------------------------------------------------------------------
 
-    def survey(self, dag: Mapping[str, Any], path: str, loop: str | None, seen: set[str]) -> None:
+    def survey(self, dag: Mapping[str, Any], path: str, loop: str | None, seen: set[str], group: str = "") -> None:
         """Name every executor task and note its loop, so references can be made to tasks not yet converted."""
         self.dags[path] = dag
         for name, task in self.mapping(dag.get("tasks"), f"{path}.tasks", "tasks").items():
@@ -233,9 +234,9 @@ class _Converter:
                     continue
                 seen.add(ref)
                 iterates = "parameterIterator" in task or "artifactIterator" in task
-                self.survey(component["dag"], f"components.{ref}.dag", where if iterates else loop, seen)
+                self.survey(component["dag"], f"components.{ref}.dag", where if iterates else loop, seen, name)
             else:
-                step = _step_name(name, set(self.step_names.values()))
+                step = _step_name(name, set(self.step_names.values()), group)
                 self.step_names[where] = step
                 self.loop_of[step] = loop
 
@@ -273,7 +274,7 @@ class _Converter:
                 waits.add(f"{path}.tasks.{other}")
             self.trigger_strategy(task, where)
             bindings = self.task_inputs(task, where, path, scope, context)
-            inner = _Context(context.loop, context.conditions, frozenset(waits))
+            inner = _Context(context.loop, context.conditions, frozenset(waits), context.cache)
             if isinstance(component.get("dag"), Mapping):
                 steps = self.group(task, where, str(ref), component, bindings, inner)
             elif "executorLabel" in component:
@@ -308,9 +309,12 @@ class _Converter:
         if ref in self.walked:
             return []  # a dag component run twice (or by itself): survey() refused it
         self.walked.add(ref)
-        for key in ("cachingOptions", "retryPolicy"):
-            if key in task:
-                self.fail(f"{where}.{key}", "set caching and retries on the tasks inside the group")
+        if "retryPolicy" in task:
+            self.fail(
+                f"{where}.retryPolicy", "retries of a whole sub-pipeline are not supported; set them on its tasks"
+            )
+        # A sub-pipeline's task has caching options of its own: off there turns caching off for every step inside.
+        caching = self.cache(task, where) if "cachingOptions" in task else True
         if "artifactIterator" in task:
             self.fail(f"{where}.artifactIterator", "a ParallelFor over artifacts is not supported; loop over values")
         scope = dict(bindings)
@@ -335,7 +339,8 @@ class _Converter:
             elif items is not None:
                 scope[item_input] = _Binding(reference="{{item}}")
                 loop = _Loop(items, where)
-        return self.walk(component["dag"], f"components.{ref}.dag", scope, _Context(loop, conditions, context.after))
+        inner = _Context(loop, conditions, context.after, context.cache and caching)
+        return self.walk(component["dag"], f"components.{ref}.dag", scope, inner)
 
     def loop_items(self, raw: Any, at: str, scope: Mapping[str, _Binding]) -> str | list[Any] | None:
         items = self.mapping(raw, at, "items")
@@ -589,7 +594,7 @@ class _Converter:
             step["when"] = context.conditions[0][0]
         if retries:
             step["retries"] = retries
-        step["cache"] = cache
+        step["cache"] = cache and context.cache
         self.after_of[name] = context.after
         self.steps.append(step)
         return [name]
@@ -750,11 +755,15 @@ def _quoted(text: str) -> str:
     return f"'{text}'" if "'" not in text else f'"{text}"'
 
 
-def _step_name(task: str, taken: set[str]) -> str:
-    """A KFP task name as a Phalanx step name: lowercase, '-', a letter first, short enough, unique."""
-    name = re.sub(r"[^a-z0-9-]+", "-", task.lower()).strip("-") or "task"
-    if not name[0].isalpha():
-        name = f"t-{name}"
+def _step_name(task: str, taken: set[str], group: str = "") -> str:
+    """A KFP task name as a Phalanx step name: lowercase, '-', a letter first, short enough, unique.
+
+    The SDK names tasks uniquely except across sub-pipelines: a task of one whose name is taken is called
+    ``<sub-pipeline task>-<task>``.
+    """
+    name = _clean(task)
+    if name in taken and group and not group.startswith(("for-loop-", "condition-")):
+        name = _clean(f"{group}-{task}")
     if len(name) > MAX_STEP_NAME_LENGTH or name in taken:
         digest = hashlib.sha256(task.encode()).hexdigest()[:8]
         name = f"{name[: MAX_STEP_NAME_LENGTH - 9].rstrip('-')}-{digest}"
@@ -764,6 +773,11 @@ def _step_name(task: str, taken: set[str]) -> str:
         name = f"{base[: MAX_STEP_NAME_LENGTH - 4]}-{counter}"
         counter += 1
     return name
+
+
+def _clean(task: str) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", task.lower()).strip("-") or "task"
+    return name if name[0].isalpha() else f"t-{name}"
 
 
 def _dns_name(name: str) -> str:
