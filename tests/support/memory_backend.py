@@ -46,6 +46,7 @@ class MemoryBackend:
     cluster_scheduling = False
     runs_images = False
     own_scheduler: str | None = None
+    algorithms_here = True
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Any] = {}

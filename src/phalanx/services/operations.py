@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from phalanx.adapters.sweeps.algorithms import algorithm_available, check_settings
 from phalanx.core.delegation import conflicts, placing_scheduler
 from phalanx.core.lifecycle import ACTIVE_PHASES
 from phalanx.core.pipelines.components import sample_step_jobs
@@ -58,7 +59,7 @@ from phalanx.model.pipelines import PIPELINERUN_LABEL, Pipeline, PipelineRun, Ru
 from phalanx.model.pods import refused_pod_fields
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
-from phalanx.model.sweeps import Sweep
+from phalanx.model.sweeps import AlgorithmName, Sweep
 from phalanx.model.validation import validate_job, with_namespace
 from phalanx.services.dataset_views import (
     DatasetDescription,
@@ -141,6 +142,7 @@ def validate_documents(
     cluster_scheduling: bool | None = None,
     own_scheduler: str | None = None,
     component_dir: Path | None = None,
+    algorithms_here: bool = False,
 ) -> list[Any]:
     """Validate TrainingJobs, JobTypes, Queues, Datasets, Sweeps, Pipelines and PipelineRuns against ``jobtypes``.
 
@@ -174,6 +176,9 @@ def validate_documents(
         own_scheduler: the name of Phalanx's own scheduler there.
         component_dir: where a Pipeline's component paths start (the pipeline file's directory); None: a
             component path is refused (the documents came from no file).
+        algorithms_here: a Sweep's search algorithm runs with this process's installation
+            (``OperationsBackend.algorithms_here``): one whose libraries are missing is refused. Its settings are
+            checked either way.
 
     Raises:
         SpecError: every problem in every document, each with its field path; a bad ``namespace`` alone.
@@ -209,7 +214,7 @@ def validate_documents(
     played: set[str] = set()
     runs: list[tuple[int, PipelineRun]] = []
     # A sweep's trials and a pipeline's job steps meet the backend's refusals too, where their templates are written.
-    rules = _TemplateRules(pod_field_refusals, cluster_scheduling, own_scheduler)
+    rules = _TemplateRules(pod_field_refusals, cluster_scheduling, own_scheduler, algorithms_here)
     jobs_in_file = sum(
         1
         for doc in documents
@@ -238,10 +243,12 @@ def validate_documents(
                 parsed.append(parse_dataset(doc))
             elif kind == "Sweep":
                 sweep = validate_sweep(doc, jobtypes)
+                rules.check_algorithm(sweep)
                 rules.refuse([("spec.trial", sample_trial(sweep, jobtypes))])
                 parsed.append(sweep)
             elif is_experiment(doc):
                 made_types, sweep, experiment = validate_experiment(doc, jobtypes)
+                rules.check_algorithm(sweep, experiment.upstream_path)
                 trial = sample_trial(sweep, {**jobtypes, **{t.metadata.name: t for t in made_types}})
                 rules.refuse([("spec.trial", trial)], experiment.upstream_path)
                 _add_made(made_types, jobtypes, parsed)
@@ -303,6 +310,16 @@ class _TemplateRules:
     pod_field_refusals: Mapping[str, str] | None
     cluster_scheduling: bool | None
     own_scheduler: str | None
+    algorithms_here: bool = False
+
+    def check_algorithm(self, sweep: Sweep, upstream: Callable[[str], str] | None = None) -> None:
+        """Refuse a sweep algorithm's unknown or out-of-range settings, and one that cannot run here (its libraries)."""
+        found = check_settings(AlgorithmName(sweep.spec.algorithm.name), sweep.spec.algorithm.settings)
+        missing = algorithm_available(sweep.spec.algorithm.name) if self.algorithms_here else None
+        if missing is not None:
+            found.insert(0, FieldError("spec.algorithm.name", missing))
+        if found:
+            raise SpecError([FieldError(upstream(e.path) if upstream else e.path, e.message) for e in found])
 
     def refuse(self, jobs: Sequence[tuple[str, TrainingJob]], upstream: Callable[[str], str] | None = None) -> None:
         """Raise what the backend refuses of each job, at ``PATH.spec...`` for a job given as ``(PATH, job)``.
@@ -790,6 +807,7 @@ class Operations:
             cluster_scheduling=self.backend.cluster_scheduling,
             own_scheduler=self.backend.own_scheduler,
             component_dir=component_dir if component_dir is not None else _file_dir(source),
+            algorithms_here=self.backend.algorithms_here,
         )
         self._bind_stored_pipelines(parsed, source)
         return parsed

@@ -151,6 +151,10 @@ class OperationsBackend(ObjectReader, ObjectWriter, Protocol):
     own_scheduler: str | None
     """The name of Phalanx's own scheduler on this backend (a job naming it is placed by Phalanx); None where
     Phalanx places every job itself."""
+    algorithms_here: bool
+    """Whether a Sweep's search algorithm runs with this process's installation (the embedded control plane shares
+    the CLI's), so the door can refuse one whose libraries are missing; on a cluster the operator's image decides,
+    and the operator says so in the Sweep's status."""
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete a job and, in the backend's way, its replicas.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -459,3 +460,34 @@ def test_a_refused_pod_field_of_a_job_step_or_a_sweep_steps_trial_is_named_in_th
         "spec.steps[0].trainingJob.spec.replicas.worker.template.serviceAccountName",
         "spec.steps[1].sweep.spec.trial.spec.replicas.worker.template.serviceAccountName",
     }
+
+
+def test_a_sweep_algorithms_settings_are_checked_by_path_on_every_backend() -> None:
+    document = sweep(algorithm={"name": "tpe", "seed": 1, "settings": {"n_startup_trials": 5, "bogus": 1}})
+    for here in (True, False):
+        with pytest.raises(SpecError) as caught:
+            validate_documents([document], builtin_jobtypes(), algorithms_here=here)
+        assert [e.path for e in caught.value.errors] == ["spec.algorithm.settings.bogus"]
+        assert "not a setting of tpe" in caught.value.errors[0].message
+
+
+def test_an_algorithm_whose_libraries_are_missing_is_refused_only_where_it_would_run() -> None:
+    # The test extra has Optuna but never torch (gigabytes), which gp needs.
+    assert find_spec("optuna") is not None and find_spec("torch") is None
+    document = sweep(algorithm={"name": "gp", "seed": 1})
+    with pytest.raises(SpecError) as caught:
+        validate_documents([document], builtin_jobtypes(), algorithms_here=True)
+    assert caught.value.errors[0].path == "spec.algorithm.name"
+    assert "PyTorch" in caught.value.errors[0].message and "use tpe" in caught.value.errors[0].message
+    # On a cluster the operator's image runs the algorithm: the CLI's installation says nothing about it.
+    [accepted] = validate_documents([document], builtin_jobtypes(), algorithms_here=False)
+    assert isinstance(accepted, Sweep)
+
+
+def test_a_katib_experiments_algorithm_setting_is_refused_at_its_experiment_path() -> None:
+    experiment = yaml.safe_load((KATIB / "cmaes.yaml").read_text())
+    experiment["spec"]["algorithm"]["algorithmSettings"] = [{"name": "restart_strategy", "value": "ipop"}]
+    with pytest.raises(SpecError) as caught:
+        validate_documents([experiment], builtin_jobtypes(), algorithms_here=False)
+    paths = [e.path for e in caught.value.errors]
+    assert any(path.startswith("spec.algorithm.algorithmSettings") for path in paths), paths

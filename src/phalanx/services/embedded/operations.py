@@ -104,6 +104,7 @@ class SqliteBackend(SqliteStatus):
     cluster_scheduling = False
     runs_images = False
     own_scheduler: str | None = None
+    algorithms_here = True
 
     def __init__(self, store: SqliteStore, layout: StateLayout, *, clock: Clock | None = None) -> None:
         super().__init__(store, clock=clock)

@@ -139,6 +139,7 @@ class KubeBackend:
     cluster_scheduling = True
     runs_images = True
     own_scheduler: str | None = DEFAULT_SCHEDULER_NAME
+    algorithms_here = False  # the operator's image runs them
 
     def __init__(
         self,
