@@ -2,7 +2,8 @@
 # The Phalanx image: one image for phalanx-operator, phalanx-scheduler and phalanx-node-agent (the manifests pick
 # the component by its command) and the phalanx CLI. Build and push it: docs/install.md#the-image.
 #
-# Two stages: `build` turns the source into wheels (Phalanx's and its dependencies', with the kubernetes extra);
+# Two stages: `build` turns the source into wheels (Phalanx's and its dependencies', with the kubernetes extra,
+# the sweeps extra the operator's sweep controller asks Optuna with, and postgres for a study on PostgreSQL);
 # the runtime stage installs those wheels only, so it has no compiler, no source tree and no build tools, and
 # pip's index is not consulted there. Installed from the wheel (not the source tree), like any user's install.
 # tests/integration/test_dockerfile.py runs these COPY and RUN steps in a clean virtual environment, since CI
@@ -14,7 +15,7 @@ FROM python:${PYTHON_VERSION}-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY src/ src/
-RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels ".[kubernetes]"
+RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels ".[kubernetes,sweeps,postgres]"
 
 FROM python:${PYTHON_VERSION}-slim
 # The uid and gid the manifests run the components as (runAsUser, runAsGroup: 65532).
@@ -22,7 +23,7 @@ RUN groupadd --gid 65532 phalanx \
     && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin phalanx
 # The wheels are mounted from the build stage for this one step, so they never become a layer of the image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python -m pip install --no-cache-dir --no-index --find-links /wheels "phalanx[kubernetes]"
+    python -m pip install --no-cache-dir --no-index --find-links /wheels "phalanx[kubernetes,sweeps,postgres]"
 ENV PYTHONUNBUFFERED=1
 USER 65532:65532
 # The manifests set the command (phalanx-operator, phalanx-scheduler or phalanx-node-agent); alone, the CLI.

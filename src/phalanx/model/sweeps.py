@@ -288,7 +288,9 @@ class EarlyStopping(ApiModel):
     def _fields_of_the_rule(self) -> EarlyStopping:
         rule = StoppingRule(self.rule)
         wanted = _RULE_FIELDS[rule]
-        for name in sorted(self.model_fields_set - {"rule"} - wanted):
+        # A field given as null is as good as unset: a copy validated again (``validated_copy``) writes every field.
+        given = {name for name in self.model_fields_set if getattr(self, name) is not None}
+        for name in sorted(given - {"rule"} - wanted):
             field = type(self).model_fields[name].alias or name
             raise ValueError(f"{field}: the {rule.value} rule does not use {field}; remove it")
         if rule is StoppingRule.HYPERBAND and self.max_resource is None:
@@ -297,7 +299,7 @@ class EarlyStopping(ApiModel):
             raise ValueError(f"maxResource: must be greater than minResource ({self.resource_floor})")
         return self
 
-    # Defaults are applied here, not in the fields, so that ``model_fields_set`` tells what the user wrote.
+    # Defaults are applied here, not in the fields, so that the fields set (and not null) tell what the user wrote.
     @property
     def minimum_trials(self) -> int:
         """median: trials with a value at a step before anyone is stopped at it (Katib's min_trials_required)."""

@@ -16,6 +16,7 @@ the objects that name it.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 from phalanx.adapters.sweeps.algorithms import algorithm_available, check_settings
 from phalanx.core.delegation import conflicts, placing_scheduler
 from phalanx.core.lifecycle import ACTIVE_PHASES
-from phalanx.core.pipelines.components import sample_step_jobs
+from phalanx.core.pipelines.components import sample_step_jobs, step_sweeps
 from phalanx.core.pipelines.kfp_ir import pipelines_from_ir
 from phalanx.core.pipelines.validation import bind_run, validate_pipeline, validate_run
 from phalanx.core.stand_ins import FLAG, apply_stand_ins, check_stand_ins
@@ -55,7 +56,7 @@ from phalanx.model.kubeflow.convert import WORKER_SSHD
 from phalanx.model.loading import builtin_jobtypes, check_documents, parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.names import MAX_NAME_LENGTH, check_dns_label
 from phalanx.model.nodes import Node
-from phalanx.model.pipelines import PIPELINERUN_LABEL, Pipeline, PipelineRun, RunPhase
+from phalanx.model.pipelines import PIPELINERUN_LABEL, Pipeline, PipelineRun, PipelineSpec, RunPhase
 from phalanx.model.pods import refused_pod_fields
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
@@ -255,14 +256,12 @@ def validate_documents(
                 parsed.append(sweep)
             elif kind == "Pipeline":
                 pipeline = validate_pipeline(doc, jobtypes)
-                rules.refuse(sample_step_jobs(pipeline.spec, jobtypes, namespace=pipeline.metadata.namespace))
+                rules.steps(pipeline.spec, jobtypes, ("spec",), pipeline.metadata.namespace)
                 parsed.append(pipeline)
             elif kind == "PipelineRun":
                 run = validate_run(doc, jobtypes)
                 if run.spec.pipeline_spec is not None:
-                    at = ("spec", "pipelineSpec")
-                    namespace = run.metadata.namespace
-                    rules.refuse(sample_step_jobs(run.spec.pipeline_spec, jobtypes, prefix=at, namespace=namespace))
+                    rules.steps(run.spec.pipeline_spec, jobtypes, ("spec", "pipelineSpec"), run.metadata.namespace)
                 runs.append((position, run))
                 parsed.append(run)
             elif is_runtime(doc):
@@ -321,6 +320,21 @@ class _TemplateRules:
         if found:
             raise SpecError([FieldError(upstream(e.path) if upstream else e.path, e.message) for e in found])
 
+    def steps(self, spec: PipelineSpec, jobtypes: Mapping[str, JobType], at: Sequence[str], namespace: str) -> None:
+        """Refuse what the backend refuses of a pipeline's steps: its sweep steps' algorithms, its jobs' fields."""
+        errors: list[FieldError] = []
+        for where, sweep in step_sweeps(spec, jobtypes, prefix=at, namespace=namespace):
+            try:
+                self.check_algorithm(sweep, functools.partial(_under_path, where))
+            except SpecError as err:
+                errors += err.errors
+        try:
+            self.refuse(sample_step_jobs(spec, jobtypes, prefix=at, namespace=namespace))
+        except SpecError as err:
+            errors += err.errors
+        if errors:
+            raise SpecError(errors)
+
     def refuse(self, jobs: Sequence[tuple[str, TrainingJob]], upstream: Callable[[str], str] | None = None) -> None:
         """Raise what the backend refuses of each job, at ``PATH.spec...`` for a job given as ``(PATH, job)``.
 
@@ -344,12 +358,19 @@ class _TemplateRules:
             raise SpecError(errors)
 
 
+def _under_path(prefix: str, path: str) -> str:
+    """``path`` of a document embedded at ``prefix`` (a sweep step's Sweep), as a path of the outer document."""
+    return f"{prefix}.{path}"
+
+
 def _with_unread(doc: dict[str, Any], jobtypes: Mapping[str, JobType], problems: list[FieldError]) -> list[FieldError]:
     """A pipeline's (or run's) problems when some of its component files could not be read: those, then the rest.
 
     Its validation says each unread component "was not read" at the path the file's problem names: left out.
     """
     paths = {problem.path for problem in problems}
+    if any(path.endswith(".steps") for path in paths):
+        return list(problems)  # past a limit once its files are inline: not walked further
     try:
         validate_pipeline(doc, jobtypes) if doc.get("kind") == "Pipeline" else validate_run(doc, jobtypes)
     except SpecError as err:
@@ -1043,16 +1064,16 @@ class Operations:
     def delete_sweep(self, namespace: str, name: str) -> list[str]:
         """Delete a Sweep and its trial jobs (label ``phalanx.dev/sweep``); returns the trials deleted.
 
-        The trials go first: a sweep controller running meanwhile finds no sweep to create more for.
+        The sweep goes first: a sweep controller's next pass finds no sweep to create trials for, and the trials
+        are listed after that.
 
         Raises:
             OperationError: no such Sweep.
         """
         sweep = self.get_sweep(namespace, name)
-        trials = self._delete_labelled_jobs(namespace, SWEEP_LABEL, name)
         with contextlib.suppress(NotFoundError):
             self.backend.delete(Sweep, namespace, name, uid=sweep.metadata.uid)
-        return trials
+        return self._delete_labelled_jobs(namespace, SWEEP_LABEL, name)
 
     def list_pipelines(self, namespace: str | None = None) -> list[Pipeline]:
         """Pipelines of the namespace (every namespace when None), by namespace and name."""
@@ -1100,15 +1121,17 @@ class Operations:
             OperationError: no such PipelineRun.
         """
         run = self.get_pipelinerun(namespace, name)
-        deleted = [f"job/{job}" for job in self._delete_labelled_jobs(namespace, PIPELINERUN_LABEL, name)]
-        for sweep in self.backend.list(Sweep, namespace):
-            if sweep.metadata.labels.get(PIPELINERUN_LABEL) == name:
-                with contextlib.suppress(OperationError):  # deleted meanwhile
-                    self.delete_sweep(namespace, sweep.metadata.name)
-                    deleted.append(f"sweep/{sweep.metadata.name}")
+        # The run goes first, as a sweep does (``delete_sweep``): no pass of its controller starts a step after.
         with contextlib.suppress(NotFoundError):
             self.backend.delete(PipelineRun, namespace, name, uid=run.metadata.uid)
-        return deleted
+        deleted: list[str] = []
+        for sweep in self.backend.list(Sweep, namespace):  # its sweep steps, before their trials are listed
+            if sweep.metadata.labels.get(PIPELINERUN_LABEL) == name:
+                with contextlib.suppress(OperationError):  # deleted meanwhile
+                    deleted += [f"job/{trial}" for trial in self.delete_sweep(namespace, sweep.metadata.name)]
+                    deleted.append(f"sweep/{sweep.metadata.name}")
+        deleted += [f"job/{job}" for job in self._delete_labelled_jobs(namespace, PIPELINERUN_LABEL, name)]
+        return sorted(set(deleted))
 
     def _get(self, kind: type[Readable], namespace: str, name: str) -> Readable:
         found = self.backend.get(kind, namespace, name)

@@ -22,6 +22,7 @@ from phalanx.core.pipelines.components import COMPONENT_PATHS_ANNOTATION
 from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.kfp_component import parse_component
 from phalanx.model.loading import read_documents
+from phalanx.model.yaml_limits import LimitExceededError, measure_documents
 
 
 def inline_component_files(
@@ -36,12 +37,13 @@ def inline_component_files(
     """
     out: list[dict[str, Any]] = []
     errors: dict[int, list[FieldError]] = {}
+    files = _Files(directory)
     for position, doc in enumerate(documents):
         kind = doc.get("kind")
         if kind == "Pipeline":
-            doc, problems = _inlined(doc, ("spec",), directory)
+            doc, problems = _inlined(doc, ("spec",), files)
         elif kind == "PipelineRun":
-            doc, problems = _inlined(doc, ("spec", "pipelineSpec"), directory)
+            doc, problems = _inlined(doc, ("spec", "pipelineSpec"), files)
         else:
             problems = []
         if problems:
@@ -50,9 +52,20 @@ def inline_component_files(
     return out, errors
 
 
-def _inlined(
-    doc: dict[str, Any], at: tuple[str, ...], directory: Path | None
-) -> tuple[dict[str, Any], list[FieldError]]:
+class _Files:
+    """The component files of one submission, each read once however many steps name it."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self.read: dict[str, tuple[Any, str | None]] = {}
+
+    def component(self, path: str) -> tuple[Any, str | None]:
+        if path not in self.read:
+            self.read[path] = _read_component(self.directory, path)
+        return self.read[path]
+
+
+def _inlined(doc: dict[str, Any], at: tuple[str, ...], files: _Files) -> tuple[dict[str, Any], list[FieldError]]:
     spec: Any = doc
     for key in at:
         spec = spec.get(key) if isinstance(spec, Mapping) else None
@@ -69,7 +82,7 @@ def _inlined(
             new_steps.append(step)  # nothing to read (or a bad ref): the shape check names it
             continue
         where = ".".join(at) + f".steps[{position}].component.path"
-        loaded, problem = _read_component(directory, path)
+        loaded, problem = files.component(path)
         if problem is not None:
             errors.append(FieldError(where, problem))
             new_steps.append(step)
@@ -86,6 +99,11 @@ def _inlined(
     if isinstance(metadata, Mapping) and isinstance(metadata.get("annotations", {}), Mapping):
         annotations = {**(metadata.get("annotations") or {}), COMPONENT_PATHS_ANNOTATION: json.dumps(paths)}
         new_doc["metadata"] = {**metadata, "annotations": annotations}
+    try:  # the document as it will be stored meets a file's limits too (a component named by 500 steps...)
+        measure_documents([new_doc], source=None)
+    except LimitExceededError as err:
+        where = ".".join([*at, "steps"])
+        return doc, [*errors, FieldError(where, f"with its component files inline, {err}; split the pipeline")]
     return new_doc, errors
 
 

@@ -86,6 +86,11 @@ def test_submit_get_describe_and_delete_sweeps_pipelines_and_runs(runtime: Runti
     }
     write(folder / "all.yaml", run, pipeline("train-eval", GOOD_STEPS), sweep("lr-search"))
 
+    dry = yaml.safe_load(runtime.cli("submit", "--dry-run", "-f", "flows/all.yaml", check=True).stdout)["items"]
+    assert [d["kind"] for d in dry] == ["PipelineRun", "Pipeline", "Sweep"]
+    assert dry[1]["spec"]["steps"][1]["component"] == {"inline": TRAIN}  # what would be stored, files read
+    assert runtime.cli("get", "pipelines", check=True).stdout.startswith("No ")  # and nothing was
+
     submitted = runtime.cli("submit", "-f", "flows/all.yaml", check=True).stdout
     for line in ("pipeline/train-eval created", "pipelinerun/nightly created", "sweep/lr-search created"):
         assert line in submitted
@@ -191,3 +196,13 @@ def test_the_store_knows_the_new_kinds_feeds_their_changes_and_quarantines_a_bad
     assert "sweep/broken deleted" in deleted.stdout
     (row,) = parse_table(runtime.cli("get", "sweeps", check=True).stdout)
     assert row["NAME"] == "kept"
+
+
+def test_the_sweep_examples_are_accepted_as_documented(runtime: Runtime) -> None:
+    examples = Path(__file__).parents[3] / "examples" / "sweeps"
+    for name in ("sweep.yaml", "katib-experiment.yaml"):
+        result = runtime.cli("submit", "-f", str(examples / name))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "created" in result.stdout and "Traceback" not in result.stderr
+    names = sorted(row["NAME"] for row in parse_table(runtime.cli("get", "sweeps", check=True).stdout))
+    assert len(names) == 2, names

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from phalanx.core.pipelines.components import COMPONENT_PATHS_ANNOTATION
+from phalanx.model.base import validated_copy
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import builtin_jobtypes, read_documents
@@ -388,8 +389,11 @@ def test_deleting_a_run_deletes_its_step_jobs_and_sweeps(ops: Operations, backen
     step["spec"] = {"type": "generic", "replicas": {"worker": {"count": 1, "template": {"command": ["true"]}}}}
     tuning = sweep("run-1-tune")
     tuning["metadata"]["labels"] = label
-    ops.submit([step, tuning])
-    assert ops.delete_pipelinerun("default", "run-1") == ["job/run-1-prep-0", "sweep/run-1-tune"]
+    trial = copy.deepcopy(step)
+    trial["metadata"] = {"name": "run-1-tune-0", "labels": {"phalanx.dev/sweep": "run-1-tune"}}
+    ops.submit([step, tuning, trial])
+    deleted = ops.delete_pipelinerun("default", "run-1")
+    assert deleted == ["job/run-1-prep-0", "job/run-1-tune-0", "sweep/run-1-tune"]
     assert ops.list_jobs() == [] and ops.list_sweeps() == [] and ops.list_pipelineruns() == []
 
 
@@ -462,6 +466,71 @@ def test_a_refused_pod_field_of_a_job_step_or_a_sweep_steps_trial_is_named_in_th
     }
 
 
+def test_an_experiment_of_an_mpijob_trial_stores_the_jobtype_it_makes_before_its_sweep(
+    ops: Operations, backend: MemoryBackend
+) -> None:
+    (document,) = read_documents(KATIB / "pytorchjob.yaml")
+    template = document["spec"]["trialTemplate"]
+    pod = template["trialSpec"]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    template["trialSpec"] = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "spec": {
+            "slotsPerWorker": 2,
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": copy.deepcopy(pod)},
+                "Worker": {"replicas": 2, "template": copy.deepcopy(pod)},
+            },
+        },
+    }
+    created = ops.submit([document])
+    assert [(c.kind, c.name) for c in created] == [("JobType", "mpi-slots-2"), ("Sweep", "mnist-ddp")]
+    assert ops.get_sweep("default", "mnist-ddp").spec.trial.spec["type"] == "mpi-slots-2"
+    assert ops.jobtypes()["mpi-slots-2"].metadata.name == "mpi-slots-2"
+
+
+def test_a_component_that_cannot_be_read_does_not_hide_the_pipelines_other_problems(
+    ops: Operations, files: Path
+) -> None:
+    document = pipeline()
+    document["spec"]["steps"][1]["component"]["path"] = "components/nope.yaml"
+    document["spec"]["steps"][0]["after"] = ["train"]
+    document["spec"]["steps"][1]["after"] = ["prep"]
+    problems = refused(ops, [document], files)
+    assert set(problems) == {"spec.steps[1].component.path", "spec.steps[0]"}  # no "not loaded" beside the file's
+    assert "cycle prep -> train -> prep" in problems["spec.steps[0]"]
+
+
+def test_a_pipeline_past_the_limits_once_its_components_are_inline_is_refused_in_one_sentence(
+    ops: Operations, backend: MemoryBackend, files: Path
+) -> None:
+    large = {**PREP, "metadata": {"annotations": {f"note-{i}": "x" for i in range(30_000)}}}
+    (files / "components" / "prep.yaml").write_text(yaml.safe_dump(large))  # within a file's limits alone
+    steps = [{"name": f"s{i}", "component": {"path": "components/prep.yaml"}} for i in range(5)]
+    problems = refused(ops, [pipeline(steps=steps)], files)
+    assert list(problems) == ["spec.steps"]
+    assert "with its component files inline" in problems["spec.steps"] and "100,000 values" in problems["spec.steps"]
+    nothing_stored(backend)
+
+
+@pytest.mark.parametrize(
+    "stopping",
+    [
+        {"rule": "median", "minTrials": 2, "startStep": 3},
+        {"rule": "successiveHalving", "minResource": 2, "reductionFactor": 3},
+        {"rule": "hyperband", "minResource": 1, "maxResource": 27},
+    ],
+)
+def test_a_sweep_with_early_stopping_is_stored_annotated_and_copies_validate(
+    ops: Operations, stopping: dict[str, Any]
+) -> None:
+    # The submit annotations are added with a validated copy, which writes every field (null ones too).
+    ops.submit([sweep(earlyStopping=stopping)], annotations={"phalanx.dev/submit-dir": "/w"})
+    stored = ops.get_sweep("default", "lr-search")
+    assert stored.spec.early_stopping is not None and stored.spec.early_stopping.rule == stopping["rule"]
+    assert validated_copy(stored, metadata=stored.metadata) == stored
+
+
 def test_a_sweep_algorithms_settings_are_checked_by_path_on_every_backend() -> None:
     document = sweep(algorithm={"name": "tpe", "seed": 1, "settings": {"n_startup_trials": 5, "bogus": 1}})
     for here in (True, False):
@@ -491,3 +560,15 @@ def test_a_katib_experiments_algorithm_setting_is_refused_at_its_experiment_path
         validate_documents([experiment], builtin_jobtypes(), algorithms_here=False)
     paths = [e.path for e in caught.value.errors]
     assert any(path.startswith("spec.algorithm.algorithmSettings") for path in paths), paths
+
+
+def test_a_sweep_steps_algorithm_is_checked_like_a_sweeps_at_its_path_in_the_pipeline() -> None:
+    tuning = sweep(algorithm={"name": "gp", "seed": 1, "settings": {"bogus": 1}})["spec"]
+    document = pipeline(steps=[{"name": "tune", "sweep": {"spec": tuning}}])
+    with pytest.raises(SpecError) as caught:
+        validate_documents([document], builtin_jobtypes(), algorithms_here=True)
+    paths = [e.path for e in caught.value.errors]
+    assert paths == ["spec.steps[0].sweep.spec.algorithm.name", "spec.steps[0].sweep.spec.algorithm.settings.bogus"]
+    with pytest.raises(SpecError) as caught:  # on a cluster, the settings alone
+        validate_documents([document], builtin_jobtypes(), algorithms_here=False)
+    assert [e.path for e in caught.value.errors] == ["spec.steps[0].sweep.spec.algorithm.settings.bogus"]

@@ -26,6 +26,7 @@ from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.kfp_component import ComponentSpec, parse_component, type_name
 from phalanx.model.pipelines import PipelineSpec, StepKind
+from phalanx.model.sweeps import Sweep
 from phalanx.model.validation import validate_job
 
 #: On a stored Pipeline (or a PipelineRun with an inline pipelineSpec): step name -> the component file its
@@ -96,6 +97,27 @@ def sample_step_jobs(
                     (join_path([*prefix, "steps", position, "sweep", "spec", "trial"]), sample_trial(sweep, jobtypes))
                 )
     return jobs
+
+
+def step_sweeps(
+    spec: PipelineSpec,
+    jobtypes: Mapping[str, JobType],
+    *,
+    prefix: Sequence[str] = ("spec",),
+    namespace: str = "default",
+) -> list[tuple[str, Sweep]]:
+    """The Sweep each valid sweep step would create, inputs sampled, with the path of its ``sweep`` field.
+
+    A Sweep path ``spec.X`` of one is ``PATH.spec.X`` in the pipeline. Steps ``check_step_templates`` refuses are
+    left out.
+    """
+    sweeps: list[tuple[str, Sweep]] = []
+    for position, step in enumerate(spec.steps):
+        if step.sweep is not None:
+            with contextlib.suppress(SpecError):
+                sweep = validate_sweep(_sweep_document(step.sweep.spec, namespace), jobtypes)
+                sweeps.append((join_path([*prefix, "steps", position, "sweep"]), sweep))
+    return sweeps
 
 
 def _job_document(spec: dict[str, JsonValue], namespace: str) -> dict[str, Any]:

@@ -31,12 +31,18 @@ def check_spec(
     """The graph of a shape-valid pipeline spec, or None, and every problem, each at its path under ``prefix``."""
     components, errors = component_interfaces(spec, prefix=prefix.split("."))
     interfaces = {name: component_interface(component) for name, component in components.items()}
+    # A component that does not parse was named already: the graph is checked without it, and its "not loaded"
+    # is left out.
+    unloaded = {
+        f"{prefix}.steps[{position}].component"
+        for position, step in enumerate(spec.steps)
+        if step.component is not None and step.name not in components
+    }
     graph: PipelineGraph | None = None
-    if not errors:  # a component that does not parse would add an error of its own for each step reading it
-        try:
-            graph = check_pipeline(spec, interfaces)
-        except SpecError as err:
-            errors.extend(_moved(item, prefix) for item in err.errors)
+    try:
+        graph = check_pipeline(spec, interfaces)
+    except SpecError as err:
+        errors.extend(moved for item in err.errors if (moved := _moved(item, prefix)).path not in unloaded)
     seen = {item.path for item in errors}
     # The DAG check validates a trainingJob step's shape too: keep one error per path.
     errors.extend(
