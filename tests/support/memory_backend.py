@@ -3,7 +3,7 @@
 Objects are kept as the model's, by kind, namespace (cluster-scoped kinds: ``""``) and name; every write checks the
 resourceVersion read, as SQLite and the API server do, and moves it on. ``calls`` records each write (verb, kind,
 name) so a test can assert what was written and in which order; ``conflicts`` makes the next writes of a verb fail
-with ``ConflictError``, as if another client had written first.
+with ``ConflictError``, as if another client had written first; ``logs`` holds what replicas printed.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from phalanx.services.port import (
     Stored,
     WithStatus,
     Written,
+    log_tail,
 )
 
 _CLUSTER_SCOPED = (Queue, Node)
@@ -52,6 +53,7 @@ class MemoryBackend:
         self.objects: dict[tuple[str, str, str], Any] = {}
         self.replicas: dict[str, list[Replica]] = {}  # by job uid
         self.events: dict[str, list[Event]] = {}  # by object uid
+        self.logs: dict[str, dict[str, str]] = {}  # by job uid: replica name -> log text
         self.caches: dict[str, list[CacheEntryView]] = {}  # by node
         self.calls: list[tuple[str, str, str]] = []
         self.conflicts: dict[str, int] = {}
@@ -98,6 +100,11 @@ class MemoryBackend:
     def events_of(self, obj: WithStatus) -> builtins.list[Event]:
         """What a test put in ``events`` for the object's uid."""
         return list(self.events.get(obj.metadata.uid or "", []))
+
+    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
+        """What a test put in ``logs`` for the job's uid (each cut as the port says)."""
+        found = self.logs.get(job.metadata.uid or "", {})
+        return {name: log_tail(text) for name, text in found.items() if replica in (None, name)}
 
     def create(self, obj: Stored) -> None:
         """Store a new object with a uid and a creation time."""

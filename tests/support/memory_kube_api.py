@@ -14,9 +14,10 @@ Test hooks: ``calls`` records every request in order, refused ones too; ``writes
 writes accepted, ``reads`` the gets (a get's ``body`` is its ``not_older_than``); ``of`` lists a kind's objects;
 ``put`` stores an object as another client would have written it, without a record; ``objects`` is the store
 itself, for a test that changes an object behind the services' back; ``fail`` makes the next calls of a verb raise
-the errors given (a list, used up; or an iterator such as ``itertools.repeat``); ``unserved`` API groups answer 404
-as on a cluster without their CRDs; ``logs_text`` holds Pods' logs. Lenient where tests need it: a create keeps the
-status, generation and creationTimestamp the body carries, so a test makes an object in any state in one step.
+the errors given (a list, used up; or an iterator such as ``itertools.repeat``); ``unserved`` API groups (or single
+resources, ``sweeps.phalanx.dev``) answer 404 as on a cluster without their CRDs; ``logs_text`` holds Pods' logs.
+Lenient where tests need it: a create keeps the status, generation and creationTimestamp the body carries, so a
+test makes an object in any state in one step.
 """
 
 from __future__ import annotations
@@ -135,7 +136,13 @@ class MemoryKubeApi(KubeApi):
         group = groups.get(path)
         if method != "GET" or group is None or group in self.unserved:
             raise NotFoundError(404, "NotFound", _NOT_SERVED)
-        return {"resources": [{"name": r.plural, "kind": r.kind} for r in SERVED if r.group == group]}
+        return {
+            "resources": [{"name": r.plural, "kind": r.kind} for r in SERVED if r.group == group and self.serves(r)]
+        }
+
+    def serves(self, resource: Resource) -> bool:
+        """Whether the kind is served (neither its group nor itself is in ``unserved``)."""
+        return not ({resource.group, f"{resource.plural}.{resource.group}"} & self.unserved)
 
     def get(
         self, resource: Resource, name: str, namespace: str | None = None, *, not_older_than: str | None = None
@@ -328,7 +335,7 @@ class MemoryKubeApi(KubeApi):
                 raise failures.pop(0)
         elif failures is not None and (error := next(failures, None)) is not None:
             raise error
-        if resource.group in self.unserved:
+        if not self.serves(resource):
             raise NotFoundError(404, "NotFound", _NOT_SERVED)
         return call
 

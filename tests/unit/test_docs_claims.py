@@ -18,7 +18,7 @@ from phalanx.model.loading import parse_jobtype
 from phalanx.model.validation import validate_job
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
 
 
 def rows(text: str, header: str) -> list[list[str]]:

@@ -25,6 +25,7 @@ import math
 import re
 import sys
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -399,6 +400,29 @@ class BestTrial(ApiModel):
     value: float
 
 
+#: Trial results a sweep's status keeps (``SweepStatus.results``): enough for ``describe`` of any sweep a person
+#: reads, small enough for a status (an API object is at most about 1.5 MB on a cluster).
+MAX_RESULTS = 1000
+
+
+class TrialResult(ApiModel):
+    """One trial as the sweep recorded it: what ``describe sweep`` shows without reading any log.
+
+    It is also the sweep's memory of the trial: a trial whose job is gone (deleted by hand, or by
+    ``ttlSecondsAfterFinished``) still counts, with its last phase and value.
+    """
+
+    nul_bytes_allowed = True  # observed free text: a stop reason may quote a value
+
+    number: int
+    name: str
+    phase: TrialPhase
+    parameters: dict[str, ParamValue] = Field(default_factory=dict)
+    value: float | None = Field(default=None, description="the objective: final, else the last intermediate one")
+    step: int | None = Field(default=None, description="the last step that reported the objective")
+    reason: str = Field(default="", description="why the trial was stopped, or failed")
+
+
 class SweepStatus(ApiModel):
     """What Phalanx observed and decided about the sweep."""
 
@@ -409,6 +433,17 @@ class SweepStatus(ApiModel):
     message: str = ""
     trials: TrialCounts = Field(default_factory=TrialCounts)
     best_trial: BestTrial | None = None
+    results: list[TrialResult] = Field(
+        default_factory=list,
+        max_length=MAX_RESULTS,
+        description="every trial by number (past MAX_RESULTS: the running ones, the best, then the latest)",
+    )
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+
+    def result(self, number: int) -> TrialResult | None:
+        """The recorded result of trial ``number``."""
+        return next((r for r in self.results if r.number == number), None)
 
 
 class Sweep(ApiModel):

@@ -40,6 +40,19 @@ WithStatus = TrainingJob | Dataset | Sweep | PipelineRun
 """The kinds a controller writes the status of and records Events about."""
 
 
+#: How much of a replica's log ``ObjectReader.logs_of`` returns: its last characters (1 Mi).
+LOG_TAIL_CHARS = 1 << 20
+
+
+def log_tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
+    """The end of ``text``, at most ``limit`` characters, starting at a line's start (no half line)."""
+    if len(text) <= limit:
+        return text
+    tail = text[-limit:]
+    _, newline, rest = tail.partition("\n")
+    return rest if newline else tail
+
+
 class PortError(Exception):
     """A write the backend refused for a reason every backend shares."""
 
@@ -73,6 +86,14 @@ class ObjectReader(Protocol):
 
     def events_of(self, obj: WithStatus) -> builtins.list[Event]:
         """Events about the object, oldest first."""
+        ...
+
+    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
+        """The tail of each replica's log (its latest attempt), by replica name (``worker-0``); or of one replica.
+
+        At most ``LOG_TAIL_CHARS`` characters of each, from a line's start: a controller reads it on its passes
+        (the sweep controller, for its trials' ``phalanx-metric`` lines). A replica with no log yet is left out.
+        """
         ...
 
 

@@ -34,7 +34,7 @@ def test_print_writes_the_committed_install_yaml_to_stdout() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == (REPO / "deploy" / "install.yaml").read_text(encoding="utf-8")
     kinds = [d["kind"] for d in documents(result.stdout)]
-    assert kinds[0] == "Namespace" and kinds.count("CustomResourceDefinition") == 4
+    assert kinds[0] == "Namespace" and kinds.count("CustomResourceDefinition") == 7
     assert {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "DaemonSet"} <= set(kinds)
 
 
@@ -42,7 +42,15 @@ def test_crds_only_prints_just_the_crds() -> None:
     result = phalanx("install", "--print", "--crds-only")
     assert result.returncode == 0, result.stderr
     names = [d["metadata"]["name"] for d in documents(result.stdout)]
-    assert names == ["trainingjobs.phalanx.dev", "jobtypes.phalanx.dev", "queues.phalanx.dev", "datasets.phalanx.dev"]
+    assert names == [
+        "trainingjobs.phalanx.dev",
+        "jobtypes.phalanx.dev",
+        "queues.phalanx.dev",
+        "datasets.phalanx.dev",
+        "sweeps.phalanx.dev",
+        "pipelines.phalanx.dev",
+        "pipelineruns.phalanx.dev",
+    ]
 
 
 def test_namespace_and_image_reach_every_object() -> None:

@@ -86,10 +86,41 @@ def test_the_root_leaves_metadata_to_kubernetes(kind: str) -> None:
     assert "metadata" not in schema.get("required", [])
 
 
+# Where a kind holds a value raw (any JSON value, checked by the model): every other node has a type.
+RAW_VALUES = {
+    "Sweep": {
+        ".spec.parameters[].values[]",  # numbers or strings
+        ".spec.parameters[].when.*",  # a value or a list of them
+        ".spec.algorithm.settings.*",  # booleans, numbers or strings
+        ".spec.trial.spec.*",  # a TrainingJob spec with ${params.x} where numbers go
+        ".status.bestTrial.parameters.*",
+    },
+    "Pipeline": {
+        ".spec.steps[].component.inline.*",
+        ".spec.steps[].trainingJob.spec.*",
+        ".spec.steps[].trainingJob.metadata.*",
+        ".spec.steps[].sweep.spec.*",
+        ".spec.steps[].sweep.metadata.*",
+        ".spec.steps[].parallelFor.items",  # a list or a reference
+    },
+}
+RAW_VALUES["PipelineRun"] = {
+    *(path.replace(".spec.", ".spec.pipelineSpec.", 1) for path in RAW_VALUES["Pipeline"]),
+    ".status.fanouts.*[]",
+}
+
+
 @pytest.mark.parametrize("kind", KIND_IDS)
-def test_every_node_has_a_type_or_is_int_or_string(kind: str) -> None:
+def test_every_node_has_a_type_or_is_int_or_string_or_a_raw_value_where_one_is_held(kind: str) -> None:
+    raw = set()
     for path, node in nodes(schema_of(kind)):
-        assert "type" in node or node.get("x-kubernetes-int-or-string"), path
+        if "type" not in node and not node.get("x-kubernetes-int-or-string"):
+            assert node == {"x-kubernetes-preserve-unknown-fields": True} or set(node) == {
+                "x-kubernetes-preserve-unknown-fields",
+                "description",
+            }, path
+            raw.add(path)
+    assert raw == RAW_VALUES.get(kind, set())
 
 
 def test_quantities_are_int_or_string_wherever_they_appear() -> None:
@@ -262,6 +293,10 @@ def test_training_jobs_show_type_phase_reason_and_age() -> None:
         pytest.param("TrainingJob", "Namespaced", ["tj"], True, id="TrainingJob"),
         pytest.param("JobType", "Cluster", ["jt"], False, id="JobType"),
         pytest.param("Queue", "Cluster", ["pq"], True, id="Queue"),
+        pytest.param("Dataset", "Namespaced", ["pds"], True, id="Dataset"),
+        pytest.param("Sweep", "Namespaced", ["sw"], True, id="Sweep"),
+        pytest.param("Pipeline", "Namespaced", ["pl"], False, id="Pipeline"),
+        pytest.param("PipelineRun", "Namespaced", ["plr"], True, id="PipelineRun"),
     ],
 )
 def test_names_scope_and_status_subresource(kind: str, scope: str, short: list[str], status: bool) -> None:
@@ -293,5 +328,5 @@ def test_each_crd_fits_in_a_client_side_apply_annotation() -> None:
 
 
 def test_an_unknown_kind_names_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="known: TrainingJob, JobType, Queue, Dataset"):
-        crd_kind("Sweep")
+    with pytest.raises(KeyError, match="known: TrainingJob, JobType, Queue, Dataset, Sweep, Pipeline, PipelineRun"):
+        crd_kind("Experiment")

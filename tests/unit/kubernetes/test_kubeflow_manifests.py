@@ -42,7 +42,7 @@ def env_of_operator(documents: list[dict[str, Any]]) -> dict[str, str]:
 
 def test_the_default_install_has_none_of_the_kinds_and_tells_the_operator_so() -> None:
     documents = install_manifests(InstallParameters(image="x"))
-    assert set(crds(documents)) == {"TrainingJob", "JobType", "Queue", "Dataset"}
+    assert set(crds(documents)) == {"TrainingJob", "JobType", "Queue", "Dataset", "Sweep", "Pipeline", "PipelineRun"}
     assert KUBEFLOW_ROLE not in {d["metadata"]["name"] for d in documents}
     assert env_of_operator(documents)["PHALANX_KUBEFLOW_KINDS"] == "false"
     assert default_values()["kubeflowKinds"] == {"enabled": False}
@@ -57,6 +57,9 @@ def test_the_option_adds_every_kind_with_an_open_schema_and_a_status_for_the_job
         "JobType": "phalanx.dev/v1alpha1",
         "Queue": "phalanx.dev/v1alpha1",
         "Dataset": "phalanx.dev/v1alpha1",
+        "Sweep": "phalanx.dev/v1alpha1",
+        "Pipeline": "phalanx.dev/v1alpha1",
+        "PipelineRun": "phalanx.dev/v1alpha1",
     }
     assert env_of_operator(documents)["PHALANX_KUBEFLOW_KINDS"] == "true"
     for kind in UPSTREAM_KINDS:

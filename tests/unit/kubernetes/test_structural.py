@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
 from phalanx.adapters.kubernetes.schemas import SchemaConversionError, openapi_schema
 from phalanx.adapters.kubernetes.structural import check_structural, schema_at, validate_value
@@ -235,7 +235,18 @@ def test_the_converted_sample_is_structural() -> None:
 
 
 class Unstructured(BaseModel):
-    value: str | list[str] = "x"
+    value: Inner | list[str] = Field(default_factory=list)
+
+
+class Loose(BaseModel):
+    """Fields a Sweep or a pipeline holds raw: any JSON value, numbers, a number or free text, a list or a string."""
+
+    raw: JsonValue = None
+    spec: dict[str, JsonValue] = Field(default_factory=dict)
+    bound: int | float = Field(default=1, ge=0)
+    value: int | float | str = 0
+    setting: bool | int | float | str = 0
+    items: str | list[JsonValue] = "x"
 
 
 class Recursive(BaseModel):
@@ -246,9 +257,26 @@ class Free(BaseModel):
     anything: dict[str, Any] = Field(default_factory=dict)
 
 
-def test_a_union_of_structures_is_refused_naming_the_field() -> None:
-    with pytest.raises(SchemaConversionError, match=r"^value: a union of \['array', 'string'\]"):
+def test_a_union_with_a_model_in_it_is_refused_naming_the_field() -> None:
+    with pytest.raises(SchemaConversionError, match=r"^value: a union of \['array', 'object'\] with an object"):
         openapi_schema(Unstructured)
+
+
+def test_numbers_are_one_type_and_other_unions_of_json_values_are_kept_as_written() -> None:
+    properties = openapi_schema(Loose)["properties"]
+    any_value = {"x-kubernetes-preserve-unknown-fields": True}
+    assert properties["raw"] == any_value  # JsonValue: the empty schema
+    assert properties["spec"] == {"type": "object", "additionalProperties": any_value}
+    assert properties["bound"] == {"type": "number", "default": 1, "minimum": 0}
+    # A fraction must stay a fraction: int-or-string would refuse 0.5 (quantities only: their strings have units).
+    assert properties["value"] == properties["setting"] == properties["items"] == any_value
+    loose = {"value": 0.5, "setting": True, "items": [1, {"a": None}], "raw": [1]}
+    assert validate_value(loose, openapi_schema(Loose)) == []
+
+
+def test_a_loose_schema_is_structural() -> None:
+    schema = openapi_schema(Loose)
+    assert check_structural(schema) == []
 
 
 def test_a_recursive_model_is_refused() -> None:

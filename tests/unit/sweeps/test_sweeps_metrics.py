@@ -100,3 +100,17 @@ def test_the_objective_is_the_final_value_else_the_last_intermediate() -> None:
     assert objective_value("loss", {"loss": 0.2}, {1: 0.9, 5: 0.1}) == 0.2
     assert objective_value("loss", {"acc": 0.2}, {5: 0.1, 1: 0.9}) == 0.1
     assert objective_value("loss", {}, {}) is None
+
+
+def test_katib_lines_number_each_metric_s_reports_and_skip_phalanx_lines() -> None:
+    from phalanx.core.sweeps.metrics import parse_katib
+
+    lines = ["epoch 1 val_loss=0.5 accuracy=0.8", "phalanx-metric step=9 val_loss=0.1", "val_loss = 2.5e-1", "x=nan"]
+    assert parse_katib(lines).values == {"val_loss": {1: 0.5, 2: 0.25}, "accuracy": {1: 0.8}}
+
+
+def test_katib_lines_read_with_the_experiment_s_own_format() -> None:
+    from phalanx.core.sweeps.metrics import parse_katib
+
+    found = parse_katib(["{metricName: loss, metricValue: 0.3}"], [r"{metricName: ([\w|-]+), metricValue: ([\d.]+)}"])
+    assert found.values == {"loss": {1: 0.3}}

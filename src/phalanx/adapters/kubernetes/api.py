@@ -83,6 +83,9 @@ TRAININGJOBS = Resource("TrainingJob", "trainingjobs", group=API_GROUP, version=
 JOBTYPES = Resource("JobType", "jobtypes", group=API_GROUP, version=PHALANX_VERSION, namespaced=False)
 QUEUES = Resource("Queue", "queues", group=API_GROUP, version=PHALANX_VERSION, namespaced=False)
 DATASETS = Resource("Dataset", "datasets", group=API_GROUP, version=PHALANX_VERSION)
+SWEEPS = Resource("Sweep", "sweeps", group=API_GROUP, version=PHALANX_VERSION)
+PIPELINES = Resource("Pipeline", "pipelines", group=API_GROUP, version=PHALANX_VERSION)
+PIPELINERUNS = Resource("PipelineRun", "pipelineruns", group=API_GROUP, version=PHALANX_VERSION)
 #: kube-scheduler's alpha gang scheduling (Kubernetes 1.36: feature gates GenericWorkload and GangScheduling, the
 #: API version served with ``--runtime-config=scheduling.k8s.io/v1alpha2=true``); docs/kubernetes.md.
 PODGROUPS = Resource("PodGroup", "podgroups", group="scheduling.k8s.io", version="v1alpha2")

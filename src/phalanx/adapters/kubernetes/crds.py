@@ -16,7 +16,11 @@ ClusterTrainingRuntime; the embedded runtime, too, keeps one set of JobTypes for
 the administrator's to hand out, so a Queue is cluster-scoped like Kueue's ClusterQueue and Volcano's Queue,
 and says in ``spec.namespaces`` whose jobs may use it.
 
-Kinds that later issues add (Sweep, Pipeline…) are one more entry in ``KINDS``.
+Sweep, Pipeline and PipelineRun are namespaced, like the TrainingJobs they make (a Sweep's trials and a run's
+steps are TrainingJobs in its namespace). The parts of them that Phalanx holds raw — a Sweep's trial spec, a
+step's TrainingJob or Sweep spec and inline component, fan-out items, recorded outputs — are kept as written
+(``x-kubernetes-preserve-unknown-fields``, see ``schemas``): they are checked by the model, with references such
+as ``${params.count}`` standing where a number goes, which no OpenAPI schema could say.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from phalanx.model.base import API_GROUP, ApiModel
 from phalanx.model.datasets import Dataset
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
+from phalanx.model.pipelines import Pipeline, PipelineRun
 from phalanx.model.queues import Queue
+from phalanx.model.sweeps import Sweep
 
 VERSION = "v1alpha1"
 CATEGORY = "phalanx"
@@ -140,6 +146,38 @@ KINDS: tuple[CrdKind, ...] = (
             PrinterColumn("Phase", ".status.phase", description="Pending, Materializing, Ready or Failed"),
             PrinterColumn("Bytes", ".status.bytes", "integer", "size of the materialised version"),
             PrinterColumn("Version", ".status.version", description="content hash", priority=1),
+            AGE,
+        ),
+    ),
+    CrdKind(
+        model=Sweep,
+        plural="sweeps",
+        scope="Namespaced",
+        short_names=("sw",),
+        columns=(
+            PrinterColumn("Phase", ".status.phase", description="Pending, Running, Succeeded or Failed"),
+            PrinterColumn("Trials", ".status.trials.created", "integer", "trials created so far"),
+            PrinterColumn("Best", ".status.bestTrial.value", "number", "the objective of the best trial so far"),
+            PrinterColumn("Message", ".status.message", description="why, in one sentence", priority=1),
+            AGE,
+        ),
+    ),
+    CrdKind(
+        model=Pipeline,
+        plural="pipelines",
+        scope="Namespaced",
+        short_names=("pl",),
+        columns=(AGE,),
+    ),
+    CrdKind(
+        model=PipelineRun,
+        plural="pipelineruns",
+        scope="Namespaced",
+        short_names=("plr",),
+        columns=(
+            PrinterColumn("Pipeline", ".spec.pipelineRef.name", description="the Pipeline it runs (none: inline)"),
+            PrinterColumn("Phase", ".status.phase", description="Pending, Running, Succeeded or Failed"),
+            PrinterColumn("Message", ".status.message", description="why, in one sentence", priority=1),
             AGE,
         ),
     ),

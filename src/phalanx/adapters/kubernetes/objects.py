@@ -7,7 +7,9 @@
 - **Pods as replicas.** A Pod of a job is the planner's ``ObservedReplica``: its role, index and attempt come
   from labels the renderer set, its phase and exit code from the Pod's status.
 - **Objects users submit.** ``object_body`` is a validated object as it is POSTed (no status, only the metadata a
-  user may set); ``queue_from_object`` and the others read them back with the status the controllers wrote.
+  user may set); ``queue_from_object`` and the others read them back with the status the controllers wrote
+  (``sweep_from_object``, ``pipeline_from_object`` and ``pipeline_run_from_object`` for issue 17's kinds, whose
+  documents are shape-checked as the embedded store reads them; a status that no longer reads is a new one's).
 - **Pods and Events for users.** ``replica_from_pod`` shows a job's Pod as the embedded runtime's ``Replica``, and
   ``event_from_object`` a core/v1 Event as the model's ``Event``, so ``describe`` shows both backends alike.
 - **Nodes.** A Kubernetes Node becomes a ``model.nodes.Node`` for ``core.scheduling``: allocatable CPUs,
@@ -36,11 +38,11 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import CpuInfo, GpuInfo, Node, NodeSpec, NodeStatus, NodeTaint
-from phalanx.model.pipelines import Pipeline, PipelineRun
+from phalanx.model.pipelines import Pipeline, PipelineRun, PipelineRunStatus, parse_pipeline, parse_pipeline_run
 from phalanx.model.queues import Queue, QueueStatus
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
 from phalanx.model.resources import QuantityError, parse_cpu, parse_memory
-from phalanx.model.sweeps import Sweep
+from phalanx.model.sweeps import Sweep, SweepStatus, parse_sweep
 from phalanx.model.validation import validate_job
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -149,6 +151,53 @@ def dataset_from_object(obj: Mapping[str, Any]) -> Dataset:
     except ValueError:
         status = DatasetStatus()
     return dataset.model_copy(update={"status": status})
+
+
+def _document(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """A stored object as the document its parser reads: its metadata reduced, no status."""
+    return {
+        "apiVersion": obj.get("apiVersion", "phalanx.dev/v1alpha1"),
+        "kind": kind,
+        "metadata": model_metadata(obj),
+        "spec": obj.get("spec") or {},
+    }
+
+
+def _source(obj: Mapping[str, Any], kind: str) -> str:
+    return f"{kind.lower()}/{(obj.get('metadata') or {}).get('name')}"
+
+
+def sweep_from_object(obj: Mapping[str, Any]) -> Sweep:
+    """A Sweep read from the API server, with the status the sweep controller wrote (unreadable: a new one's).
+
+    Raises:
+        SpecError: its spec is not a valid Sweep (written with kubectl past the schema).
+    """
+    sweep = parse_sweep(_document(obj, "Sweep"), source=_source(obj, "Sweep"))
+    with contextlib.suppress(ValueError):
+        sweep = sweep.model_copy(update={"status": SweepStatus.model_validate(obj.get("status") or {})})
+    return sweep
+
+
+def pipeline_from_object(obj: Mapping[str, Any]) -> Pipeline:
+    """A Pipeline read from the API server (it has no status).
+
+    Raises:
+        SpecError: its spec is not a valid Pipeline.
+    """
+    return parse_pipeline(_document(obj, "Pipeline"), source=_source(obj, "Pipeline"))
+
+
+def pipeline_run_from_object(obj: Mapping[str, Any]) -> PipelineRun:
+    """A PipelineRun read from the API server, with the status the pipeline controller wrote.
+
+    Raises:
+        SpecError: its spec is not a valid PipelineRun.
+    """
+    run = parse_pipeline_run(_document(obj, "PipelineRun"), source=_source(obj, "PipelineRun"))
+    with contextlib.suppress(ValueError):
+        run = run.model_copy(update={"status": PipelineRunStatus.model_validate(obj.get("status") or {})})
+    return run
 
 
 def object_body(

@@ -12,17 +12,24 @@ Kubernetes accepts only *structural* schemas (see ``structural.check_structural`
 - inlines every ``$ref`` (the referencing property's own description and default win over the definition's);
 - turns ``Optional[X]`` (``anyOf: [X, {type: null}]``) into ``X``, not required: the API server drops null
   fields before validation, and an absent field is ``None`` to the model;
-- turns a union of integer and string (and number) into ``x-kubernetes-int-or-string: true``, keeping the
-  string pattern: Kubernetes' quantity convention. A fractional *number* such as ``cpu: 1.5`` is then
-  refused by the API server; write ``"1.5"`` or ``"1500m"``. Numeric bounds and defaults on such fields are
-  dropped, because pydantic states them in the units held (millicores, bytes), not the units written;
+- turns a union of integer and string (and number, when the string has a pattern: a quantity's units) into
+  ``x-kubernetes-int-or-string: true``, keeping the string pattern: Kubernetes' quantity convention. A
+  fractional *number* such as ``cpu: 1.5`` is then refused by the API server; write ``"1.5"`` or ``"1500m"``.
+  Numeric bounds and defaults on such fields are dropped, because pydantic states them in the units held
+  (millicores, bytes), not the units written;
+- turns a union of integer and number (``int | float``) into ``type: number``, which takes both;
+- turns any value (pydantic's ``JsonValue``: a Sweep's trial spec, a pipeline step's TrainingJob spec) and any
+  other union of JSON types (a parameter value that is a number or free text; a list or a reference string)
+  into ``x-kubernetes-preserve-unknown-fields: true`` with no type: the API server keeps such a value as
+  written, and the model checks it where Phalanx reads it (the submission door, and every read back). A union
+  with a model in it (an object of fixed fields) is refused instead: kept raw, it would lose its defaults;
 - turns ``const`` into a one-value ``enum``, ``exclusiveMinimum: N`` into ``minimum: N`` with
   ``exclusiveMinimum: true`` (OpenAPI v3.0 form), drops ``title`` and ``additionalProperties: false`` (the
   API server prunes unknown fields, and rejects them under kubectl's default strict field validation);
 - keeps maps (``additionalProperties`` schema), arrays, enums, descriptions, formats Kubernetes knows, and
   defaults (which the API server applies), after checking each default against its own schema.
 
-Anything else a model might produce — a union of different structures, a tuple, an unknown keyword — raises
+Anything else a model might produce — a union with a model in it, a tuple, an unknown keyword — raises
 ``SchemaConversionError`` naming the field, so a model change that cannot be served on Kubernetes fails the
 unit tests instead of the cluster.
 """
@@ -107,6 +114,7 @@ _KEY_ORDER = [
 ]
 _INT_OR_STRING = frozenset({"integer", "string"})
 _NUMBERS_OR_STRING = frozenset({"integer", "number", "string"})
+_NUMBERS = frozenset({"integer", "number"})
 
 
 class SchemaConversionError(ValueError):
@@ -193,6 +201,11 @@ class _Converter:
         if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
             # dict[str, Any]: keep whatever is written rather than pruning it all away.
             out["x-kubernetes-preserve-unknown-fields"] = True
+        if "type" not in out:
+            # Any JSON value (pydantic's JsonValue is the empty schema): kept as written, checked by the model.
+            if set(out) - {"description", "default"}:
+                raise SchemaConversionError(f"{path or '(root)'}: a schema with constraints but no type: {sorted(out)}")
+            out = {"x-kubernetes-preserve-unknown-fields": True, **out}
         return self._checked_default(out, path)
 
     def _inline(
@@ -224,12 +237,30 @@ class _Converter:
             return self.convert({**present[0], **siblings}, path, resolving)
         present = [self._inline(branch, path, resolving)[0] for branch in present]
         types = {branch.get("type") for branch in present}
-        if _INT_OR_STRING <= types <= _NUMBERS_OR_STRING and all(_is_scalar(b) for b in present):
+        if None in types:  # one branch is any value (JsonValue), so the union is too
+            return self._any_value(siblings)
+        scalars = all(_is_scalar(b) for b in present)
+        if scalars and (types == _INT_OR_STRING or (types == _NUMBERS_OR_STRING and _has_units(present))):
             return self._int_or_string(present, siblings)
-        raise SchemaConversionError(
-            f"{path or '(root)'}: a union of {sorted(str(t) for t in types)} has no structural form; "
-            "give the field one type (or int-or-string)"
-        )
+        if scalars and types == _NUMBERS:
+            # int | float: a JSON number. Bounds stay only where every branch states the same ones.
+            merged = {k: v for k, v in present[0].items() if all(b.get(k) == v for b in present)}
+            return self.convert({**merged, "type": "number", **siblings}, path, resolving)
+        if any("properties" in branch for branch in present):
+            # A model in a union would lose its fields' defaults and pruning: refuse rather than keep it raw.
+            raise SchemaConversionError(
+                f"{path or '(root)'}: a union of {sorted(str(t) for t in types)} with an object of fixed fields has "
+                "no structural form; give the field one type"
+            )
+        # Any other union of JSON values (a number or free text, a list or a reference string) is kept as written.
+        return self._any_value(siblings)
+
+    @staticmethod
+    def _any_value(siblings: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+        if "description" in siblings:
+            out["description"] = siblings["description"]
+        return out
 
     @staticmethod
     def _int_or_string(branches: list[Mapping[str, Any]], siblings: Mapping[str, Any]) -> dict[str, Any]:
@@ -252,6 +283,11 @@ class _Converter:
         if problems:
             raise SchemaConversionError(f"{path}: default {out['default']!r} does not fit its schema: {problems[0]}")
         return out
+
+
+def _has_units(branches: list[Mapping[str, Any]]) -> bool:
+    """Whether a number-or-string union's string is a quantity (a pattern of digits and units), not free text."""
+    return any(branch.get("type") == "string" and "pattern" in branch for branch in branches)
 
 
 def _is_scalar(branch: Mapping[str, Any]) -> bool:

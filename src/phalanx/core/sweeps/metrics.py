@@ -11,12 +11,18 @@ value must not shift another's meaning. Other lines are the program's own output
 
 A later report of the same metric at the same step replaces the earlier one (a program that retries a step
 reports it again).
+
+A Sweep converted from a Katib Experiment (its ``phalanx.dev/metrics-format`` annotation is ``katib-stdout``)
+also reads Katib's StdOut lines, ``name=value`` pairs anywhere in a line (or the Experiment's own
+``metricsFormat`` expressions, two groups each: name and value): ``parse_katib`` numbers each metric's reports
+1, 2, 3... as its steps, as Katib's collector keeps them in order with no step of their own.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -76,6 +82,35 @@ def parse_intermediate(lines: Iterable[str], into: IntermediateMetrics | None = 
         step, values = parsed
         for name, value in values.items():
             metrics.values.setdefault(name, {})[step] = value
+    return metrics
+
+
+#: Katib's default StdOut filter (its metricsFormat default, with its inner groups made non-capturing).
+KATIB_DEFAULT_FORMAT = r"([\w|-]+)\s*=\s*([+-]?\d*(?:\.\d+)?(?:[Ee][+-]?\d+)?)"
+
+
+def parse_katib(lines: Iterable[str], formats: Iterable[str] = (KATIB_DEFAULT_FORMAT,)) -> IntermediateMetrics:
+    """Katib StdOut reports: every ``name=value`` match of ``formats`` outside ``phalanx-metric`` lines.
+
+    Each metric's reports are its steps 1, 2, 3... in order; a value that is no finite number is left out.
+    """
+    patterns = [re.compile(text) for text in formats]
+    metrics = IntermediateMetrics()
+    counts: dict[str, int] = {}
+    for line in lines:
+        if line.startswith(PREFIX.rstrip()):
+            continue
+        for pattern in patterns:
+            for match in pattern.finditer(line):
+                name, text = match.group(1), match.group(2)
+                try:
+                    value = float(text)
+                except ValueError:
+                    continue
+                if not math.isfinite(value):
+                    continue
+                counts[name] = counts.get(name, 0) + 1
+                metrics.values.setdefault(name, {})[counts[name]] = value
     return metrics
 
 

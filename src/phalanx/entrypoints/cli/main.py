@@ -2,8 +2,8 @@
 
 This module is the table of commands: it builds the typer app and registers each command from the module of
 its noun, in the order ``phalanx --help`` lists them (``jobs``: run, submit, get, describe, logs, halt, resume,
-delete, explain; ``convert``; ``control_plane``: up, down, status; ``install``; ``sim``, ``dataset`` and
-``cache`` groups).
+delete, explain; ``convert``; ``control_plane``: up, down, status; ``install``; ``sim``, ``dataset``,
+``cache`` and ``sweep`` groups).
 The option types and the backend session every verb shares are in ``options``.
 
 Every job verb takes ``--backend embedded|kubernetes`` (default: ``$PHALANX_BACKEND``, else kubernetes when
@@ -30,6 +30,7 @@ from phalanx.entrypoints.cli.caches import cache_app
 from phalanx.entrypoints.cli.datasets import dataset_app
 from phalanx.entrypoints.cli.sim import sim_app
 from phalanx.entrypoints.cli.sim_fgd import fgd as _fgd  # noqa: F401  (registers `phalanx sim fgd`)
+from phalanx.entrypoints.cli.sweeps import sweep_app
 
 app = typer.Typer(
     name="phalanx",
@@ -58,6 +59,7 @@ for command in (
 app.add_typer(sim_app, name="sim")
 app.add_typer(dataset_app, name="dataset")
 app.add_typer(cache_app, name="cache")
+app.add_typer(sweep_app, name="sweep")
 
 
 def main() -> None:

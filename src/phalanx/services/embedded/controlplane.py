@@ -3,9 +3,10 @@
 Only the lease holder acts. The loop is level-triggered: each pass reads the store and processes, acts, and
 sleeps until something may have changed: the store (a write by any process), a replica's process (its shim
 exited), a timer that is due. A pass that changed something is followed at once by another, so a submitted job
-runs through Queued → Admitted → Downloading → Running within a few passes. A pass also checks the GPUs'
-health when due, every ``gpu_check_seconds`` (``services.embedded.gpu_watch``), as the node agent does on
-Kubernetes.
+runs through Queued → Admitted → Downloading → Running within a few passes. Sweeps are run in the same passes
+by the sweep controller written once over the port (``services.sweeps``): their trials are ordinary jobs, with
+the studies in ``sweeps.db``. A pass also checks the GPUs' health when due, every ``gpu_check_seconds``
+(``services.embedded.gpu_watch``), as the node agent does on Kubernetes.
 
 The sleep is one ``poll(2)`` on the shims' exit descriptors (pidfds, see ``NodeRuntime``) and on a ``Bell``
 that the local API rings when it writes, so neither a finished replica nor a job submitted through the API
@@ -49,9 +50,11 @@ from phalanx.services.embedded.gpu_watch import GpuWatch
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.leadership import LEASE_NAME, Leadership
 from phalanx.services.embedded.node_runtime import NodeRuntime
-from phalanx.services.embedded.operations import seed_builtin_jobtypes
+from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteBackend, seed_builtin_jobtypes
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
+from phalanx.services.sweeps.controller import SweepController
+from phalanx.services.sweeps.study import LazyStudies, StudyStore, UnavailableStudies
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -60,6 +63,9 @@ STOP_CHECK_SECONDS = 0.1
 # store's own wait_for_change does).
 STORE_CHECK_SECONDS = 0.002
 MAX_STORE_CHECK_SECONDS = 0.02
+# How often a running trial's log (a local file's tail) is read for its metric lines: early stopping acts within
+# about this much of a report.
+SWEEP_LOG_SECONDS = 0.25
 
 
 class Bell:
@@ -93,6 +99,19 @@ class Bell:
             self._closed = True
             os.close(self.fd)
             os.close(self._write_fd)
+
+
+def study_store(layout: StateLayout) -> StudyStore:
+    """The sweeps' studies in the state directory (``sweeps.db``); without Optuna, sweeps wait saying why."""
+    try:
+        # Imported here: Optuna is an extra (``phalanx[sweeps]``), and a control plane runs without it.
+        from phalanx.adapters.sweeps.optuna_study import StudyStore as OptunaStudies
+    except ImportError as error:
+        return UnavailableStudies(
+            f"sweeps need Optuna, which this control plane cannot import ({error}); install it with "
+            "`pip install 'phalanx[sweeps]'` and restart the control plane"
+        )
+    return OptunaStudies(f"sqlite:///{layout.sweeps_database}")
 
 
 @dataclass
@@ -264,6 +283,14 @@ class ControlPlane:
         self, stop: threading.Event, runtime: NodeRuntime, gpus: GpuWatch, bell: Bell, datasets: DatasetManager
     ) -> None:
         controller = JobController(self.store, self.layout, identity=self.leadership.holder, data=datasets)
+        sweeps = SweepController(
+            SqliteBackend(self.store, self.layout, clock=self.clock),
+            LazyStudies(lambda: study_store(self.layout)),
+            self.clock,
+            inherited_annotations=frozenset({SUBMIT_DIR_ANNOTATION}),
+            passthrough=(StoreError,),  # the loop backs off on the store's faults, as for every step
+            log_every_s=SWEEP_LOG_SECONDS,
+        )
         scheduler = SchedulerService(self.store, identity=self.leadership.holder, policy=self.config.scheduler_policy)
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
@@ -285,6 +312,7 @@ class ControlPlane:
                     changed_runtime = gpus.sync()
                     changed_runtime |= runtime.sync()
                     changed_runtime |= datasets.sync()
+                    changed_runtime |= sweeps.sync()  # before the controller: a trial made now is queued now
                     changed_jobs, wake = controller.sync()
                     changed_sched = scheduler.sync()
                     if not (changed_runtime or changed_jobs or changed_sched):
@@ -314,6 +342,8 @@ class ControlPlane:
             timeout = period if wake is None else max(0.0, min(period, wake))
             if (launch_in := runtime.launch_retry_in()) is not None:
                 timeout = min(timeout, launch_in)  # a launch deferred by a fault of the machine is due
+            if (read_in := sweeps.due_in()) is not None:
+                timeout = min(timeout, read_in)  # a running trial's metric lines are due to be read
             if (check_in := gpus.due_in()) is not None:
                 timeout = min(timeout, check_in)  # the GPUs' health is due to be checked
             if self.faults.active and wake is not None:

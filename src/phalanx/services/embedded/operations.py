@@ -71,6 +71,34 @@ def seed_builtin_jobtypes(store: SqliteStore) -> None:
             store.update(validated_copy(existing, spec=jobtype.spec))
 
 
+def latest_logs(layout: StateLayout, namespace: str, name: str, uid: str) -> builtins.list[tuple[str, Path]]:
+    """(replica, log path) of the latest attempt of each replica of one job (one uid), in name order."""
+    base = layout.job_dir(namespace, name, uid) / "replicas"
+    latest: dict[str, tuple[int, Path]] = {}
+    if base.is_dir():
+        for run_dir in base.iterdir():
+            stem, _, attempt = run_dir.name.rpartition("-a")
+            if not attempt.isdigit():
+                continue
+            short = stem.removeprefix(f"{name}-")
+            if short not in latest or int(attempt) > latest[short][0]:
+                latest[short] = (int(attempt), run_dir / "replica.log")
+    return [(short, path) for short, (_, path) in sorted(latest.items())]
+
+
+def read_tail(path: Path, limit: int = port.LOG_TAIL_CHARS) -> str:
+    """The end of a log file: its last ``limit`` bytes (decoded leniently), from a line's start."""
+    with path.open("rb") as file:
+        size = file.seek(0, 2)
+        file.seek(max(0, size - limit))
+        data = file.read(limit)
+    text = data.decode(errors="replace")
+    if size > limit:
+        _, newline, rest = text.partition("\n")  # the first line is cut: leave it out
+        text = rest if newline else text
+    return text
+
+
 class SqliteStatus:
     """The port's status side over the SQLite store (``services.port.StatusWriter``), for the control loops."""
 
@@ -138,6 +166,19 @@ class SqliteBackend(SqliteStatus):
     def events_of(self, obj: WithStatus) -> builtins.list[Event]:
         """Events recorded about the object."""
         return self.store.list_events(obj.kind, obj.metadata.namespace, obj.metadata.name)
+
+    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
+        """The tail of each replica's log file (its latest attempt), read from the end."""
+        assert job.metadata.uid is not None
+        found = {}
+        for short, path in latest_logs(self.layout, job.metadata.namespace, job.metadata.name, job.metadata.uid):
+            if replica is not None and replica != short:
+                continue
+            try:
+                found[short] = read_tail(path)
+            except OSError:
+                continue  # not written yet, or removed with its job meanwhile
+        return found
 
     def create(self, obj: Stored) -> None:
         """Store a new object (Queues, cluster-scoped, in the one namespace the store keeps them in)."""
@@ -302,21 +343,14 @@ class EmbeddedOperations(Operations):
         """(replica, log path) of the latest attempt of each replica (or of one), in name order."""
         job = self.get_job(namespace, name)
         assert job.metadata.uid is not None
-        base = self.layout.job_dir(namespace, name, job.metadata.uid) / "replicas"
-        latest: dict[str, tuple[int, Path]] = {}
-        if base.is_dir():
-            for run_dir in base.iterdir():
-                stem, _, attempt = run_dir.name.rpartition("-a")
-                if not attempt.isdigit():
-                    continue
-                short = stem.removeprefix(f"{name}-")
-                if replica is not None and replica not in (stem, short):
-                    continue
-                if short not in latest or int(attempt) > latest[short][0]:
-                    latest[short] = (int(attempt), run_dir / "replica.log")
-        if replica is not None and not latest:
+        found = [
+            (short, path)
+            for short, path in latest_logs(self.layout, namespace, name, job.metadata.uid)
+            if replica is None or replica in (short, f"{name}-{short}")
+        ]
+        if replica is not None and not found:
             raise no_replica_logs(job, replica, "no logs yet")
-        return [(short, path) for short, (_, path) in sorted(latest.items())]
+        return found
 
     # -- quarantine ------------------------------------------------------------------------------------------
     def quarantined(self) -> builtins.list[QuarantineRecord]:

@@ -36,8 +36,11 @@ from phalanx.adapters.kubernetes.api import (
     EVENTS,
     JOBTYPES,
     NODES,
+    PIPELINERUNS,
+    PIPELINES,
     PODS,
     QUEUES,
+    SWEEPS,
     TRAININGJOBS,
     ConflictError,
     KubeApi,
@@ -59,9 +62,12 @@ from phalanx.adapters.kubernetes.objects import (
     jobtype_from_object,
     node_from_object,
     object_body,
+    pipeline_from_object,
+    pipeline_run_from_object,
     queue_from_object,
     replica_from_pod,
     status_body,
+    sweep_from_object,
 )
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, CONTAINER_NAME, DEFAULT_SCHEDULER_NAME
 from phalanx.model.datasets import Dataset
@@ -72,8 +78,10 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.masking import mask_url
 from phalanx.model.nodes import Node
+from phalanx.model.pipelines import Pipeline, PipelineRun
 from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
+from phalanx.model.sweeps import Sweep
 from phalanx.model.validation import parse_job
 from phalanx.services import port
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView, cache_view_from_labels
@@ -93,11 +101,26 @@ _RESOURCES: dict[type, Resource] = {
     Queue: QUEUES,
     Dataset: DATASETS,
     Node: NODES,
+    Sweep: SWEEPS,
+    Pipeline: PIPELINES,
+    PipelineRun: PIPELINERUNS,
+}
+_READERS: dict[type, Callable[[Mapping[str, Any]], Any]] = {
+    JobType: jobtype_from_object,
+    Queue: queue_from_object,
+    Dataset: dataset_from_object,
+    Node: node_from_object,
+    Sweep: sweep_from_object,
+    Pipeline: pipeline_from_object,
+    PipelineRun: pipeline_run_from_object,
 }
 
 
+#: Lines of a Pod's log that ``logs_of`` asks for (the API server cuts by lines; ``port.log_tail`` by size).
+LOG_TAIL_LINES = 20_000
+
 #: The kinds ``submit -n`` moves on a cluster: JobTypes and Queues are cluster-scoped there.
-CLUSTER_NAMESPACED_KINDS = frozenset({"TrainingJob", "Dataset"})
+CLUSTER_NAMESPACED_KINDS = frozenset({"TrainingJob", "Dataset", "Sweep", "Pipeline", "PipelineRun"})
 
 
 @dataclass(frozen=True)
@@ -163,24 +186,38 @@ class KubeBackend:
         self.informers = dict(informers or {})
         # Called with the object, its new status and the API's answer after each status write (a parse cache).
         self.on_written: Callable[[Any, Any, dict[str, Any]], None] | None = None
-        self._installed: bool | None = None
+        self._served: frozenset[str] | None = None  # Phalanx's plurals the API server serves (discovery)
 
     # -- errors --------------------------------------------------------------------------------------------------
 
-    def installed(self) -> bool:
-        """True when the API server serves Phalanx's TrainingJobs (the CRDs are installed)."""
-        if self._installed is None:
+    def installed(self, resource: Resource = TRAININGJOBS) -> bool:
+        """True when the API server serves Phalanx's ``resource`` (TrainingJobs: Phalanx is installed at all)."""
+        if self._served is None:
             path = f"/apis/{TRAININGJOBS.group}/{TRAININGJOBS.version}"
             try:
                 served = self.api.request("GET", path) or {}
             except NotFoundError:
-                self._installed = False
+                self._served = frozenset()
             except KubeApiError:
                 return True  # cannot tell (e.g. discovery refused): let the request's own error speak
             else:
-                plurals = {str(r.get("name")) for r in served.get("resources") or []}
-                self._installed = TRAININGJOBS.plural in plurals
-        return self._installed
+                self._served = frozenset(str(r.get("name")) for r in served.get("resources") or [])
+        return resource.plural in self._served
+
+    def not_installed(self, resource: Resource) -> OperationError | None:
+        """Why ``resource`` is not served, when it is one of Phalanx's and it is not; None otherwise.
+
+        Phalanx absent altogether, or an install older than this client (its CRDs lack a kind added since, such
+        as Sweep): both are mended by applying the current install.
+        """
+        if resource.group != TRAININGJOBS.group or self.installed(resource):
+            return None
+        if resource is TRAININGJOBS or not self.installed():
+            return OperationError(NOT_INSTALLED)
+        return OperationError(
+            f"this cluster's Phalanx install does not serve {resource_name(resource)} (it is older than this "
+            f"client); update it: {INSTALL_HINT}"
+        )
 
     def error(self, error: KubeApiError, verb: str, resource: Resource, namespace: str | None = None) -> OperationError:
         """A failed request as a message that says what to do about it."""
@@ -204,8 +241,9 @@ class KubeBackend:
                 f"forbidden: you may not {verb} {what}{where} ({error.message}); ask a cluster administrator for "
                 "that permission"
             )
-        if error.status == 404 and resource.group == TRAININGJOBS.group and not self.installed():
-            return OperationError(NOT_INSTALLED)
+        missing = self.not_installed(resource) if error.status == 404 else None
+        if missing is not None:
+            return missing
         return OperationError(f"cannot {verb} {what}{where}: {error.message}")
 
     @contextmanager
@@ -217,8 +255,9 @@ class KubeBackend:
             raise self.error(error, verb, resource, namespace) from None
 
     def _require_installed(self, resource: Resource = TRAININGJOBS) -> None:
-        if resource.group == TRAININGJOBS.group and not self.installed():
-            raise OperationError(NOT_INSTALLED)
+        missing = self.not_installed(resource)
+        if missing is not None:
+            raise missing
 
     # -- reading -------------------------------------------------------------------------------------------------
 
@@ -291,13 +330,7 @@ class KubeBackend:
 
     @staticmethod
     def _model(kind: type[Readable], obj: Mapping[str, Any]) -> Readable:
-        readers: dict[type, Any] = {
-            JobType: jobtype_from_object,
-            Queue: queue_from_object,
-            Dataset: dataset_from_object,
-            Node: node_from_object,
-        }
-        return readers[kind](obj)  # type: ignore[no-any-return]
+        return _READERS[kind](obj)  # type: ignore[no-any-return]
 
     def job_pods(self, namespace: str, name: str, uid: str | None) -> builtins.list[dict[str, Any]]:
         """The Pods labelled with the job's name whose job uid (annotation) is ``uid``, by name."""
@@ -324,6 +357,26 @@ class KubeBackend:
             objects, _ = self.api.list(EVENTS, namespace, field_selector=f"involvedObject.uid={obj.metadata.uid}")
         return sorted((event_from_object(o) for o in objects), key=lambda e: e.time)
 
+    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
+        """The tail of each replica's Pod log (a Pod not placed yet, or whose log cannot be read, is left out)."""
+        found = {}
+        for pod in self.job_pods(job.metadata.namespace, job.metadata.name, job.metadata.uid):
+            meta = pod.get("metadata") or {}
+            short = str(meta.get("name")).removeprefix(f"{job.metadata.name}-")
+            if (replica is not None and replica != short) or not (pod.get("spec") or {}).get("nodeName"):
+                continue
+            try:
+                text = self.api.logs(
+                    str(meta.get("namespace")),
+                    str(meta.get("name")),
+                    container=CONTAINER_NAME,
+                    tail_lines=LOG_TAIL_LINES,
+                )
+            except KubeApiError:
+                continue  # being created, or gone: the next pass reads it again
+            found[short] = port.log_tail(text)
+        return found
+
     # -- writing -------------------------------------------------------------------------------------------------
 
     def create(self, obj: Stored) -> None:
@@ -339,11 +392,11 @@ class KubeBackend:
                 raise
             except NotFoundError as error:
                 self._require_installed(resource)
-                if resource is not TRAININGJOBS:
+                if not resource.namespaced:
                     raise
                 raise OperationError(
-                    f"cannot create trainingjob {namespace}/{obj.metadata.name}: {error.message} (create the "
-                    f"namespace first: kubectl create namespace {namespace})"
+                    f"cannot create {resource.kind.lower()} {namespace}/{obj.metadata.name}: {error.message} "
+                    f"(create the namespace first: kubectl create namespace {namespace})"
                 ) from None
 
     def replace(self, obj: Stored) -> None:

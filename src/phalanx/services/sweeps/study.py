@@ -1,0 +1,105 @@
+"""What the sweep controller needs of a search algorithm's persistent study (the Optuna adapter serves it).
+
+``adapters.sweeps.optuna_study`` implements these two protocols (``StudyStore``, ``SweepStudy``); the controller
+is written against them alone, so that its unit tests run with a small fake and no Optuna. The study is the
+sweep's memory of what it *asked*: a suggestion handed out and not yet told survives a restart there
+(``asked``), so that a crash between asking and creating a trial job neither loses nor repeats a trial.
+
+``UnavailableStudies`` stands in where the algorithm's package is not installed: every sweep then waits, its status
+saying how to install it. ``LazyStudies`` makes the store on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Literal, Protocol
+
+from phalanx.model.sweeps import ParamValue, Sweep
+
+Outcome = Literal["complete", "fail", "pruned"]
+
+
+class StudyUnavailableError(Exception):
+    """The sweep's study cannot be opened for a reason its owner must fix (the message says how)."""
+
+
+class SweepStudy(Protocol):
+    """One sweep's study: ask for suggestions, tell outcomes; trial numbers are the sweep's."""
+
+    def asked(self) -> dict[int, dict[str, ParamValue]]:
+        """Suggestions asked and not told, by trial number."""
+        ...
+
+    def ask(self, count: int) -> dict[int, dict[str, ParamValue]]:
+        """``count`` new suggestions, persisted before they are returned."""
+        ...
+
+    def exhausted(self) -> bool:
+        """Nothing more to suggest (a grid fully asked)."""
+        ...
+
+    def report(self, number: int, intermediate: Mapping[int, float]) -> None:
+        """Keep the trial's intermediate values by step (history only: early stopping is ours)."""
+        ...
+
+    def tell(self, number: int, outcome: Outcome, value: float | None) -> None:
+        """The trial's outcome; telling a finished trial again does nothing."""
+        ...
+
+    def told(self) -> set[int]:
+        """Numbers already told."""
+        ...
+
+
+class StudyStore(Protocol):
+    """Where the studies of every sweep live (a SQLite file, a PostgreSQL database)."""
+
+    def open(self, sweep: Sweep) -> SweepStudy:
+        """Create or load the sweep's study (one per sweep uid).
+
+        Raises:
+            StudyUnavailableError: it cannot be opened here; the message says why and what to do.
+        """
+        ...
+
+    def delete(self, sweep: Sweep) -> None:
+        """Drop the sweep's study (the sweep was deleted); nothing when there is none."""
+        ...
+
+
+class UnavailableStudies:
+    """A ``StudyStore`` that opens nothing and says why: the algorithm's package is missing."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def open(self, sweep: Sweep) -> SweepStudy:
+        """Refuse, with the sentence given."""
+        raise StudyUnavailableError(self.why)
+
+    def delete(self, sweep: Sweep) -> None:
+        """Nothing was ever opened."""
+
+
+class LazyStudies:
+    """A ``StudyStore`` made on first use.
+
+    A control plane with no sweep then never imports the algorithm's package (Optuna takes a while to import).
+    """
+
+    def __init__(self, make: Callable[[], StudyStore]) -> None:
+        self._make = make
+        self._store: StudyStore | None = None
+
+    def _real(self) -> StudyStore:
+        if self._store is None:
+            self._store = self._make()
+        return self._store
+
+    def open(self, sweep: Sweep) -> SweepStudy:
+        """The real store's ``open``."""
+        return self._real().open(sweep)
+
+    def delete(self, sweep: Sweep) -> None:
+        """The real store's ``delete``."""
+        self._real().delete(sweep)
