@@ -217,6 +217,8 @@ class ComponentSpec(ApiModel):
     def input_uses(self) -> dict[str, frozenset[str]]:
         """How the command line may use each input, in any ``if`` branch: ``inputValue``, ``inputPath``, ``isPresent``.
 
+        ``executorInput`` is listed for every input when the component reads KFP's executor input (all travel in it).
+
         For checks made before a run, e.g. whether an artifact is passed to an input read only by value; an
         input the command line never names maps to an empty set.
         """
@@ -226,6 +228,9 @@ class ComponentSpec(ApiModel):
             for key, name in named_in(item):
                 if key != "outputPath" and name in uses:
                     uses[name].add(key)
+                elif key == "executorInput":  # the whole ExecutorInput: every input travels in it
+                    for found in uses.values():
+                        found.add(key)
         return {name: frozenset(found) for name, found in uses.items()}
 
 

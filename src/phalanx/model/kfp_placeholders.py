@@ -3,10 +3,13 @@
 A command-line item is a string or a mapping with one key: ``inputValue``, ``inputPath``, ``outputPath`` (a
 name), ``concat`` (a list of items) or ``if`` (``cond``, ``then``, optional ``else``); ``isPresent`` (a name) is
 allowed only as an ``if`` condition, as in the upstream schema (kubeflow/pipelines 1.8,
-``components.json_schema.json``). The placeholders the SDK later added for its v2-compatible mode are refused by
-path, as is any other key. Parsing is written by hand rather than left to pydantic's union matching, so that a bad
-placeholder gets one sentence about *that* placeholder, not one error per union member. Whether the names exist
-is the component's check (``model.kfp_component``); what they resolve to is ``core.pipelines.placeholders``.
+``components.json_schema.json``). Of the placeholders the SDK later added for its v2-compatible mode, only
+``executorInput`` is taken (``{executorInput: {}}``, or ``null`` as the SDK writes it): the whole ExecutorInput JSON
+a kfp v2 lightweight Python component reads (``core.pipelines.kfp_executor`` writes it); the others (``inputUri``,
+``outputUri``, ``inputMetadata``, ``outputMetadata``) are refused by path, as is any other key. Parsing is
+written by hand rather than left to pydantic's union matching, so that a bad placeholder gets one sentence
+about *that* placeholder, not one error per union member. Whether the names exist is the component's check
+(``model.kfp_component``); what they resolve to is ``core.pipelines.placeholders``.
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ import difflib
 from collections.abc import Mapping
 from typing import Any, Union
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, JsonValue, ValidationError, field_validator
 
 from phalanx.model.base import ApiModel, every_problem
 from phalanx.model.errors import short
 
-#: Placeholders of the SDK's v2-compatible mode (``dsl/v1_structures.py``): their meaning needs KFP's executor.
-V2_PLACEHOLDERS = ("inputUri", "outputUri", "inputMetadata", "outputMetadata", "executorInput")
+#: Placeholders of the SDK's v2-compatible mode (``dsl/v1_structures.py``) that are refused: URIs and metadata
+#: belong to KFP's artifact store and metadata service, which Phalanx does not have.
+V2_PLACEHOLDERS = ("inputUri", "outputUri", "inputMetadata", "outputMetadata")
 _V2_MESSAGE = "v2-compatible placeholders are not supported; use inputPath or outputPath (a local file path) instead"
-_ARGUMENT_PLACEHOLDERS = ("inputValue", "inputPath", "outputPath", "concat", "if")
+_ARGUMENT_PLACEHOLDERS = ("inputValue", "inputPath", "outputPath", "concat", "if", "executorInput")
 #: What ``if.cond`` may be besides an ``isPresent``/``inputValue`` placeholder: strings read as
 #: ``distutils.util.strtobool`` reads them, as the KFP v1 SDK does.
 TRUE_WORDS = frozenset({"y", "yes", "t", "true", "on", "1"})
@@ -46,6 +50,16 @@ class OutputPathPlaceholder(ApiModel):
     """``{outputPath: NAME}``: a local path the program must write the output to."""
 
     output_path: str
+
+
+class ExecutorInputPlaceholder(ApiModel):
+    """``{executorInput: {}}``: KFP v2's ExecutorInput as one JSON string (inputs, output paths, the output file).
+
+    Only kfp v2 lightweight Python components use it (``python3 -m kfp.dsl.executor_main --executor_input ...``);
+    the value is always empty: the SDK refuses anything else.
+    """
+
+    executor_input: dict[str, JsonValue] = Field(default_factory=dict, max_length=0)
 
 
 class IsPresentPlaceholder(ApiModel):
@@ -92,7 +106,13 @@ class IfPlaceholder(ApiModel):
 
 #: One command-line item: a string or a placeholder that resolves to zero, one or several strings.
 Argument = Union[  # noqa: UP007 (forward references: the | operator needs the classes, not their names)
-    str, InputValuePlaceholder, InputPathPlaceholder, OutputPathPlaceholder, ConcatPlaceholder, IfPlaceholder
+    str,
+    InputValuePlaceholder,
+    InputPathPlaceholder,
+    OutputPathPlaceholder,
+    ConcatPlaceholder,
+    IfPlaceholder,
+    ExecutorInputPlaceholder,
 ]
 #: An ``if`` condition: a literal (bool or a boolean word), whether an input is present, or an input's value.
 Condition = bool | str | IsPresentPlaceholder | InputValuePlaceholder
@@ -186,6 +206,11 @@ def parse_argument(raw: Any, loc: tuple[str | int, ...], problems: Problems) -> 
         )
     if key == "if":
         return _if(value, (*loc, key), problems)
+    if key == "executorInput":
+        if value is not None and value != {}:
+            problems.append(((*loc, key), "takes no value: write {executorInput: {}}"))
+            return raw
+        return ExecutorInputPlaceholder.model_construct(executor_input={})
     if key == "isPresent":
         problems.append((loc, "isPresent is only allowed as an if condition: {if: {cond: {isPresent: NAME}, ...}}"))
     elif key in V2_PLACEHOLDERS:
@@ -238,9 +263,14 @@ def _if(raw: Any, loc: tuple[str | int, ...], problems: list[Any]) -> Any:
 
 
 def named_in(item: Any) -> list[tuple[str, str]]:
-    """(placeholder key, name) of every named placeholder in ``item``, through concat and both if branches."""
+    """(placeholder key, name) of every named placeholder in ``item``, through concat and both if branches.
+
+    ``{executorInput: {}}`` names no one input: it is listed as ``("executorInput", "")``.
+    """
     if isinstance(item, InputValuePlaceholder | InputPathPlaceholder | OutputPathPlaceholder | IsPresentPlaceholder):
         return [name_in(item)]
+    if isinstance(item, ExecutorInputPlaceholder):
+        return [("executorInput", "")]
     found: list[tuple[str, str]] = []
     if isinstance(item, ConcatPlaceholder):
         for part in item.concat:

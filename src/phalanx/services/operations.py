@@ -26,6 +26,7 @@ from phalanx.adapters.sweeps.algorithms import algorithm_available, check_settin
 from phalanx.core.delegation import conflicts, placing_scheduler
 from phalanx.core.lifecycle import ACTIVE_PHASES
 from phalanx.core.pipelines.components import sample_step_jobs, step_sweeps
+from phalanx.core.pipelines.kfp_ir import pipelines_from_ir
 from phalanx.core.pipelines.validation import bind_run, validate_pipeline, validate_run
 from phalanx.core.stand_ins import FLAG, apply_stand_ins, check_stand_ins
 from phalanx.core.sweeps.katib import validate_experiment
@@ -194,6 +195,8 @@ def validate_documents(
     """
     # Documents posted as JSON or handed over by the SDK meet a file's limits before anything walks them.
     check_documents(documents, source=source)
+    # A compiled Kubeflow Pipelines v2 file (pipelineInfo + root) is the Pipeline it becomes, checked as one.
+    documents = pipelines_from_ir(documents, source=source)
     if namespace is not None:
         try:
             check_dns_label(namespace, "namespace")
@@ -524,6 +527,8 @@ def convert_documents(
     Raises:
         SpecError: every problem in every document, each with its field path.
     """
+    # A compiled KFP v2 pipeline comes out as the Pipeline it becomes (validated as one below).
+    documents = pipelines_from_ir(documents, source=source)
     validate_documents(
         documents,
         jobtypes,

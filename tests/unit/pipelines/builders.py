@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from phalanx.core.pipelines.dag import InputDecl, OutputDecl, PipelineGraph, StepInterface, check_pipeline
-from phalanx.model.pipelines import PipelineSpec, parse_pipeline
+from phalanx.model.kfp_component import ComponentSpec, parse_component, type_name
+from phalanx.model.pipelines import Pipeline, PipelineSpec, parse_pipeline
 
 
 def job_spec(*command: str) -> dict[str, Any]:
@@ -66,3 +67,25 @@ def out(name: str, type_: str | None = None) -> OutputDecl:
 
 def inp(name: str, type_: str | None = None, *, required: bool = True) -> InputDecl:
     return InputDecl(name, type_, required)
+
+
+def component_interface(component: ComponentSpec) -> StepInterface:
+    return StepInterface(
+        tuple(
+            InputDecl(i.name, type_name(i.type), required=i.default is None and not i.optional)
+            for i in component.inputs
+        ),
+        tuple(OutputDecl(o.name, type_name(o.type)) for o in component.outputs),
+    )
+
+
+def accepted(document: dict[str, Any]) -> Pipeline:
+    """A Pipeline document through the pipeline checks of the door (shape, inline components, the whole DAG)."""
+    pipeline = parse_pipeline(document)
+    components = {
+        step.name: component_interface(parse_component(step.component.inline))
+        for step in pipeline.spec.steps
+        if step.component is not None and step.component.inline is not None
+    }
+    check_pipeline(pipeline.spec, components)
+    return pipeline

@@ -116,7 +116,6 @@ def test_unquoted_scalars_in_a_command_line_become_strings() -> None:
             [
                 "implementation.container.args[1].inputUri: v2-compatible placeholders are not supported",
                 "implementation.container.args[3].outputUri: v2-compatible placeholders are not supported",
-                "implementation.container.args[4].executorInput: v2-compatible placeholders are not supported",
             ],
         ),
         (

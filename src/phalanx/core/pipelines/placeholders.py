@@ -23,6 +23,10 @@ Semantics follow the KFP 1.8 SDK's resolver (``_components.py``):
   artifact by value reads it and passes the text as the value.
 
 An ``env`` value must resolve to exactly one string, or to nothing (the variable is then left out).
+
+``{executorInput: {}}`` (kfp v2 lightweight Python components) resolves to the ``executor_input`` text the caller
+made with ``core.pipelines.kfp_executor.executor_input``: that JSON carries every input and every output path, so
+each input given counts as used (values by value, artifacts by path) and each output with a path as written.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from phalanx.model.kfp_placeholders import (
     Argument,
     ConcatPlaceholder,
     Condition,
+    ExecutorInputPlaceholder,
     IfPlaceholder,
     InputPathPlaceholder,
     InputValuePlaceholder,
@@ -90,6 +95,7 @@ def resolve_command(
     output_paths: Mapping[str, str],
     prefix: Sequence[str | int] = (),
     arguments_at: Sequence[str | int] = ("arguments",),
+    executor_input: str | None = None,
 ) -> ResolvedCommand:
     """The command line and environment of ``component`` run with these arguments.
 
@@ -103,11 +109,13 @@ def resolve_command(
         output_paths: output name → the local path the program is to write it to.
         prefix: path parts put before a component path in errors (``spec.steps[2].component``).
         arguments_at: the path of the arguments mapping, for errors about a missing or unknown argument.
+        executor_input: what ``{executorInput: {}}`` resolves to (``kfp_executor.executor_input``'s JSON); a
+            component using that placeholder without it is an error.
 
     Raises:
         SpecError: every problem, each naming the placeholder or argument by path.
     """
-    resolver = _Resolver(component, values, artifacts, input_paths, output_paths, tuple(prefix))
+    resolver = _Resolver(component, values, artifacts, input_paths, output_paths, tuple(prefix), executor_input)
     for name in [*values, *(name for name in artifacts if name not in values)]:
         if component.input(name) is None:
             known = [item.name for item in component.inputs]
@@ -163,6 +171,7 @@ class _Resolver:
     input_paths: Mapping[str, str]
     output_paths: Mapping[str, str]
     prefix: Loc
+    executor_input: str | None
     errors: list[FieldError] = field(default_factory=list)
     by_value: set[str] = field(default_factory=set)
     by_path: dict[str, str] = field(default_factory=dict)
@@ -197,12 +206,26 @@ class _Resolver:
             return [path]
         if isinstance(item, ConcatPlaceholder):
             return ["".join(self.expand_list(item.concat, (*loc, "concat")))]
+        if isinstance(item, ExecutorInputPlaceholder):
+            return self.whole_executor_input((*loc, "executorInput"))
         if isinstance(item, IfPlaceholder):
             body = item.if_
             taken = self.holds(body.cond, (*loc, "if", "cond"))
             branch, parts = ("then", body.then) if taken else ("else", body.else_)
             return self.expand_list(parts or [], (*loc, "if", branch))
         raise TypeError(f"not a command-line item: {short(item)}")  # parse_component admits no other kind
+
+    def whole_executor_input(self, loc: Loc) -> list[str]:
+        """The ExecutorInput JSON; every input given and every output with a path travel in it."""
+        if self.executor_input is None:
+            self.fail(loc, "the component reads KFP's executor input, but none was given for this run")
+            return []
+        self.by_value.update(self.values)
+        self.by_path.update(self.artifacts)
+        for output in self.component.outputs:
+            if output.name in self.output_paths:
+                self.outputs[output.name] = self.output_paths[output.name]
+        return [self.executor_input]
 
     def present(self, name: str) -> bool:
         spec = self.component.input(name)

@@ -1,5 +1,7 @@
 """``phalanx convert FILE``: what the Kubeflow jobs (TrainingJobs, JobTypes) and Katib Experiments (Sweeps) become.
 
+A compiled Kubeflow Pipelines v2 file (the IR YAML ``kfp.compiler`` writes) comes out as the Pipeline it becomes.
+
 Offline: it reads the file and the built-in JobTypes (and those in the file), talks to no control plane and no
 cluster, and creates nothing. What it prints is what ``phalanx submit`` to the chosen backend would accept for the
 same file — that backend's refusals (pod fields the embedded runtime cannot honour, fields a named cluster
@@ -32,12 +34,17 @@ class Format(StrEnum):
 def convert(
     file: Annotated[
         Path,
-        typer.Argument(help="A YAML/JSON file of Kubeflow jobs (PyTorchJob, TFJob, MPIJob...) or Katib Experiments."),
+        typer.Argument(
+            help="A YAML/JSON file of Kubeflow jobs (PyTorchJob, TFJob, MPIJob...), Katib Experiments or a compiled "
+            "KFP v2 pipeline."
+        ),
     ],
     output: Annotated[Format, typer.Option("--output", "-o", help="yaml or json.")] = Format.YAML,
     backend: BackendOption = None,
 ) -> None:
     """Print what each Kubeflow job (a TrainingJob, any JobType) and Katib Experiment (a Sweep) in FILE becomes.
+
+    A compiled Kubeflow Pipelines v2 pipeline (IR YAML) is printed as the Phalanx Pipeline it runs as.
 
     Nothing is created; other documents of the file are printed as they are. A field that cannot be honoured — by
     Phalanx, or by the backend the job would be submitted to (--backend) — is an error naming its path in the

@@ -1,0 +1,49 @@
+"""The v1-components pipeline written with Phalanx's Python DSL (phalanx.dsl) instead of YAML.
+
+    python examples/pipelines/dsl_pipeline.py            # print the Pipeline document
+    python examples/pipelines/dsl_pipeline.py --submit   # submit it and a run of it to the local runtime
+
+Run it from the repository root: component files are read relative to the working directory, when a step is
+defined, and put in the document inline.
+"""
+
+import sys
+from pathlib import Path
+
+from phalanx import dsl
+
+HERE = Path(__file__).parent
+
+
+def build() -> dsl.Pipeline:
+    p = dsl.Pipeline("dsl-demo")
+    count = p.param("count", "Integer", default=10)
+    factors = p.param("factors", "JsonArray", default=[1, 2, 3])
+    numbers = p.component("numbers", HERE / "components" / "make_numbers.yaml", arguments={"count": count})
+    p.component(
+        "sums",
+        HERE / "components" / "scaled_sum.yaml",
+        arguments={"numbers": numbers.outputs["numbers"], "factor": dsl.ITEM},
+        parallel_for=factors,
+        retries=1,
+    )
+    p.command(
+        "shout",
+        ["sh", "-c", 'tr 0-9 a-j < "$0"', dsl.input_path("numbers")],
+        inputs={"numbers": "Dataset"},
+        arguments={"numbers": numbers.outputs["numbers"]},
+        when=count >= 10,
+    )
+    return p
+
+
+if __name__ == "__main__":
+    pipeline = build()
+    if "--submit" in sys.argv[1:]:
+        from phalanx import Client
+
+        with Client() as client:
+            for submitted in pipeline.submit(client, arguments={"count": 20}):
+                print(submitted)
+    else:
+        print(pipeline.to_yaml(), end="")
