@@ -94,7 +94,7 @@ RAW_VALUES = {
         ".spec.algorithm.settings.*",  # booleans, numbers or strings
         ".spec.trial.spec.*",  # a TrainingJob spec with ${params.x} where numbers go
         ".status.bestTrial.parameters.*",
-        ".status.results[].parameters.*",  # each trial's, as the best trial's
+        ".status.results[].parameters.*",
     },
     "Pipeline": {
         ".spec.steps[].component.inline.*",
