@@ -31,6 +31,7 @@ FINISHED = {RunPhase.SUCCEEDED, RunPhase.FAILED}
 STEP = """
 import json, pathlib, sys, time
 ledger, name, seconds, *outputs = sys.argv[1:]
+outputs = outputs[: outputs.index("--")] if "--" in outputs else outputs  # the inputs' values follow "--"
 with open(ledger, "a") as f:
     f.write(name + "\\n")
 time.sleep(float(seconds))

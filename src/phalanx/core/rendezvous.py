@@ -24,11 +24,15 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from phalanx.core.pipelines.steps import OUTPUTS_ENV
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import TEMPLATE_PATTERN, JobType
 from phalanx.model.replicas import replica_name
 
 RESERVED_ENV_PREFIX = "PHALANX_"
+#: ``PHALANX_`` variables a job's template may carry because a controller of Phalanx set them there (the door
+#: refuses every ``PHALANX_`` name a user writes): a pipeline step's outputs folder.
+CONTROLLER_ENV = frozenset({OUTPUTS_ENV})
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +151,7 @@ def render_replica_env(
         }
     )
     for key, value in job.spec.replicas[role].template.env.items():
-        if not key.startswith(RESERVED_ENV_PREFIX):
+        if not key.startswith(RESERVED_ENV_PREFIX) or key in CONTROLLER_ENV:
             env[key] = value
     return env
 

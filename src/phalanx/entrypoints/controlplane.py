@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -60,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="a file of GPU indices of this machine to treat as unhealthy, read at every check",
     )
+    parser.add_argument(
+        "--artifact-store",
+        default=os.environ.get("PHALANX_ARTIFACT_STORE"),
+        help="pipeline artifacts and step cache: a folder or an s3:// / gs:// URL (default: <state dir>/artifacts)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     try:
@@ -96,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             gpu_check_seconds=args.gpu_check_interval,
             gpu_fault_file=args.gpu_fault_file,
             scheduler_policy=policy,
+            artifact_store=args.artifact_store,
         )
     )
     plane.run(stop)

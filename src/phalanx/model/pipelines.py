@@ -348,6 +348,7 @@ class StepStatus(ApiModel):
     retryable: bool = Field(default=True, description="false when it failed before starting (no retry mends it)")
     cache_hit: bool = False
     cache_key: str | None = None
+    job: str | None = Field(default=None, description="the job (or Sweep) of the latest attempt")
     outputs: dict[str, str] = Field(default_factory=dict, description="output name -> value or artifact location")
     output_digests: dict[str, str] = Field(default_factory=dict, description="artifact output -> content digest")
     start_time: datetime | None = None

@@ -115,6 +115,15 @@ class Submitted:
     configured: bool = False  # an existing object (a Queue, a JobType) whose spec was replaced, as kubectl apply
 
 
+@dataclass(frozen=True)
+class PipelineRunDescription:
+    """What `describe pipelinerun` shows: the run, the pipeline it runs (None when that is gone), its Events."""
+
+    run: PipelineRun
+    spec: PipelineSpec | None
+    events: list[Event]
+
+
 @dataclass
 class JobDescription:
     """Everything `describe` shows about a job."""
@@ -1105,6 +1114,19 @@ class Operations:
             OperationError: no such PipelineRun (with the names of the others), or it cannot be read.
         """
         return self._get(PipelineRun, namespace, name)
+
+    def describe_pipelinerun(self, namespace: str, name: str) -> PipelineRunDescription:
+        """A PipelineRun with the pipeline it runs and its Events (the pipeline controller's).
+
+        Raises:
+            OperationError: no such PipelineRun.
+        """
+        run = self.get_pipelinerun(namespace, name)
+        spec = run.spec.pipeline_spec
+        if spec is None and run.spec.pipeline_ref is not None:
+            stored = self.backend.get(Pipeline, namespace, run.spec.pipeline_ref.name)
+            spec = stored.spec if stored is not None else None
+        return PipelineRunDescription(run=run, spec=spec, events=self.backend.events_of(run))
 
     def delete_pipelinerun(self, namespace: str, name: str) -> list[str]:
         """Delete a PipelineRun with its step jobs and its sweep steps' Sweeps (label ``phalanx.dev/pipelinerun``).

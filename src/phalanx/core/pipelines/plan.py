@@ -102,8 +102,9 @@ def observation(status: PipelineRunStatus) -> RunObservation:
     instances: dict[InstanceKey, InstanceState] = {}
     for entry in status.instances:
         outputs = {name: OutputValue(value, entry.output_digests.get(name)) for name, value in entry.outputs.items()}
+        # The model keeps enum fields as their values (plain strings): this module compares members by identity.
         instances[(entry.step, entry.item)] = InstanceState(
-            entry.phase, entry.attempts, outputs, entry.cache_hit, entry.retryable
+            StepPhase(entry.phase), entry.attempts, outputs, entry.cache_hit, entry.retryable
         )
     finished = status.phase if status.phase in (RunPhase.SUCCEEDED, RunPhase.FAILED) else None
     return RunObservation(

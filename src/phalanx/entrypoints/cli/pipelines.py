@@ -176,21 +176,31 @@ def _dependencies(spec: PipelineSpec) -> list[tuple[Step, list[str]]]:
 
 
 def describe_pipelinerun(client: Client | KubernetesClient, name: str) -> None:
-    """`phalanx describe pipelinerun NAME`: its phase and step instances (the pipeline controller's to extend)."""
+    """`phalanx describe pipelinerun NAME`: the DAG as a tree, then the run's Events.
+
+    Each step shows its phase, duration, cache hit, attempts, fan-out items and message.
+    """
+    from phalanx.entrypoints.cli.render import age, events_table
+    from phalanx.entrypoints.cli.render_pipelines import pipelinerun_tree
     from phalanx.entrypoints.cli.styles import styled_phase
 
-    run = client.ops.get_pipelinerun(client.namespace, name)
+    described = client.ops.describe_pipelinerun(client.namespace, name)
+    run = described.run
     ref = run.spec.pipeline_ref
     console.print(f"[bold]Name:[/]       {run.metadata.name}")
     console.print(f"[bold]Namespace:[/]  {run.metadata.namespace}")
     console.print(f"[bold]Pipeline:[/]   {ref.name if ref is not None else '(inline)'}")
     console.print(f"[bold]Phase:[/]      {styled_phase(run.status.phase)}")
+    console.print(f"[bold]Age:[/]        {age(run.metadata.creation_timestamp)}")
+    if run.spec.arguments:
+        shown = ", ".join(f"{key}={value}" for key, value in sorted(run.spec.arguments.items()))
+        console.print(f"[bold]Arguments:[/]  {escape(shown)}")
     if run.status.message:
         console.print(f"[bold]Message:[/]    {escape(run.status.message)}")
-    for instance in run.status.instances:
-        item = f"[{instance.item}]" if instance.item is not None else ""
-        cached = " (cached)" if instance.cache_hit else ""
-        console.print(f"  {instance.step}{item}: {styled_phase(instance.phase)}{cached}")
+    if described.spec is None and ref is not None:
+        console.print(f"[yellow]pipeline {ref.name} is not stored any more: steps are shown as recorded[/]")
+    console.print(pipelinerun_tree(run, described.spec))
+    console.print(events_table(described.events, run.metadata.creation_timestamp))
 
 
 def delete_pipeline(client: Client | KubernetesClient, name: str) -> None:

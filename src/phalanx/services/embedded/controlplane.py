@@ -1,6 +1,8 @@
 """The embedded control plane: node registration, then controller, scheduler and node runtime in one loop.
 
-Only the lease holder acts. The loop is level-triggered: each pass reads the store and processes, acts, and
+Only the lease holder acts. Pipeline runs advance in the same passes (``services.pipelines.controller``), with
+their artifacts in ``ControlPlaneConfig.artifact_store`` (the state directory's ``artifacts`` folder by default).
+The loop is level-triggered: each pass reads the store and processes, acts, and
 sleeps until something may have changed: the store (a write by any process), a replica's process (its shim
 exited), a timer that is due. A pass that changed something is followed at once by another, so a submitted job
 runs through Queued → Admitted → Downloading → Running within a few passes. Sweeps are run in the same passes
@@ -37,6 +39,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
+from phalanx.adapters.artifacts import ArtifactStore, ArtifactStoreError
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices import discover_local_node, load_inventory
 from phalanx.adapters.executor import LocalExecutor
@@ -53,6 +56,7 @@ from phalanx.services.embedded.node_runtime import NodeRuntime
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteBackend, seed_builtin_jobtypes
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
+from phalanx.services.pipelines.controller import PipelineController
 from phalanx.services.sweeps.controller import SweepController
 from phalanx.services.sweeps.study import LazyStudies, StudyStore, UnavailableStudies
 
@@ -134,6 +138,9 @@ class ControlPlaneConfig:
     gpu_check_seconds: float = 10.0
     gpu_fault_file: Path | None = None
     scheduler_policy: SchedulerConfig = DEFAULT_POLICY
+    #: Where pipeline steps keep their artifacts and the step cache: a local folder or an fsspec URL (s3://, gs://
+    #: with the extras). None: the state directory's ``artifacts`` folder.
+    artifact_store: str | None = None
 
 
 @dataclass
@@ -291,6 +298,7 @@ class ControlPlane:
             passthrough=(StoreError,),  # the loop backs off on the store's faults, as for every step
             log_every_s=SWEEP_LOG_SECONDS,
         )
+        pipelines = self._pipeline_controller()
         scheduler = SchedulerService(self.store, identity=self.leadership.holder, policy=self.config.scheduler_policy)
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
@@ -312,6 +320,8 @@ class ControlPlane:
                     changed_runtime = gpus.sync()
                     changed_runtime |= runtime.sync()
                     changed_runtime |= datasets.sync()
+                    # Before the sweep and job controllers: a step's Sweep or job made here is taken up in this pass.
+                    changed_runtime |= pipelines.sync() if pipelines is not None else False
                     changed_runtime |= sweeps.sync()  # before the controller: a trial made now is queued now
                     changed_jobs, wake = controller.sync()
                     changed_sched = scheduler.sync()
@@ -349,6 +359,18 @@ class ControlPlane:
             if self.faults.active and wake is not None:
                 timeout = wake  # the backoff, however often polling would look otherwise
             runtime.exits_noticed(self._wait(stop, seq, timeout, bell, runtime.exit_fds(), datasets.has_results))
+
+    def _pipeline_controller(self) -> PipelineController | None:
+        """The pipeline controller over this store and the configured artifact store (None if that is unusable)."""
+        url = self.config.artifact_store or str(self.layout.artifacts)
+        try:
+            artifacts = ArtifactStore(url, staging=self.layout.artifact_staging)
+        except ArtifactStoreError as err:
+            log.error("pipeline runs wait: %s", err)
+            return None
+        backend = SqliteBackend(self.store, self.layout, clock=self.clock)
+        # The store's faults end the pass: the loop backs off on them, as for every step.
+        return PipelineController(backend, artifacts, self.clock, passthrough=(StoreError,))
 
     def _step_down(self) -> None:
         """Another control plane holds the lease now: stop acting at once and go back to standing by."""

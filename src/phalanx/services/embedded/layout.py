@@ -80,6 +80,16 @@ class StateLayout:
         if uid:
             shutil.rmtree(self.job_dir(namespace, name, uid), ignore_errors=True)
 
+    @property
+    def artifacts(self) -> Path:
+        """The default artifact store of pipelines (``adapters.artifacts``), beside jobs' default artifacts."""
+        return self.root / "artifacts"
+
+    @property
+    def artifact_staging(self) -> Path:
+        """Where step instances of a remote artifact store are staged on this machine."""
+        return self.root / "artifact-staging"
+
     def default_artifacts(self, namespace: str, name: str) -> Path:
         """Where outputs are stored when the job does not say ``outputs.storeTo``."""
         return self.root / "artifacts" / namespace / name

@@ -1,0 +1,1 @@
+"""Pipelines run by one controller over the backend port (``controller``), for the embedded runtime and Kubernetes."""

@@ -1,0 +1,55 @@
+"""`describe pipelinerun`'s tree: steps in run order, items of a fan-out, phase, duration, cache hit, attempts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from tests.unit.pipelines.test_pipeline_controller import World, fan_pipeline, play_fan, run_document
+
+from phalanx.entrypoints.cli.render_pipelines import duration, pipelinerun_tree
+from phalanx.model.pipelines import Pipeline, StepPhase, StepStatus
+
+
+def text_of(world: World, run: str) -> str:
+    pipeline = world.backend.get(Pipeline, "default", "fan")
+    assert pipeline is not None
+    console = Console(record=True, width=160, color_system=None)
+    console.print(pipelinerun_tree(world.run(run), pipeline.spec, now=datetime(2026, 11, 26, 12, 1, tzinfo=UTC)))
+    return console.export_text()
+
+
+def test_a_running_fan_out_shows_each_item_and_the_steps_still_waiting(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.submit(fan_pipeline(retries=2), run_document("r1"))
+    world.settle()
+    world.finish("r1-make-1", {"shards": '["a", "b"]', "data": {"x": "1"}})
+    world.settle()
+    lines = text_of(world, "r1").splitlines()
+    assert lines[0].split() == ["r1", "Running"]
+    make = next(line for line in lines if "make " in line)
+    assert "Succeeded" in make and "attempt 1/1" in make and "job r1-make-1" in make
+    work = next(line for line in lines if line.strip(" ├└─│").startswith("work "))
+    assert "fan-out over 2 items" in work and "after make" in work and "2 Running" in work
+    assert any("work[1]" in line and "Running" in line and "attempt 1/3" in line and "item b" in line for line in lines)
+    assert any(line.strip(" ├└─│").startswith("join") and "Waiting" in line for line in lines)
+
+
+def test_a_cached_rerun_says_cached_for_every_step(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.submit(fan_pipeline(), run_document("r1"))
+    play_fan(world, "r1")
+    world.submit(fan_pipeline(), run_document("r2"))
+    world.settle()
+    text = text_of(world, "r2")
+    assert text.count("cached") == 4 and "Succeeded" in text.splitlines()[0]
+
+
+def test_duration_counts_to_now_while_running() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    entry = StepStatus(step="a", phase=StepPhase.RUNNING, start_time=start)
+    assert duration(entry, datetime(2026, 1, 1, 0, 3, 5, tzinfo=UTC)) == "3m05s"
+    done = entry.model_copy(update={"completion_time": datetime(2026, 1, 1, 0, 0, 42, tzinfo=UTC)})
+    assert duration(done, datetime(2026, 1, 2, tzinfo=UTC)) == "42s"
+    assert duration(StepStatus(step="a", phase=StepPhase.SKIPPED), start) == "-"
