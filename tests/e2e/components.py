@@ -316,3 +316,21 @@ def component_logs(item: pytest.Item) -> str | None:
 def wait_alive(component: Component, timeout: float = 10) -> None:
     """Fail fast with the component's log if it exits."""
     wait_until(lambda: component.alive, timeout, f"{component.name} running")
+
+
+def phalanx_cli(kube: Any, namespace: str, directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``phalanx ARGS -n NAMESPACE --backend kubernetes --kubeconfig <admin>``, run as a user runs it, in ``directory``.
+
+    ``PHALANX_HOME`` points at a directory that must never be created: the embedded backend is not touched.
+    """
+    environment = {k: v for k, v in os.environ.items() if k not in ("PHALANX_BACKEND", "KUBECONFIG", "PHALANX_HOME")}
+    environment.update(PHALANX_HOME=str(directory / "embedded-state"), COLUMNS="200")
+    cluster = ["-n", namespace, "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig)]
+    return subprocess.run(
+        [sys.executable, "-m", "phalanx.entrypoints.cli", *args, *cluster],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        cwd=directory,
+    )

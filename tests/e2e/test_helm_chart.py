@@ -151,7 +151,7 @@ def test_node_selection_resources_health_port_and_scheduler_config_land_in_the_o
     # Values merge into the defaults: the limit stays.
     assert operator["containers"][0]["resources"] == {
         "requests": {"cpu": "1", "memory": "1Gi"},
-        "limits": {"memory": "512Mi"},
+        "limits": {"memory": "1Gi"},
     }
     scheduler = objects[("apps/v1", "Deployment", SYSTEM, "phalanx-scheduler")]["spec"]["template"]["spec"]
     assert scheduler["affinity"] == values["scheduler"]["affinity"]

@@ -11,10 +11,8 @@ and deletes them with ``--backend kubernetes``, as a user does. Nothing here run
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components import phalanx_cli as phalanx
 from components import service_account_kubeconfig
 from phalanx.adapters.kubernetes.api import KubeApi
 from phalanx.model.pipelines import Pipeline, PipelineRun, PipelineRunStatus, parse_pipeline, parse_pipeline_run
@@ -188,21 +187,6 @@ PREP = {
     },
 }
 JOB = {"type": "generic", "replicas": {"worker": {"count": 1, "template": {"image": "x:1", "command": ["true"]}}}}
-
-
-def phalanx(kube: Any, namespace: str, directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``phalanx ARGS -n NAMESPACE --backend kubernetes --kubeconfig <admin>``, run in ``directory``."""
-    environment = {k: v for k, v in os.environ.items() if k not in ("PHALANX_BACKEND", "KUBECONFIG", "PHALANX_HOME")}
-    environment.update(PHALANX_HOME=str(directory / "embedded-state"), COLUMNS="200")
-    cluster = ["-n", namespace, "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig)]
-    return subprocess.run(
-        [sys.executable, "-m", "phalanx.entrypoints.cli", *args, *cluster],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=environment,
-        cwd=directory,
-    )
 
 
 def table(text: str) -> list[dict[str, str]]:

@@ -662,20 +662,27 @@ def test_an_install_with_a_dataset_store_mounts_it_and_the_node_cache_and_one_wi
     from phalanx.adapters.kubernetes.manifests import InstallParameters, install_manifests
 
     plain = install_manifests(InstallParameters(image="p:1", namespace="ml"))
-    # The only volume of a plain install is the scheduler's configuration file (a ConfigMap), no data.
+    # The only volumes of a plain install are the operator's state directory (an emptyDir: sweeps' studies,
+    # pipelines' artifacts) and the scheduler's configuration file (a ConfigMap), no data.
     volumes = [
         volume
         for d in plain
         if d["kind"] in ("Deployment", "DaemonSet")
         for volume in d["spec"]["template"]["spec"].get("volumes", [])
     ]
-    assert volumes == [{"name": "config", "configMap": {"name": "phalanx-scheduler-config"}}]
+    assert volumes == [
+        {"name": "state", "emptyDir": {}},
+        {"name": "config", "configMap": {"name": "phalanx-scheduler-config"}},
+    ]
     documents = install_manifests(InstallParameters(image="p:1", namespace="ml", dataset_store_claim="datasets"))
     by_name = {(d["kind"], d["metadata"]["name"]): d for d in documents}
     labels = by_name[("Namespace", "ml")]["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged", "hostPath needs it"
     operator = by_name[("Deployment", "phalanx-operator")]["spec"]["template"]["spec"]
-    assert operator["volumes"] == [{"name": "dataset-store", "persistentVolumeClaim": {"claimName": "datasets"}}]
+    assert operator["volumes"] == [
+        {"name": "dataset-store", "persistentVolumeClaim": {"claimName": "datasets"}},
+        {"name": "state", "emptyDir": {}},
+    ]
     env = {e["name"]: e.get("value") for e in operator["containers"][0]["env"]}
     assert env["PHALANX_DATASET_STORE"] == "/var/lib/phalanx/datasets/store"
     args = operator_entrypoint.build_parser().parse_args(operator["containers"][0]["args"])

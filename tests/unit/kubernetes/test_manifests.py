@@ -109,8 +109,15 @@ def test_the_operator_runs_jobs_but_does_not_bind_pods() -> None:
     assert not {r for _, r, _ in rules} & {"pods/binding", "nodes/status", "leases", "jobtypes/status"}
     # Nodes are read (each node agent's dataset cache report), never written.
     assert {v for _, r, v in rules if r == "nodes"} == {"get", "list", "watch"}
-    assert ("phalanx.dev", "trainingjobs", "create") not in rules  # users create jobs, not the operator
-    assert ("phalanx.dev", "trainingjobs", "delete") in rules  # ttlSecondsAfterFinished
+    # A sweep's trials and a pipeline run's steps are TrainingJobs (a tuning step a Sweep) the operator makes; it
+    # deletes a finished job after ttlSecondsAfterFinished, and the trials a deleted sweep leaves.
+    assert {("phalanx.dev", r, v) for r in ("trainingjobs", "sweeps") for v in ("create", "delete")} <= rules
+    assert not {("phalanx.dev", r, "create") for r in ("pipelines", "pipelineruns", "queues", "datasets")} & rules
+    # It reads and writes the status of the sweeps and runs it runs, and reads trials' logs for their metrics.
+    for resource in ("sweeps", "pipelines", "pipelineruns"):
+        assert {("phalanx.dev", resource, v) for v in ("get", "list", "watch")} <= rules
+    assert {("phalanx.dev", r, "update") for r in ("sweeps/status", "pipelineruns/status")} <= rules
+    assert {v for _, r, v in rules if r == "pods/log"} == {"get"}
     assert ("phalanx.dev", "jobtypes", "create") in rules  # the built-in JobTypes, at start
 
 

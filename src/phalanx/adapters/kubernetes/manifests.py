@@ -48,6 +48,8 @@ from phalanx.model.scheduler_config import SchedulerConfiguration
 DEFAULT_NAMESPACE = "phalanx-system"
 DEFAULT_CACHE_DIR = DATASET_MOUNT_PATH  # the node agents' hostPath
 DATASET_STORE_PATH = "/var/lib/phalanx/datasets"  # where the dataset store's claim is mounted in the containers
+OPERATOR_STATE_PATH = "/var/lib/phalanx/state"  # the operator's emptyDir: default study database, artifact store
+OPERATOR_STORAGE_SECRET = "phalanx-operator-storage"  # optional: sweep-storage and artifact-store URLs
 SCHEDULER_NAME = "phalanx-scheduler"
 SCHEDULER_LEASE = "phalanx-scheduler"
 SCHEDULER_CONFIG_MAP = "phalanx-scheduler-config"
@@ -83,6 +85,8 @@ class InstallParameters:
         cache_dir: the directory on every node that holds its dataset cache (a hostPath).
         default_job_scheduler: the cluster's scheduler for jobs naming none in ``spec.scheduling.schedulerName``
             (the operator's and the scheduler's ``$PHALANX_DEFAULT_JOB_SCHEDULER``); empty: phalanx-scheduler.
+        storage_secret: the Secret (in ``namespace``, optional) whose keys ``sweep-storage`` and ``artifact-store``
+            name the operator's study database and artifact store; absent, both are in its state directory.
         kubeflow_kinds: also serve the Kubeflow kinds (PyTorchJob... MPIJob, TrainJob and its runtimes) and let
             the operator run them (``kubeflow_manifests``; off by default).
     """
@@ -93,6 +97,7 @@ class InstallParameters:
     cache_dir: str = DEFAULT_CACHE_DIR
     default_job_scheduler: str = ""
     kubeflow_kinds: bool = False
+    storage_secret: str = OPERATOR_STORAGE_SECRET
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +121,8 @@ class _Component:
         return {**self.selector, "app.kubernetes.io/part-of": "phalanx"}
 
 
-OPERATOR = _Component("operator", "phalanx-operator", cpu="100m", memory="128Mi", memory_limit="512Mi")
+# The operator's limit leaves room for Optuna (imported once a sweep exists) beside its caches.
+OPERATOR = _Component("operator", "phalanx-operator", cpu="100m", memory="128Mi", memory_limit="1Gi")
 SCHEDULER = _Component("scheduler", "phalanx-scheduler", cpu="250m", memory="256Mi", memory_limit="1Gi")
 NODE_AGENT = _Component("node-agent", "phalanx-node-agent", cpu="50m", memory="64Mi", memory_limit="256Mi")
 COMPONENTS = (OPERATOR, SCHEDULER, NODE_AGENT)
@@ -254,8 +260,12 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([API_GROUP], plurals, [*READ, "patch", "update"]),
             # The built-in JobTypes (pytorch, mpi...) are created at start when a cluster lacks them.
             _rule([API_GROUP], ["jobtypes"], ["create"]),
-            # A finished job is deleted once its ttlSecondsAfterFinished has passed.
-            _rule([API_GROUP], ["trainingjobs"], ["delete"]),
+            # A finished job is deleted once its ttlSecondsAfterFinished has passed. Sweeps' trials and pipeline
+            # runs' steps are TrainingJobs (a tuning step a Sweep) the operator creates, and deletes when their
+            # sweep is gone.
+            _rule([API_GROUP], ["trainingjobs", "sweeps"], ["create", "delete"]),
+            # A trial's intermediate metrics are the phalanx-metric lines of its first replica's log.
+            _rule([""], ["pods/log"], ["get"]),
             _rule([API_GROUP], with_status, ["update", "patch"]),
             _rule([""], ["pods"], ["create", "delete", *READ]),
             _rule([""], ["services", "configmaps"], ["create", "delete", *READ]),
@@ -413,9 +423,19 @@ def _store_volume(parameters: InstallParameters) -> dict[str, Any]:
     return {"name": "dataset-store", "persistentVolumeClaim": {"claimName": parameters.dataset_store_claim}}
 
 
+def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
+    """An environment variable from the operator's storage Secret, unset while the Secret or key is absent."""
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}}}
+
+
 def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
     """The operator: one replica, replaced (never doubled) on update, as it holds no leader lease.
 
+    It runs the sweeps and pipeline runs too: its state directory (an ``emptyDir``, which outlives a restart of
+    its container but not its Pod) holds the default study database and artifact store; the Secret
+    ``storage_secret`` (``phalanx-operator-storage``), when an administrator creates it, names real ones (keys
+    ``sweep-storage``: a PostgreSQL URL, password included, which is why it is a Secret; ``artifact-store``: an
+    s3:// or gs:// URL).
     With a dataset store it mounts the claim read-write and materialises Datasets into it; local sources are
     read only from the store's ``sources/`` directory (``--allow-path-under``).
     """
@@ -423,17 +443,26 @@ def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
         {"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME},
         {"name": JOB_SCHEDULER_ENV, "value": parameters.default_job_scheduler},
         {"name": KUBEFLOW_KINDS_ENV, "value": "true" if parameters.kubeflow_kinds else "false"},
+        {"name": "PHALANX_STATE_DIR", "value": OPERATOR_STATE_PATH},
+        _secret_env("PHALANX_SWEEP_STORAGE", parameters.storage_secret, "sweep-storage"),
+        _secret_env("PHALANX_ARTIFACT_STORE", parameters.storage_secret, "artifact-store"),
     ]
+    state_volume = {"name": "state", "emptyDir": {}}
+    state_mount = {"name": "state", "mountPath": OPERATOR_STATE_PATH}
     if parameters.dataset_store_claim is None:
-        return _deployment(OPERATOR, parameters, env, strategy="Recreate")
+        deployment = _deployment(OPERATOR, parameters, env, strategy="Recreate")
+        spec = deployment["spec"]["template"]["spec"]
+        spec["volumes"] = [state_volume]
+        spec["containers"][0]["volumeMounts"] = [state_mount]
+        return deployment
     env.append({"name": "PHALANX_DATASET_STORE", "value": f"{DATASET_STORE_PATH}/store"})
     deployment = _deployment(OPERATOR, parameters, env, strategy="Recreate")
     spec = deployment["spec"]["template"]["spec"]
     spec["securityContext"]["fsGroup"] = NONROOT_UID  # the claim's files belong to the operator's group
-    spec["volumes"] = [_store_volume(parameters)]
+    spec["volumes"] = [_store_volume(parameters), state_volume]
     container = spec["containers"][0]
     container["args"] = ["--allow-path-under", f"{DATASET_STORE_PATH}/sources"]
-    container["volumeMounts"] = [{"name": "dataset-store", "mountPath": DATASET_STORE_PATH}]
+    container["volumeMounts"] = [{"name": "dataset-store", "mountPath": DATASET_STORE_PATH}, state_mount]
     return deployment
 
 

@@ -7,6 +7,9 @@ materialised into and node agents stage from (without it Datasets are left alone
 staged), ``--dataset-mount-path``, where replicas see the cache entries they read, and what Dataset sources it
 reads: local paths under ``--allow-path-under`` directories only, scripts only with ``--allow-script-sources``;
 ``--kubeflow-kinds`` (``$PHALANX_KUBEFLOW_KINDS``): also run PyTorchJobs, MPIJobs, TrainJobs... applied with kubectl.
+Sweeps and PipelineRuns are run too (``services.kubernetes.flows``): ``--sweep-storage`` (``$PHALANX_SWEEP_STORAGE``),
+the Optuna storage URL of the studies, and ``--artifact-store`` (``$PHALANX_ARTIFACT_STORE``), the pipelines'
+artifact store and step cache, default to a SQLite file and a directory in ``--state-dir`` (``$PHALANX_STATE_DIR``).
 Exits 0 after a signal, 1 when it cannot reach the API server or fill its caches (the Deployment restarts it).
 """
 
@@ -36,6 +39,7 @@ from phalanx.entrypoints.kubernetes.common import (
     setup,
 )
 from phalanx.services.kubernetes.datasets import SourcePolicy
+from phalanx.services.kubernetes.flows import DEFAULT_STATE_DIR, FlowSettings
 from phalanx.services.kubernetes.operator import KubeOperator
 from phalanx.services.kubernetes.reconcile import OperatorSettings
 
@@ -87,6 +91,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the Kubeflow kinds (PyTorchJob... MPIJob, TrainJob) applied with kubectl, on a cluster installed "
         f"with `phalanx install --kubeflow-kinds` (default: ${KUBEFLOW_KINDS_ENV} == true)",
     )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(os.environ.get("PHALANX_STATE_DIR") or DEFAULT_STATE_DIR),
+        help=f"the operator's own directory, where the defaults of the two below live (default: $PHALANX_STATE_DIR, "
+        f"else {DEFAULT_STATE_DIR})",
+    )
+    parser.add_argument(
+        "--sweep-storage",
+        default=os.environ.get("PHALANX_SWEEP_STORAGE") or None,
+        metavar="URL",
+        help="the Optuna storage URL of the sweeps' studies, e.g. postgresql+psycopg://user@host/db (default: "
+        "$PHALANX_SWEEP_STORAGE, else sqlite:///STATE_DIR/sweeps.db)",
+    )
+    parser.add_argument(
+        "--artifact-store",
+        default=os.environ.get("PHALANX_ARTIFACT_STORE") or None,
+        metavar="URL",
+        help="the pipelines' artifact store and step cache: a directory or an fsspec URL such as s3://bucket/prefix "
+        "(default: $PHALANX_ARTIFACT_STORE, else STATE_DIR/artifacts)",
+    )
     parser.add_argument("--workers", type=int, default=8, help="concurrent API writes within one job's reconcile")
     parser.add_argument("--job-workers", type=int, default=8, help="jobs reconciled at once")
     return parser
@@ -117,6 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             dataset_mount_path=args.dataset_mount_path,
             dataset_sources=SourcePolicy(tuple(args.allow_path_under), args.allow_script_sources),
             kubeflow_kinds=args.kubeflow_kinds,
+            flows=FlowSettings(
+                state_dir=args.state_dir, sweep_storage=args.sweep_storage, artifact_store=args.artifact_store
+            ),
         ),
     )
     stop = threading.Event()

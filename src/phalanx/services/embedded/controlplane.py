@@ -58,7 +58,7 @@ from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
 from phalanx.services.pipelines.controller import PipelineController
 from phalanx.services.sweeps.controller import SweepController
-from phalanx.services.sweeps.study import LazyStudies, StudyStore, UnavailableStudies
+from phalanx.services.sweeps.study import LazyStudies, StudyStore, optuna_studies
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -107,15 +107,7 @@ class Bell:
 
 def study_store(layout: StateLayout) -> StudyStore:
     """The sweeps' studies in the state directory (``sweeps.db``); without Optuna, sweeps wait saying why."""
-    try:
-        # Imported here: Optuna is an extra (``phalanx[sweeps]``), and a control plane runs without it.
-        from phalanx.adapters.sweeps.optuna_study import StudyStore as OptunaStudies
-    except ImportError as error:
-        return UnavailableStudies(
-            f"sweeps need Optuna, which this control plane cannot import ({error}); install it with "
-            "`pip install 'phalanx[sweeps]'` and restart the control plane"
-        )
-    return OptunaStudies(f"sqlite:///{layout.sweeps_database}")
+    return optuna_studies(f"sqlite:///{layout.sweeps_database}", "the control plane")
 
 
 @dataclass

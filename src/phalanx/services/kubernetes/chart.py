@@ -35,6 +35,7 @@ from phalanx.adapters.kubernetes.manifests import (
     KUBEFLOW_KINDS_ENV,
     NODE_AGENT,
     OPERATOR,
+    OPERATOR_STORAGE_SECRET,
     SCHEDULER,
     SCHEDULER_CONFIG_FILE,
     SCHEDULER_CONFIG_HASH,
@@ -131,6 +132,7 @@ def _templated(tokens: _Tokens, *, datasets: bool) -> list[dict[str, Any]]:
         dataset_store_claim=tokens.scalar("{{ .Values.datasets.storeClaim | quote }}") if datasets else None,
         cache_dir=tokens.scalar("{{ .Values.datasets.cacheDir | quote }}"),
         default_job_scheduler=tokens.scalar("{{ .Values.defaultJobScheduler | quote }}"),
+        storage_secret=tokens.scalar("{{ .Values.storage.secret | quote }}"),
     )
     objects = [obj for obj in install_manifests(parameters) if obj["kind"] != "CustomResourceDefinition"]
     for obj in objects:
@@ -274,6 +276,7 @@ def default_values() -> dict[str, Any]:
     values["datasets"] = {"storeClaim": "", "cacheDir": DEFAULT_CACHE_DIR}
     values["defaultJobScheduler"] = ""
     values["kubeflowKinds"] = {"enabled": False}
+    values["storage"] = {"secret": OPERATOR_STORAGE_SECRET}
     return values
 
 
@@ -297,6 +300,9 @@ _COMMENTS = {
     "kubeflowKinds": "Serve the Kubeflow kinds (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob, MPIJob, TrainJob\n"
     "and its runtimes) and let the operator run them, so `kubectl apply -f` of one works (docs/kubeflow.md).\n"
     "Not on a cluster where Kubeflow's own operators serve those kinds: the install is then refused.",
+    "storage": "Where the operator keeps the sweeps' studies and the pipelines' artifacts: the Secret (in the release\n"
+    "namespace, optional) whose keys sweep-storage (an Optuna storage URL, e.g. PostgreSQL) and artifact-store\n"
+    "(a directory or s3:// / gs:// URL) name them. Without it both live in the operator's emptyDir (docs/sweeps.md).",
 }
 
 
@@ -359,6 +365,17 @@ def values_schema() -> dict[str, Any]:
                 "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
             },
             "kubeflowKinds": closed({"enabled": {"type": "boolean"}}),
+            # A Secret's name: a DNS-1123 subdomain.
+            "storage": closed(
+                {
+                    "secret": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 253,
+                        "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+                    }
+                }
+            ),
         }
     )
 

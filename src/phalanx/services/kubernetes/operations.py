@@ -95,7 +95,8 @@ INSTALL_HINT = "phalanx install --print | kubectl apply -f -"
 NOT_INSTALLED = f"Phalanx is not installed on this cluster: {INSTALL_HINT}"
 DELETE_WAIT_SECONDS = 60.0
 EVICT_TIMEOUT_S = 30.0  # how long `phalanx cache evict` waits for the node agents to answer
-_RESOURCES: dict[type, Resource] = {
+#: The resource of each kind the port reads or writes.
+RESOURCES: dict[type, Resource] = {
     TrainingJob: TRAININGJOBS,
     JobType: JOBTYPES,
     Queue: QUEUES,
@@ -293,21 +294,21 @@ class KubeBackend:
 
     def get(self, kind: type[Readable], namespace: str, name: str) -> Readable | None:
         """One object; one that cannot be read (written past the schema) says so."""
-        resource = _RESOURCES[kind]
+        resource = RESOURCES[kind]
         obj = self.raw(resource, namespace, name)
         if obj is None:
             return None
         if kind is TrainingJob:
             return self.to_job(obj)  # type: ignore[return-value]
         try:
-            return self._model(kind, obj)
+            return self.model_of(kind, obj)
         except (SpecError, ValueError) as err:
             where = f"{namespace}/{name}" if resource.namespaced else name
             raise OperationError(f"{kind.__name__.lower()} {where} cannot be read: {err}") from None
 
     def list(self, kind: type[Readable], namespace: str | None = None) -> builtins.list[Readable]:
         """The objects; one that cannot be read (written past the schema) is left out."""
-        resource = _RESOURCES[kind]
+        resource = RESOURCES[kind]
         namespace = namespace if resource.namespaced else None
         try:
             objects, _ = self.api.list(resource, namespace)
@@ -325,11 +326,16 @@ class KubeBackend:
         found = []
         for obj in objects:
             with contextlib.suppress(SpecError, ValueError):
-                found.append(self._model(kind, obj))
+                found.append(self.model_of(kind, obj))
         return found
 
     @staticmethod
-    def _model(kind: type[Readable], obj: Mapping[str, Any]) -> Readable:
+    def model_of(kind: type[Readable], obj: Mapping[str, Any]) -> Readable:
+        """A stored object of a kind other than TrainingJob as its model.
+
+        Raises:
+            SpecError: it is not a valid object of its kind.
+        """
         return _READERS[kind](obj)  # type: ignore[no-any-return]
 
     def job_pods(self, namespace: str, name: str, uid: str | None) -> builtins.list[dict[str, Any]]:
@@ -381,11 +387,13 @@ class KubeBackend:
 
     def create(self, obj: Stored) -> None:
         """POST the object (no status, only the metadata a user may set)."""
-        resource = _RESOURCES[type(obj)]
+        resource = RESOURCES[type(obj)]
         namespace = obj.metadata.namespace if resource.namespaced else None
         with self.calling("create", resource, namespace):
             try:
-                self.api.create(resource, object_body(obj, namespaced=resource.namespaced), namespace)
+                self.created(
+                    resource, self.api.create(resource, object_body(obj, namespaced=resource.namespaced), namespace)
+                )
             except ConflictError as error:
                 if error.already_exists:
                     raise port.AlreadyExistsError(error.message) from None
@@ -404,7 +412,7 @@ class KubeBackend:
 
         The rest of the stored metadata (finalizers, owner references, managed fields) stays as it is.
         """
-        resource = _RESOURCES[type(obj)]
+        resource = RESOURCES[type(obj)]
         namespace = obj.metadata.namespace if resource.namespaced else None
         current = self.raw(resource, namespace, obj.metadata.name)
         if current is None:
@@ -418,13 +426,19 @@ class KubeBackend:
                 metadata[key] = wanted[key]
         with self.calling("update", resource, namespace):
             try:
-                self.api.replace(resource, {**current, "metadata": metadata, "spec": obj.to_dict().get("spec")})
+                self.created(
+                    resource,
+                    self.api.replace(resource, {**current, "metadata": metadata, "spec": obj.to_dict().get("spec")}),
+                )
             except ConflictError as error:
                 raise port.ConflictError(error.message) from None
 
+    def created(self, resource: Resource, answer: dict[str, Any]) -> None:
+        """What the API answered to a create or replace (the object as stored); a cached backend keeps it."""
+
     def delete(self, kind: type[Stored], namespace: str, name: str, *, uid: str | None = None) -> None:
         """DELETE the object (only the incarnation ``uid``, when given)."""
-        resource = _RESOURCES[kind]
+        resource = RESOURCES[kind]
         namespace_used = namespace if resource.namespaced else None
         with self.calling("delete", resource, namespace_used):
             try:
@@ -462,7 +476,7 @@ class KubeBackend:
             return Written.UNCHANGED
         informer, meta = self.informers.get(type(obj)), obj.metadata
         try:
-            written = self.api.replace_status(_RESOURCES[type(obj)], status_body(_identity(obj), status))
+            written = self.api.replace_status(RESOURCES[type(obj)], status_body(_identity(obj), status))
         except (ConflictError, NotFoundError) as error:
             if informer is not None and isinstance(error, NotFoundError):
                 informer.forget(meta.namespace, meta.name)

@@ -3,7 +3,9 @@
 For every TrainingJob it does what ``services/embedded/controller.py`` does for the embedded store — observe, call the
 same pure ``core.reconcile.plan``, apply the plan — with Pods for replicas and the API server for the store. This
 module runs the loop and owns the caches; ``workqueue`` picks the jobs, ``reconcile`` plans and applies one job,
-``status_writer`` writes what it decided, ``gc`` collects orphan Pods, and ``datasets`` runs on its own thread.
+``status_writer`` writes what it decided, ``gc`` collects orphan Pods, and ``datasets`` runs on its own thread,
+as do the sweep and pipeline controllers (``flows``, with ``OperatorSettings.flows``), whose trials and steps are
+TrainingJobs this loop then reconciles.
 
 The caches are informers (TrainingJobs, JobTypes, and the Pods, Services and ConfigMaps labelled
 ``phalanx.dev/job``): one LIST each at start, then WATCH; never a LIST per pass. One loop thread hands the jobs
@@ -42,8 +44,10 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
 from phalanx.services.kubernetes.apply import OperatorCounters, Wiring, job_uid_of
 from phalanx.services.kubernetes.datasets import KubeDatasetManager
+from phalanx.services.kubernetes.flows import KubeFlows
 from phalanx.services.kubernetes.gc import PodDeletions, collect_orphans
 from phalanx.services.kubernetes.kubeflow import KubeflowBridge
+from phalanx.services.kubernetes.operations import KubeBackend
 from phalanx.services.kubernetes.reconcile import Caches, JobReconciler, OperatorSettings, Outcome
 from phalanx.services.kubernetes.specs import SpecCache
 from phalanx.services.kubernetes.status_writer import StatusWriter
@@ -108,6 +112,24 @@ class KubeOperator:
                 identity=settings.identity,
                 own_scheduler=settings.scheduler_name,
             )
+        self.flows: KubeFlows | None = None
+        if settings.flows is not None:
+            if KubeFlows.served(KubeBackend(api)):
+                self.flows = KubeFlows(
+                    api,
+                    settings.flows,
+                    jobs=self.jobs,
+                    jobtypes=self.jobtypes,
+                    current_jobtypes=self.specs.current_jobtypes,
+                    clock=self.clock,
+                    component=settings.component,
+                    identity=settings.identity,
+                )
+            else:
+                log.warning(
+                    "sweeps and pipeline runs are not run: this cluster does not serve their kinds (an install older "
+                    "than this operator); apply the current install: phalanx install --print | kubectl apply -f -"
+                )
         caches = Caches(jobs=self.jobs, pods=self.pods, services=self.services, configmaps=self.configmaps)
         self.reconciler = JobReconciler(
             wiring, settings, caches, self.specs, self.data, self.writer, self.deletions, self._unhealthy_gpus
@@ -117,7 +139,8 @@ class KubeOperator:
     def informers(self) -> list[Informer]:
         """Every cache the operator reads."""
         data = self.data.informers if self.data is not None else []
-        return [self.jobs, self.pods, self.jobtypes, self.services, self.configmaps, self.nodes, *data]
+        flows = self.flows.informers if self.flows is not None else []
+        return [self.jobs, self.pods, self.jobtypes, self.services, self.configmaps, self.nodes, *data, *flows]
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -146,6 +169,8 @@ class KubeOperator:
         if self.kubeflow is not None:
             kubeflow = threading.Thread(target=self.kubeflow.run, args=(stop,), name="operator-kubeflow", daemon=True)
             kubeflow.start()
+        if self.flows is not None:
+            self.flows.start(stop)
         try:
             while not stop.is_set():
                 try:
@@ -166,6 +191,9 @@ class KubeOperator:
             if self.kubeflow is not None and kubeflow is not None:
                 self.kubeflow.signal.set()
                 kubeflow.join(10)
+            if self.flows is not None:
+                self.flows.wake()
+                self.flows.join(10)
             for informer in self.informers:
                 informer.stop()
             self._jobs_pool.shutdown(wait=True)
@@ -208,6 +236,8 @@ class KubeOperator:
         self.queue.mark({object_key(obj)})
         if self.kubeflow is not None:
             self.kubeflow.job_changed(obj)  # its Kubeflow owner's status follows it
+        if self.flows is not None:
+            self.flows.job_changed(obj)  # a trial's or a step's sweep or run looks at it again
 
     def _pod_changed(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}

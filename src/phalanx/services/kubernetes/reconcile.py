@@ -80,6 +80,7 @@ from phalanx.services.kubernetes.apply import (
     render_creates,
 )
 from phalanx.services.kubernetes.datasets import KubeDatasetManager, KubeStaging, SourcePolicy
+from phalanx.services.kubernetes.flows import FlowSettings
 from phalanx.services.kubernetes.gc import PodDeletions
 from phalanx.services.kubernetes.specs import SpecCache
 from phalanx.services.kubernetes.status_writer import StatusWriter, resource_version
@@ -111,6 +112,7 @@ class OperatorSettings:
     dataset_mount_path: str = DEFAULT_CACHE_DIR  # where replicas see the cache entries they read
     dataset_sources: SourcePolicy = field(default_factory=SourcePolicy)  # what Dataset sources it reads
     kubeflow_kinds: bool = False  # run the Kubeflow kinds (PyTorchJob... TrainJob) too: services/kubernetes/kubeflow.py
+    flows: FlowSettings | None = None  # run Sweeps and PipelineRuns (services/kubernetes/flows.py); None: not
 
     @property
     def pods(self) -> PodSettings:

@@ -103,3 +103,19 @@ class LazyStudies:
     def delete(self, sweep: Sweep) -> None:
         """The real store's ``delete``."""
         self._real().delete(sweep)
+
+
+def optuna_studies(storage_url: str, who: str) -> StudyStore:
+    """The Optuna studies in the database at ``storage_url``; without Optuna, sweeps wait saying how to install it.
+
+    ``who`` names the process that runs the sweeps in that sentence (``the control plane``, ``phalanx-operator``).
+    """
+    try:
+        # Imported here: Optuna is an extra (``phalanx[sweeps]``), and a control plane runs without it.
+        from phalanx.adapters.sweeps.optuna_study import StudyStore as OptunaStudies
+    except ImportError as error:
+        return UnavailableStudies(
+            f"sweeps need Optuna, which {who} cannot import ({error}); install it with "
+            f"`pip install 'phalanx[sweeps]'` and restart {who}"
+        )
+    return OptunaStudies(storage_url)
