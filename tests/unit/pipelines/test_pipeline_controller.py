@@ -19,6 +19,7 @@ from phalanx.adapters.artifacts import ArtifactStore
 from phalanx.core.pipelines.plan import observation
 from phalanx.core.pipelines.steps import (
     ATTEMPT_LABEL,
+    EXECUTOR_OUTPUT_ANNOTATION,
     MAX_STEP_OBJECT_NAME,
     OUTPUTS_ANNOTATION,
     RUN_UID_LABEL,
@@ -584,3 +585,42 @@ def test_a_failing_run_does_not_stop_the_others_but_the_backends_own_fault_ends_
     failing["on"] = False
     world.settle()
     assert set(world.jobs()) == {"r1-make-1", "r2-make-1"}
+
+
+LIGHT = {
+    "name": "light",
+    "inputs": [{"name": "data", "type": "Dataset"}, {"name": "factor", "type": "Integer"}],
+    "outputs": [{"name": "Output", "type": "Integer"}],
+    "implementation": {
+        "container": {
+            "image": "python:3.12",
+            "command": ["python3", "-m", "kfp.dsl.executor_main", "--executor_input", {"executorInput": {}}],
+        }
+    },
+}
+
+
+def test_a_kfp_v2_lightweight_step_gets_its_executor_input_and_its_return_value_is_collected(world: World) -> None:
+    pipeline = fan_pipeline()
+    pipeline["spec"]["steps"][2] = {
+        "name": "join",
+        "component": {"inline": LIGHT},
+        "arguments": {"data": "{{steps.make.outputs.data}}", "factor": "3"},
+    }
+    world.submit(pipeline, run_document("r1"))
+    world.settle()
+    world.finish("r1-make-1", {"shards": "[0]", "data": {"x": "1"}})
+    world.settle()
+    world.finish("r1-work-0-1", {"score": "0.5"})
+    world.settle()
+    job = world.jobs()["r1-join-1"]
+    output_file = job.metadata.annotations[EXECUTOR_OUTPUT_ANNOTATION]
+    assert output_file.endswith("/join/all/a1/outputs/executor_output.json")
+    executor_input = json.loads(job.spec.replicas["worker"].template.command[-1])
+    assert executor_input["outputs"]["outputFile"] == output_file
+    assert executor_input["inputs"]["parameterValues"]["factor"] == 3
+    Path(output_file).write_text(json.dumps({"parameterValues": {"Output": 42}}))
+    world.backend.write_status(job, {"phase": Phase.SUCCEEDED})
+    world.settle()
+    assert world.instance("r1", "join").outputs == {"Output": "42"}
+    assert world.run("r1").status.phase == RunPhase.SUCCEEDED
