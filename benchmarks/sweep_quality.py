@@ -32,7 +32,7 @@ from pathlib import Path
 
 from phalanx.entrypoints.client import Client
 from phalanx.model.jobs import TrainingJob
-from phalanx.model.sweeps import Sweep, SweepPhase
+from phalanx.model.sweeps import Sweep, SweepPhase, TrialPhase
 from phalanx.services.embedded.daemon import start_control_plane, stop_control_plane
 
 TRIAL = Path(__file__).resolve().parent / "sweep_trial.py"
@@ -89,6 +89,21 @@ def sweep_document(name: str, algorithm: str, seed: int, args: argparse.Namespac
     return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Sweep", "metadata": {"name": name}, "spec": spec}
 
 
+def trial_seconds(job: TrainingJob) -> float:
+    """How long a trial's job ran, start to completion.
+
+    A stopped trial is a halted job, which gets no completion time: its end is its last condition change (when
+    it became Halted), so that stopping is charged what the trial ran and not counted as free.
+    """
+    start = job.status.start_time
+    if start is None:
+        return 0.0  # never ran
+    end = job.status.completion_time or max((c.last_transition_time for c in job.status.conditions), default=None)
+    if end is None:
+        raise SystemExit(f"trial {job.metadata.name} ({job.status.phase}) has no end time")
+    return (end - start).total_seconds()
+
+
 def run_sweep(client: Client, document: dict[str, object], timeout: float) -> Outcome:
     name = str(document["metadata"]["name"])  # type: ignore[index]
     began = time.monotonic()
@@ -108,16 +123,8 @@ def run_sweep(client: Client, document: dict[str, object], timeout: float) -> Ou
     trials = [
         job for job in client.store.list(TrainingJob, "default") if job.metadata.labels.get("phalanx.dev/sweep") == name
     ]
-    seconds = sum(
-        (job.status.completion_time - job.status.start_time).total_seconds()
-        for job in trials
-        if job.status.start_time and job.status.completion_time
-    )
-    values = [
-        result.value
-        for result in getattr(sweep.status, "results", [])
-        if getattr(result, "value", None) is not None and str(getattr(result, "phase", "")) == "Succeeded"
-    ]
+    seconds = sum(trial_seconds(job) for job in trials)
+    values = [r.value for r in sweep.status.results if r.value is not None and r.phase == TrialPhase.SUCCEEDED]
     return Outcome(sweep.status.best_trial.value, values, seconds, sweep.status.trials.stopped, wall)
 
 
