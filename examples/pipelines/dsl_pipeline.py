@@ -44,6 +44,7 @@ if __name__ == "__main__":
 
         with Client() as client:
             for submitted in pipeline.submit(client, arguments={"count": 20}):
-                print(submitted)
+                verb = "configured" if submitted.configured else "created"
+                print(f"{submitted.kind.lower()}/{submitted.name} {verb}")
     else:
         print(pipeline.to_yaml(), end="")
