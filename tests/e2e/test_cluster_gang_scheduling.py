@@ -280,8 +280,11 @@ def test_a_gang_restart_binds_the_new_pods_under_the_same_pod_group(cluster: Kub
     assert "backoffLimit 1" in failed["status"]["message"], failed["status"]["message"]
     # Both attempts' Pods ran (a Pod fails only once kwok runs it, and only a bound Pod runs): kube-scheduler bound
     # the second attempt's Pods too, in the PodGroup the job kept.
+    # A Pod of the second attempt still running when the other one's failure ends the job is deleted with it
+    # (cleanPodPolicy Running): which of the two are left depends on the order they fail in, so the watch, not the
+    # Pods left, proves both were bound.
     pods = pods_of(cluster, namespace, "flaky")
-    assert {pod["metadata"]["labels"]["phalanx.dev/attempt"] for pod in pods} == {"1"}
-    assert len(bound(pods)) == 2
+    assert pods and {pod["metadata"]["labels"]["phalanx.dev/attempt"] for pod in pods} == {"1"}
+    assert len(bound(pods)) == len(pods)
     assert {pod["spec"]["schedulingGroup"]["podGroupName"] for pod in pods} == {"flaky"}
     assert watch.bound_at_any_point() == {"flaky-worker-0", "flaky-worker-1"}
