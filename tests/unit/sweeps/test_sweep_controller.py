@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Mapping
+from importlib.util import find_spec
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from phalanx.model.jobs import TrainingJob, TrainingJobStatus
 from phalanx.model.sweeps import ParamValue, Sweep, SweepPhase, TrialPhase, parse_sweep
 from phalanx.services.operations import OperationError
 from phalanx.services.sweeps.controller import SweepController
-from phalanx.services.sweeps.study import Outcome, UnavailableStudies
+from phalanx.services.sweeps.study import Outcome, UnavailableStudies, optuna_studies
 from support.memory_backend import MemoryBackend
 
 SWEEP: dict[str, Any] = {
@@ -424,6 +426,31 @@ def test_without_the_algorithm_package_a_sweep_waits_saying_how_to_install_it(ba
     status = sweep_now(backend).status
     assert (status.phase, status.reason) == (SweepPhase.PENDING, "StudyUnavailable")
     assert "phalanx[sweeps]" in status.message and reasons(backend, sweep) == ["StudyUnavailable"]
+
+
+def test_with_optuna_but_not_the_algorithms_library_a_sweep_waits_saying_what_is_missing(
+    backend: MemoryBackend, tmp_path: Path
+) -> None:
+    # A cluster's door cannot know what the operator's image holds: the operator's real store refuses gp without
+    # torch, and the sweep waits with that sentence instead of failing pass after pass.
+    assert find_spec("torch") is None
+    sweep = submit(backend, algorithm={"name": "gp", "seed": 1})
+    ctl = controller(backend, optuna_studies(f"sqlite:///{tmp_path / 'sweeps.db'}", "phalanx-operator"))
+    settle(ctl)
+    status = sweep_now(backend).status
+    assert (status.phase, status.reason) == (SweepPhase.PENDING, "StudyUnavailable")
+    assert "spec.algorithm.name" in status.message and "PyTorch" in status.message, status.message
+    assert reasons(backend, sweep) == ["StudyUnavailable"] and jobs(backend) == {}
+
+
+def test_a_sweep_storage_that_cannot_be_used_makes_sweeps_wait_naming_it(backend: MemoryBackend) -> None:
+    submit(backend)
+    ctl = controller(backend, optuna_studies("mysql://db/sweeps", "phalanx-operator"))
+    settle(ctl)
+    status = sweep_now(backend).status
+    assert (status.phase, status.reason) == (SweepPhase.PENDING, "StudyUnavailable")
+    assert "phalanx-operator cannot use its sweep storage" in status.message
+    assert "SQLite or PostgreSQL" in status.message
 
 
 def test_a_sweep_converted_from_katib_reads_katib_name_value_lines(

@@ -113,9 +113,36 @@ def optuna_studies(storage_url: str, who: str) -> StudyStore:
     try:
         # Imported here: Optuna is an extra (``phalanx[sweeps]``), and a control plane runs without it.
         from phalanx.adapters.sweeps.optuna_study import StudyStore as OptunaStudies
+        from phalanx.adapters.sweeps.optuna_study import StudyStoreError
     except ImportError as error:
         return UnavailableStudies(
             f"sweeps need Optuna, which {who} cannot import ({error}); install it with "
             f"`pip install 'phalanx[sweeps]'` and restart {who}"
         )
-    return OptunaStudies(storage_url)
+    try:
+        return _Explained(OptunaStudies(storage_url), StudyStoreError)
+    except StudyStoreError as error:  # a storage URL that cannot be used: every sweep waits, saying why
+        return UnavailableStudies(f"{who} cannot use its sweep storage: {error}")
+
+
+class _Explained:
+    """A store whose refusals make the sweep wait with the store's sentence instead of failing a pass.
+
+    Its refusals are an algorithm's library missing where the sweep runs, or a database it cannot open: the owner
+    fixes those, as for ``StudyUnavailableError``.
+    """
+
+    def __init__(self, store: StudyStore, refusal: type[Exception]) -> None:
+        self._store = store
+        self._refusal = refusal
+
+    def open(self, sweep: Sweep) -> SweepStudy:
+        """The store's ``open``; its refusal becomes ``StudyUnavailableError``."""
+        try:
+            return self._store.open(sweep)
+        except self._refusal as error:
+            raise StudyUnavailableError(str(error)) from error
+
+    def delete(self, sweep: Sweep) -> None:
+        """The store's ``delete``."""
+        self._store.delete(sweep)
