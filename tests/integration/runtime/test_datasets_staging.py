@@ -23,6 +23,7 @@ from phalanx.adapters.datacache import NodeDataCache
 from phalanx.model.datasets import Dataset, DatasetPhase, version_label
 from phalanx.model.jobs import Phase
 from phalanx.model.nodes import Node
+from phalanx.model.sweeps import Sweep, SweepPhase
 from support.waiting import wait_until
 
 FINISHED = {Phase.SUCCEEDED, Phase.FAILED}
@@ -535,3 +536,73 @@ def test_a_dataset_deleted_and_created_again_mid_materialisation_gets_its_own_da
     assert dataset.status.phase == DatasetPhase.READY, dataset.status.message
     assert dataset.status.files == len(tree(source_dir)), dataset.status.lineage
     assert "script" not in (dataset.status.lineage or "")
+
+
+TRIAL_READS_DATASET = """
+import hashlib, os, pathlib, sys
+root = pathlib.Path(os.environ["PHALANX_DATASET_SHARED_PATH"])
+digest = hashlib.sha256((root / "train.bin").read_bytes()).hexdigest()
+pathlib.Path(sys.argv[1], sys.argv[2]).write_text(digest)
+print(f"phalanx-metric step=1 loss={float(sys.argv[3]):.3f}", flush=True)
+"""
+
+
+def test_a_sweeps_trials_share_a_replicated_dataset_fetched_and_cached_once(
+    runtime: Runtime, http_source: CountingServer, tmp_path: Path
+) -> None:
+    # Issue 17: trials are TrainingJobs, so the Dataset their template reads is materialised once and staged into
+    # the node's cache once, whichever trial comes first.
+    program, seen = tmp_path / "trial.py", tmp_path / "seen"
+    program.write_text(TRIAL_READS_DATASET)
+    seen.mkdir()
+    runtime.start_control_plane()
+    runtime.submit(dataset_doc("shared", {"url": http_source.url}))
+    runtime.submit(
+        {
+            "apiVersion": "phalanx.dev/v1alpha1",
+            "kind": "Sweep",
+            "metadata": {"name": "data-sweep"},
+            "spec": {
+                "parameters": [{"name": "x", "type": "discrete", "values": [3, 1, 2]}],
+                "algorithm": {"name": "grid"},
+                "objective": {"metric": "loss", "direction": "minimize"},
+                "maxTrials": 3,
+                "parallelTrials": 2,
+                "trial": {
+                    "spec": {
+                        "type": "generic",
+                        "datasets": [{"name": "shared"}],
+                        "replicas": {
+                            "worker": {
+                                "count": 1,
+                                "template": {
+                                    "command": ["python", str(program), str(seen), "${trial.name}", "${params.x}"],
+                                    "resources": {"cpu": "100m", "memory": "64Mi"},
+                                },
+                            }
+                        },
+                    }
+                },
+            },
+        }
+    )
+    with runtime.client() as client:
+        sweep = wait_until(
+            lambda: (
+                (s := client.store.try_get(Sweep, "default", "data-sweep")) is not None
+                and s.status.phase in (SweepPhase.SUCCEEDED, SweepPhase.FAILED)
+                and s
+            ),
+            timeout=120,
+            message=f"the sweep to finish; logs:\n{runtime.planes[-1].log()[-3000:]}",
+        )
+    assert sweep.status.phase == SweepPhase.SUCCEEDED, sweep.status.message
+    assert sweep.status.best_trial is not None and sweep.status.best_trial.parameters == {"x": 1}
+    expected = hashlib.sha256(bytes(range(256)) * 400).hexdigest()
+    assert {path.name: path.read_text() for path in seen.iterdir()} == {
+        f"data-sweep-{n}": expected for n in range(3)
+    }, "every trial read the whole dataset"
+    assert http_source.gets == 1, "the source was read more than once"
+    counters = node_cache(runtime).counters()["default/shared"]
+    assert counters.misses == 1, "the node cache copied the dataset more than once"
+    assert counters.hits == 2
