@@ -15,7 +15,7 @@ each sweep (the sum over its trials of completion minus start of the trial's job
 - median stopping saves at least 30 % of trial-seconds, and the best it finds stays within 5 % of the best of
   the same sweep without stopping (``best_regret_with_stop``, in %, averaged over seeds).
 
-Run: python benchmarks/sweep_quality.py [--seeds 5] [--trials 20] [--parallel 2] [--steps 20] [--step-seconds 0.1]
+Run: python benchmarks/sweep_quality.py [--seeds 5] [--trials 20] [--parallel 2] [--steps 20] [--step-seconds 0.5]
 Ends with: RESULT tpe_best_mean=… random_best_mean=… random_median_mean=… median_stop_saved_pct=…
 best_regret_with_stop=…
 """
@@ -37,6 +37,8 @@ from phalanx.services.embedded.daemon import start_control_plane, stop_control_p
 
 TRIAL = Path(__file__).resolve().parent / "sweep_trial.py"
 FINISHED = {SweepPhase.SUCCEEDED, SweepPhase.FAILED}
+#: The three sweeps run per seed: (name prefix, algorithm, median stopping).
+SWEEPS = (("tpe", "tpe", False), ("random", "random", False), ("median", "tpe", True))
 
 
 @dataclass
@@ -48,6 +50,8 @@ class Outcome:
     trial_seconds: float
     stopped: int
     wall_seconds: float
+    stop_steps: list[int]
+    overhead: float
 
 
 def sweep_document(name: str, algorithm: str, seed: int, args: argparse.Namespace, *, stop: bool) -> dict[str, object]:
@@ -104,7 +108,9 @@ def trial_seconds(job: TrainingJob) -> float:
     return (end - start).total_seconds()
 
 
-def run_sweep(client: Client, document: dict[str, object], timeout: float) -> Outcome:
+def run_sweep(
+    client: Client, document: dict[str, object], timeout: float, *, steps: int, step_seconds: float
+) -> Outcome:
     name = str(document["metadata"]["name"])  # type: ignore[index]
     began = time.monotonic()
     client.submit(document)
@@ -125,7 +131,13 @@ def run_sweep(client: Client, document: dict[str, object], timeout: float) -> Ou
     ]
     seconds = sum(trial_seconds(job) for job in trials)
     values = [r.value for r in sweep.status.results if r.value is not None and r.phase == TrialPhase.SUCCEEDED]
-    return Outcome(sweep.status.best_trial.value, values, seconds, sweep.status.trials.stopped, wall)
+    stop_steps = sorted(r.step for r in sweep.status.results if r.phase == TrialPhase.STOPPED and r.step is not None)
+    # What a trial costs beyond its work: process start, metric reading, completion (finished trials only).
+    finished = [trial_seconds(job) for job in trials if job.status.completion_time is not None]
+    work = steps * step_seconds
+    overhead = statistics.fmean(ran - work for ran in finished) if finished else 0.0
+    stopped = sweep.status.trials.stopped
+    return Outcome(sweep.status.best_trial.value, values, seconds, stopped, wall, stop_steps, overhead)
 
 
 def main() -> None:
@@ -134,7 +146,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--step-seconds", type=float, default=0.1)
+    parser.add_argument("--step-seconds", type=float, default=0.5)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one sweep may take")
     args = parser.parse_args()
 
@@ -144,16 +156,22 @@ def main() -> None:
         start_control_plane(client.layout)
         try:
             for seed in range(args.seeds):
-                tpe = run_sweep(client, sweep_document(f"tpe-{seed}", "tpe", seed, args, stop=False), args.timeout)
-                rnd = run_sweep(
-                    client, sweep_document(f"random-{seed}", "random", seed, args, stop=False), args.timeout
+                tpe, rnd, stop = (
+                    run_sweep(
+                        client,
+                        sweep_document(f"{label}-{seed}", algorithm, seed, args, stop=stopping),
+                        args.timeout,
+                        steps=args.steps,
+                        step_seconds=args.step_seconds,
+                    )
+                    for label, algorithm, stopping in SWEEPS
                 )
-                stop = run_sweep(client, sweep_document(f"median-{seed}", "tpe", seed, args, stop=True), args.timeout)
                 rows.append((seed, tpe, rnd, stop))
                 print(
                     f"seed {seed}: tpe best {tpe.best:.4f}  random best {rnd.best:.4f} median "
                     f"{statistics.median(rnd.values):.4f}  tpe+median best {stop.best:.4f} "
-                    f"({stop.stopped} stopped, {stop.trial_seconds:.1f} vs {tpe.trial_seconds:.1f} trial-s)",
+                    f"({stop.stopped} stopped at steps {stop.stop_steps}, {stop.trial_seconds:.1f} vs "
+                    f"{tpe.trial_seconds:.1f} trial-s; fixed cost per finished trial {tpe.overhead:.2f} s)",
                     flush=True,
                 )
         finally:
