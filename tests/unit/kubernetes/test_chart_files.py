@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from phalanx.adapters.kubernetes.manifests import render_yaml
 from phalanx.services.kubernetes import chart
 from phalanx.services.kubernetes.install import deploy_files
 
@@ -126,3 +127,68 @@ def test_the_values_schema_closes_every_value_the_chart_reads() -> None:
 
     check(chart.default_values(), schema, "")
     assert schema["properties"]["healthPort"] == {"type": "integer", "minimum": 1, "maximum": 65535}
+
+
+def _holds(test: str, values: dict[str, bool]) -> bool:
+    """A test ``_merge_all`` writes (``X``, ``not X``, ``and A (not B)``, ``or (and ..) (and ..)``), evaluated."""
+    test = test.strip()
+    if test.startswith("(") and test.endswith(")"):
+        return _holds(test[1:-1], values)
+    if test.startswith("not "):
+        return not _holds(test[4:], values)
+    for word, combine in (("and ", all), ("or ", any)):
+        if test.startswith(word):
+            terms = re.findall(r"\([^()]*(?:\([^()]*\))*[^()]*\)|\S+", test[len(word) :])
+            return combine(_holds(term, values) for term in terms)
+    return values[test]
+
+
+def _render_all(template: str, values: dict[str, bool]) -> str:
+    """What helm leaves of a template of flat ``if``/``else``/``end`` blocks for these values."""
+    out: list[str] = []
+    state: tuple[bool, bool] | None = None  # (inside a block, its test held)
+    for line in template.splitlines():
+        opened = re.fullmatch(r"\{\{- if (.+) \}\}", line)
+        if opened:
+            assert state is None, "a block opens inside another"
+            state = (True, _holds(opened.group(1), values))
+        elif line == "{{- else }}":
+            assert state is not None
+            state = (True, not state[1])
+        elif line == "{{- end }}":
+            assert state is not None
+            state = None
+        elif state is None or state[1]:
+            out.append(line)
+    assert state is None
+    return "".join(f"{line}\n" for line in out)
+
+
+def test_the_operator_template_renders_each_combination_of_the_dataset_and_artifact_claims() -> None:
+    files = chart.chart_files()
+    for datasets in (True, False):
+        for artifacts in (True, False):
+            tokens = chart._Tokens()
+            objects = chart._templated(tokens, datasets=datasets, artifacts=artifacts)
+            operator = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "phalanx-operator"]
+            expected = tokens.substitute(render_yaml(operator))
+            values = {chart.DATASETS_CLAIM: datasets, chart.ARTIFACTS_CLAIM: artifacts}
+            rendered = _render_all(files["templates/operator.yaml"], values)
+            assert "".join(f"{line}\n" for line in rendered.splitlines() if not line.startswith("#")) == expected
+            assert ("/var/lib/phalanx/artifacts" in rendered) == artifacts
+
+
+@pytest.mark.parametrize(
+    ("renders", "tests"),
+    [
+        ({(True, True): "a\nb\n", (True, False): "a\n", (False, True): "a\nc\n", (False, False): "a\n"}, 2),
+        ({(True, True): "x\n", (True, False): "y\n", (False, True): "z\n", (False, False): "w\n"}, 4),
+    ],
+)
+def test_merging_four_renders_gives_each_back_with_flat_blocks(
+    renders: dict[tuple[bool, bool], str], tests: int
+) -> None:
+    merged = chart._merge_all(("p", "q"), renders)
+    for (p, q), text in renders.items():
+        assert _render_all(merged, {"p": p, "q": q}) == text
+    assert merged.count("{{- if") <= tests
