@@ -189,13 +189,17 @@ def test_step_b_reads_the_parameter_and_the_file_step_a_wrote_on_the_claim(clust
     assert set(cluster.step_a.written) == {"greeting", "data"}
     assert all(path.startswith(store + "/") for path in cluster.step_a.written.values())
     a_pods = cluster.pods_of("files-a-1")
-    assert a_pods and all(mounts_the_claim(pod, cluster.store) for pod in a_pods), a_pods
+    assert a_pods and all(mounts_the_claim(pod, cluster.store) for pod in a_pods), [
+        p["spec"]["volumes"] for p in a_pods
+    ]
 
     instances = {entry["step"]: entry for entry in run["status"]["instances"]}
     assert instances["a"]["outputs"]["greeting"] == GREETING
     assert instances["a"]["outputs"]["data"] == cluster.step_a.written["data"]
     b_pods = cluster.pods_of("files-b-1")
-    assert b_pods and all(mounts_the_claim(pod, cluster.store) for pod in b_pods), b_pods
+    assert b_pods and all(mounts_the_claim(pod, cluster.store) for pod in b_pods), [
+        p["spec"]["volumes"] for p in b_pods
+    ]
     command = b_pods[0]["spec"]["containers"][0]["command"]
     assert command == ["consume", GREETING, cluster.step_a.written["data"]]
     assert instances["b"]["phase"] == "Succeeded"

@@ -123,6 +123,7 @@ def test_with_a_claim_every_step_job_mounts_it_at_the_store_and_the_run_succeeds
     world.settle()
     make = world.jobs()["r1-make-1"]
     assert claim_mounts(make) == {"worker": [(root, "artifacts", STORE_VOLUME_NAME)]}
+    assert make.spec.outputs.store_to is None  # Kubernetes stores no job outputs: the claim carries them
     # Every path the process is given is under the mount, so it resolves in the Pod.
     assert all(arg.startswith(root) for arg in make.spec.replicas["worker"].template.command[3:])
     world.finish("r1-make-1", {"shards": "[0]", "data": {"rows.csv": "a\n"}})
@@ -237,3 +238,5 @@ def test_on_the_embedded_runtime_step_jobs_get_no_volume(tmp_path: Path) -> None
     world.submit(fan_pipeline(), run_document("r1"))
     world.settle()
     assert claim_mounts(world.jobs()["r1-make-1"]) == {"worker": []}
+    store_to = world.jobs()["r1-make-1"].spec.outputs.store_to  # as before: the runtime stores the job's outputs
+    assert store_to is not None and store_to.startswith(str(world.store.root)) and store_to.endswith("/a1/outputs")

@@ -132,10 +132,10 @@ def build_object(
     kind = instance.step.kind
     if kind is StepKind.COMPONENT:
         assert component is not None
-        return _with_volume(_component_job(instance, component, folder, store, jobtypes), access.volume)
+        return _with_volume(_component_job(instance, component, folder, store, jobtypes, files), access.volume)
     inputs = _template_inputs(instance, folder, store)
     if kind is StepKind.TRAINING_JOB:
-        return _with_volume(_training_job(instance, folder, store, inputs, jobtypes), access.volume)
+        return _with_volume(_training_job(instance, folder, store, inputs, jobtypes, files), access.volume)
     return _sweep(instance, inputs, jobtypes, access.volume)
 
 
@@ -252,6 +252,7 @@ def _component_job(
     folder: InstanceFolder,
     store: ArtifactStore,
     jobtypes: Mapping[str, JobType],
+    files: StepFiles,
 ) -> TrainingJob:
     input_paths, output_paths = default_paths(component, inputs_dir=str(folder.inputs), outputs_dir=str(folder.outputs))
     uses = component.input_uses()
@@ -304,7 +305,7 @@ def _component_job(
             "type": "generic",
             # The step's own retries decide reruns; the job fails at its first failure.
             "runPolicy": {"backoffLimit": 0},
-            **_stored_outputs(folder, store),
+            **_stored_outputs(folder, store, files),
             "replicas": {
                 "worker": {
                     "count": 1,
@@ -321,13 +322,17 @@ def _component_job(
     return _validated_job(document, jobtypes)
 
 
-def _stored_outputs(folder: InstanceFolder, store: ArtifactStore, given: Any = None) -> dict[str, Any]:
-    """``outputs.storeTo``: the instance's outputs folder, with a local store.
+def _stored_outputs(
+    folder: InstanceFolder, store: ArtifactStore, files: StepFiles, given: Any = None
+) -> dict[str, Any]:
+    """``outputs.storeTo``: the instance's outputs folder, with a local store on the controller's file system.
 
     A job's stored outputs then are the step's outputs, so a Dataset ``fromJob`` the step's job reads them. An
-    object store's folder is not a local path the runtime could store to: the job keeps its own there.
+    object store's folder is not a local path the runtime could store to: the job keeps its own there. Where
+    replicas are Pods (``files``), a runtime storing outputs is not there either (Kubernetes does not collect a
+    job's outputs): the step's outputs reach the store through its claim instead.
     """
-    if not store.is_local:
+    if not store.is_local or not files.same_filesystem:
         return {}
     outputs = dict(given) if isinstance(given, dict) else {}
     outputs["storeTo"] = str(folder.outputs)
@@ -348,6 +353,7 @@ def _training_job(
     store: ArtifactStore,
     inputs: Mapping[str, str],
     jobtypes: Mapping[str, JobType],
+    files: StepFiles,
 ) -> TrainingJob:
     template = instance.step.training_job
     assert template is not None
@@ -355,7 +361,7 @@ def _training_job(
     assert isinstance(spec, dict)
     given = spec.get("outputs")
     if not isinstance(given, dict) or not given.get("storeTo"):  # a storeTo the step sets stays its own
-        spec = {**spec, **_stored_outputs(folder, store, given)}
+        spec = {**spec, **_stored_outputs(folder, store, files, given)}
     outputs = {decl.name: str(folder.outputs / decl.name) for decl in instance.step.outputs}
     metadata = _metadata(instance, template.metadata)
     metadata["annotations"][OUTPUTS_ANNOTATION] = json.dumps(outputs, sort_keys=True)
