@@ -6,6 +6,7 @@ and uninstalls) is checked with the real helm in tests/e2e/test_helm_chart.py.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -21,22 +22,28 @@ CHART = Path(__file__).resolve().parents[3] / "charts" / "phalanx"
 FIX = "charts/phalanx is stale: run scripts/generate-deploy and commit the result"
 
 
-@pytest.mark.parametrize("relative", sorted(chart.chart_files()))
+@functools.cache
+def chart_files() -> dict[str, str]:
+    """The generated chart, made once for the module (each make renders the install four ways; only read here)."""
+    return chart.chart_files()
+
+
+@pytest.mark.parametrize("relative", sorted(chart_files()))
 def test_the_committed_chart_file_is_what_the_models_generate(relative: str) -> None:
     path = CHART / relative
     assert path.is_file(), f"{relative} is missing; {FIX}"
-    assert path.read_text(encoding="utf-8") == chart.chart_files()[relative], FIX
+    assert path.read_text(encoding="utf-8") == chart_files()[relative], FIX
 
 
 def test_no_generated_chart_file_is_left_over() -> None:
     committed = {
         path.relative_to(CHART).as_posix() for sub in ("crds", "templates") for path in (CHART / sub).iterdir()
     }
-    assert committed == {name for name in chart.chart_files() if name.startswith(("crds/", "templates/"))}, FIX
+    assert committed == {name for name in chart_files() if name.startswith(("crds/", "templates/"))}, FIX
 
 
 def test_the_charts_crds_are_the_installs() -> None:
-    files = chart.chart_files()
+    files = chart_files()
     for name, text in deploy_files().items():
         if name.startswith("crds/"):
             assert yaml.safe_load(files[name]) == yaml.safe_load(text)
@@ -55,7 +62,7 @@ def test_every_value_a_template_reads_is_in_values_yaml_with_its_default() -> No
     assert values == chart.default_values()
     used = {
         path
-        for name, text in chart.chart_files().items()
+        for name, text in chart_files().items()
         if name.startswith("templates/")
         for path in re.findall(r"\.Values\.([A-Za-z0-9_.]+)", text)
     }
@@ -165,7 +172,7 @@ def _render_all(template: str, values: dict[str, bool]) -> str:
 
 
 def test_the_operator_template_renders_each_combination_of_the_dataset_and_artifact_claims() -> None:
-    files = chart.chart_files()
+    files = chart_files()
     for datasets in (True, False):
         for artifacts in (True, False):
             tokens = chart._Tokens()

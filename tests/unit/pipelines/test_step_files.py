@@ -97,7 +97,7 @@ def test_an_object_store_refuses_steps_with_files_even_with_a_claim(files: StepF
 
 def cluster_world(root: Path, files: StepFiles, store: ArtifactStore | None = None) -> World:
     world = World(root)
-    world.backend.step_files = files  # type: ignore[misc]
+    world.backend.step_files = files
     if store is not None:
         world.store = store
         world.controller = PipelineController(world.backend, world.store, FixedClock())
