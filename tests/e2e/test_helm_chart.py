@@ -122,6 +122,27 @@ def test_the_values_a_user_sets_render_as_the_install_with_the_same_options(helm
     store = helm.template("--namespace", SYSTEM, "--set", "datasets.storeClaim=phalanx-datasets")
     parameters = InstallParameters(image=default_image(), dataset_store_claim="phalanx-datasets")
     assert keyed(store) == keyed(parse(render_yaml(install_manifests(parameters))))
+    # So does the artifact store's claim, alone and with the dataset store (four renders merged in one template).
+    for datasets in (None, "phalanx-datasets"):
+        chosen = ["--set", "artifacts.persistentVolumeClaim=phalanx-artifacts"]
+        if datasets is not None:
+            chosen += ["--set", f"datasets.storeClaim={datasets}"]
+        both = helm.template("--namespace", SYSTEM, *chosen)
+        parameters = InstallParameters(
+            image=default_image(), dataset_store_claim=datasets, artifact_claim="phalanx-artifacts"
+        )
+        assert keyed(both) == keyed(parse(render_yaml(install_manifests(parameters))))
+
+
+def test_the_chart_creates_the_artifact_stores_claim_when_asked(helm: Helm) -> None:
+    settings = ["artifacts.persistentVolumeClaim=runs", "artifacts.create=true", "artifacts.size=5Gi"]
+    rendered = helm.template("--namespace", SYSTEM, *(arg for value in settings for arg in ("--set", value)))
+    claims = [document for document in rendered if document["kind"] == "PersistentVolumeClaim"]
+    assert [(c["metadata"]["name"], c["metadata"]["namespace"]) for c in claims] == [("runs", SYSTEM)]
+    assert claims[0]["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}}
+    assert claims[0]["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    named_only = helm.template("--namespace", SYSTEM, "--set", "artifacts.persistentVolumeClaim=runs")
+    assert not [document for document in named_only if document["kind"] == "PersistentVolumeClaim"]
 
 
 def test_node_selection_resources_health_port_and_scheduler_config_land_in_the_objects(

@@ -8,7 +8,8 @@ is asserted about concurrency and about jobs never created is what the API serve
 
 A kwok Pod prints no ``phalanx-metric`` line and writes no ``metrics.json``, so a trial reports no objective: it
 counts as failed (the sweep allows all 6 to fail and ends NoObjectiveValue once all are done). Pipeline steps
-have no outputs: a step's outputs are files its process writes, which kwok's Pods do not.
+have no outputs here: a step's outputs are files its process writes, which kwok's Pods do not
+(test_pipeline_files_operator.py plays a step's process to pass files through the artifact store's claim).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from phalanx.core.pipelines.step_files import SAME_FILESYSTEM
 from phalanx.model.base import validated_copy
 from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
@@ -48,6 +49,7 @@ class MemoryBackend:
     runs_images = False
     own_scheduler: str | None = None
     algorithms_here = True
+    step_files = SAME_FILESYSTEM
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Any] = {}

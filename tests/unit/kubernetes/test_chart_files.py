@@ -6,6 +6,7 @@ and uninstalls) is checked with the real helm in tests/e2e/test_helm_chart.py.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from phalanx.adapters.kubernetes.manifests import render_yaml
 from phalanx.services.kubernetes import chart
 from phalanx.services.kubernetes.install import deploy_files
 
@@ -20,22 +22,28 @@ CHART = Path(__file__).resolve().parents[3] / "charts" / "phalanx"
 FIX = "charts/phalanx is stale: run scripts/generate-deploy and commit the result"
 
 
-@pytest.mark.parametrize("relative", sorted(chart.chart_files()))
+@functools.cache
+def chart_files() -> dict[str, str]:
+    """The generated chart, made once for the module (each make renders the install four ways; only read here)."""
+    return chart.chart_files()
+
+
+@pytest.mark.parametrize("relative", sorted(chart_files()))
 def test_the_committed_chart_file_is_what_the_models_generate(relative: str) -> None:
     path = CHART / relative
     assert path.is_file(), f"{relative} is missing; {FIX}"
-    assert path.read_text(encoding="utf-8") == chart.chart_files()[relative], FIX
+    assert path.read_text(encoding="utf-8") == chart_files()[relative], FIX
 
 
 def test_no_generated_chart_file_is_left_over() -> None:
     committed = {
         path.relative_to(CHART).as_posix() for sub in ("crds", "templates") for path in (CHART / sub).iterdir()
     }
-    assert committed == {name for name in chart.chart_files() if name.startswith(("crds/", "templates/"))}, FIX
+    assert committed == {name for name in chart_files() if name.startswith(("crds/", "templates/"))}, FIX
 
 
 def test_the_charts_crds_are_the_installs() -> None:
-    files = chart.chart_files()
+    files = chart_files()
     for name, text in deploy_files().items():
         if name.startswith("crds/"):
             assert yaml.safe_load(files[name]) == yaml.safe_load(text)
@@ -54,7 +62,7 @@ def test_every_value_a_template_reads_is_in_values_yaml_with_its_default() -> No
     assert values == chart.default_values()
     used = {
         path
-        for name, text in chart.chart_files().items()
+        for name, text in chart_files().items()
         if name.startswith("templates/")
         for path in re.findall(r"\.Values\.([A-Za-z0-9_.]+)", text)
     }
@@ -126,3 +134,68 @@ def test_the_values_schema_closes_every_value_the_chart_reads() -> None:
 
     check(chart.default_values(), schema, "")
     assert schema["properties"]["healthPort"] == {"type": "integer", "minimum": 1, "maximum": 65535}
+
+
+def _holds(test: str, values: dict[str, bool]) -> bool:
+    """A test ``_merge_all`` writes (``X``, ``not X``, ``and A (not B)``, ``or (and ..) (and ..)``), evaluated."""
+    test = test.strip()
+    if test.startswith("(") and test.endswith(")"):
+        return _holds(test[1:-1], values)
+    if test.startswith("not "):
+        return not _holds(test[4:], values)
+    for word, combine in (("and ", all), ("or ", any)):
+        if test.startswith(word):
+            terms = re.findall(r"\([^()]*(?:\([^()]*\))*[^()]*\)|\S+", test[len(word) :])
+            return combine(_holds(term, values) for term in terms)
+    return values[test]
+
+
+def _render_all(template: str, values: dict[str, bool]) -> str:
+    """What helm leaves of a template of flat ``if``/``else``/``end`` blocks for these values."""
+    out: list[str] = []
+    state: tuple[bool, bool] | None = None  # (inside a block, its test held)
+    for line in template.splitlines():
+        opened = re.fullmatch(r"\{\{- if (.+) \}\}", line)
+        if opened:
+            assert state is None, "a block opens inside another"
+            state = (True, _holds(opened.group(1), values))
+        elif line == "{{- else }}":
+            assert state is not None
+            state = (True, not state[1])
+        elif line == "{{- end }}":
+            assert state is not None
+            state = None
+        elif state is None or state[1]:
+            out.append(line)
+    assert state is None
+    return "".join(f"{line}\n" for line in out)
+
+
+def test_the_operator_template_renders_each_combination_of_the_dataset_and_artifact_claims() -> None:
+    files = chart_files()
+    for datasets in (True, False):
+        for artifacts in (True, False):
+            tokens = chart._Tokens()
+            objects = chart._templated(tokens, datasets=datasets, artifacts=artifacts)
+            operator = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "phalanx-operator"]
+            expected = tokens.substitute(render_yaml(operator))
+            values = {chart.DATASETS_CLAIM: datasets, chart.ARTIFACTS_CLAIM: artifacts}
+            rendered = _render_all(files["templates/operator.yaml"], values)
+            assert "".join(f"{line}\n" for line in rendered.splitlines() if not line.startswith("#")) == expected
+            assert ("/var/lib/phalanx/artifacts" in rendered) == artifacts
+
+
+@pytest.mark.parametrize(
+    ("renders", "tests"),
+    [
+        ({(True, True): "a\nb\n", (True, False): "a\n", (False, True): "a\nc\n", (False, False): "a\n"}, 2),
+        ({(True, True): "x\n", (True, False): "y\n", (False, True): "z\n", (False, False): "w\n"}, 4),
+    ],
+)
+def test_merging_four_renders_gives_each_back_with_flat_blocks(
+    renders: dict[tuple[bool, bool], str], tests: int
+) -> None:
+    merged = chart._merge_all(("p", "q"), renders)
+    for (p, q), text in renders.items():
+        assert _render_all(merged, {"p": p, "q": q}) == text
+    assert merged.count("{{- if") <= tests

@@ -240,3 +240,47 @@ def test_an_unusable_artifact_store_leaves_pipeline_runs_waiting_and_sweeps_runn
     assert op.flows is not None and op.flows.pipeline_controller is None
     assert op.flows.sweep_controller is not None
     assert "pipeline runs wait: the artifact store nosuchscheme://x cannot be used" in caplog.text
+
+
+def test_the_artifact_volume_claim_comes_from_the_flag_then_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PHALANX_ARTIFACT_VOLUME_CLAIM", raising=False)
+    assert build_parser().parse_args([]).artifact_volume_claim is None
+    monkeypatch.setenv("PHALANX_ARTIFACT_VOLUME_CLAIM", "from-env")
+    assert build_parser().parse_args([]).artifact_volume_claim == "from-env"
+    flags = build_parser().parse_args(["--artifact-volume-claim", "artifacts"])
+    assert flags.artifact_volume_claim == "artifacts"
+
+
+def test_with_a_claim_the_step_jobs_mount_it_at_the_store_and_the_operator_warns_of_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = MemoryKubeApi()
+    settings = FlowSettings(state_dir=tmp_path, artifact_volume_claim="artifacts")
+    with caplog.at_level(logging.WARNING):
+        op = KubeOperator(api, OperatorSettings(workers=2, resync_s=3600.0, flows=settings), VirtualClock())
+    assert "pipeline steps with file inputs or outputs will fail" not in caplog.text
+    op.seed_jobtypes()
+    assert op.flows is not None and op.flows.pipeline_controller is not None
+    store(api, op.flows.pipelines, pipeline())
+    store(api, op.flows.runs, run())
+    for _ in range(3):
+        op.flows.pipeline_controller.sync()
+    job = next(obj for obj in api.of(TRAININGJOBS) if obj["metadata"]["name"] == "first-shards-0-1")
+    template = job["spec"]["replicas"]["worker"]["template"]
+    assert template["volumes"] == [{"name": "pipeline-artifacts", "persistentVolumeClaim": {"claimName": "artifacts"}}]
+    assert template["volumeMounts"] == [{"name": "pipeline-artifacts", "mountPath": str(tmp_path / "artifacts")}]
+
+
+@pytest.mark.parametrize(
+    ("store_url", "why"),
+    [(None, "is its own directory, which Pods cannot see"), ("memory://ops", "is an object store")],
+)
+def test_without_a_usable_store_for_pods_the_operator_says_so_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, store_url: str | None, why: str
+) -> None:
+    settings = FlowSettings(state_dir=tmp_path, artifact_store=store_url)
+    with caplog.at_level(logging.WARNING):
+        op = KubeOperator(MemoryKubeApi(), OperatorSettings(workers=2, flows=settings), VirtualClock())
+    assert op.flows is not None and op.flows.pipeline_controller is not None  # parameter-only steps still run
+    assert "pipeline steps with file inputs or outputs will fail: the operator's artifact store" in caplog.text
+    assert why in caplog.text and "--artifact-volume-claim" in caplog.text

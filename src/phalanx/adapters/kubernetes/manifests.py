@@ -49,6 +49,9 @@ DEFAULT_NAMESPACE = "phalanx-system"
 DEFAULT_CACHE_DIR = DATASET_MOUNT_PATH  # the node agents' hostPath
 DATASET_STORE_PATH = "/var/lib/phalanx/datasets"  # where the dataset store's claim is mounted in the containers
 OPERATOR_STATE_PATH = "/var/lib/phalanx/state"  # the operator's emptyDir: default study database, artifact store
+#: Where the artifact store's claim is mounted in the operator, and so in every pipeline step job (the same path).
+ARTIFACT_STORE_PATH = "/var/lib/phalanx/artifacts"
+ARTIFACT_CLAIM_ENV = "PHALANX_ARTIFACT_VOLUME_CLAIM"  # the operator's --artifact-volume-claim
 OPERATOR_STORAGE_SECRET = "phalanx-operator-storage"  # optional: sweep-storage and artifact-store URLs
 SCHEDULER_NAME = "phalanx-scheduler"
 SCHEDULER_LEASE = "phalanx-scheduler"
@@ -89,6 +92,9 @@ class InstallParameters:
             name the operator's study database and artifact store; absent, both are in its state directory.
         kubeflow_kinds: also serve the Kubeflow kinds (PyTorchJob... MPIJob, TrainJob and its runtimes) and let
             the operator run them (``kubeflow_manifests``; off by default).
+        artifact_claim: a PersistentVolumeClaim in ``namespace`` holding the pipelines' artifact store: the
+            operator mounts it at ``ARTIFACT_STORE_PATH`` (its store) and every pipeline step job mounts it there
+            too; None keeps the store in the operator's state directory, where steps with files cannot run.
     """
 
     image: str
@@ -98,6 +104,7 @@ class InstallParameters:
     default_job_scheduler: str = ""
     kubeflow_kinds: bool = False
     storage_secret: str = OPERATOR_STORAGE_SECRET
+    artifact_claim: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,23 +454,51 @@ def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
         _secret_env("PHALANX_SWEEP_STORAGE", parameters.storage_secret, "sweep-storage"),
         _secret_env("PHALANX_ARTIFACT_STORE", parameters.storage_secret, "artifact-store"),
     ]
-    state_volume = {"name": "state", "emptyDir": {}}
-    state_mount = {"name": "state", "mountPath": OPERATOR_STATE_PATH}
-    if parameters.dataset_store_claim is None:
-        deployment = _deployment(OPERATOR, parameters, env, strategy="Recreate")
-        spec = deployment["spec"]["template"]["spec"]
-        spec["volumes"] = [state_volume]
-        spec["containers"][0]["volumeMounts"] = [state_mount]
-        return deployment
-    env.append({"name": "PHALANX_DATASET_STORE", "value": f"{DATASET_STORE_PATH}/store"})
+    volumes: list[dict[str, Any]] = [{"name": "state", "emptyDir": {}}]
+    mounts: list[dict[str, Any]] = [{"name": "state", "mountPath": OPERATOR_STATE_PATH}]
+    args: list[str] = []
+    if parameters.dataset_store_claim is not None:
+        env.append({"name": "PHALANX_DATASET_STORE", "value": f"{DATASET_STORE_PATH}/store"})
+        volumes.insert(0, _store_volume(parameters))
+        mounts.insert(0, {"name": "dataset-store", "mountPath": DATASET_STORE_PATH})
+        args = ["--allow-path-under", f"{DATASET_STORE_PATH}/sources"]
+    if parameters.artifact_claim is not None:
+        # The store is the claim's directory, at the path every step job mounts it at: not the Secret's key.
+        env[env.index(_secret_env("PHALANX_ARTIFACT_STORE", parameters.storage_secret, "artifact-store"))] = {
+            "name": "PHALANX_ARTIFACT_STORE",
+            "value": ARTIFACT_STORE_PATH,
+        }
+        env.append({"name": ARTIFACT_CLAIM_ENV, "value": parameters.artifact_claim})
+        volumes.append({"name": "artifacts", "persistentVolumeClaim": {"claimName": parameters.artifact_claim}})
+        mounts.append({"name": "artifacts", "mountPath": ARTIFACT_STORE_PATH})
     deployment = _deployment(OPERATOR, parameters, env, strategy="Recreate")
     spec = deployment["spec"]["template"]["spec"]
-    spec["securityContext"]["fsGroup"] = NONROOT_UID  # the claim's files belong to the operator's group
-    spec["volumes"] = [_store_volume(parameters), state_volume]
+    if len(volumes) > 1:
+        spec["securityContext"]["fsGroup"] = NONROOT_UID  # a claim's files belong to the operator's group
+    spec["volumes"] = volumes
     container = spec["containers"][0]
-    container["args"] = ["--allow-path-under", f"{DATASET_STORE_PATH}/sources"]
-    container["volumeMounts"] = [{"name": "dataset-store", "mountPath": DATASET_STORE_PATH}, state_mount]
+    if args:
+        container["args"] = args
+    container["volumeMounts"] = mounts
     return deployment
+
+
+def artifact_claim(
+    name: str, namespace: str, *, size: str, access_modes: list[str] | str, storage_class: str | None = None
+) -> dict[str, Any]:
+    """The PersistentVolumeClaim of the pipelines' artifact store, for an install that creates it.
+
+    The chart's ``artifacts.create``; every step job mounts it, on any node, hence ReadWriteMany by default.
+    """
+    spec: dict[str, Any] = {"accessModes": access_modes, "resources": {"requests": {"storage": size}}}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace, "labels": OPERATOR.labels},
+        "spec": spec,
+    }
 
 
 def scheduler_config_text() -> str:

@@ -9,7 +9,9 @@ reads: local paths under ``--allow-path-under`` directories only, scripts only w
 ``--kubeflow-kinds`` (``$PHALANX_KUBEFLOW_KINDS``): also run PyTorchJobs, MPIJobs, TrainJobs... applied with kubectl.
 Sweeps and PipelineRuns are run too (``services.kubernetes.flows``): ``--sweep-storage`` (``$PHALANX_SWEEP_STORAGE``),
 the Optuna storage URL of the studies, and ``--artifact-store`` (``$PHALANX_ARTIFACT_STORE``), the pipelines'
-artifact store and step cache, default to a SQLite file and a directory in ``--state-dir`` (``$PHALANX_STATE_DIR``).
+artifact store and step cache, default to a SQLite file and a directory in ``--state-dir`` (``$PHALANX_STATE_DIR``);
+``--artifact-volume-claim`` (``$PHALANX_ARTIFACT_VOLUME_CLAIM``) names the PersistentVolumeClaim that directory is
+on, which every pipeline step job then mounts at the same path (docs/pipelines.md, "On Kubernetes").
 Exits 0 after a signal, 1 when it cannot reach the API server or fill its caches (the Deployment restarts it).
 """
 
@@ -112,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the pipelines' artifact store and step cache: a directory or an fsspec URL such as s3://bucket/prefix "
         "(default: $PHALANX_ARTIFACT_STORE, else STATE_DIR/artifacts)",
     )
+    parser.add_argument(
+        "--artifact-volume-claim",
+        default=os.environ.get("PHALANX_ARTIFACT_VOLUME_CLAIM") or None,
+        metavar="NAME",
+        help="the PersistentVolumeClaim the artifact store's directory is on, mounted here at that directory: every "
+        "pipeline step job mounts it at the same path, so steps read their inputs and write their outputs there "
+        "(default: $PHALANX_ARTIFACT_VOLUME_CLAIM; none: steps with file inputs or outputs fail, saying so)",
+    )
     parser.add_argument("--workers", type=int, default=8, help="concurrent API writes within one job's reconcile")
     parser.add_argument("--job-workers", type=int, default=8, help="jobs reconciled at once")
     return parser
@@ -143,7 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             dataset_sources=SourcePolicy(tuple(args.allow_path_under), args.allow_script_sources),
             kubeflow_kinds=args.kubeflow_kinds,
             flows=FlowSettings(
-                state_dir=args.state_dir, sweep_storage=args.sweep_storage, artifact_store=args.artifact_store
+                state_dir=args.state_dir,
+                sweep_storage=args.sweep_storage,
+                artifact_store=args.artifact_store,
+                artifact_volume_claim=args.artifact_volume_claim,
             ),
         ),
     )

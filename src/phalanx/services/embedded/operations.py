@@ -24,6 +24,7 @@ from phalanx.adapters.datacache import CacheError, NodeDataCache
 from phalanx.adapters.store import AlreadyExistsError, NotFoundError, QuarantineRecord, SqliteStore, UnreadableError
 from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.core.lifecycle.quarantine import quarantine_condition
+from phalanx.core.pipelines.step_files import SAME_FILESYSTEM
 from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
@@ -133,6 +134,7 @@ class SqliteBackend(SqliteStatus):
     runs_images = False
     own_scheduler: str | None = None
     algorithms_here = True
+    step_files = SAME_FILESYSTEM  # replicas are processes of this host: the store's paths are theirs
 
     def __init__(self, store: SqliteStore, layout: StateLayout, *, clock: Clock | None = None) -> None:
         super().__init__(store, clock=clock)

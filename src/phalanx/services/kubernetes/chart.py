@@ -4,8 +4,9 @@ Why generated, not written by hand: the install is already written once, as data
 manifests.py``: objects, RBAC, probes, security contexts). A hand-written chart would say all of it a second time
 in Go templates, and the two would drift. So the chart's templates are those objects, rendered with *tokens* where
 a value belongs (the namespace, the image, each component's resources...), and the tokens are then replaced by
-template expressions. An option that changes the shape of the objects (the dataset store) is rendered both ways
-and becomes an ``if``/``else`` of the two renders. The defaults in ``values.yaml`` are the install's defaults, so
+template expressions. An option that changes the shape of the objects (the dataset store, the artifact store's
+claim) is rendered every way, and the renders merge into one template of flat ``if`` blocks (``_merge_all``). The
+defaults in ``values.yaml`` are the install's defaults, so
 ``helm template`` with no values renders exactly ``phalanx install --print`` (tests/e2e/test_helm_chart.py checks
 that with the real helm, and the chart's install, upgrade and uninstall on a real control plane).
 
@@ -19,7 +20,7 @@ import difflib
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from phalanx.adapters.kubernetes.manifests import (
     SCHEDULER_CONFIG_HASH,
     SCRAPE_PORT_ANNOTATION,
     InstallParameters,
+    artifact_claim,
     install_manifests,
     kubeflow_rbac,
     render_yaml,
@@ -52,6 +54,10 @@ from phalanx.services.kubernetes.install import GENERATED_NOTE, deploy_files, ph
 CHART_NAME = "phalanx"
 IMAGE_REPOSITORY = "phalanx"  # with the tag defaulting to the chart's appVersion: install's phalanx:<version>
 CHART_NOTE = "Generated from the Phalanx models by scripts/generate-deploy (services/kubernetes/chart.py); do not edit."
+
+#: The values that change the shape of the install's objects (``_merge_all``).
+DATASETS_CLAIM = ".Values.datasets.storeClaim"
+ARTIFACTS_CLAIM = ".Values.artifacts.persistentVolumeClaim"
 
 #: The values key of each component's workload, by its name in the manifests.
 COMPONENT_VALUES = {OPERATOR.account: "operator", SCHEDULER.account: "scheduler", NODE_AGENT.account: "nodeAgent"}
@@ -124,7 +130,7 @@ def _block_substitution(replacement: _Replacement) -> Callable[[re.Match[str]], 
     return substitute
 
 
-def _templated(tokens: _Tokens, *, datasets: bool) -> list[dict[str, Any]]:
+def _templated(tokens: _Tokens, *, datasets: bool, artifacts: bool) -> list[dict[str, Any]]:
     """The install's objects (no CRDs: the chart's ``crds/`` holds them), with tokens where values go."""
     parameters = InstallParameters(
         image=tokens.scalar('"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"'),
@@ -133,6 +139,7 @@ def _templated(tokens: _Tokens, *, datasets: bool) -> list[dict[str, Any]]:
         cache_dir=tokens.scalar("{{ .Values.datasets.cacheDir | quote }}"),
         default_job_scheduler=tokens.scalar("{{ .Values.defaultJobScheduler | quote }}"),
         storage_secret=tokens.scalar("{{ .Values.storage.secret | quote }}"),
+        artifact_claim=tokens.scalar(f"{{{{ {ARTIFACTS_CLAIM} | quote }}}}") if artifacts else None,
     )
     objects = [obj for obj in install_manifests(parameters) if obj["kind"] != "CustomResourceDefinition"]
     for obj in objects:
@@ -178,20 +185,46 @@ def _template_files() -> dict[str, str]:
         "node-agent.yaml": lambda obj: obj["kind"] == "DaemonSet",
     }
     tokens = _Tokens()
-    plain, with_datasets = _templated(tokens, datasets=False), _templated(tokens, datasets=True)
-    assert len(plain) == len(with_datasets), "the dataset store adds or removes no object"
+    renders = {
+        (datasets, artifacts): _templated(tokens, datasets=datasets, artifacts=artifacts)
+        for datasets in (True, False)
+        for artifacts in (True, False)
+    }
+    plain = renders[False, False]
+    assert all(len(objects) == len(plain) for objects in renders.values()), "an option adds or removes no object"
     placed = [name for obj in plain for name, belongs in groups.items() if belongs(obj)]
     assert len(placed) == len(plain), "every object of the install has exactly one template file"
     files = {}
     for name, belongs in groups.items():
-        without = tokens.substitute(render_yaml([obj for obj in plain if belongs(obj)]))
-        within = tokens.substitute(render_yaml([obj for obj in with_datasets if belongs(obj)]))
-        body = _merge(".Values.datasets.storeClaim", within, without)
+        text: dict[tuple[bool, ...], str] = {
+            key: tokens.substitute(render_yaml([obj for obj in objects if belongs(obj)]))
+            for key, objects in renders.items()
+        }
+        body = _merge_all((DATASETS_CLAIM, ARTIFACTS_CLAIM), text)
         if name == "namespace.yaml":
             body = f"{{{{- if .Values.namespace.create }}}}\n{body}{{{{- end }}}}\n"
         files[f"templates/{name}"] = f"# {CHART_NOTE}\n{body}"
     files["templates/kubeflow.yaml"] = _kubeflow_template()
+    files["templates/artifacts-claim.yaml"] = _artifacts_claim_template()
     return files
+
+
+def _artifacts_claim_template() -> str:
+    """``templates/artifacts-claim.yaml``: the artifact store's claim, when the chart is to create it.
+
+    Kept by helm on uninstall: it holds every pipeline's artifacts and the step cache.
+    """
+    tokens = _Tokens()
+    claim = artifact_claim(
+        tokens.scalar(f"{{{{ {ARTIFACTS_CLAIM} | quote }}}}"),
+        tokens.scalar("{{ .Release.Namespace }}"),
+        size=tokens.scalar("{{ .Values.artifacts.size | quote }}"),
+        access_modes=tokens.block(".Values.artifacts.accessModes"),
+        storage_class=tokens.optional(".Values.artifacts.storageClass"),
+    )
+    claim["metadata"]["annotations"] = dict(KEEP)
+    body = tokens.substitute(render_yaml([claim]))
+    return f"# {CHART_NOTE}\n{{{{- if and {ARTIFACTS_CLAIM} .Values.artifacts.create }}}}\n{body}{{{{- end }}}}\n"
 
 
 #: Kept by helm on uninstall and when the value is turned off, like the chart's own CRDs: deleting a CRD deletes
@@ -225,24 +258,75 @@ def _kubeflow_template() -> str:
 
 
 def _merge(condition: str, then: str, otherwise: str) -> str:
-    """One template that renders ``then`` when ``condition`` holds and ``otherwise`` when not.
+    """One template that renders ``then`` when ``condition`` holds and ``otherwise`` when not."""
+    return _merge_all((condition,), {(True,): then, (False,): otherwise})
 
-    The lines both share appear once, each differing run of lines as an ``if``/``else``: ``{{-`` eats the
-    newline before it, so each branch renders exactly its own lines.
+
+def _merge_all(conditions: tuple[str, ...], renders: Mapping[tuple[bool, ...], str]) -> str:
+    """One template that renders ``renders[values]`` for each combination of the values of ``conditions``.
+
+    The renders are aligned line by line (each against what the earlier ones give: ``difflib``), so every line
+    knows the combinations it belongs to; the lines all share appear once, and each run of lines of the same
+    combinations is one flat ``if`` (a run for one condition followed by the run for its negation: an
+    ``if``/``else``). Never nested, so each block closes where it opens. ``{{-`` eats the newline before it, so
+    each combination renders exactly its own lines.
     """
-    ours, theirs = then.splitlines(), otherwise.splitlines()
+    combos = list(renders)
+    lines: list[tuple[str, set[tuple[bool, ...]]]] = [(line, {combos[0]}) for line in renders[combos[0]].splitlines()]
+    for combo in combos[1:]:
+        theirs = renders[combo].splitlines()
+        ours = [line for line, _ in lines]
+        merged: list[tuple[str, set[tuple[bool, ...]]]] = []
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=ours, b=theirs, autojunk=False).get_opcodes():
+            if tag == "equal":
+                merged += [(line, {*held, combo}) for line, held in lines[i1:i2]]
+                continue
+            merged += lines[i1:i2]
+            merged += [(line, {combo}) for line in theirs[j1:j2]]
+        lines = merged
+    runs: list[tuple[frozenset[tuple[bool, ...]], list[str]]] = []
+    for line, found in lines:
+        if runs and runs[-1][0] == found:
+            runs[-1][1].append(line)
+        else:
+            runs.append((frozenset(found), [line]))
+    everywhere = frozenset(combos)
     out: list[str] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=ours, b=theirs, autojunk=False).get_opcodes():
-        if tag == "equal":
-            out += ours[i1:i2]
+    position = 0
+    while position < len(runs):
+        held, run = runs[position]
+        position += 1
+        if held == everywhere:
+            out += run
             continue
-        out.append(f"{{{{- if {condition} }}}}")
-        out += ours[i1:i2]
-        if j2 > j1:
+        test = _condition(conditions, held, everywhere)
+        out.append(f"{{{{- if {test} }}}}")
+        out += run
+        if position < len(runs) and runs[position][0] == everywhere - held:
             out.append("{{- else }}")
-            out += theirs[j1:j2]
+            out += runs[position][1]
+            position += 1
         out.append("{{- end }}")
     return "".join(f"{line}\n" for line in out)
+
+
+def _condition(
+    conditions: tuple[str, ...], held: frozenset[tuple[bool, ...]], combos: frozenset[tuple[bool, ...]]
+) -> str:
+    """The template test that holds for exactly the combinations ``held`` of ``conditions``' values."""
+    for index, condition in enumerate(conditions):
+        for value in (True, False):
+            if held == {combo for combo in combos if combo[index] == value}:
+                return condition if value else f"not {condition}"
+
+    def conjunction(combo: tuple[bool, ...]) -> str:
+        terms = [name if value else f"(not {name})" for name, value in zip(conditions, combo, strict=True)]
+        return f"and {' '.join(terms)}" if len(terms) > 1 else terms[0]
+
+    alternatives = [conjunction(combo) for combo in sorted(held, reverse=True)]
+    if len(alternatives) == 1:
+        return alternatives[0]
+    return "or " + " ".join(f"({alternative})" for alternative in alternatives)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -277,6 +361,13 @@ def default_values() -> dict[str, Any]:
     values["defaultJobScheduler"] = ""
     values["kubeflowKinds"] = {"enabled": False}
     values["storage"] = {"secret": OPERATOR_STORAGE_SECRET}
+    values["artifacts"] = {
+        "persistentVolumeClaim": "",
+        "create": False,
+        "size": "10Gi",
+        "storageClass": "",
+        "accessModes": ["ReadWriteMany"],
+    }
     return values
 
 
@@ -303,6 +394,12 @@ _COMMENTS = {
     "storage": "Where the operator keeps the sweeps' studies and the pipelines' artifacts: the Secret (in the release\n"
     "namespace, optional) whose keys sweep-storage (an Optuna storage URL, e.g. PostgreSQL) and artifact-store\n"
     "(a directory or s3:// / gs:// URL) name them. Without it both live in the operator's emptyDir (docs/sweeps.md).",
+    "artifacts": "The pipelines' artifact store on a PersistentVolumeClaim in the release namespace\n"
+    "(docs/pipelines.md#on-kubernetes): the operator keeps the store on it and every pipeline step job mounts it\n"
+    "at the same path, so steps read their inputs and write their outputs there (the storage Secret's\n"
+    "artifact-store key is then not read). Empty persistentVolumeClaim: steps with file inputs or outputs fail.\n"
+    "create: the chart creates the claim (size, storageClass: empty for the cluster's default, accessModes:\n"
+    "ReadWriteMany, as steps run on any node) and keeps it on uninstall; false: it exists already.",
 }
 
 
@@ -365,6 +462,24 @@ def values_schema() -> dict[str, Any]:
                 "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
             },
             "kubeflowKinds": closed({"enabled": {"type": "boolean"}}),
+            "artifacts": closed(
+                {
+                    # Empty, or a claim's name: a DNS-1123 subdomain.
+                    "persistentVolumeClaim": {
+                        "type": "string",
+                        "maxLength": 253,
+                        "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
+                    },
+                    "create": {"type": "boolean"},
+                    "size": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?([KMGTPE]i?|[kmEP])?$"},
+                    "storageClass": text,
+                    "accessModes": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {"enum": ["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]},
+                    },
+                }
+            ),
             # A Secret's name: a DNS-1123 subdomain.
             "storage": closed(
                 {

@@ -17,9 +17,12 @@ Where the state lives (``FlowSettings``; docs/sweeps.md and docs/pipelines.md, "
   state directory (``--state-dir``; the install mounts an ``emptyDir`` there, which survives the container's
   restarts but not the Pod's replacement).
 - **Artifacts and the step cache**: ``--artifact-store``, a directory (default ``<state dir>/artifacts``) or an
-  fsspec URL (``s3://``, ``gs://``). Steps see the store only where its paths reach their Pods; a step's
-  outputs are collected by the operator, so on Kubernetes only steps without outputs run (their cache entries
-  and the cached reruns work as anywhere).
+  fsspec URL (``s3://``, ``gs://``). A step's process reads and writes files under the store's paths, and the
+  operator collects its outputs there, so they must reach the step's Pods: with ``--artifact-volume-claim``
+  the store's directory is on that PersistentVolumeClaim (mounted in the operator at the store's path) and
+  every step job mounts the same claim at the same path (``core.pipelines.step_files``). Without it, or with an
+  object store, steps with file inputs or outputs fail at once, saying so (the operator also logs it at start);
+  parameter-only steps run either way.
 
 Nothing here is remembered between passes that a restart would need: the objects, their statuses and the study
 database hold it, as the controllers require.
@@ -38,6 +41,7 @@ from phalanx.adapters.artifacts import ArtifactStore, ArtifactStoreError
 from phalanx.adapters.clock import Clock
 from phalanx.adapters.kubernetes.api import PIPELINERUNS, PIPELINES, SWEEPS, KubeApi
 from phalanx.adapters.kubernetes.informer import Informer, Signal
+from phalanx.core.pipelines.step_files import store_warning
 from phalanx.core.pipelines.steps import RUN_LABEL
 from phalanx.core.sweeps.substitute import SWEEP_LABEL
 from phalanx.model.jobs import TrainingJob
@@ -65,12 +69,15 @@ class FlowSettings:
         state_dir: the operator's own directory (the install's ``emptyDir``); the defaults below live there.
         sweep_storage: the Optuna storage URL of the studies; None: ``sqlite:///<state_dir>/sweeps.db``.
         artifact_store: the pipelines' artifact store (a directory or an fsspec URL); None: ``<state_dir>/artifacts``.
+        artifact_volume_claim: the PersistentVolumeClaim the store's directory is on (mounted in the operator at
+            the store's path); step jobs mount it at the same path. None: step Pods cannot see the store.
         period_s: the longest wait between two passes of a controller.
     """
 
     state_dir: Path = DEFAULT_STATE_DIR
     sweep_storage: str | None = None
     artifact_store: str | None = None
+    artifact_volume_claim: str | None = None
     period_s: float = 2.0
 
     @property
@@ -144,6 +151,7 @@ class KubeFlows:
             clock=clock,
             component=component,
             instance=identity,
+            artifact_claim=settings.artifact_volume_claim,
         )
         self.sweep_controller = SweepController(
             self.backend,
@@ -157,6 +165,9 @@ class KubeFlows:
             log.error("pipeline runs wait: the artifact store %s cannot be used: %s", settings.artifacts_url, error)
         else:
             self.pipeline_controller = PipelineController(self.backend, artifacts, clock)
+            warning = store_warning(self.backend.step_files, str(artifacts.root) if artifacts.is_local else None)
+            if warning is not None:
+                log.warning("%s", warning)
         self._threads: list[threading.Thread] = []
 
     @staticmethod

@@ -70,6 +70,7 @@ from phalanx.adapters.kubernetes.objects import (
     sweep_from_object,
 )
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, CONTAINER_NAME, DEFAULT_SCHEDULER_NAME
+from phalanx.core.pipelines.step_files import StepFiles
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
 from phalanx.model.events import Event
@@ -164,6 +165,8 @@ class KubeBackend:
     runs_images = True
     own_scheduler: str | None = DEFAULT_SCHEDULER_NAME
     algorithms_here = False  # the operator's image runs them
+    #: Pods see none of the operator's directories: only a PersistentVolumeClaim reaches them (``artifact_claim``).
+    step_files = StepFiles(same_filesystem=False)
 
     def __init__(
         self,
@@ -176,8 +179,10 @@ class KubeBackend:
         component: str = "phalanx",
         instance: str | None = None,
         informers: Mapping[Any, Informer] | None = None,  # by model class
+        artifact_claim: str | None = None,  # the claim the operator's artifact store is on (step jobs mount it)
     ) -> None:
         self.api = api
+        self.step_files = StepFiles(same_filesystem=False, claim=artifact_claim)
         self.server = server
         self.poll_seconds = poll_seconds
         self.evict_timeout = evict_timeout

@@ -58,6 +58,7 @@ from phalanx.core.pipelines.plan import (
     observation,
     plan_run,
 )
+from phalanx.core.pipelines.step_files import StepFiles
 from phalanx.core.pipelines.steps import ATTEMPT_LABEL, ITEM_LABEL, RUN_LABEL, RUN_UID_LABEL, STEP_LABEL
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, TrainingJob
@@ -83,7 +84,11 @@ _FINISHED = (RunPhase.SUCCEEDED, RunPhase.FAILED)
 
 
 class PipelineBackend(ObjectReader, ObjectWriter, StatusWriter, Protocol):
-    """What the controller needs of a backend: the object port and the status side."""
+    """What the controller needs of a backend: the object port, the status side, and how steps see the store."""
+
+    step_files: StepFiles
+    """How a step job's replicas reach the artifact store's files (``core.pipelines.step_files``): on the
+    controller's own file system (embedded), or through a PersistentVolumeClaim (Kubernetes), or not at all."""
 
 
 @dataclass
@@ -428,7 +433,14 @@ class PipelineController:
             message=action.reason,
         )
         try:
-            obj = build_object(instance, pipeline.components.get(step.name), folder, self.artifacts, self._jobtypes())
+            obj = build_object(
+                instance,
+                pipeline.components.get(step.name),
+                folder,
+                self.artifacts,
+                self._jobtypes(),
+                self.backend.step_files,
+            )
         except LaunchError as err:
             message = f"{label} cannot start: {err}"
             work.instances[key] = entry.model_copy(

@@ -13,6 +13,13 @@
   ``$PHALANX_OUTPUTS/NAME``.
 - A **sweep** step is a Sweep with ``${inputs.NAME}`` filled in; its outputs come from its best trial.
 
+Where the step's replicas do not share the controller's file system (Kubernetes), the backend's ``step_files``
+says how they see the store: ``core.pipelines.step_files.store_access`` decides, once, before anything is
+prepared. With the store on a PersistentVolumeClaim every replica of the step's job (a Sweep step: of its trials)
+mounts the claim at the store's directory, so the paths above resolve in its Pods; where they cannot see the store,
+a step with file inputs or outputs does not start (a ``LaunchError`` naming the fix) and a parameter-only step runs
+as anywhere.
+
 Every object is named ``core.pipelines.steps.step_object_name`` and labelled with its run, run uid, step, item and
 attempt, and a job carries its output paths in an annotation, so the controller collects them after a restart
 without resolving anything again. A problem the step cannot get past (a component that does not resolve with
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +40,7 @@ from typing import Any
 from phalanx.adapters.artifacts import ArtifactStore, ArtifactStoreError, InstanceFolder
 from phalanx.core.pipelines.dag import MAX_INLINE_ARTIFACT_BYTES
 from phalanx.core.pipelines.placeholders import default_paths, resolve_command
+from phalanx.core.pipelines.step_files import StepFiles, StoreVolume, store_access
 from phalanx.core.pipelines.steps import (
     ATTEMPT_LABEL,
     EXECUTOR_OUTPUT_ANNOTATION,
@@ -51,6 +60,7 @@ from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.kfp_component import ComponentSpec, file_name_of
 from phalanx.model.pipelines import PipelineRun, Step, StepKind
+from phalanx.model.pods import Volume, VolumeMount
 from phalanx.model.sweeps import Sweep
 from phalanx.model.validation import validate_job
 
@@ -104,21 +114,86 @@ def build_object(
     folder: InstanceFolder,
     store: ArtifactStore,
     jobtypes: Mapping[str, JobType],
+    files: StepFiles,
 ) -> TrainingJob | Sweep:
     """The job or Sweep of ``instance``, with its folder prepared (inputs staged, value files written).
+
+    ``files`` is the backend's ``step_files``: how the step's replicas see the store.
 
     Raises:
         LaunchError: it cannot start (the sentence says why).
     """
+    access = store_access(
+        files, str(store.root) if store.is_local else None, reads_or_writes_files=_uses_files(instance, component)
+    )
+    if access.refusal is not None:
+        raise LaunchError(access.refusal)
     store.prepare(folder)
     kind = instance.step.kind
     if kind is StepKind.COMPONENT:
         assert component is not None
-        return _component_job(instance, component, folder, store, jobtypes)
+        return _with_volume(_component_job(instance, component, folder, store, jobtypes, files), access.volume)
     inputs = _template_inputs(instance, folder, store)
     if kind is StepKind.TRAINING_JOB:
-        return _training_job(instance, folder, store, inputs, jobtypes)
-    return _sweep(instance, inputs, jobtypes)
+        return _with_volume(_training_job(instance, folder, store, inputs, jobtypes, files), access.volume)
+    return _sweep(instance, inputs, jobtypes, access.volume)
+
+
+def _uses_files(instance: Instance, component: ComponentSpec | None) -> bool:
+    """Whether the step reads or writes a file of its instance folder (else it passes parameters only)."""
+    if instance.artifact_inputs:
+        return True
+    kind = instance.step.kind
+    if kind is StepKind.COMPONENT:
+        assert component is not None
+        # An output is a file, a parameter one too (KFP v1); an input read by path is a file even when given a value.
+        return bool(component.outputs) or any("inputPath" in uses for uses in component.input_uses().values())
+    if kind is StepKind.TRAINING_JOB:
+        return bool(instance.step.outputs)  # written under $PHALANX_OUTPUTS
+    return False  # a Sweep step's outputs come from its best trial, not from files
+
+
+def _store_volume(volume: StoreVolume) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The volume and its mount, as a replica template writes them."""
+    return (
+        {"name": volume.name, "persistentVolumeClaim": {"claimName": volume.claim}},
+        {"name": volume.name, "mountPath": volume.mount_path},
+    )
+
+
+def _with_volume(job: TrainingJob, volume: StoreVolume | None) -> TrainingJob:
+    """``job`` with the store's claim mounted at the store's directory in every replica (None: as it is).
+
+    Raises:
+        LaunchError: a replica has a volume of that name or a mount at that path already.
+    """
+    if volume is None:
+        return job
+    source, target = _store_volume(volume)
+    for role, replica in job.spec.replicas.items():
+        path = f"spec.replicas.{role}.template"
+        if any(own.name == volume.name for own in replica.template.volumes):
+            raise LaunchError(
+                f"{path}.volumes: {volume.name!r} is the name of the artifact store's volume; name yours otherwise"
+            )
+        mounts = [posixpath.normpath(own.mount_path) for own in replica.template.volume_mounts]
+        if posixpath.normpath(volume.mount_path) in mounts:
+            raise LaunchError(
+                f"{path}.volumeMounts: {volume.mount_path} is where the artifact store is mounted; mount yours "
+                "elsewhere"
+            )
+    replicas = {
+        role: validated_copy(
+            replica,
+            template=validated_copy(
+                replica.template,
+                volumes=[*replica.template.volumes, Volume.model_validate(source)],
+                volume_mounts=[*replica.template.volume_mounts, VolumeMount.model_validate(target)],
+            ),
+        )
+        for role, replica in job.spec.replicas.items()
+    }
+    return validated_copy(job, spec=validated_copy(job.spec, replicas=replicas))
 
 
 def _metadata(instance: Instance, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -177,6 +252,7 @@ def _component_job(
     folder: InstanceFolder,
     store: ArtifactStore,
     jobtypes: Mapping[str, JobType],
+    files: StepFiles,
 ) -> TrainingJob:
     input_paths, output_paths = default_paths(component, inputs_dir=str(folder.inputs), outputs_dir=str(folder.outputs))
     uses = component.input_uses()
@@ -229,7 +305,7 @@ def _component_job(
             "type": "generic",
             # The step's own retries decide reruns; the job fails at its first failure.
             "runPolicy": {"backoffLimit": 0},
-            **_stored_outputs(folder, store),
+            **_stored_outputs(folder, store, files),
             "replicas": {
                 "worker": {
                     "count": 1,
@@ -246,13 +322,17 @@ def _component_job(
     return _validated_job(document, jobtypes)
 
 
-def _stored_outputs(folder: InstanceFolder, store: ArtifactStore, given: Any = None) -> dict[str, Any]:
-    """``outputs.storeTo``: the instance's outputs folder, with a local store.
+def _stored_outputs(
+    folder: InstanceFolder, store: ArtifactStore, files: StepFiles, given: Any = None
+) -> dict[str, Any]:
+    """``outputs.storeTo``: the instance's outputs folder, with a local store on the controller's file system.
 
     A job's stored outputs then are the step's outputs, so a Dataset ``fromJob`` the step's job reads them. An
-    object store's folder is not a local path the runtime could store to: the job keeps its own there.
+    object store's folder is not a local path the runtime could store to: the job keeps its own there. Where
+    replicas are Pods (``files``), a runtime storing outputs is not there either (Kubernetes does not collect a
+    job's outputs): the step's outputs reach the store through its claim instead.
     """
-    if not store.is_local:
+    if not store.is_local or not files.same_filesystem:
         return {}
     outputs = dict(given) if isinstance(given, dict) else {}
     outputs["storeTo"] = str(folder.outputs)
@@ -273,6 +353,7 @@ def _training_job(
     store: ArtifactStore,
     inputs: Mapping[str, str],
     jobtypes: Mapping[str, JobType],
+    files: StepFiles,
 ) -> TrainingJob:
     template = instance.step.training_job
     assert template is not None
@@ -280,7 +361,7 @@ def _training_job(
     assert isinstance(spec, dict)
     given = spec.get("outputs")
     if not isinstance(given, dict) or not given.get("storeTo"):  # a storeTo the step sets stays its own
-        spec = {**spec, **_stored_outputs(folder, store, given)}
+        spec = {**spec, **_stored_outputs(folder, store, files, given)}
     outputs = {decl.name: str(folder.outputs / decl.name) for decl in instance.step.outputs}
     metadata = _metadata(instance, template.metadata)
     metadata["annotations"][OUTPUTS_ANNOTATION] = json.dumps(outputs, sort_keys=True)
@@ -297,19 +378,48 @@ def _training_job(
     return validated_copy(job, spec=validated_copy(job.spec, replicas=replicas))
 
 
-def _sweep(instance: Instance, inputs: Mapping[str, str], jobtypes: Mapping[str, JobType]) -> Sweep:
+def _sweep(
+    instance: Instance, inputs: Mapping[str, str], jobtypes: Mapping[str, JobType], volume: StoreVolume | None
+) -> Sweep:
     template = instance.step.sweep
     assert template is not None
+    spec = fill_inputs(template.spec, inputs)
+    if volume is not None:
+        spec = _trials_with_volume(spec, volume)
     document = {
         "apiVersion": "phalanx.dev/v1alpha1",
         "kind": "Sweep",
         "metadata": _metadata(instance, template.metadata),
-        "spec": fill_inputs(template.spec, inputs),
+        "spec": spec,
     }
     try:
         return validate_sweep(document, jobtypes)
     except SpecError as err:
         raise LaunchError(f"its Sweep does not validate: {_sentence(err)}") from None
+
+
+def _trials_with_volume(spec: Any, volume: StoreVolume) -> Any:
+    """A Sweep spec whose trials mount the store's claim: added to each role of its trial template, as written.
+
+    The template is held as written (references may stand where numbers go), so the volume goes in as written
+    too; the Sweep's validation then checks it with the rest (a clash with the template's own volumes included).
+    """
+    trial = spec.get("trial") if isinstance(spec, dict) else None
+    trial_spec = trial.get("spec") if isinstance(trial, dict) else None
+    replicas = trial_spec.get("replicas") if isinstance(trial_spec, dict) else None
+    if not isinstance(trial, dict) or not isinstance(trial_spec, dict) or not isinstance(replicas, dict):
+        return spec
+    source, target = _store_volume(volume)
+    roles: dict[str, Any] = {}
+    for role, replica in replicas.items():
+        template = replica.get("template") if isinstance(replica, dict) else None
+        if not isinstance(template, dict):
+            roles[role] = replica
+            continue
+        volumes = [*(template.get("volumes") or []), source]
+        mounts = [*(template.get("volumeMounts") or []), target]
+        roles[role] = {**replica, "template": {**template, "volumes": volumes, "volumeMounts": mounts}}
+    return {**spec, "trial": {**trial, "spec": {**trial_spec, "replicas": roles}}}
 
 
 def _validated_job(document: dict[str, Any], jobtypes: Mapping[str, JobType]) -> TrainingJob:
