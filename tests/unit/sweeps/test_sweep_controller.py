@@ -508,8 +508,8 @@ def test_the_trials_of_a_sweep_that_cannot_be_read_are_not_taken_for_orphans(stu
     class Quarantining(MemoryBackend):
         hidden = False
 
-        def list(self, kind: Any, namespace: str | None = None) -> Any:
-            found = super().list(kind, namespace)
+        def list(self, kind: Any, namespace: str | None = None, **selection: Any) -> Any:
+            found = super().list(kind, namespace, **selection)
             return [o for o in found if not (self.hidden and kind is Sweep)]
 
         def get(self, kind: Any, namespace: str, name: str) -> Any:
@@ -531,8 +531,8 @@ def test_a_trial_job_that_cannot_be_read_is_not_taken_for_deleted(studies: FakeS
     class Quarantining(MemoryBackend):
         hidden: set[str] = set()
 
-        def list(self, kind: Any, namespace: str | None = None) -> Any:
-            return [o for o in super().list(kind, namespace) if o.metadata.name not in self.hidden]
+        def list(self, kind: Any, namespace: str | None = None, **selection: Any) -> Any:
+            return [o for o in super().list(kind, namespace, **selection) if o.metadata.name not in self.hidden]
 
         def get(self, kind: Any, namespace: str, name: str) -> Any:
             if name in self.hidden:

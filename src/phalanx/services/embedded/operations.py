@@ -99,6 +99,30 @@ def read_tail(path: Path, limit: int = port.LOG_TAIL_CHARS) -> str:
     return text
 
 
+def read_lines_from(path: Path, cursor: port.LogCursor | None, limit: int = port.LOG_TAIL_CHARS) -> port.LogChunk:
+    """A log file's complete lines past ``cursor`` (the file's run folder is its source), at most ``limit`` bytes.
+
+    A cursor of another file, or past the file's end (it was written anew), reads from the start. A reader more
+    than ``limit`` bytes behind skips to the last ``limit`` bytes, from a line's start, as ``read_tail`` would.
+    """
+    source = path.parent.name  # <replica>-a<attempt>: one attempt's log
+    with path.open("rb") as file:
+        size = file.seek(0, 2)
+        start = cursor.offset if cursor is not None and cursor.source == source and cursor.offset <= size else 0
+        behind = size - start > limit
+        if behind:
+            start = size - limit
+        file.seek(start)
+        data = file.read(size - start)
+    if behind:  # the first line is cut: leave it out
+        cut = data.find(b"\n") + 1
+        start, data = start + cut, data[cut:]
+    end = data.rfind(b"\n") + 1
+    return port.LogChunk(
+        data[:end].decode(errors="replace"), port.LogCursor(source, start + end), data[end:].decode(errors="replace")
+    )
+
+
 class SqliteStatus:
     """The port's status side over the SQLite store (``services.port.StatusWriter``), for the control loops."""
 
@@ -154,9 +178,14 @@ class SqliteBackend(SqliteStatus):
                 f"quarantined: delete it with {fix if kind is TrainingJob else '`phalanx delete --quarantined`'}"
             ) from None
 
-    def list(self, kind: type[Readable], namespace: str | None = None) -> builtins.list[Readable]:
-        """The objects of a namespace (None: all); rows that no longer parse are quarantined and left out."""
-        found = self.store.list(kind, namespace)
+    def list(
+        self, kind: type[Readable], namespace: str | None = None, *, labels: port.LabelSelector | None = None
+    ) -> builtins.list[Readable]:
+        """The objects of a namespace (None: all) with ``labels``, selected in SQL before any row is parsed.
+
+        Rows that no longer parse are quarantined and left out.
+        """
+        found = self.store.list(kind, namespace, labels=labels)
         return unique_queues(found) if kind is Queue else found  # type: ignore[arg-type,return-value]
 
     def replicas_of(self, job: TrainingJob) -> builtins.list[Replica]:
@@ -179,6 +208,17 @@ class SqliteBackend(SqliteStatus):
             except OSError:
                 continue  # not written yet, or removed with its job meanwhile
         return found
+
+    def read_log(self, job: TrainingJob, replica: str, cursor: port.LogCursor | None = None) -> port.LogChunk | None:
+        """The replica's log file (its latest attempt) from the cursor's byte offset on, in complete lines."""
+        assert job.metadata.uid is not None
+        path = dict(latest_logs(self.layout, job.metadata.namespace, job.metadata.name, job.metadata.uid)).get(replica)
+        if path is None:
+            return None
+        try:
+            return read_lines_from(path, cursor)
+        except OSError:
+            return None  # not written yet, or removed with its job meanwhile
 
     def create(self, obj: Stored) -> None:
         """Store a new object (Queues, cluster-scoped, in the one namespace the store keeps them in)."""

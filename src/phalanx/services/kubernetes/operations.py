@@ -136,6 +136,32 @@ class ReplicaLog:
     error: str = ""  # why the log could not be read, when it could not
 
 
+def stamp_key(stamp: str) -> str:
+    """A log line's RFC 3339 time (UTC, as the kubelet writes it) in a form that sorts as the time does.
+
+    The kubelet drops a fraction's trailing zeros (``...:05Z``, ``...:05.25Z``): padded to nanoseconds here.
+    """
+    base, _, rest = stamp.rstrip("Z").partition(".")
+    return f"{base[:19]}.{rest[:9]:0<9}"
+
+
+def stamped_lines_after(text: str, source: str, since: port.LogCursor | None) -> port.LogChunk:
+    """The complete lines of a timestamped log (``timestamps=true``) past ``since``, without their times."""
+    *lines, partial = text.split("\n")
+    stamp, count = (since.stamp, since.offset) if since is not None else ("", 0)
+    skip = count
+    kept: builtins.list[str] = []
+    for line in lines:
+        time, _, body = line.partition(" ")
+        key = stamp_key(time)
+        if since is not None and (key < since.stamp or (key == since.stamp and skip > 0)):
+            skip -= key == since.stamp
+            continue  # read before
+        kept.append(body + "\n")
+        stamp, count = (stamp, count + 1) if key == stamp else (key, 1)
+    return port.LogChunk("".join(kept), port.LogCursor(source, count, stamp), partial.partition(" ")[2])
+
+
 def _identity(obj: WithStatus) -> dict[str, Any]:
     """What a status write and an Event carry of the object: its kind and identity, as the API names them."""
     meta = obj.metadata.model_dump(include={"name", "namespace", "uid", "resource_version"}, by_alias=True)
@@ -306,12 +332,15 @@ class KubeBackend:
             where = f"{namespace}/{name}" if resource.namespaced else name
             raise OperationError(f"{kind.__name__.lower()} {where} cannot be read: {err}") from None
 
-    def list(self, kind: type[Readable], namespace: str | None = None) -> builtins.list[Readable]:
-        """The objects; one that cannot be read (written past the schema) is left out."""
+    def list(
+        self, kind: type[Readable], namespace: str | None = None, *, labels: port.LabelSelector | None = None
+    ) -> builtins.list[Readable]:
+        """The objects with ``labels`` (the API server's label selector); one that cannot be read is left out."""
         resource = RESOURCES[kind]
         namespace = namespace if resource.namespaced else None
+        selector = port.selector_text(labels) if labels else None
         try:
-            objects, _ = self.api.list(resource, namespace)
+            objects, _ = self.api.list(resource, namespace, label_selector=selector)
         except KubeApiError as error:
             if kind is JobType and error.status == 403:
                 return []  # may not list JobTypes: validate against the built-ins, the server checks the rest
@@ -382,6 +411,41 @@ class KubeBackend:
                 continue  # being created, or gone: the next pass reads it again
             found[short] = port.log_tail(text)
         return found
+
+    def read_log(self, job: TrainingJob, replica: str, cursor: port.LogCursor | None = None) -> port.LogChunk | None:
+        """The replica's Pod log past the cursor: asked from the cursor's second on, its lines read before left out.
+
+        The API reads a log by time, not by offset: lines come with their timestamps (``timestamps``) and the
+        request starts at the second of the last line read (``sinceTime`` has no finer grain), so the lines of
+        that second already read (``cursor.offset`` of them carry ``cursor.stamp``) are dropped again here. A Pod
+        of another uid (the replica restarted) is read from its start. None when the Pod is not placed yet.
+        """
+        pod = next(
+            (
+                pod
+                for pod in self.job_pods(job.metadata.namespace, job.metadata.name, job.metadata.uid)
+                if str((pod.get("metadata") or {}).get("name")) == f"{job.metadata.name}-{replica}"
+                and (pod.get("spec") or {}).get("nodeName")
+            ),
+            None,
+        )
+        if pod is None:
+            return None
+        meta = pod.get("metadata") or {}
+        source = str(meta.get("uid") or meta.get("name"))
+        since = cursor if cursor is not None and cursor.source == source and cursor.stamp else None
+        try:
+            text = self.api.logs(
+                str(meta.get("namespace")),
+                str(meta.get("name")),
+                container=CONTAINER_NAME,
+                tail_lines=LOG_TAIL_LINES,
+                since_time=since.stamp[:19] + "Z" if since is not None else None,
+                timestamps=True,
+            )
+        except KubeApiError:
+            return None  # being created, or gone: the next pass reads it again
+        return stamped_lines_after(text, source, since)
 
     # -- writing -------------------------------------------------------------------------------------------------
 
