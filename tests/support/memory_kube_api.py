@@ -16,7 +16,7 @@ writes accepted, ``reads`` the gets (a get's ``body`` is its ``not_older_than``)
 itself, for a test that changes an object behind the services' back; ``fail`` makes the next calls of a verb raise
 the errors given (a list, used up; or an iterator such as ``itertools.repeat``); ``unserved`` API groups (or single
 resources, ``sweeps.phalanx.dev``) answer 404 as on a cluster without their CRDs; ``logs_text`` holds Pods' logs
-(line i written at ``LOG_EPOCH`` + i/4 s, for ``sinceTime`` and ``timestamps``).
+(lines 2k and 2k+1 written at ``LOG_EPOCH`` + k/4 s, for ``sinceTime`` and ``timestamps``).
 Lenient where tests need it: a create keeps the status, generation and creationTimestamp the body carries, so a
 test makes an object in any state in one step.
 """
@@ -326,8 +326,8 @@ class MemoryKubeApi(KubeApi):
             self._current(PODS, pod, namespace)
             text = self.logs_text.get(pod, "")
         lines = text.splitlines(keepends=True)
-        # Line i was written at LOG_EPOCH + i/4 s, written as the kubelet does (RFC 3339, trailing zeros dropped).
-        times = [LOG_EPOCH + timedelta(milliseconds=250 * i) for i in range(len(lines))]
+        # Two lines at each time (a program printing fast), stamped as the kubelet does (trailing zeros dropped).
+        times = [LOG_EPOCH + timedelta(milliseconds=250 * (i // 2)) for i in range(len(lines))]
         if since_time is not None:
             since = datetime.fromisoformat(since_time)
             lines, times = (

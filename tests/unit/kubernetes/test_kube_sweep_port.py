@@ -1,4 +1,4 @@
-"""The sweep controller's use of the Kubernetes backend: logs_of (placed Pods' logs) and a trial's stop (one write)."""
+"""The sweep controller's use of the Kubernetes backend: logs_of and read_log (placed Pods' logs), a trial's stop."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import parse_documents
-from phalanx.services.kubernetes.operations import LOG_TAIL_LINES, KubeBackend, KubeOperations
+from phalanx.services.kubernetes.operations import LOG_TAIL_LINES, KubeBackend, KubeOperations, stamp_key
 from support.memory_kube_api import MemoryKubeApi
 
 REPO = Path(__file__).resolve().parents[3]
@@ -65,3 +65,40 @@ def test_stopping_a_trial_marks_and_halts_its_job_in_one_write() -> None:
     assert stored["spec"]["runPolicy"]["suspend"] is True
     assert stored["metadata"]["annotations"][STOPPED_ANNOTATION] == "trial 1 stopped: the median rule"
     assert [c.verb for c in api.calls if c.plural == "trainingjobs" and c.verb in ("replace", "patch")] == ["replace"]
+
+
+def test_read_log_asks_from_the_last_line_s_second_and_returns_only_lines_not_read_before() -> None:
+    api = MemoryKubeApi()
+    KubeOperations(api).submit([parse_documents((REPO / "examples" / "quickstart.yaml").read_text())[0]])
+    backend = KubeBackend(api)
+    job = backend.get(TrainingJob, "default", "quickstart")
+    assert job is not None and job.metadata.uid
+    master = pod("quickstart-master-0", job.metadata.uid)
+    master["metadata"]["uid"] = "pod-1"
+    api.objects[("pods", "default", "quickstart-master-0")] = master
+    # Two lines at each time, four times a second (memory_kube_api): a read ends among lines of one time.
+    lines = [f"phalanx-metric step={i} loss=0.{i}\n" for i in range(7)]
+    api.logs_text["quickstart-master-0"] = "".join(lines[:6]) + "phalanx-metric step=6 lo"
+    first = backend.read_log(job, "master-0")
+    assert first is not None and first.text == "".join(lines[:6]) and first.partial == "phalanx-metric step=6 lo"
+    assert (first.cursor.source, first.cursor.offset) == ("pod-1", 2)  # lines 4 and 5 share 00:00:00.5
+    api.logs_text["quickstart-master-0"] = "".join(lines) + "last\n"
+    second = backend.read_log(job, "master-0", first.cursor)
+    assert second is not None and second.text == lines[6] + "last\n" and second.partial == ""
+    asked = [c.body for c in api.calls if c.verb == "logs"][-1]
+    assert asked == {"sinceTime": "2026-01-01T00:00:00Z", "timestamps": True}
+    third = backend.read_log(job, "master-0", second.cursor)
+    assert third is not None and third.text == "" and third.cursor == second.cursor
+    # The replica's Pod made again (another uid): its log is read from its start.
+    master["metadata"]["uid"] = "pod-2"
+    api.logs_text["quickstart-master-0"] = "again\n"
+    fresh = backend.read_log(job, "master-0", third.cursor)
+    assert fresh is not None and fresh.text == "again\n" and fresh.cursor.source == "pod-2"
+    assert [c.body for c in api.calls if c.verb == "logs"][-1]["sinceTime"] is None
+    assert backend.read_log(job, "worker-9") is None  # no such Pod (or not placed yet)
+
+
+def test_log_times_sort_as_times_though_the_kubelet_drops_a_fraction_s_trailing_zeros() -> None:
+    times = ["2026-01-01T00:00:01Z", "2026-01-01T00:00:01.05Z", "2026-01-01T00:00:01.5Z", "2026-01-01T00:00:02Z"]
+    assert sorted(times, key=stamp_key) == times
+    assert sorted(times) != times  # as text they do not
