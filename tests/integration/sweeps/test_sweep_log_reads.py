@@ -68,9 +68,11 @@ class Study:
         return {n: {"lr": 0.1} for n, state in self.trials.items() if state == "running"}
 
     def ask(self, count: int) -> dict[int, dict[str, ParamValue]]:
-        made = {n: {"lr": 0.1} for n in range(len(self.trials), min(1, len(self.trials) + count))}
+        made: dict[int, dict[str, ParamValue]] = {
+            n: {"lr": 0.1} for n in range(len(self.trials), min(1, len(self.trials) + count))
+        }
         self.trials.update(dict.fromkeys(made, "running"))
-        return dict(made)
+        return made
 
     def exhausted(self) -> bool:
         return len(self.trials) >= 1
@@ -121,7 +123,7 @@ def test_the_controller_reads_each_byte_of_a_growing_log_once(tmp_path: Path) ->
     backend.reads = []
     backend.create(parse_sweep(copy.deepcopy(SWEEP)))
     studies = Studies()
-    controller = SweepController(backend, studies, VirtualClock(), log_every_s=0)  # type: ignore[arg-type]
+    controller = SweepController(backend, studies, VirtualClock(), log_every_s=0)
     wait_until(lambda: controller.sync() is False or store.try_get(TrainingJob, "default", "lr-0"), 10, "lr-0")
     job = store.get(TrainingJob, "default", "lr-0")
     set_phase(store, "Running")
