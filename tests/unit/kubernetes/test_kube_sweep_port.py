@@ -7,7 +7,13 @@ from typing import Any
 
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import parse_documents
-from phalanx.services.kubernetes.operations import LOG_TAIL_LINES, KubeBackend, KubeOperations, stamp_key
+from phalanx.services.kubernetes.operations import (
+    LOG_TAIL_LINES,
+    KubeBackend,
+    KubeOperations,
+    stamp_key,
+    stamped_lines_after,
+)
 from support.memory_kube_api import MemoryKubeApi
 
 REPO = Path(__file__).resolve().parents[3]
@@ -98,7 +104,26 @@ def test_read_log_asks_from_the_last_line_s_second_and_returns_only_lines_not_re
     assert backend.read_log(job, "worker-9") is None  # no such Pod (or not placed yet)
 
 
-def test_log_times_sort_as_times_though_the_kubelet_drops_a_fraction_s_trailing_zeros() -> None:
-    times = ["2026-01-01T00:00:01Z", "2026-01-01T00:00:01.05Z", "2026-01-01T00:00:01.5Z", "2026-01-01T00:00:02Z"]
+def test_log_times_sort_as_times_though_the_kubelet_drops_a_fraction_s_trailing_zeros_and_keeps_the_zone() -> None:
+    times = [
+        "2026-01-01T00:00:01Z",
+        "2026-01-01T00:00:01.05Z",
+        "2026-01-01T02:00:01.5+02:00",  # a node not on UTC: 00:00:01.5 UTC
+        "2026-01-01T00:00:02Z",
+        "2025-12-31T19:00:03.000000001-05:00",
+    ]
     assert sorted(times, key=stamp_key) == times
     assert sorted(times) != times  # as text they do not
+    assert stamp_key("2026-01-01T02:00:01.5+02:00") == "2026-01-01T00:00:01.500000000"  # its [:19] is a sinceTime
+    assert stamp_key("not a time") == ""
+
+
+def test_a_line_whose_time_cannot_be_read_keeps_the_time_of_the_line_before() -> None:
+    text = "2026-01-01T00:00:01Z a\ngarbage b\n2026-01-01T00:00:02Z c\n"
+    first = stamped_lines_after(text, "pod", None)
+    assert first.text == "a\nb\nc\n" and (first.cursor.stamp, first.cursor.offset) == (
+        "2026-01-01T00:00:02.000000000",
+        1,
+    )
+    # Read again from the second 00:00:01 on: nothing is new.
+    assert stamped_lines_after(text, "pod", first.cursor).text == ""

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from phalanx.adapters.clock import Clock, SystemClock
@@ -137,23 +138,38 @@ class ReplicaLog:
 
 
 def stamp_key(stamp: str) -> str:
-    """A log line's RFC 3339 time (UTC, as the kubelet writes it) in a form that sorts as the time does.
+    """A log line's RFC 3339 time as UTC text that sorts as the time does (``""`` when it is no such time).
 
-    The kubelet drops a fraction's trailing zeros (``...:05Z``, ``...:05.25Z``): padded to nanoseconds here.
+    The kubelet writes a line's time with nanoseconds, in the node's zone (``Z`` or ``+02:00``), and Go's
+    RFC3339Nano drops a fraction's trailing zeros (``...:05Z``, ``...:05.25Z``): here always
+    ``YYYY-MM-DDTHH:MM:SS.nnnnnnnnn`` in UTC, whose first 19 characters are a ``sinceTime``.
     """
-    base, _, rest = stamp.rstrip("Z").partition(".")
-    return f"{base[:19]}.{rest[:9]:0<9}"
+    base, rest = stamp[:19], stamp[19:]
+    digits = ""
+    if rest.startswith("."):  # the fraction's digits, then the zone
+        end = 1
+        while end < len(rest) and rest[end].isdigit():
+            end += 1
+        digits, rest = rest[1:end], rest[end:]
+    try:
+        when = datetime.fromisoformat(base + ("+00:00" if rest in ("Z", "z", "") else rest)).astimezone(UTC)
+    except ValueError:
+        return ""
+    return f"{when:%Y-%m-%dT%H:%M:%S}.{digits[:9]:0<9}"
 
 
 def stamped_lines_after(text: str, source: str, since: port.LogCursor | None) -> port.LogChunk:
-    """The complete lines of a timestamped log (``timestamps=true``) past ``since``, without their times."""
+    """The complete lines of a timestamped log (``timestamps=true``) past ``since``, without their times.
+
+    A line whose time cannot be read is taken to have the time of the line before it.
+    """
     *lines, partial = text.split("\n")
     stamp, count = (since.stamp, since.offset) if since is not None else ("", 0)
-    skip = count
+    skip, previous = count, ""
     kept: builtins.list[str] = []
     for line in lines:
         time, _, body = line.partition(" ")
-        key = stamp_key(time)
+        key = previous = stamp_key(time) or previous
         if since is not None and (key < since.stamp or (key == since.stamp and skip > 0)):
             skip -= key == since.stamp
             continue  # read before
@@ -440,7 +456,7 @@ class KubeBackend:
                 str(meta.get("name")),
                 container=CONTAINER_NAME,
                 tail_lines=LOG_TAIL_LINES,
-                since_time=since.stamp[:19] + "Z" if since is not None else None,
+                since_time=since.stamp[:19] + "Z" if since is not None else None,  # UTC, to the second
                 timestamps=True,
             )
         except KubeApiError:
