@@ -36,7 +36,6 @@ from phalanx.services.port import (
     Stored,
     WithStatus,
     Written,
-    log_tail,
     selects,
 )
 
@@ -111,11 +110,6 @@ class MemoryBackend:
     def events_of(self, obj: WithStatus) -> builtins.list[Event]:
         """What a test put in ``events`` for the object's uid."""
         return list(self.events.get(obj.metadata.uid or "", []))
-
-    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
-        """What a test put in ``logs`` for the job's uid (each cut as the port says)."""
-        found = self.logs.get(job.metadata.uid or "", {})
-        return {name: log_tail(text) for name, text in found.items() if replica in (None, name)}
 
     def read_log(self, job: TrainingJob, replica: str, cursor: LogCursor | None = None) -> LogChunk | None:
         """The replica's text in ``logs`` past the cursor (an offset in characters), in complete lines."""

@@ -2,8 +2,9 @@
 
 A backend is the SQLite store of the embedded runtime (``services.embedded.operations.SqliteBackend``), the API
 server of a cluster (``services.kubernetes.operations.KubeBackend``) or memory (``tests/support``). The port has
-a read side (``ObjectReader``: get and list the objects, a job's replicas and an object's events) and a write side
-(``ObjectWriter``: create, replace and delete objects, each write conditional on the resourceVersion read), and
+a read side (``ObjectReader``: get and list the objects, selected by labels; a job's replicas, an object's events,
+and what a replica's log gained since a ``LogCursor``) and a write side (``ObjectWriter``: create, replace and
+delete objects, each write conditional on the resourceVersion read), and
 ``OperationsBackend`` adds the few steps of the user's operations that truly differ between backends: how a job
 is deleted (graceful on the embedded runtime, garbage collection on a cluster), how a finished job gives up its
 name, why a Pending job waits, and how a node's dataset cache is read and evicted. The status side
@@ -41,17 +42,8 @@ WithStatus = TrainingJob | Dataset | Sweep | PipelineRun
 """The kinds a controller writes the status of and records Events about."""
 
 
-#: How much of a replica's log ``ObjectReader.logs_of`` returns: its last characters (1 Mi).
+#: How much of a replica's log ``ObjectReader.read_log`` returns at most: its last characters (1 Mi).
 LOG_TAIL_CHARS = 1 << 20
-
-
-def log_tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
-    """The end of ``text``, at most ``limit`` characters, starting at a line's start (no half line)."""
-    if len(text) <= limit:
-        return text
-    tail = text[-limit:]
-    _, newline, rest = tail.partition("\n")
-    return rest if newline else tail
 
 
 LabelSelector = Mapping[str, str | None]
@@ -137,14 +129,6 @@ class ObjectReader(Protocol):
 
     def events_of(self, obj: WithStatus) -> builtins.list[Event]:
         """Events about the object, oldest first."""
-        ...
-
-    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
-        """The tail of each replica's log (its latest attempt), by replica name (``worker-0``); or of one replica.
-
-        At most ``LOG_TAIL_CHARS`` characters of each, from a line's start (``phalanx logs``). A replica with no
-        log yet is left out. A controller that reads a log on every pass reads it on with ``read_log``.
-        """
         ...
 
     def read_log(self, job: TrainingJob, replica: str, cursor: LogCursor | None = None) -> LogChunk | None:

@@ -1,4 +1,4 @@
-"""The sweep controller's use of the Kubernetes backend: logs_of and read_log (placed Pods' logs), a trial's stop."""
+"""The sweep controller's use of the Kubernetes backend: read_log (a placed Pod's log, read on), a trial's stop."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def pod(name: str, job_uid: str, *, placed: bool = True) -> dict[str, Any]:
     }
 
 
-def test_logs_of_reads_each_placed_pod_of_the_job_by_replica_name() -> None:
+def test_read_log_reads_the_named_replica_s_placed_pod_of_this_job() -> None:
     api = MemoryKubeApi()
     KubeOperations(api).submit([parse_documents((REPO / "examples" / "quickstart.yaml").read_text())[0]])
     backend = KubeBackend(api)
@@ -45,14 +45,18 @@ def test_logs_of_reads_each_placed_pod_of_the_job_by_replica_name() -> None:
     api.objects[("pods", "default", "quickstart-worker-1")] = pod("quickstart-worker-1", job.metadata.uid, placed=False)
     api.objects[("pods", "default", "quickstart-old-0")] = pod("quickstart-old-0", "an-earlier-uid")
     api.logs_text.update({"quickstart-master-0": "phalanx-metric step=1 loss=0.5\n", "quickstart-worker-0": "w\n"})
-    assert backend.logs_of(job) == {"master-0": "phalanx-metric step=1 loss=0.5\n", "worker-0": "w\n"}
-    assert backend.logs_of(job, "master-0") == {"master-0": "phalanx-metric step=1 loss=0.5\n"}
-    # Only the one replica's Pod log is asked for when one is named.
-    calls = [c for c in api.calls if c.verb == "logs"]
-    assert [c.name for c in calls[-1:]] == ["quickstart-master-0"]
+    read = {replica: backend.read_log(job, replica) for replica in ("master-0", "worker-0", "worker-1", "old-0")}
+    assert {replica: chunk.text if chunk else None for replica, chunk in read.items()} == {
+        "master-0": "phalanx-metric step=1 loss=0.5\n",
+        "worker-0": "w\n",
+        "worker-1": None,  # not placed yet
+        "old-0": None,  # a Pod of an earlier job of the name
+    }
+    # Only the one replica's Pod log is asked for.
+    assert [c.name for c in api.calls if c.verb == "logs"] == ["quickstart-master-0", "quickstart-worker-0"]
     api.logs_text["quickstart-master-0"] = "old\n" * LOG_TAIL_LINES + "new\n"
-    assert backend.logs_of(job, "master-0")["master-0"].startswith("old\n") is True
-    assert backend.logs_of(job, "master-0")["master-0"].count("\n") == LOG_TAIL_LINES
+    tail = backend.read_log(job, "master-0")
+    assert tail is not None and tail.text.startswith("old\n") and tail.text.count("\n") == LOG_TAIL_LINES
 
 
 def test_stopping_a_trial_marks_and_halts_its_job_in_one_write() -> None:

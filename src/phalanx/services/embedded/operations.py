@@ -86,24 +86,11 @@ def latest_logs(layout: StateLayout, namespace: str, name: str, uid: str) -> bui
     return [(short, path) for short, (_, path) in sorted(latest.items())]
 
 
-def read_tail(path: Path, limit: int = port.LOG_TAIL_CHARS) -> str:
-    """The end of a log file: its last ``limit`` bytes (decoded leniently), from a line's start."""
-    with path.open("rb") as file:
-        size = file.seek(0, 2)
-        file.seek(max(0, size - limit))
-        data = file.read(limit)
-    text = data.decode(errors="replace")
-    if size > limit:
-        _, newline, rest = text.partition("\n")  # the first line is cut: leave it out
-        text = rest if newline else text
-    return text
-
-
 def read_lines_from(path: Path, cursor: port.LogCursor | None, limit: int = port.LOG_TAIL_CHARS) -> port.LogChunk:
     """A log file's complete lines past ``cursor`` (the file's run folder is its source), at most ``limit`` bytes.
 
     A cursor of another file, or past the file's end (it was written anew), reads from the start. A reader more
-    than ``limit`` bytes behind skips to the last ``limit`` bytes, from a line's start, as ``read_tail`` would.
+    than ``limit`` bytes behind skips to the last ``limit`` bytes, from a line's start, as a tail would.
     """
     source = path.parent.name  # <replica>-a<attempt>: one attempt's log
     with path.open("rb") as file:
@@ -195,19 +182,6 @@ class SqliteBackend(SqliteStatus):
     def events_of(self, obj: WithStatus) -> builtins.list[Event]:
         """Events recorded about the object."""
         return self.store.list_events(obj.kind, obj.metadata.namespace, obj.metadata.name)
-
-    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
-        """The tail of each replica's log file (its latest attempt), read from the end."""
-        assert job.metadata.uid is not None
-        found = {}
-        for short, path in latest_logs(self.layout, job.metadata.namespace, job.metadata.name, job.metadata.uid):
-            if replica is not None and replica != short:
-                continue
-            try:
-                found[short] = read_tail(path)
-            except OSError:
-                continue  # not written yet, or removed with its job meanwhile
-        return found
 
     def read_log(self, job: TrainingJob, replica: str, cursor: port.LogCursor | None = None) -> port.LogChunk | None:
         """The replica's log file (its latest attempt) from the cursor's byte offset on, in complete lines."""

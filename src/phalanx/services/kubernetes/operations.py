@@ -118,7 +118,7 @@ _READERS: dict[type, Callable[[Mapping[str, Any]], Any]] = {
 }
 
 
-#: Lines of a Pod's log that ``logs_of`` asks for (the API server cuts by lines; ``port.log_tail`` by size).
+#: Lines of a Pod's log that ``read_log`` asks for at most (the API server cuts by lines, not by size).
 LOG_TAIL_LINES = 20_000
 
 #: The kinds ``submit -n`` moves on a cluster: JobTypes and Queues are cluster-scoped there.
@@ -407,26 +407,6 @@ class KubeBackend:
         with self.calling("list", EVENTS, namespace):
             objects, _ = self.api.list(EVENTS, namespace, field_selector=f"involvedObject.uid={obj.metadata.uid}")
         return sorted((event_from_object(o) for o in objects), key=lambda e: e.time)
-
-    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
-        """The tail of each replica's Pod log (a Pod not placed yet, or whose log cannot be read, is left out)."""
-        found = {}
-        for pod in self.job_pods(job.metadata.namespace, job.metadata.name, job.metadata.uid):
-            meta = pod.get("metadata") or {}
-            short = str(meta.get("name")).removeprefix(f"{job.metadata.name}-")
-            if (replica is not None and replica != short) or not (pod.get("spec") or {}).get("nodeName"):
-                continue
-            try:
-                text = self.api.logs(
-                    str(meta.get("namespace")),
-                    str(meta.get("name")),
-                    container=CONTAINER_NAME,
-                    tail_lines=LOG_TAIL_LINES,
-                )
-            except KubeApiError:
-                continue  # being created, or gone: the next pass reads it again
-            found[short] = port.log_tail(text)
-        return found
 
     def read_log(self, job: TrainingJob, replica: str, cursor: port.LogCursor | None = None) -> port.LogChunk | None:
         """The replica's Pod log past the cursor: asked from the cursor's second on, its lines read before left out.

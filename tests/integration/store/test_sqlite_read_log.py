@@ -1,4 +1,4 @@
-"""SqliteBackend.logs_of and read_log: the tail of each replica's log file (latest attempt), or what it gained."""
+"""SqliteBackend.read_log: what a replica's log file (its latest attempt) gained past a cursor, in complete lines."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from phalanx.model.jobs import TrainingJob
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.validation import validate_job
 from phalanx.services.embedded.layout import StateLayout
-from phalanx.services.embedded.operations import SqliteBackend, read_lines_from, read_tail
+from phalanx.services.embedded.operations import SqliteBackend, read_lines_from
 from phalanx.services.port import LogCursor
 
 JOB = {
@@ -21,7 +21,7 @@ JOB = {
 }
 
 
-def test_logs_of_reads_the_latest_attempt_of_each_replica(tmp_path: Path) -> None:
+def test_read_log_reads_the_latest_attempt_of_the_named_replica(tmp_path: Path) -> None:
     layout = StateLayout(tmp_path)
     backend = SqliteBackend(SqliteStore(tmp_path / "phalanx.db"), layout, clock=VirtualClock())
     backend.create(validate_job(JOB, builtin_jobtypes()))
@@ -35,15 +35,12 @@ def test_logs_of_reads_the_latest_attempt_of_each_replica(tmp_path: Path) -> Non
         run = layout.replica_run_dir("default", "t", job.metadata.uid, replica, attempt)
         run.mkdir(parents=True)
         (run / "replica.log").write_text(text)
-    assert backend.logs_of(job) == {"worker-0": "second\n", "worker-1": "w1\n"}
-    assert backend.logs_of(job, "worker-1") == {"worker-1": "w1\n"}
-
-
-def test_a_long_log_is_cut_at_a_line_start(tmp_path: Path) -> None:
-    path = tmp_path / "replica.log"
-    path.write_text("a" * 100 + "\nphalanx-metric step=1 loss=0.5\n")
-    assert read_tail(path, limit=40) == "phalanx-metric step=1 loss=0.5\n"
-    assert read_tail(path) == path.read_text()
+    read = {replica: backend.read_log(job, replica) for replica in ("worker-0", "worker-1", "worker-2")}
+    assert {replica: chunk.text if chunk else None for replica, chunk in read.items()} == {
+        "worker-0": "second\n",
+        "worker-1": "w1\n",
+        "worker-2": None,  # no log yet
+    }
 
 
 def test_read_lines_from_returns_complete_lines_past_the_cursor_and_the_line_being_written(tmp_path: Path) -> None:
@@ -69,13 +66,12 @@ def test_read_lines_from_returns_complete_lines_past_the_cursor_and_the_line_bei
     assert behind.text == "phalanx-metric step=1 loss=0.5\n" and behind.cursor.offset == path.stat().st_size
 
 
-def test_read_log_reads_the_latest_attempt_of_the_replica(tmp_path: Path) -> None:
+def test_a_new_attempt_of_the_replica_is_read_from_its_start(tmp_path: Path) -> None:
     layout = StateLayout(tmp_path)
     backend = SqliteBackend(SqliteStore(tmp_path / "phalanx.db"), layout, clock=VirtualClock())
     backend.create(validate_job(JOB, builtin_jobtypes()))
     job = backend.get(TrainingJob, "default", "t")
     assert job is not None and job.metadata.uid
-    assert backend.read_log(job, "worker-0") is None  # not started yet
     first = layout.replica_run_dir("default", "t", job.metadata.uid, "t-worker-0", 1)
     first.mkdir(parents=True)
     (first / "replica.log").write_text("a1 line\n")
