@@ -101,15 +101,10 @@ def run(client: Client, name: str, timeout: float) -> tuple[float, PipelineRun]:
             "spec": {"pipelineRef": {"name": "six-steps"}, "arguments": {"rows": "1000"}},
         }
     )
-    deadline = began + timeout
-    while True:
-        seq = client.store.latest_seq()
-        found = client.store.try_get(PipelineRun, "default", name)
-        if found is not None and found.status.phase in FINISHED:
-            break
-        if time.monotonic() > deadline:
-            raise SystemExit(f"run {name} did not finish in {timeout:.0f} s: {found.status if found else None}")
-        client.store.wait_for_change(seq, 1.0)
+    try:
+        found = client.wait_for(PipelineRun, name, FINISHED, timeout=began + timeout - time.monotonic())
+    except TimeoutError as error:
+        raise SystemExit(str(error)) from None
     elapsed = time.monotonic() - began
     if found.status.phase != RunPhase.SUCCEEDED:
         raise SystemExit(f"run {name} ended {found.status.phase}: {found.status.message}")

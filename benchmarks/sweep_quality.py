@@ -114,15 +114,10 @@ def run_sweep(
     name = str(document["metadata"]["name"])  # type: ignore[index]
     began = time.monotonic()
     client.submit(document)
-    deadline = began + timeout
-    while True:
-        seq = client.store.latest_seq()
-        sweep = client.store.try_get(Sweep, "default", name)
-        if sweep is not None and sweep.status.phase in FINISHED:
-            break
-        if time.monotonic() > deadline:
-            raise SystemExit(f"sweep {name} did not finish in {timeout:.0f} s: {sweep.status if sweep else None}")
-        client.store.wait_for_change(seq, 1.0)
+    try:
+        sweep = client.wait_for(Sweep, name, FINISHED, timeout=began + timeout - time.monotonic())
+    except TimeoutError as error:
+        raise SystemExit(str(error)) from None
     wall = time.monotonic() - began
     if sweep.status.phase != SweepPhase.SUCCEEDED or sweep.status.best_trial is None:
         raise SystemExit(f"sweep {name} ended {sweep.status.phase}: {sweep.status.message}")

@@ -286,3 +286,20 @@ def test_a_malformed_submission_creates_nothing_on_the_cluster(
     assert "cycle a -> b -> a" in " ".join(result.stderr.split())
     assert "Traceback" not in result.stderr
     assert admin.list(Sweep, namespace) == [] and admin.list(Pipeline, namespace) == []
+
+
+def test_list_selects_by_labels_on_the_api_server(admin: KubeBackend, operator: KubeBackend, namespace: str) -> None:
+    """The controllers' selections (a run's objects; every trial job) as the API server answers them."""
+    for name, labels in (("a", {"phalanx.dev/pipelinerun": "r1"}), ("b", {"phalanx.dev/pipelinerun": "r2"}), ("c", {})):
+        document = sweep_document(name=name, namespace=namespace)
+        document["metadata"]["labels"] = labels
+        admin.create(parse_sweep(document))
+
+    def names(backend: KubeBackend, labels: port.LabelSelector) -> list[str]:
+        return sorted(s.metadata.name for s in backend.list(Sweep, namespace, labels=labels))
+
+    for backend in (admin, operator):  # the operator's RBAC lets it list with a selector too
+        assert names(backend, {"phalanx.dev/pipelinerun": "r1"}) == ["a"]
+        assert names(backend, {"phalanx.dev/pipelinerun": None}) == ["a", "b"]
+        assert names(backend, {"phalanx.dev/pipelinerun": "r1", "team": None}) == []
+        assert names(backend, {}) == ["a", "b", "c"]

@@ -3,7 +3,8 @@
 Objects are kept as the model's, by kind, namespace (cluster-scoped kinds: ``""``) and name; every write checks the
 resourceVersion read, as SQLite and the API server do, and moves it on. ``calls`` records each write (verb, kind,
 name) so a test can assert what was written and in which order; ``conflicts`` makes the next writes of a verb fail
-with ``ConflictError``, as if another client had written first; ``logs`` holds what replicas printed.
+with ``ConflictError``, as if another client had written first; ``logs`` holds what replicas printed, and
+``log_reads`` each ``read_log`` (job uid, replica, the offset it started at, the characters it returned).
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ from phalanx.model.replicas import Replica
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 from phalanx.services.operations import NAMESPACED_KINDS, OperationError
 from phalanx.services.port import (
+    LOG_TAIL_CHARS,
     AlreadyExistsError,
     ConflictError,
+    LabelSelector,
+    LogChunk,
+    LogCursor,
     NotFoundError,
     Readable,
     Stored,
     WithStatus,
     Written,
-    log_tail,
+    selects,
 )
 
 _CLUSTER_SCOPED = (Queue, Node)
@@ -56,6 +61,7 @@ class MemoryBackend:
         self.replicas: dict[str, list[Replica]] = {}  # by job uid
         self.events: dict[str, list[Event]] = {}  # by object uid
         self.logs: dict[str, dict[str, str]] = {}  # by job uid: replica name -> log text
+        self.log_reads: list[tuple[str, str, int, int]] = []
         self.caches: dict[str, list[CacheEntryView]] = {}  # by node
         self.calls: list[tuple[str, str, str]] = []
         self.conflicts: dict[str, int] = {}
@@ -87,12 +93,16 @@ class MemoryBackend:
         found: Readable | None = self.objects.get(self._key(kind, namespace, name))
         return found
 
-    def list(self, kind: type[Readable], namespace: str | None = None) -> builtins.list[Readable]:
-        """The objects of a kind (in a namespace), by namespace and name."""
+    def list(
+        self, kind: type[Readable], namespace: str | None = None, *, labels: LabelSelector | None = None
+    ) -> builtins.list[Readable]:
+        """The objects of a kind (in a namespace) with ``labels``, by namespace and name."""
         return [
             obj
             for (k, ns, _), obj in sorted(self.objects.items())
-            if k == kind.__name__ and (namespace is None or kind in _CLUSTER_SCOPED or ns == namespace)
+            if k == kind.__name__
+            and (namespace is None or kind in _CLUSTER_SCOPED or ns == namespace)
+            and selects(labels, obj.metadata.labels)
         ]
 
     def replicas_of(self, job: TrainingJob) -> builtins.list[Replica]:
@@ -103,10 +113,20 @@ class MemoryBackend:
         """What a test put in ``events`` for the object's uid."""
         return list(self.events.get(obj.metadata.uid or "", []))
 
-    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
-        """What a test put in ``logs`` for the job's uid (each cut as the port says)."""
-        found = self.logs.get(job.metadata.uid or "", {})
-        return {name: log_tail(text) for name, text in found.items() if replica in (None, name)}
+    def read_log(self, job: TrainingJob, replica: str, cursor: LogCursor | None = None) -> LogChunk | None:
+        """The replica's text in ``logs`` past the cursor (an offset in characters), in complete lines."""
+        uid = job.metadata.uid or ""
+        text = self.logs.get(uid, {}).get(replica)
+        if text is None:
+            return None
+        source = f"{uid}/{replica}"
+        start = cursor.offset if cursor is not None and cursor.source == source and cursor.offset <= len(text) else 0
+        if len(text) - start > LOG_TAIL_CHARS:  # fallen behind: the tail, from a line's start
+            start = len(text) - LOG_TAIL_CHARS
+            start += text[start:].find("\n") + 1
+        end = text.rfind("\n", start) + 1 or start
+        self.log_reads.append((uid, replica, start, end - start))
+        return LogChunk(text[start:end], LogCursor(source, end), text[end:])
 
     def create(self, obj: Stored) -> None:
         """Store a new object with a uid and a creation time."""

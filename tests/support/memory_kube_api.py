@@ -15,7 +15,8 @@ writes accepted, ``reads`` the gets (a get's ``body`` is its ``not_older_than``)
 ``put`` stores an object as another client would have written it, without a record; ``objects`` is the store
 itself, for a test that changes an object behind the services' back; ``fail`` makes the next calls of a verb raise
 the errors given (a list, used up; or an iterator such as ``itertools.repeat``); ``unserved`` API groups (or single
-resources, ``sweeps.phalanx.dev``) answer 404 as on a cluster without their CRDs; ``logs_text`` holds Pods' logs.
+resources, ``sweeps.phalanx.dev``) answer 404 as on a cluster without their CRDs; ``logs_text`` holds Pods' logs
+(lines 2k and 2k+1 written at ``LOG_EPOCH`` + k/4 s, for ``sinceTime`` and ``timestamps``).
 Lenient where tests need it: a create keeps the status, generation and creationTimestamp the body carries, so a
 test makes an object in any state in one step.
 """
@@ -29,7 +30,7 @@ import re
 import threading
 import uuid
 from collections.abc import Collection, Iterator, Mapping
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from phalanx.adapters.kubernetes import api as kube
@@ -48,6 +49,13 @@ from support.merge_patch import merge
 SERVED = tuple(value for value in vars(kube).values() if isinstance(value, Resource))
 _NOT_SERVED = "the server could not find the requested resource"
 _IDLE_WATCH_S = 0.05
+LOG_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _rfc3339nano(time: datetime) -> str:
+    """A time as the kubelet stamps a log line (Go's RFC3339Nano: a fraction's trailing zeros dropped)."""
+    fraction = f"{time.microsecond:06d}000".rstrip("0")
+    return time.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
 
 
 class Call(NamedTuple):
@@ -303,14 +311,34 @@ class MemoryKubeApi(KubeApi):
     def create_token(self, namespace: str, service_account: str, *, seconds: int = 3600) -> str:
         return f"token-{namespace}-{service_account}"
 
-    def logs(self, namespace: str, pod: str, *, container: str | None = None, tail_lines: int | None = None) -> str:
+    def logs(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str | None = None,
+        tail_lines: int | None = None,
+        since_time: str | None = None,
+        timestamps: bool = False,
+    ) -> str:
         with self.lock:
-            self._call("logs", PODS, namespace, pod, "log")
+            self._call("logs", PODS, namespace, pod, "log", body={"sinceTime": since_time, "timestamps": timestamps})
             self._current(PODS, pod, namespace)
             text = self.logs_text.get(pod, "")
+        lines = text.splitlines(keepends=True)
+        # Two lines at each time (a program printing fast), stamped as the kubelet does (trailing zeros dropped).
+        times = [LOG_EPOCH + timedelta(milliseconds=250 * (i // 2)) for i in range(len(lines))]
+        if since_time is not None:
+            since = datetime.fromisoformat(since_time)
+            lines, times = (
+                [x for x, t in zip(lines, times, strict=True) if t >= since],
+                [t for t in times if t >= since],
+            )
         if tail_lines is not None:
-            text = "".join(text.splitlines(keepends=True)[-tail_lines:]) if tail_lines else ""
-        return text
+            lines, times = (lines[-tail_lines:], times[-tail_lines:]) if tail_lines else ([], [])
+        if timestamps:
+            lines = [f"{_rfc3339nano(t)} {line}" for line, t in zip(lines, times, strict=True)]
+        return "".join(lines)
 
     def close(self) -> None:
         pass

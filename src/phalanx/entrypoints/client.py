@@ -6,6 +6,7 @@ client.up()
 job = client.submit("examples/quickstart.yaml", replace_finished=True)[0]
 final = client.wait(job.name)
 print(final.status.phase, final.status.metrics)
+run = client.wait_for(PipelineRun, "nightly", {"Succeeded", "Failed"}, timeout=3600)
 
 ``Client()`` is the embedded runtime of a state directory; ``Client.kubernetes(context=...)`` is a cluster, with
 the same verbs (``entrypoints.kubernetes.client``).
@@ -14,15 +15,19 @@ the same verbs (``entrypoints.kubernetes.client``).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from phalanx.adapters.store import SqliteStore
 from phalanx.core.lifecycle import ACTIVE_PHASES
 from phalanx.entrypoints.job_verbs import JobSpec, JobVerbs, spec_documents
+from phalanx.model.datasets import Dataset
 from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.pipelines import PipelineRun
+from phalanx.model.sweeps import Sweep
 from phalanx.services.embedded.daemon import LeaderInfo, start_control_plane, stop_control_plane
 from phalanx.services.embedded.layout import StateLayout, default_state_dir
 from phalanx.services.embedded.operations import EmbeddedOperations
@@ -33,9 +38,12 @@ if TYPE_CHECKING:
 
 KUBERNETES_EXTRA_HINT = "the kubernetes backend needs lightkube: pip install 'phalanx[kubernetes]'"
 
+Awaited = TypeVar("Awaited", TrainingJob, Sweep, PipelineRun, Dataset)
+"""The kinds with a ``status.phase`` that ``Client.wait_for`` waits on."""
+
 
 class WaitTimeoutError(TimeoutError):
-    """The job did not reach the awaited state in time."""
+    """The object did not reach the awaited state in time."""
 
 
 @dataclass
@@ -137,14 +145,36 @@ class Client(JobVerbs):
             for short, path in self.ops.log_files(self.namespace, name, replica)
         }
 
+    def wait_for(self, kind: type[Awaited], name: str, phases: Collection[str], *, timeout: float = 600.0) -> Awaited:
+        """Block until the object (of the client's namespace) is in one of ``phases`` and return it as read then.
+
+        Woken by the store's changes (no fixed polling); an object not there yet is waited for too.
+
+        Raises:
+            WaitTimeoutError: it was not within ``timeout`` seconds (the message names it and its last phase).
+        """
+        wanted = {str(phase) for phase in phases}
+        noun = "job" if kind is TrainingJob else kind.__name__.lower()
+        deadline = time.monotonic() + timeout
+        while True:
+            seq = self.store.latest_seq()
+            found = self.store.try_get(kind, self.namespace, name)
+            if found is not None and str(found.status.phase) in wanted:
+                return found
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                where = f"is still {found.status.phase}" if found is not None else "does not exist"
+                awaited = ", ".join(sorted(wanted))
+                what = f"{noun} {self.namespace}/{name}"
+                raise WaitTimeoutError(f"{what} {where} after {timeout:g}s (waited for {awaited})")
+            self.store.wait_for_change(seq, min(remaining, 1.0))
+
     def wait(self, name: str, *, until: set[Phase] | None = None, timeout: float = 600.0) -> TrainingJob:
         """Block until the job reaches one of ``until`` (default: finished or halted) and return it.
 
         Raises:
             WaitTimeoutError: it did not within ``timeout`` seconds.
         """
-        import time
-
         targets = until or (set(Phase) - ACTIVE_PHASES) | {Phase.HALTED}
         deadline = time.monotonic() + timeout
         while True:

@@ -2,8 +2,9 @@
 
 A backend is the SQLite store of the embedded runtime (``services.embedded.operations.SqliteBackend``), the API
 server of a cluster (``services.kubernetes.operations.KubeBackend``) or memory (``tests/support``). The port has
-a read side (``ObjectReader``: get and list the objects, a job's replicas and an object's events) and a write side
-(``ObjectWriter``: create, replace and delete objects, each write conditional on the resourceVersion read), and
+a read side (``ObjectReader``: get and list the objects, selected by labels; a job's replicas, an object's events,
+and what a replica's log gained since a ``LogCursor``) and a write side (``ObjectWriter``: create, replace and
+delete objects, each write conditional on the resourceVersion read), and
 ``OperationsBackend`` adds the few steps of the user's operations that truly differ between backends: how a job
 is deleted (graceful on the embedded runtime, garbage collection on a cluster), how a finished job gives up its
 name, why a Pending job waits, and how a node's dataset cache is read and evicted. The status side
@@ -20,6 +21,7 @@ from __future__ import annotations
 import builtins
 import enum
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from phalanx.model.datasets import Dataset
@@ -40,17 +42,52 @@ WithStatus = TrainingJob | Dataset | Sweep | PipelineRun
 """The kinds a controller writes the status of and records Events about."""
 
 
-#: How much of a replica's log ``ObjectReader.logs_of`` returns: its last characters (1 Mi).
+#: How much of a replica's log ``ObjectReader.read_log`` returns at most: its last characters (1 Mi).
 LOG_TAIL_CHARS = 1 << 20
 
 
-def log_tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
-    """The end of ``text``, at most ``limit`` characters, starting at a line's start (no half line)."""
-    if len(text) <= limit:
-        return text
-    tail = text[-limit:]
-    _, newline, rest = tail.partition("\n")
-    return rest if newline else tail
+LabelSelector = Mapping[str, str | None]
+"""Labels a listed object must carry: each key with that value, or (None) with any value."""
+
+
+def selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    """Whether an object with ``labels`` is one ``selector`` asks for (None asks for every object)."""
+    if not selector:
+        return True
+    return all(key in labels if value is None else labels.get(key) == value for key, value in selector.items())
+
+
+def selector_text(selector: LabelSelector) -> str:
+    """The selector as the Kubernetes API writes one: ``key=value`` or ``key`` (has it), comma-separated."""
+    return ",".join(key if value is None else f"{key}={value}" for key, value in sorted(selector.items()))
+
+
+@dataclass(frozen=True)
+class LogCursor:
+    """Where a read of a replica's log stopped: which log it was, and how far into it.
+
+    ``source`` names one log (an attempt's file on the embedded runtime, a Pod's uid on a cluster): a cursor of
+    another source is no place in the current log, which is then read from its start. ``offset`` is how far the
+    complete lines read reach: bytes into a file; on a cluster, which reads by time, the lines read that carry
+    the timestamp ``stamp`` (the last line's).
+    """
+
+    source: str
+    offset: int = 0
+    stamp: str = ""
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """What a replica's log holds past a cursor: its complete lines, and the cursor past them.
+
+    ``partial`` is the last line when it has no newline yet: not covered by ``cursor``, so it is read again, in
+    full, once it is finished. A reader that knows the replica has ended (its job finished) takes it as a line.
+    """
+
+    text: str
+    cursor: LogCursor
+    partial: str = ""
 
 
 class PortError(Exception):
@@ -76,8 +113,14 @@ class ObjectReader(Protocol):
         """One object (``namespace`` is ignored for cluster-scoped kinds), or None when there is none."""
         ...
 
-    def list(self, kind: type[Readable], namespace: str | None = None) -> builtins.list[Readable]:
-        """The objects of a namespace (None: all); one that cannot be read is left out."""
+    def list(
+        self, kind: type[Readable], namespace: str | None = None, *, labels: LabelSelector | None = None
+    ) -> builtins.list[Readable]:
+        """The objects of a namespace (None: all) that carry ``labels``; one that cannot be read is left out.
+
+        The backend selects (an SQL condition, a label selector, a cache scan before parsing): a controller that
+        wants a few objects of a kind does not pay for parsing them all.
+        """
         ...
 
     def replicas_of(self, job: TrainingJob) -> builtins.list[Replica]:
@@ -88,11 +131,13 @@ class ObjectReader(Protocol):
         """Events about the object, oldest first."""
         ...
 
-    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
-        """The tail of each replica's log (its latest attempt), by replica name (``worker-0``); or of one replica.
+    def read_log(self, job: TrainingJob, replica: str, cursor: LogCursor | None = None) -> LogChunk | None:
+        """The replica's log (its latest attempt) past ``cursor``: only what was written since, in complete lines.
 
-        At most ``LOG_TAIL_CHARS`` characters of each, from a line's start: a controller reads it on its passes
-        (the sweep controller, for its trials' ``phalanx-metric`` lines). A replica with no log yet is left out.
+        Without a cursor, or with one of another attempt (a Pod of another uid, a restarted replica), the log is
+        read from its start. Either way at most its last ``LOG_TAIL_CHARS`` characters (a cluster: its last
+        ``LOG_TAIL_LINES`` lines) are returned, from a line's start: a reader that falls that far behind skips
+        ahead, as the tail would. None when the replica has no log yet (not placed, not started).
         """
         ...
 

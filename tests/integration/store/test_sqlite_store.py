@@ -328,6 +328,8 @@ def test_list_sorts_and_filters_by_namespace_and_labels(store: SqliteStore) -> N
     assert names(store.list(TrainingJob, "team-b")) == ["team-b/a", "team-b/b"]
     assert names(store.list(TrainingJob, labels={"app": "x"})) == ["team-a/z", "team-b/b"]
     assert names(store.list(TrainingJob, labels={"app": "x", "tier": "gold"})) == ["team-a/z"]
+    assert names(store.list(TrainingJob, labels={"tier": None})) == ["team-a/z"]  # has the label, any value
+    assert names(store.list(TrainingJob, "team-b", labels={"app": None})) == ["team-b/a", "team-b/b"]
     assert store.list(TrainingJob, "nowhere") == []
 
 

@@ -73,6 +73,8 @@ def test_list_leaves_out_rows_that_do_not_parse_and_quarantines_them(store: Sqli
     assert [j.metadata.name for j in store.list(TrainingJob)] == ["a-good", "d-good"]
     assert [j.metadata.name for j in store.list(TrainingJob, labels={"team": "x"})] == ["a-good", "d-good"]
     assert [j.metadata.name for j in store.list(TrainingJob, labels={'we"ird': "x"})] == []
+    assert [j.metadata.name for j in store.list(TrainingJob, labels={"team": None})] == ["a-good", "d-good"]
+    assert [j.metadata.name for j in store.list(TrainingJob, labels={'we"ird': None})] == []
 
     records = {record.name: record for record in store.quarantined()}
     assert sorted(records) == ["b-garbage", "c-namespace", "e-moved"]

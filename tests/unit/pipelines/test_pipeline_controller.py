@@ -570,10 +570,10 @@ def test_a_failing_run_does_not_stop_the_others_but_the_backends_own_fault_ends_
     world.submit(fan_pipeline(), run_document("r1"), run_document("r2"))
     original = world.backend.list
 
-    def failing_list(kind: Any, namespace: str | None = None) -> Any:
+    def failing_list(kind: Any, namespace: str | None = None, **selection: Any) -> Any:
         if kind is TrainingJob and namespace == "default" and failing["on"]:
             raise failing["error"]
-        return original(kind, namespace)
+        return original(kind, namespace, **selection)
 
     failing: dict[str, Any] = {"on": True, "error": RuntimeError("boom")}
     world.backend.list = failing_list  # type: ignore[method-assign]

@@ -14,7 +14,9 @@ import pytest
 from phalanx.core.clock import VirtualClock
 from phalanx.core.sweeps.substitute import PARAMETERS_ANNOTATION, SWEEP_LABEL, TRIAL_NUMBER_LABEL
 from phalanx.core.sweeps.trials import STOPPED_ANNOTATION, SWEEP_UID_ANNOTATION
+from phalanx.model.base import validated_copy
 from phalanx.model.jobs import TrainingJob, TrainingJobStatus
+from phalanx.model.katib import KATIB_STDOUT, METRICS_FORMAT_ANNOTATION
 from phalanx.model.sweeps import ParamValue, Sweep, SweepPhase, TrialPhase, parse_sweep
 from phalanx.services.operations import OperationError
 from phalanx.services.sweeps.controller import SweepController
@@ -508,8 +510,8 @@ def test_the_trials_of_a_sweep_that_cannot_be_read_are_not_taken_for_orphans(stu
     class Quarantining(MemoryBackend):
         hidden = False
 
-        def list(self, kind: Any, namespace: str | None = None) -> Any:
-            found = super().list(kind, namespace)
+        def list(self, kind: Any, namespace: str | None = None, **selection: Any) -> Any:
+            found = super().list(kind, namespace, **selection)
             return [o for o in found if not (self.hidden and kind is Sweep)]
 
         def get(self, kind: Any, namespace: str, name: str) -> Any:
@@ -531,8 +533,8 @@ def test_a_trial_job_that_cannot_be_read_is_not_taken_for_deleted(studies: FakeS
     class Quarantining(MemoryBackend):
         hidden: set[str] = set()
 
-        def list(self, kind: Any, namespace: str | None = None) -> Any:
-            return [o for o in super().list(kind, namespace) if o.metadata.name not in self.hidden]
+        def list(self, kind: Any, namespace: str | None = None, **selection: Any) -> Any:
+            return [o for o in super().list(kind, namespace, **selection) if o.metadata.name not in self.hidden]
 
         def get(self, kind: Any, namespace: str, name: str) -> Any:
             if name in self.hidden:
@@ -588,3 +590,114 @@ def test_the_next_log_read_of_a_running_trial_is_due_within_the_period(
     set_phase(backend, "lr-0", "Succeeded", val_loss=0.3)
     settle(ctl)
     assert ctl.due_in() is None
+
+
+# -- reading trials' logs on from where they were read ---------------------------------------------------------------
+
+
+def reads_of(backend: MemoryBackend, uid: str) -> list[tuple[int, int]]:
+    """(offset, characters) of each read of the trial's first replica's log."""
+    return [
+        (start, size)
+        for read_uid, replica, start, size in backend.log_reads
+        if (read_uid, replica) == (uid, "worker-0")
+    ]
+
+
+def running_trial(backend: MemoryBackend, studies: FakeStudies) -> tuple[SweepController, str]:
+    submit(backend)
+    ctl = controller(backend, studies)
+    settle(ctl)
+    set_phase(backend, "lr-0", "Running")
+    return ctl, jobs(backend)["lr-0"].metadata.uid or ""
+
+
+def test_a_running_trial_s_log_is_read_on_from_where_it_was_read_never_again_from_its_start(
+    backend: MemoryBackend, studies: FakeStudies
+) -> None:
+    ctl, uid = running_trial(backend, studies)
+    first = "noise\nphalanx-metric step=1 val_loss=0.9\n"
+    backend.logs[uid] = {"worker-0": first}
+    settle(ctl)
+    second = "phalanx-metric step=2 val_loss=0.5\n"
+    backend.logs[uid] = {"worker-0": first + second}
+    settle(ctl)
+    settle(ctl)  # nothing new: read from its end, nothing returned
+    result = sweep_now(backend).status.result(0)
+    assert result is not None and (result.step, result.value) == (2, 0.5)
+    reads = reads_of(backend, uid)
+    assert reads[0] == (0, len(first)) and (len(first), len(second)) in reads
+    assert all(start >= len(first) + len(second) for start, _ in reads[reads.index((len(first), len(second))) + 1 :])
+    assert sum(size for _, size in reads) == len(first + second), "no character is returned twice"
+
+
+def test_a_line_being_written_waits_for_its_newline_and_is_whole_once_the_trial_ended(
+    backend: MemoryBackend, studies: FakeStudies
+) -> None:
+    ctl, uid = running_trial(backend, studies)
+    done = "phalanx-metric step=1 val_loss=0.9\n"
+    backend.logs[uid] = {"worker-0": done + "phalanx-metric step=2 val_loss=0.1"}  # "0.1" may become "0.15"
+    settle(ctl)
+    result = sweep_now(backend).status.result(0)
+    assert result is not None and (result.step, result.value) == (1, 0.9), "a half-written line is not read"
+    backend.logs[uid] = {"worker-0": done + "phalanx-metric step=2 val_loss=0.15\nphalanx-metric step=3 val_loss=0.3"}
+    settle(ctl)
+    result = sweep_now(backend).status.result(0)
+    assert result is not None and (result.step, result.value) == (2, 0.15)
+    set_phase(backend, "lr-0", "Succeeded")  # its program ended without a last newline: that line is whole
+    settle(ctl)
+    study = studies.studies[sweep_now(backend).metadata.uid or ""]
+    assert study.reports[0] == {1: 0.9, 2: 0.15, 3: 0.3} and study.states()[0] == ("complete", 0.3)
+
+
+def test_a_trial_job_made_again_under_its_name_has_its_new_log_read_from_its_start(
+    backend: MemoryBackend, studies: FakeStudies
+) -> None:
+    ctl, uid = running_trial(backend, studies)
+    backend.logs[uid] = {"worker-0": "phalanx-metric step=1 val_loss=0.9\nphalanx-metric step=2 val_loss=0.8\n"}
+    settle(ctl)
+    key = ("TrainingJob", "default", "lr-0")  # the same trial, another incarnation (a new uid, a new log)
+    backend.objects[key] = validated_copy(
+        backend.objects[key], metadata=validated_copy(backend.objects[key].metadata, uid="uid-again")
+    )
+    backend.logs["uid-again"] = {"worker-0": "phalanx-metric step=1 val_loss=0.4\n"}
+    settle(ctl)
+    assert reads_of(backend, "uid-again")[0] == (0, len(backend.logs["uid-again"]["worker-0"]))
+    assert (uid, "worker-0") not in ctl._logs, "the old incarnation's cursor is forgotten"
+    result = sweep_now(backend).status.result(0)
+    assert result is not None and (result.step, result.value) == (1, 0.4)
+
+
+def test_a_restarted_controller_reads_each_log_once_from_its_start_and_then_on(
+    backend: MemoryBackend, studies: FakeStudies
+) -> None:
+    ctl, uid = running_trial(backend, studies)
+    first = "phalanx-metric step=1 val_loss=0.9\nphalanx-metric step=2 val_loss=0.8\n"
+    backend.logs[uid] = {"worker-0": first}
+    settle(ctl)
+    backend.log_reads.clear()
+    again = controller(backend, studies)  # nothing in memory: the cursor is gone
+    settle(again)
+    more = "phalanx-metric step=3 val_loss=0.7\n"
+    backend.logs[uid] = {"worker-0": first + more}
+    settle(again)
+    reads = [read for read in reads_of(backend, uid) if read[1]]
+    assert reads == [(0, len(first)), (len(first), len(more))]
+    result = sweep_now(backend).status.result(0)
+    assert result is not None and (result.step, result.value) == (3, 0.7)
+
+
+def test_a_katib_sweep_numbers_its_reports_on_across_reads(backend: MemoryBackend, studies: FakeStudies) -> None:
+    doc = copy.deepcopy(SWEEP)
+    doc["metadata"]["annotations"] |= {METRICS_FORMAT_ANNOTATION: KATIB_STDOUT}
+    backend.create(parse_sweep(doc))
+    ctl = controller(backend, studies)
+    settle(ctl)
+    set_phase(backend, "lr-0", "Running")
+    uid = jobs(backend)["lr-0"].metadata.uid or ""
+    backend.logs[uid] = {"worker-0": "val_loss=0.5\nval_loss=0.4\n"}
+    settle(ctl)
+    backend.logs[uid] = {"worker-0": "val_loss=0.5\nval_loss=0.4\nval_loss=0.3\n"}
+    settle(ctl)
+    result = sweep_now(backend).status.result(0)
+    assert result is not None and (result.step, result.value) == (3, 0.3)

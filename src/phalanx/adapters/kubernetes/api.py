@@ -393,13 +393,26 @@ class KubeApi:
         answer = self.request("POST", path, body=body)
         return str(answer["status"]["token"])
 
-    def logs(self, namespace: str, pod: str, *, container: str | None = None, tail_lines: int | None = None) -> str:
-        """A Pod's log text."""
+    def logs(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str | None = None,
+        tail_lines: int | None = None,
+        since_time: str | None = None,
+        timestamps: bool = False,
+    ) -> str:
+        """A Pod's log text (from ``since_time``, RFC 3339 to the second; each line after its time, ``timestamps``)."""
         params: dict[str, Any] = {}
         if container:
             params["container"] = container
         if tail_lines is not None:
             params["tailLines"] = tail_lines
+        if since_time is not None:
+            params["sinceTime"] = since_time
+        if timestamps:
+            params["timestamps"] = "true"
         try:
             response = self.http.get(PODS.path(namespace, pod, "log"), params=params)
         except httpx.HTTPError as error:

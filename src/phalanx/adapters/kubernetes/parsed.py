@@ -62,13 +62,17 @@ class ParsedObjects(Generic[T]):
             self._parsed[key] = (version, parsed)
         return parsed
 
-    def all(self, objects: Iterable[dict[str, Any]]) -> list[T]:
-        """The valid ones of ``objects`` (a whole cache), parsed, in order; forgets every object not among them."""
+    def all(self, objects: Iterable[dict[str, Any]], *, live: Iterable[dict[str, Any]] | None = None) -> list[T]:
+        """The valid ones of ``objects``, parsed, in order.
+
+        Forgets every object not among ``live`` (the whole cache; by default ``objects`` are): a reader that asks
+        for a selection of the cache keeps the parses of the rest.
+        """
         objects = list(objects)
         found = [parsed for obj in objects if (parsed := self.get(obj)) is not None]
-        live = {_identity(obj) for obj in objects}
+        kept = {_identity(obj) for obj in (objects if live is None else live)}
         with self._lock:
-            for gone in set(self._parsed) - live:
+            for gone in set(self._parsed) - kept:
                 del self._parsed[gone]
         return found
 

@@ -52,7 +52,7 @@ class QuarantineVerbs:
         raise NotImplementedError
 
     def list(
-        self, cls: type[T], namespace: str | None = None, *, labels: Mapping[str, str] | None = None
+        self, cls: type[T], namespace: str | None = None, *, labels: Mapping[str, str | None] | None = None
     ) -> builtins.list[T]:
         raise NotImplementedError
 

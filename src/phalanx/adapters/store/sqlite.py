@@ -216,14 +216,14 @@ class SqliteStore(QuarantineVerbs):
         return obj
 
     def list(
-        self, cls: type[T], namespace: str | None = None, *, labels: Mapping[str, str] | None = None
+        self, cls: type[T], namespace: str | None = None, *, labels: Mapping[str, str | None] | None = None
     ) -> builtins.list[T]:
         """Objects of a kind, sorted by namespace then name.
 
         Args:
             cls: the model class; its ``kind`` default names the kind.
             namespace: only this namespace; None for all.
-            labels: only objects carrying every one of these labels with exactly these values.
+            labels: only objects carrying every one of these labels with exactly these values (None: any value).
 
         A row that does not parse as ``cls`` is left out and quarantined (see ``quarantined``): one bad row
         never hides the others.
@@ -235,14 +235,15 @@ class SqliteStore(QuarantineVerbs):
         if namespace is not None:
             sql += " AND namespace = ?"
             params.append(namespace)
-        unusual: dict[str, str] = {}  # keys JSON paths cannot quote: filtered here instead of in SQLite
+        unusual: dict[str, str | None] = {}  # keys JSON paths cannot quote: filtered here instead of in SQLite
         for key, value in (labels or {}).items():
             if '"' in key or "\\" in key:
                 unusual[key] = value
                 continue
             # A body that is not JSON at all must not fail the query: it is left out here, like any unreadable row.
-            sql += " AND CASE WHEN json_valid(body) THEN json_extract(body, ?) END = ?"
-            params += [f'$.metadata.labels."{key}"', value]
+            sql += " AND CASE WHEN json_valid(body) THEN json_extract(body, ?) END"
+            sql += " IS NOT NULL" if value is None else " = ?"
+            params += [f'$.metadata.labels."{key}"'] if value is None else [f'$.metadata.labels."{key}"', value]
         sql += " ORDER BY namespace, name"
         with self._translated(f"list {kind}"):
             rows = self._connection().execute(sql, params).fetchall()
@@ -787,5 +788,5 @@ def _with_part(base: Mapping[str, Any], part: str, source: Mapping[str, Any]) ->
     return merged
 
 
-def _has_labels(meta: ObjectMeta, wanted: Mapping[str, str]) -> bool:
-    return all(meta.labels.get(key) == value for key, value in wanted.items())
+def _has_labels(meta: ObjectMeta, wanted: Mapping[str, str | None]) -> bool:
+    return all(key in meta.labels if value is None else meta.labels.get(key) == value for key, value in wanted.items())

@@ -89,14 +89,17 @@ def parse_intermediate(lines: Iterable[str], into: IntermediateMetrics | None = 
 KATIB_DEFAULT_FORMAT = r"([\w|-]+)\s*=\s*([+-]?\d*(?:\.\d+)?(?:[Ee][+-]?\d+)?)"
 
 
-def parse_katib(lines: Iterable[str], formats: Iterable[str] = (KATIB_DEFAULT_FORMAT,)) -> IntermediateMetrics:
+def parse_katib(
+    lines: Iterable[str], formats: Iterable[str] = (KATIB_DEFAULT_FORMAT,), counts: dict[str, int] | None = None
+) -> IntermediateMetrics:
     """Katib StdOut reports: every ``name=value`` match of ``formats`` outside ``phalanx-metric`` lines.
 
     Each metric's reports are its steps 1, 2, 3... in order; a value that is no finite number is left out.
+    ``counts`` (each metric's reports so far, updated here) numbers on from an earlier part of the same log.
     """
     patterns = [re.compile(text) for text in formats]
     metrics = IntermediateMetrics()
-    counts: dict[str, int] = {}
+    counts = {} if counts is None else counts
     for line in lines:
         if line.startswith(PREFIX.rstrip()):
             continue

@@ -87,17 +87,28 @@ def latest_logs(layout: StateLayout, namespace: str, name: str, uid: str) -> bui
     return [(short, path) for short, (_, path) in sorted(latest.items())]
 
 
-def read_tail(path: Path, limit: int = port.LOG_TAIL_CHARS) -> str:
-    """The end of a log file: its last ``limit`` bytes (decoded leniently), from a line's start."""
+def read_lines_from(path: Path, cursor: port.LogCursor | None, limit: int = port.LOG_TAIL_CHARS) -> port.LogChunk:
+    """A log file's complete lines past ``cursor`` (the file's run folder is its source), at most ``limit`` bytes.
+
+    A cursor of another file, or past the file's end (it was written anew), reads from the start. A reader more
+    than ``limit`` bytes behind skips to the last ``limit`` bytes, from a line's start, as a tail would.
+    """
+    source = path.parent.name  # <replica>-a<attempt>: one attempt's log
     with path.open("rb") as file:
         size = file.seek(0, 2)
-        file.seek(max(0, size - limit))
-        data = file.read(limit)
-    text = data.decode(errors="replace")
-    if size > limit:
-        _, newline, rest = text.partition("\n")  # the first line is cut: leave it out
-        text = rest if newline else text
-    return text
+        start = cursor.offset if cursor is not None and cursor.source == source and cursor.offset <= size else 0
+        behind = size - start > limit
+        if behind:
+            start = size - limit
+        file.seek(start)
+        data = file.read(size - start)
+    if behind:  # the first line is cut: leave it out
+        cut = data.find(b"\n") + 1
+        start, data = start + cut, data[cut:]
+    end = data.rfind(b"\n") + 1
+    return port.LogChunk(
+        data[:end].decode(errors="replace"), port.LogCursor(source, start + end), data[end:].decode(errors="replace")
+    )
 
 
 class SqliteStatus:
@@ -156,9 +167,14 @@ class SqliteBackend(SqliteStatus):
                 f"quarantined: delete it with {fix if kind is TrainingJob else '`phalanx delete --quarantined`'}"
             ) from None
 
-    def list(self, kind: type[Readable], namespace: str | None = None) -> builtins.list[Readable]:
-        """The objects of a namespace (None: all); rows that no longer parse are quarantined and left out."""
-        found = self.store.list(kind, namespace)
+    def list(
+        self, kind: type[Readable], namespace: str | None = None, *, labels: port.LabelSelector | None = None
+    ) -> builtins.list[Readable]:
+        """The objects of a namespace (None: all) with ``labels``, selected in SQL before any row is parsed.
+
+        Rows that no longer parse are quarantined and left out.
+        """
+        found = self.store.list(kind, namespace, labels=labels)
         return unique_queues(found) if kind is Queue else found  # type: ignore[arg-type,return-value]
 
     def replicas_of(self, job: TrainingJob) -> builtins.list[Replica]:
@@ -169,18 +185,16 @@ class SqliteBackend(SqliteStatus):
         """Events recorded about the object."""
         return self.store.list_events(obj.kind, obj.metadata.namespace, obj.metadata.name)
 
-    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
-        """The tail of each replica's log file (its latest attempt), read from the end."""
+    def read_log(self, job: TrainingJob, replica: str, cursor: port.LogCursor | None = None) -> port.LogChunk | None:
+        """The replica's log file (its latest attempt) from the cursor's byte offset on, in complete lines."""
         assert job.metadata.uid is not None
-        found = {}
-        for short, path in latest_logs(self.layout, job.metadata.namespace, job.metadata.name, job.metadata.uid):
-            if replica is not None and replica != short:
-                continue
-            try:
-                found[short] = read_tail(path)
-            except OSError:
-                continue  # not written yet, or removed with its job meanwhile
-        return found
+        path = dict(latest_logs(self.layout, job.metadata.namespace, job.metadata.name, job.metadata.uid)).get(replica)
+        if path is None:
+            return None
+        try:
+            return read_lines_from(path, cursor)
+        except OSError:
+            return None  # not written yet, or removed with its job meanwhile
 
     def create(self, obj: Stored) -> None:
         """Store a new object (Queues, cluster-scoped, in the one namespace the store keeps them in)."""

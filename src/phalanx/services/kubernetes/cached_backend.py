@@ -27,7 +27,7 @@ from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.services.kubernetes.operations import RESOURCES, KubeBackend
 from phalanx.services.operations import OperationError
-from phalanx.services.port import Readable, Stored
+from phalanx.services.port import LabelSelector, Readable, Stored, selects
 
 
 class CachedKubeBackend(KubeBackend):
@@ -78,15 +78,25 @@ class CachedKubeBackend(KubeBackend):
             where = f"{namespace}/{name}" if resource.namespaced else name
             raise OperationError(f"{kind.__name__.lower()} {where} cannot be read: {err}") from None
 
-    def list(self, kind: type[Readable], namespace: str | None = None) -> builtins.list[Readable]:
-        """The cached objects of a namespace (None: all), each parsed once per version; unreadable ones left out."""
+    def list(
+        self, kind: type[Readable], namespace: str | None = None, *, labels: LabelSelector | None = None
+    ) -> builtins.list[Readable]:
+        """The cached objects of a namespace (None: all) with ``labels``, each parsed once per version.
+
+        The cache is selected before anything is parsed; unreadable objects are left out.
+        """
         informer = self.informers.get(kind)
         if informer is None:
-            return super().list(kind, namespace)
-        parsed = self._parsed[kind].all(informer.items())  # all of them: it forgets the objects that are gone
-        if namespace is None or not RESOURCES[kind].namespaced:
-            return parsed
-        return [obj for obj in parsed if obj.metadata.namespace == namespace]
+            return super().list(kind, namespace, labels=labels)
+        items = informer.items()
+        namespace = namespace if RESOURCES[kind].namespaced else None
+        chosen = [
+            obj
+            for obj in items
+            if (namespace is None or (obj.get("metadata") or {}).get("namespace") == namespace)
+            and selects(labels, (obj.get("metadata") or {}).get("labels") or {})
+        ]
+        return self._parsed[kind].all(chosen, live=items)  # it forgets the parses of objects that are gone
 
     # -- writing: each write is in the cache for the next pass ----------------------------------------------------
 

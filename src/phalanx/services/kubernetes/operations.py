@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from phalanx.adapters.clock import Clock, SystemClock
@@ -118,7 +119,7 @@ _READERS: dict[type, Callable[[Mapping[str, Any]], Any]] = {
 }
 
 
-#: Lines of a Pod's log that ``logs_of`` asks for (the API server cuts by lines; ``port.log_tail`` by size).
+#: Lines of a Pod's log that ``read_log`` asks for at most (the API server cuts by lines, not by size).
 LOG_TAIL_LINES = 20_000
 
 #: The kinds ``submit -n`` moves on a cluster: JobTypes and Queues are cluster-scoped there.
@@ -135,6 +136,47 @@ class ReplicaLog:
     phase: str
     text: str
     error: str = ""  # why the log could not be read, when it could not
+
+
+def stamp_key(stamp: str) -> str:
+    """A log line's RFC 3339 time as UTC text that sorts as the time does (``""`` when it is no such time).
+
+    The kubelet writes a line's time with nanoseconds, in the node's zone (``Z`` or ``+02:00``), and Go's
+    RFC3339Nano drops a fraction's trailing zeros (``...:05Z``, ``...:05.25Z``): here always
+    ``YYYY-MM-DDTHH:MM:SS.nnnnnnnnn`` in UTC, whose first 19 characters are a ``sinceTime``.
+    """
+    base, rest = stamp[:19], stamp[19:]
+    digits = ""
+    if rest.startswith("."):  # the fraction's digits, then the zone
+        end = 1
+        while end < len(rest) and rest[end].isdigit():
+            end += 1
+        digits, rest = rest[1:end], rest[end:]
+    try:
+        when = datetime.fromisoformat(base + ("+00:00" if rest in ("Z", "z", "") else rest)).astimezone(UTC)
+    except ValueError:
+        return ""
+    return f"{when:%Y-%m-%dT%H:%M:%S}.{digits[:9]:0<9}"
+
+
+def stamped_lines_after(text: str, source: str, since: port.LogCursor | None) -> port.LogChunk:
+    """The complete lines of a timestamped log (``timestamps=true``) past ``since``, without their times.
+
+    A line whose time cannot be read is taken to have the time of the line before it.
+    """
+    *lines, partial = text.split("\n")
+    stamp, count = (since.stamp, since.offset) if since is not None else ("", 0)
+    skip, previous = count, ""
+    kept: builtins.list[str] = []
+    for line in lines:
+        time, _, body = line.partition(" ")
+        key = previous = stamp_key(time) or previous
+        if since is not None and (key < since.stamp or (key == since.stamp and skip > 0)):
+            skip -= key == since.stamp
+            continue  # read before
+        kept.append(body + "\n")
+        stamp, count = (stamp, count + 1) if key == stamp else (key, 1)
+    return port.LogChunk("".join(kept), port.LogCursor(source, count, stamp), partial.partition(" ")[2])
 
 
 def _identity(obj: WithStatus) -> dict[str, Any]:
@@ -311,12 +353,15 @@ class KubeBackend:
             where = f"{namespace}/{name}" if resource.namespaced else name
             raise OperationError(f"{kind.__name__.lower()} {where} cannot be read: {err}") from None
 
-    def list(self, kind: type[Readable], namespace: str | None = None) -> builtins.list[Readable]:
-        """The objects; one that cannot be read (written past the schema) is left out."""
+    def list(
+        self, kind: type[Readable], namespace: str | None = None, *, labels: port.LabelSelector | None = None
+    ) -> builtins.list[Readable]:
+        """The objects with ``labels`` (the API server's label selector); one that cannot be read is left out."""
         resource = RESOURCES[kind]
         namespace = namespace if resource.namespaced else None
+        selector = port.selector_text(labels) if labels else None
         try:
-            objects, _ = self.api.list(resource, namespace)
+            objects, _ = self.api.list(resource, namespace, label_selector=selector)
         except KubeApiError as error:
             if kind is JobType and error.status == 403:
                 return []  # may not list JobTypes: validate against the built-ins, the server checks the rest
@@ -368,25 +413,40 @@ class KubeBackend:
             objects, _ = self.api.list(EVENTS, namespace, field_selector=f"involvedObject.uid={obj.metadata.uid}")
         return sorted((event_from_object(o) for o in objects), key=lambda e: e.time)
 
-    def logs_of(self, job: TrainingJob, replica: str | None = None) -> dict[str, str]:
-        """The tail of each replica's Pod log (a Pod not placed yet, or whose log cannot be read, is left out)."""
-        found = {}
-        for pod in self.job_pods(job.metadata.namespace, job.metadata.name, job.metadata.uid):
-            meta = pod.get("metadata") or {}
-            short = str(meta.get("name")).removeprefix(f"{job.metadata.name}-")
-            if (replica is not None and replica != short) or not (pod.get("spec") or {}).get("nodeName"):
-                continue
-            try:
-                text = self.api.logs(
-                    str(meta.get("namespace")),
-                    str(meta.get("name")),
-                    container=CONTAINER_NAME,
-                    tail_lines=LOG_TAIL_LINES,
-                )
-            except KubeApiError:
-                continue  # being created, or gone: the next pass reads it again
-            found[short] = port.log_tail(text)
-        return found
+    def read_log(self, job: TrainingJob, replica: str, cursor: port.LogCursor | None = None) -> port.LogChunk | None:
+        """The replica's Pod log past the cursor: asked from the cursor's second on, its lines read before left out.
+
+        The API reads a log by time, not by offset: lines come with their timestamps (``timestamps``) and the
+        request starts at the second of the last line read (``sinceTime`` has no finer grain), so the lines of
+        that second already read (``cursor.offset`` of them carry ``cursor.stamp``) are dropped again here. A Pod
+        of another uid (the replica restarted) is read from its start. None when the Pod is not placed yet.
+        """
+        pod = next(
+            (
+                pod
+                for pod in self.job_pods(job.metadata.namespace, job.metadata.name, job.metadata.uid)
+                if str((pod.get("metadata") or {}).get("name")) == f"{job.metadata.name}-{replica}"
+                and (pod.get("spec") or {}).get("nodeName")
+            ),
+            None,
+        )
+        if pod is None:
+            return None
+        meta = pod.get("metadata") or {}
+        source = str(meta.get("uid") or meta.get("name"))
+        since = cursor if cursor is not None and cursor.source == source and cursor.stamp else None
+        try:
+            text = self.api.logs(
+                str(meta.get("namespace")),
+                str(meta.get("name")),
+                container=CONTAINER_NAME,
+                tail_lines=LOG_TAIL_LINES,
+                since_time=since.stamp[:19] + "Z" if since is not None else None,  # UTC, to the second
+                timestamps=True,
+            )
+        except KubeApiError:
+            return None  # being created, or gone: the next pass reads it again
+        return stamped_lines_after(text, source, since)
 
     # -- writing -------------------------------------------------------------------------------------------------
 

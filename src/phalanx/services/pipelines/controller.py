@@ -279,12 +279,12 @@ class PipelineController:
     def _owned(self, run: PipelineRun) -> dict[tuple[str, int | None], TrainingJob | Sweep]:
         """The run's jobs and Sweeps by (step, item), the latest attempt of each."""
         found: dict[tuple[str, int | None], TrainingJob | Sweep] = {}
-        jobs: list[TrainingJob | Sweep] = [*self.backend.list(TrainingJob, run.metadata.namespace)]
-        jobs += self.backend.list(Sweep, run.metadata.namespace)
+        # Selected by the backend (SQL, a label selector, the informer's cache): not every job of the namespace.
+        mine = {RUN_LABEL: run.metadata.name, RUN_UID_LABEL: run.metadata.uid or ""}
+        jobs: list[TrainingJob | Sweep] = [*self.backend.list(TrainingJob, run.metadata.namespace, labels=mine)]
+        jobs += self.backend.list(Sweep, run.metadata.namespace, labels=mine)
         for obj in jobs:
             labels = obj.metadata.labels
-            if labels.get(RUN_LABEL) != run.metadata.name or labels.get(RUN_UID_LABEL) != (run.metadata.uid or ""):
-                continue
             try:
                 key = (labels[STEP_LABEL], int(labels[ITEM_LABEL]) if labels.get(ITEM_LABEL) else None)
                 attempt = int(labels[ATTEMPT_LABEL])

@@ -3,7 +3,7 @@
 Each pass reads every Sweep and its trial jobs (``core.sweeps.trials``: labelled with the sweep's name, marked
 with its uid), observes each trial (phase from its job, final metrics from ``status.metrics``, the objective's
 intermediate values from the ``phalanx-metric`` lines of the first replica of the job's first role, read
-through ``ObjectReader.logs_of``; and Katib's ``name=value`` lines for a Sweep converted from a Katib
+through ``ObjectReader.read_log``; and Katib's ``name=value`` lines for a Sweep converted from a Katib
 Experiment), asks ``core.sweeps.plan.plan_sweep`` what to do with the study's asked suggestions, and does it:
 
 1. ask the study for new suggestions (persisted there before any job exists), and plan again with them;
@@ -19,8 +19,11 @@ Nothing is remembered between passes that a restart would need: the jobs, the st
 hold it all. A crash between asking and creating finds the suggestion in ``asked`` and creates it then; between
 creating and writing the status, the job is found by its name; a told trial is told again harmlessly. So a
 sweep killed at any point ends with exactly its trials, each run once. Only the intermediate values read from
-logs are cached (per job uid, finished trials' for good), and a restart reads them again. A running trial's log
-is read every ``log_every_s``; ``due_in`` says when next, for a runtime that sleeps until something changes.
+logs are cached (per job uid and replica, finished trials' for good), with where the log was read to (a
+``LogCursor``), and a restart reads them again from the log's start. A running trial's log is read every
+``log_every_s``, only what it gained since (complete lines: a line being written waits for its newline, but is
+taken whole once the trial ended); ``due_in`` says when next, for a runtime that sleeps until something changes.
+The pass lists only the trial jobs (``phalanx.dev/sweep`` label selected by the backend), not every job.
 
 The status's ``results`` are also the sweep's record of trials whose job is gone (deleted by hand, or by
 ``ttlSecondsAfterFinished``): such a trial keeps counting with its last phase (an active one becomes Failed:
@@ -65,6 +68,7 @@ from phalanx.model.validation import validate_job
 from phalanx.services.port import (
     AlreadyExistsError,
     ConflictError,
+    LogCursor,
     NotFoundError,
     ObjectReader,
     ObjectWriter,
@@ -119,11 +123,16 @@ class SweepPort(ObjectReader, ObjectWriter, StatusWriter, Protocol):
 
 @dataclass
 class _Intermediate:
-    """The objective's values by step read from one job's log; ``final`` once read after the job ended."""
+    """The objective's values by step read from one replica's log so far; ``final`` once read after it ended.
+
+    ``cursor`` is where the log was read to; ``katib`` counts each metric's Katib reports in this log (the steps).
+    """
 
     values: dict[int, float] = field(default_factory=dict)
     read_at: float | None = None
     final: bool = False
+    cursor: LogCursor | None = None
+    katib: dict[str, int] = field(default_factory=dict)
 
 
 class SweepController:
@@ -157,7 +166,7 @@ class SweepController:
         self.log_every_s = log_every_s
         self.passthrough = passthrough
         self._studies: dict[str, tuple[Sweep, SweepStudy]] = {}  # by sweep uid
-        self._logs: dict[str, _Intermediate] = {}  # by job uid
+        self._logs: dict[tuple[str, str], _Intermediate] = {}  # by job uid and replica
         self._failing: dict[str, str] = {}  # sweep uid -> the error last logged for it
         self._seen_sweeps = False
         self._blocked: set[tuple[str, str]] = set()  # (sweep uid, job key) waiting for a namesake's job to go
@@ -170,7 +179,7 @@ class SweepController:
         if not sweeps and not self._seen_sweeps and not self._studies:
             return False  # nothing to do, and no job to read: a runtime without sweeps pays one list
         self._seen_sweeps = bool(sweeps)
-        jobs = [j for j in self.backend.list(TrainingJob) if SWEEP_LABEL in j.metadata.labels]
+        jobs = self.backend.list(TrainingJob, labels={SWEEP_LABEL: None})
         changed = False
         for sweep in sweeps:
             uid = sweep.metadata.uid or ""
@@ -289,21 +298,28 @@ class SweepController:
         self, job: TrainingJob, phase: TrialPhase, metric: str, katib: list[str] | None
     ) -> dict[int, float]:
         """The objective's values by step from the job's log, read at most every ``log_every_s`` (once when done)."""
-        uid = job.metadata.uid or ""
-        cached = self._logs.setdefault(uid, _Intermediate())
+        replica = first_replica(job)
+        cached = self._logs.setdefault((job.metadata.uid or "", replica), _Intermediate())
         if cached.final or phase == TrialPhase.PENDING:
             return dict(cached.values)
         now = self.clock.monotonic()
         if phase not in FINISHED and cached.read_at is not None and now - cached.read_at < self.log_every_s:
             return dict(cached.values)
-        replica = first_replica(job)
-        text = self.backend.logs_of(job, replica).get(replica, "")
-        lines = text.splitlines()
-        if katib is not None:  # Katib's reports are numbered from the log's start: read afresh, not merged
-            cached.values = parse_katib(lines, katib).of(metric)
-        # Merged, not replaced: steps that scrolled out of the log's tail stay known.
-        cached.values.update(parse_intermediate(lines).of(metric))
-        cached.read_at, cached.final = now, phase in FINISHED
+        ended = phase in FINISHED
+        chunk = self.backend.read_log(job, replica, cached.cursor)
+        if chunk is not None:
+            lines = chunk.text.splitlines()
+            if ended and chunk.partial:
+                lines.append(chunk.partial)  # its replica ended: a last line without a newline is whole
+            if katib is not None:
+                if cached.cursor is not None and chunk.cursor.source != cached.cursor.source:
+                    # Another attempt's log: Katib numbers its reports from the log's start, so start over.
+                    cached.values, cached.katib = {}, {}
+                cached.values.update(parse_katib(lines, katib, cached.katib).of(metric))
+            # Merged, not replaced: steps read before stay known.
+            cached.values.update(parse_intermediate(lines).of(metric))
+            cached.cursor = chunk.cursor
+        cached.read_at, cached.final = now, ended
         return dict(cached.values)
 
     # -- acting --------------------------------------------------------------------------------------------------
@@ -513,5 +529,5 @@ class SweepController:
             self.studies.delete(sweep)
             log.info("sweep %s was deleted; dropped its study", sweep.key)
         job_uids = {job.metadata.uid or "" for job in jobs}
-        for uid in [uid for uid in self._logs if uid not in job_uids]:
-            del self._logs[uid]
+        for key in [key for key in self._logs if key[0] not in job_uids]:
+            del self._logs[key]
