@@ -37,8 +37,16 @@ from phalanx.services.embedded.daemon import start_control_plane, stop_control_p
 
 TRIAL = Path(__file__).resolve().parent / "sweep_trial.py"
 FINISHED = {SweepPhase.SUCCEEDED, SweepPhase.FAILED}
-#: The three sweeps run per seed: (name prefix, algorithm, median stopping).
-SWEEPS = (("tpe", "tpe", False), ("random", "random", False), ("median", "tpe", True))
+#: The sweeps run per seed: (name prefix, algorithm, what the median rule takes the median of; None: no stopping).
+SWEEPS = (
+    ("tpe", "tpe", None),
+    ("random", "random", None),
+    ("median-values", "tpe", "values"),
+    ("median-averages", "tpe", "runningAverages"),
+)
+#: The sweeps with early stopping, and the one issue 17's thresholds are checked on (Optuna's form of the rule).
+STOPPING = ("median-values", "median-averages")
+MEDIAN = "median-values"
 
 
 @dataclass
@@ -54,7 +62,9 @@ class Outcome:
     overhead: float
 
 
-def sweep_document(name: str, algorithm: str, seed: int, args: argparse.Namespace, *, stop: bool) -> dict[str, object]:
+def sweep_document(
+    name: str, algorithm: str, seed: int, args: argparse.Namespace, *, median_of: str | None
+) -> dict[str, object]:
     spec: dict[str, object] = {
         "parameters": [
             {"name": "x", "type": "double", "min": -5.0, "max": 10.0},
@@ -88,8 +98,8 @@ def sweep_document(name: str, algorithm: str, seed: int, args: argparse.Namespac
             }
         },
     }
-    if stop:
-        spec["earlyStopping"] = {"rule": "median", "minTrials": 3, "startStep": 3}
+    if median_of is not None:
+        spec["earlyStopping"] = {"rule": "median", "minTrials": 3, "startStep": 3, "medianOf": median_of}
     return {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Sweep", "metadata": {"name": name}, "spec": spec}
 
 
@@ -145,61 +155,76 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one sweep may take")
     args = parser.parse_args()
 
-    rows: list[tuple[int, Outcome, Outcome, Outcome]] = []
+    rows: list[dict[str, Outcome]] = []
     with tempfile.TemporaryDirectory(prefix="phalanx-sweep-bench-") as tmp:
         client = Client(state_dir=Path(tmp) / "state")
         start_control_plane(client.layout)
         try:
             for seed in range(args.seeds):
-                tpe, rnd, stop = (
-                    run_sweep(
+                row = {
+                    label: run_sweep(
                         client,
-                        sweep_document(f"{label}-{seed}", algorithm, seed, args, stop=stopping),
+                        sweep_document(f"{label}-{seed}", algorithm, seed, args, median_of=median_of),
                         args.timeout,
                         steps=args.steps,
                         step_seconds=args.step_seconds,
                     )
-                    for label, algorithm, stopping in SWEEPS
-                )
-                rows.append((seed, tpe, rnd, stop))
+                    for label, algorithm, median_of in SWEEPS
+                }
+                rows.append(row)
+                tpe, rnd = row["tpe"], row["random"]
                 print(
-                    f"seed {seed}: tpe best {tpe.best:.4f}  random best {rnd.best:.4f} median "
-                    f"{statistics.median(rnd.values):.4f}  tpe+median best {stop.best:.4f} "
-                    f"({stop.stopped} stopped at steps {stop.stop_steps}, {stop.trial_seconds:.1f} vs "
-                    f"{tpe.trial_seconds:.1f} trial-s; fixed cost per finished trial {tpe.overhead:.2f} s)",
+                    f"seed {seed}: tpe best {tpe.best:.4f} ({tpe.trial_seconds:.1f} trial-s, fixed cost per trial "
+                    f"{tpe.overhead:.2f} s)  random best {rnd.best:.4f} median {statistics.median(rnd.values):.4f}",
                     flush=True,
                 )
+                for label in STOPPING:
+                    stop = row[label]
+                    print(
+                        f"  {label}: best {stop.best:.4f}, {stop.stopped} stopped at steps {stop.stop_steps}, "
+                        f"{stop.trial_seconds:.1f} trial-s",
+                        flush=True,
+                    )
         finally:
             stop_control_plane(client.layout)
             client.close()
 
-    print()
-    header = ("seed", "tpe best", "random best", "random median", "tpe+stop best", "stopped", "trial-s", "stop trial-s")
-    print("  ".join(f"{h:>13}" for h in header))
-    for seed, tpe, rnd, stop in rows:
-        cells = (
-            seed,
-            f"{tpe.best:.4f}",
-            f"{rnd.best:.4f}",
-            f"{statistics.median(rnd.values):.4f}",
-            f"{stop.best:.4f}",
-            stop.stopped,
-            f"{tpe.trial_seconds:.1f}",
-            f"{stop.trial_seconds:.1f}",
-        )
-        print("  ".join(f"{c:>13}" for c in cells))
+    def saved_pct(label: str) -> float:
+        return 100.0 * (1.0 - sum(r[label].trial_seconds for r in rows) / sum(r["tpe"].trial_seconds for r in rows))
 
-    tpe_best = statistics.fmean(t.best for _, t, _, _ in rows)
-    random_best = statistics.fmean(r.best for _, _, r, _ in rows)
-    random_median = statistics.fmean(statistics.median(r.values) for _, _, r, _ in rows)
-    saved = 100.0 * (1.0 - sum(s.trial_seconds for *_, s in rows) / sum(t.trial_seconds for _, t, _, _ in rows))
-    regret = statistics.fmean(100.0 * (s.best - t.best) / abs(t.best) for _, t, _, s in rows)
-    beats_median = all(t.best < statistics.median(r.values) for _, t, r, _ in rows)
+    def regret_pct(label: str) -> float:
+        return statistics.fmean(100.0 * (r[label].best - r["tpe"].best) / abs(r["tpe"].best) for r in rows)
+
+    print()
+    header = ["seed", "tpe best", "random best", "random median", "tpe trial-s"]
+    for label in STOPPING:
+        header += [f"{label} best", "stopped", "trial-s"]
+    print("  ".join(f"{h:>16}" for h in header))
+    for seed, row in enumerate(rows):
+        cells: list[object] = [
+            seed,
+            f"{row['tpe'].best:.4f}",
+            f"{row['random'].best:.4f}",
+            f"{statistics.median(row['random'].values):.4f}",
+            f"{row['tpe'].trial_seconds:.1f}",
+        ]
+        for label in STOPPING:
+            cells += [f"{row[label].best:.4f}", row[label].stopped, f"{row[label].trial_seconds:.1f}"]
+        print("  ".join(f"{c:>16}" for c in cells))
+
+    tpe_best = statistics.fmean(r["tpe"].best for r in rows)
+    random_best = statistics.fmean(r["random"].best for r in rows)
+    random_median = statistics.fmean(statistics.median(r["random"].values) for r in rows)
+    beats_median = all(r["tpe"].best < statistics.median(r["random"].values) for r in rows)
+    saved, regret = saved_pct(MEDIAN), regret_pct(MEDIAN)
+    print()
+    for label in STOPPING:
+        print(f"{label}: saves {saved_pct(label):.1f} % of trial-seconds, best {regret_pct(label):+.2f} % from TPE's")
     print()
     print(f"TPE's best beats random's median on every seed: {'yes' if beats_median else 'NO'}")
     print(f"TPE's mean best beats random's mean best:      {'yes' if tpe_best < random_best else 'NO'}")
-    print(f"median stopping saves >= 30 % of trial-seconds: {'yes' if saved >= 30 else 'NO'} ({saved:.1f} %)")
-    print(f"best with stopping within 5 % of without:      {'yes' if regret <= 5 else 'NO'} ({regret:+.2f} %)")
+    print(f"{MEDIAN} saves >= 30 % of trial-seconds: {'yes' if saved >= 30 else 'NO'} ({saved:.1f} %)")
+    print(f"{MEDIAN} best within 5 % of without:    {'yes' if regret <= 5 else 'NO'} ({regret:+.2f} %)")
     print(
         f"RESULT tpe_best_mean={tpe_best:.4f} random_best_mean={random_best:.4f} "
         f"random_median_mean={random_median:.4f} median_stop_saved_pct={saved:.1f} best_regret_with_stop={regret:.2f}"

@@ -265,11 +265,21 @@ class StoppingRule(StrEnum):
     HYPERBAND = "hyperband"
 
 
+class MedianOf(StrEnum):
+    """What the median rule takes the median of, at a trial's latest step ``s`` (core.sweeps.stopping)."""
+
+    #: The other trials' running averages up to ``s`` (Vizier's rule, Katib's medianstop): lenient with curves
+    #: that fall from a common start, whose averages lag their latest values.
+    RUNNING_AVERAGES = "runningAverages"
+    #: The other trials' values at ``s`` (Optuna's MedianPruner): stops more of them, and sooner.
+    VALUES = "values"
+
+
 Step = Annotated[int, Field(ge=1, le=MAX_STEP)]
 
 #: Which fields each rule reads; any other one set is refused by path (it would be silently ignored).
 _RULE_FIELDS = {
-    StoppingRule.MEDIAN: {"min_trials", "start_step"},
+    StoppingRule.MEDIAN: {"min_trials", "start_step", "median_of"},
     StoppingRule.SUCCESSIVE_HALVING: {"min_resource", "reduction_factor", "max_resource"},
     StoppingRule.HYPERBAND: {"min_resource", "reduction_factor", "max_resource"},
 }
@@ -281,6 +291,7 @@ class EarlyStopping(ApiModel):
     rule: StoppingRule
     min_trials: Annotated[int, Field(ge=1, le=MAX_TRIALS)] | None = None
     start_step: Step | None = None
+    median_of: MedianOf | None = None
     min_resource: Step | None = None
     reduction_factor: Annotated[int, Field(ge=2, le=100)] | None = None
     max_resource: Step | None = None
@@ -310,6 +321,11 @@ class EarlyStopping(ApiModel):
     def first_step(self) -> int:
         """median: the first step a trial may be stopped at (Katib's start_step)."""
         return self.start_step if self.start_step is not None else 4
+
+    @property
+    def median_basis(self) -> MedianOf:
+        """median: what the median is taken of (default: running averages, as Katib)."""
+        return MedianOf(self.median_of) if self.median_of is not None else MedianOf.RUNNING_AVERAGES
 
     @property
     def resource_floor(self) -> int:

@@ -190,6 +190,22 @@ def test_early_stopping_refuses_fields_its_rule_does_not_use(doc: dict[str, Any]
     assert errors_of(doc) == [
         "spec.earlyStopping.startStep: the successiveHalving rule does not use startStep; remove it"
     ]
+    doc["spec"]["earlyStopping"] = {"rule": "hyperband", "maxResource": 9, "medianOf": "values"}
+    assert errors_of(doc) == ["spec.earlyStopping.medianOf: the hyperband rule does not use medianOf; remove it"]
+
+
+def test_the_median_rule_takes_the_median_of_running_averages_or_of_values(doc: dict[str, Any]) -> None:
+    doc["spec"]["earlyStopping"] = {"rule": "median", "medianOf": "value"}
+    (error,) = errors_of(doc)
+    assert error.startswith("spec.earlyStopping.medianOf: must be one of 'runningAverages' or 'values'")
+    doc["spec"]["earlyStopping"]["medianOf"] = "values"
+    stopping = parse_sweep(doc).spec.early_stopping
+    assert stopping is not None
+    assert stopping.median_basis == "values"
+    del doc["spec"]["earlyStopping"]["medianOf"]
+    stopping = parse_sweep(doc).spec.early_stopping
+    assert stopping is not None
+    assert stopping.median_basis == "runningAverages"
 
 
 def test_hyperband_needs_a_max_resource_above_the_min(doc: dict[str, Any]) -> None:

@@ -164,3 +164,30 @@ def test_successive_halving_never_stops_the_best_at_a_rung(values: list[float]) 
     best = min(range(len(values)), key=lambda n: values[n])
     assert best not in {d.trial for d in decisions}
     assert len(decisions) == len(values) - max(1, len(values) // 3)
+
+
+FALLING = {0: curve(4.0, 2.0, 1.0, 0.5), 1: curve(4.0, 2.2, 1.2, 0.6), 2: curve(4.0, 2.4, 1.4, 0.7)}
+
+
+def test_median_of_values_stops_on_falling_curves_a_trial_the_running_averages_keep() -> None:
+    history = {**FALLING, 3: curve(4.0, 3.0, 2.0, 1.0)}
+    # running averages up to step 4: 1.875, 2.0, 2.125 -> median 2.0, and 1.0 beats it: the trial runs on
+    assert median_rule(history, running=[3], direction="minimize", metric="loss") == []
+    (decision,) = median_rule(history, running=[3], direction="minimize", metric="loss", of_values=True)
+    assert (decision.trial, decision.step) == (3, 4)
+    assert decision.reason == (
+        "trial 3 stopped at step 4: its best loss so far, 1, is worse than 0.6, the median of 3 other trials' "
+        "values at step 4 (median rule)"
+    )
+    rule = EarlyStopping(rule="median", medianOf="values")
+    assert [d.trial for d in decide_stops(rule, history, [3], "minimize", metric="loss")] == [3]
+    assert decide_stops(EarlyStopping(rule="median"), history, [3], "minimize", metric="loss") == []
+
+
+def test_median_of_values_takes_a_trials_latest_report_at_or_before_the_step() -> None:
+    gappy = {0: {1: 4.0, 2: 2.0, 3: 0.5, 5: 3.0}, 1: curve(4.0, 2.2, 1.2, 0.6), 2: curve(4.0, 2.4, 1.4, 0.7)}
+    history = {**gappy, 3: curve(4.0, 3.0, 2.0, 0.55)}
+    # at step 4: trial 0 counts with 0.5 (step 3; its 3.0 comes later), then 0.6 and 0.7 -> median 0.6
+    assert median_rule(history, running=[3], direction="minimize", metric="loss", of_values=True) == []
+    history[3] = curve(4.0, 3.0, 2.0, 0.65)
+    assert len(median_rule(history, running=[3], direction="minimize", metric="loss", of_values=True)) == 1

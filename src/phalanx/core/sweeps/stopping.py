@@ -8,9 +8,11 @@ state: the same history always gives the same decisions, so a restarted controll
 - **median** (Golovin et al.'s Vizier rule, as Katib's medianstop): a running trial whose latest step ``s`` is at
   least ``startStep`` is stopped when its best value so far is strictly worse than the median of the *running
   averages up to s* of the other trials that have reached step ``s`` (finished or not), once at least
-  ``minTrials`` such trials exist. Katib's and Optuna's defaults differ (Optuna compares values *at* step s of
-  completed trials only); running averages up to s are robust to one noisy report, and counting trials still
-  running lets a sweep with ``parallelTrials`` stop its first wave without waiting for it to finish.
+  ``minTrials`` such trials exist. Running averages up to s are robust to one noisy report, and counting trials
+  still running lets a sweep with ``parallelTrials`` stop its first wave without waiting for it to finish. With
+  ``medianOf: values`` the median is of the other trials' values *at* step s (their latest report at or before
+  it), as Optuna's MedianPruner does (which counts completed trials only): on curves that fall from a common
+  start, running averages lag the values, so the default rule lets more trials run on.
 - **successiveHalving** (asynchronous, as ASHA and Optuna's SuccessiveHalvingPruner): rungs at
   ``minResource * reductionFactor**k`` (below ``maxResource`` when given). A running trial is judged at the highest
   rung it has reached, against every trial that has reached that rung: it goes on when it is among the top
@@ -28,7 +30,7 @@ import statistics
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from phalanx.model.sweeps import Direction, EarlyStopping, StoppingRule
+from phalanx.model.sweeps import Direction, EarlyStopping, MedianOf, StoppingRule
 
 History = Mapping[int, Mapping[int, float]]
 
@@ -58,8 +60,12 @@ def median_rule(
     metric: str,
     min_trials: int = 3,
     start_step: int = 4,
+    of_values: bool = False,
 ) -> list[StopDecision]:
-    """Running trials whose best value so far is worse than the median of the others' running averages."""
+    """Running trials whose best value so far is worse than the median of the others' running averages.
+
+    With ``of_values``, the median of the others' values at the step (their latest at or before it) instead.
+    """
     decisions = []
     for trial in sorted(running):
         reports = history.get(trial, {})
@@ -72,9 +78,9 @@ def median_rule(
         for other, other_reports in history.items():
             if other == trial or not other_reports or max(other_reports) < step:
                 continue
-            upto = [value for at, value in other_reports.items() if at <= step]
+            upto = {at: value for at, value in other_reports.items() if at <= step}
             if upto:
-                averages.append(statistics.fmean(upto))
+                averages.append(upto[max(upto)] if of_values else statistics.fmean(upto.values()))
         if len(averages) < min_trials:
             continue
         median = statistics.median(averages)
@@ -85,8 +91,8 @@ def median_rule(
                     trial,
                     step,
                     f"trial {trial} stopped at step {step}: its best {metric} so far, {best:.6g}, is worse than "
-                    f"{median:.6g}, the median of {len(averages)} other trials' running averages up to step {step} "
-                    "(median rule)",
+                    f"{median:.6g}, the median of {len(averages)} other trials' "
+                    f"{'values at' if of_values else 'running averages up to'} step {step} (median rule)",
                 )
             )
     return decisions
@@ -204,7 +210,13 @@ def decide_stops(
     kind = StoppingRule(rule.rule)
     if kind is StoppingRule.MEDIAN:
         return median_rule(
-            history, running, direction, metric=metric, min_trials=rule.minimum_trials, start_step=rule.first_step
+            history,
+            running,
+            direction,
+            metric=metric,
+            min_trials=rule.minimum_trials,
+            start_step=rule.first_step,
+            of_values=rule.median_basis is MedianOf.VALUES,
         )
     if kind is StoppingRule.SUCCESSIVE_HALVING:
         return successive_halving(
