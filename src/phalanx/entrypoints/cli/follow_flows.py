@@ -1,0 +1,98 @@
+"""`phalanx run` on a Sweep or a PipelineRun: follow it to its end, a line per change, and its exit code.
+
+`run` follows a TrainingJob with ``follow``; a file whose runnable object is a Sweep (or a Katib Experiment) or a
+PipelineRun has no job of its own, and `run` printed ``created`` and exited 0 at once, as if it had finished.
+Here the object is read through the operations (``ops.get_sweep``, ``ops.get_pipelinerun``), so the embedded
+runtime and a cluster are followed alike, every half second (its status changes once per controller pass).
+Each trial, or step instance, gets a line when it first shows up and whenever what is shown of it changes
+(its phase, value, outputs, the reason it stopped); the object's own phase gets a line too. At the end: its
+message (for a sweep, its best trial and parameters) and the exit code: 0 succeeded, 1 failed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from phalanx.entrypoints.cli.output import Writer, escape
+from phalanx.entrypoints.cli.styles import styled_phase
+
+if TYPE_CHECKING:
+    from phalanx.model.pipelines import PipelineRun
+    from phalanx.model.sweeps import Sweep
+    from phalanx.services.operations import Operations
+
+POLL_SECONDS = 0.5
+ENDED = ("Succeeded", "Failed")
+
+
+def sweep_lines(sweep: Sweep) -> dict[str, str]:
+    """Each trial -> what is shown of it: phase, objective value and last step, why it stopped or failed."""
+    metric = sweep.spec.objective.metric
+    lines = {"": f"sweep/{sweep.metadata.name}  {styled_phase(sweep.status.phase)}"}
+    for result in sorted(sweep.status.results, key=lambda r: r.number):
+        text = f"{escape(result.name)}  {styled_phase(result.phase)}"
+        if result.value is not None:
+            text += f"  {escape(metric)}={result.value:.6g}"
+        if result.reason:
+            text += f"  [dim]{escape(result.reason[:200])}[/]"
+        lines[result.name] = text
+    return lines
+
+
+def run_lines(run: PipelineRun) -> dict[str, str]:
+    """Each step instance -> what is shown of it: phase, cache hit, its job while it runs, outputs, why it failed."""
+    from phalanx.entrypoints.cli.render_pipelines import outputs_line
+
+    lines = {"": f"pipelinerun/{run.metadata.name}  {styled_phase(run.status.phase)}"}
+    for entry in run.status.instances:
+        name = entry.step if entry.item is None else f"{entry.step}[{entry.item}]"
+        text = f"{escape(name)}  {styled_phase(entry.phase)}"
+        if entry.cache_hit:
+            text += "  [cyan]cached[/]"
+        elif entry.job and entry.phase == "Running":
+            text += f"  job {escape(entry.job)} (attempt {entry.attempts})"
+        if entry.outputs:
+            text += f"  {escape(outputs_line(entry))}"
+        if entry.phase == "Failed" and entry.message:
+            text += f"  [dim]{escape(entry.message[:300])}[/]"
+        lines[name] = text
+    return lines
+
+
+def follow_flow(ops: Operations, kind: str, namespace: str, name: str, console: Writer) -> int:
+    """Follow Sweep or PipelineRun ``name`` until it succeeds or fails; return 0 or 1."""
+    from phalanx.services.operations import OperationError
+
+    start = time.monotonic()
+    shown: dict[str, str] = {}
+    while True:
+        try:
+            if kind == "Sweep":
+                sweep = ops.get_sweep(namespace, name)
+                phase, message, lines = str(sweep.status.phase), sweep.status.message, sweep_lines(sweep)
+            else:
+                run = ops.get_pipelinerun(namespace, name)
+                phase, message, lines = str(run.status.phase), run.status.message or "", run_lines(run)
+        except OperationError as err:  # deleted while followed: say so rather than wait forever
+            console.print(f"[bold red]error:[/] {escape(str(err))}")
+            return 1
+        for key, text in lines.items():
+            if shown.get(key) != text:
+                console.print(f"{time.monotonic() - start:8.2f}s  {text}")
+                shown[key] = text
+        if phase in ENDED:
+            word = "sweep" if kind == "Sweep" else "pipelinerun"
+            console.print(f"{word} {escape(name)} {styled_phase(phase)}: {escape(message)}")
+            if kind == "Sweep":
+                _best(sweep, console)
+            return 0 if phase == "Succeeded" else 1
+        time.sleep(POLL_SECONDS)
+
+
+def _best(sweep: Sweep, console: Writer) -> None:
+    best = sweep.status.best_trial
+    if best is not None:
+        console.print(f"best: {escape(best.name)}  {escape(sweep.spec.objective.metric)}={best.value:.6g}")
+        for parameter, value in best.parameters.items():
+            console.print(f"  {escape(parameter)}: {escape(str(value))}")

@@ -1,0 +1,83 @@
+"""`phalanx run` on the sweep and pipeline examples, as a new user runs them: it follows the Sweep or the
+PipelineRun it submitted to its end, a line per trial or step instance as it changes, and exits with its result.
+
+Before, `run` printed `sweep/lr-search created` and exited 0 at once (it followed TrainingJobs only), so a user
+who ran the documented example saw "success" for a sweep that had not started. Real control plane, real trial
+and step processes, the examples copied from the repository into a fresh working directory (their commands
+name files relative to it, as the docs run them).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any
+
+import yaml
+
+from conftest import REPO, Runtime
+
+
+def copy_examples(runtime: Runtime) -> None:
+    for kind in ("sweeps", "pipelines"):
+        shutil.copytree(REPO / "examples" / kind, runtime.work_dir / "examples" / kind)
+
+
+def test_run_follows_the_sweep_example_to_its_end_and_names_its_best_trial(runtime: Runtime) -> None:
+    copy_examples(runtime)
+    runtime.start_control_plane()
+    result = runtime.cli("run", "examples/sweeps/sweep.yaml", timeout=300)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    out = result.stdout
+    assert "sweep/lr-search created" in out
+    for number in range(12):  # every trial of maxTrials: 12 shows up as it ends
+        assert any(f"lr-search-{number} " in line for line in out.splitlines()), out
+    assert "Succeeded" in out.splitlines()[-2] or "Succeeded" in out, out
+    best = json.loads(runtime.cli("sweep", "best", "lr-search", "-o", "json", check=True).stdout)
+    assert f"best: {best['name']}" in out, out
+
+
+def pipeline_of(command: list[str]) -> list[dict[str, Any]]:
+    component = {"name": "step", "implementation": {"container": {"image": "python:3.12", "command": command}}}
+    pipeline = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "Pipeline",
+        "metadata": {"name": "one"},
+        "spec": {"steps": [{"name": "only", "component": {"inline": component}}]},
+    }
+    run = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "PipelineRun",
+        "metadata": {"name": "one-1"},
+        "spec": {"pipelineRef": {"name": "one"}},
+    }
+    return [pipeline, run]
+
+
+def test_run_follows_the_v1_components_pipeline_run_and_exits_1_when_a_run_fails(runtime: Runtime) -> None:
+    copy_examples(runtime)
+    runtime.start_control_plane()
+    result = runtime.cli("run", "examples/pipelines/v1_components.yaml", timeout=300)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    out = result.stdout
+    assert "pipelinerun/v1-components-1 created" in out
+    # each instance as it ends, with its outputs: 1..20 sums to 210, times each factor
+    for item, total in enumerate((210, 420, 630)):
+        assert any(f"sums[{item}]" in line and f"total={total}" in line for line in out.splitlines()), out
+    assert "the run succeeded" in out, out
+    described = runtime.cli("describe", "pipelinerun", "v1-components-1", check=True).stdout
+    assert "outputs: total=630" in described, described
+
+    failing = runtime.work_dir / "failing.yaml"
+    failing.write_text(yaml.safe_dump_all(pipeline_of(["false"]), sort_keys=False))
+    result = runtime.cli("run", str(failing), timeout=300)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert any("only" in line and "Failed" in line for line in result.stdout.splitlines()), result.stdout
+
+
+def test_run_detach_still_returns_at_once(runtime: Runtime) -> None:
+    copy_examples(runtime)
+    runtime.start_control_plane()
+    result = runtime.cli("run", "-d", "examples/pipelines/v1_components.yaml", timeout=60)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert result.stdout.strip().splitlines()[-1] == "pipelinerun/v1-components-1 created", result.stdout
