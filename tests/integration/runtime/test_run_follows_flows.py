@@ -35,6 +35,14 @@ def test_run_follows_the_sweep_example_to_its_end_and_names_its_best_trial(runti
     assert "Succeeded" in out.splitlines()[-2] or "Succeeded" in out, out
     best = json.loads(runtime.cli("sweep", "best", "lr-search", "-o", "json", check=True).stdout)
     assert f"best: {best['name']}" in out, out
+    # a trial the sweep stopped says so where a user looks at jobs, instead of inviting a resume
+    with runtime.client() as client:
+        stopped = [r.name for r in client.ops.get_sweep("default", "lr-search").status.results if r.phase == "Stopped"]
+    # the example's early stopping acts (its trials' epochs are slow enough for the quarter-second log reads)
+    assert stopped, out
+    for trial in stopped:
+        explained = runtime.cli("explain", trial, check=True).stdout
+        assert "stopped early by sweep lr-search" in explained and "resume" not in explained, explained
 
 
 def pipeline_of(command: list[str]) -> list[dict[str, Any]]:
