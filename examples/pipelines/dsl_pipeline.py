@@ -3,8 +3,8 @@
     python examples/pipelines/dsl_pipeline.py            # print the Pipeline document
     python examples/pipelines/dsl_pipeline.py --submit   # submit it and a run of it to the local runtime
 
-Run it from the repository root: component files are read relative to the working directory, when a step is
-defined, and put in the document inline.
+Component files are named relative to this file (``HERE``), read when a step is defined and put in the document
+inline, so it runs from any directory.
 """
 
 import sys

@@ -29,7 +29,7 @@ ENDED = ("Succeeded", "Failed")
 def sweep_lines(sweep: Sweep) -> dict[str, str]:
     """Each trial -> what is shown of it: phase, objective value and last step, why it stopped or failed."""
     metric = sweep.spec.objective.metric
-    lines = {"": f"sweep/{sweep.metadata.name}  {styled_phase(sweep.status.phase)}"}
+    lines = {}
     for result in sorted(sweep.status.results, key=lambda r: r.number):
         text = f"{escape(result.name)}  {styled_phase(result.phase)}"
         if result.value is not None:
@@ -37,6 +37,7 @@ def sweep_lines(sweep: Sweep) -> dict[str, str]:
         if result.reason:
             text += f"  [dim]{escape(result.reason[:200])}[/]"
         lines[result.name] = text
+    lines[""] = f"sweep/{escape(sweep.metadata.name)}  {styled_phase(sweep.status.phase)}"  # after its trials
     return lines
 
 
@@ -44,7 +45,7 @@ def run_lines(run: PipelineRun) -> dict[str, str]:
     """Each step instance -> what is shown of it: phase, cache hit, its job while it runs, outputs, why it failed."""
     from phalanx.entrypoints.cli.render_pipelines import outputs_line
 
-    lines = {"": f"pipelinerun/{run.metadata.name}  {styled_phase(run.status.phase)}"}
+    lines = {}
     for entry in run.status.instances:
         name = entry.step if entry.item is None else f"{entry.step}[{entry.item}]"
         text = f"{escape(name)}  {styled_phase(entry.phase)}"
@@ -57,6 +58,7 @@ def run_lines(run: PipelineRun) -> dict[str, str]:
         if entry.phase == "Failed" and entry.message:
             text += f"  [dim]{escape(entry.message[:300])}[/]"
         lines[name] = text
+    lines[""] = f"pipelinerun/{escape(run.metadata.name)}  {styled_phase(run.status.phase)}"  # after its steps
     return lines
 
 

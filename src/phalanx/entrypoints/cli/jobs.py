@@ -114,10 +114,11 @@ def submit(
     context: ContextOption = None,
     stand_in: StandInOption = None,
 ) -> None:
-    """Validate and create jobs, job types and queues without following them (the control plane picks them up).
+    """Validate and create jobs, job types, queues, datasets, sweeps and pipelines without following them.
 
-    Every document is validated first: if any is invalid, nothing is created. An existing Queue or JobType gets
-    the new spec (`configured`), as `kubectl apply` does.
+    The control plane picks them up (`phalanx up` starts one; `phalanx run FILE` submits and follows). Every
+    document is validated first: if any is invalid, nothing is created. An existing Queue, JobType or Pipeline
+    gets the new spec (`configured`), as `kubectl apply` does.
     """
     from phalanx.model.loading import read_documents
 
