@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from conftest import REPO, Runtime
+from support.waiting import wait_until
 
 
 def copy_examples(runtime: Runtime) -> None:
@@ -89,3 +90,22 @@ def test_run_detach_still_returns_at_once(runtime: Runtime) -> None:
     result = runtime.cli("run", "-d", "examples/pipelines/v1_components.yaml", timeout=60)
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert result.stdout.strip().splitlines()[-1] == "pipelinerun/v1-components-1 created", result.stdout
+
+
+def test_run_says_why_a_trial_waits_and_ends_when_its_sweep_is_deleted(runtime: Runtime) -> None:
+    # Trials that fit no node wait in the queue: the follower says why (the job's own sentence) instead of
+    # printing "Pending" and nothing more; deleting the sweep ends the follower with a sentence and exit 1.
+    copy_examples(runtime)
+    document = yaml.safe_load((runtime.work_dir / "examples" / "sweeps" / "sweep.yaml").read_text())
+    document["metadata"]["name"] = "too-big"
+    document["spec"]["trial"]["spec"]["replicas"]["worker"]["template"]["resources"]["cpu"] = 64
+    big = runtime.work_dir / "big.yaml"
+    big.write_text(yaml.safe_dump(document, sort_keys=False))
+    runtime.start_control_plane()
+    output = runtime.work_dir / "run.out"
+    follower = runtime.cli_background("run", str(big), output=output)
+    wait_until(lambda: "needs 64 CPUs" in output.read_text(), timeout=60, message="the follower to say why")
+    assert any("too-big-0" in line and "Pending" in line for line in output.read_text().splitlines())
+    runtime.cli("delete", "sweep", "too-big", check=True)
+    assert follower.wait(60) == 1
+    assert "sweep default/too-big not found" in output.read_text(), output.read_text()

@@ -5,13 +5,16 @@ PipelineRun has no job of its own, and `run` printed ``created`` and exited 0 at
 Here the object is read through the operations (``ops.get_sweep``, ``ops.get_pipelinerun``), so the embedded
 runtime and a cluster are followed alike, every half second (its status changes once per controller pass).
 Each trial, or step instance, gets a line when it first shows up and whenever what is shown of it changes
-(its phase, value, outputs, the reason it stopped); the object's own phase gets a line too. At the end: its
-message (for a sweep, its best trial and parameters) and the exit code: 0 succeeded, 1 failed.
+(its phase, value, outputs, the reason it stopped); the object's own phase gets a line too. A trial or step
+whose job has not started yet says why, in its job's own sentence (waiting for quota, fitting no node...), so a
+wait is never silent. At the end: its message (for a sweep, its best trial and parameters) and the exit code: 0
+succeeded, 1 failed.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from phalanx.entrypoints.cli.output import Writer, escape
@@ -24,9 +27,17 @@ if TYPE_CHECKING:
 
 POLL_SECONDS = 0.5
 ENDED = ("Succeeded", "Failed")
+# A job in these phases has not started its processes: its message says what it waits for.
+NOT_STARTED = frozenset({"Pending", "Queued", "Admitted", "Downloading", "Halted"})
 
 
-def sweep_lines(sweep: Sweep) -> dict[str, str]:
+def no_reason(job: str) -> str:
+    """For callers that do not look at jobs."""
+    del job
+    return ""
+
+
+def sweep_lines(sweep: Sweep, waiting: Callable[[str], str] = no_reason) -> dict[str, str]:
     """Each trial -> what is shown of it: phase, objective value and last step, why it stopped or failed."""
     metric = sweep.spec.objective.metric
     lines = {}
@@ -36,12 +47,14 @@ def sweep_lines(sweep: Sweep) -> dict[str, str]:
             text += f"  {escape(metric)}={result.value:.6g}"
         if result.reason:
             text += f"  [dim]{escape(result.reason[:200])}[/]"
+        elif result.phase == "Pending" and (why := waiting(result.name)):
+            text += f"  [dim]{escape(why[:200])}[/]"
         lines[result.name] = text
     lines[""] = f"sweep/{escape(sweep.metadata.name)}  {styled_phase(sweep.status.phase)}"  # after its trials
     return lines
 
 
-def run_lines(run: PipelineRun) -> dict[str, str]:
+def run_lines(run: PipelineRun, waiting: Callable[[str], str] = no_reason) -> dict[str, str]:
     """Each step instance -> what is shown of it: phase, cache hit, its job while it runs, outputs, why it failed."""
     from phalanx.entrypoints.cli.render_pipelines import outputs_line
 
@@ -53,6 +66,8 @@ def run_lines(run: PipelineRun) -> dict[str, str]:
             text += "  [cyan]cached[/]"
         elif entry.job and entry.phase == "Running":
             text += f"  job {escape(entry.job)} (attempt {entry.attempts})"
+            if why := waiting(entry.job):
+                text += f"  [dim]{escape(why[:200])}[/]"
         if entry.outputs:
             text += f"  {escape(outputs_line(entry))}"
         if entry.phase == "Failed" and entry.message:
@@ -66,16 +81,24 @@ def follow_flow(ops: Operations, kind: str, namespace: str, name: str, console: 
     """Follow Sweep or PipelineRun ``name`` until it succeeds or fails; return 0 or 1."""
     from phalanx.services.operations import OperationError
 
+    def waiting(job_name: str) -> str:
+        """Why job ``job_name`` has not started, or ``""`` (started, or not a job: a pipeline's sweep step)."""
+        try:
+            job = ops.get_job(namespace, job_name)
+        except OperationError:
+            return ""
+        return (job.status.message or "") if str(job.status.phase) in NOT_STARTED else ""
+
     start = time.monotonic()
     shown: dict[str, str] = {}
     while True:
         try:
             if kind == "Sweep":
                 sweep = ops.get_sweep(namespace, name)
-                phase, message, lines = str(sweep.status.phase), sweep.status.message, sweep_lines(sweep)
+                phase, message, lines = str(sweep.status.phase), sweep.status.message, sweep_lines(sweep, waiting)
             else:
                 run = ops.get_pipelinerun(namespace, name)
-                phase, message, lines = str(run.status.phase), run.status.message or "", run_lines(run)
+                phase, message, lines = str(run.status.phase), run.status.message or "", run_lines(run, waiting)
         except OperationError as err:  # deleted while followed: say so rather than wait forever
             console.print(f"[bold red]error:[/] {escape(str(err))}")
             return 1
