@@ -10,12 +10,16 @@ name files relative to it, as the docs run them).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from typing import Any
 
 import yaml
 
 from conftest import REPO, Runtime
+from phalanx.model.pipelines import PipelineRun
 from support.waiting import wait_until
 
 
@@ -109,3 +113,35 @@ def test_run_says_why_a_trial_waits_and_ends_when_its_sweep_is_deleted(runtime: 
     runtime.cli("delete", "sweep", "too-big", check=True)
     assert follower.wait(60) == 1
     assert "sweep default/too-big not found" in output.read_text(), output.read_text()
+
+
+def test_the_dsl_example_submitted_twice_says_so_and_reruns_from_the_cache_under_another_name(
+    runtime: Runtime,
+) -> None:
+    # A new user ran `python examples/pipelines/dsl_pipeline.py --submit` a second time and got a traceback.
+    copy_examples(runtime)
+    runtime.start_control_plane()
+    script = str(runtime.work_dir / "examples" / "pipelines" / "dsl_pipeline.py")
+    env = {**os.environ, "PHALANX_HOME": str(runtime.state_dir)}
+
+    def example(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, script, *args], capture_output=True, text=True, env=env, cwd=runtime.work_dir, timeout=60
+        )
+
+    first = example("--submit")
+    assert first.returncode == 0 and "pipelinerun/dsl-demo-run created" in first.stdout, first
+    again = example("--submit")
+    assert again.returncode == 1 and "Traceback" not in again.stderr, again
+    assert "dsl-demo-run already exists" in again.stderr and "--run NAME" in again.stderr, again.stderr
+
+    def finished(name: str) -> PipelineRun | None:
+        with runtime.client() as client:
+            found = client.ops.get_pipelinerun("default", name)
+        return found if found.status.phase in ("Succeeded", "Failed") else None
+
+    wait_until(lambda: finished("dsl-demo-run"), timeout=120, message="the first run to finish")
+    rerun = example("--submit", "--run", "dsl-demo-2")
+    assert rerun.returncode == 0 and "pipelinerun/dsl-demo-2 created" in rerun.stdout, rerun
+    second = wait_until(lambda: finished("dsl-demo-2"), timeout=120, message="the rerun to finish")
+    assert second.status.phase == "Succeeded" and all(e.cache_hit for e in second.status.instances), second.status
