@@ -38,12 +38,12 @@ def no_reason(job: str) -> str:
 
 
 def sweep_lines(sweep: Sweep, waiting: Callable[[str], str] = no_reason) -> dict[str, str]:
-    """Each trial -> what is shown of it: phase, objective value and last step, why it stopped or failed."""
+    """Each trial -> what is shown of it: phase, objective value once it ended, why it stopped, failed or waits."""
     metric = sweep.spec.objective.metric
     lines = {}
     for result in sorted(sweep.status.results, key=lambda r: r.number):
         text = f"{escape(result.name)}  {styled_phase(result.phase)}"
-        if result.value is not None:
+        if result.value is not None and result.phase != "Running":  # not each report: a line per change of phase
             text += f"  {escape(metric)}={result.value:.6g}"
         if result.reason:
             text += f"  [dim]{escape(result.reason[:200])}[/]"
