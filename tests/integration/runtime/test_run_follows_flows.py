@@ -145,3 +145,24 @@ def test_the_dsl_example_submitted_twice_says_so_and_reruns_from_the_cache_under
     assert rerun.returncode == 0 and "pipelinerun/dsl-demo-2 created" in rerun.stdout, rerun
     second = wait_until(lambda: finished("dsl-demo-2"), timeout=120, message="the rerun to finish")
     assert second.status.phase == "Succeeded" and all(e.cache_hit for e in second.status.instances), second.status
+
+
+def test_run_says_when_no_control_plane_runs_the_followed_sweep_and_when_one_is_back(runtime: Runtime) -> None:
+    # `phalanx down` (or a crash) while `run` follows a sweep: nothing moves, and the follower says why instead
+    # of waiting in silence; a control plane started again takes the sweep up and the follower says so.
+    copy_examples(runtime)
+    document = yaml.safe_load((runtime.work_dir / "examples" / "sweeps" / "sweep.yaml").read_text())
+    document["metadata"]["name"] = "waits"
+    document["spec"]["trial"]["spec"]["replicas"]["worker"]["template"]["resources"]["cpu"] = 64
+    path = runtime.work_dir / "waits.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    plane = runtime.start_control_plane()
+    output = runtime.work_dir / "run.out"
+    follower = runtime.cli_background("run", str(path), output=output)
+    wait_until(lambda: "needs 64 CPUs" in output.read_text(), timeout=60, message="the follower to follow")
+    plane.stop()
+    wait_until(lambda: "no control plane is running" in output.read_text(), timeout=30, message="the warning")
+    runtime.start_control_plane()
+    wait_until(lambda: "a control plane runs again" in output.read_text(), timeout=30, message="the all-clear")
+    runtime.cli("delete", "sweep", "waits", check=True)
+    assert follower.wait(60) == 1

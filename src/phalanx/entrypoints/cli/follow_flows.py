@@ -7,8 +7,9 @@ runtime and a cluster are followed alike, every half second (its status changes 
 Each trial, or step instance, gets a line when it first shows up and whenever what is shown of it changes
 (its phase, value, outputs, the reason it stopped); the object's own phase gets a line too. A trial or step
 whose job has not started yet says why, in its job's own sentence (waiting for quota, fitting no node...), so a
-wait is never silent. At the end: its message (for a sweep, its best trial and parameters) and the exit code: 0
-succeeded, 1 failed.
+wait is never silent; nor is one for a control plane (on the embedded runtime, ``alive`` says whether one runs: a
+line when it goes, another when one is back). At the end: its message (for a sweep, its best trial and
+parameters) and the exit code: 0 succeeded, 1 failed.
 """
 
 from __future__ import annotations
@@ -77,8 +78,23 @@ def run_lines(run: PipelineRun, waiting: Callable[[str], str] = no_reason) -> di
     return lines
 
 
-def follow_flow(ops: Operations, kind: str, namespace: str, name: str, console: Writer) -> int:
-    """Follow Sweep or PipelineRun ``name`` until it succeeds or fails; return 0 or 1."""
+def always_alive() -> bool:
+    """On a cluster the operator runs the controllers; whether it runs is not the CLI's to see."""
+    return True
+
+
+def follow_flow(
+    ops: Operations,
+    kind: str,
+    namespace: str,
+    name: str,
+    console: Writer,
+    alive: Callable[[], bool] = always_alive,
+) -> int:
+    """Follow Sweep or PipelineRun ``name`` until it succeeds or fails; return 0 or 1.
+
+    ``alive``: whether a control plane runs the controllers now (checked each poll).
+    """
     from phalanx.services.operations import OperationError
 
     def waiting(job_name: str) -> str:
@@ -91,7 +107,16 @@ def follow_flow(ops: Operations, kind: str, namespace: str, name: str, console: 
 
     start = time.monotonic()
     shown: dict[str, str] = {}
+    was_alive = True
     while True:
+        if alive() != was_alive:
+            was_alive = not was_alive
+            news = (
+                "a control plane runs again; following"
+                if was_alive
+                else "no control plane is running: nothing moves until one starts (`phalanx up`)"
+            )
+            console.print(f"{time.monotonic() - start:8.2f}s  [yellow]{news}[/]")
         try:
             if kind == "Sweep":
                 sweep = ops.get_sweep(namespace, name)

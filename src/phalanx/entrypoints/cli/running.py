@@ -142,8 +142,16 @@ def run_job(
             return 0
         from phalanx.entrypoints.cli.follow_flows import follow_flow
 
+        def alive() -> bool:
+            probe = LocalApi(layout.api_socket)  # a fresh connection each time: the last one may be to a dead plane
+            try:
+                return probe.available()
+            finally:
+                probe.close()
+
         with session(state_dir, namespace) as client:
-            return follow_flow(client.ops, flows[0]["kind"], flows[0]["namespace"], flows[0]["name"], console)
+            kind, where, name = flows[0]["kind"], flows[0]["namespace"], flows[0]["name"]
+            return follow_flow(client.ops, kind, where, name, console, alive)
     namespace, name = jobs[0]["namespace"], jobs[0]["name"]
 
     def when_gone(last: dict[str, Any] | None) -> dict[str, Any]:
