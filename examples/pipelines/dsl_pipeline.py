@@ -1,10 +1,11 @@
 """The v1-components pipeline written with Phalanx's Python DSL (phalanx.dsl) instead of YAML.
 
-    python examples/pipelines/dsl_pipeline.py            # print the Pipeline document
-    python examples/pipelines/dsl_pipeline.py --submit   # submit it and a run of it to the local runtime
+    python examples/pipelines/dsl_pipeline.py                          # print the Pipeline document
+    python examples/pipelines/dsl_pipeline.py --submit                 # submit it and the run dsl-demo-run
+    python examples/pipelines/dsl_pipeline.py --submit --run again     # another run (from the cache, if unchanged)
 
-Run it from the repository root: component files are read relative to the working directory, when a step is
-defined, and put in the document inline.
+Component files are named relative to this file (``HERE``), read when a step is defined and put in the document
+inline, so it runs from any directory.
 """
 
 import sys
@@ -39,11 +40,17 @@ def build() -> dsl.Pipeline:
 
 if __name__ == "__main__":
     pipeline = build()
-    if "--submit" in sys.argv[1:]:
-        from phalanx import Client
+    args = sys.argv[1:]
+    if "--submit" in args:
+        from phalanx import Client, OperationError
 
+        run_name = args[args.index("--run") + 1] if "--run" in args[:-1] else None
         with Client() as client:
-            for submitted in pipeline.submit(client, arguments={"count": 20}):
+            try:
+                submitted_all = pipeline.submit(client, run_name=run_name, arguments={"count": 20})
+            except OperationError as err:  # a run of that name exists: a run's name is taken once
+                sys.exit(f"error: {err}; to run it again pass --run NAME (unchanged, it completes from the cache)")
+            for submitted in submitted_all:
                 verb = "configured" if submitted.configured else "created"
                 print(f"{submitted.kind.lower()}/{submitted.name} {verb}")
     else:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import k8s_testenv
 from components import Component, Components, phalanx_cli, wait_alive
@@ -266,3 +267,18 @@ def test_a_pipeline_fans_out_and_a_second_run_completes_from_cache_creating_no_j
     described = phalanx_cli(cluster.kube, cluster.namespace, cluster.directory, "describe", "pipelinerun", "second")
     assert described.returncode == 0, described.stderr
     assert "shards" in described.stdout and "report" in described.stdout and "Succeeded" in described.stdout
+
+
+def test_phalanx_run_follows_a_pipeline_run_on_the_cluster_to_its_end(cluster: Cluster) -> None:
+    # `phalanx run FILE` with the kubernetes backend follows the file's PipelineRun as on the embedded runtime
+    # (the same follower over the operations): a line per step instance, exit 0 when the run succeeded.
+    path = cluster.directory / "flow.yaml"
+    documents = [pipeline_document(cluster.namespace), run_document(cluster.namespace, "followed")]
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    result = phalanx_cli(cluster.kube, cluster.namespace, cluster.directory, "run", str(path))
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    lines = result.stdout.splitlines()
+    assert "pipelinerun/followed created" in lines, result.stdout
+    for name in ("shards[0]", "shards[1]", "shards[2]", "report"):
+        assert any(line.split()[1:3] == [name, "Succeeded"] for line in lines if "s  " in line), result.stdout
+    assert lines[-1].startswith("pipelinerun followed Succeeded"), result.stdout

@@ -179,6 +179,7 @@ def test_a_pipeline_of_component_steps_runs_then_reruns_from_the_cache_starting_
     described = runtime.cli("describe", "pipelinerun", "again", check=True).stdout
     assert described.count("cached") == 6, described
     assert "fan-out over 3 items" in described and "StepCached" in described
+    assert "outputs: best=0.7" in described, described  # each step's outputs, as docs/pipelines.md says
 
 
 def test_a_steps_output_is_usable_as_a_dataset_from_its_job(runtime: Runtime) -> None:

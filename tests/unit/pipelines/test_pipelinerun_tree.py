@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from tests.unit.pipelines.test_pipeline_controller import World, fan_pipeline, play_fan, run_document
 
-from phalanx.entrypoints.cli.render_pipelines import duration, pipelinerun_tree
+from phalanx.entrypoints.cli.render_pipelines import duration, outputs_line, pipelinerun_tree
 from phalanx.model.pipelines import Pipeline, StepPhase, StepStatus
 
 
@@ -43,7 +43,8 @@ def test_a_cached_rerun_says_cached_for_every_step(tmp_path: Path) -> None:
     world.submit(fan_pipeline(), run_document("r2"))
     world.settle()
     text = text_of(world, "r2")
-    assert text.count("cached") == 4 and "Succeeded" in text.splitlines()[0]
+    # counted on the step lines: the outputs' locations hold the test's folder, whose name says "cached" too
+    assert sum("Succeeded  cached" in line for line in text.splitlines()) == 4 and "Succeeded" in text.splitlines()[0]
 
 
 def test_duration_counts_to_now_while_running() -> None:
@@ -53,3 +54,23 @@ def test_duration_counts_to_now_while_running() -> None:
     done = entry.model_copy(update={"completion_time": datetime(2026, 1, 1, 0, 0, 42, tzinfo=UTC)})
     assert duration(done, datetime(2026, 1, 2, tzinfo=UTC)) == "42s"
     assert duration(StepStatus(step="a", phase=StepPhase.SKIPPED), start) == "-"
+
+
+def test_a_finished_step_shows_its_outputs_values_and_artifact_locations(tmp_path: Path) -> None:
+    # docs/pipelines.md: `describe pipelinerun` gives each output's value or location (a new user looked for the
+    # totals of the example's fan-out there and found only the job names).
+    world = World(tmp_path)
+    world.submit(fan_pipeline(), run_document("r1"))
+    world.settle()
+    world.finish("r1-make-1", {"shards": '["a", "b"]', "data": {"x": "1"}})
+    world.settle()
+    flat = "".join(text_of(world, "r1").replace("│", "").split())  # rich wraps long paths; compare unwrapped
+    location = world.run("r1").status.instances[0].outputs["data"]
+    assert 'outputs:shards=["a","b"]' in flat, flat
+    assert f"data->{location}" in flat, flat
+
+
+def test_a_long_output_value_is_cut_to_one_line() -> None:
+    entry = StepStatus(step="a", phase=StepPhase.SUCCEEDED, outputs={"text": "x" * 500, "n": "7"})
+    line = outputs_line(entry)
+    assert "n=7" in line and len(line) < 200 and "…" in line

@@ -1225,3 +1225,17 @@ def test_a_kept_replica_stops_when_the_job_is_deleted_or_its_ttl_passes(ending: 
 def test_running_is_the_default_and_stops_what_still_runs() -> None:
     result = reconcile(tensorflow_job("Running").phase(P.SUCCEEDED), (replica("q-ps-0").running(),))
     assert summarize(result) == ["delete q-ps-0"]
+
+
+def test_a_trial_its_sweep_stopped_says_so_when_halted_instead_of_inviting_a_resume() -> None:
+    # A new user's `phalanx get jobs` after the sweep example: the stopped trials said "resume it to queue it
+    # again", which would run them outside their sweep's count. The mark the sweep writes names the reason.
+    built = two_workers().phase(P.HALTING).placed().suspend().obj()
+    reason = "trial 6 stopped at step 3: its best val_loss so far, 0.66, is worse than 0.35 (median rule)"
+    built.metadata.labels["phalanx.dev/sweep"] = "lr-search"
+    built.metadata.annotations["phalanx.dev/trial-stopped"] = reason
+    result = reconcile(built)
+    assert result.status.phase == P.HALTED
+    assert result.status.message == f"stopped early by sweep lr-search: {reason}"
+    plain = reconcile(two_workers().phase(P.HALTING).placed().suspend())
+    assert plain.status.message == "every replica stopped; resume it to queue it again"

@@ -149,6 +149,10 @@ def reasons(backend: MemoryBackend, sweep: Sweep) -> list[str]:
     return [event.reason for event in backend.events.get(sweep.metadata.uid or "", [])]
 
 
+def messages(backend: MemoryBackend, sweep: Sweep) -> list[str]:
+    return [event.message for event in backend.events.get(sweep.metadata.uid or "", [])]
+
+
 def test_a_new_sweep_asks_and_creates_its_first_trials_as_jobs(backend: MemoryBackend, studies: FakeStudies) -> None:
     sweep = submit(backend)
     settle(controller(backend, studies))
@@ -349,7 +353,10 @@ def test_a_succeeded_trial_without_the_metric_counts_as_failed(backend: MemoryBa
     set_phase(backend, "lr-0", "Succeeded", accuracy=0.9)
     settle(ctl)
     assert studies.studies[sweep.metadata.uid or ""].states()[0] == ("fail", None)
-    assert sweep_now(backend).status.result(0).reason == "it reported no val_loss"  # type: ignore[union-attr]
+    # it names what the trial did report: a misspelt objective.metric (a new user's typo) shows at the first trial
+    reason = "it reported no val_loss; its metrics.json has accuracy: is spec.objective.metric misspelt?"
+    assert sweep_now(backend).status.result(0).reason == reason  # type: ignore[union-attr]
+    assert f"trial lr-0 failed: {reason}" in messages(backend, sweep)
     assert sweep_now(backend).status.phase == SweepPhase.FAILED
 
 

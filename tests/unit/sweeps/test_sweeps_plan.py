@@ -214,3 +214,14 @@ def test_a_simulated_controller_never_repeats_or_exceeds_and_always_ends(
         raise AssertionError("the sweep never finished")
     assert len(created) == len(set(created)) <= max_trials
     assert sorted(created) == list(range(len(created)))  # asked numbers are used in order, none skipped
+
+
+def test_a_sweep_none_of_whose_trials_succeeded_says_so_not_that_none_reported_the_metric(
+    doc: dict[str, Any],
+) -> None:
+    # A new user's sweep whose trial program path was wrong: every trial exited 2, and the sweep said "no
+    # succeeded trial reported val_loss", which sent them looking at their metrics.
+    sweep = sweep_of(doc, maxTrials=2, maxFailedTrials=None)
+    plan = plan_sweep(sweep, [trial(0, P.FAILED), trial(1, P.FAILED)], {})
+    assert plan.finish is not None and plan.finish.reason == "NoTrialSucceeded"
+    assert plan.finish.message == "all 2 trials done, and none succeeded (2 failed; `phalanx describe sweep` says why)"

@@ -131,6 +131,9 @@ def render(value: JsonValue) -> str:
 # ---- conditions ---------------------------------------------------------------------------------------------
 
 OPERATORS = ("==", "!=", "<=", ">=", "<", ">")
+# What a mistyped operator most likely meant (written as in other languages or with its characters swapped).
+_MEANT = {"=>": ">=", "=<": "<=", "=": "==", "<>": "!=", "=!": "!=", "===": "==", "!==": "!="}
+_OPERATOR_CHARACTERS = re.compile(r"[=!<>]+")
 _CONDITION = re.compile(r"\s*(.+?)\s*(==|!=|<=|>=|<|>)\s*(.+?)\s*", re.DOTALL)
 
 
@@ -161,6 +164,14 @@ def parse_condition(text: str) -> Condition:
     """
     # Split outside references: an output name may contain characters of an operator only inside braces.
     masked = _BRACES.sub(lambda match: "\x01" * len(match.group(0)), text)
+    runs = _OPERATOR_CHARACTERS.findall(masked)
+    if len(runs) == 1 and runs[0] not in OPERATORS:
+        # Else `a => 1` reads as `a =` > `1`, and the message would blame the left side rather than the typo.
+        meant = f"; use {_MEANT[runs[0]]!r}" if runs[0] in _MEANT else ""
+        raise ReferenceSyntaxError(
+            f"{runs[0]!r} is not a comparison operator{meant} (OP is one of == != < <= > >=, as in "
+            '"{{steps.train.outputs.accuracy}} >= 0.8")'
+        )
     match = _CONDITION.fullmatch(masked)
     if match is None or any(op in masked[match.end(2) :] for op in ("==", "!=", "<", ">")):
         raise ReferenceSyntaxError(

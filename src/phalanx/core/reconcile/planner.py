@@ -49,6 +49,8 @@ from phalanx.core.reconcile.types import (
     StoreOutputs,
 )
 from phalanx.core.rendezvous import replica_names
+from phalanx.core.sweeps.substitute import SWEEP_LABEL
+from phalanx.core.sweeps.trials import STOPPED_ANNOTATION
 from phalanx.model.jobs import TERMINAL_PHASES, Phase, RoleStatus, TrainingJobStatus
 from phalanx.model.replicas import ReplicaPhase, replica_name
 
@@ -347,7 +349,15 @@ def _step_halting(d: _Draft) -> None:
     for replica in d.live():
         d.delete(replica.name, "Halting")
     if not d.world:
-        d.move(P.HALTED, "Halted", "every replica stopped; resume it to queue it again")
+        d.move(P.HALTED, "Halted", _halted_message(d))
+
+
+def _halted_message(d: _Draft) -> str:
+    """Why the job is Halted; a sweep's stopped trial says its sweep's reason (resuming it is no use to anyone)."""
+    stopped = d.job.metadata.annotations.get(STOPPED_ANNOTATION)
+    if stopped:
+        return f"stopped early by sweep {d.job.metadata.labels.get(SWEEP_LABEL, '?')}: {stopped}"
+    return "every replica stopped; resume it to queue it again"
 
 
 def _step_halted(d: _Draft) -> None:

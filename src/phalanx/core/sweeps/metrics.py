@@ -152,3 +152,11 @@ def objective_value(metric: str, final: Mapping[str, float], intermediate: Mappi
     if intermediate:
         return intermediate[max(intermediate)]
     return None
+
+
+def missing_objective(metric: str, final: Mapping[str, float]) -> str:
+    """Why a succeeded trial has no objective value, naming what it did report (a misspelt metric shows at once)."""
+    if not final:
+        return f"it reported no {metric}"
+    reported = ", ".join(sorted(final)[:10])
+    return f"it reported no {metric}; its metrics.json has {reported}: is spec.objective.metric misspelt?"

@@ -214,6 +214,13 @@ def _finish(
     why = (
         f"all {counts.created} trials done" if done else f"the search space is exhausted after {counts.created} trials"
     )
+    if best is None and failures and not unmeasured and counts.succeeded == 0:
+        # Nothing succeeded at all: the trials' failures are the news (`describe sweep` lists each one's reason).
+        return FinishSweep(
+            SweepPhase.FAILED,
+            "NoTrialSucceeded",
+            f"{why}, and none succeeded ({failures} failed; `phalanx describe sweep` says why)",
+        )
     if best is None:
         return FinishSweep(SweepPhase.FAILED, "NoObjectiveValue", f"{why}, and no succeeded trial reported {metric}")
     return FinishSweep(

@@ -156,8 +156,15 @@ def run_on_cluster(
     for item in submitted:
         verb = "replaced" if item.replaced else "configured" if item.configured else "created"
         console.print(f"{item.kind.lower()}/{item.name} {verb}")
-    if detach or not jobs:
+    if detach:
         return 0
+    if not jobs:
+        flows = [s for s in submitted if s.kind in ("Sweep", "PipelineRun")]
+        if not flows:
+            return 0
+        from phalanx.entrypoints.cli.follow_flows import follow_flow
+
+        return follow_flow(client.ops, flows[0].kind, flows[0].namespace, flows[0].name, console)
     final = follow_on_cluster(client, jobs[0].name, show_logs=logs)
     summary(final, console)
     phase = (final.get("status") or {}).get("phase")

@@ -46,7 +46,13 @@ if TYPE_CHECKING:
 
 
 def run(
-    file: Annotated[Path, typer.Argument(help="A TrainingJob YAML/JSON file (JobTypes in it are created too).")],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="A TrainingJob YAML/JSON file (JobTypes in it are created too); or a Sweep, Katib Experiment or "
+            "PipelineRun file, followed the same way."
+        ),
+    ],
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Submit and return at once.")] = False,
@@ -59,7 +65,11 @@ def run(
     context: ContextOption = None,
     stand_in: StandInOption = None,
 ) -> None:
-    """Submit a job, starting the local control plane if needed, and follow it to the end."""
+    """Submit a job, starting the local control plane if needed, and follow it to the end.
+
+    A file without a TrainingJob runs its Sweep (each trial as it ends, then the best) or its PipelineRun (each
+    step instance as it ends, with its outputs) to the end instead. Exit code: 0 succeeded, 1 failed, 3 halted.
+    """
     refuse_bad_namespace(namespace)
     stand_ins = stand_in_map(stand_in)
     choice = choose(backend, kubeconfig, context)
@@ -104,10 +114,11 @@ def submit(
     context: ContextOption = None,
     stand_in: StandInOption = None,
 ) -> None:
-    """Validate and create jobs, job types and queues without following them (the control plane picks them up).
+    """Validate and create jobs, job types, queues, datasets, sweeps and pipelines without following them.
 
-    Every document is validated first: if any is invalid, nothing is created. An existing Queue or JobType gets
-    the new spec (`configured`), as `kubectl apply` does.
+    The control plane picks them up (`phalanx up` starts one; `phalanx run FILE` submits and follows). Every
+    document is validated first: if any is invalid, nothing is created. An existing Queue, JobType or Pipeline
+    gets the new spec (`configured`), as `kubectl apply` does.
     """
     from phalanx.model.loading import read_documents
 

@@ -4,7 +4,8 @@ Steps are shown in the order they run (``dag.check_pipeline``'s topological orde
 for; a fanned-out step has one branch per item (``name[i]``, with the item's value). A step no pass has reached
 yet is ``Waiting``. What a step instance records (``StepStatus``) is shown as it is: its job, duration (to now
 while it runs), ``cached`` for a cache hit (no process ran), its attempts (``attempt 2/3`` with retries) and
-its last message.
+its last message, then its outputs: a parameter's value (``total=210``, cut to one line) or an artifact's
+location in the store (``data -> /path``).
 """
 
 from __future__ import annotations
@@ -108,7 +109,23 @@ def _summary(phases: Sequence[str], total: int) -> str:
     return ", ".join(part for part in (text, f"{waiting} [dim]Waiting[/]" if waiting else "") if part) or "-"
 
 
+def outputs_line(entry: StepStatus) -> str:
+    """``outputs: total=210; data -> /store/.../data``: a value cut at 60 characters, a location whole."""
+    shown = []
+    for name, value in entry.outputs.items():
+        if name in entry.output_digests:  # an artifact: its location, which the user opens or copies
+            shown.append(f"{name} -> {value}")
+        else:
+            one_line = " ".join(value.split())
+            shown.append(f"{name}={one_line[:60]}…" if len(one_line) > 60 else f"{name}={one_line}")
+    return "outputs: " + "; ".join(shown)
+
+
 def _with_message(label: str, entry: StepStatus) -> str:
-    if not entry.message:
-        return label
-    return f"{label}\n[dim]{escape(entry.message[:300])}[/]"
+    # docs/pipelines.md promises each output's value or location here; a user reads the run's results from it.
+    lines = [label]
+    if entry.message:
+        lines.append(f"[dim]{escape(entry.message[:300])}[/]")
+    if entry.outputs:
+        lines.append(escape(outputs_line(entry)))
+    return "\n".join(lines)

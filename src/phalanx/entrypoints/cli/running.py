@@ -1,5 +1,7 @@
 """`phalanx run`: submit a job through the control plane's local API and follow it to the end.
 
+A file with no TrainingJob but a Sweep or a PipelineRun is followed by ``follow_flows`` instead.
+
 Free of typer and of the model layer on its fast path (a control plane is up): the launcher calls
 ``run_job`` directly for ``phalanx run``, so the command costs an interpreter and a socket (and rich, when it
 writes to a terminal), nothing more. Without a control plane it validates locally, starts one, then takes the
@@ -76,6 +78,8 @@ def run_job(
 ) -> int:
     """Submit, follow and summarise; return the exit code (0 succeeded, 1 failed, 3 halted).
 
+    The first TrainingJob of the file is followed; without one, its first Sweep or PipelineRun.
+
     ``stand_ins``: image -> the words of a local program that plays it (``--stand-in``).
     """
     refuse_bad_namespace(namespace)
@@ -130,8 +134,24 @@ def run_job(
     for item in submitted:
         verb = "replaced" if item["replaced"] else "configured" if item.get("configured") else "created"
         console.print(f"{item['kind'].lower()}/{item['name']} {verb}")
-    if detach or not jobs:
+    if detach:
         return 0
+    if not jobs:
+        flows = [s for s in submitted if s["kind"] in ("Sweep", "PipelineRun")]
+        if not flows:
+            return 0
+        from phalanx.entrypoints.cli.follow_flows import follow_flow
+
+        def alive() -> bool:
+            probe = LocalApi(layout.api_socket)  # a fresh connection each time: the last one may be to a dead plane
+            try:
+                return probe.available()
+            finally:
+                probe.close()
+
+        with session(state_dir, namespace) as client:
+            kind, where, name = flows[0]["kind"], flows[0]["namespace"], flows[0]["name"]
+            return follow_flow(client.ops, kind, where, name, console, alive)
     namespace, name = jobs[0]["namespace"], jobs[0]["name"]
 
     def when_gone(last: dict[str, Any] | None) -> dict[str, Any]:

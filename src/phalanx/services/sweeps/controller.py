@@ -43,7 +43,13 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from phalanx.core.clock import Clock
-from phalanx.core.sweeps.metrics import KATIB_DEFAULT_FORMAT, objective_value, parse_intermediate, parse_katib
+from phalanx.core.sweeps.metrics import (
+    KATIB_DEFAULT_FORMAT,
+    missing_objective,
+    objective_value,
+    parse_intermediate,
+    parse_katib,
+)
 from phalanx.core.sweeps.plan import ACTIVE, FinishSweep, StopTrial, SweepPlan, TrialObservation, plan_sweep
 from phalanx.core.sweeps.substitute import SWEEP_LABEL
 from phalanx.core.sweeps.trials import (
@@ -355,7 +361,8 @@ class SweepController:
                 study.tell(number, "pruned", value)
             else:
                 study.tell(number, "fail", None)
-                why = f"it reported no {metric}" if trial.phase == TrialPhase.SUCCEEDED else "its job failed"
+                succeeded = trial.phase == TrialPhase.SUCCEEDED
+                why = missing_objective(metric, trial.final) if succeeded else "its job failed"
                 self.backend.record(sweep, "TrialFailed", f"trial {name} failed: {why}", warning=True)
             changed = True
         for number in plan.abandon:
@@ -430,7 +437,7 @@ class SweepController:
             elif job is not None and trial.phase == TrialPhase.FAILED:
                 reason = job.status.message or job.status.reason
             elif job is not None and trial.phase == TrialPhase.SUCCEEDED and value is None:
-                reason = f"it reported no {metric}"
+                reason = missing_objective(metric, trial.final)
             elif job is None and previous is not None and previous.phase in ACTIVE and trial.phase == TrialPhase.FAILED:
                 reason = "its job was deleted before it finished"
             name = trial_name(sweep.metadata.name, number)
