@@ -3,7 +3,7 @@
 This module is the table of commands: it builds the typer app and registers each command from the module of
 its noun, in the order ``phalanx --help`` lists them (``jobs``: run, submit, get, describe, logs, halt, resume,
 delete, explain; ``convert``; ``control_plane``: up, down, status; ``install``; ``sim``, ``dataset``,
-``cache`` and ``sweep`` groups).
+``cache``, ``sweep`` and ``token`` groups).
 The option types and the backend session every verb shares are in ``options``.
 
 Every job verb takes ``--backend embedded|kubernetes`` (default: ``$PHALANX_BACKEND``, else kubernetes when
@@ -31,6 +31,7 @@ from phalanx.entrypoints.cli.datasets import dataset_app
 from phalanx.entrypoints.cli.sim import sim_app
 from phalanx.entrypoints.cli.sim_fgd import fgd as _fgd  # noqa: F401  (registers `phalanx sim fgd`)
 from phalanx.entrypoints.cli.sweeps import sweep_app
+from phalanx.entrypoints.cli.tokens import token_app
 
 app = typer.Typer(
     name="phalanx",
@@ -60,6 +61,7 @@ app.add_typer(sim_app, name="sim")
 app.add_typer(dataset_app, name="dataset")
 app.add_typer(cache_app, name="cache")
 app.add_typer(sweep_app, name="sweep")
+app.add_typer(token_app, name="token")
 
 
 def main() -> None:
