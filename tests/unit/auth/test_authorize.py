@@ -117,3 +117,34 @@ def test_a_namespaced_kind_without_a_namespace_is_refused(namespace: str | None)
     decision = authorize(everywhere(Role.ADMIN), Verb.LIST, "TrainingJob", namespace)
     assert not decision.allowed
     assert "without a namespace" in decision.sentence
+
+
+def test_the_roles_table_of_docs_server_md_is_what_authorize_decides() -> None:
+    import re
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parents[3] / "docs" / "server.md").read_text().splitlines()
+    start = lines.index("| role | may |")
+    rows: dict[Role, str] = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        role, may = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[Role(role)] = may
+
+    def verbs_of(role: Role) -> set[str]:
+        # A row names its own verbs and may start with "the <role>'s verbs", the row above it.
+        may = rows[role]
+        named = {verb.value for verb in Verb if re.search(rf"\b{verb.value}\b", may)}
+        if inherited := re.match(r"the (\w+)'s verbs", may):
+            named |= verbs_of(Role(inherited.group(1)))
+        return named
+
+    assert list(rows) == list(Role)
+    for role in Role:
+        allowed = {verb.value for verb in Verb if authorize(team(role), verb, "TrainingJob", "ml").allowed}
+        assert verbs_of(role) == allowed, role
+    assert "write JobTypes, Queues and Nodes, manage tokens" in rows[Role.ADMIN]
+    for kind in ("JobType", "Queue", "Node", "Token"):
+        assert authorize(everywhere(Role.ADMIN), Verb.CREATE, kind, None).allowed
+        assert not authorize(everywhere(Role.EDITOR), Verb.CREATE, kind, None).allowed
