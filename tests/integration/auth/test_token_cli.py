@@ -129,3 +129,11 @@ def test_a_duplicate_name_is_refused_and_the_first_token_stays(phalanx: Phalanx)
     assert done.stdout == ""
     assert "error: a token named 'ci' exists already; revoke it first" in done.stderr
     assert phalanx.store.authenticate(token) == Grant(Role.VIEWER, frozenset({"ml"}), name="ci")
+
+
+def test_an_expired_token_is_listed_as_expired(phalanx: Phalanx) -> None:
+    clock_past = TokenStore(phalanx.state_dir / "tokens.db", now=lambda: datetime(2020, 1, 1, tzinfo=UTC))
+    clock_past.create("old", "viewer", ["ml"], expires=timedelta(days=1))
+    done = phalanx("token", "list")
+    assert done.returncode == 0, done.stderr
+    assert "expired 2020-01-02 00:00 UTC" in done.stdout

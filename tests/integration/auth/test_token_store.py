@@ -189,3 +189,35 @@ def test_two_processes_creating_at_once_both_succeed(db: Path) -> None:
     grants = [store.authenticate(out.strip()) for out, _ in outputs]
     assert [grant.name if grant else None for grant in grants] == ["one", "two"]
     assert json.dumps(sorted(info.name for info in store.list())) == '["one", "two"]'
+
+
+def test_threads_share_one_store_each_on_its_own_connection(db: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = TokenStore(db)
+    tokens = [store.create(f"t{i}", "viewer", [f"ns{i}"]) for i in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        grants = list(pool.map(store.authenticate, tokens * 25))
+    assert [grant.name if grant else None for grant in grants] == [f"t{i}" for i in range(8)] * 25
+    store.revoke("t3")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(store.authenticate, [tokens[3]] * 8)) == [None] * 8
+
+
+def test_a_forked_child_uses_a_connection_of_its_own(db: Path) -> None:
+    import os
+
+    store = TokenStore(db)
+    token = store.create("ci", "viewer", ["ml"])
+    assert store.authenticate(token) is not None  # the parent's connection is open when the child is forked
+    pid = os.fork()
+    if pid == 0:  # the child: authenticate, then revoke, through the store object it inherited
+        try:
+            ok = store.authenticate(token) is not None
+            store.revoke("ci")
+            os._exit(0 if ok else 3)
+        except BaseException:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.authenticate(token) is None  # the parent's connection still works, and sees the child's revoke

@@ -6,9 +6,10 @@ a fast hash keeps each request's lookup cheap. ``authenticate`` looks the digest
 ``hmac.compare_digest`` (so no comparison of ours leaks how much of a digest matched), and answers the token's
 ``core.auth.Grant``, or None for anything else: malformed, unknown, revoked (the row is gone) or expired.
 
-Every call opens its own connection and reads the file, so a token revoked by one process is refused by every
-other at once, with nothing cached. ``last used`` is recorded to the minute: writing the file on every request
-of a busy server would queue its requests behind SQLite's one writer for a date nobody reads to the second.
+Nothing is cached: each call reads the file (on a connection kept per thread, each statement its own read
+transaction), so a token revoked by one process is refused by every other at once. ``last used`` is recorded
+to the minute: writing the file on every request of a busy server would queue its requests behind SQLite's one
+writer for a date nobody reads to the second.
 
 The file is the owner's alone (0600, in the 0700 state directory), like the state store.
 """
@@ -21,6 +22,7 @@ import json
 import os
 import secrets
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -98,6 +100,8 @@ class TokenStore:
         self._path = path
         self._now = now
         self._ready = False
+        self._local = threading.local()
+        self._inherited: list[sqlite3.Connection] = []
 
     def create(self, name: str, role: str, namespaces: Iterable[str], *, expires: timedelta | None = None) -> str:
         """Store a new token and return it: the only time the secret is seen.
@@ -197,19 +201,22 @@ class TokenStore:
                     conn.execute("UPDATE tokens SET last_used_us = ? WHERE name = ?", (now_us, name))
         return Grant(Role(role), frozenset(json.loads(namespaces)), name=name)
 
+    def close(self) -> None:
+        """Close this thread's connection (others close when their thread ends); the store stays usable."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and self._local.pid == os.getpid():
+            conn.close()
+        self._local.conn = None
+
     @contextmanager
     def _connect(self, *, write: bool = True) -> Iterator[sqlite3.Connection]:
-        """A connection for one call; the file is made on first use.
+        """This thread's connection for one call; the file is made on first use.
 
         ``write``: the call runs in one ``BEGIN IMMEDIATE`` transaction, committed when it succeeds. Otherwise each
-        statement commits on its own and readers take no lock (WAL), so authenticating never queues.
+        statement commits on its own and readers take no lock (WAL), so authenticating never queues; each
+        statement reads the file as it is then, so a revoke is seen by the next one.
         """
-        if not self._ready:
-            self._prepare()
-        try:
-            conn = sqlite3.connect(str(self._path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        except sqlite3.Error as err:
-            raise TokenStoreError(f"cannot open the token store {self._path} ({err})") from err
+        conn = self._connection()
         try:
             if write:
                 conn.execute("BEGIN IMMEDIATE")
@@ -224,8 +231,23 @@ class TokenStore:
             with suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
-        finally:
-            conn.close()
+
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection, kept open: opening one per call cost a millisecond (WAL set-up each time)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and self._local.pid == os.getpid():
+            return conn
+        if conn is not None:
+            # Inherited through fork: SQLite forbids using or closing it in the child, so it is kept, untouched.
+            self._inherited.append(conn)
+        if not self._ready:
+            self._prepare()
+        try:
+            conn = sqlite3.connect(str(self._path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as err:
+            raise TokenStoreError(f"cannot open the token store {self._path} ({err})") from err
+        self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
 
     def _prepare(self) -> None:
         """Create the file 0600 (in a 0700 directory) and its table; idempotent, safe in two processes at once."""

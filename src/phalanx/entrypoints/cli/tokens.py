@@ -10,7 +10,7 @@ Kubernetes RBAC decides.
 from __future__ import annotations
 
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -46,7 +46,7 @@ def create(
     state_dir: StateDirOption = None,
 ) -> None:
     """Make a token with one role for a set of namespaces; print it once."""
-    from phalanx.adapters.auth.token_store import TokenStoreError
+    from phalanx.adapters.auth.token_store import TokenExistsError, TokenStoreError
     from phalanx.core.auth import parse_lifetime
 
     store = _store(state_dir)
@@ -55,8 +55,10 @@ def create(
         token = store.create(name, role, namespaces or [], expires=lifetime)
     except ValueError as err:
         fail(str(err), 2)
-    except TokenStoreError as err:
+    except TokenExistsError as err:
         fail(str(err), 1)
+    except TokenStoreError as err:
+        fail(str(err), STORE_UNAVAILABLE_EXIT)
     sys.stdout.write(token + "\n")
     sys.stdout.flush()
     writer(stderr=True).print(
@@ -119,6 +121,7 @@ def _document(info: TokenInfo) -> dict[str, object]:
 def _print_table(tokens: list[TokenInfo]) -> None:
     from rich.table import Table
 
+    now = datetime.now(UTC)
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("NAME", "ROLE", "NAMESPACES", "CREATED", "EXPIRES", "LAST USED"):
         table.add_column(column)
@@ -128,10 +131,17 @@ def _print_table(tokens: list[TokenInfo]) -> None:
             info.role.value,
             ",".join(sorted(info.namespaces)),
             _when(info.created),
-            _when(info.expires) if info.expires else "never",
+            _expiry(info.expires, now),
             _when(info.last_used) if info.last_used else "never",
         )
     console.print(table)
+
+
+def _expiry(expires: datetime | None, now: datetime) -> str:
+    if expires is None:
+        return "never"
+    # An expired token is listed (revoke removes it) but authenticates no more: say so where it is read.
+    return f"expired {_when(expires)}" if expires <= now else _when(expires)
 
 
 def _when(moment: datetime) -> str:
