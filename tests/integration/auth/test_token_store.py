@@ -157,8 +157,9 @@ def test_a_duplicate_name_is_refused_and_the_first_token_stays(db: Path) -> None
         ("ci", "viewer", ["ml/x"], None, "namespace 'ml/x' is not a DNS-1123 label"),
         ("ci", "viewer", ["*", "ml"], None, "already covers every namespace"),
         ("ci", "viewer", ["ml"], timedelta(0), "expires must be a lifetime of more than nothing"),
+        ("ci", "viewer", ["ml"], timedelta(days=10**6), "at most 3650d"),
     ],
-    ids=["name", "role", "no-namespace", "bad-namespace", "star-and-names", "no-lifetime"],
+    ids=["name", "role", "no-namespace", "bad-namespace", "star-and-names", "no-lifetime", "too-long"],
 )
 def test_bad_input_is_one_sentence_and_nothing_is_stored(
     db: Path, name: str, role: str, namespaces: list[str], expires: timedelta | None, message: str

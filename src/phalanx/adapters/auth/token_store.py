@@ -31,6 +31,7 @@ from pathlib import Path
 
 from phalanx.adapters.private_files import make_private_dirs, open_private, tighten
 from phalanx.core.auth import Grant, Role, check_namespaces, check_role
+from phalanx.core.auth.lifetimes import MAX_LIFETIME
 from phalanx.model.names import check_dns_label
 
 TOKEN_PREFIX = "phx_"
@@ -119,8 +120,8 @@ class TokenStore:
         check_dns_label(name, "token name")
         checked_role = check_role(role)
         checked = check_namespaces(namespaces)
-        if expires is not None and expires <= timedelta(0):
-            raise ValueError("expires must be a lifetime of more than nothing, such as 30d")
+        if expires is not None and not timedelta(0) < expires <= MAX_LIFETIME:
+            raise ValueError("expires must be a lifetime of more than nothing and at most 3650d, such as 30d")
         created = self._now()
         token = TOKEN_PREFIX + secrets.token_urlsafe(_SECRET_BYTES)
         row = (
