@@ -244,3 +244,19 @@ def test_a_finished_job_shows_its_status(client: TestClient, backend: MemoryBack
     assert stored is not None
     backend.write_status(stored, {"phase": "Succeeded"})
     assert client.get(f"{JOBS}/done").json()["status"]["phase"] == "Succeeded"
+
+
+def test_a_deletion_still_under_way_is_202_with_the_object_as_it_is(
+    client: TestClient, backend: MemoryBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.post(JOBS, json=job("stopping"))
+    stored = backend.get(TrainingJob, "default", "stopping")
+    assert stored is not None
+
+    def mark_deleting(namespace: str, name: str) -> None:  # as the embedded runtime does while replicas stop
+        backend.write_status(stored, {"message": "stopping replicas"})
+
+    monkeypatch.setattr(backend, "delete_job", mark_deleting)
+    response = client.delete(f"{JOBS}/stopping")
+    assert response.status_code == 202
+    assert response.json()["status"]["message"] == "stopping replicas"  # read after the deletion, not before

@@ -8,10 +8,15 @@
 
 Routes only translate: a create is ``Operations.submit`` of the one posted document (the validation door every
 write goes through), a delete is the operation of its kind (a job's replicas are stopped, a Sweep takes its
-trials with it, a Dataset that unfinished jobs read is refused). Lists take ``labelSelector``, ``limit`` and
-``continue`` (``selectors``, ``paging``). Every refusal is a ``Status`` (``statuses``): 400 a bad query or path,
-404 no such object or resource (naming those there are), 409 the name is taken or the operation is refused, 422 a
-spec the door refused (each problem at its field path; nothing is stored).
+trials with it, a Dataset that unfinished jobs read is refused): 200 when the object is gone, 202 while it is
+still being deleted (the embedded runtime stops a job's replicas before it removes the job). Lists take
+``labelSelector``, ``limit`` and ``continue`` (``selectors``, ``paging``). Every refusal is a ``Status``
+(``statuses``): 400 a bad query or path, 404 no such object or resource (naming those there are), 409 the name
+is taken or the operation is refused, 422 a spec the door refused (each problem at its field path; nothing is
+stored).
+
+A posted object has no directory of the caller's: on the embedded runtime its relative paths (a command, an
+``outputs.storeTo``) start where the control plane runs, and a Pipeline's components must be inline.
 
 Routes are plain functions run in the server's thread pool: the port is synchronous (SQLite, the API server's
 client), and a slow call holds one worker, not the event loop. The request body is read on the loop, then
@@ -175,7 +180,8 @@ class _Routes:
             tags=[tag],
             summary=f"Delete a {resource.kind}",
             responses={
-                200: {"model": resource.model, "description": "The object as it was."},
+                200: {"model": resource.model, "description": "Deleted: the object as it was."},
+                202: {"model": resource.model, "description": "Being deleted (its replicas stop first): as it is now."},
                 **_REFUSALS,
                 409: {"model": Status, "description": "Refused (e.g. objects still use it)."},
             },
@@ -294,6 +300,11 @@ class _Routes:
             raise self._not_found(resource, namespace, name) from None
         except OperationError as err:
             raise ApiError(409, str(err), kind=resource.kind, name=name) from None
+        # A job whose replicas are still stopping is deleted gracefully: 202 and the object as it is now (its
+        # deletionTimestamp set), as the Kubernetes API answers a deletion still under way.
+        still = resource.find(self.ops.backend, namespace, name)
+        if still is not None and still.metadata.uid == obj.metadata.uid:
+            return JSONResponse(still.to_dict(), status_code=202)
         return JSONResponse(obj.to_dict())
 
     # -- what the handlers share ------------------------------------------------------------------------------
