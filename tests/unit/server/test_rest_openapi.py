@@ -67,3 +67,9 @@ def test_the_plurals_and_scopes_are_those_of_deploy_crds() -> None:
     shipped = {(c["spec"]["names"]["kind"], c["spec"]["names"]["plural"], c["spec"]["scope"]) for c in crds}
     served = {(r.kind, r.plural, "Namespaced" if r.namespaced else "Cluster") for r in RESOURCES}
     assert served == shipped
+
+
+def test_no_page_that_loads_scripts_from_the_internet_is_served() -> None:
+    client = TestClient(create_app(MemoryBackend()))
+    assert client.get("/docs").status_code == 404
+    assert client.get("/redoc").status_code == 404

@@ -101,6 +101,9 @@ def create_app(backend: OperationsBackend, *, authorize: Authorize | None = None
         version=API_VERSION,
         description="TrainingJobs, JobTypes, Queues, Datasets, Sweeps, Pipelines and PipelineRuns, Kubernetes-shaped.",
         separate_input_output_schemas=False,  # one schema per kind: the body posted is the object read back
+        # FastAPI's /docs and /redoc pages load their scripts from a CDN at run time: not on a machine offline.
+        docs_url=None,
+        redoc_url=None,
     )
     routes = _Routes(Operations(backend), authorize)
     for resource in RESOURCES:
