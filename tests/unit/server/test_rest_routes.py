@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 
 from phalanx.entrypoints.server.access import Access, Refusal
@@ -14,6 +16,7 @@ from support.memory_backend import MemoryBackend
 
 API = "/apis/phalanx.dev/v1alpha1"
 JOBS = f"{API}/namespaces/default/trainingjobs"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def job(name: str = "train", **metadata: Any) -> dict[str, Any]:
@@ -260,3 +263,23 @@ def test_a_deletion_still_under_way_is_202_with_the_object_as_it_is(
     response = client.delete(f"{JOBS}/stopping")
     assert response.status_code == 202
     assert response.json()["status"]["message"] == "stopping replicas"  # read after the deletion, not before
+
+
+def test_a_document_that_becomes_another_kind_is_refused(client: TestClient, backend: MemoryBackend) -> None:
+    compiled_kfp = {"pipelineInfo": {"name": "p"}, "root": {"dag": {"tasks": {}}}, "schemaVersion": "2.1.0"}
+    body = assert_status(client.post(JOBS, json=compiled_kfp), 422, "Invalid", "becomes a Pipeline; post it to")
+    assert body["details"]["causes"][0]["field"] == "kind"
+    assert backend.calls == []
+
+
+def test_a_compiled_kfp_pipeline_posted_to_pipelines_is_the_pipeline_it_becomes(
+    client: TestClient, backend: MemoryBackend
+) -> None:
+    compiled = yaml.safe_load((EXAMPLES / "pipelines" / "kfp_v2_pipeline.yaml").read_text())
+    response = client.post(f"{API}/namespaces/ml/pipelines", json=compiled)
+    assert response.status_code == 201, response.json()
+    assert (response.json()["kind"], response.json()["metadata"]["namespace"]) == ("Pipeline", "ml")
+    name = response.json()["metadata"]["name"]
+    assert client.get(f"{API}/namespaces/ml/pipelines/{name}").status_code == 200
+    again = client.post(f"{API}/namespaces/ml/pipelines", json=compiled)
+    assert_status(again, 409, "AlreadyExists", f"pipeline ml/{name} already exists")

@@ -44,6 +44,7 @@ from phalanx.entrypoints.server.selectors import SelectorError, parse_label_sele
 from phalanx.entrypoints.server.statuses import ApiError, Status, invalid, wire
 from phalanx.model.base import API_VERSION
 from phalanx.model.errors import FieldError, SpecError, short
+from phalanx.model.kfp_ir import is_kfp_ir
 from phalanx.model.names import check_dns_label
 from phalanx.model.textfiles import MAX_FILE_BYTES
 from phalanx.services.operations import JobExistsError, OperationError, Operations, not_found_message
@@ -369,7 +370,20 @@ class _Routes:
     def _create(self, resource: Resource, namespace: str | None, raw: bytes) -> Stored:
         document = _document(raw)
         name = _check_document(document, resource, namespace)
-        if name is not None and resource.find(self.ops.backend, namespace, name) is not None:
+        try:
+            # Validated first on its own to see what it makes: a document may become another kind than it says
+            # (a compiled KFP pipeline has no kind and becomes a Pipeline), and a POST makes one object of its path.
+            parsed = self.ops.validate([document], namespace=namespace)
+        except SpecError as err:
+            raise invalid(err.errors, kind=resource.kind, name=name) from None
+        made = [type(obj).__name__ for obj in parsed]
+        if made != [resource.kind]:
+            problem = FieldError(
+                "kind", f"the document makes {', '.join(made) or 'nothing'}; this path takes one {resource.kind}"
+            )
+            raise invalid([problem], kind=resource.kind, name=name)
+        name = parsed[0].metadata.name
+        if resource.find(self.ops.backend, namespace, name) is not None:
             raise _exists(resource, namespace, name)
         try:
             self.ops.submit([document], namespace=namespace, source=None)
@@ -379,7 +393,6 @@ class _Routes:
             raise ApiError(409, str(err), reason="AlreadyExists", kind=resource.kind, name=name) from None
         except OperationError as err:
             raise ApiError(409, str(err), kind=resource.kind, name=name) from None
-        assert name is not None  # a document without a name does not get past the door
         created = resource.find(self.ops.backend, namespace, name)
         if created is None:  # deleted between the write and this read
             raise self._not_found(resource, namespace, name)
@@ -410,8 +423,14 @@ def _document(raw: bytes) -> dict[str, Any]:
 
 def _check_document(document: dict[str, Any], resource: Resource, namespace: str | None) -> str | None:
     """The posted object's name, once its kind and namespace agree with the path (422 naming the field if not)."""
-    kind = document.setdefault("kind", resource.kind)
     problems: list[FieldError] = []
+    if is_kfp_ir(document):  # a compiled KFP pipeline: no kind, no metadata; it becomes a Pipeline at the door
+        if resource.kind == "Pipeline":
+            return None
+        where = f"{PREFIX}/namespaces/NAMESPACE/pipelines"
+        problem = FieldError("kind", f"a compiled KFP pipeline becomes a Pipeline; post it to {where}")
+        raise invalid([problem], kind=resource.kind, name=None)
+    kind = document.setdefault("kind", resource.kind)
     if kind != resource.kind:
         problems.append(
             FieldError("kind", f"is {short(kind)}, and this path takes {resource.kind}s; post it to its own path")
