@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import sys
+from pathlib import Path
 
+import pytest
+from typer.testing import CliRunner
+
+from phalanx.entrypoints.cli.main import app
 from phalanx.entrypoints.server.serving import ListenError, listen_address
 
 
@@ -41,3 +46,18 @@ def test_other_addresses_are_refused_with_the_fix(text: str, words: str) -> None
         listen_address(text)
     assert words in str(caught.value)
     assert "--listen" in str(caught.value)
+
+
+def test_the_command_refuses_a_public_address_before_it_touches_anything(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    result = CliRunner().invoke(app, ["server", "--listen", "0.0.0.0:8080", "--state-dir", str(state)])
+    assert result.exit_code == 2
+    assert "0.0.0.0 is not a loopback address" in result.output
+    assert not state.exists()
+
+
+def test_the_command_names_the_extra_when_fastapi_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # what an install without the server extra imports
+    result = CliRunner().invoke(app, ["server", "--state-dir", str(tmp_path / "state")])
+    assert result.exit_code == 2
+    assert "pip install 'phalanx[server]'" in result.output
