@@ -30,18 +30,16 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from phalanx.adapters.store.errors import StoreError
 from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
-from phalanx.entrypoints.server.kinds import BY_PLURAL, PREFIX, RESOURCES, Resource, known_plurals
+from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
+from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.paging import PagingError, page_of
 from phalanx.entrypoints.server.selectors import SelectorError, parse_label_selector
-from phalanx.entrypoints.server.statuses import ApiError, Status, invalid, wire
+from phalanx.entrypoints.server.statuses import ApiError, Status, invalid
 from phalanx.model.base import API_VERSION
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.kfp_ir import is_kfp_ir
@@ -109,11 +107,11 @@ def create_app(backend: OperationsBackend, *, authorize: Authorize | None = None
     routes = _Routes(Operations(backend), authorize)
     for resource in RESOURCES:
         routes.add(app, resource)
-    _add_error_handlers(app)
+    add_error_handlers(app)
     # Last, so it only sees what no route matched: an unknown plural, or a kind at the wrong scope.
     app.add_api_route(
         PREFIX + "/{rest:path}",
-        _no_route,
+        no_route,
         methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
         include_in_schema=False,
     )
@@ -464,64 +462,3 @@ def _exists(resource: Resource, namespace: str | None, name: str) -> ApiError:
         kind=resource.kind,
         name=name,
     )
-
-
-def _no_route(request: Request, rest: str) -> JSONResponse:
-    """What an unmatched path under the API means: an unknown plural, a kind at the wrong scope, a wrong verb."""
-    parts = [part for part in rest.split("/") if part]
-    namespaced_path = bool(parts) and parts[0] == "namespaces"
-    plural = (parts[2] if len(parts) >= 3 else "") if namespaced_path else (parts[0] if parts else "")
-    resource = BY_PLURAL.get(plural)
-    path = short(request.url.path, 200)
-    if resource is None:
-        raise ApiError(404, f"no resource {short(plural)} at {path}; the resources are: {known_plurals()}")
-    if namespaced_path and not resource.namespaced:
-        raise ApiError(
-            404, f"{resource.plural} are cluster-scoped: use {PREFIX}/{resource.plural}, without a namespace"
-        )
-    if not namespaced_path and resource.namespaced:
-        raise ApiError(404, f"{resource.plural} are namespaced: use {PREFIX}/namespaces/NAMESPACE/{resource.plural}")
-    depth = len(parts) - (3 if namespaced_path else 1)  # 0: the collection, 1: an object
-    if depth > 1:
-        raise ApiError(404, f"no route {path}; {resource.plural} have no subresources")
-    allowed = "GET or DELETE" if depth == 1 else "GET or POST"
-    raise ApiError(405, f"{request.method} is not allowed on {path}; use {allowed}")
-
-
-def _add_error_handlers(app: FastAPI) -> None:
-    """Every error as a Status; the framework's own (no route, a query parameter of the wrong type) too."""
-
-    def api_error(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ApiError)
-        return JSONResponse(wire(exc.status), status_code=exc.code)
-
-    def request_invalid(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        problems = []
-        for error in exc.errors():
-            where = [str(part) for part in error.get("loc", ()) if part not in ("query", "path", "header", "body")]
-            got = f", got {short(error['input'])}" if "input" in error else ""
-            problems.append(f"{'.'.join(where) or 'the request'}: {error.get('msg', 'is invalid')}{got}")
-        return JSONResponse(wire(ApiError(400, "; ".join(problems)).status), status_code=400)
-
-    def http_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
-        if exc.status_code == 404:
-            message = f"no route {short(request.url.path, 200)}; the API is under {PREFIX} ({known_plurals()})"
-        else:
-            message = f"{request.method} {short(request.url.path, 200)}: {exc.detail}"
-        return JSONResponse(wire(ApiError(exc.status_code, message).status), status_code=exc.status_code)
-
-    def store_failed(_: Request, exc: Exception) -> JSONResponse:
-        message = f"the state store cannot be used for now ({exc}); try again"
-        return JSONResponse(wire(ApiError(503, message).status), status_code=503)
-
-    def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        message = f"the server failed ({type(exc).__name__}); its log has the details"
-        return JSONResponse(wire(ApiError(500, message).status), status_code=500)
-
-    app.add_exception_handler(ApiError, api_error)
-    app.add_exception_handler(RequestValidationError, request_invalid)
-    app.add_exception_handler(StarletteHTTPException, http_error)
-    app.add_exception_handler(StoreError, store_failed)
-    app.add_exception_handler(Exception, unexpected)
