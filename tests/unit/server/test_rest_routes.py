@@ -283,3 +283,16 @@ def test_a_compiled_kfp_pipeline_posted_to_pipelines_is_the_pipeline_it_becomes(
     assert client.get(f"{API}/namespaces/ml/pipelines/{name}").status_code == 200
     again = client.post(f"{API}/namespaces/ml/pipelines", json=compiled)
     assert_status(again, 409, "AlreadyExists", f"pipeline ml/{name} already exists")
+
+
+def test_a_jobtype_is_cluster_scoped_and_jobs_can_name_it(client: TestClient, backend: MemoryBackend) -> None:
+    jobtype = {"kind": "JobType", "metadata": {"name": "solo"}, "spec": {"roles": {"main": {}}}}
+    assert client.post(f"{API}/jobtypes", json=jobtype).status_code == 201
+    assert client.get(f"{API}/jobtypes/solo").json()["spec"]["roles"]["main"] is not None
+    document = job("uses-solo")
+    document["spec"]["type"] = "solo"
+    document["spec"]["replicas"] = {"main": document["spec"]["replicas"]["worker"]}
+    assert client.post(JOBS, json=document).status_code == 201, "a job of the new type is accepted"
+    assert client.delete(f"{API}/jobtypes/solo").status_code == 200
+    assert_status(client.get(f"{API}/jobtypes/solo"), 404, "NotFound", "jobtype solo not found", "no jobtypes")
+    assert ("delete", "JobType", "solo") in backend.calls
