@@ -1,0 +1,58 @@
+"""``phalanx server``: the REST API of the embedded runtime's state directory (``entrypoints.server``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from phalanx.entrypoints.cli.options import (
+    BackendOption,
+    ContextOption,
+    KubeconfigOption,
+    StateDirOption,
+    choose,
+    embedded_only,
+)
+from phalanx.entrypoints.cli.output import console, fail
+
+SERVER_EXTRA_HINT = "pip install 'phalanx[server]'"
+
+
+def server(
+    listen: Annotated[
+        str,
+        typer.Option(
+            "--listen",
+            help="HOST:PORT to serve on; a loopback address only, for now (the API has no authentication yet).",
+        ),
+    ] = "127.0.0.1:8080",
+    state_dir: StateDirOption = None,
+    backend: BackendOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Serve the REST API (Kubernetes-shaped, with an OpenAPI document) of the state directory until Ctrl-C."""
+    embedded_only(
+        choose(backend, kubeconfig, context),
+        "server",
+        "the cluster's API server serves the Phalanx resources (kubectl get trainingjobs)",
+    )
+    from phalanx.entrypoints.server.serving import ListenError, listen_address, serve
+    from phalanx.services.embedded.layout import StateLayout, default_state_dir
+
+    try:
+        host, port = listen_address(listen)
+    except ListenError as err:
+        fail(str(err), 2)
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        fail(f"`phalanx server` needs FastAPI and uvicorn, the server extra: {SERVER_EXTRA_HINT}", 2)
+    layout = StateLayout(state_dir if state_dir is not None else default_state_dir())
+    layout.ensure()
+    shown = f"[{host}]" if ":" in host else host
+    console.print(f"serving the REST API of {layout.root} on http://{shown}:{port}/apis/phalanx.dev/v1alpha1")
+    console.print(f"OpenAPI document: http://{shown}:{port}/openapi.json")
+    serve(layout, host, port)

@@ -1,0 +1,464 @@
+"""The FastAPI application: Kubernetes-shaped routes over ``services.operations``, for any backend.
+
+``create_app(backend)`` serves, for each kind of ``kinds.RESOURCES`` (paths under ``/apis/phalanx.dev/v1alpha1``):
+
+- namespaced kinds: ``GET|POST namespaces/{namespace}/{plural}`` (list, create), ``GET|DELETE
+  namespaces/{namespace}/{plural}/{name}``, and ``GET {plural}`` (every namespace);
+- cluster-scoped kinds (JobType, Queue): ``GET|POST {plural}``, ``GET|DELETE {plural}/{name}``.
+
+Routes only translate: a create is ``Operations.submit`` of the one posted document (the validation door every
+write goes through), a delete is the operation of its kind (a job's replicas are stopped, a Sweep takes its
+trials with it, a Dataset that unfinished jobs read is refused): 200 when the object is gone, 202 while it is
+still being deleted (the embedded runtime stops a job's replicas before it removes the job). Lists take
+``labelSelector``, ``limit`` and ``continue`` (``selectors``, ``paging``). Every refusal is a ``Status``
+(``statuses``): 400 a bad query or path, 404 no such object or resource (naming those there are), 409 the name
+is taken or the operation is refused, 422 a spec the door refused (each problem at its field path; nothing is
+stored).
+
+A posted object has no directory of the caller's: on the embedded runtime its relative paths (a command, an
+``outputs.storeTo``) start where the control plane runs, and a Pipeline's components must be inline.
+
+Routes are plain functions run in the server's thread pool: the port is synchronous (SQLite, the API server's
+client), and a slow call holds one worker, not the event loop. The request body is read on the loop, then
+parsed and submitted in the pool.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from starlette.concurrency import run_in_threadpool
+
+from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
+from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
+from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
+from phalanx.entrypoints.server.paging import PagingError, page_of
+from phalanx.entrypoints.server.selectors import SelectorError, parse_label_selector
+from phalanx.entrypoints.server.statuses import ApiError, Status, invalid
+from phalanx.model.base import API_VERSION
+from phalanx.model.errors import FieldError, SpecError, short
+from phalanx.model.kfp_ir import is_kfp_ir
+from phalanx.model.names import check_dns_label
+from phalanx.model.textfiles import MAX_FILE_BYTES
+from phalanx.services.operations import JobExistsError, OperationError, Operations, not_found_message
+from phalanx.services.port import NotFoundError, OperationsBackend, Stored
+
+#: What a refusal's ``responses`` entry says in the OpenAPI document, by code.
+_REFUSALS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Status, "description": text}
+    for code, text in (
+        (400, "A bad query parameter or path segment (named)."),
+        (401, "Not authenticated (when the server authorizes requests)."),
+        (403, "Not allowed (when the server authorizes requests)."),
+        (404, "No such object or resource."),
+    )
+}
+
+
+Selector = Annotated[
+    str, Query(alias="labelSelector", description="key=value or key (has the label), comma-separated, e.g. team=ml")
+]
+Limit = Annotated[int, Query(ge=0, description="At most this many objects (0: all).")]
+Token = Annotated[str, Query(alias="continue", description="The metadata.continue of the previous page.")]
+
+
+class ListMeta(BaseModel):
+    """A list's metadata: where the next page starts, and how many objects follow this page."""
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    continue_: str | None = Field(default=None, alias="continue")
+    remaining_item_count: int | None = Field(default=None, alias="remainingItemCount")
+
+
+def _list_model(resource: Resource) -> type[BaseModel]:
+    """``TrainingJobList`` and the like, for the OpenAPI document."""
+    return create_model(
+        f"{resource.kind}List",
+        __doc__=f"A page of {resource.plural}, in namespace and name order.",
+        apiVersion=(str, API_VERSION),
+        kind=(str, f"{resource.kind}List"),
+        metadata=(ListMeta, ...),
+        items=(list[resource.model], ...),  # type: ignore[name-defined]  # a model class known at run time
+    )
+
+
+def create_app(backend: OperationsBackend, *, authorize: Authorize | None = None) -> FastAPI:
+    """The REST API over ``backend``; ``authorize`` decides each request (None: every request is served).
+
+    Args:
+        backend: the port the operations run over (a state directory's store, a cluster).
+        authorize: called with what each request asks before the backend is touched (``access``).
+    """
+    app = FastAPI(
+        title="Phalanx API",
+        version=API_VERSION,
+        description="TrainingJobs, JobTypes, Queues, Datasets, Sweeps, Pipelines and PipelineRuns, Kubernetes-shaped.",
+        separate_input_output_schemas=False,  # one schema per kind: the body posted is the object read back
+        # FastAPI's /docs and /redoc pages load their scripts from a CDN at run time: not on a machine offline.
+        docs_url=None,
+        redoc_url=None,
+    )
+    routes = _Routes(Operations(backend), authorize)
+    for resource in RESOURCES:
+        routes.add(app, resource)
+    add_error_handlers(app)
+    # Last, so it only sees what no route matched: an unknown plural, or a kind at the wrong scope.
+    app.add_api_route(
+        PREFIX + "/{rest:path}",
+        no_route,
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        include_in_schema=False,
+    )
+    return app
+
+
+class _Routes:
+    """The handlers of every kind, over one ``Operations``."""
+
+    def __init__(self, ops: Operations, authorize: Authorize | None) -> None:
+        self.ops = ops
+        self.authorize = authorize
+
+    def add(self, app: FastAPI, resource: Resource) -> None:
+        """Register the routes of one kind."""
+        collection = (
+            f"{PREFIX}/namespaces/{{namespace}}/{resource.plural}"
+            if resource.namespaced
+            else (f"{PREFIX}/{resource.plural}")
+        )
+        item = collection + "/{name}"
+        tag = resource.kind
+        body = {
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{resource.kind}"}}},
+            }
+        }
+        app.add_api_route(
+            collection,
+            self._lister(resource),
+            methods=["GET"],
+            tags=[tag],
+            summary=f"List {resource.plural}",
+            response_model=_list_model(resource),
+            responses=_REFUSALS,
+            operation_id=f"list{resource.kind}",
+        )
+        app.add_api_route(
+            collection,
+            self._creator(resource),
+            methods=["POST"],
+            tags=[tag],
+            summary=f"Create a {resource.kind}",
+            status_code=201,
+            responses={
+                201: {"model": resource.model, "description": "Created."},
+                **_REFUSALS,
+                409: {"model": Status, "description": "The name is taken."},
+                422: {"model": Status, "description": "The spec is invalid (each problem at its field path)."},
+            },
+            openapi_extra=body,
+            operation_id=f"create{resource.kind}",
+        )
+        app.add_api_route(
+            item,
+            self._getter(resource),
+            methods=["GET"],
+            tags=[tag],
+            summary=f"Read a {resource.kind}",
+            responses={200: {"model": resource.model, "description": "The object."}, **_REFUSALS},
+            operation_id=f"read{resource.kind}",
+        )
+        app.add_api_route(
+            item,
+            self._deleter(resource),
+            methods=["DELETE"],
+            tags=[tag],
+            summary=f"Delete a {resource.kind}",
+            responses={
+                200: {"model": resource.model, "description": "Deleted: the object as it was."},
+                202: {"model": resource.model, "description": "Being deleted (its replicas stop first): as it is now."},
+                **_REFUSALS,
+                409: {"model": Status, "description": "Refused (e.g. objects still use it)."},
+            },
+            operation_id=f"delete{resource.kind}",
+        )
+        if resource.namespaced:
+            app.add_api_route(
+                f"{PREFIX}/{resource.plural}",
+                self._lister(resource, every_namespace=True),
+                methods=["GET"],
+                tags=[tag],
+                summary=f"List {resource.plural} of every namespace",
+                response_model=_list_model(resource),
+                responses=_REFUSALS,
+                operation_id=f"list{resource.kind}ForAllNamespaces",
+            )
+
+    # -- the handlers: thin closures per kind, so the OpenAPI document names each kind's paths -------------------
+
+    def _lister(self, resource: Resource, *, every_namespace: bool = False) -> Callable[..., JSONResponse]:
+        if resource.namespaced and not every_namespace:
+
+            def list_namespaced(
+                request: Request, namespace: str, label_selector: Selector = "", limit: Limit = 0, token: Token = ""
+            ) -> JSONResponse:
+                return self._list(request, resource, namespace, label_selector, limit, token)
+
+            return list_namespaced
+
+        def list_cluster_wide(
+            request: Request, label_selector: Selector = "", limit: Limit = 0, token: Token = ""
+        ) -> JSONResponse:
+            return self._list(request, resource, None, label_selector, limit, token)
+
+        return list_cluster_wide
+
+    def _getter(self, resource: Resource) -> Callable[..., JSONResponse]:
+        if resource.namespaced:
+
+            def get_namespaced(request: Request, namespace: str, name: str) -> JSONResponse:
+                return JSONResponse(self._existing(request, "get", resource, namespace, name).to_dict())
+
+            return get_namespaced
+
+        def get_cluster_scoped(request: Request, name: str) -> JSONResponse:
+            return JSONResponse(self._existing(request, "get", resource, None, name).to_dict())
+
+        return get_cluster_scoped
+
+    def _deleter(self, resource: Resource) -> Callable[..., JSONResponse]:
+        if resource.namespaced:
+
+            def delete_namespaced(request: Request, namespace: str, name: str) -> JSONResponse:
+                return self._delete(request, resource, namespace, name)
+
+            return delete_namespaced
+
+        def delete_cluster_scoped(request: Request, name: str) -> JSONResponse:
+            return self._delete(request, resource, None, name)
+
+        return delete_cluster_scoped
+
+    def _creator(self, resource: Resource) -> Callable[..., Any]:
+        async def create(request: Request, namespace: str | None) -> JSONResponse:
+            if namespace is not None:
+                _check_segment(namespace, "namespace")
+            self._authorize(request, "create", resource, namespace, None)
+            raw = await request.body()
+            created = await run_in_threadpool(self._create, resource, namespace, raw)
+            return JSONResponse(created.to_dict(), status_code=201)
+
+        if resource.namespaced:
+
+            async def create_namespaced(request: Request, namespace: str) -> JSONResponse:
+                return await create(request, namespace)
+
+            return create_namespaced
+
+        async def create_cluster_scoped(request: Request) -> JSONResponse:
+            return await create(request, None)
+
+        return create_cluster_scoped
+
+    def _list(
+        self, request: Request, resource: Resource, namespace: str | None, selector_text: str, limit: int, token: str
+    ) -> JSONResponse:
+        if namespace is not None:
+            _check_segment(namespace, "namespace")
+        self._authorize(request, "list", resource, namespace, None)
+        try:
+            selector = parse_label_selector(selector_text)
+        except SelectorError as err:
+            raise ApiError(400, str(err)) from None
+        objects: list[Stored] = self.ops.backend.list(resource.model, namespace, labels=selector)  # type: ignore[type-var]  # Stored kinds are Readable
+        try:
+            page = page_of(objects, limit=limit, token=token or None)
+        except PagingError as err:
+            raise ApiError(400, str(err)) from None
+        metadata: dict[str, Any] = {}
+        if page.next_token is not None:
+            metadata = {"continue": page.next_token, "remainingItemCount": page.remaining}
+        return JSONResponse(
+            {
+                "apiVersion": API_VERSION,
+                "kind": f"{resource.kind}List",
+                "metadata": metadata,
+                "items": [obj.to_dict() for obj in page.items],
+            }
+        )
+
+    def _delete(self, request: Request, resource: Resource, namespace: str | None, name: str) -> JSONResponse:
+        obj = self._existing(request, "delete", resource, namespace, name)
+        try:
+            self._delete_object(resource, obj)
+        except NotFoundError:
+            raise self._not_found(resource, namespace, name) from None
+        except OperationError as err:
+            raise ApiError(409, str(err), kind=resource.kind, name=name) from None
+        # A job whose replicas are still stopping is deleted gracefully: 202 and the object as it is now (its
+        # deletionTimestamp set), as the Kubernetes API answers a deletion still under way.
+        still = resource.find(self.ops.backend, namespace, name)
+        if still is not None and still.metadata.uid == obj.metadata.uid:
+            return JSONResponse(still.to_dict(), status_code=202)
+        return JSONResponse(obj.to_dict())
+
+    # -- what the handlers share ------------------------------------------------------------------------------
+
+    def _authorize(
+        self, request: Request, verb: str, resource: Resource, namespace: str | None, name: str | None
+    ) -> None:
+        if self.authorize is None:
+            return
+        token = bearer_token(request.headers.get("authorization"))
+        refusal = self.authorize(Access(verb, resource.kind, namespace, name, token))
+        if refusal is not None:
+            raise ApiError(refusal.code, refusal.message, kind=resource.kind, name=name)
+
+    def _existing(self, request: Request, verb: str, resource: Resource, namespace: str | None, name: str) -> Stored:
+        if namespace is not None:
+            _check_segment(namespace, "namespace")
+        _check_segment(name, "name")
+        self._authorize(request, verb, resource, namespace, name)
+        try:
+            found = resource.find(self.ops.backend, namespace, name)
+        except OperationError as err:  # stored but unreadable (quarantined), or the backend failed
+            raise ApiError(409, str(err), kind=resource.kind, name=name) from None
+        if found is None:
+            raise self._not_found(resource, namespace, name)
+        return found
+
+    def _not_found(self, resource: Resource, namespace: str | None, name: str) -> ApiError:
+        others: list[Stored] = sorted(
+            self.ops.backend.list(resource.model, namespace),  # type: ignore[type-var]  # Stored kinds are Readable
+            key=lambda o: o.metadata.name,
+        )
+        noun = resource.kind.lower()
+        if namespace is None:
+            names = ", ".join(o.metadata.name for o in others[:20])
+            message = f"{noun} {name} not found; " + (
+                f"{resource.plural}: {names}" if names else f"there are no {resource.plural}"
+            )
+        else:
+            message = not_found_message(noun, namespace, name, others)
+        return ApiError(404, message, kind=resource.kind, name=name)
+
+    def _delete_object(self, resource: Resource, obj: Stored) -> None:
+        ops, meta = self.ops, obj.metadata
+        deletions: dict[str, Callable[[], object]] = {
+            "TrainingJob": lambda: ops.delete_job(meta.namespace, meta.name),
+            "Queue": lambda: ops.delete_queue(meta.name),
+            "Dataset": lambda: ops.delete_dataset(meta.namespace, meta.name),
+            "Sweep": lambda: ops.delete_sweep(meta.namespace, meta.name),
+            "Pipeline": lambda: ops.delete_pipeline(meta.namespace, meta.name),
+            "PipelineRun": lambda: ops.delete_pipelinerun(meta.namespace, meta.name),
+        }
+        delete = deletions.get(resource.kind)
+        if delete is not None:
+            delete()
+        else:  # a JobType: nothing else goes with it (jobs keep the spec they were admitted with)
+            ops.backend.delete(resource.model, meta.namespace, meta.name, uid=meta.uid)
+
+    def _create(self, resource: Resource, namespace: str | None, raw: bytes) -> Stored:
+        document = _document(raw)
+        name = _check_document(document, resource, namespace)
+        try:
+            # Validated first on its own to see what it makes: a document may become another kind than it says
+            # (a compiled KFP pipeline has no kind and becomes a Pipeline), and a POST makes one object of its path.
+            parsed = self.ops.validate([document], namespace=namespace)
+        except SpecError as err:
+            raise invalid(err.errors, kind=resource.kind, name=name) from None
+        made = [type(obj).__name__ for obj in parsed]
+        if made != [resource.kind]:
+            problem = FieldError(
+                "kind", f"the document makes {', '.join(made) or 'nothing'}; this path takes one {resource.kind}"
+            )
+            raise invalid([problem], kind=resource.kind, name=name)
+        name = parsed[0].metadata.name
+        if resource.find(self.ops.backend, namespace, name) is not None:
+            raise _exists(resource, namespace, name)
+        try:
+            self.ops.submit([document], namespace=namespace, source=None)
+        except SpecError as err:
+            raise invalid(err.errors, kind=resource.kind, name=name) from None
+        except JobExistsError as err:
+            raise ApiError(409, str(err), reason="AlreadyExists", kind=resource.kind, name=name) from None
+        except OperationError as err:
+            raise ApiError(409, str(err), kind=resource.kind, name=name) from None
+        created = resource.find(self.ops.backend, namespace, name)
+        if created is None:  # deleted between the write and this read
+            raise self._not_found(resource, namespace, name)
+        return created
+
+
+def _check_segment(value: str, what: str) -> None:
+    """Refuse a path segment that no object's namespace or name can be (400, naming it)."""
+    try:
+        check_dns_label(value, what)
+    except ValueError as err:
+        raise ApiError(400, f"the path's {what}: {err}") from None
+
+
+def _document(raw: bytes) -> dict[str, Any]:
+    """The posted object; 413 past the size of a spec file, 400 when it is not one JSON object."""
+    if len(raw) > MAX_FILE_BYTES:
+        raise ApiError(413, f"the body is {len(raw)} bytes, past the {MAX_FILE_BYTES} a spec may have; send less")
+    try:
+        document = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        detail = str(err) if isinstance(err, json.JSONDecodeError) else "nested too deeply"
+        raise ApiError(400, f"the body is not JSON ({detail}); send one object as JSON") from None
+    if not isinstance(document, dict):
+        raise ApiError(400, f"the body is a JSON {type(document).__name__}, not an object; send one object")
+    return document
+
+
+def _check_document(document: dict[str, Any], resource: Resource, namespace: str | None) -> str | None:
+    """The posted object's name, once its kind and namespace agree with the path (422 naming the field if not)."""
+    problems: list[FieldError] = []
+    if is_kfp_ir(document):  # a compiled KFP pipeline: no kind, no metadata; it becomes a Pipeline at the door
+        if resource.kind == "Pipeline":
+            return None
+        where = f"{PREFIX}/namespaces/NAMESPACE/pipelines"
+        problem = FieldError("kind", f"a compiled KFP pipeline becomes a Pipeline; post it to {where}")
+        raise invalid([problem], kind=resource.kind, name=None)
+    kind = document.setdefault("kind", resource.kind)
+    if kind != resource.kind:
+        problems.append(
+            FieldError("kind", f"is {short(kind)}, and this path takes {resource.kind}s; post it to its own path")
+        )
+    document.setdefault("apiVersion", API_VERSION)
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    given = metadata.get("namespace") if isinstance(metadata, dict) else None
+    if given is not None and namespace is not None and given != namespace:
+        problems.append(
+            FieldError(
+                "metadata.namespace",
+                f"is {short(given)}, and the path's namespace is {namespace}; leave it out or make them agree",
+            )
+        )
+    if given is not None and not resource.namespaced:
+        problems.append(
+            FieldError("metadata.namespace", f"a {resource.kind} is cluster-scoped: leave metadata.namespace out")
+        )
+    if problems:
+        raise invalid(problems, kind=resource.kind, name=name if isinstance(name, str) else None)
+    return name if isinstance(name, str) else None
+
+
+def _exists(resource: Resource, namespace: str | None, name: str) -> ApiError:
+    where = f"{namespace}/{name}" if namespace else name
+    return ApiError(
+        409,
+        f"{resource.kind.lower()} {where} already exists; delete it first or choose another metadata.name",
+        reason="AlreadyExists",
+        kind=resource.kind,
+        name=name,
+    )
