@@ -13,7 +13,8 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, inspect
 
-from phalanx.adapters.history import HistoryError, HistoryQuery, HistoryStore, JobRecord
+from phalanx.adapters.history.records import HistoryQuery, JobRecord
+from phalanx.adapters.history.store import HistoryError, HistoryStore
 from support.postgres import PostgresServer
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 
 This module is the table of commands: it builds the typer app and registers each command from the module of
 its noun, in the order ``phalanx --help`` lists them (``jobs``: run, submit, get, describe, logs, halt, resume,
-delete, explain; ``convert``; ``control_plane``: up, down, status; ``install``; ``sim``, ``dataset``,
+delete, explain; ``convert``; ``control_plane``: up, down, status; ``history``; ``install``; ``sim``, ``dataset``,
 ``cache`` and ``sweep`` groups).
 The option types and the backend session every verb shares are in ``options``.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import typer
 
-from phalanx.entrypoints.cli import control_plane, convert, install, jobs
+from phalanx.entrypoints.cli import control_plane, convert, history, install, jobs
 from phalanx.entrypoints.cli.caches import cache_app
 from phalanx.entrypoints.cli.datasets import dataset_app
 from phalanx.entrypoints.cli.sim import sim_app
@@ -53,6 +53,7 @@ for command in (
     control_plane.up,
     control_plane.down,
     control_plane.status,
+    history.history,
     install.install,
 ):
     app.command()(command)

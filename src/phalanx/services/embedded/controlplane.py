@@ -7,7 +7,8 @@ sleeps until something may have changed: the store (a write by any process), a r
 exited), a timer that is due. A pass that changed something is followed at once by another, so a submitted job
 runs through Queued → Admitted → Downloading → Running within a few passes. Sweeps are run in the same passes
 by the sweep controller written once over the port (``services.sweeps``): their trials are ordinary jobs, with
-the studies in ``sweeps.db``. A pass also checks the GPUs' health when due, every ``gpu_check_seconds``
+the studies in ``sweeps.db``. Once per wake, the history recorder (``services.history``) keeps the jobs that
+ended in the job history (``history.db``, or ``ControlPlaneConfig.history_url``). A pass also checks the GPUs' health when due, every ``gpu_check_seconds``
 (``services.embedded.gpu_watch``), as the node agent does on Kubernetes.
 
 The sleep is one ``poll(2)`` on the shims' exit descriptors (pidfds, see ``NodeRuntime``) and on a ``Bell``
@@ -56,6 +57,7 @@ from phalanx.services.embedded.node_runtime import NodeRuntime
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteBackend, seed_builtin_jobtypes
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
+from phalanx.services.history import HistoryRecorder
 from phalanx.services.pipelines.controller import PipelineController
 from phalanx.services.sweeps.controller import SweepController
 from phalanx.services.sweeps.study import LazyStudies, StudyStore, optuna_studies
@@ -133,6 +135,9 @@ class ControlPlaneConfig:
     #: Where pipeline steps keep their artifacts and the step cache: a local folder or an fsspec URL (s3://, gs://
     #: with the extras). None: the state directory's ``artifacts`` folder.
     artifact_store: str | None = None
+    #: The job history's database: a SQLAlchemy URL (``postgresql://…``), or None for ``history.db`` in the state
+    #: directory. Without the ``history`` extra, jobs run and nothing is recorded (said once in the log).
+    history_url: str | None = None
 
 
 @dataclass
@@ -281,7 +286,44 @@ class ControlPlane:
     def _passes(
         self, stop: threading.Event, runtime: NodeRuntime, gpus: GpuWatch, bell: Bell, datasets: DatasetManager
     ) -> None:
-        controller = JobController(self.store, self.layout, identity=self.leadership.holder, data=datasets)
+        recorder = self._history_recorder()
+        try:
+            self._run_passes(stop, runtime, gpus, bell, datasets, recorder)
+        finally:
+            if recorder is not None:
+                recorder.close()
+
+    def _history_recorder(self) -> HistoryRecorder | None:
+        """The job history's recorder over this store, or None (logged) when the history cannot be kept."""
+        try:
+            from phalanx.adapters.history.store import HistoryError, HistoryStore
+        except ImportError:
+            log.info("the job history is off: install it with pip install 'phalanx[history]'")
+            return None
+        url = self.config.history_url or f"sqlite:///{self.layout.history_database}"
+        try:
+            history = HistoryStore(url)
+        except HistoryError as err:
+            log.error("the job history is off: %s", err)
+            return None
+        return HistoryRecorder(SqliteBackend(self.store, self.layout, clock=self.clock), history, self.clock)
+
+    def _run_passes(
+        self,
+        stop: threading.Event,
+        runtime: NodeRuntime,
+        gpus: GpuWatch,
+        bell: Bell,
+        datasets: DatasetManager,
+        recorder: HistoryRecorder | None,
+    ) -> None:
+        controller = JobController(
+            self.store,
+            self.layout,
+            identity=self.leadership.holder,
+            data=datasets,
+            on_removing=recorder.removing if recorder is not None else None,
+        )
         sweeps = SweepController(
             SqliteBackend(self.store, self.layout, clock=self.clock),
             LazyStudies(lambda: study_store(self.layout)),
@@ -319,6 +361,9 @@ class ControlPlane:
                     changed_sched = scheduler.sync()
                     if not (changed_runtime or changed_jobs or changed_sched):
                         break
+                if recorder is not None:
+                    # Once per wake, not per busy pass: it lists every job, and what ends is seen by the next wake.
+                    recorder.sync()
                 if now - last_maintenance >= self.config.maintenance_seconds:
                     self._maintain()
                     last_maintenance = now

@@ -1,6 +1,7 @@
 """Where the embedded runtime keeps things under its state directory, in one place.
 
-``<state>/phalanx.db`` (SQLite store), ``<state>/sweeps.db`` (the sweeps' studies), ``<state>/controlplane.log``,
+``<state>/phalanx.db`` (SQLite store), ``<state>/sweeps.db`` (the sweeps' studies), ``<state>/history.db``
+(the job history), ``<state>/controlplane.log``,
 ``<state>/scheduler-config.yaml`` (``phalanx up --scheduler-config``), ``<state>/runs/<ns>/<job>/<uid8>/``
 (per job: ``<outputs.path>/`` shared by its replicas, ``replicas/<replica>-a<attempt>/`` per launched replica
 with its log), ``<state>/artifacts/<ns>/<job>/`` (default destination of stored outputs),
@@ -47,6 +48,11 @@ class StateLayout:
     def sweeps_database(self) -> Path:
         """The sweeps' studies (Optuna's storage, a SQLite file of its own: its schema is Optuna's, not ours)."""
         return self.root / "sweeps.db"
+
+    @property
+    def history_database(self) -> Path:
+        """The job history (``adapters.history``), a SQLite file of its own unless a PostgreSQL URL is given."""
+        return self.root / "history.db"
 
     @property
     def api_socket(self) -> Path:
