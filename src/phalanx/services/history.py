@@ -46,6 +46,10 @@ class HistorySink(Protocol):
         """The uids of the records not marked deleted."""
         ...
 
+    def prune(self, *, older_than: datetime | None = None, keep: int | None = None) -> int:
+        """Drop records that ended before ``older_than`` and all but the newest ``keep``; how many went."""
+        ...
+
     def close(self) -> None:
         """Let go of the database."""
         ...

@@ -5,17 +5,15 @@ Every PostgreSQL test gets a database of its own, made empty, so "migrations fro
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg
 import pytest
 from sqlalchemy import create_engine, inspect
 
 from phalanx.adapters.history.records import HistoryQuery, JobRecord
 from phalanx.adapters.history.store import HistoryError, HistoryStore
-from support.postgres import PostgresServer
+from support.postgres import fresh_database
 
 pytestmark = pytest.mark.integration
 
@@ -26,18 +24,7 @@ T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'history.db'}"
-    server: PostgresServer = request.getfixturevalue("postgres")
-    database = f"history_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(
-        host=server.host,
-        port=server.port,
-        user=server.user,
-        password=server.password,
-        dbname="postgres",
-        autocommit=True,
-    ) as conn:
-        conn.execute(f'CREATE DATABASE "{database}"')
-    return f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}"
+    return fresh_database(request.getfixturevalue("postgres"), "history")
 
 
 @pytest.fixture

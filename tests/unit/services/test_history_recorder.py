@@ -224,6 +224,9 @@ def test_a_failing_history_does_not_raise_and_is_retried(
         def undeleted_uids(self) -> set[str]:
             return store.undeleted_uids()
 
+        def prune(self, *, older_than: datetime | None = None, keep: int | None = None) -> int:
+            return store.prune(older_than=older_than, keep=keep)
+
         def close(self) -> None:
             store.close()
 

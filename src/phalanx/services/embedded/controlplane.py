@@ -8,8 +8,9 @@ exited), a timer that is due. A pass that changed something is followed at once 
 runs through Queued → Admitted → Downloading → Running within a few passes. Sweeps are run in the same passes
 by the sweep controller written once over the port (``services.sweeps``): their trials are ordinary jobs, with
 the studies in ``sweeps.db``. Once per wake, the history recorder (``services.history``) keeps the jobs that
-ended in the job history (``history.db``, or ``ControlPlaneConfig.history_url``). A pass also checks the GPUs' health when due, every ``gpu_check_seconds``
-(``services.embedded.gpu_watch``), as the node agent does on Kubernetes.
+ended in the job history (``history.db``, or ``ControlPlaneConfig.history_url``). A pass also checks the GPUs'
+health when due, every ``gpu_check_seconds`` (``services.embedded.gpu_watch``), as the node agent does on
+Kubernetes.
 
 The sleep is one ``poll(2)`` on the shims' exit descriptors (pidfds, see ``NodeRuntime``) and on a ``Bell``
 that the local API rings when it writes, so neither a finished replica nor a job submitted through the API
@@ -138,6 +139,10 @@ class ControlPlaneConfig:
     #: The job history's database: a SQLAlchemy URL (``postgresql://…``), or None for ``history.db`` in the state
     #: directory. Without the ``history`` extra, jobs run and nothing is recorded (said once in the log).
     history_url: str | None = None
+    #: The history's retention, applied whenever a job is recorded: records of jobs that ended longer ago than
+    #: this many days go, and all but the newest ``history_keep``. None: no limit.
+    history_keep_days: float | None = None
+    history_keep: int | None = None
 
 
 @dataclass
@@ -308,6 +313,20 @@ class ControlPlane:
             return None
         return HistoryRecorder(SqliteBackend(self.store, self.layout, clock=self.clock), history, self.clock)
 
+    def _retain_history(self, recorder: HistoryRecorder) -> None:
+        """Apply the history's retention (``history_keep_days``, ``history_keep``); a failure is only logged."""
+        days, keep = self.config.history_keep_days, self.config.history_keep
+        if days is None and keep is None:
+            return
+        older_than = None if days is None else self.clock.now() - timedelta(days=days)
+        try:
+            dropped = recorder.sink.prune(older_than=older_than, keep=keep)
+        except Exception as err:
+            log.warning("job history: retention failed (%s); tried again when the next job is recorded", err)
+            return
+        if dropped:
+            log.info("job history: dropped %d records past its retention", dropped)
+
     def _run_passes(
         self,
         stop: threading.Event,
@@ -361,9 +380,9 @@ class ControlPlane:
                     changed_sched = scheduler.sync()
                     if not (changed_runtime or changed_jobs or changed_sched):
                         break
-                if recorder is not None:
-                    # Once per wake, not per busy pass: it lists every job, and what ends is seen by the next wake.
-                    recorder.sync()
+                # Once per wake, not per busy pass: it lists every job, and what ends is seen by the next wake.
+                if recorder is not None and recorder.sync():
+                    self._retain_history(recorder)
                 if now - last_maintenance >= self.config.maintenance_seconds:
                     self._maintain()
                     last_maintenance = now
