@@ -130,6 +130,11 @@ class HistoryRecorder:
         self._placed: dict[str, dict[str, Any]] = {}  # uid -> the placements last seen in its status
         self._failing = False
 
+    @property
+    def failing(self) -> bool:
+        """Whether the last sync failed (it is worth trying again even when nothing changed)."""
+        return self._failing
+
     def sync(self) -> bool:
         """Record what ended since the last sync; whether anything was recorded (False when the history failed)."""
         try:

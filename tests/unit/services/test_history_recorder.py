@@ -236,8 +236,10 @@ def test_a_failing_history_does_not_raise_and_is_retried(
     finish(backend, "train")
     assert not recorder.sync()
     assert "disk full" in caplog.text
+    assert recorder.failing  # so the control plane tries again though nothing changed
     sink.broken = False
     assert recorder.sync()
+    assert not recorder.failing
     assert only(store).phase == "Succeeded"
 
 

@@ -356,6 +356,7 @@ class ControlPlane:
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
         seq = self._retrying(stop, self.store.latest_seq)
+        history_seq: int | None = None
         failed: str | None = None
         while seq is not None and not stop.is_set():
             now = self.clock.monotonic()
@@ -380,9 +381,12 @@ class ControlPlane:
                     changed_sched = scheduler.sync()
                     if not (changed_runtime or changed_jobs or changed_sched):
                         break
-                # Once per wake, not per busy pass: it lists every job, and what ends is seen by the next wake.
-                if recorder is not None and recorder.sync():
-                    self._retain_history(recorder)
+                # Once per wake, not per busy pass, and only when the store moved: it lists every job, and a job
+                # ends or goes only by a write. A history that failed is retried on every wake until it works.
+                if recorder is not None and (recorder.failing or seq != history_seq):
+                    history_seq = seq
+                    if recorder.sync():
+                        self._retain_history(recorder)
                 if now - last_maintenance >= self.config.maintenance_seconds:
                     self._maintain()
                     last_maintenance = now
