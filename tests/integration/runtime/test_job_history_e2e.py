@@ -75,9 +75,18 @@ def test_a_deleted_job_and_a_ttl_removed_one_are_still_found_in_the_history(
     assert removed.finished_at is not None
 
     listed = runtime.cli("history", *where, "-o", "json", check=True)
-    names = {item["name"]: item for item in json.loads(listed.stdout)["items"]}
+    listed_items = json.loads(listed.stdout)["items"]
+    names = {item["name"]: item for item in listed_items}
     assert names["kept"]["phase"] == "Succeeded" and names["kept"]["deletedAt"]
     assert "short-lived" in names
+    first = json.loads(runtime.cli("history", *where, "--limit", "1", "-o", "json", check=True).stdout)
+    second = json.loads(
+        runtime.cli("history", *where, "--limit", "1", "--continue", first["next"], "-o", "json", check=True).stdout
+    )
+    assert [first["items"][0]["name"], second["items"][0]["name"]] == [i["name"] for i in listed_items]
+    assert second["next"] is None
+    bad_page = runtime.cli("history", *where, "--continue", "nonsense")
+    assert bad_page.returncode != 0 and "cursor" in bad_page.stderr and "Traceback" not in bad_page.stderr
     table = runtime.cli("history", *where, "--phase", "Succeeded", "--since", "1h", check=True)
     assert "kept" in table.stdout and "short-lived" in table.stdout
     assert "kept" not in runtime.cli("history", *where, "--phase", "Failed", check=True).stdout

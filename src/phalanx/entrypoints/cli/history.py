@@ -64,6 +64,9 @@ def history(
     ] = None,
     phase: Annotated[str | None, typer.Option("--phase", help="Only jobs that ended in this phase.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most this many jobs.")] = 50,
+    continue_: Annotated[
+        str | None, typer.Option("--continue", help="The next page: the `next` value -o json printed.")
+    ] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Queueing and run times per queue instead.")] = False,
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
     state_dir: StateDirOption = None,
@@ -91,7 +94,7 @@ def history(
         if not path.exists():
             fail(f"no job history in {path.parent} yet: the control plane records jobs once they end (phalanx up)")
         history_url = f"sqlite:///{path}"
-    query = HistoryQuery(namespace=namespace, queue=queue, phase=phase, since=since_at, limit=limit)
+    query = HistoryQuery(namespace=namespace, queue=queue, phase=phase, since=since_at, limit=limit, after=continue_)
     try:
         store = HistoryStore(history_url)
         try:
@@ -131,7 +134,7 @@ def _print_records(records: list[Any], more: str | None, output: str) -> None:
         )
     console.print(table)
     if more is not None:
-        console.print(f"(more: raise --limit past {len(records)}, or narrow with --since/--queue/--phase)")
+        console.print(f"(more: raise --limit past {len(records)}, or page on with -o json and --continue)")
 
 
 def _print_summaries(summaries: list[Any], output: str) -> None:
