@@ -152,6 +152,17 @@ def test_retention_by_age_and_by_count(store: HistoryStore) -> None:
     assert store.count() == 0
 
 
+def test_a_database_migrated_by_a_newer_phalanx_is_refused_with_a_sentence(url: str) -> None:
+    store = HistoryStore(url)
+    engine = create_engine(store.url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999'")
+    engine.dispose()
+    store.close()
+    with pytest.raises(HistoryError, match="a newer Phalanx wrote it: upgrade Phalanx"):
+        HistoryStore(url)
+
+
 def test_an_unusable_url_is_refused_with_a_sentence(tmp_path: Path) -> None:
     with pytest.raises(HistoryError, match="not a database URL"):
         HistoryStore("no url at all")

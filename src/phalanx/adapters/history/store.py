@@ -26,6 +26,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.util.exc import CommandError
 from sqlalchemy import Engine, and_, create_engine, delete, func, or_, select
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
@@ -120,6 +121,12 @@ class HistoryStore:
             raise HistoryError(
                 f"history URL {mask_url(url)!r} needs a database driver that is not installed: for PostgreSQL, "
                 "pip install 'phalanx[postgres]'"
+            ) from None
+        except CommandError as err:
+            # Alembic knows no revision the database says it is at: a newer Phalanx migrated it.
+            raise HistoryError(
+                f"the job history at {mask_url(url)} has a schema this Phalanx does not know ({err}); a newer "
+                "Phalanx wrote it: upgrade Phalanx, or give another database"
             ) from None
         except (SQLAlchemyError, ImportError) as err:
             raise HistoryError(f"cannot open the job history at {mask_url(url)}: {err}") from None
