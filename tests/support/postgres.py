@@ -203,3 +203,22 @@ def running_postgres(timeout: float = 60.0) -> Iterator[PostgresServer]:
                 check=False,
             )
         shutil.rmtree(root, ignore_errors=True)
+
+
+def fresh_database(server: PostgresServer, prefix: str = "test") -> str:
+    """Make an empty database of its own on ``server`` (a test that migrates from empty); its SQLAlchemy URL."""
+    import uuid
+
+    import psycopg
+
+    database = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(
+        host=server.host,
+        port=server.port,
+        user=server.user,
+        password=server.password,
+        dbname="postgres",
+        autocommit=True,
+    ) as conn:
+        conn.execute(f'CREATE DATABASE "{database}"')
+    return f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}"

@@ -66,6 +66,23 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("PHALANX_ARTIFACT_STORE"),
         help="pipeline artifacts and step cache: a folder or an s3:// / gs:// URL (default: <state dir>/artifacts)",
     )
+    parser.add_argument(
+        "--history-url",
+        default=os.environ.get("PHALANX_HISTORY_URL"),
+        help="the job history's database: a postgresql:// URL (default: <state dir>/history.db)",
+    )
+    parser.add_argument(
+        "--history-keep-days",
+        type=float,
+        default=os.environ.get("PHALANX_HISTORY_KEEP_DAYS"),
+        help="drop history records of jobs that ended longer ago than this many days (default: keep them)",
+    )
+    parser.add_argument(
+        "--history-keep",
+        type=int,
+        default=os.environ.get("PHALANX_HISTORY_KEEP"),
+        help="keep only this many newest history records (default: all)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     try:
@@ -76,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--api-timeout must be in (0, 3600] seconds and --api-workers in 1..1024")
     if not 0 < args.gpu_check_interval <= 86400:
         parser.error("--gpu-check-interval must be in (0, 86400] seconds")
+    if args.history_keep_days is not None and not 0 < args.history_keep_days <= 36500:
+        parser.error("--history-keep-days (PHALANX_HISTORY_KEEP_DAYS) must be in (0, 36500] days")
+    if args.history_keep is not None and args.history_keep < 0:
+        parser.error("--history-keep (PHALANX_HISTORY_KEEP) must be 0 or more records")
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -103,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
             gpu_fault_file=args.gpu_fault_file,
             scheduler_policy=policy,
             artifact_store=args.artifact_store,
+            history_url=args.history_url,
+            history_keep_days=args.history_keep_days,
+            history_keep=args.history_keep,
         )
     )
     plane.run(stop)

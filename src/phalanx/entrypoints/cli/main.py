@@ -2,8 +2,8 @@
 
 This module is the table of commands: it builds the typer app and registers each command from the module of
 its noun, in the order ``phalanx --help`` lists them (``jobs``: run, submit, get, describe, logs, halt, resume,
-delete, explain; ``convert``; ``control_plane``: up, down, status; ``server``; ``install``; ``sim``, ``dataset``,
-``cache``, ``sweep`` and ``token`` groups).
+delete, explain; ``convert``; ``control_plane``: up, down, status; ``server``; ``history``; ``install``;
+``sim``, ``dataset``, ``cache``, ``sweep`` and ``token`` groups).
 The option types and the backend session every verb shares are in ``options``.
 
 Every job verb takes ``--backend embedded|kubernetes`` (default: ``$PHALANX_BACKEND``, else kubernetes when
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import typer
 
-from phalanx.entrypoints.cli import control_plane, convert, install, jobs, server
+from phalanx.entrypoints.cli import control_plane, convert, history, install, jobs, server
 from phalanx.entrypoints.cli.caches import cache_app
 from phalanx.entrypoints.cli.datasets import dataset_app
 from phalanx.entrypoints.cli.sim import sim_app
@@ -55,6 +55,7 @@ for command in (
     control_plane.down,
     control_plane.status,
     server.server,
+    history.history,
     install.install,
 ):
     app.command()(command)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from phalanx.adapters.clock import Clock, SystemClock
@@ -100,6 +101,9 @@ class JobController:
     clock: Clock = field(default_factory=SystemClock)
     identity: str = "controller"
     data: DatasetManager | None = None
+    #: Called with a job just before this controller removes it itself (its TTL), as it was last written: the
+    #: history recorder's ``removing``, since a job finished and removed in one pass is never seen finished.
+    on_removing: Callable[[TrainingJob], None] | None = None
     quarantine: Quarantine = field(init=False)
     port: SqliteStatus = field(init=False)  # events about the jobs
 
@@ -197,6 +201,8 @@ class JobController:
                 log.info("deleting job %s: %s", job.key, action.reason)
                 # Events outlive the job: they say what became of it to whoever looks after (`phalanx run`).
                 self._event(job, "Deleted", f"{action.reason}; the job had {job.status.phase}")
+                if self.on_removing is not None:
+                    self.on_removing(job)
                 self.store.delete(TrainingJob, job.metadata.namespace, job.metadata.name)
                 self.layout.remove_job_files(job.metadata.namespace, job.metadata.name, job.metadata.uid)
                 changed = True

@@ -7,8 +7,10 @@ sleeps until something may have changed: the store (a write by any process), a r
 exited), a timer that is due. A pass that changed something is followed at once by another, so a submitted job
 runs through Queued → Admitted → Downloading → Running within a few passes. Sweeps are run in the same passes
 by the sweep controller written once over the port (``services.sweeps``): their trials are ordinary jobs, with
-the studies in ``sweeps.db``. A pass also checks the GPUs' health when due, every ``gpu_check_seconds``
-(``services.embedded.gpu_watch``), as the node agent does on Kubernetes.
+the studies in ``sweeps.db``. Once per wake, the history recorder (``services.history``) keeps the jobs that
+ended in the job history (``history.db``, or ``ControlPlaneConfig.history_url``). A pass also checks the GPUs'
+health when due, every ``gpu_check_seconds`` (``services.embedded.gpu_watch``), as the node agent does on
+Kubernetes.
 
 The sleep is one ``poll(2)`` on the shims' exit descriptors (pidfds, see ``NodeRuntime``) and on a ``Bell``
 that the local API rings when it writes, so neither a finished replica nor a job submitted through the API
@@ -56,6 +58,7 @@ from phalanx.services.embedded.node_runtime import NodeRuntime
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteBackend, seed_builtin_jobtypes
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
+from phalanx.services.history import HistoryRecorder
 from phalanx.services.pipelines.controller import PipelineController
 from phalanx.services.sweeps.controller import SweepController
 from phalanx.services.sweeps.study import LazyStudies, StudyStore, optuna_studies
@@ -133,6 +136,13 @@ class ControlPlaneConfig:
     #: Where pipeline steps keep their artifacts and the step cache: a local folder or an fsspec URL (s3://, gs://
     #: with the extras). None: the state directory's ``artifacts`` folder.
     artifact_store: str | None = None
+    #: The job history's database: a SQLAlchemy URL (``postgresql://…``), or None for ``history.db`` in the state
+    #: directory. Without the ``history`` extra, jobs run and nothing is recorded (said once in the log).
+    history_url: str | None = None
+    #: The history's retention, applied whenever a job is recorded: records of jobs that ended longer ago than
+    #: this many days go, and all but the newest ``history_keep``. None: no limit.
+    history_keep_days: float | None = None
+    history_keep: int | None = None
 
 
 @dataclass
@@ -281,7 +291,58 @@ class ControlPlane:
     def _passes(
         self, stop: threading.Event, runtime: NodeRuntime, gpus: GpuWatch, bell: Bell, datasets: DatasetManager
     ) -> None:
-        controller = JobController(self.store, self.layout, identity=self.leadership.holder, data=datasets)
+        recorder = self._history_recorder()
+        try:
+            self._run_passes(stop, runtime, gpus, bell, datasets, recorder)
+        finally:
+            if recorder is not None:
+                recorder.close()
+
+    def _history_recorder(self) -> HistoryRecorder | None:
+        """The job history's recorder over this store, or None (logged) when the history cannot be kept."""
+        try:
+            from phalanx.adapters.history.store import HistoryError, HistoryStore
+        except ImportError:
+            log.info("the job history is off: install it with pip install 'phalanx[history]'")
+            return None
+        url = self.config.history_url or f"sqlite:///{self.layout.history_database}"
+        try:
+            history = HistoryStore(url)
+        except HistoryError as err:
+            log.error("the job history is off: %s", err)
+            return None
+        return HistoryRecorder(SqliteBackend(self.store, self.layout, clock=self.clock), history, self.clock)
+
+    def _retain_history(self, recorder: HistoryRecorder) -> None:
+        """Apply the history's retention (``history_keep_days``, ``history_keep``); a failure is only logged."""
+        days, keep = self.config.history_keep_days, self.config.history_keep
+        if days is None and keep is None:
+            return
+        older_than = None if days is None else self.clock.now() - timedelta(days=days)
+        try:
+            dropped = recorder.sink.prune(older_than=older_than, keep=keep)
+        except Exception as err:
+            log.warning("job history: retention failed (%s); tried again when the next job is recorded", err)
+            return
+        if dropped:
+            log.info("job history: dropped %d records past its retention", dropped)
+
+    def _run_passes(
+        self,
+        stop: threading.Event,
+        runtime: NodeRuntime,
+        gpus: GpuWatch,
+        bell: Bell,
+        datasets: DatasetManager,
+        recorder: HistoryRecorder | None,
+    ) -> None:
+        controller = JobController(
+            self.store,
+            self.layout,
+            identity=self.leadership.holder,
+            data=datasets,
+            on_removing=recorder.removing if recorder is not None else None,
+        )
         sweeps = SweepController(
             SqliteBackend(self.store, self.layout, clock=self.clock),
             LazyStudies(lambda: study_store(self.layout)),
@@ -295,6 +356,7 @@ class ControlPlane:
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
         seq = self._retrying(stop, self.store.latest_seq)
+        history_seq: int | None = None
         failed: str | None = None
         while seq is not None and not stop.is_set():
             now = self.clock.monotonic()
@@ -319,6 +381,12 @@ class ControlPlane:
                     changed_sched = scheduler.sync()
                     if not (changed_runtime or changed_jobs or changed_sched):
                         break
+                # Once per wake, not per busy pass, and only when the store moved: it lists every job, and a job
+                # ends or goes only by a write. A history that failed is retried on every wake until it works.
+                if recorder is not None and (recorder.failing or seq != history_seq):
+                    history_seq = seq
+                    if recorder.sync():
+                        self._retain_history(recorder)
                 if now - last_maintenance >= self.config.maintenance_seconds:
                     self._maintain()
                     last_maintenance = now

@@ -1,7 +1,7 @@
 """Where the embedded runtime keeps things under its state directory, in one place.
 
 ``<state>/phalanx.db`` (SQLite store), ``<state>/sweeps.db`` (the sweeps' studies), ``<state>/tokens.db`` (API
-tokens, ``adapters.auth.token_store``), ``<state>/controlplane.log``,
+tokens, ``adapters.auth.token_store``), ``<state>/history.db`` (the job history), ``<state>/controlplane.log``,
 ``<state>/scheduler-config.yaml`` (``phalanx up --scheduler-config``), ``<state>/runs/<ns>/<job>/<uid8>/``
 (per job: ``<outputs.path>/`` shared by its replicas, ``replicas/<replica>-a<attempt>/`` per launched replica
 with its log), ``<state>/artifacts/<ns>/<job>/`` (default destination of stored outputs),
@@ -53,6 +53,11 @@ class StateLayout:
     def tokens_database(self) -> Path:
         """The API tokens (``adapters.auth.token_store``: SHA-256 digests only, a SQLite file of its own)."""
         return self.root / "tokens.db"
+
+    @property
+    def history_database(self) -> Path:
+        """The job history (``adapters.history``), a SQLite file of its own unless a PostgreSQL URL is given."""
+        return self.root / "history.db"
 
     @property
     def api_socket(self) -> Path:

@@ -1,0 +1,1 @@
+"""The job history's revisions, oldest first."""
