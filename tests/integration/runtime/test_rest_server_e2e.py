@@ -1,7 +1,8 @@
 """`phalanx server` as a real process over a real state directory: a job created through the API runs to the end.
 
-The control plane is a real process too (``conftest.Runtime``); the test talks HTTP only (httpx), and reads the
-store directly just to prove that a refused spec left nothing behind.
+The control plane is a real process too (``conftest.Runtime``); tokens are made and revoked with the real
+``phalanx token`` command; the test talks HTTP only (httpx), and reads the store directly just to prove that a
+refused spec or a refused caller left nothing behind.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ API = "/apis/phalanx.dev/v1alpha1"
 JOBS = f"{API}/namespaces/default/trainingjobs"
 
 
-def start_server(runtime: Runtime, output: Path) -> str:
+def start_server(runtime: Runtime, output: Path, *extra: str) -> str:
     """Start `phalanx server` on a free loopback port; its base URL once it answers."""
     port = free_port()
     with open(output, "w") as sink:
@@ -36,6 +37,7 @@ def start_server(runtime: Runtime, output: Path) -> str:
                 f"127.0.0.1:{port}",
                 "--state-dir",
                 str(runtime.state_dir),
+                *extra,
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -48,18 +50,27 @@ def start_server(runtime: Runtime, output: Path) -> str:
         if process.poll() is not None:
             pytest.fail(f"phalanx server exited {process.returncode}:\n{output.read_text()}")
         try:
-            return httpx.get(f"{base}/openapi.json", timeout=2).status_code == 200
+            # Any answer of the app will do (401 without a token); /openapi.json is built on first use (seconds).
+            return httpx.get(f"{base}{JOBS}", timeout=2).status_code in (200, 401)
         except httpx.TransportError:
             return False
 
-    wait_until(answers, timeout=30, message=f"phalanx server to answer; its output:\n{output.read_text()}")
+    # Importing FastAPI and the models takes seconds on a loaded 2-core machine.
+    wait_until(answers, timeout=90, message="phalanx server to answer")
     return base
+
+
+def make_token(runtime: Runtime, name: str, role: str, namespace: str) -> str:
+    """A token made by `phalanx token create` (printed alone on stdout)."""
+    made = runtime.cli("token", "create", name, "--role", role, "--namespace", namespace, check=True)
+    return made.stdout.strip()
 
 
 def test_a_job_created_through_the_api_runs_and_a_bad_one_is_refused(runtime: Runtime, tmp_path: Path) -> None:
     runtime.start_control_plane()
     base = start_server(runtime, tmp_path / "server.log")
-    http = httpx.Client(base_url=base, timeout=10)
+    token = make_token(runtime, "ci", "editor", "default")
+    http = httpx.Client(base_url=base, timeout=10, headers={"Authorization": f"Bearer {token}"})
 
     document = generic_job("via-api")
     document["metadata"]["labels"] = {"submitted": "rest"}
@@ -93,3 +104,48 @@ def test_a_job_created_through_the_api_runs_and_a_bad_one_is_refused(runtime: Ru
     assert deleted.status_code in (200, 202), deleted.text  # 202: its replicas are still being collected
     assert deleted.json()["metadata"]["name"] == "via-api"
     wait_until(lambda: http.get(f"{JOBS}/via-api").status_code == 404, timeout=60, message="the job to be removed")
+
+
+def test_each_request_needs_a_token_that_reaches_its_namespace_and_allows_its_verb(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    base = start_server(runtime, tmp_path / "server.log")
+    editor = make_token(runtime, "team-default", "editor", "default")
+    viewer = make_token(runtime, "watcher", "viewer", "default")
+    stranger = make_token(runtime, "team-other", "editor", "other")
+
+    def call(method: str, path: str, token: str | None, **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        return httpx.request(method, f"{base}{path}", headers=headers, timeout=10, **kwargs)
+
+    nobody = call("POST", JOBS, None, json=generic_job("sneaky"))
+    assert nobody.status_code == 401, nobody.text
+    assert "send 'Authorization: Bearer <token>'" in nobody.json()["message"]
+    assert call("GET", JOBS, "phx_not-a-real-token").status_code == 401
+
+    watching = call("POST", JOBS, viewer, json=generic_job("by-viewer"))
+    assert watching.status_code == 403, watching.text
+    assert watching.json()["message"] == (
+        "the viewer token watcher for namespaces default cannot create trainingjobs in default: needs editor"
+    )
+    assert call("POST", JOBS, editor, json=generic_job("mine")).status_code == 201
+    assert call("GET", f"{JOBS}/mine", viewer).status_code == 200
+
+    foreign = call("GET", f"{JOBS}/mine", stranger)
+    assert foreign.status_code == 403, foreign.text
+    assert "reaches namespaces other only" in foreign.json()["message"]
+    everywhere = call("GET", f"{API}/trainingjobs", editor)
+    assert everywhere.status_code == 403, everywhere.text  # every namespace needs a token for '*'
+
+    runtime.cli("token", "revoke", "team-default", check=True)
+    revoked = call("GET", f"{JOBS}/mine", editor)
+    assert revoked.status_code == 401, revoked.text
+    with runtime.client() as client:
+        assert [job.metadata.name for job in client.store.list(TrainingJob)] == ["mine"]
+
+
+def test_no_auth_serves_without_a_token_on_loopback(runtime: Runtime, tmp_path: Path) -> None:
+    base = start_server(runtime, tmp_path / "server.log", "--no-auth")
+    listed = httpx.get(f"{base}{JOBS}", timeout=10)
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["items"] == []

@@ -30,7 +30,7 @@ def test_loopback_addresses_are_served(text: str, address: tuple[str, int]) -> N
     ("text", "words"),
     [
         ("0.0.0.0:8080", "0.0.0.0 is not a loopback address"),
-        ("192.168.1.4:8080", "no authentication yet"),
+        ("192.168.1.4:8080", "no TLS yet"),
         ("[::]:8080", ":: is not a loopback address"),
         ("example.org:8080", "example.org is not a loopback address"),
         ("8080", "is not HOST:PORT"),

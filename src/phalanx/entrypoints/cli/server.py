@@ -24,9 +24,16 @@ def server(
         str,
         typer.Option(
             "--listen",
-            help="HOST:PORT to serve on; a loopback address only, for now (the API has no authentication yet).",
+            help="HOST:PORT to serve on; a loopback address only, for now (plain HTTP: no TLS yet).",
         ),
     ] = "127.0.0.1:8080",
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="Serve every request without a token (by default each needs one: phalanx token create).",
+        ),
+    ] = False,
     state_dir: StateDirOption = None,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
@@ -55,4 +62,8 @@ def server(
     shown = f"[{host}]" if ":" in host else host
     console.print(f"serving the REST API of {layout.root} on http://{shown}:{port}/apis/phalanx.dev/v1alpha1")
     console.print(f"OpenAPI document: http://{shown}:{port}/openapi.json")
-    serve(layout, host, port)
+    if no_auth:
+        console.print("--no-auth: every request is served without a token (anyone on this machine may submit jobs)")
+    else:
+        console.print("every request needs a token: phalanx token create NAME --role editor --namespace NS")
+    serve(layout, host, port, tokens=not no_auth)

@@ -1,8 +1,9 @@
 """``phalanx server``: the REST API over a state directory's store, served by uvicorn on a loopback address.
 
-Only loopback for now: the API has no authentication yet, so anything that can reach the port may submit jobs
-that run programs as this user. ``listen_address`` refuses any other host with a sentence that says so; the
-``authorize`` hook of ``create_app`` is where token checks go before this opens up.
+Every request needs a token of the state directory's token store (``entrypoints.server.tokens``), unless the
+owner serves it with ``--no-auth``. Only loopback for now: the server speaks plain HTTP (no TLS yet), so a token
+sent over a network could be read on the way; ``listen_address`` refuses any other host with a sentence that
+says so.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def listen_address(text: str) -> tuple[str, int]:
         raise ListenError(f"--listen {text!r}: the port must be a number from 1 to 65535")
     if host.lower() not in LOOPBACK_NAMES and not _is_loopback(host):
         raise ListenError(
-            f"--listen {text!r}: {host} is not a loopback address, and the API has no authentication yet (anyone "
-            "who reaches the port could run programs as you); listen on 127.0.0.1 or ::1, and reach it from "
+            f"--listen {text!r}: {host} is not a loopback address, and the server speaks plain HTTP (no TLS yet: "
+            "tokens and jobs would cross the network readable); listen on 127.0.0.1 or ::1, and reach it from "
             "elsewhere through an SSH tunnel"
         )
     return host, int(port_text)
@@ -49,11 +50,21 @@ def _is_loopback(host: str) -> bool:
         return False  # a name other than localhost: what it resolves to may change
 
 
-def serve(layout: StateLayout, host: str, port: int) -> None:
-    """Serve the REST API of ``layout``'s store until interrupted (the embedded backend)."""
+def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True) -> None:
+    """Serve the REST API of ``layout``'s store until interrupted (the embedded backend).
+
+    Args:
+        layout: the state directory whose store is served and whose token store decides.
+        host: the loopback address to listen on (``listen_address``).
+        port: the port.
+        tokens: every request needs a token of ``layout``'s token store; False serves every request (``--no-auth``).
+    """
     import uvicorn
 
+    from phalanx.adapters.auth.token_store import TokenStore
     from phalanx.entrypoints.server.app import create_app
+    from phalanx.entrypoints.server.tokens import token_authorizer
 
     backend = SqliteBackend(SqliteStore(layout.database), layout)
-    uvicorn.run(create_app(backend), host=host, port=port, log_level="info")
+    authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
+    uvicorn.run(create_app(backend, authorize=authorize), host=host, port=port, log_level="info")
