@@ -182,17 +182,7 @@ def running_postgres(timeout: float = 60.0) -> Iterator[PostgresServer]:
         started = True
         deadline = time.monotonic() + timeout
         _wait_connectable(server, "postgres", deadline)
-        import psycopg
-
-        with psycopg.connect(
-            host=server.host,
-            port=server.port,
-            user=server.user,
-            password=server.password,
-            dbname="postgres",
-            autocommit=True,
-        ) as conn:
-            conn.execute(f'CREATE DATABASE "{server.database}"')
+        create_database(server, server.database)
         yield server
     finally:
         if started:
@@ -205,13 +195,10 @@ def running_postgres(timeout: float = 60.0) -> Iterator[PostgresServer]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def fresh_database(server: PostgresServer, prefix: str = "test") -> str:
-    """Make an empty database of its own on ``server`` (a test that migrates from empty); its SQLAlchemy URL."""
-    import uuid
-
+def create_database(server: PostgresServer, database: str) -> None:
+    """Create the empty database ``database`` on ``server`` (connected to its ``postgres`` database)."""
     import psycopg
 
-    database = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(
         host=server.host,
         port=server.port,
@@ -221,4 +208,12 @@ def fresh_database(server: PostgresServer, prefix: str = "test") -> str:
         autocommit=True,
     ) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
+
+
+def fresh_database(server: PostgresServer, prefix: str = "test") -> str:
+    """Make an empty database of its own on ``server`` (a test that migrates from empty); its SQLAlchemy URL."""
+    import uuid
+
+    database = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    create_database(server, database)
     return f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{database}"
