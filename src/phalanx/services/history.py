@@ -18,7 +18,8 @@ failure of the history database is logged and retried on the next sync, never ra
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -117,22 +118,108 @@ def job_record(
     )
 
 
+class OpeningSink:
+    """A history sink opened in a thread of its own, so that a control loop runs before the history is ready.
+
+    Importing SQLAlchemy and Alembic and migrating the database take seconds on a loaded machine; a loop that
+    waited for them would neither schedule the jobs submitted meanwhile nor fail on time a job whose
+    ``activeDeadlineSeconds`` passed in the wait (a CI run failed a 2 s deadline that way). Meanwhile the
+    recorder watches without recording (``HistoryRecorder``'s ``opened``). ``on_ready`` is called once the
+    opening is over, whether the history opened or not, to wake the loop for its first recording. A history that
+    could not be opened is off: writing to it does nothing.
+    """
+
+    def __init__(self, open_sink: Callable[[], HistorySink | None], on_ready: Callable[[], None] | None = None) -> None:
+        """Start opening with ``open_sink`` (None from it: the history is off, said in the log by ``open_sink``)."""
+        self._open_sink = open_sink
+        self._on_ready = on_ready
+        self._sink: HistorySink | None = None
+        self._done = threading.Event()
+        threading.Thread(target=self._open, name="history-open", daemon=True).start()
+
+    def _open(self) -> None:
+        try:
+            self._sink = self._open_sink()
+        except Exception:
+            log.exception("the job history is off: it could not be opened")
+        finally:
+            self._done.set()
+            if self._on_ready is not None:
+                self._on_ready()
+
+    def is_open(self) -> bool:
+        """Whether the history is open (False while it opens, and when it is off)."""
+        return self._done.is_set() and self._sink is not None
+
+    def is_off(self) -> bool:
+        """Whether the opening is over and left no history."""
+        return self._done.is_set() and self._sink is None
+
+    def _wait(self) -> HistorySink | None:
+        self._done.wait()
+        return self._sink
+
+    def record(self, record: JobRecord) -> None:
+        """Keep the record, once the history is open."""
+        if (sink := self._wait()) is not None:
+            sink.record(record)
+
+    def mark_deleted(self, uid: str, when: datetime) -> bool:
+        """Say the recorded job was deleted, once the history is open."""
+        sink = self._wait()
+        return sink.mark_deleted(uid, when) if sink is not None else False
+
+    def undeleted_uids(self) -> set[str]:
+        """The uids of the records not marked deleted (none when the history is off)."""
+        sink = self._wait()
+        return sink.undeleted_uids() if sink is not None else set()
+
+    def prune(self, *, older_than: datetime | None = None, keep: int | None = None) -> int:
+        """Apply the retention, once the history is open."""
+        sink = self._wait()
+        return sink.prune(older_than=older_than, keep=keep) if sink is not None else 0
+
+    def close(self) -> None:
+        """Wait for the opening to end, then let go of the history if it opened."""
+        if (sink := self._wait()) is not None:
+            sink.close()
+
+
 class HistoryRecorder:
     """Records the jobs a backend ends, on every ``sync``."""
 
-    def __init__(self, reader: ObjectReader, sink: HistorySink, clock: Clock | None = None) -> None:
-        """Record the jobs ``reader`` lists into ``sink``."""
+    def __init__(
+        self,
+        reader: ObjectReader,
+        sink: HistorySink,
+        clock: Clock | None = None,
+        *,
+        opened: Callable[[], bool] | None = None,
+    ) -> None:
+        """Record the jobs ``reader`` lists into ``sink``.
+
+        ``opened`` says whether ``sink`` is ready yet (``OpeningSink.is_open``); until it is, ``sync`` only
+        watches: where jobs are placed, and the last snapshot of each, so that what ended or went meanwhile is
+        recorded by the first ``sync`` after, with its placements.
+        """
         self.reader = reader
         self.sink = sink
         self.clock: Clock = clock or SystemClock()
+        self._opened = opened or (lambda: True)
         self._seen: dict[str, TrainingJob] | None = None  # uid -> last snapshot; None before the first sync
+        self._unopened: dict[str, TrainingJob] = {}  # uid -> last snapshot, of the jobs seen before the sink opened
         self._recorded: dict[str, tuple[str | None, bool]] = {}  # uid -> (resourceVersion, deleted) recorded
         self._placed: dict[str, dict[str, Any]] = {}  # uid -> the placements last seen in its status
         self._failing = False
 
     @property
+    def behind(self) -> bool:
+        """Whether a sync is worth running though nothing changed: the last one failed, or the history is not open."""
+        return self._failing or self._seen is None
+
+    @property
     def failing(self) -> bool:
-        """Whether the last sync failed (it is worth trying again even when nothing changed)."""
+        """Whether the last sync failed."""
         return self._failing
 
     def sync(self) -> bool:
@@ -149,10 +236,14 @@ class HistoryRecorder:
     def _sync(self) -> bool:
         now = self.clock.now()
         current = {job.metadata.uid: job for job in self.reader.list(TrainingJob) if job.metadata.uid}
-        wrote = False
         for uid, job in current.items():
             if job.status.placements:
                 self._placed[uid] = placements_of(self.reader, job)
+        if not self._opened():
+            self._unopened.update(current)
+            return False
+        wrote = False
+        for uid, job in current.items():
             deleting = job.metadata.deletion_timestamp
             if Phase(job.status.phase) not in TERMINAL_PHASES and deleting is None:
                 continue
@@ -162,8 +253,14 @@ class HistoryRecorder:
             self._recorded[uid] = (job.metadata.resource_version, deleting is not None)
             wrote = True
         if self._seen is None:
-            for uid in self.sink.undeleted_uids() - current.keys():
+            # The first sync with the history open: what went while no recorder ran, or while it opened.
+            for uid, job in self._unopened.items():
+                if uid not in current:
+                    self._record_gone(job, now)
+                    wrote = True
+            for uid in self.sink.undeleted_uids() - current.keys() - self._unopened.keys():
                 wrote |= self.sink.mark_deleted(uid, now)
+            self._unopened = {}
         else:
             for uid, job in self._seen.items():
                 if uid not in current:

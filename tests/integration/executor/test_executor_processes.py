@@ -367,8 +367,10 @@ def test_shim_forwards_sigint(replicas: Any, wait_until: Any) -> None:
 
     os.kill(handle.pid, signal.SIGINT)
 
-    # Python dies of SIGINT after an unhandled KeyboardInterrupt: 128 + 2, as a shell reports it.
-    assert replicas.finish(handle) == 128 + signal.SIGINT
+    # Python dies of SIGINT after an unhandled KeyboardInterrupt: 128 + 2, as a shell reports it. A CI run once
+    # read 137 (the grace period's SIGKILL) and showed nothing more: the log says what the shim and child did.
+    code = replicas.finish(handle)
+    assert code == 128 + signal.SIGINT, handle.log_path.read_text()
 
 
 def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(replicas: Any, wait_until: Any) -> None:

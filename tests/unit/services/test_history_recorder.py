@@ -7,6 +7,7 @@ restart the records of jobs deleted while no recorder ran.
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from phalanx.adapters.history.records import HistoryQuery, JobRecord
 from phalanx.adapters.history.store import HistoryStore
 from phalanx.model.jobs import ReplicaPlacement, TrainingJob
-from phalanx.services.history import HistoryRecorder
+from phalanx.services.history import HistoryRecorder, OpeningSink
 from support.memory_backend import MemoryBackend
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -253,3 +254,70 @@ def test_placements_released_on_finishing_are_kept_from_what_was_seen(
     advance(backend, "train", placements={})  # released, as the lifecycle does on finishing
     recorder.sync()
     assert only(store).placements == {"train-worker-0": {"node": "n1", "cpus": [], "gpus": [2, 3], "gpuMilli": 0}}
+
+
+def test_while_the_history_opens_the_recorder_watches_and_records_all_it_saw_once_open(
+    backend: MemoryBackend, store: HistoryStore, clock: Clock
+) -> None:
+    # The control loop runs while the history opens (SQLAlchemy, Alembic and a migration take seconds): a loop
+    # that waited would miss the deadlines of jobs submitted meanwhile. A CI run failed a 2 s deadline that way.
+    release, rang = threading.Event(), threading.Event()
+
+    def open_slowly() -> HistoryStore:
+        assert release.wait(10)
+        return store
+
+    opening = OpeningSink(open_slowly, on_ready=rang.set)
+    recorder = HistoryRecorder(backend, opening, clock, opened=opening.is_open)
+    submit(backend, "gone")
+    submit(backend, "done")
+    for name in ("gone", "done"):
+        advance(backend, name, phase="Running", placements={f"{name}-worker-0": ReplicaPlacement(node="n1")})
+    assert not recorder.sync() and recorder.behind  # watched, nothing written: the history is not open
+    finish(backend, "done")
+    advance(backend, "done", placements={})  # released, as the lifecycle does on finishing
+    backend.delete_job("default", "gone")  # deleted while the history opened
+    assert not recorder.sync()
+    assert not opening.is_open() and not opening.is_off() and not rang.is_set()
+
+    release.set()
+    assert rang.wait(10) and opening.is_open()
+    assert recorder.sync() and not recorder.behind
+    kept = {r.name: r for r in store.list(HistoryQuery()).records}
+    assert kept["done"].phase == "Succeeded" and "done-worker-0" in kept["done"].placements
+    assert kept["gone"].phase == "Running" and kept["gone"].deleted_at == clock.time
+    assert "gone-worker-0" in kept["gone"].placements
+    opening.close()
+
+
+def test_a_removal_while_the_history_opens_waits_for_it_rather_than_losing_the_record(
+    backend: MemoryBackend, store: HistoryStore, clock: Clock
+) -> None:
+    release = threading.Event()
+    opening = OpeningSink(lambda: store if release.wait(10) else None)
+    recorder = HistoryRecorder(backend, opening, clock, opened=opening.is_open)
+    submit(backend, "ttl-zero")
+    job = finish(backend, "ttl-zero")
+    remover = threading.Thread(target=recorder.removing, args=(job,))
+    remover.start()
+    remover.join(0.2)
+    assert remover.is_alive()
+    release.set()
+    remover.join(10)
+    assert not remover.is_alive()
+    assert only(store).name == "ttl-zero" and only(store).deleted_at == clock.time
+    opening.close()
+
+
+def test_a_history_that_fails_to_open_is_off_and_still_wakes_the_loop(backend: MemoryBackend, clock: Clock) -> None:
+    rang = threading.Event()
+
+    def broken() -> HistoryStore:
+        raise RuntimeError("no such database")
+
+    opening = OpeningSink(broken, on_ready=rang.set)
+    assert rang.wait(10) and opening.is_off() and not opening.is_open()
+    recorder = HistoryRecorder(backend, opening, clock, opened=opening.is_open)
+    recorder.removing(submit(backend, "x"))  # nothing to record into, and nothing raised
+    assert not recorder.failing
+    opening.close()

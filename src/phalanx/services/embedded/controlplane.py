@@ -8,7 +8,8 @@ exited), a timer that is due. A pass that changed something is followed at once 
 runs through Queued → Admitted → Downloading → Running within a few passes. Sweeps are run in the same passes
 by the sweep controller written once over the port (``services.sweeps``): their trials are ordinary jobs, with
 the studies in ``sweeps.db``. Once per wake, the history recorder (``services.history``) keeps the jobs that
-ended in the job history (``history.db``, or ``ControlPlaneConfig.history_url``). A pass also checks the GPUs'
+ended in the job history (``history.db``, or ``ControlPlaneConfig.history_url``), opened in a thread of its
+own so that the first passes do not wait for it. A pass also checks the GPUs'
 health when due, every ``gpu_check_seconds`` (``services.embedded.gpu_watch``), as the node agent does on
 Kubernetes.
 
@@ -58,7 +59,7 @@ from phalanx.services.embedded.node_runtime import NodeRuntime
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteBackend, seed_builtin_jobtypes
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
-from phalanx.services.history import HistoryRecorder
+from phalanx.services.history import HistoryRecorder, HistorySink, OpeningSink
 from phalanx.services.pipelines.controller import PipelineController
 from phalanx.services.sweeps.controller import SweepController
 from phalanx.services.sweeps.study import LazyStudies, StudyStore, optuna_studies
@@ -291,15 +292,17 @@ class ControlPlane:
     def _passes(
         self, stop: threading.Event, runtime: NodeRuntime, gpus: GpuWatch, bell: Bell, datasets: DatasetManager
     ) -> None:
-        recorder = self._history_recorder()
+        history = OpeningSink(self._history_sink, on_ready=bell.ring)
+        recorder = HistoryRecorder(
+            SqliteBackend(self.store, self.layout, clock=self.clock), history, self.clock, opened=history.is_open
+        )
         try:
-            self._run_passes(stop, runtime, gpus, bell, datasets, recorder)
+            self._run_passes(stop, runtime, gpus, bell, datasets, recorder, history)
         finally:
-            if recorder is not None:
-                recorder.close()
+            history.close()
 
-    def _history_recorder(self) -> HistoryRecorder | None:
-        """The job history's recorder over this store, or None (logged) when the history cannot be kept."""
+    def _history_sink(self) -> HistorySink | None:
+        """The job history's database, opened and migrated; None (logged) when the history cannot be kept."""
         try:
             from phalanx.adapters.history.store import HistoryError, HistoryStore
         except ImportError:
@@ -307,11 +310,10 @@ class ControlPlane:
             return None
         url = self.config.history_url or f"sqlite:///{self.layout.history_database}"
         try:
-            history = HistoryStore(url)
+            return HistoryStore(url)
         except HistoryError as err:
             log.error("the job history is off: %s", err)
             return None
-        return HistoryRecorder(SqliteBackend(self.store, self.layout, clock=self.clock), history, self.clock)
 
     def _retain_history(self, recorder: HistoryRecorder) -> None:
         """Apply the history's retention (``history_keep_days``, ``history_keep``); a failure is only logged."""
@@ -334,14 +336,15 @@ class ControlPlane:
         gpus: GpuWatch,
         bell: Bell,
         datasets: DatasetManager,
-        recorder: HistoryRecorder | None,
+        recorder: HistoryRecorder,
+        history: OpeningSink,
     ) -> None:
         controller = JobController(
             self.store,
             self.layout,
             identity=self.leadership.holder,
             data=datasets,
-            on_removing=recorder.removing if recorder is not None else None,
+            on_removing=recorder.removing,  # waits for the history to open: the job is seen only now
         )
         sweeps = SweepController(
             SqliteBackend(self.store, self.layout, clock=self.clock),
@@ -383,7 +386,7 @@ class ControlPlane:
                         break
                 # Once per wake, not per busy pass, and only when the store moved: it lists every job, and a job
                 # ends or goes only by a write. A history that failed is retried on every wake until it works.
-                if recorder is not None and (recorder.failing or seq != history_seq):
+                if not history.is_off() and (recorder.behind or seq != history_seq):
                     history_seq = seq
                     if recorder.sync():
                         self._retain_history(recorder)
