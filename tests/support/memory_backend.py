@@ -4,7 +4,8 @@ Objects are kept as the model's, by kind, namespace (cluster-scoped kinds: ``""`
 resourceVersion read, as SQLite and the API server do, and moves it on. ``calls`` records each write (verb, kind,
 name) so a test can assert what was written and in which order; ``conflicts`` makes the next writes of a verb fail
 with ``ConflictError``, as if another client had written first; ``logs`` holds what replicas printed, and
-``log_reads`` each ``read_log`` (job uid, replica, the offset it started at, the characters it returned).
+``log_reads`` each ``read_log`` (job uid, replica, the offset it started at, the characters it returned);
+``caches`` and ``counters`` are what each node's dataset cache holds and counted.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from phalanx.core.data import DatasetCounters
 from phalanx.core.pipelines.step_files import SAME_FILESYSTEM
 from phalanx.model.base import validated_copy
 from phalanx.model.events import Event
@@ -63,6 +65,7 @@ class MemoryBackend:
         self.logs: dict[str, dict[str, str]] = {}  # by job uid: replica name -> log text
         self.log_reads: list[tuple[str, str, int, int]] = []
         self.caches: dict[str, list[CacheEntryView]] = {}  # by node
+        self.counters: dict[str, dict[str, DatasetCounters]] = {}  # by node: dataset -> its reads through the cache
         self.calls: list[tuple[str, str, str]] = []
         self.conflicts: dict[str, int] = {}
         self.pending = "Pending: accepted."
@@ -213,7 +216,9 @@ class MemoryBackend:
         if node is not None and node not in self.caches:
             raise OperationError(f"node {node} not found; nodes: {', '.join(sorted(self.caches))}")
         return [
-            NodeCacheView(name, 1 << 30, sum(e.bytes for e in entries), list(entries))
+            NodeCacheView(
+                name, 1 << 30, sum(e.bytes for e in entries), list(entries), dict(self.counters.get(name, {}))
+            )
             for name, entries in sorted(self.caches.items())
             if node in (None, name)
         ]

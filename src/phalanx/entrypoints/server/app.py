@@ -40,6 +40,7 @@ from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.paging import PagingError, page_of
 from phalanx.entrypoints.server.selectors import SelectorError, parse_label_selector
 from phalanx.entrypoints.server.statuses import ApiError, Status, invalid
+from phalanx.entrypoints.server.views import add_view_routes
 from phalanx.model.base import API_VERSION
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.kfp_ir import is_kfp_ir
@@ -107,6 +108,7 @@ def create_app(backend: OperationsBackend, *, authorize: Authorize | None = None
     routes = _Routes(Operations(backend), authorize)
     for resource in RESOURCES:
         routes.add(app, resource)
+    add_view_routes(app, routes.ops, authorize)
     add_error_handlers(app)
     # Last, so it only sees what no route matched: an unknown plural, or a kind at the wrong scope.
     app.add_api_route(
@@ -224,12 +226,12 @@ class _Routes:
         if resource.namespaced:
 
             def get_namespaced(request: Request, namespace: str, name: str) -> JSONResponse:
-                return JSONResponse(self._existing(request, "get", resource, namespace, name).to_dict())
+                return JSONResponse(resource.wire(self._existing(request, "get", resource, namespace, name)))
 
             return get_namespaced
 
         def get_cluster_scoped(request: Request, name: str) -> JSONResponse:
-            return JSONResponse(self._existing(request, "get", resource, None, name).to_dict())
+            return JSONResponse(resource.wire(self._existing(request, "get", resource, None, name)))
 
         return get_cluster_scoped
 
@@ -253,7 +255,7 @@ class _Routes:
             self._authorize(request, "create", resource, namespace, None)
             raw = await request.body()
             created = await run_in_threadpool(self._create, resource, namespace, raw)
-            return JSONResponse(created.to_dict(), status_code=201)
+            return JSONResponse(resource.wire(created), status_code=201)
 
         if resource.namespaced:
 
@@ -290,7 +292,7 @@ class _Routes:
                 "apiVersion": API_VERSION,
                 "kind": f"{resource.kind}List",
                 "metadata": metadata,
-                "items": [obj.to_dict() for obj in page.items],
+                "items": [resource.wire(obj) for obj in page.items],
             }
         )
 
@@ -306,8 +308,8 @@ class _Routes:
         # deletionTimestamp set), as the Kubernetes API answers a deletion still under way.
         still = resource.find(self.ops.backend, namespace, name)
         if still is not None and still.metadata.uid == obj.metadata.uid:
-            return JSONResponse(still.to_dict(), status_code=202)
-        return JSONResponse(obj.to_dict())
+            return JSONResponse(resource.wire(still), status_code=202)
+        return JSONResponse(resource.wire(obj))
 
     # -- what the handlers share ------------------------------------------------------------------------------
 
@@ -429,7 +431,9 @@ def _check_document(document: dict[str, Any], resource: Resource, namespace: str
         problem = FieldError("kind", f"a compiled KFP pipeline becomes a Pipeline; post it to {where}")
         raise invalid([problem], kind=resource.kind, name=None)
     kind = document.setdefault("kind", resource.kind)
-    if kind != resource.kind:
+    if isinstance(kind, str) and kind in resource.converts:  # a Katib Experiment: the door makes it a Sweep
+        kind = resource.kind
+    elif kind != resource.kind:
         problems.append(
             FieldError("kind", f"is {short(kind)}, and this path takes {resource.kind}s; post it to its own path")
         )
