@@ -1,10 +1,11 @@
 """What each node has handed out, and to which job: the allocation the nodes page and ``GET nodes`` show.
 
 Read over the port, the same on both backends: a job holds, on a node, what its placed replicas
-(``status.placements``) request, while it is in a holding phase (``core.lifecycle.HOLDING_PHASES``) -- the jobs'
-part of ``services.scheduling.holdings_of``, with who holds each GPU kept. A replica still exiting after its job
-finished is not counted (the embedded ``phalanx get nodes`` also counts it, from the store's replicas, for the few
-seconds it takes to stop): the port lists jobs, not every backend's processes.
+(``status.placements``) request, while it is in a holding phase (``core.lifecycle.HOLDING_PHASES``):
+``services.scheduling.placed_replicas``, the jobs' part of what the schedulers count, with who holds each GPU.
+A replica still exiting after its job finished is not counted (the embedded ``phalanx get nodes`` also counts
+it, from the store's replicas, for the few seconds it takes to stop): the port lists jobs, not every backend's
+processes.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from phalanx.core.lifecycle import HOLDING_PHASES
-from phalanx.model.jobs import Phase, TrainingJob
-from phalanx.services.scheduling import replica_requests
+from phalanx.model.jobs import TrainingJob
+from phalanx.services.scheduling import placed_replicas
 
 
 @dataclass(frozen=True)
@@ -41,19 +41,12 @@ class NodeAllocation:
 def node_allocations(jobs: Iterable[TrainingJob]) -> dict[str, NodeAllocation]:
     """Each node's allocation, by node name (a node nothing holds is absent)."""
     allocations: dict[str, NodeAllocation] = {}
-    for job in jobs:
-        if Phase(job.status.phase) not in HOLDING_PHASES or not job.status.placements:
-            continue
-        vectors = {request.name: request.total() for request in replica_requests(job)}
-        for name, placement in sorted(job.status.placements.items()):
-            vector = vectors.get(name)
-            if vector is None:  # a placement the spec no longer names: no replica will hold it
-                continue
-            allocation = allocations.setdefault(placement.node, NodeAllocation())
-            allocation.cpu_milli += vector.cpu_milli
-            allocation.memory += vector.memory
-            allocation.gpus += len(placement.gpus)
-            share = placement.gpu_milli or 1000
-            for index in placement.gpus:
-                allocation.holders.setdefault(index, []).append(GpuHolder(job.key, name, share))
+    for job, name, placement, vector in placed_replicas(jobs):
+        allocation = allocations.setdefault(placement.node, NodeAllocation())
+        allocation.cpu_milli += vector.cpu_milli
+        allocation.memory += vector.memory
+        allocation.gpus += len(placement.gpus)
+        share = placement.gpu_milli or 1000
+        for index in placement.gpus:
+            allocation.holders.setdefault(index, []).append(GpuHolder(job.key, name, share))
     return allocations

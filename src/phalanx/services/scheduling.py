@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -116,7 +116,6 @@ def holdings_of(
     choice is not visible). ``requests`` gives a job's replicas' requests by name (default: ``replica_requests``;
     phalanx-scheduler passes its cache).
     """
-    requested = requests or (lambda job: {r.name: r.total() for r in replica_requests(job)})
     held: list[tuple[ReplicaPlacement, ResourceVector]] = []
     covered: set[tuple[str, str]] = set()
     foreign: list[Occupant] = []
@@ -126,16 +125,30 @@ def holdings_of(
         else:
             held.append((occupant.placement, occupant.held))
             covered.add(occupant.replica)
+    for job, name, placement, vector in placed_replicas(jobs, requests):
+        if (job.metadata.uid or "", name) not in covered:
+            held.append((placement, vector))
+    if foreign:
+        held.extend(_without_placement(foreign, held, nodes))
+    return held
+
+
+def placed_replicas(
+    jobs: Iterable[TrainingJob], requests: Callable[[TrainingJob], Mapping[str, ResourceVector]] | None = None
+) -> Iterator[tuple[TrainingJob, str, ReplicaPlacement, ResourceVector]]:
+    """Each placement of a job in a holding phase that its spec still names: (job, replica, placement, request).
+
+    What jobs hold by their placements, for ``holdings_of`` (the schedulers) and ``services.node_views`` (who
+    holds what, for the nodes views). ``requests`` as in ``holdings_of``.
+    """
+    requested = requests or (lambda job: {r.name: r.total() for r in replica_requests(job)})
     for job in jobs:
         if Phase(job.status.phase) not in HOLDING_PHASES:
             continue
         vectors = requested(job)
         for name, placement in job.status.placements.items():
-            if name in vectors and (job.metadata.uid or "", name) not in covered:
-                held.append((placement, vectors[name]))
-    if foreign:
-        held.extend(_without_placement(foreign, held, nodes))
-    return held
+            if name in vectors:
+                yield job, name, placement, vectors[name]
 
 
 def _without_placement(
