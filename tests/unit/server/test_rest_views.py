@@ -260,3 +260,20 @@ def test_the_views_are_in_the_openapi_document_with_their_schemas(client: TestCl
         answer = spec["paths"][API + path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
         assert answer == {"$ref": f"#/components/schemas/{schema}"}
     assert "allocation" in spec["components"]["schemas"]["NodeView"]["properties"]
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
+@pytest.mark.parametrize("path", ["/nodes", "/nodes/n1", "/nodes/n1/caches", "/queues/default/usage"])
+def test_a_view_takes_only_get(client: TestClient, path: str, method: str) -> None:
+    refused = client.request(method, f"{API}{path}")
+    assert refused.status_code == 405, refused.text
+    assert refused.json()["message"] == f"{method} is not allowed on '{API}{path}'; it is a read-only view: use GET"
+
+
+def test_a_name_no_node_or_queue_can_have_is_400_naming_the_rule(client: TestClient) -> None:
+    long = client.get(f"{API}/nodes/{'n' * 254}/caches")
+    assert long.status_code == 400, long.text
+    assert long.json()["message"] == "the path's node name is 254 characters; at most 253"
+    spaced = client.get(f"{API}/queues/Big Queue/usage")
+    assert spaced.status_code == 400, spaced.text
+    assert spaced.json()["message"].startswith("the path's name: name 'Big Queue' is not a DNS-1123 label")

@@ -9,6 +9,8 @@ Routes (under ``/apis/phalanx.dev/v1alpha1``), all ``GET``:
 - ``queues/{name}/usage``: the queue's usage against its quota and borrowing, its admitted jobs and its pending
   jobs with why they wait (``services.queue_views``, the numbers of ``phalanx get queues`` / ``describe queue``).
 
+The views are read-only (any other verb: 405); a path name no node or queue can have is a 400 naming the rule.
+
 Nodes and Queues are cluster-scoped: any authenticated caller reads them (``core.auth``: every role). What they
 hold belongs to tenants, so each body is built for its caller (``view_bodies``): names of namespaces the caller
 may not read are replaced (``in use``, ``hidden``) or counted, by ``core.auth.views``. Which namespaces the caller
@@ -39,6 +41,7 @@ from phalanx.entrypoints.server.view_bodies import (
 from phalanx.model.base import API_VERSION
 from phalanx.model.errors import short
 from phalanx.model.jobs import TrainingJob
+from phalanx.model.names import MAX_SUBDOMAIN_LENGTH, check_dns_label
 from phalanx.model.nodes import Node
 from phalanx.services.node_views import node_allocations
 from phalanx.services.operations import OperationError, Operations
@@ -67,6 +70,16 @@ def add_view_routes(app: FastAPI, ops: Operations, authorize: Authorize | None) 
             responses={200: {"model": model, "description": "The view, for this caller."}, **_REFUSALS},
             operation_id=operation,
         )
+        # Before the app's catch-all, which would call a node "no resource" and a queue's usage "no subresource".
+        app.add_api_route(PREFIX + path, _read_only, methods=_WRITES, include_in_schema=False)
+
+
+_WRITES = ["POST", "PUT", "PATCH", "DELETE"]
+
+
+def _read_only(request: Request) -> JSONResponse:
+    path = short(request.url.path, 200)
+    raise ApiError(405, f"{request.method} is not allowed on {path}; it is a read-only view: use GET")
 
 
 class _Views:
@@ -100,6 +113,10 @@ class _Views:
         return JSONResponse(cache_body(view, readable))
 
     def read_usage(self, request: Request, name: str) -> JSONResponse:
+        try:
+            check_dns_label(name, "name")
+        except ValueError as err:
+            raise ApiError(400, f"the path's name: {err}") from None
         readable = self._caller(request, "get", "Queue", name)
         names = [queue.metadata.name for queue in self.ops.list_queues()]
         if name not in names:
@@ -134,6 +151,8 @@ class _Views:
         return readable
 
     def _node(self, name: str) -> Node:
+        if len(name) > MAX_SUBDOMAIN_LENGTH:  # node names are DNS subdomains; others are merely not found
+            raise ApiError(400, f"the path's node name is {len(name)} characters; at most {MAX_SUBDOMAIN_LENGTH}")
         nodes = self.ops.list_nodes()
         found = next((node for node in nodes if node.metadata.name == name), None)
         if found is None:
