@@ -1,0 +1,64 @@
+// Charts as SVG drawn here (no chart library): horizontal bars for named values, e.g. a job's metrics or a
+// queue's usage against its quota.
+const SVG = "http://www.w3.org/2000/svg";
+
+function s(tag, attrs = {}, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function format(value) {
+  return Number.isInteger(value) ? String(value) : String(Number(value.toPrecision(4)));
+}
+
+// bars: [{label, value, max?}] -> an <svg>; each bar is scaled to its own max when given (usage/quota), else to
+// the largest absolute value of all bars.
+export function barChart(bars, { width = 560, rowHeight = 22, labelWidth = 150, testid = "chart" } = {}) {
+  const height = Math.max(bars.length, 1) * rowHeight + 6;
+  const svg = s("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "data-testid": testid });
+  const largest = Math.max(1e-12, ...bars.map((bar) => Math.abs(bar.value)));
+  const span = width - labelWidth - 90;
+  bars.forEach((bar, row) => {
+    const y = row * rowHeight + 3;
+    const scale = bar.max ? Math.min(Math.abs(bar.value) / bar.max, 1) : Math.abs(bar.value) / largest;
+    const group = s("g", { "data-label": bar.label, "data-value": bar.value });
+    group.append(s("text", { x: 0, y: y + 14 }, bar.label));
+    if (bar.max) group.append(s("rect", { x: labelWidth, y, width: span, height: rowHeight - 6, fill: "#e4e7ee" }));
+    group.append(
+      s("rect", { x: labelWidth, y, width: Math.max(1, scale * span), height: rowHeight - 6, fill: bar.color || "#2f5bd3" }),
+    );
+    const text = bar.max ? `${format(bar.value)} / ${format(bar.max)}` : format(bar.value);
+    group.append(s("text", { x: labelWidth + span + 6, y: y + 14 }, text));
+    svg.append(group);
+  });
+  return svg;
+}
+
+function elapsed(ms) {
+  if (ms < 1000) return `+${ms} ms`;
+  if (ms < 120000) return `+${(ms / 1000).toFixed(1)} s`;
+  if (ms < 7200000) return `+${(ms / 60000).toFixed(1)} min`;
+  return `+${(ms / 3600000).toFixed(1)} h`;
+}
+
+// A timeline of dated steps, [{label, time}] in time order: one row each on a vertical line, with its time and
+// how long after the first step it came (steps milliseconds apart stay readable).
+export function timeline(steps, { width = 560, rowHeight = 22, testid = "timeline" } = {}) {
+  const height = steps.length * rowHeight + 6;
+  const svg = s("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "data-testid": testid });
+  svg.append(s("line", { x1: 12, y1: 12, x2: 12, y2: height - 12, stroke: "#d9dde5", "stroke-width": 2 }));
+  const start = Date.parse(steps[0].time);
+  steps.forEach((step, row) => {
+    const y = row * rowHeight + 12;
+    const when = new Date(step.time);
+    const group = s("g", { "data-step": step.label, "data-time": step.time });
+    group.append(s("circle", { cx: 12, cy: y, r: 5, fill: step.color || "#2f5bd3" }));
+    group.append(s("text", { x: 26, y: y + 4 }, step.label));
+    group.append(s("text", { x: 200, y: y + 4 }, when.toLocaleString()));
+    group.append(s("text", { x: 400, y: y + 4 }, row ? elapsed(Date.parse(step.time) - start) : ""));
+    svg.append(group);
+  });
+  return svg;
+}
