@@ -32,7 +32,8 @@ from support.browser import screenshot_directory, system_chromium
 API = "/apis/phalanx.dev/v1alpha1"
 INVENTORY = REPO / "examples" / "inventories" / "dgx-2socket-8gpu.yaml"
 METRICS = (
-    "import json, os; out = os.environ['PHALANX_OUTPUT_DIR']; os.makedirs(out, exist_ok=True); "
+    "import json, os; print('evaluated 1000 images', flush=True); "
+    "out = os.environ['PHALANX_OUTPUT_DIR']; os.makedirs(out, exist_ok=True); "
     "json.dump({'accuracy': 0.91, 'loss': 0.25}, open(os.path.join(out, 'metrics.json'), 'w'))"
 )
 TIMEOUT_MS = 30_000  # the page polls every 2 s; a loaded 2-core machine may take a while to answer
@@ -157,11 +158,6 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
         expect(row.locator(".node")).to_have_text(where["node"])
         expect(row.locator(".gpus")).to_have_text(", ".join(str(g) for g in where["gpus"]))
         expect(page.locator("#explain")).to_be_hidden()
-        log = http.get(f"{jobs}/train-resnet/log", params={"replica": replica})
-        if log.status_code == 200:
-            expect(page.locator("#log")).to_contain_text(log.text.strip().splitlines()[-1])
-        else:  # the server does not serve logs yet: the page says what the API said
-            expect(page.locator("#log-note")).to_have_text(log.json()["message"])
         page.screenshot(path=str(shots / "job-running.png"), full_page=True)
 
         page.goto(f"{base}/ui/#/jobs/default/evaluate")
@@ -175,6 +171,12 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
         steps = {e["reason"] for e in events.json()["items"]} if events.status_code == 200 else {"Created", "Succeeded"}
         for step in steps:
             expect(page.locator(f"[data-testid=timeline] g[data-step='{step}']").first).to_be_visible()
+        log = http.get(f"{jobs}/evaluate/log", params={"replica": "worker-0"})
+        if log.status_code == 200:
+            assert "evaluated 1000 images" in log.text
+            expect(page.locator("#log")).to_contain_text("evaluated 1000 images")
+        else:  # the server does not serve logs: the page says what the API said
+            expect(page.locator("#log-note")).to_have_text(log.json()["message"])
         page.screenshot(path=str(shots / "job-succeeded.png"), full_page=True)
 
         # -- queues: admitted and pending as the Queue's status counts them, and who waits and why -------------

@@ -11,8 +11,8 @@ const LOG_LINES = 200;
 function replicaNames(job) {
   const names = [];
   for (const [role, spec] of Object.entries(job.spec.replicas || {})) {
-    // As the API names replicas (model/replicas.py replica_name): the placements' keys.
-    for (let index = 0; index < (spec.count || 0); index += 1) names.push(`${job.metadata.name}-${role}-${index}`);
+    // As the log route names them: ROLE-INDEX (the placements' keys put the job's name first).
+    for (let index = 0; index < (spec.count || 0); index += 1) names.push(`${role}-${index}`);
   }
   return names;
 }
@@ -22,8 +22,13 @@ function replicaNames(job) {
 async function steps(path, job) {
   try {
     const events = await getJson(`${path}/events`);
-    const dated = events.items.filter((e) => e.reason && (e.lastTimestamp || e.eventTime || e.firstTimestamp));
-    if (dated.length) return dated.map((e) => ({ label: e.reason, time: e.lastTimestamp || e.eventTime || e.firstTimestamp }));
+    const when = (e) => e.time || e.lastTimestamp || e.eventTime || e.firstTimestamp;
+    const dated = events.items.filter((e) => e.reason && when(e));
+    if (dated.length) {
+      return dated
+        .map((e) => ({ label: e.reason, time: when(e), color: e.type === "Warning" ? "#c33b32" : COLOURS[e.reason] }))
+        .sort((a, b) => Date.parse(a.time) - Date.parse(b.time));
+    }
   } catch (error) {
     if (!(error instanceof ApiError && error.status === 404)) throw error;
   }
