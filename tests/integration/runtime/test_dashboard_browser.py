@@ -214,13 +214,103 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
         assert script_errors == []
 
 
-def test_a_server_without_auth_shows_the_jobs_without_a_login(runtime: Runtime, tmp_path: Path) -> None:
+TRIAL = "import sys; lr = float(sys.argv[1]); print(f'phalanx-metric step=1 loss={(lr - 0.05) ** 2 + 0.01}')"
+
+
+def program_spec(*command: str) -> dict[str, Any]:
+    template = {"command": [sys.executable, *command], "resources": {"cpu": "100m", "memory": "64Mi"}}
+    return {"type": "generic", "replicas": {"worker": {"count": 1, "template": template}}}
+
+
+def tuned_pipeline() -> dict[str, Any]:
+    """A Pipeline whose first step is a Sweep and whose second trains with the best value it found."""
+    sweep = {
+        "parameters": [{"name": "lr", "type": "discrete", "values": [0.01, 0.05, 0.1]}],
+        "algorithm": {"name": "grid"},
+        "objective": {"metric": "loss", "direction": "minimize"},
+        "maxTrials": 3,
+        "parallelTrials": 2,
+        "trial": {"spec": program_spec("-c", TRIAL, "${params.lr}")},
+    }
+    final = {
+        "name": "final",
+        "trainingJob": {"spec": program_spec("-c", "import sys; print(sys.argv[1])", "${inputs.lr}")},
+        "arguments": {"lr": "{{steps.tune.outputs.lr}}"},
+    }
+    steps = [{"name": "tune", "sweep": {"spec": sweep}, "outputs": [{"name": "lr", "type": "Float"}]}, final]
+    return {"kind": "Pipeline", "metadata": {"name": "tuned"}, "spec": {"steps": steps}}
+
+
+def test_without_auth_the_sweeps_pipelines_and_datasets_pages_show_what_the_api_answers(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    shots = screenshot_directory(tmp_path / "screenshots")
     runtime.start_control_plane()
-    runtime.submit(generic_job("hello"))
     base = start_server(runtime, tmp_path / "server.log", "--no-auth")
+    http = httpx.Client(base_url=base, timeout=10)
+    data = tmp_path / "images"
+    data.mkdir()
+    (data / "a.bin").write_bytes(b"a" * 3000)
+    namespace = f"{API}/namespaces/default"
+    dataset = {"kind": "Dataset", "metadata": {"name": "images"}, "spec": {"source": {"path": str(data)}}}
+    assert http.post(f"{namespace}/datasets", json=dataset).status_code == 201
+    assert http.post(f"{namespace}/pipelines", json=tuned_pipeline()).status_code == 201
+    run = {"kind": "PipelineRun", "metadata": {"name": "tuned-1"}, "spec": {"pipelineRef": {"name": "tuned"}}}
+    assert http.post(f"{namespace}/pipelineruns", json=run).status_code == 201
+
+    def finished() -> dict[str, Any] | None:
+        found: dict[str, Any] = http.get(f"{namespace}/pipelineruns/tuned-1").json()
+        return found if found.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
+
+    done = wait_until(finished, timeout=180, message="pipelinerun tuned-1 to finish")
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+
     with system_chromium() as browser:
-        page = browser.new_page()
-        page.goto(f"{base}/")  # the root leads to the dashboard
-        expect(page.locator("tr[data-job='default/hello']")).to_be_visible(timeout=TIMEOUT_MS)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        script_errors: list[str] = []
+        page.on("pageerror", lambda error: script_errors.append(str(error)))
+        page.set_default_timeout(TIMEOUT_MS)
+        expect.set_options(timeout=TIMEOUT_MS)
+        page.goto(f"{base}/")  # the root leads to the dashboard; no token is asked for
+        listed = phases(http)
+        expect(page.locator("tr[data-job]")).to_have_count(len(listed))
         expect(page.locator("#login")).to_have_count(0)
         expect(page.locator("#logout")).to_be_hidden()
+
+        # -- the pipeline run: its DAG, each step in the state the run's status gives it ------------------------
+        page.click("nav a[data-nav=pipelineruns]")
+        graph = page.locator("[data-testid=dag-tuned-1]")
+        for instance in done["status"]["instances"]:
+            step = graph.locator(f"g[data-node='{instance['step']}']")
+            expect(step).to_have_attribute("data-state", instance["phase"])
+        expect(graph.locator("line[data-edge='tune->final']")).to_have_count(1)
+        page.screenshot(path=str(shots / "pipelines.png"), full_page=True)
+
+        # -- the sweep its first step ran: every trial and the best -------------------------------------------
+        page.click("nav a[data-nav=sweeps]")
+        [sweep] = http.get(f"{namespace}/sweeps").json()["items"]
+        card = page.locator(f"[data-sweep='default/{sweep['metadata']['name']}']")
+        results = sweep["status"]["results"]
+        expect(card.locator("tr[data-trial]")).to_have_count(len(results))
+        for result in results:
+            phase = card.locator(f"tr[data-trial='{result['number']}'] .trial-phase")
+            expect(phase).to_have_text(result["phase"])
+        best = str(sweep["status"]["bestTrial"]["number"])
+        expect(card.locator("dd.best")).to_have_attribute("data-best", best)
+        expect(card.locator("tr.best")).to_have_attribute("data-trial", best)
+        page.screenshot(path=str(shots / "sweeps.png"), full_page=True)
+
+        # -- datasets: phase, size and the nodes caching it, as the API has them -----------------------------
+        page.click("nav a[data-nav=datasets]")
+        stored = http.get(f"{namespace}/datasets/images").json()["status"]
+        row = page.locator("tr[data-dataset='default/images']")
+        expect(row.locator(".phase-cell")).to_have_text(stored.get("phase", "Pending"))
+        expect(row.locator(".files")).to_have_text(str(stored.get("files", 0)))
+        expect(row.locator(".nodes")).to_have_text(", ".join(stored.get("nodes", [])) or "none")
+        nodes = http.get(f"{API}/nodes")
+        if nodes.status_code != 200:  # the server does not serve nodes (nor their caches) yet: the page says so
+            expect(page.locator("#caches-note")).to_contain_text(nodes.json()["message"])
+        else:
+            expect(page.locator("[data-cache-node]")).to_have_count(len(nodes.json()["items"]))
+        page.screenshot(path=str(shots / "datasets.png"), full_page=True)
+        assert script_errors == []

@@ -1,12 +1,16 @@
 // The dashboard's entry: login when the server asks for a token, then the page the address after '#' names.
-// Routes: #/jobs, #/jobs/NAMESPACE/NAME, #/queues, #/nodes. Each page is a function (view, ...params) that draws
-// into `view` and returns a function that stops its live updates when another page is shown.
+// Routes: #/jobs, #/jobs/NAMESPACE/NAME, #/queues, #/nodes, #/datasets, #/sweeps, #/pipelineruns. Each page is a
+// function (view, ...params) that draws into `view` and returns a function that stops its live updates when
+// another page is shown.
 import { ApiError, getJson, saveToken, savedToken } from "./api.js";
 import { h, errorBox } from "./dom.js";
 import { jobsPage } from "./pages/jobs.js";
 import { jobPage } from "./pages/job.js";
 import { queuesPage } from "./pages/queues.js";
 import { nodesPage } from "./pages/nodes.js";
+import { datasetsPage } from "./pages/datasets.js";
+import { sweepsPage } from "./pages/sweeps.js";
+import { pipelinesPage } from "./pages/pipelines.js";
 
 const view = document.getElementById("view");
 const logout = document.getElementById("logout");
@@ -17,6 +21,9 @@ const ROUTES = [
   [/^#\/jobs$/, jobsPage, "jobs"],
   [/^#\/queues$/, queuesPage, "queues"],
   [/^#\/nodes$/, nodesPage, "nodes"],
+  [/^#\/datasets$/, datasetsPage, "datasets"],
+  [/^#\/sweeps$/, sweepsPage, "sweeps"],
+  [/^#\/pipelineruns$/, pipelinesPage, "pipelineruns"],
 ];
 
 // Whether the server serves this session: a cluster-scoped list any valid token may read. 401 means a token is
@@ -69,7 +76,7 @@ function route() {
     stop = page(view, ...params, onRefused) || (() => {});
     return;
   }
-  view.replaceChildren(errorBox(new Error(`No page at ${address}; see Jobs, Queues or Nodes above.`)));
+  view.replaceChildren(errorBox(new Error(`No page at ${address}; pick a page above.`)));
 }
 
 // A page whose read was refused with 401 (the token was revoked meanwhile) sends the user back to login.

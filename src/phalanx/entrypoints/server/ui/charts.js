@@ -62,3 +62,46 @@ export function timeline(steps, { width = 560, rowHeight = 22, testid = "timelin
   });
   return svg;
 }
+
+// A DAG drawn left to right: each node in the column of its longest path from a root, edges as lines.
+// nodes: [{name, state, color}], edges: [[from, to]] -> an <svg> whose <g data-node> carry each node's state.
+export function dag(nodes, edges, { testid = "dag" } = {}) {
+  const depth = new Map(nodes.map((n) => [n.name, 0]));
+  for (let round = 0; round < nodes.length; round += 1) {
+    for (const [from, to] of edges) {
+      if (depth.has(from) && depth.has(to)) depth.set(to, Math.max(depth.get(to), depth.get(from) + 1));
+    }
+  }
+  const columns = new Map();
+  for (const node of nodes) {
+    const column = depth.get(node.name);
+    if (!columns.has(column)) columns.set(column, []);
+    columns.get(column).push(node);
+  }
+  const boxWidth = 150;
+  const boxHeight = 40;
+  const where = new Map();
+  let rows = 1;
+  for (const [column, members] of columns) {
+    members.forEach((node, row) => where.set(node.name, { x: 10 + column * (boxWidth + 50), y: 10 + row * (boxHeight + 20) }));
+    rows = Math.max(rows, members.length);
+  }
+  const width = 20 + columns.size * (boxWidth + 50);
+  const height = 20 + rows * (boxHeight + 20);
+  const svg = s("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "data-testid": testid });
+  for (const [from, to] of edges) {
+    const a = where.get(from);
+    const b = where.get(to);
+    if (!a || !b) continue;
+    svg.append(s("line", { x1: a.x + boxWidth, y1: a.y + boxHeight / 2, x2: b.x, y2: b.y + boxHeight / 2, stroke: "#98a2b3", "stroke-width": 1.5, "data-edge": `${from}->${to}` }));
+  }
+  for (const node of nodes) {
+    const { x, y } = where.get(node.name);
+    const group = s("g", { "data-node": node.name, "data-state": node.state });
+    group.append(s("rect", { x, y, width: boxWidth, height: boxHeight, rx: 6, fill: "#fff", stroke: node.color || "#667085", "stroke-width": 2 }));
+    group.append(s("text", { x: x + 8, y: y + 16 }, node.name));
+    group.append(s("text", { x: x + 8, y: y + 32, fill: node.color || "#667085" }, node.state));
+    svg.append(group);
+  }
+  return svg;
+}
