@@ -211,6 +211,20 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
         finished = page.locator("tr[data-job='default/train-resnet'] [data-phase]")
         expect(finished).to_have_text("Succeeded", timeout=90_000)
         expect(page.locator("tr[data-job='default/train-vit'] [data-phase]")).not_to_have_text("Queued", timeout=90_000)
+
+        # -- history: the records the API keeps (read first: the page, read later, may show more) ----------------
+        history = http.get(f"{API}/history", params={"limit": 1000})
+        page.click("nav a[data-nav=history]")
+        if history.status_code == 200:
+            answer = history.json()
+            for record in answer["items"]:
+                expect(page.locator(f"tr[data-record='{record['namespace']}/{record['name']}']").first).to_be_visible()
+            for summary in answer["queues"]:
+                bars = page.locator("[data-testid=queueing-per-queue]")
+                expect(bars.locator(f"g[data-label='{summary['queue']} p50']")).to_have_count(1)
+        else:  # the server keeps no history, or does not serve it yet: the page shows the API's sentence
+            expect(page.locator("#history-body .error")).to_have_text(history.json()["message"])
+        page.screenshot(path=str(shots / "history.png"), full_page=True)
         assert script_errors == []
 
 

@@ -71,7 +71,7 @@ def test_every_module_the_pages_import_is_served_as_javascript(
             pending.append("/".join(resolved))
     on_disk = {str(p.relative_to(UI_DIRECTORY)) for p in UI_DIRECTORY.rglob("*.js")}
     assert seen == on_disk  # every page module is reached from app.js; none is left over
-    pages = {"jobs", "job", "queues", "nodes", "datasets", "sweeps", "pipelines"}
+    pages = {"jobs", "job", "queues", "nodes", "datasets", "history", "sweeps", "pipelines"}
     assert {f"pages/{page}.js" for page in pages} <= seen
 
 

@@ -1,7 +1,7 @@
 // The dashboard's entry: login when the server asks for a token, then the page the address after '#' names.
-// Routes: #/jobs, #/jobs/NAMESPACE/NAME, #/queues, #/nodes, #/datasets, #/sweeps, #/pipelineruns. Each page is a
-// function (view, ...params) that draws into `view` and returns a function that stops its live updates when
-// another page is shown.
+// Routes: #/jobs, #/jobs/NAMESPACE/NAME, #/queues, #/nodes, #/datasets, #/history, #/sweeps, #/pipelineruns.
+// Each page is a function (view, ...params) that draws into `view` and returns a function that stops its live
+// updates when another page is shown.
 import { ApiError, getJson, saveToken, savedToken } from "./api.js";
 import { h, errorBox } from "./dom.js";
 import { jobsPage } from "./pages/jobs.js";
@@ -11,6 +11,7 @@ import { nodesPage } from "./pages/nodes.js";
 import { datasetsPage } from "./pages/datasets.js";
 import { sweepsPage } from "./pages/sweeps.js";
 import { pipelinesPage } from "./pages/pipelines.js";
+import { historyPage } from "./pages/history.js";
 
 const view = document.getElementById("view");
 const logout = document.getElementById("logout");
@@ -22,6 +23,7 @@ const ROUTES = [
   [/^#\/queues$/, queuesPage, "queues"],
   [/^#\/nodes$/, nodesPage, "nodes"],
   [/^#\/datasets$/, datasetsPage, "datasets"],
+  [/^#\/history$/, historyPage, "history"],
   [/^#\/sweeps$/, sweepsPage, "sweeps"],
   [/^#\/pipelineruns$/, pipelinesPage, "pipelineruns"],
 ];

@@ -105,3 +105,38 @@ export function dag(nodes, edges, { testid = "dag" } = {}) {
   }
   return svg;
 }
+
+// Values over time: points [{time, value}] as dots (or, with step: true, a step line that holds each value until
+// the next point), time on x and the value on y, with the y axis' top value and the time span written.
+export function timeSeries(points, { width = 560, height = 160, step = false, unit = "", testid = "series" } = {}) {
+  const svg = s("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "data-testid": testid });
+  const left = 50;
+  const bottom = height - 20;
+  svg.append(s("line", { x1: left, y1: 10, x2: left, y2: bottom, stroke: "#d9dde5" }));
+  svg.append(s("line", { x1: left, y1: bottom, x2: width - 10, y2: bottom, stroke: "#d9dde5" }));
+  if (!points.length) return svg;
+  const times = points.map((p) => Date.parse(p.time));
+  const first = Math.min(...times);
+  const last = Math.max(...times);
+  const top = Math.max(1e-9, ...points.map((p) => p.value));
+  const x = (t) => left + (last > first ? ((t - first) / (last - first)) * (width - left - 10) : (width - left - 10) / 2);
+  const y = (v) => bottom - (v / top) * (bottom - 10);
+  svg.append(s("text", { x: 2, y: 14 }, `${format(top)}${unit}`));
+  svg.append(s("text", { x: 2, y: bottom }, `0${unit}`));
+  svg.append(s("text", { x: left, y: height - 4 }, new Date(first).toLocaleString()));
+  svg.append(s("text", { x: width - 150, y: height - 4 }, new Date(last).toLocaleString()));
+  if (step) {
+    let path = "";
+    points.forEach((p, i) => {
+      const px = x(times[i]);
+      path += i ? ` L ${px} ${y(points[i - 1].value)} L ${px} ${y(p.value)}` : `M ${px} ${y(p.value)}`;
+    });
+    svg.append(s("path", { d: path, fill: "none", stroke: "#2f5bd3", "stroke-width": 2 }));
+  }
+  points.forEach((p, i) => {
+    const dot = s("circle", { cx: x(times[i]), cy: y(p.value), r: step ? 2 : 4, fill: "#2f5bd3", "data-value": p.value });
+    if (p.label) dot.setAttribute("data-label", p.label);
+    svg.append(dot);
+  });
+  return svg;
+}
