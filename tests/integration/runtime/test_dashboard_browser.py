@@ -326,5 +326,10 @@ def test_without_auth_the_sweeps_pipelines_and_datasets_pages_show_what_the_api_
             expect(page.locator("#caches-note")).to_contain_text(nodes.json()["message"])
         else:
             expect(page.locator("[data-cache-node]")).to_have_count(len(nodes.json()["items"]))
+            for node in nodes.json()["items"]:
+                name = node["metadata"]["name"]
+                cache = http.get(f"{API}/nodes/{name}/caches").json()
+                entries = page.locator(f"[data-cache-node='{name}'] tr[data-entry]")
+                expect(entries).to_have_count(len(cache["entries"]))
         page.screenshot(path=str(shots / "datasets.png"), full_page=True)
         assert script_errors == []

@@ -30,23 +30,58 @@ function datasetRow(dataset) {
   );
 }
 
+// One node's cache as GET /nodes/NAME/caches answers it: use against capacity, its entries, counters by Dataset.
+function cacheCard(name, cache) {
+  const entries = cache.entries || [];
+  const counters = Object.entries(cache.counters || {});
+  const capacity = cache.capacity ? ` of ${size(cache.capacity)}` : "";
+  return h(
+    "section",
+    { class: "card", "data-cache-node": name },
+    h("h2", {}, `Cache of ${name}`),
+    h("p", { class: "muted used" }, `${size(cache.used)} used${capacity}, ${entries.length} entries`),
+    entries.length
+      ? table(
+          ["Dataset", "Key", "Size", "State", "Pinned by"],
+          entries.map((e) =>
+            h(
+              "tr",
+              { "data-entry": e.key },
+              h("td", { class: "dataset" }, e.dataset),
+              h("td", {}, String(e.key).slice(0, 19)),
+              h("td", {}, size(e.bytes)),
+              h("td", { class: "state" }, e.state),
+              h("td", {}, (e.pinnedBy || []).join(", ") || "—"),
+            ),
+          ),
+        )
+      : h("p", { class: "muted" }, "Empty."),
+    counters.length
+      ? table(
+          ["Dataset", "Hits", "Misses", "From cache", "Fetched", "Evictions"],
+          counters.map(([dataset, c]) =>
+            h(
+              "tr",
+              { "data-counters": dataset },
+              h("td", {}, dataset),
+              h("td", { class: "hits" }, c.hits),
+              h("td", { class: "misses" }, c.misses),
+              h("td", {}, size(c.bytesFromCache)),
+              h("td", {}, size(c.bytesFetched)),
+              h("td", {}, c.evictions),
+            ),
+          ),
+        )
+      : null,
+  );
+}
+
 async function cachesOf(nodes) {
   const sections = [];
   for (const node of nodes) {
     const name = node.metadata.name;
     try {
-      const caches = await getJson(`/nodes/${encodeURIComponent(name)}/caches`);
-      const entries = caches.items || [];
-      sections.push(
-        h(
-          "section",
-          { class: "card", "data-cache-node": name },
-          h("h2", {}, `Cache of ${name}`),
-          entries.length
-            ? table(["Entry", "Size"], entries.map((e) => h("tr", {}, h("td", {}, e.name || e.dataset || e.version || JSON.stringify(e)), h("td", {}, size(e.bytes)))))
-            : h("p", { class: "muted" }, "Empty."),
-        ),
-      );
+      sections.push(cacheCard(name, await getJson(`/nodes/${encodeURIComponent(name)}/caches`)));
     } catch (error) {
       sections.push(h("section", { class: "card", "data-cache-node": name }, h("h2", {}, `Cache of ${name}`), errorBox(error)));
     }
