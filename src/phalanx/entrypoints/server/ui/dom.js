@@ -29,3 +29,9 @@ export function table(headings, rows) {
 export function queueOf(job) {
   return ((job.spec || {}).scheduling || {}).queue || "default";
 }
+
+// A number as people read it: integers whole, others to 4 significant digits (0.0116, not 0.011600000000000001).
+export function number(value) {
+  if (typeof value !== "number") return value ?? "—";
+  return Number.isInteger(value) ? String(value) : String(Number(value.toPrecision(4)));
+}

@@ -1,7 +1,7 @@
 // Sweeps: each Sweep's phase, trial counts and best trial, and its trials table (number, phase, parameters,
 // objective value), best first marked.
 import { watchList } from "../api.js";
-import { h, errorBox, phaseBadge, table } from "../dom.js";
+import { h, errorBox, number, phaseBadge, table } from "../dom.js";
 
 function sweepCard(sweep) {
   const { namespace, name } = sweep.metadata;
@@ -21,7 +21,7 @@ function sweepCard(sweep) {
       h("dt", {}, "Trials"),
       h("dd", { class: "counts" }, `${counts.succeeded || 0} succeeded, ${counts.running || 0} running, ${counts.failed || 0} failed, ${counts.stopped || 0} stopped`),
       h("dt", {}, "Best"),
-      h("dd", { class: "best", "data-best": best ? best.number : "" }, best ? `trial ${best.number}: ${best.value} with ${JSON.stringify(best.parameters)}` : "none yet"),
+      h("dd", { class: "best", "data-best": best ? best.number : "" }, best ? `trial ${best.number}: ${number(best.value)} with ${JSON.stringify(best.parameters)}` : "none yet"),
     ),
     results.length
       ? table(
@@ -33,7 +33,7 @@ function sweepCard(sweep) {
               h("td", {}, `${r.number}${best && best.number === r.number ? " ★" : ""}`),
               h("td", { class: "trial-phase" }, r.phase),
               h("td", {}, Object.entries(r.parameters || {}).map(([k, v]) => `${k}=${v}`).join(", ")),
-              h("td", { class: "value" }, r.value ?? "—"),
+              h("td", { class: "value" }, number(r.value)),
             ),
           ),
         )
