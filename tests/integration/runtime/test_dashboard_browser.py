@@ -119,6 +119,10 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
         expect(page.locator("tr[data-job]")).to_have_count(len(listed))
         wait_until(lambda: shown_phases(page) == listed, timeout=30, message="the jobs list to show the API's phases")
         expect(page.locator("#job-count")).to_have_text(f"{len(listed)} of {len(listed)} jobs")
+        # Live by the watch route where the server serves one (an event stream), else by polling the list.
+        with http.stream("GET", f"{API}/trainingjobs", params={"watch": "true"}) as watched:
+            streams = watched.headers["content-type"].startswith("text/event-stream")
+        expect(page.locator("body")).to_have_attribute("data-live", "watch" if streams else "poll")
         page.screenshot(path=str(shots / "jobs.png"))
         page.select_option("select[name=phase]", "Failed")
         expect(page.locator("tr[data-job]")).to_have_count(1)
