@@ -40,8 +40,10 @@ def system_chromium() -> Iterator[Browser]:
         pytest.fail("the playwright package is missing: pip install -e '.[test]'")
     executable = chromium_path()
     with sync_playwright() as playwright:
-        # --no-sandbox: CI runs as root, where chromium refuses its sandbox.
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"])
+        # --no-sandbox: CI runs as root, where chromium refuses its sandbox; --disable-dev-shm-usage: a container's
+        # small /dev/shm would crash the renderer, so it writes its shared memory to /tmp instead.
+        arguments = ["--no-sandbox", "--disable-dev-shm-usage"]
+        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=arguments)
         try:
             yield browser
         finally:
