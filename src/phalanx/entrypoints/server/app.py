@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.concurrency import run_in_threadpool
 
 from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
+from phalanx.entrypoints.server.dashboard import add_dashboard_routes
 from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
 from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.paging import PagingError, page_of
@@ -110,6 +111,7 @@ def create_app(backend: OperationsBackend, *, authorize: Authorize | None = None
         routes.add(app, resource)
     add_view_routes(app, routes.ops, authorize)
     add_error_handlers(app)
+    add_dashboard_routes(app)
     # Last, so it only sees what no route matched: an unknown plural, or a kind at the wrong scope.
     app.add_api_route(
         PREFIX + "/{rest:path}",
