@@ -119,21 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    metrics, api = None, None
+    metrics, registry = None, None
     if listen is not None:
         from prometheus_client import CollectorRegistry
 
-        from phalanx.entrypoints.server.background import ServeError, start
         from phalanx.services.metrics import SchedulerMetrics
 
         registry = CollectorRegistry()  # the scheduler counts here; the REST API's /metrics serves it
         metrics = SchedulerMetrics(registry)
-        try:
-            api = start(layout, *listen, registry=registry, tokens=not args.no_auth)
-        except ServeError as exc:
-            logging.getLogger(__name__).error("%s", exc)
-            return 1
-        logging.getLogger(__name__).info("serving the REST API on %s", args.listen)
     plane = ControlPlane(
         ControlPlaneConfig(
             state_dir=args.state_dir,
@@ -153,6 +146,16 @@ def main(argv: list[str] | None = None) -> int:
             metrics=metrics,
         )
     )
+    api = None
+    if listen is not None and registry is not None:
+        from phalanx.entrypoints.server.background import ServeError, start
+
+        try:
+            api = start(plane.store, layout, *listen, registry=registry, tokens=not args.no_auth)
+        except ServeError as exc:
+            logging.getLogger(__name__).error("%s", exc)
+            return 1
+        logging.getLogger(__name__).info("serving the REST API on %s", args.listen)
     try:
         plane.run(stop)
     finally:

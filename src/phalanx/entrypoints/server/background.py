@@ -40,6 +40,7 @@ class BackgroundServer:
 
 
 def start(
+    store: SqliteStore,
     layout: StateLayout,
     host: str,
     port: int,
@@ -50,6 +51,9 @@ def start(
 ) -> BackgroundServer:
     """Serve ``layout``'s REST API on ``host:port`` from a thread; return once it listens.
 
+    ``store`` is the control plane's own: one ``SqliteStore`` per file in a process, as its local API shares it
+    (a second one on the same file, in a process that also forks replicas' shims, saw SQLite's "disk I/O error").
+
     Raises:
         ServeError: it did not start within ``timeout`` seconds or stopped at once (the address is in use).
     """
@@ -59,7 +63,7 @@ def start(
     from phalanx.entrypoints.server.app import create_app
     from phalanx.entrypoints.server.tokens import token_authorizer
 
-    backend = SqliteBackend(SqliteStore(layout.database), layout)
+    backend = SqliteBackend(store, layout)
     authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
     app = create_app(backend, authorize=authorize, registry=registry)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
