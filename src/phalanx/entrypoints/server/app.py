@@ -18,6 +18,8 @@ stored).
 A posted object has no directory of the caller's: on the embedded runtime its relative paths (a command, an
 ``outputs.storeTo``) start where the control plane runs, and a Pipeline's components must be inline.
 
+``GET /metrics`` (Prometheus) and the timing of every request are added by ``metrics.add_metrics_routes``.
+
 Routes are plain functions run in the server's thread pool: the port is synchronous (SQLite, the API server's
 client), and a slow call holds one worker, not the event loop. The request body is read on the loop, then
 parsed and submitted in the pool.
