@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from test_rest_server_e2e import start_server
 
 from conftest import REPO, Runtime, generic_job, program_role, typed_job, wait_until
 from phalanx.model.jobs import Phase
@@ -126,3 +127,21 @@ def test_metrics_of_a_control_plane_serving_the_api_count_what_happened(runtime:
         message="the GPUs low held to be given back",
     )
     assert runtime.cli("down", check=True).returncode == 0
+
+
+def test_a_separate_phalanx_server_serves_the_state_and_its_requests_not_the_schedulers_counts(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    runtime.start_control_plane()
+    base = start_server(runtime, tmp_path / "server.log", "--no-auth")
+    runtime.submit(generic_job("one"))
+    runtime.wait_phase("one", {Phase.SUCCEEDED})
+    http = httpx.Client(base_url=base, timeout=10)
+    assert http.get(f"{API}/namespaces/default/trainingjobs/one").status_code == 200
+    found = scrape(http)
+    assert found["phalanx_jobs"] == {(("namespace", "default"), ("phase", "Succeeded"), ("queue", "default")): 1.0}
+    # Admissions happen in the control plane's process: this server has none to count, and does not pretend to.
+    assert "phalanx_admissions_total" not in found and "phalanx_scheduling_cycle_seconds_count" not in found
+    latency = found["phalanx_api_request_seconds_count"]
+    item = f"{API}/namespaces/{{namespace}}/trainingjobs/{{name}}"
+    assert latency[(("code", "200"), ("method", "GET"), ("route", item))] == 1.0
