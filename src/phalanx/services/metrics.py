@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -128,7 +128,24 @@ class StateCollector:
             "1 for each part of the state this scrape could not read (its metrics are missing from it).",
             labels=["part"],
         )
-        for part, read in (("jobs", self._jobs), ("nodes", self._nodes), ("caches", self._caches)):
+        jobs: list[TrainingJob] | None = None
+
+        def read_jobs() -> list[TrainingJob]:
+            nonlocal jobs
+            jobs = self.backend.list(TrainingJob)  # once per scrape: parsing every job is most of its cost
+            return jobs
+
+        def listed_jobs() -> list[TrainingJob]:
+            if jobs is None:
+                raise RuntimeError("the jobs could not be read, so neither can what they hold")
+            return jobs
+
+        parts: tuple[tuple[str, Callable[[], Iterator[Metric]]], ...] = (
+            ("jobs", lambda: self._jobs(read_jobs())),
+            ("nodes", lambda: self._nodes(listed_jobs())),
+            ("caches", self._caches),
+        )
+        for part, read in parts:
             try:
                 families = list(read())
             except Exception as error:  # a scrape must answer with what it could read
@@ -138,12 +155,11 @@ class StateCollector:
             yield from families
         yield failed
 
-    def _jobs(self) -> Iterator[Metric]:
+    def _jobs(self, jobs: list[TrainingJob]) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         counts: Counter[tuple[str, str, str]] = Counter(
-            (job.metadata.namespace, job.spec.scheduling.queue, str(Phase(job.status.phase).value))
-            for job in self.backend.list(TrainingJob)
+            (job.metadata.namespace, job.spec.scheduling.queue, str(Phase(job.status.phase).value)) for job in jobs
         )
         family = GaugeMetricFamily(
             "phalanx_jobs", "TrainingJobs by namespace, queue and phase.", labels=["namespace", "queue", "phase"]
@@ -152,11 +168,11 @@ class StateCollector:
             family.add_metric(list(labels), count)
         yield family
 
-    def _nodes(self) -> Iterator[Metric]:
+    def _nodes(self, jobs: list[TrainingJob]) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         nodes = self.backend.list(Node)
-        held = _held_gpus(self.backend.list(TrainingJob))
+        held = _held_gpus(jobs)
         total = GaugeMetricFamily("phalanx_gpus", "GPUs of each node, by model.", labels=["node", "model"])
         allocated = GaugeMetricFamily(
             "phalanx_gpus_allocated",

@@ -190,3 +190,34 @@ def test_an_admission_counts_once_with_its_latency_and_its_queueing_time() -> No
     assert found["phalanx_queueing_seconds_bucket"][labels(queue="gpu", le="60.0")] == 1.0
     assert found["phalanx_scheduling_cycle_seconds_count"] == {(): 2.0}
     assert found["phalanx_scheduling_cycle_seconds_bucket"][labels(le="0.005")] == 1.0
+
+
+class CountingLists(MemoryBackend):
+    def __init__(self, fail_jobs: bool = False) -> None:
+        super().__init__()
+        self.job_lists = 0
+        self.fail_jobs = fail_jobs
+
+    def list(self, kind: Any, namespace: str | None = None, *, labels: Any = None) -> builtins.list[Any]:
+        if kind is TrainingJob:
+            self.job_lists += 1
+            if self.fail_jobs:
+                raise OperationError("the store is locked")
+        return super().list(kind, namespace, labels=labels)
+
+
+def test_a_scrape_lists_the_jobs_once() -> None:
+    backend = CountingLists()
+    put_job(backend, "a", "ml", "gpu")
+    backend.job_lists = 0
+    found = scrape(state_registry(backend))
+    assert backend.job_lists == 1  # parsing every job is most of a scrape: the jobs and GPU parts share one list
+    assert found["phalanx_jobs"] == {labels(namespace="ml", queue="gpu", phase="Pending"): 1.0}
+
+
+def test_gpus_allocated_are_not_reported_as_zero_when_the_jobs_cannot_be_read() -> None:
+    backend = CountingLists(fail_jobs=True)
+    put_node(backend, "n1", [{"index": 0, "model": "H100"}])
+    found = scrape(state_registry(backend))
+    assert found["phalanx_metrics_read_errors"] == {labels(part="jobs"): 1.0, labels(part="nodes"): 1.0}
+    assert "phalanx_gpus_allocated" not in found
