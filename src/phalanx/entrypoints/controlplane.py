@@ -83,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("PHALANX_HISTORY_KEEP"),
         help="keep only this many newest history records (default: all)",
     )
+    parser.add_argument(
+        "--listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve the REST API (and /metrics, with the scheduler's counts) on this loopback address",
+    )
+    parser.add_argument("--no-auth", action="store_true", help="with --listen: serve every request without a token")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     try:
@@ -97,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--history-keep-days (PHALANX_HISTORY_KEEP_DAYS) must be in (0, 36500] days")
     if args.history_keep is not None and args.history_keep < 0:
         parser.error("--history-keep (PHALANX_HISTORY_KEEP) must be 0 or more records")
+    listen = _listen(parser, args.listen)
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -111,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    metrics, registry = None, None
+    if listen is not None:
+        from prometheus_client import CollectorRegistry
+
+        from phalanx.services.metrics import SchedulerMetrics
+
+        registry = CollectorRegistry()  # the scheduler counts here; the REST API's /metrics serves it
+        metrics = SchedulerMetrics(registry)
     plane = ControlPlane(
         ControlPlaneConfig(
             state_dir=args.state_dir,
@@ -127,10 +143,46 @@ def main(argv: list[str] | None = None) -> int:
             history_url=args.history_url,
             history_keep_days=args.history_keep_days,
             history_keep=args.history_keep,
+            metrics=metrics,
         )
     )
-    plane.run(stop)
+    api = None
+    if listen is not None and registry is not None:
+        from phalanx.entrypoints.server.background import ServeError, start
+
+        try:
+            api = start(plane.store, layout, *listen, registry=registry, tokens=not args.no_auth)
+        except ServeError as exc:
+            logging.getLogger(__name__).error("%s", exc)
+            return 1
+        logging.getLogger(__name__).info("serving the REST API on %s", args.listen)
+    try:
+        plane.run(stop)
+    finally:
+        if api is not None:
+            api.stop()
     return 0
+
+
+def _listen(parser: argparse.ArgumentParser, text: str | None) -> tuple[str, int] | None:
+    """``--listen`` as (host, port), refused with its sentence; None without it. Needs the server extra."""
+    if text is None:
+        return None
+    from phalanx.entrypoints.server.serving import ListenError, listen_address
+
+    try:
+        address = listen_address(text)
+    except ListenError as exc:
+        parser.error(str(exc))
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        parser.error(
+            "--listen needs FastAPI, uvicorn and prometheus_client, the server extra: pip install 'phalanx[server]'"
+        )
+    return address
 
 
 if __name__ == "__main__":

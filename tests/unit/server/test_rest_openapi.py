@@ -11,7 +11,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from phalanx.entrypoints.server.app import create_app
-from phalanx.entrypoints.server.kinds import RESOURCES
+from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES
 from support.memory_backend import MemoryBackend
 
 CRDS = Path(__file__).resolve().parents[3] / "deploy" / "crds"
@@ -48,6 +48,7 @@ def test_every_route_is_in_the_document_with_its_verbs() -> None:
     names = {resource.kind for resource in RESOURCES}
     kinds = {(path, method) for path, method in routes if set(spec["paths"][path][method]["tags"]) & names}
     assert len(kinds) == 4 * len(RESOURCES) + sum(r.namespaced for r in RESOURCES) == 33
+    assert ("/metrics", "get") in routes
 
 
 def test_every_reference_resolves_and_each_kind_has_its_schema() -> None:

@@ -44,6 +44,19 @@ def up(
         Path | None,
         typer.Option(help="A file of this machine's GPU indices to treat as unhealthy, read every 10 s."),
     ] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            "--listen",
+            help="Also serve the REST API from the control plane on HOST:PORT (loopback only, for now), with a "
+            "/metrics that has the scheduler's counts (docs/server.md#metrics). Needs the server extra.",
+            show_default=False,
+        ),
+    ] = None,
+    no_auth: Annotated[
+        bool,
+        typer.Option("--no-auth", help="With --listen: serve every request without a token."),
+    ] = False,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
@@ -53,6 +66,10 @@ def up(
     from phalanx.services.embedded.daemon import start_control_plane
 
     embedded_only(choose(backend, kubeconfig, context), "up", f"install Phalanx once: {INSTALL_HINT}")
+    if no_auth and listen is None:
+        fail("--no-auth only applies to --listen: add --listen 127.0.0.1:PORT, or leave --no-auth out", 2)
+    if listen is not None:
+        _check_listen(listen)
     if inventory is not None and gpu_fault_file is not None:
         fail(
             "--gpu-fault-file marks this machine's GPUs unhealthy and does nothing with --inventory: mark a GPU "
@@ -68,18 +85,45 @@ def up(
             cache_size=cache_size,
             gpu_fault_file=gpu_fault_file,
             scheduler_config=configuration,
+            listen=listen,
+            no_auth=no_auth,
         )
         word = "started" if started else "already running"
         console.print(f"control plane {word} (pid {leader.pid}); state in {client.layout.root}")
         console.print(f"log: {client.layout.control_plane_log}")
+        if listen is not None and started:
+            console.print(f"REST API and /metrics on http://{listen}" + (" (no token needed)" if no_auth else ""))
     # A running control plane keeps the nodes, cache size and fault file it started with: say so, not drop them.
-    given = {"--inventory": inventory, "--cache-size": cache_size, "--gpu-fault-file": gpu_fault_file}
+    given = {
+        "--inventory": inventory,
+        "--cache-size": cache_size,
+        "--gpu-fault-file": gpu_fault_file,
+        "--listen": listen,
+    }
     ignored = [flag for flag, value in given.items() if value is not None]
     if not started and ignored:
         warn(
             f"{' and '.join([', '.join(ignored[:-1]), ignored[-1]] if len(ignored) > 1 else ignored)} "
             f"{'was' if len(ignored) == 1 else 'were'} not applied: the control plane was "
             "already running and keeps what it started with; run `phalanx down`, then `phalanx up` with them"
+        )
+
+
+def _check_listen(listen: str) -> None:
+    """Refuse a --listen the control plane could not serve, here rather than in its log."""
+    from phalanx.entrypoints.server.serving import ListenError, listen_address
+
+    try:
+        listen_address(listen)
+    except ListenError as err:
+        fail(str(err), 2)
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        fail(
+            "--listen needs FastAPI, uvicorn and prometheus_client, the server extra: pip install 'phalanx[server]'", 2
         )
 
 

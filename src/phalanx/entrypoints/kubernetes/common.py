@@ -132,18 +132,21 @@ def setup(options: ComponentOptions, component: str) -> KubeApi:
     return KubeApi.from_kubeconfig(options.kubeconfig, options.context)
 
 
-def component_metrics(component: str, ready: Callable[[], bool]) -> CollectorRegistry:
+def component_metrics(
+    component: str, ready: Callable[[], bool], registry: CollectorRegistry | None = None
+) -> CollectorRegistry:
     """The metrics a component serves on /metrics: its process, its name and version, and its readiness.
 
-    A registry of its own per server (not prometheus_client's global one), so that two servers in one process —
-    the tests' — do not collide.
+    Added to ``registry``, which holds the component's own (the scheduler's admissions, the operator's view of
+    the jobs: ``services.metrics``); a new one when None. A registry of its own per server (not
+    prometheus_client's global one), so that two servers in one process — the tests' — do not collide.
     """
     from prometheus_client import CollectorRegistry, Gauge, Info
     from prometheus_client.gc_collector import GCCollector
     from prometheus_client.platform_collector import PlatformCollector
     from prometheus_client.process_collector import ProcessCollector
 
-    registry = CollectorRegistry(auto_describe=True)
+    registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
@@ -155,18 +158,23 @@ def component_metrics(component: str, ready: Callable[[], bool]) -> CollectorReg
     return registry
 
 
-def serve_health(port: int, ready: Callable[[], bool], component: str = "phalanx") -> ThreadingHTTPServer | None:
-    """Answer in a daemon thread: /healthz while the process lives, /readyz when ``ready()``, /metrics always."""
+def serve_health(
+    port: int, ready: Callable[[], bool], component: str = "phalanx", registry: CollectorRegistry | None = None
+) -> ThreadingHTTPServer | None:
+    """Answer in a daemon thread: /healthz while the process lives, /readyz when ``ready()``, /metrics always.
+
+    /metrics serves ``registry`` (the component's own metrics) with the process's added (``component_metrics``).
+    """
     if not port:
         return None
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-    registry = component_metrics(component, ready)
+    served = component_metrics(component, ready, registry)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
-                body = generate_latest(registry)
+                body = generate_latest(served)
                 self.send_response(200)
                 self.send_header("Content-Type", CONTENT_TYPE_LATEST)
                 self.end_headers()

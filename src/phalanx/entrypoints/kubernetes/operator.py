@@ -42,8 +42,10 @@ from phalanx.entrypoints.kubernetes.common import (
 )
 from phalanx.services.kubernetes.datasets import SourcePolicy
 from phalanx.services.kubernetes.flows import DEFAULT_STATE_DIR, FlowSettings
+from phalanx.services.kubernetes.operations import KubeBackend
 from phalanx.services.kubernetes.operator import KubeOperator
 from phalanx.services.kubernetes.reconcile import OperatorSettings
+from phalanx.services.metrics import state_registry
 
 log = logging.getLogger("phalanx.operator")
 
@@ -168,7 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server = serve_health(options.health_port, operator.ready.is_set, "operator")
+    # The jobs, GPUs and node caches as the cluster's objects say, read when Prometheus scrapes (services.metrics).
+    registry = state_registry(KubeBackend(api))
+    server = serve_health(options.health_port, operator.ready.is_set, "operator", registry)
     try:
         operator.start(stop=stop)
         log.info("operator %s running (scheduler %s)", options.identity, args.scheduler_name)

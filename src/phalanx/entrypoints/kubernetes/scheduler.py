@@ -92,11 +92,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy=policy,
         job_scheduler=args.default_job_scheduler,
     )
-    scheduler = KubeScheduler(api, settings)
+    from prometheus_client import CollectorRegistry
+
+    from phalanx.services.metrics import SchedulerMetrics
+
+    registry = CollectorRegistry(auto_describe=True)
+    scheduler = KubeScheduler(api, settings, metrics=SchedulerMetrics(registry))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    serve_health(options.health_port, scheduler.ready.is_set, "scheduler")
+    serve_health(options.health_port, scheduler.ready.is_set, "scheduler", registry)
     try:
         scheduler.start()
     except KubeApiError as error:

@@ -18,6 +18,8 @@ stored).
 A posted object has no directory of the caller's: on the embedded runtime its relative paths (a command, an
 ``outputs.storeTo``) start where the control plane runs, and a Pipeline's components must be inline.
 
+``GET /metrics`` (Prometheus) and the timing of every request are added by ``metrics.add_metrics_routes``.
+
 Routes are plain functions run in the server's thread pool: the port is synchronous (SQLite, the API server's
 client), and a slow call holds one worker, not the event loop. The request body is read on the loop, then
 parsed and submitted in the pool.
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse
@@ -38,6 +40,7 @@ from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
 from phalanx.entrypoints.server.dashboard import add_dashboard_routes
 from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
 from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
+from phalanx.entrypoints.server.metrics import add_metrics_routes
 from phalanx.entrypoints.server.paging import PagingError, page_of
 from phalanx.entrypoints.server.selectors import SelectorError, parse_label_selector
 from phalanx.entrypoints.server.statuses import ApiError, Status, invalid
@@ -49,6 +52,9 @@ from phalanx.model.names import check_dns_label
 from phalanx.model.textfiles import MAX_FILE_BYTES
 from phalanx.services.operations import JobExistsError, OperationError, Operations, not_found_message
 from phalanx.services.port import NotFoundError, OperationsBackend, Stored
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 #: What a refusal's ``responses`` entry says in the OpenAPI document, by code.
 _REFUSALS: dict[int | str, dict[str, Any]] = {
@@ -90,12 +96,16 @@ def _list_model(resource: Resource) -> type[BaseModel]:
     )
 
 
-def create_app(backend: OperationsBackend, *, authorize: Authorize | None = None) -> FastAPI:
+def create_app(
+    backend: OperationsBackend, *, authorize: Authorize | None = None, registry: CollectorRegistry | None = None
+) -> FastAPI:
     """The REST API over ``backend``; ``authorize`` decides each request (None: every request is served).
 
     Args:
         backend: the port the operations run over (a state directory's store, a cluster).
         authorize: called with what each request asks before the backend is touched (``access``).
+        registry: the metrics ``/metrics`` serves besides the state's and the API's (the control plane's
+            scheduler counts, with ``phalanx up --listen``); None: only those (``metrics``).
     """
     app = FastAPI(
         title="Phalanx API",
@@ -110,6 +120,7 @@ def create_app(backend: OperationsBackend, *, authorize: Authorize | None = None
     for resource in RESOURCES:
         routes.add(app, resource)
     add_view_routes(app, routes.ops, authorize)
+    add_metrics_routes(app, backend, authorize, registry)
     add_error_handlers(app)
     add_dashboard_routes(app)
     # Last, so it only sees what no route matched: an unknown plural, or a kind at the wrong scope.

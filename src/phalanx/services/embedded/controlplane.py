@@ -60,6 +60,7 @@ from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteBa
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
 from phalanx.services.history import HistoryRecorder, HistorySink, OpeningSink
+from phalanx.services.metrics import SchedulerMetrics
 from phalanx.services.pipelines.controller import PipelineController
 from phalanx.services.sweeps.controller import SweepController
 from phalanx.services.sweeps.study import LazyStudies, StudyStore, optuna_studies
@@ -144,6 +145,9 @@ class ControlPlaneConfig:
     #: this many days go, and all but the newest ``history_keep``. None: no limit.
     history_keep_days: float | None = None
     history_keep: int | None = None
+    #: Where the scheduler counts admissions, preemptions and cycle durations (``services.metrics``): the registry
+    #: the REST API's /metrics serves with ``phalanx up --listen``. None: not counted.
+    metrics: SchedulerMetrics | None = None
 
 
 @dataclass
@@ -355,7 +359,12 @@ class ControlPlane:
             log_every_s=SWEEP_LOG_SECONDS,
         )
         pipelines = self._pipeline_controller()
-        scheduler = SchedulerService(self.store, identity=self.leadership.holder, policy=self.config.scheduler_policy)
+        scheduler = SchedulerService(
+            self.store,
+            identity=self.leadership.holder,
+            policy=self.config.scheduler_policy,
+            metrics=self.config.metrics,
+        )
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
         seq = self._retrying(stop, self.store.latest_seq)

@@ -74,6 +74,8 @@ def start_control_plane(
     cache_size: str | None = None,
     gpu_fault_file: Path | None = None,
     scheduler_config: SchedulerConfiguration | None = None,
+    listen: str | None = None,
+    no_auth: bool = False,
     timeout: float = 120.0,
 ) -> tuple[LeaderInfo, bool]:
     """Reuse the running control plane or start one, first recording ``scheduler_config`` when given.
@@ -82,6 +84,9 @@ def start_control_plane(
     control plane waits for it and reuses it, rather than starting a second. A start that does not lead within
     ``timeout`` (a loaded machine takes long to import and register) is stopped, so a retry starts afresh
     instead of adding to one that is still coming up.
+
+    ``listen`` (``HOST:PORT``, checked by the caller) makes the control plane serve the REST API there too, with
+    its /metrics (every request needs a token of the state directory, unless ``no_auth``).
 
     Returns:
         (leader, started): who leads, and whether this call started it.
@@ -95,7 +100,10 @@ def start_control_plane(
     store = SqliteStore(layout.database)
     try:
         with _starting(layout):
-            return _reuse_or_start(layout, store, inventory, cache_size, gpu_fault_file, scheduler_config, timeout)
+            serve = ["--listen", listen, *(["--no-auth"] if no_auth else [])] if listen is not None else []
+            return _reuse_or_start(
+                layout, store, inventory, cache_size, gpu_fault_file, scheduler_config, timeout, serve=serve
+            )
     finally:
         store.close()
 
@@ -119,6 +127,8 @@ def _reuse_or_start(
     gpu_fault_file: Path | None,
     scheduler_config: SchedulerConfiguration | None,
     timeout: float,
+    *,
+    serve: list[str],
 ) -> tuple[LeaderInfo, bool]:
     leader = current_leader(store)
     if leader is not None:
@@ -139,6 +149,7 @@ def _reuse_or_start(
         command += ["--cache-size", cache_size]
     if gpu_fault_file is not None:
         command += ["--gpu-fault-file", str(gpu_fault_file.resolve())]
+    command += serve
     # The log names jobs, datasets and errors: the owner's alone (0600), like the rest of the state.
     tighten(layout.control_plane_log)  # written 0644 by older versions
     with os.fdopen(open_private(layout.control_plane_log, os.O_WRONLY | os.O_APPEND), "ab") as log_file:

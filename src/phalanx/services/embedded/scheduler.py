@@ -21,6 +21,7 @@ cycles until they change or their retry time comes.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -39,6 +40,7 @@ from phalanx.model.queues import Queue
 from phalanx.model.replicas import Replica
 from phalanx.services.embedded.operations import SqliteStatus
 from phalanx.services.embedded.quarantine import SCHEDULER_ERROR, Held, Quarantine, guarded_hold
+from phalanx.services.metrics import SchedulerMetrics
 from phalanx.services.port import Written
 from phalanx.services.scheduling import (
     admitted_status,
@@ -77,6 +79,9 @@ class SchedulerService:
     quarantine: Quarantine = field(init=False)
     port: SqliteStatus = field(init=False)  # statuses and events of the jobs it decides on
     policy: SchedulerConfig = DEFAULT_POLICY  # the base settings (a SchedulerConfiguration file)
+    metrics: SchedulerMetrics | None = (
+        None  # where admissions, preemptions and cycles are counted (phalanx up --listen)
+    )
     # Preemptors whose victims' room is theirs (``core.scheduling.passes``); kept in memory: after a restart, a
     # victim still stopping keeps preemption off, and the preemptor is tried in the usual order again.
     _nominated: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False, repr=False)
@@ -130,6 +135,15 @@ class SchedulerService:
         ]
         if not queued:
             return False
+        started = time.perf_counter()
+        try:
+            return self._schedule(jobs, queued, held)
+        finally:
+            if self.metrics is not None:
+                self.metrics.cycle_took(time.perf_counter() - started)
+
+    def _schedule(self, jobs: list[TrainingJob], queued: list[TrainingJob], held: Held) -> bool:
+        """Decide on the queued jobs: quarantine culprits, preempt, admit, and say why the rest wait."""
         now = self.clock.now()
         nodes = self.store.list(Node)
         replicas = self.store.list(Replica)
@@ -265,15 +279,20 @@ class SchedulerService:
                 # The victim changed since the snapshot (it finished, was halted or deleted); its room is being
                 # given back anyway or the next cycle decides again.
                 continue
+            if self.metrics is not None:
+                self.metrics.preempted(job)
             self._event(job, "Preempted", f"{preemption.reason} (by {self.identity})", warning=True)
             log.info("preempted %s: %s", job.key, preemption.reason)
         return changed
 
     def _admit(self, job: TrainingJob, admission: Admission) -> bool:
         """Place the job and move it Queued -> Admitted in one status write; False when the write was lost."""
-        status, message = admitted_status(job, admission, self.clock.now())
+        now = self.clock.now()
+        status, message = admitted_status(job, admission, now)
         if self.port.write_status(job, dict(status)) is not Written.WROTE:
             return False
+        if self.metrics is not None:
+            self.metrics.admitted(job, now)
         self._event(job, "Scheduled", f"{message} (by {self.identity})")
         log.info("admitted %s: %s", job.key, message)
         return True

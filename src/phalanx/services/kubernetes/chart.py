@@ -206,7 +206,70 @@ def _template_files() -> dict[str, str]:
         files[f"templates/{name}"] = f"# {CHART_NOTE}\n{body}"
     files["templates/kubeflow.yaml"] = _kubeflow_template()
     files["templates/artifacts-claim.yaml"] = _artifacts_claim_template()
+    files["templates/metrics.yaml"] = _metrics_template()
     return files
+
+
+#: The label the metrics Services carry, which the ServiceMonitor selects them by.
+METRICS_LABEL = "phalanx.dev/metrics"
+
+
+def _metrics_template() -> str:
+    """``templates/metrics.yaml``: the components' metrics Services and a ServiceMonitor, when asked.
+
+    With ``metrics.serviceMonitor.enabled``: a headless Service per component on its health port (named
+    ``health``) and one ServiceMonitor (the Prometheus Operator's) that scrapes them.
+
+    Off by default: without the Prometheus Operator's CRD the ServiceMonitor cannot be applied, and a Prometheus
+    with the common ``kubernetes-pods`` job already finds the Pods by their ``prometheus.io/*`` annotations.
+    """
+    services = [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": f"{component.account}-metrics",
+                "namespace": "{{ .Release.Namespace }}",
+                "labels": {**component.labels, METRICS_LABEL: "true"},
+            },
+            "spec": {
+                "clusterIP": "None",
+                "selector": component.selector,
+                "ports": [{"name": "health", "port": "{{ .Values.healthPort }}", "targetPort": "health"}],
+            },
+        }
+        for component in (OPERATOR, SCHEDULER, NODE_AGENT)
+    ]
+    body = render_yaml(services)
+    for quoted in ("{{ .Values.healthPort }}", "{{ .Release.Namespace }}"):  # an integer, and as the others write it
+        body = body.replace(f"'{quoted}'", quoted)
+    monitor = (
+        "---\n"
+        "apiVersion: monitoring.coreos.com/v1\n"
+        "kind: ServiceMonitor\n"
+        "metadata:\n"
+        "  name: phalanx\n"
+        "  namespace: {{ .Release.Namespace }}\n"
+        "  labels:\n"
+        "    app.kubernetes.io/name: phalanx\n"
+        "    app.kubernetes.io/part-of: phalanx\n"
+        "    {{- with .Values.metrics.serviceMonitor.labels }}\n"
+        "    {{- toYaml . | nindent 4 }}\n"
+        "    {{- end }}\n"
+        "spec:\n"
+        "  selector:\n"
+        "    matchLabels:\n"
+        "      app.kubernetes.io/part-of: phalanx\n"
+        f"      {METRICS_LABEL}: 'true'\n"
+        "  namespaceSelector:\n"
+        "    matchNames:\n"
+        "    - {{ .Release.Namespace }}\n"
+        "  endpoints:\n"
+        "  - port: health\n"
+        "    path: /metrics\n"
+        "    interval: {{ .Values.metrics.serviceMonitor.interval | quote }}\n"
+    )
+    return f"# {CHART_NOTE}\n{{{{- if .Values.metrics.serviceMonitor.enabled }}}}\n{body}{monitor}{{{{- end }}}}\n"
 
 
 def _artifacts_claim_template() -> str:
@@ -368,6 +431,7 @@ def default_values() -> dict[str, Any]:
         "storageClass": "",
         "accessModes": ["ReadWriteMany"],
     }
+    values["metrics"] = {"serviceMonitor": {"enabled": False, "interval": "30s", "labels": {}}}
     return values
 
 
@@ -400,6 +464,9 @@ _COMMENTS = {
     "artifact-store key is then not read). Empty persistentVolumeClaim: steps with file inputs or outputs fail.\n"
     "create: the chart creates the claim (size, storageClass: empty for the cluster's default, accessModes:\n"
     "ReadWriteMany, as steps run on any node) and keeps it on uninstall; false: it exists already.",
+    "metrics": "serviceMonitor.enabled: a headless Service per component on its health port and a ServiceMonitor\n"
+    "(the Prometheus Operator's CRD must exist) scraping their /metrics every interval; labels: added to the\n"
+    "ServiceMonitor, for a Prometheus that selects monitors by label (docs/server.md#metrics).",
 }
 
 
@@ -478,6 +545,17 @@ def values_schema() -> dict[str, Any]:
                         "minItems": 1,
                         "items": {"enum": ["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]},
                     },
+                }
+            ),
+            "metrics": closed(
+                {
+                    "serviceMonitor": closed(
+                        {
+                            "enabled": {"type": "boolean"},
+                            "interval": {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"},
+                            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                        }
+                    )
                 }
             ),
             # A Secret's name: a DNS-1123 subdomain.

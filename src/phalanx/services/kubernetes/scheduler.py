@@ -98,6 +98,7 @@ from phalanx.model.resources import ResourceVector
 from phalanx.services.kubernetes.apply import Background, EventBudget, PodSettings, check_renderable
 from phalanx.services.kubernetes.leader import LeaseElector
 from phalanx.services.kubernetes.operations import KubeBackend
+from phalanx.services.metrics import SchedulerMetrics
 from phalanx.services.port import Written
 from phalanx.services.scheduling import (
     Occupant,
@@ -169,8 +170,16 @@ def pod_requests(pod: dict[str, Any]) -> ResourceVector:
 class KubeScheduler:
     """The scheduler's caches, cycle and loop."""
 
-    def __init__(self, api: KubeApi, settings: SchedulerSettings, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        settings: SchedulerSettings,
+        clock: Clock | None = None,
+        *,
+        metrics: SchedulerMetrics | None = None,
+    ) -> None:
         self.api = api
+        self.metrics = metrics  # admissions, preemptions and cycle durations, served on /metrics
         self.settings = settings
         self.clock = clock or SystemClock()
         self.signal = Signal()
@@ -277,6 +286,7 @@ class KubeScheduler:
         nodes = self._parsed_nodes.current()
         queued = self._candidates(unsettled, jobtypes)
         if queued and nodes:
+            started = time.perf_counter()
             now = self.clock.now()
             by_key = {candidate.job.key: candidate for candidate in queued}
             datasets = self._current_datasets() if any(c.job.spec.datasets for c in queued) else {}
@@ -310,6 +320,8 @@ class KubeScheduler:
             for key, reason in plan.waiting.items():
                 result.waiting[key] = reason
                 self._maybe_explain(by_key[key], reason)
+            if self.metrics is not None:
+                self.metrics.cycle_took(time.perf_counter() - started)
         elif queued:
             for candidate in queued:
                 reason = "no nodes are known to the scheduler yet"
@@ -362,6 +374,8 @@ class KubeScheduler:
                 # The victim changed since the cycle read it (finished, halted, deleted): its room is being given
                 # back anyway, or the next cycle decides again.
                 continue
+            if self.metrics is not None:
+                self.metrics.preempted(job)
             self._event(job, "Preempted", f"{preemption.reason} (by {self.settings.identity})", warning=True)
             log.info("preempted %s: %s", job.key, preemption.reason)
             moved.append(job.key)
@@ -571,7 +585,8 @@ class KubeScheduler:
     def _admit(self, candidate: _Candidate, admission: Admission) -> bool:
         """Place the job and move it to Admitted in one status write, on the version the cycle read."""
         job = candidate.job
-        status, message = admitted_status(job, admission, self.clock.now())
+        now = self.clock.now()
+        status, message = admitted_status(job, admission, now)
         as_stored = job.model_copy(update={"status": candidate.stored})  # what the write replaces
         try:
             if self.port.write_status(as_stored, dict(status)) is not Written.WROTE:
@@ -579,6 +594,8 @@ class KubeScheduler:
         except KubeApiError as error:
             log.warning("admitting %s failed: %s", job.key, error)
             return False
+        if self.metrics is not None:
+            self.metrics.admitted(job, now)
         for event in candidate.events:  # accepted here: the operator's planner's events (Accepted)
             self._event(job, event.reason, event.message, warning=event.type == "Warning")
         self._event(job, "Scheduled", f"{message} (by {self.settings.identity})")
