@@ -11,7 +11,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from phalanx.entrypoints.server.app import create_app
-from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES
+from phalanx.entrypoints.server.kinds import RESOURCES
 from support.memory_backend import MemoryBackend
 
 CRDS = Path(__file__).resolve().parents[3] / "deploy" / "crds"
