@@ -13,7 +13,9 @@ answer is ``text/event-stream``, one event per change::
 - **What it shows**: what the same list would (the namespace of the path, ``labelSelector``, ``fieldSelector``);
   a deletion carries the object as it was last.
 - **Who may**: the ``watch`` verb of ``core.auth`` (any viewer of the namespace; every namespace needs a token
-  for all of them), checked before anything is read, as every route is.
+  for all of them), checked before anything is read, as every route is. An ``authorize`` hook that answers a
+  watch of every namespace with a scope (an object with ``namespaces``: a token for a few namespaces) narrows
+  the watch to those namespaces, objects and deletions alike.
 - **Keeping it open**: a BOOKMARK (``id`` the newest resourceVersion the watch has passed, ``data`` the kind and
   that resourceVersion) every ``heartbeat`` seconds while nothing is sent, so proxies keep the connection and a
   client that resumes from it skips what it was not shown anyway. ``timeoutSeconds`` ends the watch after so
@@ -38,7 +40,7 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
+from phalanx.entrypoints.server.access import Access, Authorize, Refusal, bearer_token
 from phalanx.entrypoints.server.feeds import Delivery, Feeds, KindFeed, Subscription, sse_frame
 from phalanx.entrypoints.server.fields import FieldSelector, fields_match, parse_field_selector
 from phalanx.entrypoints.server.kinds import BY_PLURAL, PREFIX, Resource
@@ -85,14 +87,22 @@ class _Request:
     fields: FieldSelector
     after: int | None
     timeout: float | None
+    reach: frozenset[str] | None = None
+    """The only namespaces the caller may see (a watch of every namespace by a token for a few); None: all."""
 
     def shows(self, delivery: Delivery) -> bool:
         """Whether the list this watch follows shows the object of ``delivery``."""
         document = delivery.document or {}
-        if self.resource.namespaced and self.namespace is not None and delivery.namespace != self.namespace:
+        if self.resource.namespaced and not self.reaches(delivery.namespace):
             return False
         labels = (document.get("metadata") or {}).get("labels") or {}
         return selects(self.labels, labels) and fields_match(self.fields, document)
+
+    def reaches(self, namespace: str) -> bool:
+        """Whether an object of ``namespace`` is within the path's namespace and the caller's reach."""
+        if self.namespace is not None and namespace != self.namespace:
+            return False
+        return self.reach is None or namespace in self.reach
 
 
 class _WatchLayer:
@@ -129,11 +139,13 @@ class _WatchLayer:
                 check_dns_label(namespace, "namespace")
             except ValueError as err:
                 raise ApiError(400, f"the path's namespace: {err}") from None
+        reach: frozenset[str] | None = None
         if self.authorize is not None:
             token = bearer_token(headers.get("authorization"))
-            refusal = await run_in_threadpool(self.authorize, Access("watch", resource.kind, namespace, None, token))
-            if refusal is not None:
-                raise ApiError(refusal.code, refusal.message, kind=resource.kind)
+            answer = await run_in_threadpool(self.authorize, Access("watch", resource.kind, namespace, None, token))
+            if isinstance(answer, Refusal):
+                raise ApiError(answer.code, answer.message, kind=resource.kind)
+            reach = getattr(answer, "namespaces", None)  # a scope: only the namespaces the token reaches
         try:
             labels = parse_label_selector(query.get("labelSelector", ""))
             fields = parse_field_selector(query.get("fieldSelector", ""))
@@ -142,7 +154,8 @@ class _WatchLayer:
         resume = headers.get("last-event-id")
         source = "the Last-Event-ID header" if resume else "resourceVersion"
         after = _version(resume if resume else query.get("resourceVersion", ""), source)
-        return _Request(resource, namespace, labels, fields, after, _timeout(query.get("timeoutSeconds", "")))
+        timeout = _timeout(query.get("timeoutSeconds", ""))
+        return _Request(resource, namespace, labels, fields, after, timeout, reach)
 
     async def _watch(self, request: _Request, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()
@@ -179,7 +192,9 @@ class _WatchLayer:
         seen: dict[tuple[str, str], int] = {}
         for obj in sorted(listed, key=lambda o: (o.metadata.namespace, o.metadata.name)):
             document = obj.to_dict()
-            if not fields_match(request.fields, document):
+            if not fields_match(request.fields, document) or (
+                request.resource.namespaced and not request.reaches(obj.metadata.namespace)
+            ):
                 continue
             frames.append(sse_frame("ADDED", start, document))
             seen[(obj.metadata.namespace, obj.metadata.name)] = int(obj.metadata.resource_version or 0)
