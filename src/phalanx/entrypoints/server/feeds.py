@@ -72,12 +72,13 @@ class Subscription:
         self.closed = False
         self.reason = ""
 
-    def push(self, deliveries: list[Delivery]) -> None:
-        """Queue deliveries (the feed's thread, under its lock) and wake the watcher."""
+    def push(self, deliveries: list[Delivery], *, wake: bool = True) -> None:
+        """Queue deliveries (the feed's thread, under its lock) and wake the watcher (unless the caller will)."""
         self.pending.extend(deliveries)
         if len(self.pending) > MAX_BACKLOG:
             self.end("fell behind")
-        self.wake()
+        elif wake:
+            self.wake()
 
     def end(self, reason: str) -> None:
         """End the watch once what is queued is sent (shutdown, a watcher too slow, a feed that had to restart)."""
@@ -96,6 +97,11 @@ class Subscription:
         while self.pending:
             taken.append(self.pending.popleft())
         return taken
+
+
+def _wake_all(subscriptions: list[Subscription]) -> None:
+    for subscription in subscriptions:
+        subscription.ready.set()
 
 
 class KindFeed:
@@ -230,8 +236,14 @@ class KindFeed:
             else:
                 # Nothing up to here is missing from the ring: a resume from here needs no backend read.
                 self.ring_start = max(self.ring_start, self.position) if not self._ring else self.ring_start
+            woken: dict[asyncio.AbstractEventLoop, list[Subscription]] = {}
             for subscription in self._subscribers:
-                subscription.push([delivery])
+                subscription.push([delivery], wake=False)
+                woken.setdefault(subscription.loop, []).append(subscription)
+        # One wake-up per event loop, not per watcher: a hundred watchers cost the loop one callback.
+        for loop, subscriptions in woken.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there any longer
+                loop.call_soon_threadsafe(_wake_all, subscriptions)
 
     def _delivery(self, event: WatchEvent, *, remember: bool) -> Delivery:
         """The delivery of a change: the object's wire form, the one last seen for a deletion without one."""

@@ -244,7 +244,8 @@ class _WatchLayer:
                     if wait <= 0:
                         break
                 try:
-                    await asyncio.wait_for(subscription.ready.wait(), wait)
+                    async with asyncio.timeout(wait):  # no task per wait, unlike wait_for before 3.12
+                        await subscription.ready.wait()
                 except TimeoutError:
                     if deadline is None or asyncio.get_running_loop().time() < deadline:
                         await _body(send, _bookmark(request.resource, position))
