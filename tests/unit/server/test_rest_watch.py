@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -309,3 +311,20 @@ def test_a_list_takes_a_field_selector(client: tuple[TestClient, MemoryBackend])
     assert listed("fieldSelector=metadata.namespace!=cv,metadata.name!=a") == ["b"]
     refused = http.get(f"{ML}?fieldSelector=spec.image=x")
     assert refused.status_code == 400 and "metadata.name, metadata.namespace" in refused.json()["message"]
+
+
+def test_the_watching_section_of_the_docs_names_every_field_and_its_examples_are_served(
+    client: tuple[TestClient, MemoryBackend],
+) -> None:
+    text = (Path(__file__).resolve().parents[3] / "docs" / "server.md").read_text()
+    section = text[text.index("## Watching") :]
+    assert all(f"`{field}`" in section for field in SUPPORTED_FIELDS)
+    example = re.search(r"`(fieldSelector=[^`]+)`", section)
+    assert example is not None
+    assert parse_field_selector(example.group(1).removeprefix("fieldSelector="))
+    http, _ = client
+    post(http, job("hello"))
+    path = re.search(r"'http://127\.0\.0\.1:8080(/apis/[^']+)'", section)
+    assert path is not None
+    answer = http.get(f"{path.group(1)}&timeoutSeconds=1")
+    assert names(answer.text) == [("ADDED", "hello")]
