@@ -385,11 +385,14 @@ class KubeBackend:
     # -- the change side -----------------------------------------------------------------------------------------
 
     def resource_version(self, kind: type[Stored]) -> str:
-        """The resourceVersion of a one-item list of the kind: a watch after it sees every later change."""
+        """The resourceVersion of a list of the kind: a watch after it sees every later change.
+
+        A whole list (paged), read once when a server's feed of the kind starts: the port's lists take no limit.
+        """
         resource = RESOURCES[kind]
         with self.calling("list", resource):
-            answer = self.api.request("GET", resource.path(None), params={"limit": 1}) or {}
-        return str((answer.get("metadata") or {}).get("resourceVersion") or "")
+            _, version = self.api.list(resource)
+        return version
 
     def watch(self, kind: type[Stored], resource_version: str, *, timeout: float) -> Iterator[port.WatchEvent]:
         """The API server's watch of the kind in every namespace, until its ``timeoutSeconds`` end it.
