@@ -180,7 +180,9 @@ class MemoryBackend:
         key = self._key(kind, namespace, name)
         del self.objects[key]
         version = next(self._versions)
-        self._changed_to(WatchEvent("DELETED", str(version), key[1], key[2], current), version)
+        # As on a cluster: the deletion carries the object as it was last, at the deletion's resourceVersion.
+        gone = validated_copy(current, metadata=validated_copy(current.metadata, resource_version=str(version)))
+        self._changed_to(WatchEvent("DELETED", str(version), key[1], key[2], gone), version)
 
     def set_suspend(self, job: TrainingJob, suspend: bool) -> TrainingJob:
         """Write ``spec.runPolicy.suspend`` on the version read."""
