@@ -328,3 +328,43 @@ def test_the_watching_section_of_the_docs_names_every_field_and_its_examples_are
     assert path is not None
     answer = http.get(f"{path.group(1)}&timeoutSeconds=1")
     assert names(answer.text) == [("ADDED", "hello")]
+
+
+class ExpiringBackend(MemoryBackend):
+    """MemoryBackend whose next feed read finds its place compacted away (``expire`` set), once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expire = threading.Event()
+
+    def watch(self, kind: type[Stored], resource_version: str, *, timeout: float) -> Iterator[WatchEvent]:
+        if self.expire.is_set():
+            self.expire.clear()
+            raise ExpiredError("compacted")
+        yield from super().watch(kind, resource_version, timeout=min(timeout, 0.2))
+
+
+def test_a_feed_that_fell_behind_the_kept_changes_ends_its_watchers_and_starts_again() -> None:
+    backend = ExpiringBackend()
+
+    async def scenario() -> tuple[str, int, list[str]]:
+        feed = await asyncio.to_thread(KindFeed, backend, TrainingJob)
+        watcher = Subscription(asyncio.get_running_loop())
+        feed.subscribe(watcher, None)
+        backend.expire.set()
+        await asyncio.wait_for(watcher.ready.wait(), 10)
+        while not watcher.closed:
+            watcher.ready.clear()
+            await asyncio.wait_for(watcher.ready.wait(), 10)
+        await asyncio.to_thread(post_jobs, backend, ["after"])  # the feed goes on from where it started again
+        head = int(backend.resource_version(TrainingJob))
+        await asyncio.to_thread(wait_until, lambda: feed.position >= head, 10, "the feed past the new job")
+        again = Subscription(asyncio.get_running_loop())
+        await asyncio.to_thread(feed.subscribe, again, 0)
+        feed.close()
+        return watcher.reason, len(feed._subscribers), [d.name for d in again.drain() if d.type != "BOOKMARK"]
+
+    reason, left, replayed = asyncio.run(scenario())
+    assert reason == "changes were missed"
+    assert left == 1  # only the second watcher
+    assert replayed == ["after"]
