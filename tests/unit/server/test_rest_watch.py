@@ -55,6 +55,12 @@ class CountingBackend(MemoryBackend):
     def __init__(self) -> None:
         super().__init__()
         self.watch_calls = 0
+        self.listed: list[str | None] = []  # the namespace of each list, in order
+
+    def list(self, kind: Any, namespace: str | None = None, *, labels: Any = None) -> list[Any]:
+        found = super().list(kind, namespace, labels=labels)
+        self.listed.append(namespace)
+        return found
 
     def watch(self, kind: type[Stored], resource_version: str, *, timeout: float) -> Iterator[WatchEvent]:
         self.watch_calls += 1
@@ -161,15 +167,16 @@ def test_a_watch_without_a_place_lists_first_then_sends_each_change_once(
     http, backend = client
     post(http, job("a"))
     post(http, job("other"), namespace="cv")
-    app_feeds = http.app.state.watch_feeds  # type: ignore[attr-defined]
+    assert isinstance(backend, CountingBackend)
 
     def later() -> None:
-        feed = wait_until(lambda: app_feeds._feeds.get(TrainingJob), 10, "the feed")
-        wait_until(lambda: feed._subscribers, 10, "the watcher")
+        # The watch lists ml once it has joined the feed: changes from then on are the watch's to send.
+        wait_until(lambda: "ml" in backend.listed, 10, "the watch to list its namespace")
         set_phase(backend, "ml", "a", "Running")
         post(http, job("b"))
         http.delete(f"{ML}/a")
 
+    backend.listed.clear()
     threading.Thread(target=later).start()
     answer = http.get(f"{ML}?watch=true&timeoutSeconds=2")
     assert answer.status_code == 200
