@@ -178,7 +178,7 @@ def test_a_watch_without_a_place_lists_first_then_sends_each_change_once(
 
     backend.listed.clear()
     threading.Thread(target=later).start()
-    answer = http.get(f"{ML}?watch=true&timeoutSeconds=2")
+    answer = http.get(f"{ML}?watch=true&timeoutSeconds=4")
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/event-stream")
     assert names(answer.text) == [("ADDED", "a"), ("MODIFIED", "a"), ("ADDED", "b"), ("DELETED", "a")]
