@@ -5,14 +5,18 @@ resourceVersion read, as SQLite and the API server do, and moves it on. ``calls`
 name) so a test can assert what was written and in which order; ``conflicts`` makes the next writes of a verb fail
 with ``ConflictError``, as if another client had written first; ``logs`` holds what replicas printed, and
 ``log_reads`` each ``read_log`` (job uid, replica, the offset it started at, the characters it returned);
-``caches`` and ``counters`` are what each node's dataset cache holds and counted.
+``caches`` and ``counters`` are what each node's dataset cache holds and counted;
+``changes`` is the change log a watch reads (every write and deletion, with the object as written or as it was
+last); ``expire_changes`` forgets the oldest, as a compacted feed does.
 """
 
 from __future__ import annotations
 
 import builtins
 import itertools
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,12 +35,14 @@ from phalanx.services.port import (
     LOG_TAIL_CHARS,
     AlreadyExistsError,
     ConflictError,
+    ExpiredError,
     LabelSelector,
     LogChunk,
     LogCursor,
     NotFoundError,
     Readable,
     Stored,
+    WatchEvent,
     WithStatus,
     Written,
     selects,
@@ -70,6 +76,10 @@ class MemoryBackend:
         self.conflicts: dict[str, int] = {}
         self.pending = "Pending: accepted."
         self._versions = itertools.count(1)
+        self.version = 0
+        self.changes: list[WatchEvent] = []
+        self.kept_from = 0  # changes after this version are kept
+        self._changed = threading.Condition()
 
     def _key(self, kind: type, namespace: str | None, name: str) -> tuple[str, str, str]:
         return (kind.__name__, "" if kind in _CLUSTER_SCOPED else namespace or "default", name)
@@ -86,8 +96,23 @@ class MemoryBackend:
         if uid is not None:
             changes |= {"uid": uid, "creation_timestamp": _EPOCH + timedelta(seconds=version)}
         stored = validated_copy(obj, metadata=validated_copy(obj.metadata, **changes))
-        self.objects[self._key(type(obj), obj.metadata.namespace, obj.metadata.name)] = stored
+        key = self._key(type(obj), obj.metadata.namespace, obj.metadata.name)
+        change = "MODIFIED" if key in self.objects else "ADDED"
+        self.objects[key] = stored
+        self._changed_to(WatchEvent(change, str(version), key[1], key[2], stored), version)
         return stored
+
+    def _changed_to(self, event: WatchEvent, version: int) -> None:
+        with self._changed:
+            self.version = version
+            self.changes.append(event)
+            self._changed.notify_all()
+
+    def expire_changes(self, through: int) -> None:
+        """Forget the changes up to version ``through``: a watch from before it is too old."""
+        with self._changed:
+            self.kept_from = through
+            self.changes = [c for c in self.changes if int(c.resource_version) > through]
 
     # -- the object port -------------------------------------------------------------------------------------
 
@@ -155,7 +180,12 @@ class MemoryBackend:
         self.calls.append(("delete", kind.__name__, name))
         if current is None or (uid is not None and current.metadata.uid != uid):
             raise NotFoundError(name)
-        del self.objects[self._key(kind, namespace, name)]
+        key = self._key(kind, namespace, name)
+        del self.objects[key]
+        version = next(self._versions)
+        # As on a cluster: the deletion carries the object as it was last, at the deletion's resourceVersion.
+        gone = validated_copy(current, metadata=validated_copy(current.metadata, resource_version=str(version)))
+        self._changed_to(WatchEvent("DELETED", str(version), key[1], key[2], gone), version)
 
     def set_suspend(self, job: TrainingJob, suspend: bool) -> TrainingJob:
         """Write ``spec.runPolicy.suspend`` on the version read."""
@@ -166,6 +196,35 @@ class MemoryBackend:
         spec = validated_copy(current.spec, run_policy=validated_copy(current.spec.run_policy, suspend=suspend))
         written: TrainingJob = self._stored(validated_copy(current, spec=spec))
         return written
+
+    # -- the change side -------------------------------------------------------------------------------------
+
+    def resource_version(self, kind: type[Stored]) -> str:
+        """The newest version of any object."""
+        return str(self.version)
+
+    def watch(self, kind: type[Stored], resource_version: str, *, timeout: float) -> Iterator[WatchEvent]:
+        """The kind's changes after the version from ``changes``, waiting on a condition for new ones."""
+        after = int(resource_version)
+        if after < self.kept_from:
+            raise ExpiredError(f"resourceVersion {resource_version} is older than the changes kept")
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._changed:
+                found = [
+                    c
+                    for c in self.changes
+                    if int(c.resource_version) > after and c.obj is not None and type(c.obj) is kind
+                ]
+                if not found:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    if not self._changed.wait(min(remaining, 0.5)) and self.version > after:
+                        found = [WatchEvent("BOOKMARK", str(self.version))]
+            for event in found:
+                after = int(event.resource_version)
+                yield event
 
     # -- the status side -------------------------------------------------------------------------------------
 

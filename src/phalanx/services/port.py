@@ -9,7 +9,8 @@ delete objects, each write conditional on the resourceVersion read), and
 is deleted (graceful on the embedded runtime, garbage collection on a cluster), how a finished job gives up its
 name, why a Pending job waits, and how a node's dataset cache is read and evicted. The status side
 (``StatusWriter``) writes an object's status on the resourceVersion read and records Events about it (the dataset
-manager's; the schedulers' admissions, preemptions and waiting reasons).
+manager's; the schedulers' admissions, preemptions and waiting reasons). The change side (``ChangeReader``) says
+what changed in a kind after a resourceVersion, deletions included, for watchers (the REST API's watch).
 
 Failures every backend reports the same way are the errors here; a failure only a backend can explain (an
 unreachable API server, a quarantined row) is an ``OperationError`` with its own sentence. A method is added
@@ -20,9 +21,9 @@ from __future__ import annotations
 
 import builtins
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
@@ -142,6 +143,54 @@ class ObjectReader(Protocol):
         ...
 
 
+WatchType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change of an object, as a Kubernetes watch event says it, at the resourceVersion that made it.
+
+    ``obj`` is the object as written (ADDED, MODIFIED), or as last known when the backend keeps it (DELETED on a
+    cluster); None for a deletion the backend keeps no body of (the embedded store's change log holds only the
+    key) and for a BOOKMARK, which only says the kind has no change up to ``resource_version``. ``namespace`` is
+    "" for a cluster-scoped kind.
+    """
+
+    type: WatchType
+    resource_version: str
+    namespace: str = ""
+    name: str = ""
+    obj: Stored | None = None
+
+
+class ExpiredError(PortError):
+    """The resourceVersion a watch asked to start after is older than the changes the backend keeps: list again.
+
+    The message is one sentence saying so; the REST API answers it 410 Gone.
+    """
+
+
+class ChangeReader(Protocol):
+    """The change side: where a kind's changes stand now, and what changed after a resourceVersion."""
+
+    def resource_version(self, kind: type[Stored]) -> str:
+        """The resourceVersion a watch of ``kind`` starts after to see every change made from now on."""
+        ...
+
+    def watch(self, kind: type[Stored], resource_version: str, *, timeout: float) -> Iterator[WatchEvent]:
+        """The changes of ``kind`` (every namespace) after ``resource_version``, oldest first, as they happen.
+
+        The iterator ends once ``timeout`` seconds pass (a reader goes on from the last resourceVersion it saw);
+        while nothing changes it yields BOOKMARKs now and then, so a reader's place moves on. A backend that
+        merged writes (the embedded store keeps each write, but reads the object as it is now) yields an object
+        once, at its newest version: never an older version after a newer one.
+
+        Raises:
+            ExpiredError: ``resource_version`` is older than the changes kept (when iterated).
+        """
+        ...
+
+
 class ObjectWriter(Protocol):
     """The write side; every write of an object read earlier is conditional on its resourceVersion."""
 
@@ -199,7 +248,7 @@ class StatusWriter(Protocol):
         ...
 
 
-class OperationsBackend(ObjectReader, ObjectWriter, Protocol):
+class OperationsBackend(ObjectReader, ObjectWriter, ChangeReader, Protocol):
     """The port of the user's operations: the object port and the steps that differ between backends."""
 
     job_noun: str

@@ -10,7 +10,8 @@ Routes only translate: a create is ``Operations.submit`` of the one posted docum
 write goes through), a delete is the operation of its kind (a job's replicas are stopped, a Sweep takes its
 trials with it, a Dataset that unfinished jobs read is refused): 200 when the object is gone, 202 while it is
 still being deleted (the embedded runtime stops a job's replicas before it removes the job). Lists take
-``labelSelector``, ``limit`` and ``continue`` (``selectors``, ``paging``). Every refusal is a ``Status``
+``labelSelector``, ``fieldSelector``, ``limit`` and ``continue`` (``selectors``, ``fields``, ``paging``), and
+``watch=true`` (``watch``: the list's changes as server-sent events). Every refusal is a ``Status``
 (``statuses``): 400 a bad query or path, 404 no such object or resource (naming those there are), 409 the name
 is taken or the operation is refused, 422 a spec the door refused (each problem at its field path; nothing is
 stored).
@@ -39,12 +40,14 @@ from starlette.concurrency import run_in_threadpool
 from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
 from phalanx.entrypoints.server.dashboard import add_dashboard_routes
 from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
+from phalanx.entrypoints.server.fields import fields_match, parse_field_selector
 from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.metrics import add_metrics_routes
 from phalanx.entrypoints.server.paging import PagingError, page_of
 from phalanx.entrypoints.server.selectors import SelectorError, parse_label_selector
 from phalanx.entrypoints.server.statuses import ApiError, Status, invalid
 from phalanx.entrypoints.server.views import add_view_routes
+from phalanx.entrypoints.server.watch import add_watch_routes
 from phalanx.model.base import API_VERSION
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.kfp_ir import is_kfp_ir
@@ -70,6 +73,14 @@ _REFUSALS: dict[int | str, dict[str, Any]] = {
 
 Selector = Annotated[
     str, Query(alias="labelSelector", description="key=value or key (has the label), comma-separated, e.g. team=ml")
+]
+Fields = Annotated[
+    str,
+    Query(
+        alias="fieldSelector",
+        description="metadata.name, metadata.namespace, status.phase or spec.scheduling.queue with =, == or !=, "
+        "comma-separated, e.g. status.phase=Running",
+    ),
 ]
 Limit = Annotated[int, Query(ge=0, description="At most this many objects (0: all).")]
 Token = Annotated[str, Query(alias="continue", description="The metadata.continue of the previous page.")]
@@ -123,6 +134,7 @@ def create_app(
     add_metrics_routes(app, backend, authorize, registry)
     add_error_handlers(app)
     add_dashboard_routes(app)
+    add_watch_routes(app, backend, authorize)
     # Last, so it only sees what no route matched: an unknown plural, or a kind at the wrong scope.
     app.add_api_route(
         PREFIX + "/{rest:path}",
@@ -222,16 +234,25 @@ class _Routes:
         if resource.namespaced and not every_namespace:
 
             def list_namespaced(
-                request: Request, namespace: str, label_selector: Selector = "", limit: Limit = 0, token: Token = ""
+                request: Request,
+                namespace: str,
+                label_selector: Selector = "",
+                field_selector: Fields = "",
+                limit: Limit = 0,
+                token: Token = "",
             ) -> JSONResponse:
-                return self._list(request, resource, namespace, label_selector, limit, token)
+                return self._list(request, resource, namespace, (label_selector, field_selector), limit, token)
 
             return list_namespaced
 
         def list_cluster_wide(
-            request: Request, label_selector: Selector = "", limit: Limit = 0, token: Token = ""
+            request: Request,
+            label_selector: Selector = "",
+            field_selector: Fields = "",
+            limit: Limit = 0,
+            token: Token = "",
         ) -> JSONResponse:
-            return self._list(request, resource, None, label_selector, limit, token)
+            return self._list(request, resource, None, (label_selector, field_selector), limit, token)
 
         return list_cluster_wide
 
@@ -283,16 +304,25 @@ class _Routes:
         return create_cluster_scoped
 
     def _list(
-        self, request: Request, resource: Resource, namespace: str | None, selector_text: str, limit: int, token: str
+        self,
+        request: Request,
+        resource: Resource,
+        namespace: str | None,
+        selector_texts: tuple[str, str],
+        limit: int,
+        token: str,
     ) -> JSONResponse:
         if namespace is not None:
             _check_segment(namespace, "namespace")
         self._authorize(request, "list", resource, namespace, None)
         try:
-            selector = parse_label_selector(selector_text)
+            selector = parse_label_selector(selector_texts[0])
+            fields = parse_field_selector(selector_texts[1])
         except SelectorError as err:
             raise ApiError(400, str(err)) from None
         objects: list[Stored] = self.ops.backend.list(resource.model, namespace, labels=selector)  # type: ignore[type-var]  # Stored kinds are Readable
+        if fields:
+            objects = [obj for obj in objects if fields_match(fields, obj.to_dict())]
         try:
             page = page_of(objects, limit=limit, token=token or None)
         except PagingError as err:

@@ -9,6 +9,7 @@ says so.
 from __future__ import annotations
 
 import ipaddress
+from types import FrameType
 
 from phalanx.adapters.store import SqliteStore
 from phalanx.services.embedded.layout import StateLayout
@@ -67,4 +68,14 @@ def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True) -> 
 
     backend = SqliteBackend(SqliteStore(layout.database), layout)
     authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
-    uvicorn.run(create_app(backend, authorize=authorize), host=host, port=port, log_level="info")
+    app = create_app(backend, authorize=authorize)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+    handle_exit = server.handle_exit
+
+    def stop(sig: int, frame: FrameType | None) -> None:
+        # Open watches would hold a graceful shutdown forever: end them first (see entrypoints.server.watch).
+        app.state.stop_watches()
+        handle_exit(sig, frame)
+
+    server.handle_exit = stop  # type: ignore[method-assign]  # uvicorn calls it from its signal handlers
+    server.run()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from phalanx.services import port
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 from phalanx.services.embedded.daemon import current_leader
 from phalanx.services.embedded.layout import StateLayout
+from phalanx.services.embedded.watching import watch_store
 from phalanx.services.operations import NAMESPACED_KINDS, OperationError, Operations, Submitted, no_replica_logs
 from phalanx.services.port import Readable, Stored, WithStatus, Written
 from phalanx.services.queue_views import unique_queues
@@ -195,6 +196,16 @@ class SqliteBackend(SqliteStatus):
             return read_lines_from(path, cursor)
         except OSError:
             return None  # not written yet, or removed with its job meanwhile
+
+    # -- the change side (``watching``) ----------------------------------------------------------------------------
+
+    def resource_version(self, kind: type[Stored]) -> str:
+        """The store's newest revision: every kind's changes are numbered in one sequence."""
+        return str(self.store.latest_seq())
+
+    def watch(self, kind: type[Stored], resource_version: str, *, timeout: float) -> Iterator[port.WatchEvent]:
+        """The kind's changes read from the store's change feed (``watching.watch_store``)."""
+        return watch_store(self.store, kind, resource_version, timeout)
 
     def create(self, obj: Stored) -> None:
         """Store a new object (Queues, cluster-scoped, in the one namespace the store keeps them in)."""

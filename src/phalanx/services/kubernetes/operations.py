@@ -10,6 +10,8 @@ the rest, as the embedded control plane does for the embedded runtime. What this
   was read, exactly the embedded runtime's update of the same field; the operator moves the phases.
 - **Delete** removes the TrainingJob (``run`` waits until a finished one it replaces is gone); its Pods, Service
   and ConfigMap are garbage-collected through their ownerReferences.
+- **Watch** is the API server's own watch of the kind, from the resourceVersion given (its bookmarks passed on, a
+  410 Gone an ``ExpiredError``); a deletion carries the object as it was last.
 - **Replicas** are the job's Pods (``<job>-<role>-<index>``, labelled ``phalanx.dev/job``), **events** the
   core/v1 Events whose ``involvedObject.uid`` is the job's, and **logs** the Pods' logs (a Pod of an earlier
   attempt is deleted before the next is created, so the Pod that exists is the latest attempt).
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import in_use_sentence
@@ -44,6 +46,7 @@ from phalanx.adapters.kubernetes.api import (
     SWEEPS,
     TRAININGJOBS,
     ConflictError,
+    GoneError,
     KubeApi,
     KubeApiError,
     KubeConfigError,
@@ -378,6 +381,69 @@ class KubeBackend:
             with contextlib.suppress(SpecError, ValueError):
                 found.append(self.model_of(kind, obj))
         return found
+
+    # -- the change side -----------------------------------------------------------------------------------------
+
+    def resource_version(self, kind: type[Stored]) -> str:
+        """The resourceVersion of a list of the kind: a watch after it sees every later change.
+
+        A whole list (paged), read once when a server's feed of the kind starts: the port's lists take no limit.
+        """
+        resource = RESOURCES[kind]
+        with self.calling("list", resource):
+            _, version = self.api.list(resource)
+        return version
+
+    def watch(self, kind: type[Stored], resource_version: str, *, timeout: float) -> Iterator[port.WatchEvent]:
+        """The API server's watch of the kind in every namespace, until its ``timeoutSeconds`` end it.
+
+        An object the model cannot read (written by kubectl past the schema) is passed over, its resourceVersion
+        kept as a bookmark: the reader's place moves on, and a later list shows the object as stored.
+        """
+        resource = RESOURCES[kind]
+        jobtypes: dict[str, JobType] | None = None
+        try:
+            for change, obj in self.api.watch(resource, resource_version, None, timeout_seconds=max(1, int(timeout))):
+                meta = obj.get("metadata") or {}
+                version = str(meta.get("resourceVersion") or "")
+                if change == "BOOKMARK":
+                    yield port.WatchEvent("BOOKMARK", version)
+                    continue
+                if change not in ("ADDED", "MODIFIED", "DELETED"):
+                    continue
+                obj.setdefault("kind", resource.kind)
+                obj.setdefault("apiVersion", resource.api_version)
+                try:
+                    if kind is TrainingJob:
+                        if jobtypes is None:
+                            jobtypes = {**builtin_jobtypes(), **{t.metadata.name: t for t in self.list(JobType)}}
+                        model: Stored = self.to_job(obj, jobtypes)
+                    else:
+                        model = self.model_of(kind, obj)  # type: ignore[type-var]  # Stored kinds are Readable
+                except (SpecError, ValueError, OperationError) as err:
+                    log.warning(
+                        "watch %s: %s/%s cannot be read: %s",
+                        resource.plural,
+                        meta.get("namespace"),
+                        meta.get("name"),
+                        err,
+                    )
+                    yield port.WatchEvent("BOOKMARK", version)
+                    continue
+                yield port.WatchEvent(
+                    cast(port.WatchType, change),
+                    version,
+                    str(meta.get("namespace") or ""),
+                    str(meta.get("name") or ""),
+                    model,
+                )
+        except GoneError:
+            raise port.ExpiredError(
+                f"resourceVersion {resource_version} is older than the changes the API server keeps for "
+                f"{resource.plural}; list again and watch from the list's metadata.resourceVersion"
+            ) from None
+        except KubeApiError as error:
+            raise self.error(error, "watch", resource) from None
 
     @staticmethod
     def model_of(kind: type[Readable], obj: Mapping[str, Any]) -> Readable:
