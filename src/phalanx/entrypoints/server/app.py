@@ -40,6 +40,7 @@ from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.paging import PagingError, page_of
 from phalanx.entrypoints.server.selectors import SelectorError, parse_label_selector
 from phalanx.entrypoints.server.statuses import ApiError, Status, invalid
+from phalanx.entrypoints.server.subresources import add_subresource_routes
 from phalanx.model.base import API_VERSION
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.kfp_ir import is_kfp_ir
@@ -107,6 +108,7 @@ def create_app(backend: OperationsBackend, *, authorize: Authorize | None = None
     routes = _Routes(Operations(backend), authorize)
     for resource in RESOURCES:
         routes.add(app, resource)
+    add_subresource_routes(app, routes.ops, authorize)
     add_error_handlers(app)
     # Last, so it only sees what no route matched: an unknown plural, or a kind at the wrong scope.
     app.add_api_route(
