@@ -37,9 +37,12 @@ class User:
         return {**env, "PHALANX_HOME": str(self.home / "state"), "XDG_CONFIG_HOME": str(self.home / "config"),
                 "COLUMNS": "200", **extra}  # fmt: skip
 
+    def command(self, server: str | None = None) -> list[str]:
+        return [sys.executable, "-m", "phalanx.entrypoints.cli", "--server", server or self.server,
+                "--token-file", str(self.token_file)]  # fmt: skip
+
     def cli(self, *args: str, server: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "phalanx.entrypoints.cli", "--server", server or self.server]
-        command += ["--token-file", str(self.token_file), *args]
+        command = [*self.command(server), *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=120, env=self.env(**env), cwd=self.home)
 
 
@@ -89,7 +92,22 @@ def test_a_new_user_runs_follows_halts_resumes_and_deletes_a_job_through_the_ser
             return job is not None and job.status.phase == "Running"
 
         wait_until(running, timeout=90, message="the long job to run")
-    halted = user.cli("halt", "long", "-n", "ml")
+    # `logs -f -r` streams the server's log?follow=true: the replica's lines as written, ending once it is halted.
+    followed_out = tmp_path / "followed.txt"
+    with open(followed_out, "w") as sink:
+        follower = subprocess.Popen(
+            [*user.command(), "logs", "-f", "-r", "worker-0", "long", "-n", "ml"],
+            stdout=sink, stderr=subprocess.STDOUT, env=user.env(), cwd=user.home,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: "worker-0 started" in followed_out.read_text(), timeout=60, message="the followed line")
+        assert follower.poll() is None  # still following: the job runs
+        halted = user.cli("halt", "long", "-n", "ml")
+        assert follower.wait(timeout=60) == 0, followed_out.read_text()
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert "Traceback" not in followed_out.read_text()
     assert halted.returncode == 0, halted.stderr
     assert "job/long Halted" in halted.stdout
     resumed = user.cli("resume", "long", "-n", "ml")
