@@ -135,8 +135,8 @@ def test_a_viewer_wrong_url_and_revoked_token_each_get_one_sentence_and_nothing_
     no_traceback(refused)
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines() == [
-        f"error: the server at {base} refused the token of {viewer.token_file}: the viewer token watcher for "
-        "namespaces ml cannot create trainingjobs in ml: needs editor"
+        f"error: the server at {base} refused the token of {viewer.token_file} (forbidden): the viewer token "
+        "watcher for namespaces ml cannot create trainingjobs in ml: needs editor"
     ]
     with runtime.client() as local:
         assert local.store.list(TrainingJob) == []

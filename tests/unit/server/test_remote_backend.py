@@ -79,6 +79,16 @@ def test_a_finished_job_is_replaced_when_asked(served: tuple[MemoryBackend, http
     assert second is not None and second.metadata.uid != first.metadata.uid
 
 
+def test_queues_are_listed_for_a_token_that_may_not_list_every_namespaces_jobs(
+    served: tuple[MemoryBackend, httpx.BaseTransport],
+) -> None:
+    remote(served, "admin-all").submit(
+        {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "gpus"}, "spec": {}}
+    )
+    views = remote(served, "viewer-ml").queues()  # its jobs cannot be listed cluster-wide: the queue's status says
+    assert [view.queue.metadata.name for view in views] == ["gpus"]
+
+
 def test_404_is_not_found_and_a_read_answers_none(served: tuple[MemoryBackend, httpx.BaseTransport]) -> None:
     client = remote(served, "viewer-ml")
     assert client.backend.get(TrainingJob, "ml", "absent") is None
@@ -130,13 +140,14 @@ def test_422_is_a_spec_error_at_the_servers_field_paths(served: tuple[MemoryBack
     [
         (
             "viewer-ml",
-            f"the server at {SERVER} refused the token given to the client: the viewer token viewer-ml for namespaces "
-            "ml cannot create trainingjobs in ml: needs editor",
+            f"the server at {SERVER} refused the token given to the client (forbidden): the viewer token viewer-ml "
+            "for namespaces ml cannot create trainingjobs in ml: needs editor",
         ),
         (
             "editor-cv",
-            f"the server at {SERVER} refused the token given to the client: the editor token editor-cv for namespaces "
-            "cv cannot get trainingjobs in ml: it reaches namespaces cv only",  # submit first looks the name up
+            f"the server at {SERVER} refused the token given to the client (forbidden): the editor token editor-cv "
+            # submit looks the name up first
+            "for namespaces cv cannot get trainingjobs in ml: it reaches namespaces cv only",
         ),
         ("revoked", f"the server at {SERVER} does not accept the token given to the client: it is unknown, expired"),
     ],

@@ -65,12 +65,15 @@ class ServerJobSource:
     directory: Path
     min_poll: float = MIN_POLL_SECONDS
     _sizes: dict[str, int] = field(default_factory=dict)
+    _replicas: list[str] = field(default_factory=list)  # ROLE-INDEX of each replica, by the job last read
 
     def job(self, *, after: str, wait: float) -> dict[str, Any]:
         """See JobSource: the job once its resourceVersion differs from ``after``, or after ``wait``."""
         deadline = time.monotonic() + (max(wait, self.min_poll) if after else 0.0)
         while True:
-            obj = self.client.get(self.name).to_dict()
+            job = self.client.get(self.name)
+            self._replicas = [f"{role}-{i}" for role, spec in job.spec.replicas.items() for i in range(spec.count)]
+            obj = job.to_dict()
             remaining = deadline - time.monotonic()
             if (obj.get("metadata") or {}).get("resourceVersion") != after or remaining <= 0:
                 return obj
@@ -79,7 +82,8 @@ class ServerJobSource:
     def log_files(self) -> list[tuple[str, Path]]:
         """See JobSource: each replica's log as the server has it, written to a local file when it grew."""
         files = []
-        for short, text in self.client.logs(self.name).items():
+        for short in self._replicas:  # one request a replica: the job was just read (``job``)
+            text = self.client.backend.log_text(self.client.namespace, self.name, short)
             path = self.directory / f"{short}.log"
             data = text.encode()
             if len(data) != self._sizes.get(short, -1):

@@ -259,8 +259,8 @@ def port_error(err: RestError | UnreachableError, *, server: str, token_source: 
             f"the server at {server} does not accept {token_source}: it is unknown, expired or revoked "
             f"({err.message}); ask the server's owner for a token (`phalanx token create`)"
         )
-    if err.code == 403:
-        return AccessError(f"the server at {server} refused {token_source}: {err.message}")
+    if err.code == 403:  # "forbidden" is the word a caller that can do without (a cluster-wide list) looks for
+        return AccessError(f"the server at {server} refused {token_source} (forbidden): {err.message}")
     return OperationError(f"the server at {server} answered {err.code}: {err.message}")
 
 
