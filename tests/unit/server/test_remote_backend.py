@@ -19,6 +19,7 @@ from phalanx.adapters.rest.client import RestError, UnreachableError
 from phalanx.entrypoints.remote_client import RemoteClient
 from phalanx.entrypoints.server.app import create_app
 from phalanx.entrypoints.server.tokens import token_authorizer
+from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
 from phalanx.services.operations import JobExistsError, OperationError
@@ -87,6 +88,24 @@ def test_queues_are_listed_for_a_token_that_may_not_list_every_namespaces_jobs(
     )
     views = remote(served, "viewer-ml").queues()  # its jobs cannot be listed cluster-wide: the queue's status says
     assert [view.queue.metadata.name for view in views] == ["gpus"]
+
+
+def test_submitting_an_existing_dataset_gives_it_the_new_spec_and_a_stale_write_conflicts(
+    served: tuple[MemoryBackend, httpx.BaseTransport],
+) -> None:
+    backend, _ = served
+    client = remote(served, "editor-ml")
+    dataset = {"kind": "Dataset", "metadata": {"name": "images"}, "spec": {"source": {"url": "file:///v1"}}}
+    assert [s.configured for s in client.submit(dataset)] == [False]
+    dataset["spec"]["source"]["url"] = "file:///v2"
+    assert [s.configured for s in client.submit(dataset)] == [True]  # as kubectl apply: the spec replaced
+    stored = backend.get(Dataset, "ml", "images")
+    assert stored is not None and stored.spec.source.url == "file:///v2"
+    client.submit({**dataset, "spec": {"source": {"url": "file:///v3"}}})  # moves the version on
+    with pytest.raises(ConflictError, match="changed since resourceVersion"):
+        client.backend.replace(stored)  # the version read is gone
+    current = backend.get(Dataset, "ml", "images")
+    assert current is not None and current.spec.source.url == "file:///v3"
 
 
 def test_404_is_not_found_and_a_read_answers_none(served: tuple[MemoryBackend, httpx.BaseTransport]) -> None:

@@ -44,10 +44,14 @@ def test_every_route_is_in_the_document_with_its_verbs() -> None:
     listed = {(path, method) for path, item in spec["paths"].items() for method in item}
     assert listed == routes
     # Seven kinds: four routes each (list, create, read, delete), and five namespaced kinds list every namespace.
-    kinds = {route for route in routes if "/trainingjobs/{name}/" not in route[0]}
+    subresources = {route for route in routes if "/trainingjobs/{name}/" in route[0]}
+    puts = {route for route in routes if route[1] == "put"}
+    kinds = routes - subresources - puts
     assert len(kinds) == 4 * len(RESOURCES) + sum(r.namespaced for r in RESOURCES) == 33
     # A job's subresources (entrypoints.server.subresources): events, replicas, log, explain, halt, resume.
-    assert len(routes - kinds) == 6
+    assert len(subresources) == 6
+    # PUT of the kinds `submit` gives a new spec (entrypoints.server.replacing): Queue, JobType, Dataset, Pipeline.
+    assert {path.rsplit("/", 2)[-2] for path, _ in puts} == {"queues", "jobtypes", "datasets", "pipelines"}
 
 
 def test_every_reference_resolves_and_each_kind_has_its_schema() -> None:

@@ -38,6 +38,7 @@ from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
 from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
 from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.paging import PagingError, page_of
+from phalanx.entrypoints.server.replacing import add_replace_routes
 from phalanx.entrypoints.server.selectors import SelectorError, parse_label_selector
 from phalanx.entrypoints.server.statuses import ApiError, Status, invalid
 from phalanx.entrypoints.server.subresources import add_subresource_routes
@@ -109,6 +110,7 @@ def create_app(backend: OperationsBackend, *, authorize: Authorize | None = None
     for resource in RESOURCES:
         routes.add(app, resource)
     add_subresource_routes(app, routes.ops, authorize)
+    add_replace_routes(app, routes.ops, authorize)
     add_error_handlers(app)
     # Last, so it only sees what no route matched: an unknown plural, or a kind at the wrong scope.
     app.add_api_route(

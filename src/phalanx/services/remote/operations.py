@@ -14,8 +14,7 @@ What the server answers becomes what the port promises (``port_error``):
 - 401/403 -> ``AccessError``: one sentence saying which token (where it came from) and what it may not do;
 - no answer -> ``OperationError`` naming the URL.
 
-Not served over the API yet, each refused with a sentence: replacing an object's spec (``submit`` of an existing
-Queue, JobType, Dataset or Pipeline with a changed spec) and reading or evicting node caches.
+Not served over the API yet, each refused with a sentence: reading or evicting node caches.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 from phalanx.services.operations import OperationError, Operations
 from phalanx.services.port import (
     AlreadyExistsError,
+    ConflictError,
     LabelSelector,
     LogChunk,
     LogCursor,
@@ -160,16 +160,25 @@ class HttpBackend:
         self._call("POST", _collection_path(kind, obj.metadata.namespace), body=document)
 
     def replace(self, obj: Stored) -> None:
-        """Not served yet: the API has no route that replaces an object's spec.
+        """``PUT`` the object's spec, labels and annotations, on the resourceVersion read (``server.replacing``).
 
         Raises:
-            OperationError: always, with what to do instead.
+            ConflictError: it changed since ``obj`` was read.
+            NotFoundError: it is gone.
         """
-        kind = type(obj).__name__.lower()
-        raise OperationError(
-            f"{kind} {obj.metadata.name} exists on the server with another spec, and the server does not replace "
-            f"specs yet; delete it (`phalanx --server URL delete {kind} {obj.metadata.name}`) and submit again"
-        )
+        kind = type(obj).__name__
+        document = obj.to_dict()
+        document.pop("status", None)
+        if kind not in NAMESPACED:
+            document.get("metadata", {}).pop("namespace", None)
+        try:
+            self.rest.json("PUT", _item_path(kind, obj.metadata.namespace, obj.metadata.name), body=document)
+        except RestError as err:
+            if err.code == 409 and err.reason == "Conflict":
+                raise ConflictError(err.message) from None
+            self._raise(err)
+        except UnreachableError as err:
+            self._raise(err)
 
     def delete(self, kind: type[Stored], namespace: str, name: str, *, uid: str | None = None) -> None:
         """``DELETE`` the object; the server runs its kind's deletion (a Sweep takes its trials with it)."""
