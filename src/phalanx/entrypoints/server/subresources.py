@@ -38,6 +38,8 @@ from phalanx.services.port import LogCursor
 FOLLOW_POLL_SECONDS = 0.25
 #: The phases past which a followed log ends: nothing more is written until the job is resumed or restarted.
 STOPPED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED})
+#: The subresources served, by plural: a path naming another is answered with these (``fallbacks``).
+SUBRESOURCES = {"trainingjobs": ("events", "replicas", "log", "explain", "halt", "resume")}
 JOB_PATH = f"{PREFIX}/namespaces/{{namespace}}/trainingjobs/{{name}}"
 KIND = "TrainingJob"
 
