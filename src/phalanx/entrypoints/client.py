@@ -9,7 +9,8 @@ print(final.status.phase, final.status.metrics)
 run = client.wait_for(PipelineRun, "nightly", {"Succeeded", "Failed"}, timeout=3600)
 
 ``Client()`` is the embedded runtime of a state directory; ``Client.kubernetes(context=...)`` is a cluster, and
-``Client.remote(server=URL, token=...)`` a Phalanx server (``entrypoints.remote_client``), with the same verbs.
+``Client(server=URL, token=...)`` (``Client.remote``) a Phalanx server (``entrypoints.remote_client``), with the
+same verbs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from phalanx.adapters.store import SqliteStore
 from phalanx.core.lifecycle import ACTIVE_PHASES
@@ -50,13 +51,25 @@ class WaitTimeoutError(TimeoutError):
 
 @dataclass
 class Client(JobVerbs):
-    """Talks to the embedded runtime of one state directory."""
+    """Talks to the embedded runtime of one state directory; ``Client(server=URL, token=...)`` to a server."""
 
     state_dir: Path | None = None
     namespace: str = "default"
     ops: EmbeddedOperations = field(init=False, repr=False)
+    server: str | None = None
+    token: str | None = field(default=None, repr=False)
+
+    def __new__(cls, *args: Any, server: str | None = None, token: str | None = None, **kwargs: Any) -> Any:
+        """``Client(server=URL, token=...)`` is ``Client.remote(...)``, a client of that server; else this class."""
+        if server is not None:
+            if args or set(kwargs) - {"namespace"}:
+                raise OperationError("Client(server=...) takes token= and namespace= only: the rest is the server's")
+            return cls.remote(server, token=token, namespace=kwargs.get("namespace", "default"))
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
+        if self.token is not None:
+            raise OperationError("token= is for a server: give server=URL too (Client(server=URL, token=...))")
         self.layout = StateLayout(Path(self.state_dir) if self.state_dir else default_state_dir())
         self.layout.ensure()
         self.store = SqliteStore(self.layout.database)

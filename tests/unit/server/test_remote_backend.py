@@ -9,6 +9,7 @@ through the routes, their authorization and their Statuses.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 from test_rest_tenancy import Tokens, job
 
 from phalanx.adapters.rest.client import RestError, UnreachableError
+from phalanx.entrypoints.client import Client
 from phalanx.entrypoints.remote_client import RemoteClient
 from phalanx.entrypoints.server.app import create_app
 from phalanx.entrypoints.server.tokens import token_authorizer
@@ -225,3 +227,13 @@ def test_each_status_is_the_ports_error(error: RestError | UnreachableError, exp
         assert [(e.path, e.message) for e in mapped.errors] == [("spec.x", "no")]
     if isinstance(error, RestError) and error.code == 502:
         assert str(mapped) == "the server at http://h answered 502: the server answered HTTP 502"
+
+
+def test_the_sdk_client_given_a_server_is_a_client_of_that_server(tmp_path: Path) -> None:
+    with Client(server="http://127.0.0.1:8080", token="t", namespace="ml") as client:
+        assert isinstance(client, RemoteClient)
+        assert (client.server, client.namespace) == ("http://127.0.0.1:8080", "ml")
+    with Client(state_dir=tmp_path) as local:  # no server: the embedded runtime, as always
+        assert type(local) is Client
+    with pytest.raises(OperationError, match=r"^token= is for a server: give server=URL too"):
+        Client(state_dir=tmp_path, token="t")
