@@ -18,6 +18,7 @@ import yaml
 from test_rest_server_e2e import make_token, start_server
 
 from conftest import Runtime, generic_job, wait_until
+from phalanx.entrypoints.client import Client
 from phalanx.model.jobs import TrainingJob
 
 
@@ -45,6 +46,18 @@ class User:
         command = [*self.command(server), *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=120, env=self.env(**env), cwd=self.home)
 
+    def configure(self) -> None:
+        """Write the config file (server and token, mode 0600): commands then need no flags."""
+        path = self.home / "config" / "phalanx" / "config.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump({"server": self.server, "token": self.token_file.read_text().strip()}))
+        path.chmod(0o600)
+
+    def plain(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`phalanx ARGS` with no server flag: the config file names the server."""
+        command = [sys.executable, "-m", "phalanx.entrypoints.cli", *args]  # the launcher, as the command
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, env=self.env(), cwd=self.home)
+
 
 def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
@@ -59,7 +72,10 @@ def test_a_new_user_runs_follows_halts_resumes_and_deletes_a_job_through_the_ser
     spec = tmp_path / "user" / "job.yaml"
     spec.write_text(yaml.safe_dump(generic_job("remote")))
 
-    ran = user.cli("run", str(spec), "-n", "ml")
+    # `phalanx run FILE` with the server and token in the config file only: the launcher's fast path (the local
+    # control plane's socket) must leave it to the command that reads the config.
+    user.configure()
+    ran = user.plain("run", str(spec), "-n", "ml")
     no_traceback(ran)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "trainingjob/remote created" in ran.stdout
@@ -69,6 +85,9 @@ def test_a_new_user_runs_follows_halts_resumes_and_deletes_a_job_through_the_ser
         job = local.store.try_get(TrainingJob, "ml", "remote")
         assert job is not None and job.status.phase == "Succeeded"
 
+    with Client(server=base, token=user.token_file.read_text().strip(), namespace="ml") as sdk:
+        assert sdk.get("remote").status.phase == "Succeeded"
+        assert "worker-0 done" in sdk.logs("remote")["worker-0"]
     got = user.cli("get", "jobs", "-n", "ml", "-o", "json")
     assert got.returncode == 0, got.stderr
     listed = json.loads(got.stdout)
