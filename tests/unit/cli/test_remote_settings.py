@@ -66,3 +66,45 @@ def test_a_token_file_others_may_read_is_refused(tmp_path: Path) -> None:
         server_settings({}, server="http://h:1", token_file=token_file)
     with pytest.raises(SettingsError, match="cannot be read"):
         server_settings({}, server="http://h:1", token_file=tmp_path / "absent")
+
+
+def test_phalanx_run_leaves_a_named_server_to_typer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The launcher's fast path talks to the local socket: a server in the env or a config file must reach typer."""
+    from phalanx.entrypoints.cli import launcher
+
+    monkeypatch.delenv("PHALANX_SERVER", raising=False)
+    monkeypatch.delenv("PHALANX_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert launcher.parse_run(["run", "job.yaml"]).file == Path("job.yaml")  # nothing named: the fast path
+    monkeypatch.setenv("PHALANX_SERVER", "http://127.0.0.1:8080")
+    with pytest.raises(launcher._DeclinedError):
+        launcher.parse_run(["run", "job.yaml"])
+    monkeypatch.delenv("PHALANX_SERVER")
+    config(tmp_path, "server: http://127.0.0.1:8080\n")
+    with pytest.raises(launcher._DeclinedError):
+        launcher.parse_run(["run", "job.yaml"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["get", "jobs", "--context", "kind"], "--context chose a backend, and --server"),
+        (["up"], "`phalanx up` is for this machine's local control plane"),
+        (["run", "job.yaml", "--stand-in", "img=./p"], "--stand-in names a program of this machine"),
+    ],
+    ids=["a cluster too", "up", "a stand-in"],
+)
+def test_what_a_server_cannot_do_is_refused_before_anything_is_sent(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, argv: list[str], words: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from phalanx.entrypoints.cli.main import app
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p").write_text("#!/bin/sh\n")
+    (tmp_path / "p").chmod(0o700)
+    result = CliRunner().invoke(app, ["--server", "http://127.0.0.1:9", *argv])
+    assert result.exit_code == 2, result.output
+    assert words in result.output
