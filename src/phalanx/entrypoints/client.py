@@ -8,8 +8,9 @@ final = client.wait(job.name)
 print(final.status.phase, final.status.metrics)
 run = client.wait_for(PipelineRun, "nightly", {"Succeeded", "Failed"}, timeout=3600)
 
-``Client()`` is the embedded runtime of a state directory; ``Client.kubernetes(context=...)`` is a cluster, with
-the same verbs (``entrypoints.kubernetes.client``).
+``Client()`` is the embedded runtime of a state directory; ``Client.kubernetes(context=...)`` is a cluster, and
+``Client(server=URL, token=...)`` (``Client.remote``) a Phalanx server (``entrypoints.remote_client``), with the
+same verbs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from phalanx.adapters.store import SqliteStore
 from phalanx.core.lifecycle import ACTIVE_PHASES
@@ -35,8 +36,10 @@ from phalanx.services.operations import OperationError, Submitted
 
 if TYPE_CHECKING:
     from phalanx.entrypoints.kubernetes.client import KubernetesClient
+    from phalanx.entrypoints.remote_client import RemoteClient
 
 KUBERNETES_EXTRA_HINT = "the kubernetes backend needs lightkube: pip install 'phalanx[kubernetes]'"
+REMOTE_EXTRA_HINT = "talking to a Phalanx server needs httpx: pip install 'phalanx[remote]'"
 
 Awaited = TypeVar("Awaited", TrainingJob, Sweep, PipelineRun, Dataset)
 """The kinds with a ``status.phase`` that ``Client.wait_for`` waits on."""
@@ -48,13 +51,25 @@ class WaitTimeoutError(TimeoutError):
 
 @dataclass
 class Client(JobVerbs):
-    """Talks to the embedded runtime of one state directory."""
+    """Talks to the embedded runtime of one state directory; ``Client(server=URL, token=...)`` to a server."""
 
     state_dir: Path | None = None
     namespace: str = "default"
     ops: EmbeddedOperations = field(init=False, repr=False)
+    server: str | None = None
+    token: str | None = field(default=None, repr=False)
+
+    def __new__(cls, *args: Any, server: str | None = None, token: str | None = None, **kwargs: Any) -> Any:
+        """``Client(server=URL, token=...)`` is ``Client.remote(...)``, a client of that server; else this class."""
+        if server is not None:
+            if args or set(kwargs) - {"namespace"}:
+                raise OperationError("Client(server=...) takes token= and namespace= only: the rest is the server's")
+            return cls.remote(server, token=token, namespace=kwargs.get("namespace", "default"))
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
+        if self.token is not None:
+            raise OperationError("token= is for a server: give server=URL too (Client(server=URL, token=...))")
         self.layout = StateLayout(Path(self.state_dir) if self.state_dir else default_state_dir())
         self.layout.ensure()
         self.store = SqliteStore(self.layout.database)
@@ -87,6 +102,29 @@ class Client(JobVerbs):
                 raise OperationError(KUBERNETES_EXTRA_HINT) from None
             raise
         return KubernetesClient(kubeconfig=kubeconfig, context=context, namespace=namespace, timeout=timeout)
+
+    @staticmethod
+    def remote(
+        server: str | None = None, *, token: str | None = None, namespace: str = "default", timeout: float = 30.0
+    ) -> RemoteClient:
+        """A client for a Phalanx server (``phalanx server``), with the same verbs (``up`` and ``down`` excepted).
+
+        Args:
+            server: its URL, e.g. ``http://127.0.0.1:8080`` (default: ``$PHALANX_SERVER``, then the config file's).
+            token: the bearer token (default: ``$PHALANX_TOKEN``, then the config file's; ``remote_settings``).
+            namespace: the jobs' namespace.
+            timeout: seconds one request may take.
+
+        Raises:
+            OperationError: httpx is not installed, no server is named, or the URL or config cannot be used.
+        """
+        try:
+            from phalanx.entrypoints.remote_client import RemoteClient
+        except ModuleNotFoundError as error:
+            if error.name == "httpx":
+                raise OperationError(REMOTE_EXTRA_HINT) from None
+            raise
+        return RemoteClient(server, token=token, namespace=namespace, timeout=timeout)
 
     def close(self) -> None:
         """Close the store connection."""

@@ -46,9 +46,16 @@ def test_every_route_is_in_the_document_with_its_verbs() -> None:
     # Seven kinds: four routes each (list, create, read, delete), and five namespaced kinds list every namespace.
     # Other routes (views, subresources) carry tags of their own.
     names = {resource.kind for resource in RESOURCES}
-    kinds = {(path, method) for path, method in routes if set(spec["paths"][path][method]["tags"]) & names}
+    tagged = {(path, method) for path, method in routes if set(spec["paths"][path][method]["tags"]) & names}
+    subresources = {route for route in routes if "/trainingjobs/{name}/" in route[0]}
+    puts = {route for route in routes if route[1] == "put"}
+    kinds = tagged - subresources - puts
     assert len(kinds) == 4 * len(RESOURCES) + sum(r.namespaced for r in RESOURCES) == 33
     assert ("/metrics", "get") in routes
+    # A job's subresources (entrypoints.server.subresources): events, replicas, log, explain, halt, resume.
+    assert len(subresources) == 6
+    # PUT of the kinds `submit` gives a new spec (entrypoints.server.replacing): Queue, JobType, Dataset, Pipeline.
+    assert {path.rsplit("/", 2)[-2] for path, _ in puts} == {"queues", "jobtypes", "datasets", "pipelines"}
 
 
 def test_every_reference_resolves_and_each_kind_has_its_schema() -> None:

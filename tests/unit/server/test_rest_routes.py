@@ -182,7 +182,7 @@ def test_a_missing_object_names_those_there_are(client: TestClient) -> None:
 def test_a_verb_a_path_does_not_take_is_405_saying_which_it_does(client: TestClient) -> None:
     assert_status(client.put(f"{JOBS}/train", json=job()), 405, "MethodNotAllowed", "use GET or DELETE")
     assert_status(client.delete(JOBS), 405, "MethodNotAllowed", "use GET or POST")
-    assert_status(client.get(f"{JOBS}/train/logs"), 404, "NotFound", "no subresources")
+    assert_status(client.get(f"{JOBS}/train/logs"), 404, "NotFound", "have these subresources: events, replicas, log")
 
 
 @pytest.mark.parametrize(

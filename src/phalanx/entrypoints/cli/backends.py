@@ -18,6 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from phalanx.entrypoints.remote_settings import ServerSettings
 
 BACKEND_ENV = "PHALANX_BACKEND"
 # The options that select (or configure) the kubernetes backend, on every verb.
@@ -42,11 +46,18 @@ class BackendChoice:
     backend: Backend
     kubeconfig: Path | None = None
     context: str | None = None
+    server: ServerSettings | None = None
+    """A Phalanx server the command talks to instead (``--server``, ``$PHALANX_SERVER``, the config file)."""
 
     @property
     def kubernetes(self) -> bool:
         """True for the kubernetes backend."""
-        return self.backend is Backend.KUBERNETES
+        return self.server is None and self.backend is Backend.KUBERNETES
+
+    @property
+    def remote(self) -> bool:
+        """True when the command talks to a Phalanx server (``cli.remote``)."""
+        return self.server is not None
 
 
 def choose_backend(

@@ -25,11 +25,14 @@ from phalanx.entrypoints.cli.output import console, fail
 if TYPE_CHECKING:
     from phalanx.entrypoints.client import Client
     from phalanx.entrypoints.kubernetes.client import KubernetesClient
+    from phalanx.entrypoints.remote_client import RemoteClient
 
 dataset_app = typer.Typer(help="Datasets: create, get, describe, delete (see docs/datasets.md).", no_args_is_help=True)
 
 
-def show_datasets(client: Client | KubernetesClient, name: str | None, output: Output, everywhere: bool) -> None:
+def show_datasets(
+    client: Client | KubernetesClient | RemoteClient, name: str | None, output: Output, everywhere: bool
+) -> None:
     """Print the datasets (only ``name``; every namespace's when ``everywhere``) as a table or as YAML/JSON."""
     from phalanx.entrypoints.cli.render_data import datasets_table
 
@@ -45,7 +48,7 @@ def show_datasets(client: Client | KubernetesClient, name: str | None, output: O
         console.print(datasets_table(datasets, namespaces=everywhere))
 
 
-def delete_dataset(client: Client | KubernetesClient, name: str) -> None:
+def delete_dataset(client: Client | KubernetesClient | RemoteClient, name: str) -> None:
     """Delete a dataset, noting which node caches keep its data until space is needed."""
     dataset = client.delete_dataset(name)
     console.print(f"dataset/{name} deleted")

@@ -43,6 +43,7 @@ from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, styled_phase
 if TYPE_CHECKING:
     from phalanx.entrypoints.client import Client
     from phalanx.entrypoints.kubernetes.client import KubernetesClient
+    from phalanx.entrypoints.remote_client import RemoteClient
 
 
 def run(
@@ -73,6 +74,16 @@ def run(
     refuse_bad_namespace(namespace)
     stand_ins = stand_in_map(stand_in)
     choice = choose(backend, kubeconfig, context)
+    if choice.server is not None:
+        if inventory is not None:
+            fail("--inventory simulates nodes for the local control plane; the server has its own nodes", 2)
+        from phalanx.entrypoints.cli.remote import remote_session, run_on_server
+
+        if stand_ins:
+            fail("--stand-in names a program of this machine, and the server runs jobs on its own; leave it out", 2)
+        with remote_session(choice.server, namespace) as remote:
+            code = run_on_server(remote, file, detach=detach, logs=logs)
+        raise typer.Exit(code)
     if choice.kubernetes:
         if inventory is not None:
             fail("--inventory simulates nodes for the embedded backend; a cluster has its own nodes", 2)
@@ -129,6 +140,19 @@ def submit(
     refuse_bad_namespace(namespace)
     stand_ins = stand_in_map(stand_in)
     choice = choose(backend, kubeconfig, context)
+    if choice.server is not None:
+        from phalanx.entrypoints.cli.remote import remote_session
+
+        with remote_session(choice.server, namespace) as remote:
+            if dry_run:
+                target = None if remote.namespace == "default" else remote.namespace  # as `submit` does
+                print_objects(
+                    remote.ops.validate(read_documents(file), source=str(file), namespace=target), Output.YAML
+                )
+                return
+            for item in remote.submit(file, stand_ins=stand_ins):
+                console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
+        return
     if choice.kubernetes:
         from phalanx.entrypoints.cli.cluster import cluster_session
 
@@ -207,7 +231,9 @@ def get(
             show_jobtypes(client, name, output)
 
 
-def _show_jobs(client: Client | KubernetesClient, name: str | None, output: Output, *, namespace: str | None) -> None:
+def _show_jobs(
+    client: Client | KubernetesClient | RemoteClient, name: str | None, output: Output, *, namespace: str | None
+) -> None:
     """Print the jobs of ``namespace`` (every namespace's when None; only ``name`` when given)."""
     from phalanx.entrypoints.cli.render import jobs_table
 
@@ -221,7 +247,7 @@ def _show_jobs(client: Client | KubernetesClient, name: str | None, output: Outp
         console.print(jobs_table(jobs, wide=output == Output.WIDE or everywhere))
 
 
-def _warn_unreadable_jobs(client: Client | KubernetesClient, namespace: str | None) -> None:
+def _warn_unreadable_jobs(client: Client | KubernetesClient | RemoteClient, namespace: str | None) -> None:
     """Say which stored jobs cannot be read, so that a listing never hides them silently."""
     store = getattr(client, "store", None)
     if store is None:
@@ -302,6 +328,13 @@ def logs(
 ) -> None:
     """Print the logs of a job's replicas (latest attempt of each)."""
     choice = choose(backend, kubeconfig, context)
+    if choice.server is not None:
+        from phalanx.entrypoints.cli.remote import print_logs as print_server_logs
+        from phalanx.entrypoints.cli.remote import remote_session
+
+        with remote_session(choice.server, namespace) as remote:
+            print_server_logs(remote, job, replica, follow_logs=follow_logs)
+        return
     if choice.kubernetes:
         from phalanx.entrypoints.cli.cluster import cluster_session, print_logs
 
@@ -361,8 +394,10 @@ def halt(
     choice = choose(backend, kubeconfig, context)
     with backend_session(choice, state_dir, namespace) as client:
         client.halt(job)
-        # Locally, nothing moves the job while no control plane runs; on a cluster the operator always runs.
-        if wait and (choice.kubernetes or current_leader(client.store) is not None):  # type: ignore[union-attr]
+        # Locally, nothing moves the job while no control plane runs; on a cluster the operator always runs, and a
+        # server's owner runs its control plane.
+        remote = choice.kubernetes or choice.remote
+        if wait and (remote or current_leader(client.store) is not None):  # type: ignore[union-attr]
             final = client.wait(job, until={Phase.HALTED, Phase.SUCCEEDED, Phase.FAILED}, timeout=120)
             console.print(f"job/{job} {styled_phase(final.status.phase)}")
         else:

@@ -10,9 +10,10 @@ from phalanx.entrypoints.cli.output import console, fail
 if TYPE_CHECKING:
     from phalanx.entrypoints.client import Client
     from phalanx.entrypoints.kubernetes.client import KubernetesClient
+    from phalanx.entrypoints.remote_client import RemoteClient
 
 
-def show_jobtypes(client: Client | KubernetesClient, name: str | None, output: Output) -> None:
+def show_jobtypes(client: Client | KubernetesClient | RemoteClient, name: str | None, output: Output) -> None:
     """Print the job types (only ``name`` when given; exit 1 naming the known ones when it is unknown)."""
     from phalanx.entrypoints.cli.render import jobtypes_table
 

@@ -45,6 +45,10 @@ def parse_run(argv: list[str]) -> argparse.Namespace:
 
     if wants_kubernetes(argv[1:], os.environ):
         raise _DeclinedError("a run on a cluster: the typer command handles the kubernetes backend")
+    from phalanx.entrypoints.remote_settings import SERVER_ENV, config_path  # standard library only too
+
+    if os.environ.get(SERVER_ENV, "").strip() or config_path(os.environ).exists():
+        raise _DeclinedError("a server may be named: the typer command reads --server, its env and config file")
     parser = _Parser(prog="phalanx run", add_help=False)
     parser.add_argument("file", type=Path)
     parser.add_argument("--state-dir", type=Path, default=os.environ.get("PHALANX_HOME") or None)

@@ -11,6 +11,10 @@ Every job verb takes ``--backend embedded|kubernetes`` (default: ``$PHALANX_BACK
 verbs talk to the API server (``cluster.py``, ``services.kubernetes.operations``) and the phalanx-operator and
 phalanx-scheduler run the jobs; ``up``, ``down`` and ``status`` are the embedded control plane's only.
 
+``phalanx --server URL [--token-file FILE] VERB`` (or ``$PHALANX_SERVER``/``$PHALANX_TOKEN``, or the config file
+``~/.config/phalanx/config.yaml``; ``entrypoints.remote_settings``) runs the verbs against a Phalanx server's REST
+API instead (``remote.py``); the local state directory and its Unix socket stay the default.
+
 Exit codes: 0 success; 1 the job failed (``run``) or an operation failed (e.g. no such job); 2 invalid input
 (a spec error, a file that cannot be read, an unknown resource kind); 3 the job was halted while ``run``
 followed it; 4 the state store cannot be used for now (locked by another process past the 10 s busy timeout,
@@ -22,6 +26,9 @@ typer and rich.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -40,6 +47,33 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _global_options(
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            envvar="PHALANX_SERVER",
+            help="A Phalanx server's URL (phalanx server), e.g. http://127.0.0.1:8080: the verbs run there, with the "
+            "token of --token-file, $PHALANX_TOKEN or ~/.config/phalanx/config.yaml (default: the local state "
+            "directory; a config file's server counts).",
+            show_default=False,
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option("--token-file", help="A file holding the server's token (mode 0600).", show_default=False),
+    ] = None,
+) -> None:
+    """Run ML training jobs: gang-scheduled, pinned to CPUs and GPUs, with a lifecycle you can read."""
+    from phalanx.entrypoints.cli.options import GLOBAL
+
+    GLOBAL.server = server or None
+    GLOBAL.token_file = token_file
+
+
 for command in (
     jobs.run,
     jobs.submit,

@@ -11,9 +11,12 @@ if TYPE_CHECKING:
     from phalanx.entrypoints.cli.backends import BackendChoice
     from phalanx.entrypoints.client import Client
     from phalanx.entrypoints.kubernetes.client import KubernetesClient
+    from phalanx.entrypoints.remote_client import RemoteClient
 
 
-def show_nodes(client: Client | KubernetesClient, choice: BackendChoice, name: str | None, output: Output) -> None:
+def show_nodes(
+    client: Client | KubernetesClient | RemoteClient, choice: BackendChoice, name: str | None, output: Output
+) -> None:
     """Print the nodes (only ``name`` when given) as a table with their CPU and GPU usage, or as YAML/JSON."""
     from phalanx.entrypoints.cli.render import nodes_table
     from phalanx.model.replicas import Replica
@@ -32,7 +35,7 @@ def show_nodes(client: Client | KubernetesClient, choice: BackendChoice, name: s
 
         usage: dict[str, dict[str, int]] = {}
         # On a cluster, what admitted jobs were placed on; locally, every replica that still exists too.
-        replicas = [] if choice.kubernetes else client.store.list(Replica)  # type: ignore[union-attr]
+        replicas = [] if choice.kubernetes or choice.remote else client.store.list(Replica)  # type: ignore[union-attr]
         for placement, vector in holdings_of(_placed_jobs(client), map(replica_occupant, replicas)):
             used = usage.setdefault(placement.node, {"cpu_milli": 0, "gpu": 0})
             used["cpu_milli"] += vector.cpu_milli
@@ -40,7 +43,7 @@ def show_nodes(client: Client | KubernetesClient, choice: BackendChoice, name: s
         console.print(nodes_table(nodes, usage))
 
 
-def describe_node(client: Client | KubernetesClient, name: str) -> None:
+def describe_node(client: Client | KubernetesClient | RemoteClient, name: str) -> None:
     """`phalanx describe node NAME`; the events are the local control plane's (on a cluster: `kubectl describe`)."""
     from phalanx.entrypoints.cli.render import print_node_description
 
@@ -54,7 +57,7 @@ def describe_node(client: Client | KubernetesClient, name: str) -> None:
     print_node_description(console, node, events)
 
 
-def _placed_jobs(client: Client | KubernetesClient) -> list[Any]:
+def _placed_jobs(client: Client | KubernetesClient | RemoteClient) -> list[Any]:
     """Every job, for what its placements hold; none on a cluster where Phalanx is not installed (yet)."""
     from phalanx.services.operations import OperationError
 

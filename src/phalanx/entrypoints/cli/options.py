@@ -1,6 +1,8 @@
 """What every command module of the ``phalanx`` CLI shares: option types, output formats, the backend session.
 
-``--backend``/``--kubeconfig``/``--context`` become a client of the chosen backend for one command here.
+``--backend``/``--kubeconfig``/``--context`` become a client of the chosen backend for one command here; a server
+named by ``phalanx --server URL`` (``$PHALANX_SERVER``, the config file; ``remote_settings``) takes precedence over
+the local state directory, and contradicts a cluster named on the same command.
 
 The option types are ``Annotated`` aliases so that every verb spells an option the same way (same flag, same
 help text); ``backends.choose_backend`` decides the backend, this module only turns its refusal into exit 2.
@@ -13,6 +15,7 @@ import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -26,6 +29,19 @@ from phalanx.entrypoints.cli.running import session
 if TYPE_CHECKING:
     from phalanx.entrypoints.client import Client
     from phalanx.entrypoints.kubernetes.client import KubernetesClient
+    from phalanx.entrypoints.remote_client import RemoteClient
+
+
+@dataclass
+class ServerOptions:
+    """``phalanx --server URL --token-file FILE VERB``: set by the app's callback, read by ``choose``."""
+
+    server: str | None = None
+    token_file: Path | None = None
+
+
+#: The global options of this command (one command per process; the callback sets them before the verb runs).
+GLOBAL = ServerOptions()
 
 
 class Output(StrEnum):
@@ -175,7 +191,26 @@ def require_named_resource(resource: str, verb: str, *, nodes: bool = False) -> 
 
 
 def choose(backend: Backend | None, kubeconfig: Path | None, context: str | None) -> BackendChoice:
-    """The command's backend (``backends.choose_backend``); a contradiction is a usage error (exit 2)."""
+    """The command's backend (``backends.choose_backend``), or the server named; a contradiction is exit 2."""
+    from phalanx.entrypoints.remote_settings import SettingsError, server_settings
+
+    try:
+        settings = server_settings(os.environ, server=GLOBAL.server, token_file=GLOBAL.token_file)
+    except SettingsError as err:
+        fail(str(err), 2)
+    if settings is not None:
+        given = [
+            name
+            for name, value in (("--backend", backend), ("--kubeconfig", kubeconfig), ("--context", context))
+            if value
+        ]
+        if given:
+            fail(
+                f"{' and '.join(given)} chose a backend, and --server (or $PHALANX_SERVER, or the config file) a "
+                f"Phalanx server ({settings.server}); give one of them",
+                2,
+            )
+        return BackendChoice(Backend.EMBEDDED, server=settings)
     try:
         return choose_backend(backend, os.environ, kubeconfig=kubeconfig, context=context)
     except BackendError as err:
@@ -185,9 +220,14 @@ def choose(backend: Backend | None, kubeconfig: Path | None, context: str | None
 @contextmanager
 def backend_session(
     choice: BackendChoice, state_dir: Path | None, namespace: str | None
-) -> Iterator[Client | KubernetesClient]:
+) -> Iterator[Client | KubernetesClient | RemoteClient]:
     """A client of the chosen backend for one command; expected errors become messages and exit codes."""
-    if choice.kubernetes:
+    if choice.server is not None:
+        from phalanx.entrypoints.cli.remote import remote_session
+
+        with remote_session(choice.server, namespace) as remote:
+            yield remote
+    elif choice.kubernetes:
         from phalanx.entrypoints.cli.cluster import cluster_session
 
         with cluster_session(choice, namespace) as cluster:
@@ -198,7 +238,14 @@ def backend_session(
 
 
 def embedded_only(choice: BackendChoice, verb: str, instead: str) -> None:
-    """Refuse (exit 2) a verb of the local control plane when the command's backend is Kubernetes."""
+    """Refuse (exit 2) a verb of the local control plane when the command's backend is Kubernetes or a server."""
+    if choice.server is not None:
+        fail(
+            f"`phalanx {verb}` is for this machine's local control plane, and --server (or $PHALANX_SERVER, or the "
+            f"config file) names the server {choice.server.server}, whose owner runs its control plane; leave "
+            "--server out to use the local one",
+            2,
+        )
     if choice.kubernetes:
         fail(f"`phalanx {verb}` is for the embedded backend's local control plane; on Kubernetes, {instead}", 2)
 

@@ -18,6 +18,7 @@ from phalanx.entrypoints.cli.output import console
 if TYPE_CHECKING:
     from phalanx.entrypoints.client import Client
     from phalanx.entrypoints.kubernetes.client import KubernetesClient
+    from phalanx.entrypoints.remote_client import RemoteClient
     from phalanx.model.pipelines import Pipeline, PipelineRun, PipelineSpec, Step
 
 #: Step phases after which a step instance does no more.
@@ -83,7 +84,9 @@ def pipelineruns_table(
     return table
 
 
-def show_pipelines(client: Client | KubernetesClient, name: str | None, output: Output, everywhere: bool) -> None:
+def show_pipelines(
+    client: Client | KubernetesClient | RemoteClient, name: str | None, output: Output, everywhere: bool
+) -> None:
     """Print the pipelines (only ``name``; every namespace's when ``everywhere``) as a table or as YAML/JSON."""
     ops = client.ops
     pipelines = (
@@ -102,7 +105,9 @@ def show_pipelines(client: Client | KubernetesClient, name: str | None, output: 
         console.print(pipelines_table(pipelines, namespaces=everywhere))
 
 
-def show_pipelineruns(client: Client | KubernetesClient, name: str | None, output: Output, everywhere: bool) -> None:
+def show_pipelineruns(
+    client: Client | KubernetesClient | RemoteClient, name: str | None, output: Output, everywhere: bool
+) -> None:
     """Print the pipeline runs (only ``name``; every namespace's when ``everywhere``) as a table or as YAML/JSON."""
     ops = client.ops
     namespace = None if everywhere else client.namespace
@@ -119,7 +124,7 @@ def show_pipelineruns(client: Client | KubernetesClient, name: str | None, outpu
         console.print(pipelineruns_table(runs, pipelines, namespaces=everywhere))
 
 
-def describe_pipeline(client: Client | KubernetesClient, name: str) -> None:
+def describe_pipeline(client: Client | KubernetesClient | RemoteClient, name: str) -> None:
     """`phalanx describe pipeline NAME`: its parameters, and its steps with their kind and dependencies."""
     from phalanx.core.pipelines.components import COMPONENT_PATHS_ANNOTATION
     from phalanx.entrypoints.cli.render import age
@@ -175,7 +180,7 @@ def _dependencies(spec: PipelineSpec) -> list[tuple[Step, list[str]]]:
     return [(step, sorted(graph.upstream[step.name], key=order.__getitem__)) for step in spec.steps]
 
 
-def describe_pipelinerun(client: Client | KubernetesClient, name: str) -> None:
+def describe_pipelinerun(client: Client | KubernetesClient | RemoteClient, name: str) -> None:
     """`phalanx describe pipelinerun NAME`: the DAG as a tree, then the run's Events.
 
     Each step shows its phase, duration, cache hit, attempts, fan-out items and message.
@@ -203,13 +208,13 @@ def describe_pipelinerun(client: Client | KubernetesClient, name: str) -> None:
     console.print(events_table(described.events, run.metadata.creation_timestamp))
 
 
-def delete_pipeline(client: Client | KubernetesClient, name: str) -> None:
+def delete_pipeline(client: Client | KubernetesClient | RemoteClient, name: str) -> None:
     """Delete a pipeline no run names."""
     client.ops.delete_pipeline(client.namespace, name)
     console.print(f"pipeline/{name} deleted")
 
 
-def delete_pipelinerun(client: Client | KubernetesClient, name: str) -> None:
+def delete_pipelinerun(client: Client | KubernetesClient | RemoteClient, name: str) -> None:
     """Delete a pipeline run with its step jobs."""
     deleted = client.ops.delete_pipelinerun(client.namespace, name)
     console.print(f"pipelinerun/{name} deleted")

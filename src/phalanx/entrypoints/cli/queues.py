@@ -10,9 +10,10 @@ from phalanx.entrypoints.cli.output import console, warn
 if TYPE_CHECKING:
     from phalanx.entrypoints.client import Client
     from phalanx.entrypoints.kubernetes.client import KubernetesClient
+    from phalanx.entrypoints.remote_client import RemoteClient
 
 
-def show_queues(client: Client | KubernetesClient, name: str | None, output: Output) -> None:
+def show_queues(client: Client | KubernetesClient | RemoteClient, name: str | None, output: Output) -> None:
     """Print the queues (only ``name`` when given) as a table, or their current objects as YAML/JSON."""
     from phalanx.entrypoints.cli.render import queues_table
 
@@ -29,7 +30,7 @@ def show_queues(client: Client | KubernetesClient, name: str | None, output: Out
         console.print(queues_table(views))
 
 
-def delete_queue(client: Client | KubernetesClient, name: str) -> None:
+def delete_queue(client: Client | KubernetesClient | RemoteClient, name: str) -> None:
     """Delete a queue; its admitted jobs keep running, and a warning names them."""
     deleted = client.delete_queue(name)
     console.print(f"queue/{name} deleted")

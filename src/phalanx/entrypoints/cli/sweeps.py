@@ -31,6 +31,7 @@ from phalanx.entrypoints.cli.output import console, fail
 if TYPE_CHECKING:
     from phalanx.entrypoints.client import Client
     from phalanx.entrypoints.kubernetes.client import KubernetesClient
+    from phalanx.entrypoints.remote_client import RemoteClient
     from phalanx.model.events import Event
     from phalanx.model.sweeps import BestTrial, Sweep, TrialResult
 
@@ -66,7 +67,9 @@ def sweeps_table(sweeps: list[Sweep], *, namespaces: bool = False) -> Table:
     return table
 
 
-def show_sweeps(client: Client | KubernetesClient, name: str | None, output: Output, everywhere: bool) -> None:
+def show_sweeps(
+    client: Client | KubernetesClient | RemoteClient, name: str | None, output: Output, everywhere: bool
+) -> None:
     """Print the sweeps (only ``name``; every namespace's when ``everywhere``) as a table or as YAML/JSON."""
     ops = client.ops
     sweeps = (
@@ -81,7 +84,7 @@ def show_sweeps(client: Client | KubernetesClient, name: str | None, output: Out
         console.print(sweeps_table(sweeps, namespaces=everywhere))
 
 
-def describe_sweep(client: Client | KubernetesClient, name: str) -> None:
+def describe_sweep(client: Client | KubernetesClient | RemoteClient, name: str) -> None:
     """`phalanx describe sweep NAME`."""
     sweep = client.ops.get_sweep(client.namespace, name)
     print_sweep_description(console, sweep, client.ops.backend.events_of(sweep))
@@ -220,7 +223,7 @@ def best(
         console.print(f"  {key}: {escape(str(value))}", highlight=False)
 
 
-def delete_sweep(client: Client | KubernetesClient, name: str) -> None:
+def delete_sweep(client: Client | KubernetesClient | RemoteClient, name: str) -> None:
     """Delete a sweep and its trial jobs."""
     trials = client.ops.delete_sweep(client.namespace, name)
     console.print(f"sweep/{name} deleted")

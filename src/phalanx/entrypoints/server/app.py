@@ -44,10 +44,12 @@ from phalanx.entrypoints.server.fields import fields_match, parse_field_selector
 from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.metrics import add_metrics_routes
 from phalanx.entrypoints.server.paging import PagingError, page_of
+from phalanx.entrypoints.server.replacing import add_replace_routes
 from phalanx.entrypoints.server.selectors import SelectorError, parse_label_selector
 from phalanx.entrypoints.server.statuses import ApiError, Status, invalid
 from phalanx.entrypoints.server.views import add_view_routes
 from phalanx.entrypoints.server.watch import add_watch_routes
+from phalanx.entrypoints.server.subresources import add_subresource_routes
 from phalanx.model.base import API_VERSION
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.kfp_ir import is_kfp_ir
@@ -132,6 +134,8 @@ def create_app(
         routes.add(app, resource)
     add_view_routes(app, routes.ops, authorize)
     add_metrics_routes(app, backend, authorize, registry)
+    add_subresource_routes(app, routes.ops, authorize)
+    add_replace_routes(app, routes.ops, authorize)
     add_error_handlers(app)
     add_dashboard_routes(app)
     add_watch_routes(app, backend, authorize)

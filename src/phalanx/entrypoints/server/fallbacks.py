@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from phalanx.adapters.store.errors import StoreError
 from phalanx.entrypoints.server.kinds import BY_PLURAL, PREFIX, known_plurals
 from phalanx.entrypoints.server.statuses import ApiError, wire
+from phalanx.entrypoints.server.subresources import SUBRESOURCES
 from phalanx.model.errors import short
 
 
@@ -37,7 +38,13 @@ def no_route(request: Request, rest: str) -> JSONResponse:
         raise ApiError(404, f"{resource.plural} are namespaced: use {PREFIX}/namespaces/NAMESPACE/{resource.plural}")
     depth = len(parts) - (3 if namespaced_path else 1)  # 0: the collection, 1: an object
     if depth > 1:
-        raise ApiError(404, f"no route {path}; {resource.plural} have no subresources")
+        served = SUBRESOURCES.get(resource.plural)
+        have = (
+            f"{resource.plural} have these subresources: {', '.join(served)}"
+            if served
+            else (f"{resource.plural} have no subresources")
+        )
+        raise ApiError(404, f"no route {path}; {have}")
     allowed = "GET or DELETE" if depth == 1 else "GET or POST"
     raise ApiError(405, f"{request.method} is not allowed on {path}; use {allowed}")
 
