@@ -36,6 +36,7 @@ from starlette.concurrency import run_in_threadpool
 
 from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
 from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
+from phalanx.entrypoints.server.history import HistoryReader, add_history_routes
 from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.paging import PagingError, page_of
 from phalanx.entrypoints.server.selectors import SelectorError, parse_label_selector
@@ -88,12 +89,15 @@ def _list_model(resource: Resource) -> type[BaseModel]:
     )
 
 
-def create_app(backend: OperationsBackend, *, authorize: Authorize | None = None) -> FastAPI:
+def create_app(
+    backend: OperationsBackend, *, authorize: Authorize | None = None, history: HistoryReader | None = None
+) -> FastAPI:
     """The REST API over ``backend``; ``authorize`` decides each request (None: every request is served).
 
     Args:
         backend: the port the operations run over (a state directory's store, a cluster).
         authorize: called with what each request asks before the backend is touched (``access``).
+        history: the job history the history routes read (None: they say the server keeps none).
     """
     app = FastAPI(
         title="Phalanx API",
@@ -107,6 +111,7 @@ def create_app(backend: OperationsBackend, *, authorize: Authorize | None = None
     routes = _Routes(Operations(backend), authorize)
     for resource in RESOURCES:
         routes.add(app, resource)
+    add_history_routes(app, history, authorize)
     add_error_handlers(app)
     # Last, so it only sees what no route matched: an unknown plural, or a kind at the wrong scope.
     app.add_api_route(

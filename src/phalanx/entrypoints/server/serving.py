@@ -50,7 +50,7 @@ def _is_loopback(host: str) -> bool:
         return False  # a name other than localhost: what it resolves to may change
 
 
-def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True) -> None:
+def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True, history_url: str | None = None) -> None:
     """Serve the REST API of ``layout``'s store until interrupted (the embedded backend).
 
     Args:
@@ -58,13 +58,20 @@ def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True) -> 
         host: the loopback address to listen on (``listen_address``).
         port: the port.
         tokens: every request needs a token of ``layout``'s token store; False serves every request (``--no-auth``).
+        history_url: the job history the history routes read (default: ``layout``'s history.db).
+
+    Raises:
+        ValueError: the history cannot be opened, with the sentence saying why.
     """
     import uvicorn
 
     from phalanx.adapters.auth.token_store import TokenStore
     from phalanx.entrypoints.server.app import create_app
+    from phalanx.entrypoints.server.history import open_history
     from phalanx.entrypoints.server.tokens import token_authorizer
 
     backend = SqliteBackend(SqliteStore(layout.database), layout)
     authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
-    uvicorn.run(create_app(backend, authorize=authorize), host=host, port=port, log_level="info")
+    history = open_history(history_url or f"sqlite:///{layout.history_database}")
+    app = create_app(backend, authorize=authorize, history=history)
+    uvicorn.run(app, host=host, port=port, log_level="info")
