@@ -391,9 +391,10 @@ _COMMENTS = {
     "kubeflowKinds": "Serve the Kubeflow kinds (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob, MPIJob, TrainJob\n"
     "and its runtimes) and let the operator run them, so `kubectl apply -f` of one works (docs/kubeflow.md).\n"
     "Not on a cluster where Kubeflow's own operators serve those kinds: the install is then refused.",
-    "storage": "Where the operator keeps the sweeps' studies and the pipelines' artifacts: the Secret (in the release\n"
-    "namespace, optional) whose keys sweep-storage (an Optuna storage URL, e.g. PostgreSQL) and artifact-store\n"
-    "(a directory or s3:// / gs:// URL) name them. Without it both live in the operator's emptyDir (docs/sweeps.md).",
+    "storage": "Where the operator keeps the sweeps' studies, the pipelines' artifacts and the job history: the\n"
+    "Secret (in the release namespace, optional) whose keys sweep-storage (an Optuna storage URL, e.g. PostgreSQL),\n"
+    "artifact-store (a directory or s3:// / gs:// URL) and history-url (the job history's PostgreSQL URL) name\n"
+    "them. Without it the first two live in the operator's emptyDir (docs/sweeps.md) and no history is kept.",
     "artifacts": "The pipelines' artifact store on a PersistentVolumeClaim in the release namespace\n"
     "(docs/pipelines.md#on-kubernetes): the operator keeps the store on it and every pipeline step job mounts it\n"
     "at the same path, so steps read their inputs and write their outputs there (the storage Secret's\n"
