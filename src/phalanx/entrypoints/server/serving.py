@@ -9,6 +9,7 @@ says so.
 from __future__ import annotations
 
 import ipaddress
+import logging
 
 from phalanx.adapters.store import SqliteStore
 from phalanx.services.embedded.layout import StateLayout
@@ -58,10 +59,11 @@ def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True, his
         host: the loopback address to listen on (``listen_address``).
         port: the port.
         tokens: every request needs a token of ``layout``'s token store; False serves every request (``--no-auth``).
-        history_url: the job history the history routes read (default: ``layout``'s history.db).
+        history_url: the job history the history routes read (default: ``layout``'s history.db, left out with a
+            warning when it cannot be opened).
 
     Raises:
-        ValueError: the history cannot be opened, with the sentence saying why.
+        ValueError: the history of ``history_url`` cannot be opened, with the sentence saying why.
     """
     import uvicorn
 
@@ -72,6 +74,13 @@ def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True, his
 
     backend = SqliteBackend(SqliteStore(layout.database), layout)
     authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
-    history = open_history(history_url or f"sqlite:///{layout.history_database}")
+    if history_url is not None:
+        history = open_history(history_url)
+    else:
+        try:
+            history = open_history(f"sqlite:///{layout.history_database}")
+        except ValueError as err:  # the default one: serve the jobs anyway; the history routes say there is none
+            logging.getLogger(__name__).warning("the job history is not served: %s", err)
+            history = None
     app = create_app(backend, authorize=authorize, history=history)
     uvicorn.run(app, host=host, port=port, log_level="info")
