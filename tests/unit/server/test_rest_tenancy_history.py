@@ -7,6 +7,7 @@ The history is a real store (a SQLite file) seeded with records; the tokens are 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from test_rest_tenancy import API, CALLERS, TOKENS, Tokens, bearer
 
 from phalanx.adapters.history.records import JobRecord
 from phalanx.adapters.history.store import HistoryStore
+from phalanx.entrypoints.server.access import Access
 from phalanx.entrypoints.server.app import create_app
 from phalanx.entrypoints.server.history import NO_HISTORY
 from phalanx.entrypoints.server.tokens import token_authorizer
@@ -161,3 +163,27 @@ def test_a_server_without_a_history_says_how_to_keep_one() -> None:
     response = served.get(f"{API}/history")
     assert response.status_code == 404
     assert response.json()["message"] == NO_HISTORY
+
+
+@dataclass(frozen=True)
+class Scoped:
+    """What a hook answers a list of every namespace with for a caller who reads some (``access.Scope``)."""
+
+    namespaces: frozenset[str]
+
+
+def test_the_history_of_every_namespace_is_narrowed_to_the_namespaces_a_hook_scopes_it_to(
+    history: HistoryStore,
+) -> None:
+    asked: list[Access] = []
+
+    def scoped(access: Access) -> Scoped:
+        asked.append(access)
+        return Scoped(frozenset({"cv"}))
+
+    served = TestClient(create_app(MemoryBackend(), authorize=scoped, history=history))  # type: ignore[arg-type]
+    answer = served.get(f"{API}/history", headers=bearer("anyone"))
+    assert answer.status_code == 200, answer.text
+    assert [(item["namespace"], item["name"]) for item in answer.json()["items"]] == [("cv", "secret-job")]
+    assert [summary["count"] for summary in answer.json()["queues"]] == [1]
+    assert asked == [Access("list", "TrainingJob", None, None, "anyone")]

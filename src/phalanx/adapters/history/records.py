@@ -45,6 +45,8 @@ class HistoryQuery:
     """Which records a listing returns: every filter given must hold; newest first, ``limit`` at a time."""
 
     namespace: str | None = None
+    namespaces: frozenset[str] | None = None
+    """Only records of these namespaces (a caller who may read a few; None: no such filter)."""
     queue: str | None = None
     phase: str | None = None
     since: datetime | None = None

@@ -8,7 +8,9 @@ or the cluster's operator writes and the server only reads.
 
 Tenancy: reading a namespace's history is listing its TrainingJobs (the same ``authorize`` question, so the
 same tokens on the embedded backend and the same RBAC on a cluster); ``GET PREFIX/history`` is listing them in
-every namespace, which only a caller who may read every namespace may do; anyone else reads theirs by namespace.
+every namespace, which a caller who may read every namespace may do, and one the ``authorize`` hook scopes to
+the namespaces it reads (a ``Scope``, where the hook gives one) does over those; anyone else reads theirs by
+namespace.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from phalanx.adapters.history.records import HistoryPage, HistoryQuery, QueueSummary, wire_form
-from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
+from phalanx.entrypoints.server.access import Access, Authorize, Refusal, bearer_token
 from phalanx.entrypoints.server.kinds import PREFIX
 from phalanx.entrypoints.server.statuses import ApiError, Status
 from phalanx.model.base import API_VERSION
@@ -74,15 +76,20 @@ def add_history_routes(app: FastAPI, history: HistoryReader | None, authorize: A
                 check_dns_label(namespace, "namespace")
             except ValueError as err:
                 raise ApiError(400, f"the path's namespace: {err}") from None
+        scope: frozenset[str] | None = None
         if authorize is not None:
             caller = bearer_token(request.headers.get("authorization"))
-            refusal = authorize(Access("list", "TrainingJob", namespace, None, caller))
-            if refusal is not None:
-                raise ApiError(refusal.code, refusal.message, kind="TrainingJob")
+            decision = authorize(Access("list", "TrainingJob", namespace, None, caller))
+            if isinstance(decision, Refusal):
+                raise ApiError(decision.code, decision.message, kind="TrainingJob")
+            # A hook may answer a list of every namespace with the namespaces the caller reads (a Scope): the
+            # history of every namespace is then the history of those.
+            scope = getattr(decision, "namespaces", None)
         if history is None:
             raise ApiError(404, NO_HISTORY)
         query = HistoryQuery(
             namespace=namespace,
+            namespaces=scope,
             queue=queue or None,
             phase=_phase(phase),
             since=_since(since),
