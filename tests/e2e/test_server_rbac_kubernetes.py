@@ -218,6 +218,8 @@ def test_a_tenant_lists_only_its_own_namespace_jobs(served: Served) -> None:
     own = served.call("GET", f"{API}/namespaces/{served.b}/trainingjobs", "b-editor")
     assert own.status_code == 200
     assert {item["metadata"]["namespace"] for item in own.json()["items"]} == {served.b}
+    # The server over a cluster never touches an embedded state directory (its Pod's root filesystem is read-only).
+    assert not (served.log.parent / "embedded-state").exists()
     other = served.call("GET", f"{API}/namespaces/{served.a}/trainingjobs", "b-editor")
     assert other.status_code == 403
     assert other.json()["message"].startswith(

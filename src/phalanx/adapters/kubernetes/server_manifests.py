@@ -1,6 +1,10 @@
-"""The REST server on a cluster (``phalanx server --backend kubernetes``): its identity and least privilege.
+"""The REST server on a cluster (``phalanx server --backend kubernetes``): its identity, privileges and workload.
 
-Off by default (the chart's ``server.enabled``): the ServiceAccount ``phalanx-server`` and its ClusterRole. The
+Off by default (the chart's ``server.enabled``): the ServiceAccount ``phalanx-server``, its ClusterRole and a
+Deployment of one replica. The server listens on the Pod's loopback address (plain HTTP: no TLS yet), which
+``kubectl port-forward deployment/phalanx-server 8080`` reaches and nothing else does; it has no probes, since the
+kubelet probes the Pod's address, not its loopback. The job history it serves is the operator's: the storage
+Secret's ``history-url`` key. The
 server acts for its callers after Kubernetes said they may (TokenReview, SubjectAccessReview:
 ``entrypoints.server.rbac``), so it needs to ask those two reviews, and to do on Phalanx's kinds what any caller
 could be allowed: read, create and delete them, read the Pods' logs and the Events of a job, and read Nodes.
@@ -12,9 +16,18 @@ from __future__ import annotations
 from typing import Any
 
 from phalanx.adapters.kubernetes.crds import KINDS
+from phalanx.adapters.kubernetes.manifests import (
+    OPERATOR_STORAGE_SECRET,
+    InstallParameters,
+    _Component,
+    _deployment,
+    _secret_env,
+)
 from phalanx.model.base import API_GROUP
 
-SERVER_ACCOUNT = "phalanx-server"
+SERVER = _Component("server", "phalanx", cpu="100m", memory="256Mi", memory_limit="1Gi")
+SERVER_ACCOUNT = SERVER.account
+SERVER_PORT = 8080
 _READ = ["get", "list", "watch"]
 _LABELS = {"app.kubernetes.io/part-of": "phalanx"}
 
@@ -54,3 +67,19 @@ def server_rbac(namespace: str) -> list[dict[str, Any]]:
             "subjects": [{"kind": "ServiceAccount", "name": SERVER_ACCOUNT, "namespace": namespace}],
         },
     ]
+
+
+def server_deployment(image: str, namespace: str, storage_secret: str = OPERATOR_STORAGE_SECRET) -> dict[str, Any]:
+    """The server's Deployment: ``phalanx server`` over the cluster, as its own ServiceAccount, on loopback."""
+    history = _secret_env("PHALANX_HISTORY_URL", storage_secret, "history-url")
+    deployment = _deployment(
+        SERVER, InstallParameters(image=image, namespace=namespace), [history], strategy="RollingUpdate"
+    )
+    template = deployment["spec"]["template"]
+    template["metadata"].pop("annotations", None)  # no /metrics port of its own to scrape
+    container = template["spec"]["containers"][0]
+    container["args"] = ["server", "--backend", "kubernetes", "--listen", f"127.0.0.1:{SERVER_PORT}"]
+    container["env"] = [e for e in container["env"] if e["name"] in ("POD_NAME", "POD_NAMESPACE") or e is history]
+    for field in ("ports", "livenessProbe", "readinessProbe"):
+        container.pop(field)
+    return deployment
