@@ -5,12 +5,13 @@ A real server process (``phalanx server --kubeconfig``) runs as its own ServiceA
 ``trainingjobs.phalanx.dev`` (an editor in each, a viewer in the first), whose tokens come from the TokenRequest
 API. The tenancy matrix {own namespace, other namespace, no token, bad token, viewer writing} answers 2xx only where
 those Roles allow, and nothing a refused request asked for is created or deleted. Then the history: the operator
-records (``--history-url``, a SQLite file) a job that finished and was deleted through the server, and the server
-answers it in the namespace's history to the tenant, and to no other.
+records (``--history-url``: a SQLite file, and a real PostgreSQL server) a job that finished and was deleted through
+the server, and the server answers it in the namespace's history to the tenant, and to no other.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -26,6 +27,7 @@ import pytest
 import k8s_testenv
 from components import NAMESPACE, Components, service_account_kubeconfig
 from phalanx.adapters.kubernetes.server_manifests import SERVER_ACCOUNT, server_rbac
+from support.postgres import PostgresServer, PostgresUnavailableError, fresh_database, running_postgres
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -105,6 +107,7 @@ class Served:
     history_url: str
     process: subprocess.Popen[bytes]
     log: Path
+    kubeconfig: Path
 
     def call(self, method: str, path: str, caller: str | None, body: Any = None) -> httpx.Response:
         token = self.tokens.get(caller, caller) if caller is not None else None
@@ -116,6 +119,41 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def start_server(kubeconfig: Path, history_url: str, log: Path) -> tuple[subprocess.Popen[bytes], httpx.Client, Path]:
+    """``phalanx server --kubeconfig`` as a real process on a free port, once it answers."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("PHALANX_BACKEND", "KUBECONFIG", "PHALANX_HISTORY_URL")}
+    env["PHALANX_HOME"] = str(log.parent / "embedded-state")  # never created: the embedded backend is not touched
+    argv = [sys.executable, "-m", "phalanx.entrypoints.cli", "server", "--listen", f"127.0.0.1:{port}"]
+    argv += ["--kubeconfig", str(kubeconfig), "--history-url", history_url]
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+
+    def up() -> bool:
+        assert process.poll() is None, f"the server exited:\n{log.read_text()}"
+        try:
+            return http.get("/openapi.json").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(up, 60, "the server answering", interval=0.2)
+    except BaseException:
+        stop_server(process, http)
+        raise
+    return process, http, log
+
+
+def stop_server(process: subprocess.Popen[bytes], http: httpx.Client) -> None:
+    http.close()
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
 
 
 @pytest.fixture(scope="module")
@@ -134,33 +172,11 @@ def served(phalanx_installed: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         "b-editor": tenant(kube, b, "editor", EDITOR),
     }
     history_url = f"sqlite:///{directory / 'history.db'}"
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("PHALANX_BACKEND", "KUBECONFIG", "PHALANX_HISTORY_URL")}
-    env["PHALANX_HOME"] = str(directory / "embedded-state")  # never created: the embedded backend is not touched
-    argv = [sys.executable, "-m", "phalanx.entrypoints.cli", "server", "--listen", f"127.0.0.1:{port}"]
-    argv += ["--kubeconfig", str(kubeconfig), "--history-url", history_url]
-    log = directory / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-
-    def up() -> bool:
-        assert process.poll() is None, f"the server exited:\n{log.read_text()}"
-        try:
-            return http.get("/openapi.json").status_code == 200
-        except httpx.TransportError:
-            return False
-
+    process, http, log = start_server(kubeconfig, history_url, directory / "server.log")
     try:
-        wait_until(up, 60, "the server answering", interval=0.2)
-        yield Served(http, tokens, a, b, history_url, process, log)
+        yield Served(http, tokens, a, b, history_url, process, log, kubeconfig)
     finally:
-        http.close()
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_server(process, http)
         for name in (a, b):
             kube.request("DELETE", f"/api/v1/namespaces/{name}")
 
@@ -227,9 +243,36 @@ def test_a_tenant_lists_only_its_own_namespace_jobs(served: Served) -> None:
     )
 
 
+@pytest.fixture(scope="module")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for this module (fails, never skips, when it cannot run)."""
+    try:
+        with running_postgres() as server:
+            yield server
+    except PostgresUnavailableError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def history_served(request: pytest.FixtureRequest, served: Served) -> Iterator[Served]:
+    """The module's server (its history a SQLite file), or one of its own over a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield served
+        return
+    url = fresh_database(request.getfixturevalue("postgres_server"), "history")
+    log = served.log.parent / "server-postgresql.log"
+    process, http, log = start_server(served.kubeconfig, url, log)
+    try:
+        yield dataclasses.replace(served, http=http, history_url=url, process=process, log=log)
+    finally:
+        stop_server(process, http)
+
+
 def test_a_job_that_finished_and_was_deleted_is_in_the_namespace_history(
-    served: Served, components: Components
+    history_served: Served, components: Components
 ) -> None:
+    served = history_served
+    name = f"kept-{served.history_url.partition(':')[0]}"
     kube = components.kube
     nodes, model = [kube.unique("srv-gpu")], kube.unique("SRV-GPU")
     k8s_testenv.create_fake_gpu_nodes(kube.env, nodes, product=model)
@@ -241,33 +284,35 @@ def test_a_job_that_finished_and_was_deleted_is_in_the_namespace_history(
             "POST",
             f"{API}/namespaces/{a}/trainingjobs",
             "a-editor",
-            job("kept", {"phalanx.dev/sim-duration-ms": "300"}, model),
+            job(name, {"phalanx.dev/sim-duration-ms": "300"}, model),
         )
         assert created.status_code == 201, created.text
-        path = f"{API}/namespaces/{a}/trainingjobs/kept"
+        path = f"{API}/namespaces/{a}/trainingjobs/{name}"
 
         def succeeded() -> bool:
             response = served.call("GET", path, "a-viewer")
             return response.json().get("status", {}).get("phase") == "Succeeded"
 
-        wait_until(succeeded, 90, "job kept Succeeded", interval=0.2)
+        wait_until(succeeded, 90, f"job {name} Succeeded", interval=0.2)
         deleted = served.call("DELETE", path, "a-editor")
         assert deleted.status_code in (200, 202), deleted.text
-        wait_until(lambda: served.call("GET", path, "a-viewer").status_code == 404, 60, "job kept gone", interval=0.2)
+        wait_until(
+            lambda: served.call("GET", path, "a-viewer").status_code == 404, 60, f"job {name} gone", interval=0.2
+        )
 
         def recorded() -> dict[str, Any] | None:
             response = served.call("GET", f"{API}/namespaces/{a}/history", "a-viewer")
             assert response.status_code == 200, response.text
-            found = [i for i in response.json()["items"] if i["name"] == "kept" and i["deletedAt"]]
+            found = [i for i in response.json()["items"] if i["name"] == name and i["deletedAt"]]
             return found[0] if found else None
 
-        record = wait_until(recorded, 60, "job kept in the history, deleted", interval=0.2)
+        record = wait_until(recorded, 60, f"job {name} in the history, deleted", interval=0.2)
         assert record["phase"] == "Succeeded"
         assert record["namespace"] == a and record["runSeconds"] is not None
-        assert set(record["placements"]) == {"kept-worker-0"}  # where it ran, by replica (its Pod)
+        assert set(record["placements"]) == {f"{name}-worker-0"}  # where it ran, by replica (its Pod)
         # The other tenant reads neither the namespace's history nor the whole one.
         assert served.call("GET", f"{API}/namespaces/{a}/history", "b-editor").status_code == 403
         assert served.call("GET", f"{API}/history", "b-editor").status_code == 403
     finally:
-        for name in nodes:
-            kube.request("DELETE", f"/api/v1/nodes/{name}")
+        for node in nodes:
+            kube.request("DELETE", f"/api/v1/nodes/{node}")
