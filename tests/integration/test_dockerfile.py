@@ -89,7 +89,7 @@ def test_the_dockerfile_has_a_build_stage_and_a_slim_non_root_runtime() -> None:
     assert runtime.image.endswith("-slim") and build.image == runtime.image
     assert runtime.all("USER") == ["65532:65532"], "the runtime runs as the uid the manifests name (runAsUser)"
     [install] = pip_steps(runtime)
-    assert "--no-index" in install and "phalanx[kubernetes,sweeps,postgres]" in install
+    assert "--no-index" in install and "phalanx[kubernetes,sweeps,postgres,history,server]" in install
     assert runtime.all("COPY") == [], "the runtime stage takes nothing but the installed wheels (a bind mount)"
 
 
@@ -140,8 +140,12 @@ def test_the_dockerfiles_steps_build_a_wheel_that_installs_every_component(tmp_p
         done = run([command, "--help"], runtime_bin, elsewhere, {})
         assert done.returncode == 0, f"{command} --help: {done.stderr[-2000:]}"
         assert "usage" in done.stdout.lower(), done.stdout
-    # the kubernetes extra, and the sweeps and postgres extras of the operator's sweep controller
-    imports = "import cryptography, lightkube, orjson, optuna, cmaes, psycopg, phalanx; print(phalanx.__file__)"
+    # the kubernetes extra, the sweeps and postgres extras of the operator's sweep controller, the history extra
+    # of its job history, and the server extra of phalanx server on the cluster
+    imports = (
+        "import cryptography, lightkube, orjson, optuna, cmaes, psycopg, sqlalchemy, alembic, fastapi, uvicorn;"
+        " import phalanx; print(phalanx.__file__)"
+    )
     where = run(["python", "-c", imports], runtime_bin, elsewhere, {})
     assert where.returncode == 0, where.stderr
     assert where.stdout.strip().startswith(str(tmp_path / "runtime-python")), "installed from the wheel, not the tree"

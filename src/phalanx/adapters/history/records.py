@@ -8,7 +8,7 @@ deleted if it never finished.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +45,8 @@ class HistoryQuery:
     """Which records a listing returns: every filter given must hold; newest first, ``limit`` at a time."""
 
     namespace: str | None = None
+    namespaces: frozenset[str] | None = None
+    """Only records of these namespaces (a caller who may read a few; None: no such filter)."""
     queue: str | None = None
     phase: str | None = None
     since: datetime | None = None
@@ -71,3 +73,13 @@ class QueueSummary:
     queueing_p95: float | None
     run_p50: float | None
     run_p95: float | None
+
+
+def wire_form(value: JobRecord | QueueSummary) -> dict[str, Any]:
+    """A record or summary as JSON, with the API's camelCase names and ISO 8601 times (``phalanx history -o json``)."""
+    out: dict[str, Any] = {}
+    for f in fields(value):
+        head, *rest = f.name.split("_")
+        item = getattr(value, f.name)
+        out[head + "".join(part.title() for part in rest)] = item.isoformat() if isinstance(item, datetime) else item
+    return out

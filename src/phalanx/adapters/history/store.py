@@ -201,6 +201,8 @@ class HistoryStore:
         conditions: list[Any] = []
         if query.namespace is not None:
             conditions.append(JobRow.namespace == query.namespace)
+        if query.namespaces is not None:
+            conditions.append(JobRow.namespace.in_(sorted(query.namespaces)))
         if query.queue is not None:
             conditions.append(JobRow.queue == query.queue)
         if query.phase is not None:

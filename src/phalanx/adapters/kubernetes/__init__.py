@@ -12,7 +12,9 @@
 - ``crds``: the CustomResourceDefinitions of TrainingJob, JobType, Queue, Dataset, Sweep, Pipeline and
   PipelineRun, generated from the models
   (``schemas``) and checked structural (``structural``); ``kubeflow_crds``: the opt-in CRDs of the Kubeflow kinds
-  (PyTorchJob... TrainJob), open schemas for upstream files as written; ``manifests``: the install manifests.
+  (PyTorchJob... TrainJob), open schemas for upstream files as written; ``manifests``: the install manifests;
+  ``server_manifests``: the REST server's ServiceAccount and ClusterRole (when it runs on the cluster).
+- ``reviews``: TokenReview and SubjectAccessReview, asked for the REST server's callers (answers cached briefly).
 
 The operator, scheduler and node agent that use them are ``services.kubernetes``; their mains are
 ``entrypoints.kubernetes``.

@@ -286,6 +286,8 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             # its unhealthy GPUs, whose replicas are stopped and whose jobs are placed again.
             _rule([""], ["nodes"], READ),
             events,
+            # The job history (--history-url): an ended job is recorded with its Events.
+            _rule([""], ["events"], ["list"]),
         ],
         SCHEDULER.account: [
             _rule([""], ["pods"], READ),
@@ -442,7 +444,8 @@ def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
     its container but not its Pod) holds the default study database and artifact store; the Secret
     ``storage_secret`` (``phalanx-operator-storage``), when an administrator creates it, names real ones (keys
     ``sweep-storage``: a PostgreSQL URL, password included, which is why it is a Secret; ``artifact-store``: an
-    s3:// or gs:// URL).
+    s3:// or gs:// URL; ``history-url``: the job history's database, a PostgreSQL URL, without which no history
+    is kept).
     With a dataset store it mounts the claim read-write and materialises Datasets into it; local sources are
     read only from the store's ``sources/`` directory (``--allow-path-under``).
     """
@@ -453,6 +456,7 @@ def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
         {"name": "PHALANX_STATE_DIR", "value": OPERATOR_STATE_PATH},
         _secret_env("PHALANX_SWEEP_STORAGE", parameters.storage_secret, "sweep-storage"),
         _secret_env("PHALANX_ARTIFACT_STORE", parameters.storage_secret, "artifact-store"),
+        _secret_env("PHALANX_HISTORY_URL", parameters.storage_secret, "history-url"),
     ]
     volumes: list[dict[str, Any]] = [{"name": "state", "emptyDir": {}}]
     mounts: list[dict[str, Any]] = [{"name": "state", "mountPath": OPERATOR_STATE_PATH}]

@@ -22,8 +22,10 @@ _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
-def parse_since(text: str, now: datetime) -> datetime:
+def parse_since(text: str, now: datetime, option: str = "--since") -> datetime:
     """``2h``, ``30m``, ``7d``, ``90s`` before ``now``, or an ISO 8601 time (UTC when it has no zone).
+
+    ``option`` is how the refusal names the value (``since``, the REST API's query parameter).
 
     Raises:
         ValueError: neither; the message says what to write.
@@ -34,7 +36,7 @@ def parse_since(text: str, now: datetime) -> datetime:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValueError(
-            f"--since {text!r} is neither a duration (90s, 30m, 2h, 7d) nor a time (2026-11-27T10:00:00Z)"
+            f"{option} {text!r} is neither a duration (90s, 30m, 2h, 7d) nor a time (2026-11-27T10:00:00Z)"
         ) from None
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
@@ -45,15 +47,6 @@ def _seconds(value: float | None) -> str:
 
 def _time(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _wire(record: Any) -> dict[str, Any]:
-    """A record as JSON, with the API's camelCase names."""
-    out: dict[str, Any] = {}
-    for key, value in vars(record).items():
-        head, *rest = key.split("_")
-        out[head + "".join(part.title() for part in rest)] = value.isoformat() if isinstance(value, datetime) else value
-    return out
 
 
 def history(
@@ -110,8 +103,10 @@ def history(
 
 
 def _print_records(records: list[Any], more: str | None, output: str) -> None:
+    from phalanx.adapters.history.records import wire_form
+
     if output == "json":
-        print(json.dumps({"items": [_wire(r) for r in records], "next": more}, indent=2))
+        print(json.dumps({"items": [wire_form(r) for r in records], "next": more}, indent=2))
         return
     if not records:
         console.print("No jobs in the history match.")
@@ -138,8 +133,10 @@ def _print_records(records: list[Any], more: str | None, output: str) -> None:
 
 
 def _print_summaries(summaries: list[Any], output: str) -> None:
+    from phalanx.adapters.history.records import wire_form
+
     if output == "json":
-        print(json.dumps({"queues": [_wire(s) for s in summaries]}, indent=2))
+        print(json.dumps({"queues": [wire_form(s) for s in summaries]}, indent=2))
         return
     if not summaries:
         console.print("No jobs in the history match.")

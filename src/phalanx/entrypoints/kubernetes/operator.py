@@ -12,6 +12,8 @@ the Optuna storage URL of the studies, and ``--artifact-store`` (``$PHALANX_ARTI
 artifact store and step cache, default to a SQLite file and a directory in ``--state-dir`` (``$PHALANX_STATE_DIR``);
 ``--artifact-volume-claim`` (``$PHALANX_ARTIFACT_VOLUME_CLAIM``) names the PersistentVolumeClaim that directory is
 on, which every pipeline step job then mounts at the same path (docs/pipelines.md, "On Kubernetes").
+``--history-url`` (``$PHALANX_HISTORY_URL``): keep every job that ends or is deleted in this job history
+(``postgresql://…`` or ``sqlite:///file``; docs/server.md, "History over the API"); none: no history is kept.
 Exits 0 after a signal, 1 when it cannot reach the API server or fill its caches (the Deployment restarts it).
 """
 
@@ -124,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
         "pipeline step job mounts it at the same path, so steps read their inputs and write their outputs there "
         "(default: $PHALANX_ARTIFACT_VOLUME_CLAIM; none: steps with file inputs or outputs fail, saying so)",
     )
+    parser.add_argument(
+        "--history-url",
+        default=os.environ.get("PHALANX_HISTORY_URL") or None,
+        metavar="URL",
+        help="keep every job that ends or is deleted in this job history: postgresql://user@host/db or "
+        "sqlite:///file.db (default: $PHALANX_HISTORY_URL; none: no history is kept)",
+    )
     parser.add_argument("--workers", type=int, default=8, help="concurrent API writes within one job's reconcile")
     parser.add_argument("--job-workers", type=int, default=8, help="jobs reconciled at once")
     return parser
@@ -160,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 artifact_store=args.artifact_store,
                 artifact_volume_claim=args.artifact_volume_claim,
             ),
+            history_url=args.history_url,
         ),
     )
     stop = threading.Event()

@@ -41,15 +41,16 @@ from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
 from phalanx.entrypoints.server.dashboard import add_dashboard_routes
 from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
 from phalanx.entrypoints.server.fields import fields_match, parse_field_selector
+from phalanx.entrypoints.server.history import HistoryReader, add_history_routes
 from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.metrics import add_metrics_routes
 from phalanx.entrypoints.server.paging import PagingError, page_of
 from phalanx.entrypoints.server.replacing import add_replace_routes
 from phalanx.entrypoints.server.selectors import SelectorError, parse_label_selector
 from phalanx.entrypoints.server.statuses import ApiError, Status, invalid
+from phalanx.entrypoints.server.subresources import add_subresource_routes
 from phalanx.entrypoints.server.views import add_view_routes
 from phalanx.entrypoints.server.watch import add_watch_routes
-from phalanx.entrypoints.server.subresources import add_subresource_routes
 from phalanx.model.base import API_VERSION
 from phalanx.model.errors import FieldError, SpecError, short
 from phalanx.model.kfp_ir import is_kfp_ir
@@ -110,7 +111,11 @@ def _list_model(resource: Resource) -> type[BaseModel]:
 
 
 def create_app(
-    backend: OperationsBackend, *, authorize: Authorize | None = None, registry: CollectorRegistry | None = None
+    backend: OperationsBackend,
+    *,
+    authorize: Authorize | None = None,
+    registry: CollectorRegistry | None = None,
+    history: HistoryReader | None = None,
 ) -> FastAPI:
     """The REST API over ``backend``; ``authorize`` decides each request (None: every request is served).
 
@@ -119,6 +124,7 @@ def create_app(
         authorize: called with what each request asks before the backend is touched (``access``).
         registry: the metrics ``/metrics`` serves besides the state's and the API's (the control plane's
             scheduler counts, with ``phalanx up --listen``); None: only those (``metrics``).
+        history: the job history the history routes read (None: they say the server keeps none).
     """
     app = FastAPI(
         title="Phalanx API",
@@ -136,6 +142,7 @@ def create_app(
     add_metrics_routes(app, backend, authorize, registry)
     add_subresource_routes(app, routes.ops, authorize)
     add_replace_routes(app, routes.ops, authorize)
+    add_history_routes(app, history, authorize)
     add_error_handlers(app)
     add_dashboard_routes(app)
     add_watch_routes(app, backend, authorize)

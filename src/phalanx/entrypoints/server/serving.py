@@ -9,6 +9,7 @@ says so.
 from __future__ import annotations
 
 import ipaddress
+import logging
 from types import FrameType
 
 from phalanx.adapters.store import SqliteStore
@@ -51,7 +52,7 @@ def _is_loopback(host: str) -> bool:
         return False  # a name other than localhost: what it resolves to may change
 
 
-def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True) -> None:
+def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True, history_url: str | None = None) -> None:
     """Serve the REST API of ``layout``'s store until interrupted (the embedded backend).
 
     Args:
@@ -59,16 +60,30 @@ def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True) -> 
         host: the loopback address to listen on (``listen_address``).
         port: the port.
         tokens: every request needs a token of ``layout``'s token store; False serves every request (``--no-auth``).
+        history_url: the job history the history routes read (default: ``layout``'s history.db, left out with a
+            warning when it cannot be opened).
+
+    Raises:
+        ValueError: the history of ``history_url`` cannot be opened, with the sentence saying why.
     """
     import uvicorn
 
     from phalanx.adapters.auth.token_store import TokenStore
     from phalanx.entrypoints.server.app import create_app
+    from phalanx.entrypoints.server.history import open_history
     from phalanx.entrypoints.server.tokens import token_authorizer
 
     backend = SqliteBackend(SqliteStore(layout.database), layout)
     authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
-    app = create_app(backend, authorize=authorize)
+    if history_url is not None:
+        history = open_history(history_url)
+    else:
+        try:
+            history = open_history(f"sqlite:///{layout.history_database}")
+        except ValueError as err:  # the default one: serve the jobs anyway; the history routes say there is none
+            logging.getLogger(__name__).warning("the job history is not served: %s", err)
+            history = None
+    app = create_app(backend, authorize=authorize, history=history)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
     handle_exit = server.handle_exit
 

@@ -48,6 +48,7 @@ from phalanx.adapters.kubernetes.manifests import (
     render_yaml,
     scheduler_config_text,
 )
+from phalanx.adapters.kubernetes.server_manifests import server_deployment, server_rbac
 from phalanx.model.base import API_GROUP
 from phalanx.services.kubernetes.install import GENERATED_NOTE, deploy_files, phalanx_version, write_files
 
@@ -155,7 +156,7 @@ def _template_workload(workload: dict[str, Any], key: str, tokens: _Tokens) -> N
     container = spec["containers"][0]
     container["imagePullPolicy"] = tokens.scalar("{{ .Values.image.pullPolicy }}")
     container["resources"] = tokens.block(f".Values.{key}.resources")
-    for port in container["ports"]:
+    for port in container.get("ports", []):
         if port["containerPort"] == HEALTH_PORT:
             port["containerPort"] = tokens.scalar("{{ .Values.healthPort }}")
     for variable in container["env"]:
@@ -205,6 +206,7 @@ def _template_files() -> dict[str, str]:
             body = f"{{{{- if .Values.namespace.create }}}}\n{body}{{{{- end }}}}\n"
         files[f"templates/{name}"] = f"# {CHART_NOTE}\n{body}"
     files["templates/kubeflow.yaml"] = _kubeflow_template()
+    files["templates/server.yaml"] = _server_template()
     files["templates/artifacts-claim.yaml"] = _artifacts_claim_template()
     files["templates/metrics.yaml"] = _metrics_template()
     return files
@@ -288,6 +290,20 @@ def _artifacts_claim_template() -> str:
     claim["metadata"]["annotations"] = dict(KEEP)
     body = tokens.substitute(render_yaml([claim]))
     return f"# {CHART_NOTE}\n{{{{- if and {ARTIFACTS_CLAIM} .Values.artifacts.create }}}}\n{body}{{{{- end }}}}\n"
+
+
+def _server_template() -> str:
+    """``templates/server.yaml``: the REST server over the cluster, with ``server.enabled`` (off by default).
+
+    Its ServiceAccount, ClusterRole and binding, and its Deployment (``adapters.kubernetes.server_manifests``).
+    """
+    tokens = _Tokens()
+    namespace = tokens.scalar("{{ .Release.Namespace }}")
+    image = tokens.scalar('"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"')
+    deployment = server_deployment(image, namespace, tokens.scalar("{{ .Values.storage.secret | quote }}"))
+    _template_workload(deployment, "server", tokens)
+    body = tokens.substitute(render_yaml([*server_rbac(namespace), deployment]))
+    return f"# {CHART_NOTE}\n{{{{- if .Values.server.enabled }}}}\n{body}{{{{- end }}}}\n"
 
 
 #: Kept by helm on uninstall and when the value is turned off, like the chart's own CRDs: deleting a CRD deletes
@@ -424,6 +440,14 @@ def default_values() -> dict[str, Any]:
     values["defaultJobScheduler"] = ""
     values["kubeflowKinds"] = {"enabled": False}
     values["storage"] = {"secret": OPERATOR_STORAGE_SECRET}
+    server = server_deployment("unused", "unused")["spec"]["template"]["spec"]
+    values["server"] = {
+        "enabled": False,
+        "resources": server["containers"][0]["resources"],
+        "nodeSelector": {},
+        "tolerations": [],
+        "affinity": {},
+    }
     values["artifacts"] = {
         "persistentVolumeClaim": "",
         "create": False,
@@ -455,9 +479,13 @@ _COMMENTS = {
     "kubeflowKinds": "Serve the Kubeflow kinds (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob, MPIJob, TrainJob\n"
     "and its runtimes) and let the operator run them, so `kubectl apply -f` of one works (docs/kubeflow.md).\n"
     "Not on a cluster where Kubeflow's own operators serve those kinds: the install is then refused.",
-    "storage": "Where the operator keeps the sweeps' studies and the pipelines' artifacts: the Secret (in the release\n"
-    "namespace, optional) whose keys sweep-storage (an Optuna storage URL, e.g. PostgreSQL) and artifact-store\n"
-    "(a directory or s3:// / gs:// URL) name them. Without it both live in the operator's emptyDir (docs/sweeps.md).",
+    "storage": "Where the operator keeps the sweeps' studies, the pipelines' artifacts and the job history: the\n"
+    "Secret (in the release namespace, optional) whose keys sweep-storage (an Optuna storage URL, e.g. PostgreSQL),\n"
+    "artifact-store (a directory or s3:// / gs:// URL) and history-url (the job history's PostgreSQL URL) name\n"
+    "them. Without it the first two live in the operator's emptyDir (docs/sweeps.md) and no history is kept.",
+    "server": "phalanx server over this cluster (docs/server.md#on-kubernetes-rbac-as-the-source-of-truth): the REST\n"
+    "API, each request decided by Kubernetes RBAC (TokenReview, SubjectAccessReview), with its ServiceAccount and\n"
+    "ClusterRole. It listens on its Pod's loopback (no TLS yet): kubectl port-forward deployment/phalanx-server 8080.",
     "artifacts": "The pipelines' artifact store on a PersistentVolumeClaim in the release namespace\n"
     "(docs/pipelines.md#on-kubernetes): the operator keeps the store on it and every pipeline step job mounts it\n"
     "at the same path, so steps read their inputs and write their outputs there (the storage Secret's\n"
@@ -529,6 +557,7 @@ def values_schema() -> dict[str, Any]:
                 "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
             },
             "kubeflowKinds": closed({"enabled": {"type": "boolean"}}),
+            "server": closed({"enabled": {"type": "boolean"}, **placement}),
             "artifacts": closed(
                 {
                     # Empty, or a claim's name: a DNS-1123 subdomain.

@@ -5,7 +5,8 @@ same pure ``core.reconcile.plan``, apply the plan — with Pods for replicas and
 module runs the loop and owns the caches; ``workqueue`` picks the jobs, ``reconcile`` plans and applies one job,
 ``status_writer`` writes what it decided, ``gc`` collects orphan Pods, and ``datasets`` runs on its own thread,
 as do the sweep and pipeline controllers (``flows``, with ``OperatorSettings.flows``), whose trials and steps are
-TrainingJobs this loop then reconciles.
+TrainingJobs this loop then reconciles. With ``OperatorSettings.history_url`` the job history recorder runs on a
+thread too (``history``), reading this loop's TrainingJob cache.
 
 The caches are informers (TrainingJobs, JobTypes, and the Pods, Services and ConfigMaps labelled
 ``phalanx.dev/job``): one LIST each at start, then WATCH; never a LIST per pass. One loop thread hands the jobs
@@ -46,6 +47,7 @@ from phalanx.services.kubernetes.apply import OperatorCounters, Wiring, job_uid_
 from phalanx.services.kubernetes.datasets import KubeDatasetManager
 from phalanx.services.kubernetes.flows import KubeFlows
 from phalanx.services.kubernetes.gc import PodDeletions, collect_orphans
+from phalanx.services.kubernetes.history import OperatorHistory, open_history
 from phalanx.services.kubernetes.kubeflow import KubeflowBridge
 from phalanx.services.kubernetes.operations import KubeBackend
 from phalanx.services.kubernetes.reconcile import Caches, JobReconciler, OperatorSettings, Outcome
@@ -130,6 +132,12 @@ class KubeOperator:
                     "sweeps and pipeline runs are not run: this cluster does not serve their kinds (an install older "
                     "than this operator); apply the current install: phalanx install --print | kubectl apply -f -"
                 )
+        self.history: OperatorHistory | None = None
+        if settings.history_url is not None:
+            url = settings.history_url
+            self.history = OperatorHistory(
+                api, self.jobs, self.specs.current_jobtypes, lambda: open_history(url), clock=self.clock
+            )
         caches = Caches(jobs=self.jobs, pods=self.pods, services=self.services, configmaps=self.configmaps)
         self.reconciler = JobReconciler(
             wiring, settings, caches, self.specs, self.data, self.writer, self.deletions, self._unhealthy_gpus
@@ -171,6 +179,8 @@ class KubeOperator:
             kubeflow.start()
         if self.flows is not None:
             self.flows.start(stop)
+        if self.history is not None:
+            self.history.start(stop)
         try:
             while not stop.is_set():
                 try:
@@ -194,6 +204,8 @@ class KubeOperator:
             if self.flows is not None:
                 self.flows.wake()
                 self.flows.join(10)
+            if self.history is not None:
+                self.history.join(10)
             for informer in self.informers:
                 informer.stop()
             self._jobs_pool.shutdown(wait=True)
@@ -234,6 +246,8 @@ class KubeOperator:
 
     def _job_changed(self, kind: str, obj: dict[str, Any]) -> None:
         self.queue.mark({object_key(obj)})
+        if self.history is not None:
+            self.history.job_changed(kind, obj)
         if self.kubeflow is not None:
             self.kubeflow.job_changed(obj)  # its Kubeflow owner's status follows it
         if self.flows is not None:

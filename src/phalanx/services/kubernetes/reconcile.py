@@ -113,6 +113,7 @@ class OperatorSettings:
     dataset_sources: SourcePolicy = field(default_factory=SourcePolicy)  # what Dataset sources it reads
     kubeflow_kinds: bool = False  # run the Kubeflow kinds (PyTorchJob... TrainJob) too: services/kubernetes/kubeflow.py
     flows: FlowSettings | None = None  # run Sweeps and PipelineRuns (services/kubernetes/flows.py); None: not
+    history_url: str | None = None  # keep ended jobs in this job history (services/kubernetes/history.py); None: not
 
     @property
     def pods(self) -> PodSettings:
