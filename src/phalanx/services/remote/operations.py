@@ -20,12 +20,13 @@ Not served over the API yet, each refused with a sentence: reading or evicting n
 from __future__ import annotations
 
 import builtins
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from phalanx.adapters.kubernetes.crds import KINDS
-from phalanx.adapters.rest.client import RestClient, RestError, UnreachableError
+from phalanx.adapters.rest.client import RestClient, RestError, ServerEvent, UnreachableError
 from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
@@ -35,12 +36,15 @@ from phalanx.services.operations import OperationError, Operations
 from phalanx.services.port import (
     AlreadyExistsError,
     ConflictError,
+    ExpiredError,
     LabelSelector,
     LogChunk,
     LogCursor,
     NotFoundError,
     Readable,
     Stored,
+    WatchEvent,
+    WatchType,
     WithStatus,
     selector_text,
 )
@@ -104,6 +108,33 @@ class HttpBackend:
             if not token:
                 return found
             params = {**params, "continue": str(token)}
+
+    # -- the change side ---------------------------------------------------------------------------------------
+
+    def resource_version(self, kind: type[Stored]) -> str:
+        """Where the kind's changes stand: the resourceVersion of a list of every namespace (one item read)."""
+        body = self._call("GET", _collection_path(kind.__name__, None), params={"limit": "1"})
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        if not version:
+            raise OperationError(f"the server at {self.rest.server} does not say where its lists stand; upgrade it")
+        return str(version)
+
+    def watch(self, kind: type[Stored], resource_version: str, *, timeout: float) -> Iterator[WatchEvent]:
+        """The kind's changes after ``resource_version``: the server's watch of every namespace, as it streams.
+
+        Raises:
+            ExpiredError: the server no longer keeps changes that old (its 410).
+        """
+        params = {"watch": "true", "resourceVersion": resource_version, "timeoutSeconds": str(max(1, int(timeout)))}
+        try:
+            for event in self.rest.stream_events(_collection_path(kind.__name__, None), params=params):
+                yield _watch_event(kind, event)
+        except RestError as err:
+            if err.code == 410:
+                raise ExpiredError(err.message) from None
+            self._raise(err)
+        except UnreachableError as err:
+            self._raise(err)
 
     def replicas_of(self, job: TrainingJob) -> builtins.list[Replica]:
         """The job's replicas (``GET .../replicas``)."""
@@ -291,6 +322,26 @@ class RemoteOperations(Operations):
             return self.backend.explain(namespace, name)
         except NotFoundError:
             raise self.no_job(namespace, name) from None
+
+
+_WATCH_TYPES: dict[str, WatchType] = {"ADDED": "ADDED", "MODIFIED": "MODIFIED", "DELETED": "DELETED"}
+
+
+def _watch_event(kind: type[Stored], event: ServerEvent) -> WatchEvent:
+    """A server-sent event of a watch as the port's; a body that is not a whole object is only its key."""
+    document = json.loads(event.data) if event.data else {}
+    metadata = document.get("metadata") or {}
+    version = str(metadata.get("resourceVersion") or event.id)
+    kind_of: WatchType = _WATCH_TYPES.get(event.type, "BOOKMARK")
+    obj: Stored | None = None
+    if kind_of != "BOOKMARK":
+        try:
+            obj = kind.model_validate(document)
+        except ValueError:  # a deletion the server keeps no body of: its name and namespace only
+            obj = None
+    return WatchEvent(
+        kind_of, event.id or version, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), obj
+    )
 
 
 def _collection_path(kind: str, namespace: str | None) -> str:
