@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -24,9 +25,17 @@ def server(
         str,
         typer.Option(
             "--listen",
-            help="HOST:PORT to serve on; a loopback address only, for now (plain HTTP: no TLS yet).",
+            help="HOST:PORT to serve on; an address beyond loopback needs --tls-cert and --tls-key.",
         ),
     ] = "127.0.0.1:8080",
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option("--tls-cert", help="Serve HTTPS with this PEM certificate (its chain may follow it)."),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option("--tls-key", help="The unencrypted PEM private key of --tls-cert."),
+    ] = None,
     no_auth: Annotated[
         bool,
         typer.Option(
@@ -46,11 +55,13 @@ def server(
         "the cluster's API server serves the Phalanx resources (kubectl get trainingjobs)",
     )
     from phalanx.entrypoints.server.serving import ListenError, listen_address, serve
+    from phalanx.entrypoints.server.tls import TlsError, tls_files
     from phalanx.services.embedded.layout import StateLayout, default_state_dir
 
     try:
-        host, port = listen_address(listen)
-    except ListenError as err:
+        tls = tls_files(tls_cert, tls_key)
+        host, port = listen_address(listen, tls=tls is not None, tokens=not no_auth)
+    except (ListenError, TlsError) as err:
         fail(str(err), 2)
     try:
         import fastapi  # noqa: F401
@@ -60,10 +71,11 @@ def server(
     layout = StateLayout(state_dir if state_dir is not None else default_state_dir())
     layout.ensure()
     shown = f"[{host}]" if ":" in host else host
-    console.print(f"serving the REST API of {layout.root} on http://{shown}:{port}/apis/phalanx.dev/v1alpha1")
-    console.print(f"OpenAPI document: http://{shown}:{port}/openapi.json")
+    scheme = "https" if tls is not None else "http"
+    console.print(f"serving the REST API of {layout.root} on {scheme}://{shown}:{port}/apis/phalanx.dev/v1alpha1")
+    console.print(f"OpenAPI document: {scheme}://{shown}:{port}/openapi.json")
     if no_auth:
         console.print("--no-auth: every request is served without a token (anyone on this machine may submit jobs)")
     else:
         console.print("every request needs a token: phalanx token create NAME --role editor --namespace NS")
-    serve(layout, host, port, tokens=not no_auth)
+    serve(layout, host, port, tokens=not no_auth, tls=tls)

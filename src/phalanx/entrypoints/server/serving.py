@@ -1,9 +1,10 @@
-"""``phalanx server``: the REST API over a state directory's store, served by uvicorn on a loopback address.
+"""``phalanx server``: the REST API over a state directory's store, served by uvicorn.
 
 Every request needs a token of the state directory's token store (``entrypoints.server.tokens``), unless the
-owner serves it with ``--no-auth``. Only loopback for now: the server speaks plain HTTP (no TLS yet), so a token
-sent over a network could be read on the way; ``listen_address`` refuses any other host with a sentence that
-says so.
+owner serves it with ``--no-auth``. Plain HTTP is served on a loopback address only: a token sent over a network
+in the clear could be read on the way. Any other address needs TLS (``--tls-cert``/``--tls-key``, ``tls``), and
+tokens: ``--no-auth`` beyond loopback would hand the state directory to anyone who can reach the port.
+``listen_address`` refuses the rest with a sentence that says why and what to do.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 
 from phalanx.adapters.store import SqliteStore
+from phalanx.entrypoints.server.tls import TlsFiles
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.operations import SqliteBackend
 
@@ -21,11 +23,17 @@ class ListenError(ValueError):
     """A ``--listen`` value that cannot be served; the message names the problem and the fix."""
 
 
-def listen_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as (host, port), refusing a host that is not loopback.
+def listen_address(text: str, *, tls: bool = False, tokens: bool = True) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as (host, port); a host beyond loopback only with TLS and tokens.
+
+    Args:
+        text: the ``--listen`` value.
+        tls: the server has a certificate (``--tls-cert``/``--tls-key``).
+        tokens: every request needs a token (False: ``--no-auth``).
 
     Raises:
-        ListenError: not HOST:PORT, a port out of range, or a host other than this machine's loopback.
+        ListenError: not HOST:PORT, a port out of range, or a host other than this machine's loopback without
+            TLS, or with ``--no-auth``.
     """
     host, colon, port_text = text.rpartition(":")
     if not colon or not host or not port_text:
@@ -34,11 +42,18 @@ def listen_address(text: str) -> tuple[str, int]:
         host = host[1:-1]
     if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
         raise ListenError(f"--listen {text!r}: the port must be a number from 1 to 65535")
-    if host.lower() not in LOOPBACK_NAMES and not _is_loopback(host):
+    if host.lower() in LOOPBACK_NAMES or _is_loopback(host):
+        return host, int(port_text)
+    if not tls:
         raise ListenError(
-            f"--listen {text!r}: {host} is not a loopback address, and the server speaks plain HTTP (no TLS yet: "
-            "tokens and jobs would cross the network readable); listen on 127.0.0.1 or ::1, and reach it from "
-            "elsewhere through an SSH tunnel"
+            f"--listen {text!r}: {host} is not a loopback address, and without TLS the server speaks plain HTTP "
+            "(tokens and jobs would cross the network readable); give --tls-cert and --tls-key, or listen on "
+            "127.0.0.1 or ::1 and reach it from elsewhere through an SSH tunnel"
+        )
+    if not tokens:
+        raise ListenError(
+            f"--listen {text!r}: --no-auth serves on a loopback address only ({host} is not one: anyone who "
+            "reaches the port could submit jobs); drop --no-auth and give each user a token (phalanx token create)"
         )
     return host, int(port_text)
 
@@ -50,7 +65,7 @@ def _is_loopback(host: str) -> bool:
         return False  # a name other than localhost: what it resolves to may change
 
 
-def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True) -> None:
+def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True, tls: TlsFiles | None = None) -> None:
     """Serve the REST API of ``layout``'s store until interrupted (the embedded backend).
 
     Args:
@@ -58,6 +73,7 @@ def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True) -> 
         host: the loopback address to listen on (``listen_address``).
         port: the port.
         tokens: every request needs a token of ``layout``'s token store; False serves every request (``--no-auth``).
+        tls: serve HTTPS with this certificate and key (checked: ``tls.tls_files``); None: plain HTTP.
     """
     import uvicorn
 
@@ -67,4 +83,11 @@ def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True) -> 
 
     backend = SqliteBackend(SqliteStore(layout.database), layout)
     authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
-    uvicorn.run(create_app(backend, authorize=authorize), host=host, port=port, log_level="info")
+    uvicorn.run(
+        create_app(backend, authorize=authorize),
+        host=host,
+        port=port,
+        log_level="info",
+        ssl_certfile=str(tls.cert) if tls is not None else None,
+        ssl_keyfile=str(tls.key) if tls is not None else None,
+    )
