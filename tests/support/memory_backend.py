@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,6 +30,7 @@ from phalanx.services.port import (
     AlreadyExistsError,
     ConflictError,
     LabelSelector,
+    ListPage,
     LogChunk,
     LogCursor,
     NotFoundError,
@@ -37,6 +38,7 @@ from phalanx.services.port import (
     Stored,
     WithStatus,
     Written,
+    page_in_memory,
     selects,
 )
 
@@ -104,6 +106,23 @@ class MemoryBackend:
             and (namespace is None or kind in _CLUSTER_SCOPED or ns == namespace)
             and selects(labels, obj.metadata.labels)
         ]
+
+    def list_page(
+        self,
+        kind: type[Readable],
+        namespaces: Collection[str] | None = None,
+        *,
+        labels: LabelSelector | None = None,
+        limit: int = 0,
+        cursor: str | None = None,
+    ) -> ListPage[Readable]:
+        """A page of ``list``, of the objects of ``namespaces`` (None: all)."""
+        objects = [
+            obj
+            for obj in self.list(kind, labels=labels)
+            if namespaces is None or kind in _CLUSTER_SCOPED or obj.metadata.namespace in namespaces
+        ]
+        return page_in_memory(objects, limit=limit, cursor=cursor)
 
     def replicas_of(self, job: TrainingJob) -> builtins.list[Replica]:
         """What a test put in ``replicas`` for the job's uid."""

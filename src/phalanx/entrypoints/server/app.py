@@ -34,7 +34,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.concurrency import run_in_threadpool
 
-from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
+from phalanx.entrypoints.server.access import Access, Authorize, Scope, bearer_token
 from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
 from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.paging import PagingError, page_of
@@ -272,19 +272,23 @@ class _Routes:
     ) -> JSONResponse:
         if namespace is not None:
             _check_segment(namespace, "namespace")
-        self._authorize(request, "list", resource, namespace, None)
+        scope = self._authorize(request, "list", resource, namespace, None)
         try:
             selector = parse_label_selector(selector_text)
         except SelectorError as err:
             raise ApiError(400, str(err)) from None
-        objects: list[Stored] = self.ops.backend.list(resource.model, namespace, labels=selector)  # type: ignore[type-var]  # Stored kinds are Readable
+        namespaces = scope.namespaces if scope is not None else None if namespace is None else {namespace}
         try:
-            page = page_of(objects, limit=limit, token=token or None)
+            page = page_of(
+                self.ops.backend, resource.model, namespaces, labels=selector, limit=limit, token=token or None
+            )
         except PagingError as err:
             raise ApiError(400, str(err)) from None
         metadata: dict[str, Any] = {}
         if page.next_token is not None:
-            metadata = {"continue": page.next_token, "remainingItemCount": page.remaining}
+            metadata = {"continue": page.next_token}
+            if page.remaining is not None:
+                metadata["remainingItemCount"] = page.remaining
         return JSONResponse(
             {
                 "apiVersion": API_VERSION,
@@ -313,13 +317,17 @@ class _Routes:
 
     def _authorize(
         self, request: Request, verb: str, resource: Resource, namespace: str | None, name: str | None
-    ) -> None:
+    ) -> Scope | None:
+        """Raise the refusal, if any; the namespaces a list of every namespace is narrowed to (None: not)."""
         if self.authorize is None:
-            return
+            return None
         token = bearer_token(request.headers.get("authorization"))
-        refusal = self.authorize(Access(verb, resource.kind, namespace, name, token))
-        if refusal is not None:
-            raise ApiError(refusal.code, refusal.message, kind=resource.kind, name=name)
+        answer = self.authorize(Access(verb, resource.kind, namespace, name, token))
+        if isinstance(answer, Scope):
+            return answer
+        if answer is not None:
+            raise ApiError(answer.code, answer.message, kind=resource.kind, name=name)
+        return None
 
     def _existing(self, request: Request, verb: str, resource: Resource, namespace: str | None, name: str) -> Stored:
         if namespace is not None:
