@@ -30,11 +30,12 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.concurrency import run_in_threadpool
 
 from phalanx.entrypoints.server.access import Access, Authorize, Scope, bearer_token
+from phalanx.entrypoints.server.encoding import list_response, object_response
 from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
 from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.paging import PagingError, page_of
@@ -203,73 +204,73 @@ class _Routes:
 
     # -- the handlers: thin closures per kind, so the OpenAPI document names each kind's paths -------------------
 
-    def _lister(self, resource: Resource, *, every_namespace: bool = False) -> Callable[..., JSONResponse]:
+    def _lister(self, resource: Resource, *, every_namespace: bool = False) -> Callable[..., Response]:
         if resource.namespaced and not every_namespace:
 
             def list_namespaced(
                 request: Request, namespace: str, label_selector: Selector = "", limit: Limit = 0, token: Token = ""
-            ) -> JSONResponse:
+            ) -> Response:
                 return self._list(request, resource, namespace, label_selector, limit, token)
 
             return list_namespaced
 
         def list_cluster_wide(
             request: Request, label_selector: Selector = "", limit: Limit = 0, token: Token = ""
-        ) -> JSONResponse:
+        ) -> Response:
             return self._list(request, resource, None, label_selector, limit, token)
 
         return list_cluster_wide
 
-    def _getter(self, resource: Resource) -> Callable[..., JSONResponse]:
+    def _getter(self, resource: Resource) -> Callable[..., Response]:
         if resource.namespaced:
 
-            def get_namespaced(request: Request, namespace: str, name: str) -> JSONResponse:
-                return JSONResponse(self._existing(request, "get", resource, namespace, name).to_dict())
+            def get_namespaced(request: Request, namespace: str, name: str) -> Response:
+                return object_response(self._existing(request, "get", resource, namespace, name))
 
             return get_namespaced
 
-        def get_cluster_scoped(request: Request, name: str) -> JSONResponse:
-            return JSONResponse(self._existing(request, "get", resource, None, name).to_dict())
+        def get_cluster_scoped(request: Request, name: str) -> Response:
+            return object_response(self._existing(request, "get", resource, None, name))
 
         return get_cluster_scoped
 
-    def _deleter(self, resource: Resource) -> Callable[..., JSONResponse]:
+    def _deleter(self, resource: Resource) -> Callable[..., Response]:
         if resource.namespaced:
 
-            def delete_namespaced(request: Request, namespace: str, name: str) -> JSONResponse:
+            def delete_namespaced(request: Request, namespace: str, name: str) -> Response:
                 return self._delete(request, resource, namespace, name)
 
             return delete_namespaced
 
-        def delete_cluster_scoped(request: Request, name: str) -> JSONResponse:
+        def delete_cluster_scoped(request: Request, name: str) -> Response:
             return self._delete(request, resource, None, name)
 
         return delete_cluster_scoped
 
     def _creator(self, resource: Resource) -> Callable[..., Any]:
-        async def create(request: Request, namespace: str | None) -> JSONResponse:
+        async def create(request: Request, namespace: str | None) -> Response:
             if namespace is not None:
                 _check_segment(namespace, "namespace")
             self._authorize(request, "create", resource, namespace, None)
             raw = await request.body()
             created = await run_in_threadpool(self._create, resource, namespace, raw)
-            return JSONResponse(created.to_dict(), status_code=201)
+            return object_response(created, status_code=201)
 
         if resource.namespaced:
 
-            async def create_namespaced(request: Request, namespace: str) -> JSONResponse:
+            async def create_namespaced(request: Request, namespace: str) -> Response:
                 return await create(request, namespace)
 
             return create_namespaced
 
-        async def create_cluster_scoped(request: Request) -> JSONResponse:
+        async def create_cluster_scoped(request: Request) -> Response:
             return await create(request, None)
 
         return create_cluster_scoped
 
     def _list(
         self, request: Request, resource: Resource, namespace: str | None, selector_text: str, limit: int, token: str
-    ) -> JSONResponse:
+    ) -> Response:
         if namespace is not None:
             _check_segment(namespace, "namespace")
         scope = self._authorize(request, "list", resource, namespace, None)
@@ -289,16 +290,9 @@ class _Routes:
             metadata = {"continue": page.next_token}
             if page.remaining is not None:
                 metadata["remainingItemCount"] = page.remaining
-        return JSONResponse(
-            {
-                "apiVersion": API_VERSION,
-                "kind": f"{resource.kind}List",
-                "metadata": metadata,
-                "items": [obj.to_dict() for obj in page.items],
-            }
-        )
+        return list_response(resource.kind, metadata, page.items)
 
-    def _delete(self, request: Request, resource: Resource, namespace: str | None, name: str) -> JSONResponse:
+    def _delete(self, request: Request, resource: Resource, namespace: str | None, name: str) -> Response:
         obj = self._existing(request, "delete", resource, namespace, name)
         try:
             self._delete_object(resource, obj)
@@ -310,8 +304,8 @@ class _Routes:
         # deletionTimestamp set), as the Kubernetes API answers a deletion still under way.
         still = resource.find(self.ops.backend, namespace, name)
         if still is not None and still.metadata.uid == obj.metadata.uid:
-            return JSONResponse(still.to_dict(), status_code=202)
-        return JSONResponse(obj.to_dict())
+            return object_response(still, status_code=202)
+        return object_response(obj)
 
     # -- what the handlers share ------------------------------------------------------------------------------
 
@@ -392,7 +386,8 @@ class _Routes:
         if resource.find(self.ops.backend, namespace, name) is not None:
             raise _exists(resource, namespace, name)
         try:
-            self.ops.submit([document], namespace=namespace, source=None)
+            # The objects validated above: the door's whole cost once per POST, not twice.
+            self.ops.submit_validated(parsed)
         except SpecError as err:
             raise invalid(err.errors, kind=resource.kind, name=name) from None
         except JobExistsError as err:
