@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from test_rest_tenancy_lists import SAMPLES
 
 from phalanx.entrypoints.server.encoding import list_response, object_json
 from phalanx.model.jobs import TrainingJob
@@ -13,7 +14,6 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import builtin_jobtypes
 from phalanx.model.queues import Queue
 from support.memory_backend import MemoryBackend
-from test_rest_tenancy_lists import SAMPLES
 
 
 def stored_objects() -> list[Any]:
