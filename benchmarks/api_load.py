@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import socket
 import statistics
@@ -75,11 +76,11 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_server(layout: StateLayout, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(layout: StateLayout, log: Path, workers: int) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     with log.open("wb") as sink:
         server = subprocess.Popen(
-            [*SERVER, "--listen", f"127.0.0.1:{port}", "--state-dir", str(layout.root)],
+            [*SERVER, "--listen", f"127.0.0.1:{port}", "--state-dir", str(layout.root), "--workers", str(workers)],
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
@@ -99,15 +100,23 @@ def start_server(layout: StateLayout, log: Path) -> tuple[subprocess.Popen[bytes
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """The CPU time (user + system) a process has used so far; None where /proc cannot tell."""
+    """The CPU time (user + system) the server has used so far, its worker processes' too; None without /proc."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+        total = 0
+        for process in [pid, *_children(pid)]:
+            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
     except (OSError, IndexError, ValueError):
         return None
-    import os
+    return total / os.sysconf("SC_CLK_TCK")
 
-    return ticks / os.sysconf("SC_CLK_TCK")
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found += [int(child), *_children(int(child))]
+    return found
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -207,7 +216,14 @@ def main() -> int:
     parser.add_argument("--page", type=int, default=500, help="the list step's limit")
     parser.add_argument("--walks", type=int, default=3, help="how many times the list step walks every page")
     parser.add_argument("--submits", type=int, default=2000, help="jobs the submit step creates")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=max(1, min(4, (os.cpu_count() or 2) // 2)),
+        help="phalanx server --workers (default: half the CPU cores, 1 to 4; the clients use the rest)",
+    )
     args = parser.parse_args()
+    print(f"phalanx server --workers {args.workers}; {os.cpu_count()} CPU cores")
 
     with tempfile.TemporaryDirectory(prefix="phalanx-api-load-") as folder:
         layout = StateLayout(Path(folder) / "state")
@@ -218,7 +234,7 @@ def main() -> int:
         tokens = TokenStore(layout.tokens_database)
         token = tokens.create("bench", "admin", ["*"])
         tokens.close()
-        server, base = start_server(layout, Path(folder) / "server.log")
+        server, base = start_server(layout, Path(folder) / "server.log", args.workers)
         try:
             # Warm-up, not counted: the first requests build the app's routes' caches and the store's connections.
             asyncio.run(get_load(base, token, args.jobs, args.clients, args.get_rate, 1.0))

@@ -43,6 +43,13 @@ def server(
             help="Serve every request without a token (by default each needs one: phalanx token create).",
         ),
     ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            help="Server processes sharing the port (about one per CPU core it may use); 1 by default.",
+        ),
+    ] = 1,
     state_dir: StateDirOption = None,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
@@ -54,13 +61,14 @@ def server(
         "server",
         "the cluster's API server serves the Phalanx resources (kubectl get trainingjobs)",
     )
-    from phalanx.entrypoints.server.serving import ListenError, listen_address, serve
+    from phalanx.entrypoints.server.serving import ListenError, check_workers, listen_address, serve
     from phalanx.entrypoints.server.tls import TlsError, tls_files
     from phalanx.services.embedded.layout import StateLayout, default_state_dir
 
     try:
         tls = tls_files(tls_cert, tls_key)
         host, port = listen_address(listen, tls=tls is not None, tokens=not no_auth)
+        check_workers(workers)
     except (ListenError, TlsError) as err:
         fail(str(err), 2)
     try:
@@ -78,4 +86,4 @@ def server(
         console.print("--no-auth: every request is served without a token (anyone on this machine may submit jobs)")
     else:
         console.print("every request needs a token: phalanx token create NAME --role editor --namespace NS")
-    serve(layout, host, port, tokens=not no_auth, tls=tls)
+    serve(layout, host, port, tokens=not no_auth, tls=tls, workers=workers)

@@ -10,6 +10,8 @@ tokens: ``--no-auth`` beyond loopback would hand the state directory to anyone w
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
+from typing import Any
 
 from phalanx.adapters.store import SqliteStore
 from phalanx.entrypoints.server.tls import TlsFiles
@@ -65,29 +67,82 @@ def _is_loopback(host: str) -> bool:
         return False  # a name other than localhost: what it resolves to may change
 
 
-def serve(layout: StateLayout, host: str, port: int, *, tokens: bool = True, tls: TlsFiles | None = None) -> None:
+#: Where ``app_from_environment`` finds what to serve in a worker process (``--workers``): set by ``serve``.
+STATE_DIR_ENV = "PHALANX_SERVER_STATE_DIR"
+NO_AUTH_ENV = "PHALANX_SERVER_NO_AUTH"
+MAX_WORKERS = 64
+
+
+def check_workers(workers: int) -> int:
+    """``--workers`` as given, when it is one a machine can run.
+
+    Raises:
+        ListenError: below 1 or above ``MAX_WORKERS``.
+    """
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ListenError(
+            f"--workers {workers}: give 1 to {MAX_WORKERS} server processes (about one per CPU core the server may use)"
+        )
+    return workers
+
+
+def serve(
+    layout: StateLayout,
+    host: str,
+    port: int,
+    *,
+    tokens: bool = True,
+    tls: TlsFiles | None = None,
+    workers: int = 1,
+) -> None:
     """Serve the REST API of ``layout``'s store until interrupted (the embedded backend).
 
     Args:
         layout: the state directory whose store is served and whose token store decides.
-        host: the loopback address to listen on (``listen_address``).
+        host: the address to listen on (``listen_address``).
         port: the port.
         tokens: every request needs a token of ``layout``'s token store; False serves every request (``--no-auth``).
         tls: serve HTTPS with this certificate and key (checked: ``tls.tls_files``); None: plain HTTP.
+        workers: server processes sharing the port (uvicorn's): one process serves requests on one core at a
+            time (the GIL), and the store and token store are built for several processes at once.
     """
+    import os
+
     import uvicorn
 
+    secure = {
+        "ssl_certfile": str(tls.cert) if tls is not None else None,
+        "ssl_keyfile": str(tls.key) if tls is not None else None,
+    }
+    if workers == 1:
+        uvicorn.run(_app(layout, tokens=tokens), host=host, port=port, log_level="info", **secure)  # type: ignore[arg-type]  # str | None options
+        return
+    # Worker processes are started afresh (spawn) and build their own app: they read what to serve from here.
+    os.environ[STATE_DIR_ENV] = str(layout.root)
+    os.environ[NO_AUTH_ENV] = "" if tokens else "1"
+    uvicorn.run(
+        f"{__name__}:app_from_environment",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level="info",
+        **secure,  # type: ignore[arg-type]  # str | None options
+    )
+
+
+def app_from_environment() -> Any:
+    """The app of one worker process of ``serve``, from the state directory and auth ``serve`` put in the env."""
+    import os
+
+    return _app(StateLayout(Path(os.environ[STATE_DIR_ENV])), tokens=not os.environ.get(NO_AUTH_ENV))
+
+
+def _app(layout: StateLayout, *, tokens: bool) -> Any:
     from phalanx.adapters.auth.token_store import TokenStore
     from phalanx.entrypoints.server.app import create_app
     from phalanx.entrypoints.server.tokens import token_authorizer
 
     backend = SqliteBackend(SqliteStore(layout.database), layout)
     authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
-    uvicorn.run(
-        create_app(backend, authorize=authorize),
-        host=host,
-        port=port,
-        log_level="info",
-        ssl_certfile=str(tls.cert) if tls is not None else None,
-        ssl_keyfile=str(tls.key) if tls is not None else None,
-    )
+    return create_app(backend, authorize=authorize)
