@@ -110,3 +110,19 @@ def test_a_cursor_the_backend_did_not_write_is_refused(backend: OperationsBacken
     backend.create(job("a", "ml"))
     with pytest.raises(CursorError, match="continue is not a token this server gave out"):
         backend.list_page(TrainingJob, limit=1, cursor=cursor)
+
+
+def test_a_limit_past_any_list_is_every_object_not_a_500(tmp_path: Path) -> None:
+    # Found by schemathesis (test_rest_schemathesis): limit=10**33 overflowed SQLite's 64-bit LIMIT (500).
+    from fastapi.testclient import TestClient
+
+    from phalanx.entrypoints.server.app import create_app
+
+    backend = SqliteBackend(SqliteStore(tmp_path / "state.db"), StateLayout(tmp_path))
+    for name in ("a", "b"):
+        backend.create(job(name, "ml"))
+    client = TestClient(create_app(backend))
+    for limit in (10**33, 2**63, 2**63 - 1):
+        answer = client.get("/apis/phalanx.dev/v1alpha1/namespaces/ml/trainingjobs", params={"limit": limit})
+        assert answer.status_code == 200, answer.text
+        assert [item["metadata"]["name"] for item in answer.json()["items"]] == ["a", "b"]

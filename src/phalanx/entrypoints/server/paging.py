@@ -26,6 +26,10 @@ _TOKEN_VERSION = 2
 #: continue token, a few hundred characters) and a few more bytes.
 MAX_TOKEN_CHARS = 4096
 
+#: The largest page a backend is asked for: more than any list holds, and within what SQLite's LIMIT and the API
+#: server's int64 ``limit`` take (a ``limit`` past them is a page of everything, not an overflow).
+MAX_LIMIT = 2**31 - 1
+
 REFUSAL = (
     "continue is not a token this server gave out; pass the metadata.continue of the previous page as it "
     "was, or list again from the start without continue"
@@ -64,7 +68,7 @@ def page_of(
     """
     cursor = read_token(token) if token else None
     try:
-        page = backend.list_page(kind, namespaces, labels=labels, limit=limit, cursor=cursor)  # type: ignore[type-var]  # Stored kinds are Readable
+        page = backend.list_page(kind, namespaces, labels=labels, limit=min(limit, MAX_LIMIT), cursor=cursor)  # type: ignore[type-var]  # Stored kinds are Readable
     except CursorError as err:
         raise PagingError(str(err)) from None
     next_token = write_token(page.cursor) if page.cursor is not None else None
