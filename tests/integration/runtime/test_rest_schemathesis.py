@@ -49,7 +49,5 @@ def test_generated_requests_get_no_5xx_and_every_4xx_says_why(runtime: Runtime, 
     report = result.stdout + result.stderr
     (tmp_path / "schemathesis.txt").write_text(report)
     failures = report[report.find("FAILURES") :][:6000] if "FAILURES" in report else report[-6000:]
-    assert result.returncode == 0, (
-        report[-6000:] + "\n--- server log ---\n" + (tmp_path / "server.log").read_text()[-3000:]
-    )
+    assert result.returncode == 0, failures
     assert "33/33" in report  # every operation of the document was tested
