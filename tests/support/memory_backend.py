@@ -16,7 +16,7 @@ import builtins
 import itertools
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,6 +37,7 @@ from phalanx.services.port import (
     ConflictError,
     ExpiredError,
     LabelSelector,
+    ListPage,
     LogChunk,
     LogCursor,
     NotFoundError,
@@ -45,6 +46,7 @@ from phalanx.services.port import (
     WatchEvent,
     WithStatus,
     Written,
+    page_in_memory,
     selects,
 )
 
@@ -132,6 +134,23 @@ class MemoryBackend:
             and (namespace is None or kind in _CLUSTER_SCOPED or ns == namespace)
             and selects(labels, obj.metadata.labels)
         ]
+
+    def list_page(
+        self,
+        kind: type[Readable],
+        namespaces: Collection[str] | None = None,
+        *,
+        labels: LabelSelector | None = None,
+        limit: int = 0,
+        cursor: str | None = None,
+    ) -> ListPage[Readable]:
+        """A page of ``list``, of the objects of ``namespaces`` (None: all)."""
+        objects = [
+            obj
+            for obj in self.list(kind, labels=labels)
+            if namespaces is None or kind in _CLUSTER_SCOPED or obj.metadata.namespace in namespaces
+        ]
+        return page_in_memory(objects, limit=limit, cursor=cursor)
 
     def replicas_of(self, job: TrainingJob) -> builtins.list[Replica]:
         """What a test put in ``replicas`` for the job's uid."""

@@ -898,6 +898,22 @@ class Operations:
         objects = self.validate(
             documents, source=source, namespace=namespace, stand_ins=stand_ins, component_dir=component_dir
         )
+        return self.submit_validated(objects, replace_finished=replace_finished, annotations=annotations)
+
+    def submit_validated(
+        self,
+        objects: Sequence[Any],
+        *,
+        replace_finished: bool = False,
+        annotations: Mapping[str, str] | None = None,
+    ) -> list[Submitted]:
+        """``submit`` of objects ``validate`` returned (a caller that looked at them first validates once).
+
+        Raises:
+            SpecError: a job reads a Dataset that does not exist (nothing is created).
+            JobExistsError: a job of that name exists (and is active, or replacing was not asked for).
+            OperationError: the backend refused a write.
+        """
         if annotations:
             # A Sweep's trials and a run's steps are jobs too: their relative paths start where the file was.
             made_jobs = TrainingJob | Dataset | Sweep | Pipeline | PipelineRun

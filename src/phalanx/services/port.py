@@ -2,9 +2,9 @@
 
 A backend is the SQLite store of the embedded runtime (``services.embedded.operations.SqliteBackend``), the API
 server of a cluster (``services.kubernetes.operations.KubeBackend``) or memory (``tests/support``). The port has
-a read side (``ObjectReader``: get and list the objects, selected by labels; a job's replicas, an object's events,
-and what a replica's log gained since a ``LogCursor``) and a write side (``ObjectWriter``: create, replace and
-delete objects, each write conditional on the resourceVersion read), and
+a read side (``ObjectReader``: get and list the objects, selected by labels, whole or a page at a time; a job's
+replicas, an object's events, and what a replica's log gained since a ``LogCursor``) and a write side
+(``ObjectWriter``: create, replace and delete objects, each write conditional on the resourceVersion read), and
 ``OperationsBackend`` adds the few steps of the user's operations that truly differ between backends: how a job
 is deleted (graceful on the embedded runtime, garbage collection on a cluster), how a finished job gives up its
 name, why a Pending job waits, and how a node's dataset cache is read and evicted. The status side
@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import builtins
 import enum
-from collections.abc import Iterator, Mapping, Sequence
+import json
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
@@ -61,6 +62,76 @@ def selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
 def selector_text(selector: LabelSelector) -> str:
     """The selector as the Kubernetes API writes one: ``key=value`` or ``key`` (has it), comma-separated."""
     return ",".join(key if value is None else f"{key}={value}" for key, value in sorted(selector.items()))
+
+
+@dataclass(frozen=True)
+class ListPage(Generic[Readable]):
+    """One page of a list (``ObjectReader.list_page``), in namespace then name order.
+
+    ``cursor`` is where the next page starts, opaque to callers and only meaningful to the backend that wrote
+    it (None: this is the last page); ``remaining`` is how many objects follow this page when the backend can
+    tell (None: it cannot, e.g. the API server with a label selector). A page may hold fewer than ``limit``
+    objects and still have a next one: rows that cannot be read are left out after the limit was applied.
+    """
+
+    items: builtins.list[Readable]
+    cursor: str | None
+    remaining: int | None
+
+
+class CursorError(ValueError):
+    """A cursor this backend did not write (or wrote for another kind, namespaces or selector); the message says."""
+
+
+#: What ``CursorError`` says: the fix is the same whatever is wrong with the cursor.
+CURSOR_REFUSAL = (
+    "continue is not a token this server gave out for this list; pass the metadata.continue of the previous "
+    "page as it was, with the same path and labelSelector, or list again from the start without continue"
+)
+
+
+def page_in_memory(
+    objects: Sequence[Readable], *, limit: int, cursor: str | None, remaining_known: bool = True
+) -> ListPage[Readable]:
+    """A page of objects already read whole: a backend that holds them (memory), or a kind that stays small.
+
+    The cursor is the (namespace, name) of the last object of the page before (``key_cursor``).
+
+    Raises:
+        CursorError: ``cursor`` is not one this function wrote.
+    """
+    ordered = sorted(objects, key=_order)
+    if cursor is not None:
+        after = read_key_cursor(cursor)
+        ordered = [obj for obj in ordered if _order(obj) > after]
+    if limit <= 0 or len(ordered) <= limit:
+        return ListPage(list(ordered), None, 0)
+    items = list(ordered[:limit])
+    return ListPage(items, key_cursor(_order(items[-1])), len(ordered) - limit if remaining_known else None)
+
+
+def _order(obj: Any) -> tuple[str, str]:
+    return (obj.metadata.namespace or "", obj.metadata.name)
+
+
+def key_cursor(after: tuple[str, str]) -> str:
+    """The cursor of a page that goes on after the object at ``after`` (namespace, name)."""
+    return json.dumps(list(after), separators=(",", ":"))
+
+
+def read_key_cursor(cursor: str) -> tuple[str, str]:
+    """The (namespace, name) a ``key_cursor`` goes on after.
+
+    Raises:
+        CursorError: not such a cursor.
+    """
+    try:
+        after = json.loads(cursor)
+    except ValueError:
+        raise CursorError(CURSOR_REFUSAL) from None
+    if not (isinstance(after, list) and len(after) == 2 and all(isinstance(part, str) for part in after)):
+        raise CursorError(CURSOR_REFUSAL)
+    return (after[0], after[1])
 
 
 @dataclass(frozen=True)
@@ -121,6 +192,28 @@ class ObjectReader(Protocol):
 
         The backend selects (an SQL condition, a label selector, a cache scan before parsing): a controller that
         wants a few objects of a kind does not pay for parsing them all.
+        """
+        ...
+
+    def list_page(
+        self,
+        kind: type[Readable],
+        namespaces: Collection[str] | None = None,
+        *,
+        labels: LabelSelector | None = None,
+        limit: int = 0,
+        cursor: str | None = None,
+    ) -> ListPage[Readable]:
+        """A page: at most ``limit`` objects (0: all) with ``labels``, from where ``cursor`` (a previous page's) says.
+
+        The objects are those of ``namespaces`` (None: every namespace; ignored for cluster-scoped kinds), in
+        namespace then name order.
+
+        The backend pages (SQL ``LIMIT`` over its key, the API server's own ``limit``/``continue``): a page of a
+        large list costs about its own size, not the list's.
+
+        Raises:
+            CursorError: ``cursor`` is not one of this backend's.
         """
         ...
 
@@ -248,7 +341,7 @@ class StatusWriter(Protocol):
         ...
 
 
-class OperationsBackend(ObjectReader, ObjectWriter, ChangeReader, Protocol):
+class OperationsBackend(ObjectReader, ObjectWriter, Protocol):
     """The port of the user's operations: the object port and the steps that differ between backends."""
 
     job_noun: str
@@ -304,3 +397,10 @@ class OperationsBackend(ObjectReader, ObjectWriter, ChangeReader, Protocol):
     ) -> tuple[builtins.list[str], builtins.list[str]]:
         """Evict the entries; ``node: key`` of each evicted and a sentence for each that was not."""
         ...
+
+
+class ServedBackend(OperationsBackend, ChangeReader, Protocol):
+    """A backend the REST server serves: the user's operations and the changes its watches follow.
+
+    The embedded and Kubernetes backends are both; the HTTP backend (a client of a server) needs no change side.
+    """

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from phalanx.core.auth import Decision, Grant, Role, Verb, authorize
+from phalanx.core.auth import Decision, Grant, Role, Verb, authorize, authorize_across
 
 # The table of the brief, written out rather than derived from the code under test.
 MAY = {
@@ -148,3 +148,37 @@ def test_the_roles_table_of_docs_server_md_is_what_authorize_decides() -> None:
     for kind in ("JobType", "Queue", "Node", "Token"):
         assert authorize(everywhere(Role.ADMIN), Verb.CREATE, kind, None).allowed
         assert not authorize(everywhere(Role.EDITOR), Verb.CREATE, kind, None).allowed
+
+
+# -- reading every namespace at once ---------------------------------------------------------------------------
+
+
+def test_a_read_across_namespaces_by_a_grant_for_a_few_is_narrowed_to_them() -> None:
+    grant = Grant(Role.VIEWER, frozenset({"nlp", "ml"}), "team")
+    decision = authorize_across(grant, Verb.LIST, "TrainingJob")
+    assert decision.allowed and decision.namespaces == frozenset({"ml", "nlp"})
+    assert decision.sentence == (
+        "the viewer token team for namespaces ml, nlp may list trainingjobs of the namespaces it reaches (ml, nlp)"
+    )
+
+
+def test_a_read_across_namespaces_by_a_grant_for_all_is_not_narrowed() -> None:
+    decision = authorize_across(Grant(Role.VIEWER, frozenset({"*"})), Verb.LIST, "Dataset")
+    assert decision.allowed and decision.namespaces is None
+
+
+@pytest.mark.parametrize(
+    ("grant", "verb", "kind", "words"),
+    [
+        (None, Verb.LIST, "TrainingJob", "not authenticated"),
+        (Grant(Role.EDITOR, frozenset({"ml"})), Verb.DELETE, "TrainingJob", "in all namespaces"),
+        (Grant(Role.EDITOR, frozenset({"ml"})), Verb.LIST, "Token", "needs an admin token"),
+    ],
+    ids=["no-grant", "a-write", "tokens"],
+)
+def test_what_is_not_a_read_of_namespaced_objects_is_decided_as_across_all(
+    grant: Grant | None, verb: Verb, kind: str, words: str
+) -> None:
+    decision = authorize_across(grant, verb, kind)
+    assert not decision.allowed and decision.namespaces is None
+    assert words in decision.sentence

@@ -1,4 +1,4 @@
-"""``phalanx server --listen``: HOST:PORT on a loopback address only, anything else refused with the fix."""
+"""``phalanx server --listen``: HOST:PORT; beyond loopback only with TLS and tokens; the rest refused with the fix."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_loopback_addresses_are_served(text: str, address: tuple[str, int]) -> N
     ("text", "words"),
     [
         ("0.0.0.0:8080", "0.0.0.0 is not a loopback address"),
-        ("192.168.1.4:8080", "no TLS yet"),
+        ("192.168.1.4:8080", "give --tls-cert and --tls-key"),
         ("[::]:8080", ":: is not a loopback address"),
         ("example.org:8080", "example.org is not a loopback address"),
         ("8080", "is not HOST:PORT"),
@@ -46,6 +46,19 @@ def test_other_addresses_are_refused_with_the_fix(text: str, words: str) -> None
         listen_address(text)
     assert words in str(caught.value)
     assert "--listen" in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["0.0.0.0:8443", "192.168.1.4:8443", "[::]:8443", "api.example.org:8443"])
+def test_any_address_is_served_with_tls_and_tokens(text: str) -> None:
+    host = text.rpartition(":")[0].strip("[]")
+    assert listen_address(text, tls=True) == (host, 8443)
+
+
+def test_no_auth_beyond_loopback_is_refused_even_with_tls() -> None:
+    with pytest.raises(ListenError) as caught:
+        listen_address("0.0.0.0:8443", tls=True, tokens=False)
+    assert "--no-auth serves on a loopback address only" in str(caught.value)
+    assert listen_address("127.0.0.1:8443", tls=True, tokens=False) == ("127.0.0.1", 8443)
 
 
 def test_the_command_refuses_a_public_address_before_it_touches_anything(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ ALLOWED = {
     "get": {"editor-ml", "viewer-ml", "admin-all"},
     "create": {"editor-ml", "admin-all"},
     "delete": {"editor-ml", "admin-all"},
-    "list all namespaces": {"admin-all"},
+    "list all namespaces": {"editor-ml", "viewer-ml", "editor-cv", "admin-all"},  # each sees its namespaces
     "read a queue": {"editor-ml", "viewer-ml", "editor-cv", "admin-all"},
     "create a queue": {"admin-all"},
 }

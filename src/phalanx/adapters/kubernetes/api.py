@@ -17,6 +17,7 @@ which) and ``GoneError`` (410: a watch's resourceVersion is too old, list again)
 
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 import time
@@ -272,6 +273,38 @@ class KubeApi:
             if not meta.get("continue"):
                 return items, str(meta.get("resourceVersion") or "")
             params["continue"] = meta["continue"]
+
+    def list_page(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        limit: int = 0,
+        continue_token: str | None = None,
+    ) -> tuple[builtins.list[dict[str, Any]], str | None, int | None]:
+        """One page of the API server's own paging (``limit``/``continue``; 0: every object in one answer).
+
+        Returns:
+            The page's objects, the API server's continue token (None: the last page), and its
+            ``remainingItemCount`` when it gives one (not with a label selector).
+        """
+        params: dict[str, Any] = {}
+        if limit > 0:
+            params["limit"] = limit
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if continue_token:
+            params["continue"] = continue_token
+        page = self.request("GET", resource.path(namespace), params=params)
+        items: builtins.list[dict[str, Any]] = []
+        for item in page.get("items") or []:
+            item.setdefault("kind", resource.kind)
+            item.setdefault("apiVersion", resource.api_version)
+            items.append(item)
+        meta = page.get("metadata") or {}
+        remaining = meta.get("remainingItemCount")
+        return items, meta.get("continue") or None, remaining if isinstance(remaining, int) else None
 
     def watch(
         self,

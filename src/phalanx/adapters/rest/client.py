@@ -61,15 +61,6 @@ class RestError(Exception):
         return [(str(c.get("field", "")), str(c.get("message", ""))) for c in causes or [] if isinstance(c, dict)]
 
 
-@dataclass(frozen=True)
-class ServerEvent:
-    """One server-sent event: its ``event`` type, its ``id`` and its ``data`` (one line of JSON, for a watch)."""
-
-    type: str
-    id: str
-    data: str
-
-
 def check_server_url(url: str) -> str:
     """``url`` without a trailing slash, once it is an http(s) URL with a host.
 
@@ -166,30 +157,6 @@ class RestClient:
                     response.read()
                     raise RestError(response.status_code, _status_of(response))
                 yield from response.iter_text()
-        except httpx.HTTPError as err:
-            raise UnreachableError(self._unreachable(err)) from None
-
-    def stream_events(self, path: str, *, params: Mapping[str, str] | None = None) -> Iterator[ServerEvent]:
-        """The server-sent events of a streamed answer (a watch), each as it arrives.
-
-        Raises:
-            RestError: the server refused it (a watch's 410 among them).
-            UnreachableError: no answer came, or the stream broke off.
-        """
-        try:
-            with self._http.stream("GET", API_PREFIX + path, params=params, timeout=httpx.Timeout(None)) as response:
-                if not response.is_success:
-                    response.read()
-                    raise RestError(response.status_code, _status_of(response))
-                fields: dict[str, str] = {}
-                for line in response.iter_lines():
-                    if line:
-                        name, _colon, value = line.partition(":")
-                        if name:  # a line starting with ':' is a comment
-                            fields[name] = value.removeprefix(" ")
-                    elif fields:
-                        yield ServerEvent(fields.get("event", "message"), fields.get("id", ""), fields.get("data", ""))
-                        fields = {}
         except httpx.HTTPError as err:
             raise UnreachableError(self._unreachable(err)) from None
 

@@ -230,23 +230,55 @@ class SqliteStore(QuarantineVerbs):
 
         """
         kind = self._kind_of(cls)
-        sql = "SELECT namespace, name, resource_version, body FROM objects WHERE kind = ?"
-        params: builtins.list[str] = [kind]
-        if namespace is not None:
-            sql += " AND namespace = ?"
-            params.append(namespace)
-        unusual: dict[str, str | None] = {}  # keys JSON paths cannot quote: filtered here instead of in SQLite
-        for key, value in (labels or {}).items():
-            if '"' in key or "\\" in key:
-                unusual[key] = value
-                continue
-            # A body that is not JSON at all must not fail the query: it is left out here, like any unreadable row.
-            sql += " AND CASE WHEN json_valid(body) THEN json_extract(body, ?) END"
-            sql += " IS NOT NULL" if value is None else " = ?"
-            params += [f'$.metadata.labels."{key}"'] if value is None else [f'$.metadata.labels."{key}"', value]
-        sql += " ORDER BY namespace, name"
+        where, params, unusual = _selection(kind, None if namespace is None else [namespace], labels)
+        sql = f"SELECT namespace, name, resource_version, body FROM objects WHERE {where} ORDER BY namespace, name"
         with self._translated(f"list {kind}"):
             rows = self._connection().execute(sql, params).fetchall()
+        return self._parsed(cls, kind, rows, unusual)
+
+    def list_page(
+        self,
+        cls: type[T],
+        namespaces: Collection[str] | None = None,
+        *,
+        labels: Mapping[str, str | None] | None = None,
+        limit: int = 0,
+        after: tuple[str, str] | None = None,
+    ) -> tuple[builtins.list[T], tuple[str, str] | None, int]:
+        """A page of ``list``: at most ``limit`` rows (0: all) after the row at ``after`` (namespace, name).
+
+        The page is read with ``LIMIT`` over the primary key's order (kind, namespace, name), so its cost is
+        the page's, not the kind's: only its rows are parsed. Rows that do not parse are left out (and
+        quarantined) after the limit, so a page may be shorter than ``limit``.
+
+        Returns:
+            The page's objects, the (namespace, name) of its last row when more rows follow (None: the last
+            page), and how many rows follow it (``COUNT`` over the same selection).
+        """
+        kind = self._kind_of(cls)
+        where, params, unusual = _selection(kind, namespaces, labels)
+        if after is not None:
+            where += " AND (namespace, name) > (?, ?)"
+            params += list(after)
+        sql = f"SELECT namespace, name, resource_version, body FROM objects WHERE {where} ORDER BY namespace, name"
+        with self._translated(f"list {kind}"):
+            connection = self._connection()
+            if limit <= 0:
+                return self._parsed(cls, kind, connection.execute(sql, params).fetchall(), unusual), None, 0
+            # One more row than the page: whether another page follows, without counting when none does.
+            rows = connection.execute(sql + " LIMIT ?", [*params, limit + 1]).fetchall()
+            if len(rows) <= limit:
+                return self._parsed(cls, kind, rows, unusual), None, 0
+            rows = rows[:limit]
+            last = (str(rows[-1][0]), str(rows[-1][1]))
+            count_sql = f"SELECT COUNT(*) FROM objects WHERE {where} AND (namespace, name) > (?, ?)"
+            remaining = int(connection.execute(count_sql, [*params, *last]).fetchone()[0])
+        return self._parsed(cls, kind, rows, unusual), last, remaining
+
+    def _parsed(
+        self, cls: type[T], kind: str, rows: builtins.list[Any], unusual: Mapping[str, str | None]
+    ) -> builtins.list[T]:
+        """The rows that parse as ``cls`` and carry the ``unusual`` labels; the others are quarantined."""
         found: builtins.list[T] = []
         for row_namespace, row_name, version, text in rows:
             obj, problem = parse_row(cls, row_namespace, row_name, version, text)
@@ -790,3 +822,28 @@ def _with_part(base: Mapping[str, Any], part: str, source: Mapping[str, Any]) ->
 
 def _has_labels(meta: ObjectMeta, wanted: Mapping[str, str | None]) -> bool:
     return all(key in meta.labels if value is None else meta.labels.get(key) == value for key, value in wanted.items())
+
+
+def _selection(
+    kind: str, namespaces: Collection[str] | None, labels: Mapping[str, str | None] | None
+) -> tuple[str, builtins.list[str], dict[str, str | None]]:
+    """The ``WHERE`` condition and parameters of the rows of ``kind`` in ``namespaces`` (None: all) with ``labels``.
+
+    Labels whose keys a JSON path cannot quote are returned apart, to be checked on the parsed objects.
+    """
+    where = "kind = ?"
+    params: builtins.list[str] = [kind]
+    if namespaces is not None:
+        chosen = sorted(set(namespaces))
+        where += f" AND namespace IN ({', '.join('?' * len(chosen))})" if chosen else " AND 0"
+        params += chosen
+    unusual: dict[str, str | None] = {}  # keys JSON paths cannot quote: filtered on the objects instead
+    for key, value in (labels or {}).items():
+        if '"' in key or "\\" in key:
+            unusual[key] = value
+            continue
+        # A body that is not JSON at all must not fail the query: it is left out here, like any unreadable row.
+        where += " AND CASE WHEN json_valid(body) THEN json_extract(body, ?) END"
+        where += " IS NOT NULL" if value is None else " = ?"
+        params += [f'$.metadata.labels."{key}"'] if value is None else [f'$.metadata.labels."{key}"', value]
+    return where, params, unusual

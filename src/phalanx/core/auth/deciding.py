@@ -13,6 +13,10 @@ The rules, in the order they are checked:
 
 Every decision carries one sentence saying who may do what, allowed or not, so a refusal names what was
 missing and a server can log what it allowed.
+
+``authorize_across`` decides a read of every namespace at once (``GET .../trainingjobs``): a grant for all
+namespaces reads them all; a grant for a few, whose role reads, is allowed too but only over its own namespaces
+(``Decision.namespaces``), so a tenant's "everything" is everything it may see, and never another's objects.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class Decision:
     allowed: bool
     sentence: str
     authenticated: bool = True
+    namespaces: frozenset[str] | None = None
+    """When allowed: only these namespaces (a read across namespaces by a grant for a few); None: as asked."""
 
 
 def authorize(grant: Grant | None, verb: Verb, kind: str, namespace: str | None) -> Decision:
@@ -93,4 +99,25 @@ def _cluster_scoped(grant: Grant, who: str, verb: Verb, kind: str) -> Decision:
         False,
         f"{who} cannot {verb.value} {resource}: {resource} are cluster-scoped, which needs an admin token for "
         "all namespaces (--role admin --namespace '*')",
+    )
+
+
+def authorize_across(grant: Grant | None, verb: Verb, kind: str) -> Decision:
+    """Decide a read of ``kind`` across every namespace: all of them, or (``namespaces``) only the grant's.
+
+    A write across namespaces, a cluster-scoped kind, or a grant for every namespace is decided as
+    ``authorize(grant, verb, kind, "*")``.
+    """
+    across = authorize(grant, verb, kind, ALL_NAMESPACES)
+    if across.allowed or grant is None or kind not in NAMESPACED_KINDS or verb not in READ_VERBS:
+        return across
+    reach = sorted(grant.namespaces)
+    each = [authorize(grant, verb, kind, namespace) for namespace in reach]
+    refused = next((decision for decision in each if not decision.allowed), None)
+    if refused is not None:  # the role does not read: the same refusal as in any one of its namespaces
+        return refused
+    return Decision(
+        True,
+        f"{grant.describe()} may {verb.value} {resource_of(kind)} of the namespaces it reaches ({', '.join(reach)})",
+        namespaces=frozenset(reach),
     )

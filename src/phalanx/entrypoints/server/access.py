@@ -2,9 +2,10 @@
 
 ``create_app(backend, authorize=...)`` calls ``authorize`` with an ``Access`` before every route touches the
 backend; a ``Refusal`` it returns is the answer (401 when the caller is not known, 403 when they may not), with
-its sentence. Who the caller is (the bearer token) and what a token allows (``core.auth``, the token store) are
-decided there, not here: without ``authorize`` every request is served, which ``phalanx server`` allows on a
-loopback address only (``serving``).
+its sentence. A list across every namespace may instead be answered with a ``Scope``: served, but only over the
+namespaces it names (a token that reaches a few sees theirs). Who the caller is (the bearer token) and what a
+token allows (``core.auth``, the token store) are decided there, not here: without ``authorize`` every request
+is served, which ``phalanx server`` allows on a loopback address only (``serving``).
 """
 
 from __future__ import annotations
@@ -33,8 +34,15 @@ class Refusal:
     message: str
 
 
-Authorize = Callable[[Access], Refusal | None]
-"""Decides an ``Access``: None serves it, a ``Refusal`` answers it."""
+@dataclass(frozen=True)
+class Scope:
+    """A list or watch across every namespace served over these namespaces only (for those two verbs alone)."""
+
+    namespaces: frozenset[str]
+
+
+Authorize = Callable[[Access], Refusal | Scope | None]
+"""Decides an ``Access``: None serves it, a ``Refusal`` answers it, a ``Scope`` narrows a list of every namespace."""
 
 
 def bearer_token(header: str | None) -> str | None:

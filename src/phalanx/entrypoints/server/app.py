@@ -33,18 +33,19 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.concurrency import run_in_threadpool
 
-from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
+from phalanx.entrypoints.server.access import Access, Authorize, Scope, bearer_token
 from phalanx.entrypoints.server.dashboard import add_dashboard_routes
+from phalanx.entrypoints.server.encoding import list_response, object_response
 from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
 from phalanx.entrypoints.server.fields import fields_match, parse_field_selector
 from phalanx.entrypoints.server.history import HistoryReader, add_history_routes
 from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.metrics import add_metrics_routes
-from phalanx.entrypoints.server.paging import PagingError, page_of
+from phalanx.entrypoints.server.paging import PagingError, page_of, page_of_listed
 from phalanx.entrypoints.server.replacing import add_replace_routes
 from phalanx.entrypoints.server.selectors import SelectorError, parse_label_selector
 from phalanx.entrypoints.server.statuses import ApiError, Status, invalid
@@ -57,7 +58,7 @@ from phalanx.model.kfp_ir import is_kfp_ir
 from phalanx.model.names import check_dns_label
 from phalanx.model.textfiles import MAX_FILE_BYTES
 from phalanx.services.operations import JobExistsError, OperationError, Operations, not_found_message
-from phalanx.services.port import NotFoundError, OperationsBackend, Stored
+from phalanx.services.port import LabelSelector, NotFoundError, ServedBackend, Stored
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -73,6 +74,9 @@ _REFUSALS: dict[int | str, dict[str, Any]] = {
     )
 }
 
+
+#: How many other objects a 404 names (``not_found_message`` names as many).
+_NAMED_OTHERS = 20
 
 Selector = Annotated[
     str, Query(alias="labelSelector", description="key=value or key (has the label), comma-separated, e.g. team=ml")
@@ -111,7 +115,7 @@ def _list_model(resource: Resource) -> type[BaseModel]:
 
 
 def create_app(
-    backend: OperationsBackend,
+    backend: ServedBackend,
     *,
     authorize: Authorize | None = None,
     registry: CollectorRegistry | None = None,
@@ -241,7 +245,7 @@ class _Routes:
 
     # -- the handlers: thin closures per kind, so the OpenAPI document names each kind's paths -------------------
 
-    def _lister(self, resource: Resource, *, every_namespace: bool = False) -> Callable[..., JSONResponse]:
+    def _lister(self, resource: Resource, *, every_namespace: bool = False) -> Callable[..., Response]:
         if resource.namespaced and not every_namespace:
 
             def list_namespaced(
@@ -251,7 +255,7 @@ class _Routes:
                 field_selector: Fields = "",
                 limit: Limit = 0,
                 token: Token = "",
-            ) -> JSONResponse:
+            ) -> Response:
                 return self._list(request, resource, namespace, (label_selector, field_selector), limit, token)
 
             return list_namespaced
@@ -262,54 +266,54 @@ class _Routes:
             field_selector: Fields = "",
             limit: Limit = 0,
             token: Token = "",
-        ) -> JSONResponse:
+        ) -> Response:
             return self._list(request, resource, None, (label_selector, field_selector), limit, token)
 
         return list_cluster_wide
 
-    def _getter(self, resource: Resource) -> Callable[..., JSONResponse]:
+    def _getter(self, resource: Resource) -> Callable[..., Response]:
         if resource.namespaced:
 
-            def get_namespaced(request: Request, namespace: str, name: str) -> JSONResponse:
-                return JSONResponse(resource.wire(self._existing(request, "get", resource, namespace, name)))
+            def get_namespaced(request: Request, namespace: str, name: str) -> Response:
+                return object_response(self._existing(request, "get", resource, namespace, name))
 
             return get_namespaced
 
-        def get_cluster_scoped(request: Request, name: str) -> JSONResponse:
-            return JSONResponse(resource.wire(self._existing(request, "get", resource, None, name)))
+        def get_cluster_scoped(request: Request, name: str) -> Response:
+            return object_response(self._existing(request, "get", resource, None, name))
 
         return get_cluster_scoped
 
-    def _deleter(self, resource: Resource) -> Callable[..., JSONResponse]:
+    def _deleter(self, resource: Resource) -> Callable[..., Response]:
         if resource.namespaced:
 
-            def delete_namespaced(request: Request, namespace: str, name: str) -> JSONResponse:
+            def delete_namespaced(request: Request, namespace: str, name: str) -> Response:
                 return self._delete(request, resource, namespace, name)
 
             return delete_namespaced
 
-        def delete_cluster_scoped(request: Request, name: str) -> JSONResponse:
+        def delete_cluster_scoped(request: Request, name: str) -> Response:
             return self._delete(request, resource, None, name)
 
         return delete_cluster_scoped
 
     def _creator(self, resource: Resource) -> Callable[..., Any]:
-        async def create(request: Request, namespace: str | None) -> JSONResponse:
+        async def create(request: Request, namespace: str | None) -> Response:
             if namespace is not None:
                 _check_segment(namespace, "namespace")
             self._authorize(request, "create", resource, namespace, None)
             raw = await request.body()
             created = await run_in_threadpool(self._create, resource, namespace, raw)
-            return JSONResponse(resource.wire(created), status_code=201)
+            return object_response(created, status_code=201)
 
         if resource.namespaced:
 
-            async def create_namespaced(request: Request, namespace: str) -> JSONResponse:
+            async def create_namespaced(request: Request, namespace: str) -> Response:
                 return await create(request, namespace)
 
             return create_namespaced
 
-        async def create_cluster_scoped(request: Request) -> JSONResponse:
+        async def create_cluster_scoped(request: Request) -> Response:
             return await create(request, None)
 
         return create_cluster_scoped
@@ -322,35 +326,47 @@ class _Routes:
         selector_texts: tuple[str, str],
         limit: int,
         token: str,
-    ) -> JSONResponse:
+    ) -> Response:
         if namespace is not None:
             _check_segment(namespace, "namespace")
-        self._authorize(request, "list", resource, namespace, None)
+        scope = self._authorize(request, "list", resource, namespace, None)
         try:
             selector = parse_label_selector(selector_texts[0])
             fields = parse_field_selector(selector_texts[1])
         except SelectorError as err:
             raise ApiError(400, str(err)) from None
-        objects: list[Stored] = self.ops.backend.list(resource.model, namespace, labels=selector)  # type: ignore[type-var]  # Stored kinds are Readable
-        if fields:
-            objects = [obj for obj in objects if fields_match(fields, obj.to_dict())]
+        namespaces = scope.namespaces if scope is not None else None if namespace is None else {namespace}
         try:
-            page = page_of(objects, limit=limit, token=token or None)
+            if fields:
+                listed = self._list_all(resource, namespaces, selector)
+                matching = [obj for obj in listed if fields_match(fields, obj.to_dict())]
+                page = page_of_listed(matching, limit=limit, token=token or None)
+            else:
+                page = page_of(
+                    self.ops.backend, resource.model, namespaces, labels=selector, limit=limit, token=token or None
+                )
         except PagingError as err:
             raise ApiError(400, str(err)) from None
         metadata: dict[str, Any] = {}
         if page.next_token is not None:
-            metadata = {"continue": page.next_token, "remainingItemCount": page.remaining}
-        return JSONResponse(
-            {
-                "apiVersion": API_VERSION,
-                "kind": f"{resource.kind}List",
-                "metadata": metadata,
-                "items": [resource.wire(obj) for obj in page.items],
-            }
-        )
+            metadata = {"continue": page.next_token}
+            if page.remaining is not None:
+                metadata["remainingItemCount"] = page.remaining
+        return list_response(resource.kind, metadata, page.items)
 
-    def _delete(self, request: Request, resource: Resource, namespace: str | None, name: str) -> JSONResponse:
+    def _list_all(
+        self, resource: Resource, namespaces: frozenset[str] | set[str] | None, selector: LabelSelector | None
+    ) -> list[Stored]:
+        """Every object of ``resource`` in ``namespaces`` (None: all) that ``selector`` selects."""
+        backend, model = self.ops.backend, resource.model
+        if namespaces is None:
+            return backend.list(model, None, labels=selector)  # type: ignore[type-var]  # Stored kinds are Readable
+        found: list[Stored] = []
+        for name in sorted(namespaces):
+            found += backend.list(model, name, labels=selector)  # type: ignore[type-var]  # Stored kinds are Readable
+        return found
+
+    def _delete(self, request: Request, resource: Resource, namespace: str | None, name: str) -> Response:
         obj = self._existing(request, "delete", resource, namespace, name)
         try:
             self._delete_object(resource, obj)
@@ -362,20 +378,24 @@ class _Routes:
         # deletionTimestamp set), as the Kubernetes API answers a deletion still under way.
         still = resource.find(self.ops.backend, namespace, name)
         if still is not None and still.metadata.uid == obj.metadata.uid:
-            return JSONResponse(resource.wire(still), status_code=202)
-        return JSONResponse(resource.wire(obj))
+            return object_response(still, status_code=202)
+        return object_response(obj)
 
     # -- what the handlers share ------------------------------------------------------------------------------
 
     def _authorize(
         self, request: Request, verb: str, resource: Resource, namespace: str | None, name: str | None
-    ) -> None:
+    ) -> Scope | None:
+        """Raise the refusal, if any; the namespaces a list of every namespace is narrowed to (None: not)."""
         if self.authorize is None:
-            return
+            return None
         token = bearer_token(request.headers.get("authorization"))
-        refusal = self.authorize(Access(verb, resource.kind, namespace, name, token))
-        if refusal is not None:
-            raise ApiError(refusal.code, refusal.message, kind=resource.kind, name=name)
+        answer = self.authorize(Access(verb, resource.kind, namespace, name, token))
+        if isinstance(answer, Scope):
+            return answer
+        if answer is not None:
+            raise ApiError(answer.code, answer.message, kind=resource.kind, name=name)
+        return None
 
     def _existing(self, request: Request, verb: str, resource: Resource, namespace: str | None, name: str) -> Stored:
         if namespace is not None:
@@ -391,13 +411,18 @@ class _Routes:
         return found
 
     def _not_found(self, resource: Resource, namespace: str | None, name: str) -> ApiError:
-        others: list[Stored] = sorted(
-            self.ops.backend.list(resource.model, namespace),  # type: ignore[type-var]  # Stored kinds are Readable
-            key=lambda o: o.metadata.name,
-        )
+        if namespace is not None:
+            # The message names the first 20: a page of them, not a parse of a namespace of 10,000 jobs per 404.
+            page = self.ops.backend.list_page(resource.model, [namespace], limit=_NAMED_OTHERS)  # type: ignore[type-var]  # Stored kinds are Readable
+            others: list[Stored] = list(page.items)
+        else:  # cluster-scoped kinds are few
+            others = sorted(
+                self.ops.backend.list(resource.model, namespace),  # type: ignore[type-var]  # Stored kinds are Readable
+                key=lambda o: o.metadata.name,
+            )
         noun = resource.kind.lower()
         if namespace is None:
-            names = ", ".join(o.metadata.name for o in others[:20])
+            names = ", ".join(o.metadata.name for o in others[:_NAMED_OTHERS])
             message = f"{noun} {name} not found; " + (
                 f"{resource.plural}: {names}" if names else f"there are no {resource.plural}"
             )
@@ -440,7 +465,8 @@ class _Routes:
         if resource.find(self.ops.backend, namespace, name) is not None:
             raise _exists(resource, namespace, name)
         try:
-            self.ops.submit([document], namespace=namespace, source=None)
+            # The objects validated above: the door's whole cost once per POST, not twice.
+            self.ops.submit_validated(parsed)
         except SpecError as err:
             raise invalid(err.errors, kind=resource.kind, name=name) from None
         except JobExistsError as err:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from phalanx.adapters.store import SqliteStore
+from phalanx.entrypoints.server.running import end_watches
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.operations import SqliteBackend
 
@@ -29,12 +30,14 @@ class ServeError(RuntimeError):
 class BackgroundServer:
     """uvicorn in a daemon thread; ``stop`` ends it and waits for the thread."""
 
-    def __init__(self, server: uvicorn.Server, thread: threading.Thread) -> None:
+    def __init__(self, server: uvicorn.Server, thread: threading.Thread, app: Any) -> None:
         self._server = server
         self._thread = thread
+        self._app = app
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop accepting, let requests under way finish (up to ``timeout`` seconds), end the thread."""
+        """End the open watches, stop accepting, let requests under way finish (up to ``timeout`` seconds)."""
+        end_watches(self._app)
         self._server.should_exit = True
         self._thread.join(timeout)
 
@@ -57,16 +60,15 @@ def start(
     Raises:
         ServeError: it did not start within ``timeout`` seconds or stopped at once (the address is in use).
     """
-    import uvicorn
-
     from phalanx.adapters.auth.token_store import TokenStore
     from phalanx.entrypoints.server.app import create_app
+    from phalanx.entrypoints.server.running import uvicorn_server
     from phalanx.entrypoints.server.tokens import token_authorizer
 
     backend = SqliteBackend(store, layout)
     authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
     app = create_app(backend, authorize=authorize, registry=registry)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    server = uvicorn_server(app, host, port, log_level="warning", lifespan="off")
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -87,4 +89,4 @@ def start(
             server.should_exit = True
             raise ServeError(f"the REST API did not start listening on {host}:{port} within {timeout:.0f}s")
         thread.join(0.01)  # wakes at once if it ended, and looks at started again after 10 ms
-    return BackgroundServer(server, thread)
+    return BackgroundServer(server, thread, app)

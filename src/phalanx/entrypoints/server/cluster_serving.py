@@ -15,6 +15,7 @@ from phalanx.adapters.kubernetes.api import KubeApi, KubeApiError, load_kubeconf
 from phalanx.adapters.kubernetes.reviews import DEFAULT_TTL_S, KubeReviewer
 from phalanx.entrypoints.server.history import open_history
 from phalanx.entrypoints.server.rbac import rbac_authorizer
+from phalanx.entrypoints.server.tls import TlsFiles
 from phalanx.services.kubernetes.operations import KubeBackend
 
 
@@ -31,16 +32,21 @@ class ClusterTarget:
 
 
 def serve_cluster(
-    target: ClusterTarget, host: str, port: int, *, history_url: str | None = None, review_ttl: float = DEFAULT_TTL_S
+    target: ClusterTarget,
+    host: str,
+    port: int,
+    *,
+    history_url: str | None = None,
+    review_ttl: float = DEFAULT_TTL_S,
+    tls: TlsFiles | None = None,
 ) -> None:
     """Serve the REST API of the cluster ``target`` selects until interrupted.
 
     Raises:
         ClusterServeError: no usable kubeconfig or context, or a history URL that cannot be opened.
     """
-    import uvicorn
-
     from phalanx.entrypoints.server.app import create_app
+    from phalanx.entrypoints.server.running import serve_app
 
     try:
         selected = load_kubeconfig(target.kubeconfig, target.context)
@@ -54,6 +60,6 @@ def serve_cluster(
     backend = KubeBackend(api, server=str(selected.cluster.server))
     authorize = rbac_authorizer(KubeReviewer(api, ttl=review_ttl))
     try:
-        uvicorn.run(create_app(backend, authorize=authorize, history=history), host=host, port=port, log_level="info")
+        serve_app(create_app(backend, authorize=authorize, history=history), host, port, tls=tls)
     finally:
         api.close()

@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
+from phalanx.entrypoints.server.access import Access, Authorize, Refusal, bearer_token
 from phalanx.entrypoints.server.statuses import ApiError
 from phalanx.services.metrics import state_registry
 from phalanx.services.port import OperationsBackend
@@ -100,10 +100,13 @@ def add_metrics_routes(
     async def metrics(request: Request) -> Response:
         if authorize is not None:
             token = bearer_token(request.headers.get("authorization"))
-            refusal = authorize(Access("list", "TrainingJob", None, None, token))
-            if refusal is not None:
-                message = refusal.message if refusal.code != 403 else f"{NEEDS_ALL_NAMESPACES}: {refusal.message}"
-                raise ApiError(refusal.code, message)
+            answer = authorize(Access("list", "TrainingJob", None, None, token))
+            if answer is not None and not isinstance(answer, Refusal):  # a Scope: the list narrowed to some namespaces
+                reach = ", ".join(sorted(answer.namespaces))
+                raise ApiError(403, f"{NEEDS_ALL_NAMESPACES}: this token reaches only {reach}")
+            if answer is not None:
+                message = answer.message if answer.code != 403 else f"{NEEDS_ALL_NAMESPACES}: {answer.message}"
+                raise ApiError(answer.code, message)
         body = await run_in_threadpool(generate_latest, registry)  # the collector reads the store: not on the loop
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 

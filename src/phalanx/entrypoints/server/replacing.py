@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
+from phalanx.entrypoints.server.access import Access, Authorize, Refusal, bearer_token
 from phalanx.entrypoints.server.kinds import PREFIX, RESOURCES, Resource
 from phalanx.entrypoints.server.statuses import ApiError, Status, invalid
 from phalanx.model.base import API_VERSION
@@ -86,7 +86,7 @@ def _replacer(ops: Operations, authorize: Authorize | None, resource: Resource) 
         if authorize is not None:
             token = bearer_token(request.headers.get("authorization"))
             refusal = authorize(Access("update", resource.kind, namespace, name, token))
-            if refusal is not None:
+            if isinstance(refusal, Refusal):  # a Scope narrows only lists of every namespace
                 raise ApiError(refusal.code, refusal.message, kind=resource.kind, name=name)
         raw = await request.body()
         written = await run_in_threadpool(_replace, ops, resource, namespace, name, raw)

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
+from phalanx.entrypoints.server.access import Access, Authorize, Refusal, bearer_token
 from phalanx.entrypoints.server.kinds import PREFIX
 from phalanx.entrypoints.server.statuses import ApiError, Status
 from phalanx.model.jobs import Phase, TrainingJob
@@ -202,7 +202,7 @@ class _JobRoutes:
         if self.authorize is not None:
             token = bearer_token(request.headers.get("authorization"))
             refusal = self.authorize(Access(verb, KIND, namespace, name, token))
-            if refusal is not None:
+            if isinstance(refusal, Refusal):  # a Scope narrows only lists of every namespace
                 raise ApiError(refusal.code, refusal.message, kind=KIND, name=name)
         try:
             return self.ops.get_job(namespace, name)

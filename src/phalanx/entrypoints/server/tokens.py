@@ -2,16 +2,17 @@
 
 The caller's token is checked against the token store (``adapters.auth.token_store``), and what its grant allows
 is decided by ``core.auth``. The app asks with ``namespace=None`` for a namespaced kind listed across every
-namespace; ``core.auth`` calls that ``*``. A request without a valid token is answered 401, one whose token may
-not do it 403, each with the sentence ``core.auth`` gives; a token store that cannot be read answers 503
-(nothing is served unchecked).
+namespace; ``core.auth`` calls that ``*``, and a token for a few namespaces may list "every namespace" as the
+namespaces it reaches (``authorize_across``): the answer is then a ``Scope`` the list is narrowed to. A request
+without a valid token is answered 401, one whose token may not do it 403, each with the sentence ``core.auth``
+gives; a token store that cannot be read answers 503 (nothing is served unchecked).
 """
 
 from __future__ import annotations
 
 from phalanx.adapters.auth.token_store import TokenStore, TokenStoreError
-from phalanx.core.auth import ALL_NAMESPACES, NAMESPACED_KINDS, Verb, authorize
-from phalanx.entrypoints.server.access import Access, Authorize, Refusal
+from phalanx.core.auth import ALL_NAMESPACES, NAMESPACED_KINDS, Verb, authorize, authorize_across
+from phalanx.entrypoints.server.access import Access, Authorize, Refusal, Scope
 
 #: What a request without a token is told: how to send one, and how to make one.
 NO_TOKEN = (
@@ -23,7 +24,7 @@ NO_TOKEN = (
 def token_authorizer(store: TokenStore) -> Authorize:
     """Decide each request by its bearer token against ``store``."""
 
-    def decide(access: Access) -> Refusal | None:
+    def decide(access: Access) -> Refusal | Scope | None:
         if access.token is None:
             return Refusal(401, NO_TOKEN)
         try:
@@ -33,9 +34,13 @@ def token_authorizer(store: TokenStore) -> Authorize:
         namespace = access.namespace
         if namespace is None and access.kind in NAMESPACED_KINDS:
             namespace = ALL_NAMESPACES
-        decision = authorize(grant, Verb(access.verb), access.kind, namespace)
+        if namespace == ALL_NAMESPACES and access.verb in (Verb.LIST, Verb.WATCH):
+            # Only a list or a watch is narrowed (both read the Scope); other routes are refused as before.
+            decision = authorize_across(grant, Verb(access.verb), access.kind)
+        else:
+            decision = authorize(grant, Verb(access.verb), access.kind, namespace)
         if decision.allowed:
-            return None
+            return Scope(decision.namespaces) if decision.namespaces is not None else None
         return Refusal(403 if decision.authenticated else 401, decision.sentence)
 
     return decide

@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse
 
 from phalanx.core.auth import ALL_NAMESPACES
 from phalanx.core.auth.views import NAMING_KIND, NAMING_VERB, Readable
-from phalanx.entrypoints.server.access import Access, Authorize, bearer_token
+from phalanx.entrypoints.server.access import Access, Authorize, Refusal, bearer_token
 from phalanx.entrypoints.server.kinds import PREFIX
 from phalanx.entrypoints.server.statuses import ApiError, Status
 from phalanx.entrypoints.server.view_bodies import (
@@ -136,7 +136,7 @@ class _Views:
             return lambda namespace: True
         authorize, token = self.authorize, bearer_token(request.headers.get("authorization"))
         refusal = authorize(Access(verb, kind, None, name, token))
-        if refusal is not None:
+        if isinstance(refusal, Refusal):  # a Scope narrows only lists of every namespace
             raise ApiError(refusal.code, refusal.message, kind=kind, name=name)
         answers: dict[str, bool] = {}
 

@@ -48,7 +48,7 @@ from phalanx.entrypoints.server.selectors import SelectorError, parse_label_sele
 from phalanx.entrypoints.server.statuses import ApiError, wire
 from phalanx.model.base import API_VERSION
 from phalanx.model.names import check_dns_label
-from phalanx.services.port import ExpiredError, LabelSelector, OperationsBackend, selects
+from phalanx.services.port import ExpiredError, LabelSelector, ServedBackend, selects
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -62,7 +62,7 @@ _WATCH_VALUES = frozenset({"true", "1"})
 
 
 def add_watch_routes(
-    app: FastAPI, backend: OperationsBackend, authorize: Authorize | None, *, heartbeat: float = HEARTBEAT_SECONDS
+    app: FastAPI, backend: ServedBackend, authorize: Authorize | None, *, heartbeat: float = HEARTBEAT_SECONDS
 ) -> Feeds:
     """Serve ``watch=true`` on every list path of ``app``; ``app.state.stop_watches()`` ends every watch.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +177,24 @@ class SqliteBackend(SqliteStatus):
         """
         found = self.store.list(kind, namespace, labels=labels)
         return unique_queues(found) if kind is Queue else found  # type: ignore[arg-type,return-value]
+
+    def list_page(
+        self,
+        kind: type[Readable],
+        namespaces: Collection[str] | None = None,
+        *,
+        labels: port.LabelSelector | None = None,
+        limit: int = 0,
+        cursor: str | None = None,
+    ) -> port.ListPage[Readable]:
+        """A page read with SQL ``LIMIT`` after the cursor's (namespace, name): only the page's rows are parsed."""
+        if kind is Queue:  # one per name across namespaces (unique_queues), and few: paged once read whole
+            return port.page_in_memory(self.list(kind, labels=labels), limit=limit, cursor=cursor)
+        after = port.read_key_cursor(cursor) if cursor is not None else None
+        if kind in (JobType, Node):
+            namespaces = None  # cluster-scoped, whatever namespace the store files them under
+        items, last, remaining = self.store.list_page(kind, namespaces, labels=labels, limit=limit, after=after)
+        return port.ListPage(items, port.key_cursor(last) if last is not None else None, remaining)
 
     def replicas_of(self, job: TrainingJob) -> builtins.list[Replica]:
         """The job's current Replica objects."""

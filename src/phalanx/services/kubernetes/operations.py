@@ -26,7 +26,7 @@ import builtins
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -369,6 +369,57 @@ class KubeBackend:
             if kind is JobType and error.status == 403:
                 return []  # may not list JobTypes: validate against the built-ins, the server checks the rest
             raise self.error(error, "list", resource, namespace) from None
+        return self._readable(kind, objects)
+
+    def list_page(
+        self,
+        kind: type[Readable],
+        namespaces: Collection[str] | None = None,
+        *,
+        labels: port.LabelSelector | None = None,
+        limit: int = 0,
+        cursor: str | None = None,
+    ) -> port.ListPage[Readable]:
+        """A page of the API server's own paging (``limit``/``continue``), namespace after namespace.
+
+        The API server lists in its keys' order (namespace, then name), which is the port's. Every namespace
+        (None) or one is a single paged list; several (a token reaching a few) are listed one after the other,
+        the cursor saying which namespace the API server's continue token is of.
+
+        Raises:
+            CursorError: the cursor is not one of this backend's, or the API server no longer knows its token
+                (410: the list it started from is too old).
+        """
+        resource = RESOURCES[kind]
+        chosen: builtins.list[str | None] = [None]
+        if namespaces is not None and resource.namespaced:
+            wanted: builtins.list[str] = sorted(frozenset(namespaces))
+            chosen = list(wanted)
+        index, token = _read_kube_cursor(cursor, chosen)
+        selector = port.selector_text(labels) if labels else None
+        items: builtins.list[dict[str, Any]] = []
+        remaining: int | None = 0
+        for at in range(index, len(chosen)):
+            want = limit - len(items) if limit > 0 else 0
+            try:
+                objects, token, remaining = self.api.list_page(
+                    resource, chosen[at], label_selector=selector, limit=want, continue_token=token
+                )
+            except KubeApiError as error:
+                if error.status in (400, 410) and token:
+                    raise port.CursorError(port.CURSOR_REFUSAL) from None
+                raise self.error(error, "list", resource, chosen[at]) from None
+            items += objects
+            if token is not None:  # this namespace goes on
+                return port.ListPage(
+                    self._readable(kind, items), _kube_cursor(chosen[at], token), _more(remaining, at, chosen)
+                )
+            if limit > 0 and len(items) >= limit and at + 1 < len(chosen):
+                return port.ListPage(self._readable(kind, items), _kube_cursor(chosen[at + 1], ""), None)
+        return port.ListPage(self._readable(kind, items), None, 0)
+
+    def _readable(self, kind: type[Readable], objects: Sequence[Mapping[str, Any]]) -> builtins.list[Readable]:
+        """The objects as the model's; one that cannot be read is left out."""
         if kind is TrainingJob:
             jobtypes = {**builtin_jobtypes(), **{t.metadata.name: t for t in self.list(JobType)}} if objects else {}
             found: builtins.list[Any] = []
@@ -815,3 +866,37 @@ def cache_view(report: CacheReport, node: str) -> NodeCacheView:
         for key, e in sorted(report.held.items())
     ]
     return NodeCacheView(node, report.capacity, report.used, entries, dict(report.counters))
+
+
+def _kube_cursor(namespace: str | None, token: str) -> str:
+    """A ``list_page`` cursor: the namespace being listed (empty: every one) and the API server's token there."""
+    return json.dumps({"n": namespace or "", "c": token}, separators=(",", ":"))
+
+
+def _read_kube_cursor(cursor: str | None, chosen: Sequence[str | None]) -> tuple[int, str | None]:
+    """Which of ``chosen`` a cursor goes on in, and the API server's token there (None: from its start).
+
+    Raises:
+        CursorError: not a cursor of ``_kube_cursor``, or one of a namespace not in ``chosen``.
+    """
+    if cursor is None:
+        return 0, None
+    try:
+        document = json.loads(cursor)
+    except ValueError:
+        raise port.CursorError(port.CURSOR_REFUSAL) from None
+    if (
+        not isinstance(document, dict)
+        or not isinstance(document.get("n"), str)
+        or not isinstance(document.get("c"), str)
+    ):
+        raise port.CursorError(port.CURSOR_REFUSAL)
+    namespace = document["n"] or None
+    if namespace not in chosen:
+        raise port.CursorError(port.CURSOR_REFUSAL)
+    return chosen.index(namespace), document["c"] or None
+
+
+def _more(remaining: int | None, at: int, chosen: Sequence[str | None]) -> int | None:
+    """How many objects follow a page: the API server's count, when the namespace paged is the last one."""
+    return remaining if at + 1 == len(chosen) else None

@@ -20,13 +20,12 @@ Not served over the API yet, each refused with a sentence: reading or evicting n
 from __future__ import annotations
 
 import builtins
-import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from phalanx.adapters.kubernetes.crds import KINDS
-from phalanx.adapters.rest.client import RestClient, RestError, ServerEvent, UnreachableError
+from phalanx.adapters.rest.client import RestClient, RestError, UnreachableError
 from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
@@ -36,16 +35,16 @@ from phalanx.services.operations import OperationError, Operations
 from phalanx.services.port import (
     AlreadyExistsError,
     ConflictError,
-    ExpiredError,
+    CursorError,
     LabelSelector,
+    ListPage,
     LogChunk,
     LogCursor,
     NotFoundError,
     Readable,
     Stored,
-    WatchEvent,
-    WatchType,
     WithStatus,
+    page_in_memory,
     selector_text,
 )
 
@@ -109,32 +108,41 @@ class HttpBackend:
                 return found
             params = {**params, "continue": str(token)}
 
-    # -- the change side ---------------------------------------------------------------------------------------
+    def list_page(
+        self,
+        kind: type[Readable],
+        namespaces: Collection[str] | None = None,
+        *,
+        labels: LabelSelector | None = None,
+        limit: int = 0,
+        cursor: str | None = None,
+    ) -> ListPage[Readable]:
+        """A page the server pages (``limit``/``continue``; the cursor is its token), or several namespaces' here.
 
-    def resource_version(self, kind: type[Stored]) -> str:
-        """Where the kind's changes stand: the resourceVersion of a list of every namespace (one item read)."""
-        body = self._call("GET", _collection_path(kind.__name__, None), params={"limit": "1"})
-        version = (body.get("metadata") or {}).get("resourceVersion")
-        if not version:
-            raise OperationError(f"the server at {self.rest.server} does not say where its lists stand; upgrade it")
-        return str(version)
-
-    def watch(self, kind: type[Stored], resource_version: str, *, timeout: float) -> Iterator[WatchEvent]:
-        """The kind's changes after ``resource_version``: the server's watch of every namespace, as it streams.
-
-        Raises:
-            ExpiredError: the server no longer keeps changes that old (its 410).
+        For one namespace or all, the server pages; for several, their objects are read whole and paged here.
         """
-        params = {"watch": "true", "resourceVersion": resource_version, "timeoutSeconds": str(max(1, int(timeout)))}
+        if namespaces is not None and len(namespaces) != 1 and kind.__name__ in NAMESPACED:
+            objects = [obj for namespace in sorted(namespaces) for obj in self.list(kind, namespace, labels=labels)]
+            return page_in_memory(objects, limit=limit, cursor=cursor)
+        namespace = next(iter(namespaces)) if namespaces else None
+        params: dict[str, str] = {"labelSelector": selector_text(labels)} if labels else {}
+        if limit > 0:
+            params["limit"] = str(limit)
+        if cursor is not None:
+            params["continue"] = cursor
         try:
-            for event in self.rest.stream_events(_collection_path(kind.__name__, None), params=params):
-                yield _watch_event(kind, event)
-        except RestError as err:
-            if err.code == 410:
-                raise ExpiredError(err.message) from None
-            self._raise(err)
-        except UnreachableError as err:
-            self._raise(err)
+            body = self._call("GET", _collection_path(kind.__name__, namespace), params=params)
+        except OperationError as err:
+            if cursor is not None and "continue" in str(err):
+                raise CursorError(str(err)) from None
+            raise
+        metadata = body.get("metadata") or {}
+        remaining = metadata.get("remainingItemCount")
+        return ListPage(
+            [kind.model_validate(item) for item in body.get("items") or []],
+            str(metadata["continue"]) if metadata.get("continue") else None,
+            int(remaining) if remaining is not None else (0 if not metadata.get("continue") else None),
+        )
 
     def replicas_of(self, job: TrainingJob) -> builtins.list[Replica]:
         """The job's replicas (``GET .../replicas``)."""
@@ -322,26 +330,6 @@ class RemoteOperations(Operations):
             return self.backend.explain(namespace, name)
         except NotFoundError:
             raise self.no_job(namespace, name) from None
-
-
-_WATCH_TYPES: dict[str, WatchType] = {"ADDED": "ADDED", "MODIFIED": "MODIFIED", "DELETED": "DELETED"}
-
-
-def _watch_event(kind: type[Stored], event: ServerEvent) -> WatchEvent:
-    """A server-sent event of a watch as the port's; a body that is not a whole object is only its key."""
-    document = json.loads(event.data) if event.data else {}
-    metadata = document.get("metadata") or {}
-    version = str(metadata.get("resourceVersion") or event.id)
-    kind_of: WatchType = _WATCH_TYPES.get(event.type, "BOOKMARK")
-    obj: Stored | None = None
-    if kind_of != "BOOKMARK":
-        try:
-            obj = kind.model_validate(document)
-        except ValueError:  # a deletion the server keeps no body of: its name and namespace only
-            obj = None
-    return WatchEvent(
-        kind_of, event.id or version, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), obj
-    )
 
 
 def _collection_path(kind: str, namespace: str | None) -> str:

@@ -1,0 +1,56 @@
+"""Running the REST app under uvicorn, the one way every server of Phalanx does it.
+
+``phalanx server`` over a state directory (``serving``), ``phalanx server`` over a cluster (``cluster_serving``)
+and ``phalanx up --listen`` inside the control plane (``background``) all serve through ``uvicorn_server``, so TLS
+and ending the open watches on shutdown are written once. Open watches would hold uvicorn's graceful shutdown
+forever (a watch is a response that never ends), so a stop first ends them (``app.state.stop_watches``, set by
+``watch``), and uvicorn cancels whatever still runs ``GRACE_SECONDS`` later.
+"""
+
+from __future__ import annotations
+
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from phalanx.entrypoints.server.tls import TlsFiles
+
+if TYPE_CHECKING:
+    import uvicorn
+
+#: How long a stopping server waits for the requests under way (a followed log among them) before cancelling them.
+GRACE_SECONDS = 5
+
+
+def uvicorn_options(tls: TlsFiles | None) -> dict[str, Any]:
+    """Uvicorn's TLS and shutdown options."""
+    options: dict[str, Any] = {"timeout_graceful_shutdown": GRACE_SECONDS}
+    if tls is not None:
+        options |= {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
+    return options
+
+
+def end_watches(app: Any) -> None:
+    """End the app's open watches (nothing when it serves none)."""
+    stop = getattr(app.state, "stop_watches", None)
+    if stop is not None:
+        stop()
+
+
+def uvicorn_server(app: Any, host: str, port: int, *, tls: TlsFiles | None = None, **config: Any) -> uvicorn.Server:
+    """A uvicorn server of ``app`` whose stop (a signal's ``handle_exit``) ends the app's watches first."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, **(uvicorn_options(tls) | config)))
+    handle_exit = server.handle_exit
+
+    def stop(sig: int, frame: FrameType | None) -> None:
+        end_watches(app)
+        handle_exit(sig, frame)
+
+    server.handle_exit = stop  # type: ignore[method-assign]  # uvicorn calls it from its signal handlers
+    return server
+
+
+def serve_app(app: Any, host: str, port: int, *, tls: TlsFiles | None = None) -> None:
+    """Serve ``app`` in this thread until a signal stops it."""
+    uvicorn_server(app, host, port, tls=tls, log_level="info").run()
