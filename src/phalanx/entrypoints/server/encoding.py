@@ -15,10 +15,14 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from phalanx.model.base import API_VERSION
+from phalanx.model.datasets import Dataset
+from phalanx.model.masking import mask_urls_in
 
 
 def object_json(obj: BaseModel) -> bytes:
-    """``obj.to_dict()`` as JSON bytes."""
+    """``obj.to_dict()`` as JSON bytes; a Dataset's source URLs with their passwords masked, as the CLI shows them."""
+    if isinstance(obj, Dataset):
+        return json.dumps(mask_urls_in(obj.to_dict()), separators=(",", ":")).encode()
     return obj.model_dump_json(by_alias=True, exclude_none=True).encode()
 
 
