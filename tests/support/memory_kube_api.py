@@ -23,9 +23,11 @@ test makes an object in any state in one step.
 
 from __future__ import annotations
 
+import base64
 import builtins
 import copy
 import itertools
+import json
 import re
 import threading
 import uuid
@@ -179,6 +181,30 @@ class MemoryKubeApi(KubeApi):
                 item.setdefault("kind", resource.kind)
                 item.setdefault("apiVersion", resource.api_version)
             return items, self._version_now()
+
+    def list_page(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        limit: int = 0,
+        continue_token: str | None = None,
+    ) -> tuple[builtins.list[dict[str, Any]], str | None, int | None]:
+        """The API server's paging: by namespace then name, its continue token opaque, no count with a selector."""
+        items, _ = self.list(resource, namespace, label_selector=label_selector)
+        ordered = sorted(items, key=_key)
+        if continue_token:
+            try:
+                after = tuple(json.loads(base64.urlsafe_b64decode(continue_token)))
+            except ValueError:
+                raise KubeApiError(400, "BadRequest", "the continue token is not valid") from None
+            ordered = [item for item in ordered if _key(item) > after]
+        if limit <= 0 or len(ordered) <= limit:
+            return ordered, None, None
+        page = ordered[:limit]
+        token = base64.urlsafe_b64encode(json.dumps(list(_key(page[-1]))).encode()).decode()
+        return page, token, None if label_selector else len(ordered) - limit
 
     def watch(
         self,
@@ -492,3 +518,8 @@ def _fields_match(obj: Mapping[str, Any], selector: str | None) -> bool:
         elif path == "spec.nodeName":
             fields[path] = ""  # the API server matches an unscheduled Pod's nodeName as ""
     return _matches(fields, selector)
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
