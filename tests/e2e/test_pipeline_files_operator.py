@@ -131,14 +131,16 @@ def cluster(components: Components, namespace: str, tmp_path: Path) -> Iterator[
     def pod_changed(kind: str, obj: dict[str, Any]) -> None:
         pods[obj["metadata"]["name"]] = obj
 
-    jobs = Informer(api, TRAININGJOBS, namespace=namespace, on_change=step_a.changed).start()
-    pod_watch = Informer(api, PODS, namespace=namespace, on_change=pod_changed).start()
-    assert jobs.wait_synced(30) and pod_watch.wait_synced(30)
+    # Short watch requests: a stopped informer ends with the request in flight.
+    jobs = Informer(api, TRAININGJOBS, namespace=namespace, on_change=step_a.changed, watch_timeout_s=3).start()
+    pod_watch = Informer(api, PODS, namespace=namespace, on_change=pod_changed, watch_timeout_s=3).start()
     try:
+        assert jobs.wait_synced(30) and pod_watch.wait_synced(30)
         yield Cluster(namespace, kube, KubeBackend(api), (state / "artifacts").absolute(), step_a, pods)
     finally:
         jobs.stop()
         pod_watch.stop()
+        assert jobs.join(30) and pod_watch.join(30), "the test's informer threads outlived their fixture"
         api.close()
         for name in nodes:
             kube.request("DELETE", f"/api/v1/nodes/{name}")

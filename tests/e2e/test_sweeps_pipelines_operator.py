@@ -107,12 +107,14 @@ def cluster(components: Components, namespace: str, tmp_path: Path) -> Iterator[
     wait_alive(scheduler)
     api = KubeApi.from_kubeconfig(kube.kubeconfig)
     watch = JobWatch()
-    informer = Informer(api, TRAININGJOBS, namespace=namespace, on_change=watch.changed).start()
-    assert informer.wait_synced(30)
+    # Short watch requests: a stopped informer ends with the request in flight.
+    informer = Informer(api, TRAININGJOBS, namespace=namespace, on_change=watch.changed, watch_timeout_s=3).start()
     try:
+        assert informer.wait_synced(30)
         yield Cluster(namespace, model, KubeBackend(api), watch, kube, operator, tmp_path)
     finally:
         informer.stop()
+        assert informer.join(30), "the test's informer thread outlived its fixture"
         api.close()
         for name in nodes:
             kube.request("DELETE", f"/api/v1/nodes/{name}")

@@ -46,17 +46,18 @@ def start_server(runtime: Runtime, output: Path, *extra: str) -> str:
     runtime.background.append(process)  # type: ignore[arg-type]  # killed with the runtime's other processes
     base = f"http://127.0.0.1:{port}"
 
-    def answers() -> bool:
+    def answers(probe: httpx.Client) -> bool:
         if process.poll() is not None:
             pytest.fail(f"phalanx server exited {process.returncode}:\n{output.read_text()}")
         try:
             # Any answer of the app will do (401 without a token); /openapi.json is built on first use (seconds).
-            return httpx.get(f"{base}{JOBS}", timeout=2).status_code in (200, 401)
+            return probe.get(f"{base}{JOBS}").status_code in (200, 401)
         except httpx.TransportError:
             return False
 
-    # Importing FastAPI and the models takes seconds on a loaded 2-core machine.
-    wait_until(answers, timeout=90, message="phalanx server to answer")
+    # Importing FastAPI and the models takes seconds on a loaded 2-core machine. One client for every try.
+    with httpx.Client(timeout=2) as probe:
+        wait_until(lambda: answers(probe), timeout=90, message="phalanx server to answer")
     return base
 
 

@@ -103,6 +103,16 @@ class Informer:
         """Stop after the current watch request ends (the thread is a daemon: it never blocks exit)."""
         self._stopped.set()
 
+    def join(self, timeout: float) -> bool:
+        """Wait for a stopped informer's thread to end; True once it has (or never started).
+
+        The watch request in flight ends it (at the latest after ``watch_timeout_s``).
+        """
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
     @property
     def synced(self) -> bool:
         """True once the first list filled the cache."""
