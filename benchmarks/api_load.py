@@ -5,9 +5,11 @@ an admin token), in its own process, over a state directory made for the run and
 plane runs (jobs stay Pending: this measures the API, not the scheduler). The store is seeded with ``--jobs``
 TrainingJobs (a ``team`` label on each) written straight into it, then, one step after another:
 
-1. **get**: ``--clients`` clients (asyncio, one HTTP/1.1 connection each) read random jobs, each at its own
-   steady pace so that together they offer ``--get-rate`` requests per second for ``--get-seconds``: a bounded
-   load, not a flood, so the latency is the server's and not a queue the clients built. p50/p99 of each GET.
+1. **get**: ``--clients`` clients (asyncio, one raw HTTP/1.1 keep-alive connection each, ``_raw_http``: an HTTP
+   library's client costs as much CPU as the server's answer, and the clients share the server's machine) read
+   random jobs, each at its own steady pace so that together they offer ``--get-rate`` requests per second for
+   ``--get-seconds``: a bounded load, not a flood, so the latency is the server's and not a queue the clients
+   built. p50/p99 of each GET.
 2. **list**: one client walks every job in pages of ``--page`` (``limit`` and ``continue``), ``--walks`` times:
    p50/p95 of a page.
 3. **submit**: ``--clients`` clients POST ``--submits`` new jobs as fast as the server takes them (each client
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import socket
@@ -41,6 +44,7 @@ from typing import Any
 
 import httpx
 
+from _raw_http import Connection, RawHttpError
 from api_watch import watch_fanout_ms
 from phalanx.adapters.auth.token_store import TokenStore
 from phalanx.adapters.store import SqliteStore
@@ -138,32 +142,34 @@ async def get_load(base: str, token: str, jobs: int, clients: int, rate: float, 
     latencies: list[float] = []
     errors = 0
     late = 0
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=30) as http:
-        began = time.perf_counter()
+    connections = [Connection(base, headers) for _ in range(clients)]
+    began = time.perf_counter()
 
-        async def client(number: int) -> None:
-            nonlocal errors, late
-            picker = random.Random(number)
-            due = began + interval * number / clients
-            while due < began + seconds:
-                pause = due - time.perf_counter()
-                if pause > 0:
-                    await asyncio.sleep(pause)
-                else:
-                    late += 1
-                sent = time.perf_counter()
-                try:
-                    response = await http.get(f"{JOBS}/job-{picker.randrange(jobs):05d}")
-                    errors += response.status_code != 200
-                except httpx.TransportError:
-                    errors += 1
-                latencies.append(time.perf_counter() - sent)
-                due += interval
+    async def client(number: int) -> None:
+        nonlocal errors, late
+        picker = random.Random(number)
+        due = began + interval * number / clients
+        while due < began + seconds:
+            pause = due - time.perf_counter()
+            if pause > 0:
+                await asyncio.sleep(pause)
+            else:
+                late += 1
+            sent = time.perf_counter()
+            try:
+                code, _ = await connections[number].request("GET", f"{JOBS}/job-{picker.randrange(jobs):05d}")
+                errors += code != 200
+            except (OSError, RawHttpError, asyncio.IncompleteReadError):
+                errors += 1
+            latencies.append(time.perf_counter() - sent)
+            due += interval
 
+    try:
         await asyncio.gather(*(client(number) for number in range(clients)))
-        elapsed = time.perf_counter() - began
+    finally:
+        await asyncio.gather(*(connection.close() for connection in connections))
+    elapsed = time.perf_counter() - began
     return {"latencies": latencies, "errors": errors, "late": late, "rate": len(latencies) / elapsed}
 
 
@@ -195,23 +201,26 @@ async def submit_load(base: str, token: str, clients: int, total: int) -> dict[s
     latencies: list[float] = []
     codes: dict[int, int] = {}
     numbers = iter(range(total))
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=60) as http:
-        began = time.perf_counter()
+    connections = [Connection(base, headers) for _ in range(clients)]
+    bodies = {number: json.dumps(job_document(f"new-{number:05d}", number)).encode() for number in range(total)}
+    began = time.perf_counter()
 
-        async def client() -> None:
-            for number in numbers:
-                sent = time.perf_counter()
-                try:
-                    code = (await http.post(JOBS, json=job_document(f"new-{number:05d}", number))).status_code
-                except httpx.TransportError:
-                    code = 0  # no answer
-                latencies.append(time.perf_counter() - sent)
-                codes[code] = codes.get(code, 0) + 1
+    async def client(connection: Connection) -> None:
+        for number in numbers:
+            sent = time.perf_counter()
+            try:
+                code, _ = await connection.request("POST", JOBS, bodies[number])
+            except (OSError, RawHttpError, asyncio.IncompleteReadError):
+                code = 0  # no answer
+            latencies.append(time.perf_counter() - sent)
+            codes[code] = codes.get(code, 0) + 1
 
-        await asyncio.gather(*(client() for _ in range(clients)))
-        elapsed = time.perf_counter() - began
+    try:
+        await asyncio.gather(*(client(connection) for connection in connections))
+    finally:
+        await asyncio.gather(*(connection.close() for connection in connections))
+    elapsed = time.perf_counter() - began
     return {"latencies": latencies, "codes": codes, "per_s": codes.get(201, 0) / elapsed, "elapsed": elapsed}
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from pathlib import Path
 
 import httpx
@@ -40,6 +42,36 @@ def test_two_workers_serve_one_store_and_one_token_store(runtime: Runtime, tmp_p
     runtime.cli("token", "revoke", "ci", check=True)
     for _ in range(4):  # a revoked token is refused by every process at once (nothing cached)
         assert httpx.get(f"{base}{JOBS}", headers=headers, timeout=10).status_code == 401
+
+
+def test_the_worker_processes_end_when_their_supervisor_is_killed(runtime: Runtime, tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "server.log"
+    process = runtime.cli_background("server", "--listen", f"127.0.0.1:{port}", "--workers", "2", output=log)
+
+    def workers() -> set[int]:
+        if process.poll() is not None:
+            pytest.fail(f"phalanx server exited {process.returncode}:\n{log.read_text()}")
+        return {int(pid) for pid in re.findall(r"Started server process \[(\d+)\]", log.read_text())}
+
+    wait_until(lambda: len(workers()) == 2, timeout=120, message="two server processes to start")
+    started = workers()
+    os.kill(process.pid, signal.SIGKILL)  # no chance for the supervisor to stop its workers itself
+    process.wait(timeout=10)
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        # A worker that ended but nobody reaped yet (orphans go to init, or to a subreaper that may be slow).
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    wait_until(lambda: not any(alive(pid) for pid in started), timeout=30, message="the orphaned workers to end")
+    assert not _answers(f"http://127.0.0.1:{port}"), "nothing serves the port any more"
 
 
 def _answers(base: str) -> bool:

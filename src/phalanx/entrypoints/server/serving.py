@@ -144,11 +144,38 @@ def app_from_environment() -> Any:
     """The app of one worker process of ``serve``, from the state directory and auth ``serve`` put in the env."""
     import os
 
+    _end_with_supervisor()
     return _app(
         StateLayout(Path(os.environ[STATE_DIR_ENV])),
         tokens=not os.environ.get(NO_AUTH_ENV),
         history_url=os.environ.get(HISTORY_URL_ENV),
     )
+
+
+def _end_with_supervisor() -> None:
+    """Ask Linux to end this worker when its supervisor process dies, even by SIGKILL (``PR_SET_PDEATHSIG``).
+
+    uvicorn's supervisor stops its workers when it is stopped; killed outright, it would leave them serving the
+    port with nobody to stop them. Elsewhere than Linux this does nothing.
+    """
+    import ctypes
+    import os
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the supervisor died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+#: prctl's option number (linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
 
 
 def _app(layout: StateLayout, *, tokens: bool, history_url: str | None) -> Any:
