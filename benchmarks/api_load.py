@@ -237,8 +237,8 @@ def main() -> int:
     parser.add_argument(
         "--workers",
         type=int,
-        default=max(1, min(4, (os.cpu_count() or 2) // 2)),
-        help="phalanx server --workers (default: half the CPU cores, 1 to 4; the clients use the rest)",
+        default=max(1, min(4, os.cpu_count() or 1)),
+        help="phalanx server --workers (default: one per CPU core, at most 4; the raw clients cost little)",
     )
     args = parser.parse_args()
     print(f"phalanx server --workers {args.workers}; {os.cpu_count()} CPU cores")

@@ -158,8 +158,19 @@ class SqliteStore(QuarantineVerbs):
             AlreadyExistsError: an object of that kind, namespace and name exists.
 
         """
-        cls = type(obj)
-        kind = self._kind_of(cls)
+        return type(obj).model_validate(self._insert(obj))
+
+    def insert(self, obj: T) -> None:
+        """``create`` without parsing the stored object back (a caller that reads it later, or never).
+
+        Raises:
+            AlreadyExistsError: an object of that kind, namespace and name exists.
+        """
+        self._insert(obj)
+
+    def _insert(self, obj: T) -> dict[str, Any]:
+        """Write a new object's row and its ADDED change; the body as stored."""
+        kind = self._kind_of(type(obj))
         meta = _metadata_of(obj)
         namespace, name = meta.namespace, meta.name
         body = _wire(obj)
@@ -182,7 +193,7 @@ class SqliteStore(QuarantineVerbs):
                 raise StoreError(
                     f"cannot create {kind} {namespace}/{name}: uid {uid!r} is already used ({err})"
                 ) from err
-        return cls.model_validate(body)
+        return body
 
     def get(self, cls: type[T], namespace: str, name: str) -> T:
         """Return the stored object.

@@ -51,6 +51,20 @@ def uvicorn_server(app: Any, host: str, port: int, *, tls: TlsFiles | None = Non
     return server
 
 
+def freeze_startup_heap() -> None:
+    """Keep what the process built before serving (modules, the app, its schemas) out of the collector's scans.
+
+    Python's full collections walk every tracked object; a list page makes thousands of objects, and their
+    collections walked the app's hundreds of thousands each time: every third page of 500 jobs took twice as
+    long as the others. Frozen objects are never collected (they live as long as the server anyway).
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def serve_app(app: Any, host: str, port: int, *, tls: TlsFiles | None = None) -> None:
     """Serve ``app`` in this thread until a signal stops it."""
+    freeze_startup_heap()
     uvicorn_server(app, host, port, tls=tls, log_level="info").run()

@@ -144,12 +144,16 @@ def app_from_environment() -> Any:
     """The app of one worker process of ``serve``, from the state directory and auth ``serve`` put in the env."""
     import os
 
+    from phalanx.entrypoints.server.running import freeze_startup_heap
+
     _end_with_supervisor()
-    return _app(
+    app = _app(
         StateLayout(Path(os.environ[STATE_DIR_ENV])),
         tokens=not os.environ.get(NO_AUTH_ENV),
         history_url=os.environ.get(HISTORY_URL_ENV),
     )
+    freeze_startup_heap()
+    return app
 
 
 def _end_with_supervisor() -> None:

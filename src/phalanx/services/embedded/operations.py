@@ -230,7 +230,7 @@ class SqliteBackend(SqliteStatus):
         if isinstance(obj, Queue):
             obj = validated_copy(obj, metadata=validated_copy(obj.metadata, namespace=QUEUE_NAMESPACE))
         try:
-            self.store.create(obj)
+            self.store.insert(obj)  # the port's create returns nothing: no parse of the stored object back
         except AlreadyExistsError:
             raise port.AlreadyExistsError(f"{obj.metadata.namespace}/{obj.metadata.name}") from None
 
