@@ -153,3 +153,15 @@ def test_no_auth_serves_without_a_token_on_loopback(runtime: Runtime, tmp_path: 
     listed = httpx.get(f"{base}{JOBS}", timeout=10)
     assert listed.status_code == 200, listed.text
     assert listed.json()["items"] == []
+
+
+def test_a_line_per_request_is_logged_only_with_access_log(runtime: Runtime, tmp_path: Path) -> None:
+    quiet, chatty = tmp_path / "quiet.log", tmp_path / "chatty.log"
+    for output, extra in ((quiet, ()), (chatty, ("--access-log",))):
+        base = start_server(runtime, output, *extra)
+        assert httpx.get(f"{base}{JOBS}/missing-job", timeout=10).status_code == 401
+    # uvicorn's access log names the method, the path and the status of each request.
+    line = f'"GET {JOBS}/missing-job HTTP/1.1" 401'
+    wait_until(lambda: line in chatty.read_text(), timeout=10, message="the request's line in the access log")
+    assert "missing-job" not in quiet.read_text()
+    assert "Uvicorn running on" in quiet.read_text(), "the server's own lines are still logged"

@@ -66,6 +66,10 @@ def server(
             help="Server processes sharing the port (about one per CPU core it may use); 1 by default.",
         ),
     ] = 1,
+    access_log: Annotated[
+        bool,
+        typer.Option("--access-log", help="Log a line per request (method, path, status); off by default."),
+    ] = False,
     state_dir: StateDirOption = None,
     backend: BackendOption = None,
     kubeconfig: KubeconfigOption = None,
@@ -94,7 +98,7 @@ def server(
         fail(f"`phalanx server` needs FastAPI and uvicorn, the server extra: {SERVER_EXTRA_HINT}", 2)
     shown = f"[{host}]" if ":" in host else host
     if choice.kubernetes:
-        _serve_cluster(choice.kubeconfig, choice.context, host, port, shown, history_url, tls)
+        _serve_cluster(choice.kubeconfig, choice.context, host, port, shown, history_url, tls, access_log)
         return
     layout = StateLayout(state_dir if state_dir is not None else default_state_dir())
     layout.ensure()
@@ -106,7 +110,16 @@ def server(
     else:
         console.print("every request needs a token: phalanx token create NAME --role editor --namespace NS")
     try:
-        serve(layout, host, port, tokens=not no_auth, tls=tls, workers=workers, history_url=history_url)
+        serve(
+            layout,
+            host,
+            port,
+            tokens=not no_auth,
+            tls=tls,
+            workers=workers,
+            history_url=history_url,
+            access_log=access_log,
+        )
     except ValueError as err:
         fail(str(err), 2)
 
@@ -119,6 +132,7 @@ def _serve_cluster(
     shown: str,
     history_url: str | None,
     tls: TlsFiles | None,
+    access_log: bool,
 ) -> None:
     try:
         from phalanx.entrypoints.server.cluster_serving import ClusterServeError, ClusterTarget, serve_cluster
@@ -135,6 +149,8 @@ def _serve_cluster(
     )
     console.print("every request needs a Kubernetes token (kubectl create token NAME); Kubernetes RBAC decides")
     try:
-        serve_cluster(ClusterTarget(kubeconfig, context), host, port, history_url=history_url, tls=tls)
+        serve_cluster(
+            ClusterTarget(kubeconfig, context), host, port, history_url=history_url, tls=tls, access_log=access_log
+        )
     except ClusterServeError as err:
         fail(str(err), 2)

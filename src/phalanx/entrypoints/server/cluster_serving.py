@@ -39,6 +39,7 @@ def serve_cluster(
     history_url: str | None = None,
     review_ttl: float = DEFAULT_TTL_S,
     tls: TlsFiles | None = None,
+    access_log: bool = False,
 ) -> None:
     """Serve the REST API of the cluster ``target`` selects until interrupted.
 
@@ -60,6 +61,6 @@ def serve_cluster(
     backend = KubeBackend(api, server=str(selected.cluster.server))
     authorize = rbac_authorizer(KubeReviewer(api, ttl=review_ttl))
     try:
-        serve_app(create_app(backend, authorize=authorize, history=history), host, port, tls=tls)
+        serve_app(create_app(backend, authorize=authorize, history=history), host, port, tls=tls, access_log=access_log)
     finally:
         api.close()

@@ -97,6 +97,7 @@ def serve(
     tls: TlsFiles | None = None,
     workers: int = 1,
     history_url: str | None = None,
+    access_log: bool = False,
 ) -> None:
     """Serve the REST API of ``layout``'s store until interrupted (the embedded backend).
 
@@ -110,6 +111,7 @@ def serve(
             time (the GIL), and the store and token store are built for several processes at once.
         history_url: the job history the history routes read (default: ``layout``'s history.db, left out with a
             warning when it cannot be opened).
+        access_log: log a line per request (``running.uvicorn_options``).
 
     Raises:
         ValueError: the history of ``history_url`` cannot be opened, with the sentence saying why.
@@ -121,7 +123,7 @@ def serve(
     from phalanx.entrypoints.server.running import serve_app, uvicorn_options
 
     if workers == 1:
-        serve_app(_app(layout, tokens=tokens, history_url=history_url), host, port, tls=tls)
+        serve_app(_app(layout, tokens=tokens, history_url=history_url), host, port, tls=tls, access_log=access_log)
         return
     # Worker processes are started afresh (spawn) and build their own app: they read what to serve from here.
     # Each ends its open watches only by uvicorn's grace period (running.GRACE_SECONDS).
@@ -136,7 +138,7 @@ def serve(
         host=host,
         port=port,
         log_level="info",
-        **uvicorn_options(tls),
+        **uvicorn_options(tls, access_log=access_log),
     )
 
 
