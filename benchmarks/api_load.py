@@ -33,7 +33,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from typing import Any
 
 import httpx
 
+from _api_server import start_server
 from _raw_http import Connection, RawHttpError
 from api_watch import watch_fanout_ms
 from phalanx.adapters.auth.token_store import TokenStore
@@ -80,35 +80,6 @@ def seed(layout: StateLayout, count: int) -> None:
     with SqliteStore(layout.database) as store:
         for index in range(count):
             store.create(validate_job(job_document(f"job-{index:05d}", index), jobtypes))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def start_server(layout: StateLayout, log: Path, workers: int) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    with log.open("wb") as sink:
-        server = subprocess.Popen(
-            [*SERVER, "--listen", f"127.0.0.1:{port}", "--state-dir", str(layout.root), "--workers", str(workers)],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"phalanx server exited {server.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(f"{base}{JOBS}", params={"limit": 1}, timeout=2).status_code == 401:
-                return server, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)  # polling a process start: there is no event to wait on
-    server.kill()
-    raise SystemExit(f"phalanx server did not answer within 120 s:\n{log.read_text()}")
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -252,7 +223,7 @@ def main() -> int:
         tokens = TokenStore(layout.tokens_database)
         token = tokens.create("bench", "admin", ["*"])
         tokens.close()
-        server, base = start_server(layout, Path(folder) / "server.log", args.workers)
+        server, base = start_server(layout.root, Path(folder) / "server.log", args.workers)
         try:
             # Warm-up, not counted: the first requests build the app's routes' caches and the store's connections.
             asyncio.run(get_load(base, token, args.jobs, args.clients, args.get_rate, 1.0))
@@ -265,6 +236,10 @@ def main() -> int:
             cpu.append(cpu_seconds(server.pid))
             # An event reaching every watcher: the writes go to the store, as the control plane writes phases.
             fanout = watch_fanout_ms(base, token, watchers=args.watchers, state_dir=layout.root)
+        except BaseException:
+            # The state directory goes with the run: the server's own account of the failure is printed now.
+            print(f"the run failed; the server's log:\n{(Path(folder) / 'server.log').read_text()[-8000:]}")
+            raise
         finally:
             server.terminate()
             try:

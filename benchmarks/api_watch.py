@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import re
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from _api_server import start_server
 
 API = "/apis/phalanx.dev/v1alpha1"
 NAMESPACE = "watch-bench"
@@ -188,36 +189,6 @@ def watch_fanout_ms(
     return percentile(measured["last_ms"], 0.99)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _start_server(state: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    with log.open("wb") as sink:
-        command = [sys.executable, "-m", "phalanx.entrypoints.cli", "server", "--listen", f"127.0.0.1:{port}"]
-        server = subprocess.Popen(
-            [*command, "--state-dir", str(state)],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"phalanx server exited {server.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(f"{base}{API}/trainingjobs", timeout=2).status_code == 401:
-                return server, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)  # polling a process start: there is no event to wait on
-    server.kill()
-    raise SystemExit(f"phalanx server did not answer within 120 s:\n{log.read_text()}")
-
-
 def main() -> int:
     from phalanx.adapters.auth.token_store import TokenStore
     from phalanx.services.embedded.layout import StateLayout
@@ -234,7 +205,7 @@ def main() -> int:
         tokens = TokenStore(layout.tokens_database)
         token = tokens.create("bench", "admin", ["*"])
         tokens.close()
-        server, base = _start_server(layout.root, Path(folder) / "server.log")
+        server, base = start_server(layout.root, Path(folder) / "server.log")
         try:
             # Warm-up, not counted: the first watch starts the kind's feed; the first POSTs warm the door.
             fanout_samples(base, token, watchers=2, writes=3, interval=args.interval)

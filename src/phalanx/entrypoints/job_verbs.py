@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.model.datasets import Dataset, DatasetPhase
-from phalanx.model.jobs import TrainingJob
+from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.loading import read_documents
 from phalanx.model.queues import Queue
 from phalanx.services.dataset_views import DatasetDescription, NodeCacheView
@@ -133,3 +133,32 @@ class JobVerbs:
     ) -> builtins.list[str]:
         """Evict an unpinned cache entry, or every entry of a Dataset (on Kubernetes, the node agents do)."""
         return self.ops.evict(key=key, dataset=dataset, node=node)
+
+
+#: What ``wait`` waits for by default: the job finished or halted.
+FINISHED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED})
+
+
+class PollingWait(JobVerbs):
+    """``wait`` by asking for the job every ``poll_seconds``: the clients with no store to be woken by."""
+
+    poll_seconds: float
+
+    def wait(self, name: str, *, until: set[Phase] | None = None, timeout: float = 600.0) -> TrainingJob:
+        """Block until the job reaches one of ``until`` (default: finished or halted) and return it.
+
+        Raises:
+            TimeoutError: it did not within ``timeout`` seconds (``phalanx.entrypoints.client.WaitTimeoutError``).
+        """
+        from phalanx.entrypoints.client import WaitTimeoutError
+
+        targets = until or set(FINISHED)
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.get(name)
+            if Phase(job.status.phase) in targets:
+                return job
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeoutError(f"job {name} is still {job.status.phase} after {timeout:.0f}s")
+            time.sleep(min(remaining, self.poll_seconds))

@@ -12,23 +12,20 @@ httpx (the ``remote`` extra). ``up`` and ``down`` are the local control plane's:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from phalanx.adapters.rest.client import RestClient, ServerUrlError
-from phalanx.entrypoints.job_verbs import JobSpec, JobVerbs, spec_documents
+from phalanx.entrypoints.job_verbs import JobSpec, PollingWait, spec_documents
 from phalanx.entrypoints.remote_settings import SettingsError, environment, server_settings
-from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.names import check_dns_label
 from phalanx.services.operations import OperationError, Submitted, no_replica_logs
 from phalanx.services.remote.operations import HttpBackend, RemoteOperations
 
-FINISHED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED})
 LOCAL_ONLY = "is the local control plane's; the server at {server} runs its own (its owner starts and stops it)"
 
 
-class RemoteClient(JobVerbs):
+class RemoteClient(PollingWait):
     """Talks to one Phalanx server with one token."""
 
     ops: RemoteOperations
@@ -148,22 +145,3 @@ class RemoteClient(JobVerbs):
     def follow_log(self, name: str, replica: str) -> Iterator[str]:
         """One replica's log as it is written, until the job stops (the server's ``log?follow=true``)."""
         return self.backend.follow_log(self.namespace, name, replica.removeprefix(f"{name}-"))
-
-    def wait(self, name: str, *, until: set[Phase] | None = None, timeout: float = 600.0) -> TrainingJob:
-        """Block until the job reaches one of ``until`` (default: finished or halted) and return it.
-
-        Raises:
-            TimeoutError: it did not within ``timeout`` seconds (``phalanx.entrypoints.client.WaitTimeoutError``).
-        """
-        from phalanx.entrypoints.client import WaitTimeoutError
-
-        targets = until or set(FINISHED)
-        deadline = time.monotonic() + timeout
-        while True:
-            job = self.get(name)
-            if Phase(job.status.phase) in targets:
-                return job
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WaitTimeoutError(f"job {name} is still {job.status.phase} after {timeout:.0f}s")
-            time.sleep(min(remaining, self.poll_seconds))

@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
@@ -29,6 +29,16 @@ API_VERSION = f"{API_GROUP}/v1alpha1"
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 NUL_MESSAGE = "must not contain a NUL byte (\\x00); remove it"
+
+#: Validation context key: the JSON text being validated holds no ``\u0000`` escape, so no string decoded from it
+#: holds a NUL byte (JSON has no other way to write one), and the per-field NUL checks are skipped.
+NUL_FREE = "phalanx_nul_free"
+
+
+def nul_free_context(text: str | bytes) -> dict[str, bool] | None:
+    """The validation context for ``model_validate_json(text)``: NUL-free when the text has no ``\u0000``."""
+    escape = "\\u0000" if isinstance(text, str) else b"\\u0000"
+    return None if escape in text else {NUL_FREE: True}  # type: ignore[operator]  # str in str, bytes in bytes
 
 
 class ApiModel(BaseModel):
@@ -46,7 +56,9 @@ class ApiModel(BaseModel):
     nul_bytes_allowed: ClassVar[bool] = False
 
     @model_validator(mode="after")
-    def _no_nul_bytes(self) -> ApiModel:
+    def _no_nul_bytes(self, info: ValidationInfo) -> ApiModel:
+        if info.context is not None and info.context.get(NUL_FREE):
+            return self
         fields = _STRING_FIELDS.get(type(self))
         if fields is None:
             fields = _string_fields(type(self))

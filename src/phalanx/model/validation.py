@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from phalanx.model.base import API_VERSION, every_problem
+from phalanx.model.base import API_VERSION, every_problem, nul_free_context
 from phalanx.model.bounds import MAX_REPLICAS
 from phalanx.model.errors import FieldError, SpecError, from_validation_error, short
 from phalanx.model.jobs import PRIORITY_CLASSES, ReplicaSpec, ReplicaTemplate, TrainingJob
@@ -137,7 +137,8 @@ def validate_job(raw: Any, jobtypes: Mapping[str, JobType], *, source: str | Non
         defaulted = apply_defaults(job, jobtypes[job.spec.type])
         # The wire form as JSON text, read back: the same checks as ``model_validate(to_dict())``, in pydantic's
         # core without building the dict in Python (a third of the cost of a submission's validation).
-        return TrainingJob.model_validate_json(defaulted.model_dump_json(by_alias=True, exclude_none=True))
+        text = defaulted.model_dump_json(by_alias=True, exclude_none=True)
+        return TrainingJob.model_validate_json(text, context=nul_free_context(text))
     except ValidationError as err:
         raise SpecError(from_validation_error(err), source=source) from None
 

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from phalanx.model.base import nul_free_context
 from phalanx.model.errors import from_validation_error
 from phalanx.model.meta import ObjectMeta
 
@@ -32,7 +33,7 @@ def parse_row(cls: type[T], namespace: str, name: str, version: int, text: str) 
         another object than the row's key cannot be read either: writes by it would reach another row.
     """
     try:
-        obj = cls.model_validate_json(text)
+        obj = cls.model_validate_json(text, context=nul_free_context(text))
     except Exception as err:  # a validator's own bug (e.g. OverflowError) must not stop a listing either
         return None, describe_error(err)
     meta = getattr(obj, "metadata", None)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.entrypoints.cli.backends import BackendChoice
 from phalanx.entrypoints.cli.follow import follow
-from phalanx.entrypoints.cli.output import escape, fail, print_replica_logs, spec_errors, writer
+from phalanx.entrypoints.cli.output import escape, fail, operation_errors, print_replica_logs, writer
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING
 
 if TYPE_CHECKING:
@@ -46,20 +46,14 @@ def connect(choice: BackendChoice, namespace: str | None) -> KubernetesClient:
 @contextmanager
 def cluster_session(choice: BackendChoice, namespace: str | None) -> Iterator[KubernetesClient]:
     """A cluster client for one command; every expected error becomes a message on stderr and an exit code."""
-    from phalanx.model.errors import SpecError
     from phalanx.services.operations import OperationError
 
     try:
         client = connect(choice, namespace)
     except OperationError as err:
         fail(str(err))
-    with client:
-        try:
-            yield client
-        except SpecError as err:
-            spec_errors(err.source, [(e.path, e.message) for e in err.errors])
-        except (OperationError, TimeoutError) as err:
-            fail(str(err))
+    with client, operation_errors():
+        yield client
 
 
 @dataclass

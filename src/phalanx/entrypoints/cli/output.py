@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
 
 if TYPE_CHECKING:
@@ -206,6 +207,20 @@ def print_replica_logs(
             writer(stderr=True).print(f"[dim]note: {escape(one_line(replica))} {said}[/]")
         for line in lines:
             sys.stdout.write(f"{replica:>10} | {line}\n" if prefix else f"{line}\n")
+
+
+@contextmanager
+def operation_errors() -> Iterator[None]:
+    """An invalid spec, a refused operation or a wait that timed out, raised inside: the message and exit code."""
+    from phalanx.model.errors import SpecError
+    from phalanx.services.operations import OperationError
+
+    try:
+        yield
+    except SpecError as err:
+        spec_errors(err.source, [(e.path, e.message) for e in err.errors])
+    except (OperationError, TimeoutError) as err:
+        fail(str(err))
 
 
 def spec_errors(source: str | None, errors: Sequence[tuple[str, str]]) -> NoReturn:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.entrypoints.cli.follow import follow
-from phalanx.entrypoints.cli.output import escape, fail, print_replica_logs, spec_errors, writer
+from phalanx.entrypoints.cli.output import escape, fail, operation_errors, print_replica_logs, writer
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING
 
 if TYPE_CHECKING:
@@ -32,7 +32,6 @@ MIN_POLL_SECONDS = 0.5  # how often a follower asks the server for the job when 
 @contextmanager
 def remote_session(settings: ServerSettings, namespace: str | None) -> Iterator[RemoteClient]:
     """A server client for one command; every expected error becomes a message on stderr and an exit code."""
-    from phalanx.model.errors import SpecError
     from phalanx.services.operations import OperationError
 
     try:
@@ -47,13 +46,8 @@ def remote_session(settings: ServerSettings, namespace: str | None) -> Iterator[
         )
     except OperationError as err:
         fail(str(err), 2)
-    with client:
-        try:
-            yield client
-        except SpecError as err:
-            spec_errors(err.source, [(e.path, e.message) for e in err.errors])
-        except (OperationError, TimeoutError) as err:
-            fail(str(err))
+    with client, operation_errors():
+        yield client
 
 
 @dataclass

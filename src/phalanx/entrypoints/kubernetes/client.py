@@ -13,20 +13,16 @@ The phalanx-operator and phalanx-scheduler on the cluster run the jobs; this cli
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from phalanx.adapters.kubernetes.api import KubeApi, KubeApiError, load_kubeconfig
-from phalanx.entrypoints.job_verbs import JobSpec, JobVerbs, spec_documents
-from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.entrypoints.job_verbs import JobSpec, PollingWait, spec_documents
 from phalanx.services.kubernetes.operations import KubeOperations
 from phalanx.services.operations import OperationError, Submitted
 
-FINISHED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED})
 
-
-class KubernetesClient(JobVerbs):
+class KubernetesClient(PollingWait):
     """Talks to the Phalanx of one cluster: the kubeconfig's context selects it."""
 
     ops: KubeOperations
@@ -116,22 +112,3 @@ class KubernetesClient(JobVerbs):
     def logs(self, name: str, replica: str | None = None) -> dict[str, str]:
         """The current log text of each replica's Pod (latest attempt)."""
         return {log.replica: log.text for log in self.ops.logs(self.namespace, name, replica)}
-
-    def wait(self, name: str, *, until: set[Phase] | None = None, timeout: float = 600.0) -> TrainingJob:
-        """Block until the job reaches one of ``until`` (default: finished or halted) and return it.
-
-        Raises:
-            TimeoutError: it did not within ``timeout`` seconds (``phalanx.entrypoints.client.WaitTimeoutError``).
-        """
-        from phalanx.entrypoints.client import WaitTimeoutError
-
-        targets = until or set(FINISHED)
-        deadline = time.monotonic() + timeout
-        while True:
-            job = self.get(name)
-            if Phase(job.status.phase) in targets:
-                return job
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WaitTimeoutError(f"job {name} is still {job.status.phase} after {timeout:.0f}s")
-            time.sleep(min(remaining, self.poll_seconds))
