@@ -48,12 +48,16 @@ if TYPE_CHECKING:
 
 def run(
     file: Annotated[
-        Path,
+        Path | None,
         typer.Argument(
             help="A TrainingJob YAML/JSON file (JobTypes in it are created too); or a Sweep, Katib Experiment or "
-            "PipelineRun file, followed the same way."
+            "PipelineRun file, followed the same way.",
+            show_default=False,
         ),
-    ],
+    ] = None,
+    filename: Annotated[
+        Path | None, typer.Option("--filename", "-f", help="The file, kubectl-style (instead of the argument).")
+    ] = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Submit and return at once.")] = False,
@@ -71,6 +75,10 @@ def run(
     A file without a TrainingJob runs its Sweep (each trial as it ends, then the best) or its PipelineRun (each
     step instance as it ends, with its outputs) to the end instead. Exit code: 0 succeeded, 1 failed, 3 halted.
     """
+    if (file is None) == (filename is None):
+        fail("give the file once: `phalanx run FILE` or `phalanx run -f FILE`", 2)
+    file = filename or file
+    assert file is not None
     refuse_bad_namespace(namespace)
     stand_ins = stand_in_map(stand_in)
     choice = choose(backend, kubeconfig, context)
