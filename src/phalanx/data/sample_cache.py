@@ -52,6 +52,7 @@ import os
 import random
 import sqlite3
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -154,8 +155,8 @@ class SampleCache:
         # A connection inherited through fork is never used (nor closed) in the child: SQLite forbids it.
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.directory / INDEX_NAME, timeout=60, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
+            db = sqlite3.connect(self.directory / INDEX_NAME, timeout=_BUSY_SECONDS, isolation_level=None)
+            _switch_to_wal(db)
             db.execute("PRAGMA synchronous=NORMAL")  # see the module's docstring: no fsync per sample
             db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as error:
@@ -340,3 +341,26 @@ class CachedDataset:
         order = list(range(len(self)))
         random.Random(seed).shuffle(order)
         return (self[index] for index in order)
+
+
+#: How long opening the index waits for other processes' locks.
+_BUSY_SECONDS = 60
+
+
+def _switch_to_wal(db: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode=WAL``, retried while another process switches the same new index.
+
+    Two connections switching a new file at the same moment could each wait for the other's lock, so SQLite
+    answers one of them "database is locked" at once instead of calling its busy handler: that one tries again.
+    """
+    deadline = time.monotonic() + _BUSY_SECONDS
+    pause = 0.001
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)  # a lock SQLite would not wait for: back off, then ask again
+        pause = min(pause * 2, 0.05)

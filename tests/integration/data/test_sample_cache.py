@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import multiprocessing
+import multiprocessing.synchronize
 import os
 import pickle
 import sqlite3
@@ -202,3 +203,29 @@ def test_for_dataset_keeps_one_directory_per_dataset_version_and_refuses_outside
     second = SampleCache.for_dataset("train", capacity_bytes=1000)
     assert second.directory == tmp_path / "train" / "sha256-bb"
     assert second.get_or_load("k", lambda key: b"new") == b"new"
+
+
+def opener(directory: str, start: multiprocessing.synchronize.Barrier, out: multiprocessing.Queue) -> None:
+    start.wait()
+    try:
+        with SampleCache(directory, 1 << 20, "lru") as cache:
+            cache.get_or_load("k", lambda key: b"v")
+        out.put("ok")
+    except Exception as error:  # every failure is an answer: the test names it
+        out.put(f"{type(error).__name__}: {error}")
+
+
+def test_processes_opening_a_new_cache_at_once_all_open_it(tmp_path: Path) -> None:
+    # Two connections switching a new index to WAL at the same moment: SQLite answers one "database is locked"
+    # at once rather than wait (its busy handler could deadlock there), so opening retries that step.
+    context = multiprocessing.get_context("spawn")
+    for round_number in range(8):
+        directory = tmp_path / f"round-{round_number}"
+        start, out = context.Barrier(10), context.Queue()
+        workers = [context.Process(target=opener, args=(str(directory), start, out)) for _ in range(10)]
+        for worker in workers:
+            worker.start()
+        answers = [out.get(timeout=120) for _ in workers]
+        for worker in workers:
+            worker.join(timeout=30)
+        assert answers == ["ok"] * 10, answers
