@@ -19,7 +19,18 @@ from pathlib import Path
 
 from phalanx.entrypoints.cli.local_api import ApiError  # standard library only, like this module
 
-RUN_OPTIONS = ("--state-dir", "--namespace", "-n", "--detach", "-d", "--logs", "--no-logs", "--inventory")
+RUN_OPTIONS = (
+    "--state-dir",
+    "--namespace",
+    "-n",
+    "--detach",
+    "-d",
+    "--logs",
+    "--no-logs",
+    "--inventory",
+    "--filename",
+    "-f",
+)
 #: `run` options the launcher leaves to typer (an unknown option declines): ``--stand-in`` is checked with the model.
 TYPER_RUN_OPTIONS = ("--stand-in",)
 
@@ -41,6 +52,8 @@ def parse_run(argv: list[str]) -> argparse.Namespace:
     """
     if not argv or argv[0] != "run" or any(a in ("--help", "-h") for a in argv):
         raise _DeclinedError("not a plain run")
+    if any(a in ("-f", "--filename") or a.startswith("--filename=") for a in argv):
+        raise _DeclinedError("the file given as -f: the typer command takes it that way")
     from phalanx.entrypoints.cli.backends import wants_kubernetes  # standard library only: cheap
 
     if wants_kubernetes(argv[1:], os.environ):
