@@ -36,6 +36,7 @@ from phalanx.services.port import (
     AlreadyExistsError,
     ConflictError,
     ExpiredError,
+    JobCount,
     LabelSelector,
     ListPage,
     LogChunk,
@@ -46,6 +47,8 @@ from phalanx.services.port import (
     WatchEvent,
     WithStatus,
     Written,
+    count_jobs_of,
+    in_phases,
     page_in_memory,
     selects,
 )
@@ -124,16 +127,28 @@ class MemoryBackend:
         return found
 
     def list(
-        self, kind: type[Readable], namespace: str | None = None, *, labels: LabelSelector | None = None
+        self,
+        kind: type[Readable],
+        namespace: str | None = None,
+        *,
+        labels: LabelSelector | None = None,
+        phases: Collection[str] | None = None,
     ) -> builtins.list[Readable]:
-        """The objects of a kind (in a namespace) with ``labels``, by namespace and name."""
-        return [
-            obj
-            for (k, ns, _), obj in sorted(self.objects.items())
-            if k == kind.__name__
-            and (namespace is None or kind in _CLUSTER_SCOPED or ns == namespace)
-            and selects(labels, obj.metadata.labels)
-        ]
+        """The objects of a kind (in a namespace) with ``labels`` and ``phases``, by namespace and name."""
+        return in_phases(
+            [
+                obj
+                for (k, ns, _), obj in sorted(self.objects.items())
+                if k == kind.__name__
+                and (namespace is None or kind in _CLUSTER_SCOPED or ns == namespace)
+                and selects(labels, obj.metadata.labels)
+            ],
+            phases,
+        )
+
+    def count_jobs(self) -> dict[JobCount, int]:
+        """The jobs counted (a test's few)."""
+        return count_jobs_of(self.list(TrainingJob))
 
     def list_page(
         self,

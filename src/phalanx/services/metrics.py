@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -128,21 +128,10 @@ class StateCollector:
             "1 for each part of the state this scrape could not read (its metrics are missing from it).",
             labels=["part"],
         )
-        jobs: list[TrainingJob] | None = None
-
-        def read_jobs() -> list[TrainingJob]:
-            nonlocal jobs
-            jobs = self.backend.list(TrainingJob)  # once per scrape: parsing every job is most of its cost
-            return jobs
-
-        def listed_jobs() -> list[TrainingJob]:
-            if jobs is None:
-                raise RuntimeError("the jobs could not be read, so neither can what they hold")
-            return jobs
-
+        # Counted, and the few jobs holding room read: a scrape of a store of many finished jobs parses none.
         parts: tuple[tuple[str, Callable[[], Iterator[Metric]]], ...] = (
-            ("jobs", lambda: self._jobs(read_jobs())),
-            ("nodes", lambda: self._nodes(listed_jobs())),
+            ("jobs", lambda: self._jobs(self.backend.count_jobs())),
+            ("nodes", lambda: self._nodes(self.backend.list(TrainingJob, phases=HOLDING_PHASES))),
             ("caches", self._caches),
         )
         for part, read in parts:
@@ -155,12 +144,9 @@ class StateCollector:
             yield from families
         yield failed
 
-    def _jobs(self, jobs: list[TrainingJob]) -> Iterator[Metric]:
+    def _jobs(self, counts: Mapping[tuple[str, str, str], int]) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
-        counts: Counter[tuple[str, str, str]] = Counter(
-            (job.metadata.namespace, job.spec.scheduling.queue, str(Phase(job.status.phase).value)) for job in jobs
-        )
         family = GaugeMetricFamily(
             "phalanx_jobs", "TrainingJobs by namespace, queue and phase.", labels=["namespace", "queue", "phase"]
         )

@@ -78,7 +78,14 @@ from phalanx.services.port import (
     Readable,
     Stored,
 )
-from phalanx.services.queue_views import QueueDescription, QueueView, describe_queue, queue_views, unique_queues
+from phalanx.services.queue_views import (
+    QUEUE_COUNTED_PHASES,
+    QueueDescription,
+    QueueView,
+    describe_queue,
+    queue_views,
+    unique_queues,
+)
 
 MAX_CONFLICT_RETRIES = 20
 
@@ -114,6 +121,8 @@ class Submitted:
     name: str
     replaced: bool = False
     configured: bool = False  # an existing object (a Queue, a JobType) whose spec was replaced, as kubectl apply
+    # The object as stored, in its wire form, where the backend's create returned it (``port.create``).
+    stored: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -711,10 +720,13 @@ class Operations:
         """Jobs of a namespace (None: every namespace), newest last."""
         return _by_creation(self.backend.list(TrainingJob, namespace))
 
-    def _all_jobs(self) -> list[TrainingJob] | None:
-        """Every job of every namespace, or None when the user may not list them cluster-wide."""
+    def _queue_jobs(self) -> list[TrainingJob] | None:
+        """The jobs of every namespace a queue counts, newest last; None when the user may not list them all.
+
+        Only waiting and holding ones are read: the finished jobs, most of a long-lived store, count for none.
+        """
         try:
-            return self.list_jobs(None)
+            return _by_creation(self.backend.list(TrainingJob, phases=QUEUE_COUNTED_PHASES))
         except OperationError as err:
             if "forbidden" in str(err):
                 return None
@@ -764,7 +776,7 @@ class Operations:
     def queue_views(self) -> list[QueueView]:
         """Every Queue with what its jobs hold now (from its status when the jobs cannot be listed)."""
         queues = self.list_queues()
-        return queue_views(queues, self._all_jobs() if queues else [])
+        return queue_views(queues, self._queue_jobs() if queues else [])
 
     def describe_queue(self, name: str) -> QueueDescription:
         """The Queue, its usage, its admitted and pending jobs, and the other queues of its cohort.
@@ -774,7 +786,7 @@ class Operations:
         """
         queue = self.get_queue(name)
         queues = [q for q in self.list_queues() if q.metadata.name != name] + [queue]
-        described = describe_queue(name, queues, self._all_jobs())
+        described = describe_queue(name, queues, self._queue_jobs())
         assert described is not None  # the queue is among them
         return described
 
@@ -938,10 +950,10 @@ class Operations:
             namespace_shown = obj.metadata.namespace if kind in self.backend.namespaced_kinds else ""
             if isinstance(obj, Sweep | PipelineRun):
                 try:
-                    self.backend.create(obj)
+                    stored = self.backend.create(obj)
                 except AlreadyExistsError:
                     raise OperationError(self._taken_message(obj)) from None
-                created.append(Submitted(kind, obj.metadata.namespace, obj.metadata.name))
+                created.append(Submitted(kind, obj.metadata.namespace, obj.metadata.name, stored=stored))
                 continue
             if not isinstance(obj, TrainingJob):
                 configured = self.apply(obj)
@@ -951,10 +963,11 @@ class Operations:
                 )
                 continue
             try:
-                self.backend.create(obj)
+                stored = self.backend.create(obj)
             except AlreadyExistsError:
                 raise self._exists_error(obj, None) from None
-            created.append(Submitted(kind, obj.metadata.namespace, obj.metadata.name, replaced=obj.key in replaced))
+            meta = obj.metadata
+            created.append(Submitted(kind, meta.namespace, meta.name, replaced=obj.key in replaced, stored=stored))
         return created
 
     def _check_names_free(self, objects: Sequence[Any]) -> None:

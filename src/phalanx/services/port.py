@@ -22,7 +22,8 @@ from __future__ import annotations
 import builtins
 import enum
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -62,6 +63,23 @@ def selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
 def selector_text(selector: LabelSelector) -> str:
     """The selector as the Kubernetes API writes one: ``key=value`` or ``key`` (has it), comma-separated."""
     return ",".join(key if value is None else f"{key}={value}" for key, value in sorted(selector.items()))
+
+
+#: The (namespace, queue, phase) ``count_jobs`` counts jobs by.
+JobCount = tuple[str, str, str]
+
+
+def count_jobs_of(jobs: Iterable[TrainingJob]) -> dict[JobCount, int]:
+    """``count_jobs`` over jobs already read (a backend that reads them whole anyway)."""
+    return dict(Counter((j.metadata.namespace, j.spec.scheduling.queue, str(j.status.phase)) for j in jobs))
+
+
+def in_phases(objects: Iterable[Readable], phases: Collection[str] | None) -> builtins.list[Readable]:
+    """The objects whose ``status.phase`` is one of ``phases`` (None: all of them)."""
+    if phases is None:
+        return list(objects)
+    wanted = frozenset(phases)
+    return [obj for obj in objects if getattr(getattr(obj, "status", None), "phase", None) in wanted]
 
 
 @dataclass(frozen=True)
@@ -186,12 +204,27 @@ class ObjectReader(Protocol):
         ...
 
     def list(
-        self, kind: type[Readable], namespace: str | None = None, *, labels: LabelSelector | None = None
+        self,
+        kind: type[Readable],
+        namespace: str | None = None,
+        *,
+        labels: LabelSelector | None = None,
+        phases: Collection[str] | None = None,
     ) -> builtins.list[Readable]:
-        """The objects of a namespace (None: all) that carry ``labels``; one that cannot be read is left out.
+        """The objects of a namespace (None: all) with ``labels`` and ``phases``; unreadable ones are left out.
 
+        ``phases``: only objects whose ``status.phase`` is one of these (None: any phase).
         The backend selects (an SQL condition, a label selector, a cache scan before parsing): a controller that
-        wants a few objects of a kind does not pay for parsing them all.
+        wants a few objects of a kind does not pay for parsing them all, nor a view of the active jobs for the
+        finished ones.
+        """
+        ...
+
+    def count_jobs(self) -> dict[JobCount, int]:
+        """How many TrainingJobs there are of each (namespace, queue, phase).
+
+        Counted without parsing each job where the backend can (SQL on the embedded store, the parsed cache of
+        an operator).
         """
         ...
 
@@ -287,8 +320,11 @@ class ChangeReader(Protocol):
 class ObjectWriter(Protocol):
     """The write side; every write of an object read earlier is conditional on its resourceVersion."""
 
-    def create(self, obj: Stored) -> None:
-        """Store a new object.
+    def create(self, obj: Stored) -> Mapping[str, Any] | None:
+        """Store a new object; the object as stored in its wire form, where the backend has it without a read.
+
+        None where it would take another read (the caller reads the object when it needs it): a server that
+        answers a POST with the created object saves a read and a parse on a backend that returns it.
 
         Raises:
             AlreadyExistsError: the name is taken.

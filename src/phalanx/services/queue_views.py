@@ -100,6 +100,10 @@ def job_usage(job: TrainingJob) -> QueueUsage:
     return total
 
 
+#: The phases of the jobs a queue's view counts (``holds`` or ``waits``): what a caller lists for it.
+QUEUE_COUNTED_PHASES = frozenset(HOLDING_PHASES | {Phase.PENDING, Phase.QUEUED})
+
+
 def holds(job: TrainingJob) -> bool:
     """Whether the job counts as admitted in its queue: in a holding phase, placed, not being deleted."""
     return (

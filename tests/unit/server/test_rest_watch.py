@@ -57,8 +57,8 @@ class CountingBackend(MemoryBackend):
         self.watch_calls = 0
         self.listed: list[str | None] = []  # the namespace of each list, in order
 
-    def list(self, kind: Any, namespace: str | None = None, *, labels: Any = None) -> list[Any]:
-        found = super().list(kind, namespace, labels=labels)
+    def list(self, kind: Any, namespace: str | None = None, **selection: Any) -> list[Any]:
+        found = super().list(kind, namespace, **selection)
         self.listed.append(namespace)
         return found
 

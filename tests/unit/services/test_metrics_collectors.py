@@ -15,12 +15,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from phalanx.core.data import DatasetCounters
-from phalanx.core.lifecycle import transition
+from phalanx.core.lifecycle import HOLDING_PHASES, transition
 from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob
 from phalanx.model.nodes import Node
 from phalanx.services.dataset_views import CacheEntryView, NodeCacheView
 from phalanx.services.metrics import SchedulerMetrics, state_registry
 from phalanx.services.operations import OperationError
+from phalanx.services.port import count_jobs_of
 from support.memory_backend import MemoryBackend
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -195,24 +196,37 @@ def test_an_admission_counts_once_with_its_latency_and_its_queueing_time() -> No
 class CountingLists(MemoryBackend):
     def __init__(self, fail_jobs: bool = False) -> None:
         super().__init__()
-        self.job_lists = 0
+        self.job_lists: builtins.list[Any] = []  # the phases each list of jobs asked for
+        self.counts = 0
         self.fail_jobs = fail_jobs
 
-    def list(self, kind: Any, namespace: str | None = None, *, labels: Any = None) -> builtins.list[Any]:
+    def list(self, kind: Any, namespace: str | None = None, **selection: Any) -> builtins.list[Any]:
         if kind is TrainingJob:
-            self.job_lists += 1
+            self.job_lists.append(selection.get("phases"))
             if self.fail_jobs:
                 raise OperationError("the store is locked")
-        return super().list(kind, namespace, labels=labels)
+        return super().list(kind, namespace, **selection)
+
+    def count_jobs(self) -> dict[Any, int]:
+        self.counts += 1
+        if self.fail_jobs:
+            raise OperationError("the store is locked")
+        return count_jobs_of(super().list(TrainingJob))  # not a list of the scrape's
 
 
-def test_a_scrape_lists_the_jobs_once() -> None:
+def test_a_scrape_counts_the_jobs_and_reads_only_those_holding_room() -> None:
     backend = CountingLists()
     put_job(backend, "a", "ml", "gpu")
-    backend.job_lists = 0
+    put_job(backend, "b", "ml", "gpu", phase="Succeeded")
     found = scrape(state_registry(backend))
-    assert backend.job_lists == 1  # parsing every job is most of a scrape: the jobs and GPU parts share one list
-    assert found["phalanx_jobs"] == {labels(namespace="ml", queue="gpu", phase="Pending"): 1.0}
+    # Parsing every job is most of a scrape of a long-lived store: jobs are counted, and the GPUs read from the
+    # few that hold them, never from every finished one.
+    assert backend.counts == 1
+    assert backend.job_lists == [HOLDING_PHASES]
+    assert found["phalanx_jobs"] == {
+        labels(namespace="ml", queue="gpu", phase="Pending"): 1.0,
+        labels(namespace="ml", queue="gpu", phase="Succeeded"): 1.0,
+    }
 
 
 def test_gpus_allocated_are_not_reported_as_zero_when_the_jobs_cannot_be_read() -> None:

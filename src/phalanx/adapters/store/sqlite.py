@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -160,13 +160,13 @@ class SqliteStore(QuarantineVerbs):
         """
         return type(obj).model_validate(self._insert(obj))
 
-    def insert(self, obj: T) -> None:
-        """``create`` without parsing the stored object back (a caller that reads it later, or never).
+    def insert(self, obj: T) -> dict[str, Any]:
+        """``create`` without parsing the stored object back: the object as stored, in its wire form.
 
         Raises:
             AlreadyExistsError: an object of that kind, namespace and name exists.
         """
-        self._insert(obj)
+        return self._insert(obj)
 
     def _insert(self, obj: T) -> dict[str, Any]:
         """Write a new object's row and its ADDED change; the body as stored."""
@@ -227,7 +227,12 @@ class SqliteStore(QuarantineVerbs):
         return obj
 
     def list(
-        self, cls: type[T], namespace: str | None = None, *, labels: Mapping[str, str | None] | None = None
+        self,
+        cls: type[T],
+        namespace: str | None = None,
+        *,
+        labels: Mapping[str, str | None] | None = None,
+        phases: Collection[str] | None = None,
     ) -> builtins.list[T]:
         """Objects of a kind, sorted by namespace then name.
 
@@ -235,6 +240,8 @@ class SqliteStore(QuarantineVerbs):
             cls: the model class; its ``kind`` default names the kind.
             namespace: only this namespace; None for all.
             labels: only objects carrying every one of these labels with exactly these values (None: any value).
+            phases: only objects whose ``status.phase`` is one of these (None: any); selected in SQL before any
+                row is parsed, so listing the few active jobs among many finished ones costs the few.
 
         A row that does not parse as ``cls`` is left out and quarantined (see ``quarantined``): one bad row
         never hides the others.
@@ -242,10 +249,34 @@ class SqliteStore(QuarantineVerbs):
         """
         kind = self._kind_of(cls)
         where, params, unusual = _selection(kind, None if namespace is None else [namespace], labels)
+        if phases is not None:
+            chosen = sorted({str(phase) for phase in phases})
+            # A row naming no phase has its model's default one: it is parsed and decided below.
+            where += " AND CASE WHEN json_valid(body) THEN "
+            where += f"coalesce(json_extract(body, '$.status.phase') IN ({', '.join('?' * len(chosen))}), 1) END"
+            params += chosen
         sql = f"SELECT namespace, name, resource_version, body FROM objects WHERE {where} ORDER BY namespace, name"
         with self._translated(f"list {kind}"):
             rows = self._connection().execute(sql, params).fetchall()
-        return self._parsed(cls, kind, rows, unusual)
+        found = self._parsed(cls, kind, rows, unusual)
+        if phases is None:
+            return found
+        wanted = frozenset(phases)
+        return [obj for obj in found if getattr(getattr(obj, "status", None), "phase", None) in wanted]
+
+    def count_by(self, cls: type[Any], fields: Sequence[str]) -> dict[tuple[Any, ...], int]:
+        """How many objects of a kind have each combination of values at ``fields`` (dotted wire paths).
+
+        Counted in SQL, nothing parsed: a field a row does not hold counts as None (the caller knows its
+        default), and a row that is not JSON at all is not counted.
+        """
+        kind = self._kind_of(cls)
+        values = ", ".join("json_extract(body, ?)" for _ in fields)
+        sql = f"SELECT {values}, COUNT(*) FROM objects WHERE kind = ? AND json_valid(body) GROUP BY {values}"
+        paths = [f"$.{field}" for field in fields]
+        with self._translated(f"count {kind}"):
+            rows = self._connection().execute(sql, [*paths, kind, *paths]).fetchall()
+        return {tuple(row[:-1]): int(row[-1]) for row in rows}
 
     def list_page(
         self,

@@ -39,7 +39,7 @@ from starlette.concurrency import run_in_threadpool
 
 from phalanx.entrypoints.server.access import Access, Authorize, Scope, bearer_token
 from phalanx.entrypoints.server.dashboard import add_dashboard_routes
-from phalanx.entrypoints.server.encoding import list_response, object_response
+from phalanx.entrypoints.server.encoding import list_response, object_json, object_response
 from phalanx.entrypoints.server.fallbacks import add_error_handlers, no_route
 from phalanx.entrypoints.server.fields import fields_match, parse_field_selector
 from phalanx.entrypoints.server.history import HistoryReader, add_history_routes
@@ -304,7 +304,7 @@ class _Routes:
             self._authorize(request, "create", resource, namespace, None)
             raw = await request.body()
             created = await run_in_threadpool(self._create, resource, namespace, raw)
-            return object_response(created, status_code=201)
+            return Response(created, status_code=201, media_type="application/json")
 
         if resource.namespaced:
 
@@ -446,7 +446,8 @@ class _Routes:
         else:  # a JobType: nothing else goes with it (jobs keep the spec they were admitted with)
             ops.backend.delete(resource.model, meta.namespace, meta.name, uid=meta.uid)
 
-    def _create(self, resource: Resource, namespace: str | None, raw: bytes) -> Stored:
+    def _create(self, resource: Resource, namespace: str | None, raw: bytes) -> bytes:
+        """The created object's JSON: as the backend's create returned it, or read back where it returned none."""
         document = _document(raw)
         name = _check_document(document, resource, namespace)
         try:
@@ -466,17 +467,19 @@ class _Routes:
             raise _exists(resource, namespace, name)
         try:
             # The objects validated above: the door's whole cost once per POST, not twice.
-            self.ops.submit_validated(parsed)
+            (submitted,) = self.ops.submit_validated(parsed)
         except SpecError as err:
             raise invalid(err.errors, kind=resource.kind, name=name) from None
         except JobExistsError as err:
             raise ApiError(409, str(err), reason="AlreadyExists", kind=resource.kind, name=name) from None
         except OperationError as err:
             raise ApiError(409, str(err), kind=resource.kind, name=name) from None
+        if submitted.stored is not None and resource.kind != "Dataset":  # a Dataset's answer masks its URLs
+            return json.dumps(submitted.stored, separators=(",", ":"), ensure_ascii=False).encode()
         created = resource.find(self.ops.backend, namespace, name)
         if created is None:  # deleted between the write and this read
             raise self._not_found(resource, namespace, name)
-        return created
+        return object_json(created)
 
 
 def _check_segment(value: str, what: str) -> None:

@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse
 
 from phalanx.core.auth import ALL_NAMESPACES
 from phalanx.core.auth.views import NAMING_KIND, NAMING_VERB, Readable
+from phalanx.core.lifecycle import HOLDING_PHASES
 from phalanx.entrypoints.server.access import Access, Authorize, Refusal, bearer_token
 from phalanx.entrypoints.server.kinds import PREFIX
 from phalanx.entrypoints.server.statuses import ApiError, Status
@@ -162,8 +163,8 @@ class _Views:
         return found
 
     def _jobs(self) -> list[TrainingJob]:
-        """Every job, for what the nodes have handed out; none where they cannot be listed (a cluster's RBAC)."""
+        """The jobs holding room, for what the nodes have handed out; none where they cannot be listed (RBAC)."""
         try:
-            return self.ops.list_jobs(None)
+            return self.ops.backend.list(TrainingJob, phases=HOLDING_PHASES)
         except OperationError:
             return []

@@ -28,7 +28,7 @@ from phalanx.core.pipelines.step_files import SAME_FILESYSTEM
 from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
 from phalanx.model.events import Event
-from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.jobs import Phase, SchedulingPolicy, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
 from phalanx.model.masking import mask_url
@@ -169,14 +169,30 @@ class SqliteBackend(SqliteStatus):
             ) from None
 
     def list(
-        self, kind: type[Readable], namespace: str | None = None, *, labels: port.LabelSelector | None = None
+        self,
+        kind: type[Readable],
+        namespace: str | None = None,
+        *,
+        labels: port.LabelSelector | None = None,
+        phases: Collection[str] | None = None,
     ) -> builtins.list[Readable]:
-        """The objects of a namespace (None: all) with ``labels``, selected in SQL before any row is parsed.
+        """The objects of a namespace (None: all) with ``labels`` and ``phases``, selected in SQL first.
 
-        Rows that no longer parse are quarantined and left out.
+        Nothing is parsed before that selection. Rows that no longer parse are quarantined and left out.
         """
-        found = self.store.list(kind, namespace, labels=labels)
+        found = self.store.list(kind, namespace, labels=labels, phases=phases)
         return unique_queues(found) if kind is Queue else found  # type: ignore[arg-type,return-value]
+
+    def count_jobs(self) -> dict[port.JobCount, int]:
+        """The jobs counted in SQL by their stored namespace, queue and phase; nothing parsed."""
+        fields = ("metadata.namespace", "spec.scheduling.queue", "status.phase")
+        default_queue = SchedulingPolicy.model_fields["queue"].default
+        default_phase = str(TrainingJobStatus.model_fields["phase"].default.value)
+        counts: dict[port.JobCount, int] = {}
+        for (namespace, queue, phase), count in self.store.count_by(TrainingJob, fields).items():
+            key = (str(namespace or ""), str(queue or default_queue), str(phase or default_phase))
+            counts[key] = counts.get(key, 0) + count
+        return counts
 
     def list_page(
         self,
@@ -225,12 +241,17 @@ class SqliteBackend(SqliteStatus):
         """The kind's changes read from the store's change feed (``watching.watch_store``)."""
         return watch_store(self.store, kind, resource_version, timeout)
 
-    def create(self, obj: Stored) -> None:
-        """Store a new object (Queues, cluster-scoped, in the one namespace the store keeps them in)."""
-        if isinstance(obj, Queue):
+    def create(self, obj: Stored) -> dict[str, Any] | None:
+        """Store a new object (Queues, cluster-scoped, in the one namespace the store keeps them in).
+
+        A Queue's stored form names the store's namespace, not none as the port shows it: None for it.
+        """
+        queue = isinstance(obj, Queue)
+        if queue:
             obj = validated_copy(obj, metadata=validated_copy(obj.metadata, namespace=QUEUE_NAMESPACE))
         try:
-            self.store.insert(obj)  # the port's create returns nothing: no parse of the stored object back
+            stored = self.store.insert(obj)  # as stored, no parse of it back
+            return None if queue else stored
         except AlreadyExistsError:
             raise port.AlreadyExistsError(f"{obj.metadata.namespace}/{obj.metadata.name}") from None
 

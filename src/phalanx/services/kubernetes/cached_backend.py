@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import builtins
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from phalanx.adapters.kubernetes.api import KubeApi, Resource
@@ -27,7 +27,7 @@ from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.services.kubernetes.operations import RESOURCES, KubeBackend
 from phalanx.services.operations import OperationError
-from phalanx.services.port import LabelSelector, Readable, Stored, selects
+from phalanx.services.port import LabelSelector, Readable, Stored, in_phases, selects
 
 
 class CachedKubeBackend(KubeBackend):
@@ -79,15 +79,20 @@ class CachedKubeBackend(KubeBackend):
             raise OperationError(f"{kind.__name__.lower()} {where} cannot be read: {err}") from None
 
     def list(
-        self, kind: type[Readable], namespace: str | None = None, *, labels: LabelSelector | None = None
+        self,
+        kind: type[Readable],
+        namespace: str | None = None,
+        *,
+        labels: LabelSelector | None = None,
+        phases: Collection[str] | None = None,
     ) -> builtins.list[Readable]:
-        """The cached objects of a namespace (None: all) with ``labels``, each parsed once per version.
+        """The cached objects of a namespace (None: all) with ``labels`` and ``phases``, parsed once a version.
 
-        The cache is selected before anything is parsed; unreadable objects are left out.
+        The cache is selected by namespace and labels before anything is parsed; unreadable objects are left out.
         """
         informer = self.informers.get(kind)
         if informer is None:
-            return super().list(kind, namespace, labels=labels)
+            return super().list(kind, namespace, labels=labels, phases=phases)
         items = informer.items()
         namespace = namespace if RESOURCES[kind].namespaced else None
         chosen = [
@@ -96,7 +101,8 @@ class CachedKubeBackend(KubeBackend):
             if (namespace is None or (obj.get("metadata") or {}).get("namespace") == namespace)
             and selects(labels, (obj.get("metadata") or {}).get("labels") or {})
         ]
-        return self._parsed[kind].all(chosen, live=items)  # it forgets the parses of objects that are gone
+        # It forgets the parses of objects that are gone; a phase is the parsed one (a default where none is set).
+        return in_phases(self._parsed[kind].all(chosen, live=items), phases)
 
     # -- writing: each write is in the cache for the next pass ----------------------------------------------------
 

@@ -357,9 +357,18 @@ class KubeBackend:
             raise OperationError(f"{kind.__name__.lower()} {where} cannot be read: {err}") from None
 
     def list(
-        self, kind: type[Readable], namespace: str | None = None, *, labels: port.LabelSelector | None = None
+        self,
+        kind: type[Readable],
+        namespace: str | None = None,
+        *,
+        labels: port.LabelSelector | None = None,
+        phases: Collection[str] | None = None,
     ) -> builtins.list[Readable]:
-        """The objects with ``labels`` (the API server's label selector); one that cannot be read is left out."""
+        """The objects with ``labels`` and ``phases``; one that cannot be read is left out.
+
+        The API server selects the labels; the phases are chosen here (a custom resource's status is no field
+        the API server selects on).
+        """
         resource = RESOURCES[kind]
         namespace = namespace if resource.namespaced else None
         selector = port.selector_text(labels) if labels else None
@@ -369,7 +378,11 @@ class KubeBackend:
             if kind is JobType and error.status == 403:
                 return []  # may not list JobTypes: validate against the built-ins, the server checks the rest
             raise self.error(error, "list", resource, namespace) from None
-        return self._readable(kind, objects)
+        return port.in_phases(self._readable(kind, objects), phases)
+
+    def count_jobs(self) -> dict[port.JobCount, int]:
+        """The jobs listed (from the informers' cache where there is one) and counted."""
+        return port.count_jobs_of(self.list(TrainingJob))
 
     def list_page(
         self,
@@ -568,7 +581,11 @@ class KubeBackend:
     # -- writing -------------------------------------------------------------------------------------------------
 
     def create(self, obj: Stored) -> None:
-        """POST the object (no status, only the metadata a user may set)."""
+        """POST the object (no status, only the metadata a user may set).
+
+        None: the API server's answer carries fields the port's objects do not (managedFields), so a caller
+        that wants the object reads it as the port shows it.
+        """
         resource = RESOURCES[type(obj)]
         namespace = obj.metadata.namespace if resource.namespaced else None
         with self.calling("create", resource, namespace):

@@ -36,6 +36,7 @@ from phalanx.services.port import (
     AlreadyExistsError,
     ConflictError,
     CursorError,
+    JobCount,
     LabelSelector,
     ListPage,
     LogChunk,
@@ -44,6 +45,8 @@ from phalanx.services.port import (
     Readable,
     Stored,
     WithStatus,
+    count_jobs_of,
+    in_phases,
     page_in_memory,
     selector_text,
 )
@@ -95,9 +98,14 @@ class HttpBackend:
         return kind.model_validate(body)
 
     def list(
-        self, kind: type[Readable], namespace: str | None = None, *, labels: LabelSelector | None = None
+        self,
+        kind: type[Readable],
+        namespace: str | None = None,
+        *,
+        labels: LabelSelector | None = None,
+        phases: Collection[str] | None = None,
     ) -> builtins.list[Readable]:
-        """The objects, every page of them (the server selects by ``labels``)."""
+        """The objects, every page of them (the server selects by ``labels``; ``phases`` are chosen here)."""
         params: dict[str, str] = {"labelSelector": selector_text(labels)} if labels else {}
         found: builtins.list[Readable] = []
         while True:
@@ -105,8 +113,12 @@ class HttpBackend:
             found += [kind.model_validate(item) for item in body.get("items") or []]
             token = (body.get("metadata") or {}).get("continue")
             if not token:
-                return found
+                return in_phases(found, phases)
             params = {**params, "continue": str(token)}
+
+    def count_jobs(self) -> dict[JobCount, int]:
+        """The jobs this token may list, read and counted."""
+        return count_jobs_of(self.list(TrainingJob))
 
     def list_page(
         self,
@@ -189,14 +201,14 @@ class HttpBackend:
 
     # -- the write side ----------------------------------------------------------------------------------------
 
-    def create(self, obj: Stored) -> None:
-        """``POST`` the object to its collection; the server validates it again."""
+    def create(self, obj: Stored) -> dict[str, Any]:
+        """``POST`` the object to its collection; the server validates it again. The server's answer."""
         kind = type(obj).__name__
         document = obj.to_dict()
         document.pop("status", None)
         if kind not in NAMESPACED:
             document.get("metadata", {}).pop("namespace", None)
-        self._call("POST", _collection_path(kind, obj.metadata.namespace), body=document)
+        return self._call("POST", _collection_path(kind, obj.metadata.namespace), body=document)
 
     def replace(self, obj: Stored) -> None:
         """``PUT`` the object's spec, labels and annotations, on the resourceVersion read (``server.replacing``).
