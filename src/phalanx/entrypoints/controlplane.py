@@ -151,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         from phalanx.entrypoints.server.background import ServeError, start
 
         try:
-            api = start(plane.store, layout, *listen, registry=registry, tokens=not args.no_auth)
-        except ServeError as exc:
+            api = start(
+                plane.store, layout, *listen, registry=registry, tokens=not args.no_auth, history_url=args.history_url
+            )
+        except (ServeError, ValueError) as exc:  # ValueError: --history-url's database cannot be opened
             logging.getLogger(__name__).error("%s", exc)
             return 1
         logging.getLogger(__name__).info("serving the REST API on %s", args.listen)

@@ -85,6 +85,17 @@ def test_metrics_of_a_control_plane_serving_the_api_count_what_happened(runtime:
 
     listed = http.get(f"{API}/namespaces/default/trainingjobs")
     assert listed.status_code == 200
+    # The history the control plane records into is served too, as `phalanx server` serves it.
+    recorded = wait_until(
+        lambda: (
+            {(r["name"], r["phase"]) for r in http.get(f"{API}/namespaces/default/history").json()["items"]}
+            >= {("critical", "Succeeded"), ("broken", "Failed")}
+        ),
+        timeout=30,
+        message="the ended jobs in the served history",
+        interval=0.2,
+    )
+    assert recorded
     assert http.get(f"{API}/namespaces/default/trainingjobs/low").status_code == 200
     found = scrape(http)
 

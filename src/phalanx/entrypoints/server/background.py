@@ -50,9 +50,13 @@ def start(
     *,
     registry: CollectorRegistry,
     tokens: bool = True,
+    history_url: str | None = None,
     timeout: float = 30.0,
 ) -> BackgroundServer:
     """Serve ``layout``'s REST API on ``host:port`` from a thread; return once it listens.
+
+    The history routes read the history the control plane records into: ``history_url``, or the state
+    directory's history.db (left out with a warning when it cannot be opened, as ``phalanx server`` does).
 
     ``store`` is the control plane's own: one ``SqliteStore`` per file in a process, as its local API shares it
     (a second one on the same file, in a process that also forks replicas' shims, saw SQLite's "disk I/O error").
@@ -63,11 +67,13 @@ def start(
     from phalanx.adapters.auth.token_store import TokenStore
     from phalanx.entrypoints.server.app import create_app
     from phalanx.entrypoints.server.running import uvicorn_server
+    from phalanx.entrypoints.server.serving import served_history
     from phalanx.entrypoints.server.tokens import token_authorizer
 
     backend = SqliteBackend(store, layout)
     authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
-    app = create_app(backend, authorize=authorize, registry=registry)
+    history = served_history(layout, history_url)
+    app = create_app(backend, authorize=authorize, registry=registry, history=history)
     server = uvicorn_server(app, host, port, log_level="warning", lifespan="off")
     failure: list[BaseException] = []
 

@@ -191,10 +191,15 @@ def _app(layout: StateLayout, *, tokens: bool, history_url: str | None) -> Any:
 
     backend = SqliteBackend(SqliteStore(layout.database), layout)
     authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
-    return create_app(backend, authorize=authorize, history=_history(layout, history_url))
+    return create_app(backend, authorize=authorize, history=served_history(layout, history_url))
 
 
-def _history(layout: StateLayout, url: str | None) -> Any:
+def served_history(layout: StateLayout, url: str | None) -> Any:
+    """The history the history routes read: ``url``'s, else the state directory's (None, logged, if unreadable).
+
+    Raises:
+        ValueError: the history of ``url`` cannot be opened, with the sentence saying why.
+    """
     from phalanx.entrypoints.server.history import open_history
 
     if url is not None:
