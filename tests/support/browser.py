@@ -12,7 +12,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -55,3 +55,36 @@ def screenshot_directory(default: Path) -> Path:
     directory = Path(os.environ.get(SCREENSHOTS_ENV) or default)
     directory.mkdir(parents=True, exist_ok=True)
     return directory
+
+
+#: How a screenshot shows the test's state directory: the default one a user's pages show (``default_state_dir``).
+STATE_DIR_SHOWN = "~/.local/share/phalanx"
+
+_HIDE_PATH = """([hidden, shown]) => {
+    const replace = (root) => {
+        const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            if (node.nodeValue.includes(hidden)) node.nodeValue = node.nodeValue.split(hidden).join(shown);
+        }
+    };
+    replace(document.body);
+    // The pages re-render as they poll: what they render while the picture is taken is rewritten too.
+    window.__phalanxHidePath = new MutationObserver(() => replace(document.body));
+    window.__phalanxHidePath.observe(document.body, {childList: true, subtree: true, characterData: true});
+}"""
+
+_SHOW_PATH = "() => { window.__phalanxHidePath.disconnect(); }"
+
+
+def screenshot(page: Any, path: Path, state_dir: Path, **options: Any) -> None:
+    """A screenshot of ``page`` at ``path``, the test's temporary state directory shown as a user's default one.
+
+    The pages show paths under the state directory (where a job's outputs were stored); a test's is a
+    temporary folder whose name would otherwise end up in the docs' images. Only the text on screen changes,
+    while the picture is taken: the checks before and after it see the page as served.
+    """
+    page.evaluate(_HIDE_PATH, [str(state_dir), STATE_DIR_SHOWN])
+    try:
+        page.screenshot(path=str(path), **options)
+    finally:
+        page.evaluate(_SHOW_PATH)

@@ -27,7 +27,7 @@ except ImportError:  # failed, never skipped: the browser tests are part of the 
 from test_rest_server_e2e import make_token, start_server
 
 from conftest import REPO, Runtime, generic_job, program_role, typed_job, wait_until
-from support.browser import screenshot_directory, system_chromium
+from support.browser import screenshot, screenshot_directory, system_chromium
 
 API = "/apis/phalanx.dev/v1alpha1"
 INVENTORY = REPO / "examples" / "inventories" / "dgx-2socket-8gpu.yaml"
@@ -110,7 +110,7 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
         page.fill("#token", "phx_not-a-token")
         page.click("#login button")
         expect(page.locator("#login .error")).to_contain_text("The server refused this token")
-        page.screenshot(path=str(shots / "login.png"))
+        screenshot(page, shots / "login.png", runtime.state_dir)
         page.fill("#token", viewer)
         page.click("#login button")
 
@@ -123,7 +123,7 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
         with http.stream("GET", f"{API}/trainingjobs", params={"watch": "true"}) as watched:
             streams = watched.headers["content-type"].startswith("text/event-stream")
         expect(page.locator("body")).to_have_attribute("data-live", "watch" if streams else "poll")
-        page.screenshot(path=str(shots / "jobs.png"))
+        screenshot(page, shots / "jobs.png", runtime.state_dir)
         page.select_option("select[name=phase]", "Failed")
         expect(page.locator("tr[data-job]")).to_have_count(1)
         expect(page.locator("tr[data-job]")).to_have_attribute("data-job", "default/broken")
@@ -152,7 +152,7 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
         sentence = explain.json()["message"] if explain.status_code == 200 else waiting["status"]["message"]
         expect(page.locator("#explain-text")).to_have_text(sentence)
         expect(page.locator("#no-placement")).to_be_visible()
-        page.screenshot(path=str(shots / "job-waiting.png"), full_page=True)
+        screenshot(page, shots / "job-waiting.png", runtime.state_dir, full_page=True)
 
         # -- a running job: its placement, as the API has it; a finished one: its metrics chart ------------------
         page.goto(f"{base}/ui/#/jobs/default/train-resnet")
@@ -162,7 +162,7 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
         expect(row.locator(".node")).to_have_text(where["node"])
         expect(row.locator(".gpus")).to_have_text(", ".join(str(g) for g in where["gpus"]))
         expect(page.locator("#explain")).to_be_hidden()
-        page.screenshot(path=str(shots / "job-running.png"), full_page=True)
+        screenshot(page, shots / "job-running.png", runtime.state_dir, full_page=True)
 
         page.goto(f"{base}/ui/#/jobs/default/evaluate")
         metrics = http.get(f"{jobs}/evaluate").json()["status"]["metrics"]
@@ -181,7 +181,7 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
             expect(page.locator("#log")).to_contain_text("evaluated 1000 images")
         else:  # the server does not serve logs: the page says what the API said
             expect(page.locator("#log-note")).to_have_text(log.json()["message"])
-        page.screenshot(path=str(shots / "job-succeeded.png"), full_page=True)
+        screenshot(page, shots / "job-succeeded.png", runtime.state_dir, full_page=True)
 
         # -- queues: admitted and pending as the Queue's status counts them, and who waits and why -------------
         page.click("nav a[data-nav=queues]")
@@ -191,7 +191,7 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
         expect(card.locator(".pending")).to_have_text(str(stored["pending"]))
         expect(card.locator("tr[data-waiting='default/train-vit'] .why")).to_have_text(waiting["status"]["message"])
         expect(card.locator("[data-testid=usage-team-a] g[data-label=gpu]")).to_have_attribute("data-value", "1")
-        page.screenshot(path=str(shots / "queues.png"), full_page=True)
+        screenshot(page, shots / "queues.png", runtime.state_dir, full_page=True)
 
         # -- nodes: the nodes the API lists, each GPU in the grid, the running job on the GPUs it holds ---------
         page.click("nav a[data-nav=nodes]")
@@ -206,7 +206,7 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
             expect(held).to_have_text("default/train-resnet")
         else:  # the server does not serve nodes yet: the page shows the API's sentence
             expect(page.locator("#nodes-body .error")).to_have_text(nodes.json()["message"])
-        page.screenshot(path=str(shots / "nodes.png"), full_page=True)
+        screenshot(page, shots / "nodes.png", runtime.state_dir, full_page=True)
 
         # -- live: the open jobs list follows phases changed behind it, without a reload -----------------------
         page.click("nav a[data-nav=jobs]")
@@ -228,7 +228,7 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
                 expect(bars.locator(f"g[data-label='{summary['queue']} p50']")).to_have_count(1)
         else:  # the server keeps no history, or does not serve it yet: the page shows the API's sentence
             expect(page.locator("#history-body .error")).to_have_text(history.json()["message"])
-        page.screenshot(path=str(shots / "history.png"), full_page=True)
+        screenshot(page, shots / "history.png", runtime.state_dir, full_page=True)
         assert script_errors == []
 
 
@@ -302,7 +302,7 @@ def test_without_auth_the_sweeps_pipelines_and_datasets_pages_show_what_the_api_
             step = graph.locator(f"g[data-node='{instance['step']}']")
             expect(step).to_have_attribute("data-state", instance["phase"])
         expect(graph.locator("line[data-edge='tune->final']")).to_have_count(1)
-        page.screenshot(path=str(shots / "pipelines.png"), full_page=True)
+        screenshot(page, shots / "pipelines.png", runtime.state_dir, full_page=True)
 
         # -- the sweep its first step ran: every trial and the best -------------------------------------------
         page.click("nav a[data-nav=sweeps]")
@@ -316,7 +316,7 @@ def test_without_auth_the_sweeps_pipelines_and_datasets_pages_show_what_the_api_
         best = str(sweep["status"]["bestTrial"]["number"])
         expect(card.locator("dd.best")).to_have_attribute("data-best", best)
         expect(card.locator("tr.best")).to_have_attribute("data-trial", best)
-        page.screenshot(path=str(shots / "sweeps.png"), full_page=True)
+        screenshot(page, shots / "sweeps.png", runtime.state_dir, full_page=True)
 
         # -- datasets: phase, size and the nodes caching it, as the API has them -----------------------------
         page.click("nav a[data-nav=datasets]")
@@ -335,5 +335,5 @@ def test_without_auth_the_sweeps_pipelines_and_datasets_pages_show_what_the_api_
                 cache = http.get(f"{API}/nodes/{name}/caches").json()
                 entries = page.locator(f"[data-cache-node='{name}'] tr[data-entry]")
                 expect(entries).to_have_count(len(cache["entries"]))
-        page.screenshot(path=str(shots / "datasets.png"), full_page=True)
+        screenshot(page, shots / "datasets.png", runtime.state_dir, full_page=True)
         assert script_errors == []
