@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.model.datasets import Dataset, DatasetPhase
-from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.jobs import STOPPED_PHASES, Phase, TrainingJob
 from phalanx.model.loading import read_documents
 from phalanx.model.queues import Queue
 from phalanx.services.dataset_views import DatasetDescription, NodeCacheView
@@ -135,10 +135,6 @@ class JobVerbs:
         return self.ops.evict(key=key, dataset=dataset, node=node)
 
 
-#: What ``wait`` waits for by default: the job finished or halted.
-FINISHED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED})
-
-
 class PollingWait(JobVerbs):
     """``wait`` by asking for the job every ``poll_seconds``: the clients with no store to be woken by."""
 
@@ -152,7 +148,7 @@ class PollingWait(JobVerbs):
         """
         from phalanx.entrypoints.client import WaitTimeoutError
 
-        targets = until or set(FINISHED)
+        targets = until or set(STOPPED_PHASES)  # by default: finished or halted
         deadline = time.monotonic() + timeout
         while True:
             job = self.get(name)

@@ -111,7 +111,10 @@ class Phase(StrEnum):
     HALTED = "Halted"
 
 
+#: The phases a job ends in: nothing more happens to it (but a TTL removing it).
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+#: The phases in which none of a job's replicas runs nor will without the user (``resume`` a Halted job).
+STOPPED_PHASES = frozenset(TERMINAL_PHASES | {Phase.HALTED})
 
 
 _GPU_NOT_LIMITED = (

@@ -37,7 +37,7 @@ from phalanx.core.scheduling.types import (
     RunningJob,
 )
 from phalanx.model.datasets import Dataset, Distribution
-from phalanx.model.jobs import Phase, ReplicaPlacement, TrainingJob, TrainingJobStatus
+from phalanx.model.jobs import TERMINAL_PHASES, Phase, ReplicaPlacement, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
 from phalanx.model.nodes import Node
 from phalanx.model.queues import Queue, QueueStatus, ResourceAmounts
@@ -46,8 +46,6 @@ from phalanx.model.resources import ResourceVector
 from phalanx.services.queue_views import queue_views
 
 log = logging.getLogger(__name__)
-
-FINISHED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
 
 def replica_requests(job: TrainingJob, jobtype: JobType | None = None) -> list[ReplicaRequest]:
@@ -241,7 +239,7 @@ def running_jobs(
     known = set(nodes)
     running = []
     for job in jobs:
-        if Phase(job.status.phase) in FINISHED_PHASES and (job.metadata.uid or "") in exiting:
+        if Phase(job.status.phase) in TERMINAL_PHASES and (job.metadata.uid or "") in exiting:
             running.extend(_exiting_job(job, jobtypes.get(job.spec.type), exiting[job.metadata.uid or ""], known, now))
             continue
         if Phase(job.status.phase) not in HOLDING_PHASES or not job.status.placements:

@@ -119,3 +119,10 @@ def test_a_message_cannot_be_split_by_what_it_quotes(text: str, shown: str) -> N
     from phalanx.entrypoints.cli.output import one_line
 
     assert one_line(text) == shown
+
+
+def test_the_phases_run_stops_following_at_are_the_models_stopped_ones() -> None:
+    from phalanx.entrypoints.cli.styles import STOP_FOLLOWING
+    from phalanx.model.jobs import STOPPED_PHASES
+
+    assert {str(phase) for phase in STOPPED_PHASES} == STOP_FOLLOWING

@@ -396,7 +396,7 @@ def halt(
     context: ContextOption = None,
 ) -> None:
     """Stop every replica of a job; it keeps its outputs and can be resumed."""
-    from phalanx.model.jobs import Phase
+    from phalanx.model.jobs import STOPPED_PHASES
     from phalanx.services.embedded.daemon import current_leader
 
     choice = choose(backend, kubeconfig, context)
@@ -406,7 +406,7 @@ def halt(
         # server's owner runs its control plane.
         remote = choice.kubernetes or choice.remote
         if wait and (remote or current_leader(client.store) is not None):  # type: ignore[union-attr]
-            final = client.wait(job, until={Phase.HALTED, Phase.SUCCEEDED, Phase.FAILED}, timeout=120)
+            final = client.wait(job, until=set(STOPPED_PHASES), timeout=120)
             console.print(f"job/{job} {styled_phase(final.status.phase)}")
         else:
             console.print(f"job/{job} halting")

@@ -20,7 +20,8 @@ PHASE_STYLE: dict[str, str] = {
     "Halted": "yellow",
     "Quarantined": "bold red",  # not a phase: a job the control plane sets aside (``phalanx status`` says why)
 }
-# Phases after which `run` and `logs -f` stop following.
+# Phases after which `run` and `logs -f` stop following: model.jobs.STOPPED_PHASES, spelt out because `run`'s
+# fast path imports this module and no model (tests/unit/cli/test_output.py checks both).
 STOP_FOLLOWING = frozenset({"Succeeded", "Failed", "Halted"})
 
 

@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from phalanx.entrypoints.server.access import Access, Authorize, Refusal, bearer_token
 from phalanx.entrypoints.server.kinds import PREFIX
 from phalanx.entrypoints.server.statuses import ApiError, Status
-from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.jobs import STOPPED_PHASES, Phase, TrainingJob
 from phalanx.model.names import check_dns_label
 from phalanx.services.operations import OperationError, Operations, no_replica_logs
 from phalanx.services.port import LogCursor
@@ -37,7 +37,6 @@ from phalanx.services.port import LogCursor
 #: How often a followed log is read again while the job runs (seconds).
 FOLLOW_POLL_SECONDS = 0.25
 #: The phases past which a followed log ends: nothing more is written until the job is resumed or restarted.
-STOPPED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.HALTED})
 #: The subresources served, by plural: a path naming another is answered with these (``fallbacks``).
 SUBRESOURCES = {"trainingjobs": ("events", "replicas", "log", "explain", "halt", "resume")}
 JOB_PATH = f"{PREFIX}/namespaces/{{namespace}}/trainingjobs/{{name}}"

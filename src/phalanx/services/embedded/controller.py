@@ -45,7 +45,7 @@ from phalanx.core.rendezvous import (
     render_replica_env,
 )
 from phalanx.core.stand_ins import played
-from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.jobs import TERMINAL_PHASES, Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
@@ -348,7 +348,7 @@ class JobController:
 
     def _fail(self, job: TrainingJob, reason: str, message: str) -> None:
         """Move a job to Failed outside the planner, for errors only a backend can meet (bad rendering)."""
-        if Phase(job.status.phase) in (Phase.SUCCEEDED, Phase.FAILED):
+        if Phase(job.status.phase) in TERMINAL_PHASES:
             return
         try:
             status = transition(job.status, Phase.FAILED, reason=reason, message=message, now=self.clock.now())
