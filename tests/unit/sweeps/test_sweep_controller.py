@@ -357,7 +357,11 @@ def test_a_succeeded_trial_without_the_metric_counts_as_failed(backend: MemoryBa
     reason = "it reported no val_loss; its metrics.json has accuracy: is spec.objective.metric misspelt?"
     assert sweep_now(backend).status.result(0).reason == reason  # type: ignore[union-attr]
     assert f"trial lr-0 failed: {reason}" in messages(backend, sweep)
-    assert sweep_now(backend).status.phase == SweepPhase.FAILED
+    status = sweep_now(backend).status
+    assert status.phase == SweepPhase.FAILED
+    # Failed wherever the sweep shows it (describe's table, `run`'s lines, the counts), not Succeeded.
+    assert status.result(0).phase == TrialPhase.FAILED  # type: ignore[union-attr]
+    assert (status.trials.succeeded, status.trials.failed) == (0, 1)
 
 
 def test_a_trial_whose_job_is_deleted_keeps_counting(backend: MemoryBackend, studies: FakeStudies) -> None:

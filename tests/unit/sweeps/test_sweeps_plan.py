@@ -115,6 +115,8 @@ def test_more_failures_than_allowed_fail_the_sweep(doc: dict[str, Any]) -> None:
     assert plan.finish is not None and plan.phase is SweepPhase.FAILED
     assert plan.finish.message == "2 trials failed (1 of them reported no val_loss), more than maxFailedTrials=1"
     assert [s.number for s in plan.stop] == [1]
+    # The unmeasured trial is a failed one in the counts shown too, not a succeeded one (a new user's trial).
+    assert (plan.counts.succeeded, plan.counts.failed) == (0, 2)
 
 
 def test_a_sweep_whose_trials_report_nothing_fails_at_the_end(doc: dict[str, Any]) -> None:

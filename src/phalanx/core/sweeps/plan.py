@@ -17,7 +17,8 @@ yet (``asked``: Optuna's trials in state RUNNING with no TrainingJob). The outpu
   from an earlier step than the others' (Optuna's best_trial ignores pruned trials too).
 
 A succeeded trial that reported no objective value (Katib's MetricsUnavailable) counts as failed: it cannot be
-compared, and without this a program that never writes the metric would run the whole budget.
+compared, and without this a program that never writes the metric would run the whole budget. It is failed
+everywhere the sweep shows it (``counts``, and ``trial_result_phase`` for its result), not only in the budget.
 """
 
 from __future__ import annotations
@@ -114,11 +115,11 @@ def plan_sweep(
     active = sorted(number for number, phase in phases.items() if phase in ACTIVE)
     unmeasured = sorted(n for n, phase in phases.items() if phase is TrialPhase.SUCCEEDED and values[n] is None)
     failures = sum(phase is TrialPhase.FAILED for phase in phases.values()) + len(unmeasured)
-    counts = TrialCounts(
+    counts = TrialCounts(  # an unmeasured trial is a failed one in every count shown, as in maxFailedTrials'
         created=len(by_number),
         running=len(active),
-        succeeded=sum(phase is TrialPhase.SUCCEEDED for phase in phases.values()),
-        failed=sum(phase is TrialPhase.FAILED for phase in phases.values()),
+        succeeded=sum(phase is TrialPhase.SUCCEEDED for phase in phases.values()) - len(unmeasured),
+        failed=failures,
         stopped=sum(phase is TrialPhase.STOPPED for phase in phases.values()),
     )
     best = _best(sweep, by_number, values)
@@ -157,6 +158,11 @@ def plan_sweep(
     ask = 0 if exhausted else max(0, room - len(pending_asks))
     phase = SweepPhase.RUNNING if by_number or create else SweepPhase.PENDING
     return SweepPlan(phase, counts, best, create=create, ask=ask, abandon=abandon, stop=stop)
+
+
+def trial_result_phase(phase: TrialPhase, value: float | None) -> TrialPhase:
+    """The phase a trial's result shows: its job's, but Failed for a job that succeeded without the objective."""
+    return TrialPhase.FAILED if phase is TrialPhase.SUCCEEDED and value is None else phase
 
 
 def _best(sweep: Sweep, trials: Mapping[int, TrialObservation], values: Mapping[int, float | None]) -> BestTrial | None:

@@ -50,7 +50,15 @@ from phalanx.core.sweeps.metrics import (
     parse_intermediate,
     parse_katib,
 )
-from phalanx.core.sweeps.plan import ACTIVE, FinishSweep, StopTrial, SweepPlan, TrialObservation, plan_sweep
+from phalanx.core.sweeps.plan import (
+    ACTIVE,
+    FinishSweep,
+    StopTrial,
+    SweepPlan,
+    TrialObservation,
+    plan_sweep,
+    trial_result_phase,
+)
 from phalanx.core.sweeps.substitute import SWEEP_LABEL
 from phalanx.core.sweeps.trials import (
     STOPPED_ANNOTATION,
@@ -445,7 +453,7 @@ class SweepController:
                 TrialResult(
                     number=number,
                     name=name,
-                    phase=trial.phase,
+                    phase=trial_result_phase(TrialPhase(trial.phase), value),
                     parameters=dict(trial.parameters),
                     value=value,
                     step=step,
