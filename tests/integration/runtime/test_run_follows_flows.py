@@ -88,6 +88,18 @@ def test_run_follows_the_v1_components_pipeline_run_and_exits_1_when_a_run_fails
     assert any("only" in line and "Failed" in line for line in result.stdout.splitlines()), result.stdout
 
 
+def test_run_of_a_pipeline_without_a_run_says_what_would_run_it(runtime: Runtime) -> None:
+    # A new user ran `phalanx run examples/pipelines/kfp_v2_pipeline.yaml` (a Pipeline, no PipelineRun): it said
+    # "configured" and nothing ran, with no word of why.
+    runtime.start_control_plane()
+    lone = runtime.work_dir / "lone.yaml"
+    lone.write_text(yaml.safe_dump(pipeline_of(["true"])[0], sort_keys=False))
+    result = runtime.cli("run", str(lone), timeout=60)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "pipeline/one created" in result.stdout, result.stdout
+    assert "nothing to run" in result.stdout and "spec.pipelineRef.name: one" in result.stdout, result.stdout
+
+
 def test_run_detach_still_returns_at_once(runtime: Runtime) -> None:
     copy_examples(runtime)
     runtime.start_control_plane()

@@ -15,7 +15,7 @@ parameters) and the exit code: 0 succeeded, 1 failed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from phalanx.entrypoints.cli.output import Writer, escape
@@ -83,6 +83,20 @@ def always_alive() -> bool:
     return True
 
 
+def nothing_to_follow(submitted: Sequence[tuple[str, str]]) -> str | None:
+    """What `run` says when the file it submitted makes nothing that runs: (kind, name) of each object made.
+
+    A Pipeline alone is the usual case (a user expecting it to run, as `kfp run` would): it needs a PipelineRun.
+    """
+    pipelines = [name for kind, name in submitted if kind == "Pipeline"]
+    if not pipelines:
+        return None
+    return (
+        f"nothing to run: the file makes pipeline {pipelines[0]} but no PipelineRun; run it with a PipelineRun "
+        f"naming it (kind: PipelineRun, spec.pipelineRef.name: {pipelines[0]}), in this file or another"
+    )
+
+
 def follow_flow(
     ops: Operations,
     kind: str,
@@ -90,10 +104,13 @@ def follow_flow(
     name: str,
     console: Writer,
     alive: Callable[[], bool] = always_alive,
+    *,
+    started: float | None = None,
 ) -> int:
     """Follow Sweep or PipelineRun ``name`` until it succeeds or fails; return 0 or 1.
 
-    ``alive``: whether a control plane runs the controllers now (checked each poll).
+    ``alive``: whether a control plane runs the controllers now (checked each poll). ``started``: the
+    ``time.monotonic()`` the lines' elapsed times count from (when it was submitted; default: now).
     """
     from phalanx.services.operations import OperationError
 
@@ -105,7 +122,7 @@ def follow_flow(
             return ""
         return (job.status.message or "") if str(job.status.phase) in NOT_STARTED else ""
 
-    start = time.monotonic()
+    start = time.monotonic() if started is None else started
     shown: dict[str, str] = {}
     was_alive = True
     while True:

@@ -115,6 +115,7 @@ def run_job(
     else:
         console.print(f"[dim]control plane running; state in {escape(str(layout.root))}[/]")
     submitted_at = time.time()
+    submitted_clock = time.monotonic()  # the elapsed times `run` shows count from here
     try:
         submitted = api.submit(
             documents,
@@ -137,10 +138,14 @@ def run_job(
     if detach:
         return 0
     if not jobs:
+        from phalanx.entrypoints.cli.follow_flows import follow_flow, nothing_to_follow
+
         flows = [s for s in submitted if s["kind"] in ("Sweep", "PipelineRun")]
         if not flows:
+            hint = nothing_to_follow([(s["kind"], s["name"]) for s in submitted])
+            if hint is not None:
+                console.print(f"[yellow]{escape(hint)}[/]")
             return 0
-        from phalanx.entrypoints.cli.follow_flows import follow_flow
 
         def alive() -> bool:
             probe = LocalApi(layout.api_socket)  # a fresh connection each time: the last one may be to a dead plane
@@ -151,7 +156,7 @@ def run_job(
 
         with session(state_dir, namespace) as client:
             kind, where, name = flows[0]["kind"], flows[0]["namespace"], flows[0]["name"]
-            return follow_flow(client.ops, kind, where, name, console, alive)
+            return follow_flow(client.ops, kind, where, name, console, alive, started=submitted_clock)
     namespace, name = jobs[0]["namespace"], jobs[0]["name"]
 
     def when_gone(last: dict[str, Any] | None) -> dict[str, Any]:
