@@ -149,6 +149,14 @@ NAMESPACED_KINDS = frozenset({"TrainingJob", "JobType", "Dataset", "Sweep", "Pip
 SWEEP_KINDS = ("Sweep", "Pipeline", "PipelineRun")
 
 
+#: Why a KFP component file (no kind; name, inputs, outputs, implementation) is not submitted on its own.
+_COMPONENT_FILE = (
+    "this is a Kubeflow Pipelines component file (name, inputs, outputs, implementation), not an object to run "
+    "on its own: use it as a step of a Pipeline, `steps: [{name: STEP, component: {path: FILE}, arguments: "
+    "{...}}]`, and run that with a PipelineRun (docs/pipelines.md)"
+)
+
+
 def validate_documents(
     documents: Sequence[dict[str, Any]],
     jobtypes: Mapping[str, JobType],
@@ -251,6 +259,8 @@ def validate_documents(
                 jobtypes[jobtype.metadata.name] = jobtype
                 parsed.append(jobtype)
             elif kind == "TrainingJob":
+                if "kind" not in doc and "implementation" in doc:
+                    raise SpecError([FieldError("implementation", _COMPONENT_FILE)])
                 job = _stand_in(validate_job(doc, jobtypes), stand_ins, images, played)
                 reached += 1
                 _refuse_pod_fields(job, pod_field_refusals, None)

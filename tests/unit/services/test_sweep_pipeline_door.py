@@ -572,3 +572,15 @@ def test_a_sweep_steps_algorithm_is_checked_like_a_sweeps_at_its_path_in_the_pip
     with pytest.raises(SpecError) as caught:  # on a cluster, the settings alone
         validate_documents([document], builtin_jobtypes(), algorithms_here=False)
     assert [e.path for e in caught.value.errors] == ["spec.steps[0].sweep.spec.algorithm.settings.bogus"]
+
+
+def test_a_component_file_submitted_alone_says_it_is_a_pipeline_step(ops: Operations) -> None:
+    # A new user ran `phalanx run examples/pipelines/components/make_numbers.yaml`: it was read as a
+    # TrainingJob, refused for a missing metadata and spec and unknown fields, and never called a component.
+    component = yaml.safe_load(
+        (Path(__file__).parents[3] / "examples" / "pipelines" / "components" / "make_numbers.yaml").read_text()
+    )
+    with pytest.raises(SpecError) as refused:
+        validate_documents([component], builtin_jobtypes())
+    (error,) = refused.value.errors
+    assert error.path == "implementation" and "component file" in error.message and "component: {path" in error.message
