@@ -57,6 +57,10 @@ class ReplicaObjectSpec(ApiModel):
     env_from: list[EnvFromSource] = Field(default_factory=list, description="as env_sources, every key")
 
 
+#: How much of a failed replica's last output line its status keeps (``ReplicaObjectStatus.last_output``).
+LAST_OUTPUT_CHARS = 300
+
+
 class ReplicaObjectStatus(ApiModel):
     """What the executor saw."""
 
@@ -70,6 +74,12 @@ class ReplicaObjectStatus(ApiModel):
     finish_time: datetime | None = None
     message: str = ""
     log_path: str | None = None
+    last_output: str = Field(
+        default="",
+        max_length=LAST_OUTPUT_CHARS,
+        description="a failed replica's last line of output (its error, most often), as a Pod's termination "
+        "message falls back to its log",
+    )
 
 
 class Replica(ApiModel):

@@ -378,6 +378,8 @@ def test_run_of_a_failing_job_exits_1_with_the_reason(runtime: Runtime) -> None:
     assert "control plane running" in output  # the one already running was reused
     assert "job broken Failed" in output
     assert "replica broken-worker-0 failed with exit code 4; restartPolicy is Never" in output, output
+    # What the program said last, read from its log: most often the cause, which was only in the log before.
+    assert "; its last output: worker-0 failing with exit code 4" in output, output
 
 
 def test_run_of_a_job_halted_from_another_shell_exits_3(runtime: Runtime, tmp_path: Path) -> None:

@@ -103,3 +103,22 @@ def test_a_role_may_retry_under_a_job_that_never_does() -> None:
     assert decide_restart(policy, [failed_replica("worker", 1)], restarts=0, roles=roles).retry
     chief = decide_restart(policy, [failed_replica("chief", 1)], restarts=0, roles=roles)
     assert not chief.retry and chief.message.endswith("; restartPolicy is Never")
+
+
+@pytest.mark.parametrize(
+    ("restart_policy", "restarts", "decision_words"),
+    [("Never", 0, "restartPolicy is Never"), ("OnFailure", 3, "3 restarts reached backoffLimit 3")],
+    ids=["never", "backoff-limit"],
+)
+def test_a_failure_ends_with_what_the_replica_last_said(
+    restart_policy: str, restarts: int, decision_words: str
+) -> None:
+    # A new user's trials failed with "exit code 2" alone; the cause ("can't open file ...") was only in the log.
+    said = "python: can't open file 'examples/sweeps/train.py': [Errno 2] No such file or directory"
+    failed = replace(UNKNOWN, exit_code=2, message="", last_output=said)
+    decision = decide_restart(RunPolicy(restart_policy=restart_policy, backoff_limit=3), [failed], restarts=restarts)
+    assert decision.message == f"replica j-worker-0 failed with exit code 2; {decision_words}; its last output: {said}"
+    silent = decide_restart(
+        RunPolicy(restart_policy=restart_policy, backoff_limit=3), [replace(failed, last_output="")], restarts=restarts
+    )
+    assert silent.message == f"replica j-worker-0 failed with exit code 2; {decision_words}"

@@ -110,6 +110,15 @@ def describe_failure(replica: ObservedReplica) -> str:
     return f"replica {replica.name} failed{detail}"
 
 
+def _with_output(message: str, replica: ObservedReplica) -> str:
+    """``message``, then the replica's last line of output when it has one.
+
+    That line is the cause itself most often (a traceback's last line), which a user would otherwise find only in
+    the log. It comes last, so the decision reads first.
+    """
+    return f"{message}; its last output: {replica.last_output}" if replica.last_output else message
+
+
 def decide_restart(
     policy: RunPolicy,
     failed: Sequence[ObservedReplica],
@@ -134,7 +143,9 @@ def decide_restart(
         return RestartDecision(
             False,
             "BackoffLimitExceeded",
-            f"{describe_failure(culprit)}; {restarts} restarts reached backoffLimit {policy.backoff_limit}",
+            _with_output(
+                f"{describe_failure(culprit)}; {restarts} restarts reached backoffLimit {policy.backoff_limit}", culprit
+            ),
             culprit,
         )
     return RestartDecision(
@@ -156,7 +167,7 @@ def _not_retried(
     # A role's own policy is named as the role's, so a job whose roles differ says which one decided.
     whose = f"the {replica.role} role's restartPolicy" if own_policy else "restartPolicy"
     if restart_policy == RestartPolicy.NEVER:
-        message = f"{describe_failure(replica)}; {whose} is Never"
+        message = _with_output(f"{describe_failure(replica)}; {whose} is Never", replica)
         return RestartDecision(False, failure_reason(replica), message, replica)
     if restart_policy == RestartPolicy.EXIT_CODE and replica.exit_code is not None:
         own_codes = spec.retryable_exit_codes if spec is not None else None
@@ -167,7 +178,7 @@ def _not_retried(
             return RestartDecision(
                 False,
                 "ReplicaFailed",
-                f"{describe_failure(replica)}, which is not retryable ({field}: {listed})",
+                _with_output(f"{describe_failure(replica)}, which is not retryable ({field}: {listed})", replica),
                 replica,
             )
     return None

@@ -31,6 +31,7 @@ class ObservedReplica:
     start_time: datetime | None = None
     finish_time: datetime | None = None
     message: str = ""
+    last_output: str = ""  # a failed replica's last line of output: what it said as it failed
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,7 @@ def observe(replica: Replica) -> ObservedReplica:
         start_time=replica.status.start_time,
         finish_time=replica.status.finish_time,
         message=replica.status.message,
+        last_output=replica.status.last_output,
     )
 
 

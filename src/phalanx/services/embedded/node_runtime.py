@@ -41,7 +41,7 @@ from phalanx.adapters.executor import (
 from phalanx.adapters.store import SqliteStore
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.nodes import Node
-from phalanx.model.replicas import Replica, ReplicaPhase
+from phalanx.model.replicas import LAST_OUTPUT_CHARS, Replica, ReplicaPhase
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION
 from phalanx.services.embedded.quarantine import NODE_RUNTIME_ERROR, Quarantine, guarded_step
@@ -384,8 +384,15 @@ class NodeRuntime:
     def _record_exit(self, replica: Replica, code: int | None, message: str | None = None) -> bool:
         phase = ReplicaPhase.SUCCEEDED if code == 0 else ReplicaPhase.FAILED
         text = message or ("" if code in (0, None) else _describe_exit(code))
+        said = "" if code == 0 or replica.status.log_path is None else last_output_line(Path(replica.status.log_path))
         status = replica.status.model_copy(
-            update={"phase": phase, "exit_code": code, "finish_time": self.clock.now(), "message": text}
+            update={
+                "phase": phase,
+                "exit_code": code,
+                "finish_time": self.clock.now(),
+                "message": text,
+                "last_output": said,
+            }
         )
         self.store.update_status(replica.model_copy(update={"status": status}))
         self._pinned.pop(replica.metadata.name, None)
@@ -441,6 +448,26 @@ class NodeRuntime:
         if handle is not None:
             self.executor.set_affinity(handle, list(pool))
             self._pinned[replica.metadata.name] = pool
+
+
+#: How much of a log's end ``last_output_line`` reads: enough for a last line (a traceback's is short).
+LAST_OUTPUT_READ = 8192
+
+
+def last_output_line(log: Path) -> str:
+    """The last non-blank line of a replica's log (its end only is read), cut to ``LAST_OUTPUT_CHARS``; "" if none."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - LAST_OUTPUT_READ))
+            tail = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    # A control character would garble a terminal's line; a NUL, the store's text.
+    line = "".join(c if c.isprintable() else " " for c in lines[-1])
+    return line if len(line) <= LAST_OUTPUT_CHARS else line[: LAST_OUTPUT_CHARS - 1] + "…"
 
 
 def _describe_exit(code: int) -> str:
