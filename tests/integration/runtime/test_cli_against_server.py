@@ -183,3 +183,27 @@ def test_a_viewer_wrong_url_and_revoked_token_each_get_one_sentence_and_nothing_
     no_traceback(up)
     assert up.returncode == 2
     assert "`phalanx up` is for this machine's local control plane" in up.stderr
+
+
+def test_run_through_the_server_follows_a_pipeline_run_to_its_end(runtime: Runtime, tmp_path: Path) -> None:
+    # `phalanx --server URL run` of a file with a PipelineRun printed "created" and exited 0 at once, while the
+    # local and cluster `run` follow it: the same follower now serves the three.
+    runtime.start_control_plane()
+    base = start_server(runtime, tmp_path / "server.log")
+    user = User(tmp_path / "user", base, make_token(runtime, "alice", "editor", "ml"))
+    template = {"command": [sys.executable, "-c", "print('step done')"], "resources": {"cpu": 1, "memory": "64Mi"}}
+    step = {
+        "name": "only",
+        "trainingJob": {"spec": {"type": "generic", "replicas": {"worker": {"count": 1, "template": template}}}},
+    }  # noqa: E501
+    pipeline = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Pipeline", "metadata": {"name": "one"},
+                "spec": {"steps": [step]}}  # fmt: skip
+    run = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "PipelineRun", "metadata": {"name": "one-1"},
+           "spec": {"pipelineRef": {"name": "one"}}}  # fmt: skip
+    spec = tmp_path / "user" / "flow.yaml"
+    spec.write_text(yaml.safe_dump_all([pipeline, run]))
+    ran = user.cli("run", str(spec), "-n", "ml")
+    no_traceback(ran)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "pipelinerun/one-1 created" in ran.stdout and "pipelinerun one-1 Succeeded" in ran.stdout, ran.stdout
+    assert any("only" in line and "Succeeded" in line for line in ran.stdout.splitlines()), ran.stdout

@@ -39,6 +39,9 @@ def test_generated_requests_get_no_5xx_and_every_4xx_says_why(runtime: Runtime, 
             "--max-examples", "10",
             "--seed", SEED,
             "--workers", "1",
+            # A watch (watch=true) streams until the client leaves: schemathesis reads one until the request
+            # timeout, or the next heartbeat past it (15 s). 5 s bounds each of the many watch cases.
+            "--request-timeout", "5",
             "--header", f"Authorization: Bearer {token}",
         ],
         capture_output=True,

@@ -153,16 +153,12 @@ def run_on_cluster(
     if detach:
         return 0
     if not jobs:
-        from phalanx.entrypoints.cli.follow_flows import follow_flow, nothing_to_follow
+        from phalanx.entrypoints.cli.follow_flows import flow_made, follow_flow
 
-        flows = [s for s in submitted if s.kind in ("Sweep", "PipelineRun")]
-        if not flows:
-            hint = nothing_to_follow([(s.kind, s.name) for s in submitted])
-            if hint is not None:
-                console.print(f"[yellow]{escape(hint)}[/]")
+        flow = flow_made([(s.kind, s.namespace, s.name) for s in submitted], console)
+        if flow is None:
             return 0
-
-        return follow_flow(client.ops, flows[0].kind, flows[0].namespace, flows[0].name, console)
+        return follow_flow(client.ops, *flow, console)
     final = follow_on_cluster(client, jobs[0].name, show_logs=logs)
     summary(final, console)
     phase = (final.get("status") or {}).get("phase")

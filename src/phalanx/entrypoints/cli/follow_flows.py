@@ -97,6 +97,20 @@ def nothing_to_follow(submitted: Sequence[tuple[str, str]]) -> str | None:
     )
 
 
+def flow_made(made: Sequence[tuple[str, str, str]], console: Writer) -> tuple[str, str, str] | None:
+    """The Sweep or PipelineRun `run` follows among what a file made ((kind, namespace, name), in its order).
+
+    None when there is none, once it has said why nothing will run where that is the case (a Pipeline alone).
+    """
+    for kind, namespace, name in made:
+        if kind in ("Sweep", "PipelineRun"):
+            return kind, namespace, name
+    hint = nothing_to_follow([(kind, name) for kind, _, name in made])
+    if hint is not None:
+        console.print(f"[yellow]{escape(hint)}[/]")
+    return None
+
+
 def follow_flow(
     ops: Operations,
     kind: str,

@@ -105,8 +105,13 @@ def run_on_server(client: RemoteClient, file: Path, *, detach: bool, logs: bool)
         verb = "replaced" if item.replaced else "configured" if item.configured else "created"
         console.print(f"{item.kind.lower()}/{item.name} {verb}")
     jobs = [s for s in submitted if s.kind == "TrainingJob"]
-    if detach or not jobs:
+    if detach:
         return 0
+    if not jobs:  # a Sweep or PipelineRun is followed as on the other backends
+        from phalanx.entrypoints.cli.follow_flows import flow_made, follow_flow
+
+        flow = flow_made([(s.kind, s.namespace, s.name) for s in submitted], console)
+        return 0 if flow is None else follow_flow(client.ops, *flow, console)
     final = follow_on_server(client, jobs[0].name, show_logs=logs)
     summary(final, console)
     phase = (final.get("status") or {}).get("phase")

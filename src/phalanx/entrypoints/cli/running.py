@@ -138,13 +138,10 @@ def run_job(
     if detach:
         return 0
     if not jobs:
-        from phalanx.entrypoints.cli.follow_flows import follow_flow, nothing_to_follow
+        from phalanx.entrypoints.cli.follow_flows import flow_made, follow_flow
 
-        flows = [s for s in submitted if s["kind"] in ("Sweep", "PipelineRun")]
-        if not flows:
-            hint = nothing_to_follow([(s["kind"], s["name"]) for s in submitted])
-            if hint is not None:
-                console.print(f"[yellow]{escape(hint)}[/]")
+        flow = flow_made([(s["kind"], s["namespace"], s["name"]) for s in submitted], console)
+        if flow is None:
             return 0
 
         def alive() -> bool:
@@ -155,8 +152,7 @@ def run_job(
                 probe.close()
 
         with session(state_dir, namespace) as client:
-            kind, where, name = flows[0]["kind"], flows[0]["namespace"], flows[0]["name"]
-            return follow_flow(client.ops, kind, where, name, console, alive, started=submitted_clock)
+            return follow_flow(client.ops, *flow, console, alive, started=submitted_clock)
     namespace, name = jobs[0]["namespace"], jobs[0]["name"]
 
     def when_gone(last: dict[str, Any] | None) -> dict[str, Any]:
