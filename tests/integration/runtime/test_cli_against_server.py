@@ -195,7 +195,7 @@ def test_run_through_the_server_follows_a_pipeline_run_to_its_end(runtime: Runti
     step = {
         "name": "only",
         "trainingJob": {"spec": {"type": "generic", "replicas": {"worker": {"count": 1, "template": template}}}},
-    }  # noqa: E501
+    }
     pipeline = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Pipeline", "metadata": {"name": "one"},
                 "spec": {"steps": [step]}}  # fmt: skip
     run = {"apiVersion": "phalanx.dev/v1alpha1", "kind": "PipelineRun", "metadata": {"name": "one-1"},
