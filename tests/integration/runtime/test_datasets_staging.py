@@ -12,6 +12,7 @@ import hashlib
 import http.server
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,14 +46,24 @@ def data_job(name: str, mounts: list[dict[str, Any]], *, replicas: int = 1, args
 
 
 def wait_dataset(runtime: Runtime, name: str, phases: set[DatasetPhase], timeout: float = 60.0) -> Dataset:
+    """The dataset once in one of ``phases``; on a timeout, the test fails with its phase, message and the log then.
+
+    (A gate timed out on a PostgreSQL dataset twice with nothing to go on: the log in the message had been read
+    when the wait began.)
+    """
     with runtime.client() as client:
-        return wait_until(
-            lambda: (
-                (d := client.store.try_get(Dataset, "default", name)) is not None and d.status.phase in phases and d
-            ),
-            timeout=timeout,
-            message=f"dataset {name} to reach {sorted(phases)}; logs:\n{runtime.planes[-1].log()[-3000:]}",
-        )
+        deadline = time.monotonic() + timeout
+        while True:
+            found = client.store.try_get(Dataset, "default", name)
+            if found is not None and found.status.phase in phases:
+                return found
+            if time.monotonic() > deadline:
+                where = "missing" if found is None else f"{found.status.phase}: {found.status.message}"
+                pytest.fail(
+                    f"timed out after {timeout:.0f}s waiting for dataset {name} to reach {sorted(phases)}; it is "
+                    f"{where}; logs:\n{runtime.planes[-1].log()[-3000:]}"
+                )
+            time.sleep(0.05)  # polling the store: the control plane's writes signal nothing a test can await
 
 
 def tree(root: Path) -> dict[str, str]:
