@@ -55,3 +55,34 @@ def test_two_starts_at_once_share_one_control_plane(tmp_path: Path) -> None:
         stop_control_plane(layout)
         for pid in control_planes(layout.root):  # a second one, on the code before the fix
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_control_plane_whose_lease_lapsed_is_still_stopped(tmp_path: Path) -> None:
+    # A benchmark's control plane overran its 5 s lease in a long pass; `stop_control_plane` read no live leader,
+    # stopped nothing, and the control plane ran on at full CPU after the benchmark deleted its state directory.
+    from phalanx.adapters.store import SqliteStore
+    from phalanx.services.embedded.daemon import current_leader
+
+    layout = StateLayout(tmp_path / "state")
+    leader, started = start_control_plane(layout)
+    assert started and leader.pid is not None
+    pid = leader.pid
+    os.kill(pid, signal.SIGSTOP)  # frozen mid-pass: it cannot renew its lease
+    try:
+        store = SqliteStore(layout.database)
+        try:
+            wait_until(lambda: current_leader(store) is None, timeout=30, message="the lease to lapse", interval=0.2)
+        finally:
+            store.close()
+        stopped: list[object] = []
+        stopping = threading.Thread(target=lambda: stopped.append(stop_control_plane(layout)))
+        stopping.start()
+        wait_until(lambda: stopping.is_alive(), timeout=5, message="the stop to begin")
+    finally:
+        os.kill(pid, signal.SIGCONT)  # it takes the SIGTERM sent meanwhile
+    stopping.join(60)
+    left = control_planes(layout.root)
+    for running in left:  # on the code before the fix it runs on: end it, then fail
+        os.kill(running, signal.SIGKILL)
+    assert stopped and stopped[0] is not None, "the control plane was taken for gone"
+    assert left == []
