@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from phalanx.adapters.store import SqliteStore
-from phalanx.core.lifecycle import ACTIVE_PHASES
 from phalanx.entrypoints.job_verbs import JobSpec, JobVerbs, spec_documents
 from phalanx.model.datasets import Dataset
-from phalanx.model.jobs import Phase, TrainingJob
+from phalanx.model.jobs import TrainingJob
 from phalanx.model.pipelines import PipelineRun
 from phalanx.model.sweeps import Sweep
 from phalanx.services.embedded.daemon import LeaderInfo, start_control_plane, stop_control_plane
@@ -207,20 +206,9 @@ class Client(JobVerbs):
                 raise WaitTimeoutError(f"{what} {where} after {timeout:g}s (waited for {awaited})")
             self.store.wait_for_change(seq, min(remaining, 1.0))
 
-    def wait(self, name: str, *, until: set[Phase] | None = None, timeout: float = 600.0) -> TrainingJob:
-        """Block until the job reaches one of ``until`` (default: finished or halted) and return it.
+    def _change_mark(self) -> int | None:
+        return self.store.latest_seq()
 
-        Raises:
-            WaitTimeoutError: it did not within ``timeout`` seconds.
-        """
-        targets = until or (set(Phase) - ACTIVE_PHASES) | {Phase.HALTED}
-        deadline = time.monotonic() + timeout
-        while True:
-            seq = self.store.latest_seq()
-            job = self.get(name)
-            if Phase(job.status.phase) in targets:
-                return job
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WaitTimeoutError(f"job {name} is still {job.status.phase} after {timeout:.0f}s")
-            self.store.wait_for_change(seq, min(remaining, 1.0))
+    def _pause(self, mark: int | None, seconds: float) -> None:
+        # ``wait`` is woken by the store's next change, not by a fixed poll.
+        self.store.wait_for_change(mark or 0, min(seconds, 1.0))

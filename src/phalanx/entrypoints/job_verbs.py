@@ -40,6 +40,36 @@ class JobVerbs:
     ops: JobOperations
     namespace: str
 
+    def wait(self, name: str, *, until: set[Phase] | None = None, timeout: float = 600.0) -> TrainingJob:
+        """Block until the job reaches one of ``until`` (default: finished or halted) and return it.
+
+        Between looks it waits as the client can be woken (``_change_mark`` and ``_pause``).
+
+        Raises:
+            TimeoutError: it did not within ``timeout`` seconds (``phalanx.entrypoints.client.WaitTimeoutError``).
+        """
+        from phalanx.entrypoints.client import WaitTimeoutError
+
+        targets = until or set(STOPPED_PHASES)
+        deadline = time.monotonic() + timeout
+        while True:
+            mark = self._change_mark()
+            job = self.get(name)
+            if Phase(job.status.phase) in targets:
+                return job
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeoutError(f"job {name} is still {job.status.phase} after {timeout:.0f}s")
+            self._pause(mark, remaining)
+
+    def _change_mark(self) -> int | None:
+        """Where the client's changes stand before a look (None: it cannot tell; ``_pause`` then polls)."""
+        return None
+
+    def _pause(self, mark: int | None, seconds: float) -> None:
+        """Wait at most ``seconds`` for a change after ``mark``."""
+        raise NotImplementedError
+
     def get(self, name: str) -> TrainingJob:
         """One job."""
         return self.ops.get_job(self.namespace, name)
@@ -140,21 +170,5 @@ class PollingWait(JobVerbs):
 
     poll_seconds: float
 
-    def wait(self, name: str, *, until: set[Phase] | None = None, timeout: float = 600.0) -> TrainingJob:
-        """Block until the job reaches one of ``until`` (default: finished or halted) and return it.
-
-        Raises:
-            TimeoutError: it did not within ``timeout`` seconds (``phalanx.entrypoints.client.WaitTimeoutError``).
-        """
-        from phalanx.entrypoints.client import WaitTimeoutError
-
-        targets = until or set(STOPPED_PHASES)  # by default: finished or halted
-        deadline = time.monotonic() + timeout
-        while True:
-            job = self.get(name)
-            if Phase(job.status.phase) in targets:
-                return job
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WaitTimeoutError(f"job {name} is still {job.status.phase} after {timeout:.0f}s")
-            time.sleep(min(remaining, self.poll_seconds))
+    def _pause(self, mark: int | None, seconds: float) -> None:
+        time.sleep(min(seconds, self.poll_seconds))
