@@ -22,6 +22,7 @@ from phalanx.entrypoints.cli.options import (
     SWEEP_RESOURCES,
     BackendOption,
     ContextOption,
+    FilenameOption,
     KubeconfigOption,
     NamespaceOption,
     Output,
@@ -32,6 +33,7 @@ from phalanx.entrypoints.cli.options import (
     backend_session,
     choose,
     embedded_only,
+    file_given_once,
     print_objects,
     require_named_resource,
     stand_in_map,
@@ -55,9 +57,7 @@ def run(
             show_default=False,
         ),
     ] = None,
-    filename: Annotated[
-        Path | None, typer.Option("--filename", "-f", help="The file, kubectl-style (instead of the argument).")
-    ] = None,
+    filename: FilenameOption = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Submit and return at once.")] = False,
@@ -75,10 +75,7 @@ def run(
     A file without a TrainingJob runs its Sweep (each trial as it ends, then the best) or its PipelineRun (each
     step instance as it ends, with its outputs) to the end instead. Exit code: 0 succeeded, 1 failed, 3 halted.
     """
-    if (file is None) == (filename is None):
-        fail("give the file once: `phalanx run FILE` or `phalanx run -f FILE`", 2)
-    file = filename or file
-    assert file is not None
+    file = file_given_once(file, filename, "`phalanx run FILE` or `phalanx run -f FILE`")
     refuse_bad_namespace(namespace)
     stand_ins = stand_in_map(stand_in)
     choice = choose(backend, kubeconfig, context)
@@ -122,9 +119,7 @@ def submit(
             show_default=False,
         ),
     ] = None,
-    filename: Annotated[
-        Path | None, typer.Option("--filename", "-f", help="The file, kubectl-style (instead of the argument).")
-    ] = None,
+    filename: FilenameOption = None,
     state_dir: StateDirOption = None,
     namespace: NamespaceOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate only; print the defaulted spec.")] = False,
@@ -141,10 +136,7 @@ def submit(
     """
     from phalanx.model.loading import read_documents
 
-    if (file is None) == (filename is None):
-        fail("give the file once: `phalanx submit -f FILE` or `phalanx submit FILE`", 2)
-    file = filename or file
-    assert file is not None
+    file = file_given_once(file, filename, "`phalanx submit -f FILE` or `phalanx submit FILE`")
     refuse_bad_namespace(namespace)
     stand_ins = stand_in_map(stand_in)
     choice = choose(backend, kubeconfig, context)

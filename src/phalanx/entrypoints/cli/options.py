@@ -88,6 +88,9 @@ StateDirOption = Annotated[
     Path | None,
     typer.Option("--state-dir", envvar="PHALANX_HOME", help="State directory (default: ~/.local/share/phalanx)."),
 ]
+FilenameOption = Annotated[
+    Path | None, typer.Option("--filename", "-f", help="The file, kubectl-style (instead of the argument).")
+]
 NamespaceOption = Annotated[
     str | None,
     typer.Option("--namespace", "-n", help="The namespace (default: default; on Kubernetes, the context's namespace)."),
@@ -126,6 +129,15 @@ StandInOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+def file_given_once(file: Path | None, filename: Path | None, usage: str) -> Path:
+    """The file of a verb given as its argument or as ``-f`` (kubectl's habit); exit 2 with ``usage`` unless once."""
+    if file is None and filename is not None:
+        return filename
+    if filename is None and file is not None:
+        return file
+    fail(f"give the file once: {usage}", 2)
 
 
 def _not_runnable(path: Path) -> str | None:
