@@ -22,7 +22,7 @@ from typing import Any
 
 from phalanx.core.data import DatasetCounters
 from phalanx.core.pipelines.step_files import SAME_FILESYSTEM
-from phalanx.model.base import validated_copy
+from phalanx.model.base import in_phases, validated_copy
 from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.masking import mask_url
@@ -48,7 +48,6 @@ from phalanx.services.port import (
     WithStatus,
     Written,
     count_jobs_of,
-    in_phases,
     page_in_memory,
     selects,
 )

@@ -16,7 +16,7 @@ output, and refusing it would stop the controller rather than a user's typo.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, ClassVar, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
@@ -27,6 +27,15 @@ API_GROUP = "phalanx.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def in_phases(objects: Iterable[ModelT], phases: Collection[str] | None) -> list[ModelT]:
+    """The objects whose ``status.phase`` is one of ``phases`` (None: all of them); one without a status: none."""
+    if phases is None:
+        return list(objects)
+    wanted = frozenset(phases)
+    return [obj for obj in objects if getattr(getattr(obj, "status", None), "phase", None) in wanted]
+
 
 NUL_MESSAGE = "must not contain a NUL byte (\\x00); remove it"
 

@@ -74,14 +74,6 @@ def count_jobs_of(jobs: Iterable[TrainingJob]) -> dict[JobCount, int]:
     return dict(Counter((j.metadata.namespace, j.spec.scheduling.queue, str(j.status.phase)) for j in jobs))
 
 
-def in_phases(objects: Iterable[Readable], phases: Collection[str] | None) -> builtins.list[Readable]:
-    """The objects whose ``status.phase`` is one of ``phases`` (None: all of them)."""
-    if phases is None:
-        return list(objects)
-    wanted = frozenset(phases)
-    return [obj for obj in objects if getattr(getattr(obj, "status", None), "phase", None) in wanted]
-
-
 @dataclass(frozen=True)
 class ListPage(Generic[Readable]):
     """One page of a list (``ObjectReader.list_page``), in namespace then name order.

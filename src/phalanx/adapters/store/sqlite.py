@@ -69,6 +69,7 @@ from phalanx.adapters.store.records import (
     to_micros,
     to_utc,
 )
+from phalanx.model.base import in_phases
 from phalanx.model.events import Event
 from phalanx.model.meta import ObjectMeta
 
@@ -258,11 +259,7 @@ class SqliteStore(QuarantineVerbs):
         sql = f"SELECT namespace, name, resource_version, body FROM objects WHERE {where} ORDER BY namespace, name"
         with self._translated(f"list {kind}"):
             rows = self._connection().execute(sql, params).fetchall()
-        found = self._parsed(cls, kind, rows, unusual)
-        if phases is None:
-            return found
-        wanted = frozenset(phases)
-        return [obj for obj in found if getattr(getattr(obj, "status", None), "phase", None) in wanted]
+        return in_phases(self._parsed(cls, kind, rows, unusual), phases)
 
     def count_by(self, cls: type[Any], fields: Sequence[str]) -> dict[tuple[Any, ...], int]:
         """How many objects of a kind have each combination of values at ``fields`` (dotted wire paths).

@@ -22,12 +22,13 @@ from typing import Any
 from phalanx.adapters.kubernetes.api import KubeApi, Resource
 from phalanx.adapters.kubernetes.informer import Informer
 from phalanx.adapters.kubernetes.parsed import ParsedObjects
+from phalanx.model.base import in_phases
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.services.kubernetes.operations import RESOURCES, KubeBackend
 from phalanx.services.operations import OperationError
-from phalanx.services.port import LabelSelector, Readable, Stored, in_phases, selects
+from phalanx.services.port import LabelSelector, Readable, Stored, selects
 
 
 class CachedKubeBackend(KubeBackend):

@@ -75,6 +75,7 @@ from phalanx.adapters.kubernetes.objects import (
 )
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, CONTAINER_NAME, DEFAULT_SCHEDULER_NAME
 from phalanx.core.pipelines.step_files import StepFiles
+from phalanx.model.base import in_phases
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
 from phalanx.model.events import Event
@@ -378,7 +379,7 @@ class KubeBackend:
             if kind is JobType and error.status == 403:
                 return []  # may not list JobTypes: validate against the built-ins, the server checks the rest
             raise self.error(error, "list", resource, namespace) from None
-        return port.in_phases(self._readable(kind, objects), phases)
+        return in_phases(self._readable(kind, objects), phases)
 
     def count_jobs(self) -> dict[port.JobCount, int]:
         """The jobs listed (from the informers' cache where there is one) and counted."""

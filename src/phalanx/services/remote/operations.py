@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 from phalanx.adapters.kubernetes.crds import KINDS
 from phalanx.adapters.rest.client import RestClient, RestError, UnreachableError
+from phalanx.model.base import in_phases
 from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import TrainingJob
@@ -46,7 +47,6 @@ from phalanx.services.port import (
     Stored,
     WithStatus,
     count_jobs_of,
-    in_phases,
     page_in_memory,
     selector_text,
 )
