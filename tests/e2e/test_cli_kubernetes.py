@@ -467,6 +467,8 @@ def test_an_intel_mpijob_gets_hydras_hostfile_and_an_ssh_key_secret_that_goes_wi
         assert env["I_MPI_PERHOST"] == "2"
         assert "OMPI_MCA_orte_default_hostfile" not in env
     configmap = f"/api/v1/namespaces/{cli.namespace}/configmaps/kf-intel-hostfile"
+    # Created alongside the Pods, not before them (reconcile.py): it may land just after the third Pod.
+    wait_until(lambda: cli.kube.exists(configmap), 60, "the hostfile ConfigMap")
     hostfile = cli.kube.get(configmap)["data"]["hostfile"]
     assert hostfile == "".join(f"kf-intel-worker-{i}.kf-intel.{cli.namespace}.svc:2\n" for i in range(2))
     wait_until(lambda: cli.phase("kf-intel") == "Succeeded", 120, "kf-intel to succeed")

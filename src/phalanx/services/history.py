@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.history.records import JobRecord
+from phalanx.adapters.lazy_imports import serially
 from phalanx.model.jobs import TERMINAL_PHASES, Phase, TrainingJob
 from phalanx.model.masking import mask_urls_in
 from phalanx.services.port import ObjectReader
@@ -116,6 +117,27 @@ def job_record(
         metrics=dict(status.metrics),
         deleted_at=deleted_at,
     )
+
+
+def open_history_store(url: str, *, without_extra: str, level: int = logging.INFO) -> HistorySink | None:
+    """The history database at ``url``, opened and migrated; None (logged) when the history cannot be kept.
+
+    ``without_extra`` is logged at ``level`` when the ``history`` extra is not installed. The embedded control
+    plane and a cluster's operator open their history here.
+    """
+    # Under the lazy-import lock: SQLAlchemy and Alembic load here, and the migration imports its scripts, while
+    # other threads may be loading SQLAlchemy for a SQL Dataset or a sweep's storage (adapters.lazy_imports).
+    with serially():
+        try:
+            from phalanx.adapters.history.store import HistoryError, HistoryStore
+        except ImportError:
+            log.log(level, without_extra)
+            return None
+        try:
+            return HistoryStore(url)
+        except HistoryError as err:
+            log.error("the job history is off: %s", err)
+            return None
 
 
 class OpeningSink:

@@ -34,6 +34,7 @@ from phalanx.adapters.datasources.staging import (
     publish,
     remove_tree,
 )
+from phalanx.adapters.lazy_imports import serially
 
 __all__ = [
     "FIELD_LEAVES",
@@ -59,21 +60,25 @@ def _fill(
     timeout_s: float,
 ) -> str:
     if request.kind == "path":
-        from phalanx.adapters.datasources.files import copy_path
+        with serially():  # the source's libraries (fsspec, httpx, SQLAlchemy…) load one thread at a time
+            from phalanx.adapters.datasources.files import copy_path
 
         return copy_path(request, staging, base_dir=base_dir, budget=budget, progress=progress)
     if request.kind == "url":
-        from phalanx.adapters.datasources.remote import fetch_url
+        with serially():
+            from phalanx.adapters.datasources.remote import fetch_url
 
         return fetch_url(request, staging, budget=budget, progress=progress, timeout_s=timeout_s)
     if request.kind == "sql":
-        from phalanx.adapters.datasources.sql import query_to_parquet
+        with serially():
+            from phalanx.adapters.datasources.sql import query_to_parquet
 
         return query_to_parquet(
             request, staging, base_dir=base_dir, budget=budget, progress=progress, timeout_s=timeout_s
         )
     if request.kind == "script":
-        from phalanx.adapters.datasources.script import run_script
+        with serially():
+            from phalanx.adapters.datasources.script import run_script
 
         return run_script(request, staging, base_dir=base_dir, budget=budget, progress=progress, timeout_s=timeout_s)
     raise SourceError(field_of(request), f"unknown source kind {request.kind!r}; use path, url, sql or script")

@@ -17,6 +17,7 @@ from typing import Any
 from phalanx.adapters.datasources._types import SourceError, SourceRequest, field_of
 from phalanx.adapters.datasources.paths import mask_url, reject_parent_reference
 from phalanx.adapters.datasources.staging import BudgetedFile, Progress, WriteBudget
+from phalanx.adapters.lazy_imports import serially
 
 BATCH_ROWS = 10_000
 OUTPUT_NAME = "data.parquet"
@@ -39,6 +40,11 @@ def one_line(query: str, limit: int = 200) -> str:
 
 
 def _engine(sql_url: str, field: str, base_dir: Path | None, timeout_s: float) -> tuple[Any, str]:
+    with serially():  # SQLAlchemy's modules, its dialect and the driver, one thread at a time (lazy_imports)
+        return _engine_unlocked(sql_url, field, base_dir, timeout_s)
+
+
+def _engine_unlocked(sql_url: str, field: str, base_dir: Path | None, timeout_s: float) -> tuple[Any, str]:
     try:
         import sqlalchemy as sa
         from sqlalchemy.exc import ArgumentError, NoSuchModuleError
@@ -91,8 +97,9 @@ def _column(values: Sequence[Any], pa: Any, type_: Any | None) -> Any:
 
 def _write_parquet(result: Any, target: Path, budget: WriteBudget, progress: Progress | None, field: str) -> int:
     try:
-        import pyarrow as pa  # type: ignore[import-untyped]
-        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+        with serially():
+            import pyarrow as pa  # type: ignore[import-untyped]
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]
     except ImportError as exc:
         raise SourceError(field, f"SQL sources need pyarrow, which is not installed: {DATA_EXTRA}") from exc
     names = [str(name) for name in result.keys()]  # noqa: SIM118 - a Result is not a mapping

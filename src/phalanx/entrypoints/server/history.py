@@ -23,6 +23,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from phalanx.adapters.history.records import HistoryPage, HistoryQuery, QueueSummary, wire_form
+from phalanx.adapters.lazy_imports import serially
 from phalanx.entrypoints.server.access import Access, Authorize, Refusal, bearer_token
 from phalanx.entrypoints.server.kinds import PREFIX
 from phalanx.entrypoints.server.statuses import ApiError, Status
@@ -191,11 +192,12 @@ def open_history(url: str | None) -> HistoryReader | None:
     """
     if url is None:
         return None
-    try:
-        from phalanx.adapters.history.store import HistoryError, HistoryStore
-    except ImportError:
-        return None
-    try:
-        return HistoryStore(url)
-    except HistoryError as err:
-        raise ValueError(str(err)) from None
+    with serially():  # SQLAlchemy and Alembic, while other threads may load them (adapters.lazy_imports)
+        try:
+            from phalanx.adapters.history.store import HistoryError, HistoryStore
+        except ImportError:
+            return None
+        try:
+            return HistoryStore(url)
+        except HistoryError as err:
+            raise ValueError(str(err)) from None

@@ -59,7 +59,7 @@ from phalanx.services.embedded.node_runtime import NodeRuntime
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteBackend, seed_builtin_jobtypes
 from phalanx.services.embedded.scheduler import SchedulerService
 from phalanx.services.embedded.store_faults import StoreFaults
-from phalanx.services.history import HistoryRecorder, HistorySink, OpeningSink
+from phalanx.services.history import HistoryRecorder, HistorySink, OpeningSink, open_history_store
 from phalanx.services.metrics import SchedulerMetrics
 from phalanx.services.pipelines.controller import PipelineController
 from phalanx.services.sweeps.controller import SweepController
@@ -307,17 +307,9 @@ class ControlPlane:
 
     def _history_sink(self) -> HistorySink | None:
         """The job history's database, opened and migrated; None (logged) when the history cannot be kept."""
-        try:
-            from phalanx.adapters.history.store import HistoryError, HistoryStore
-        except ImportError:
-            log.info("the job history is off: install it with pip install 'phalanx[history]'")
-            return None
         url = self.config.history_url or f"sqlite:///{self.layout.history_database}"
-        try:
-            return HistoryStore(url)
-        except HistoryError as err:
-            log.error("the job history is off: %s", err)
-            return None
+        missing = "the job history is off: install it with pip install 'phalanx[history]'"
+        return open_history_store(url, without_extra=missing)
 
     def _retain_history(self, recorder: HistoryRecorder) -> None:
         """Apply the history's retention (``history_keep_days``, ``history_keep``); a failure is only logged."""

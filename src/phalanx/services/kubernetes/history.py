@@ -25,7 +25,7 @@ from phalanx.adapters.kubernetes.api import KubeApi
 from phalanx.adapters.kubernetes.informer import Informer
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.services.history import HistoryRecorder, HistorySink, OpeningSink
+from phalanx.services.history import HistoryRecorder, HistorySink, OpeningSink, open_history_store
 from phalanx.services.kubernetes.cached_backend import CachedKubeBackend
 
 log = logging.getLogger(__name__)
@@ -35,16 +35,8 @@ _COALESCE_S = 0.05  # after a wake, so a burst of watch events makes one pass
 
 def open_history(url: str) -> HistorySink | None:
     """The history database at ``url``, opened and migrated; None (logged) when it cannot be kept."""
-    try:
-        from phalanx.adapters.history.store import HistoryError, HistoryStore
-    except ImportError:
-        log.error("the job history is off: the operator's image lacks the history extra (phalanx[history])")
-        return None
-    try:
-        return HistoryStore(url)
-    except HistoryError as err:
-        log.error("the job history is off: %s", err)
-        return None
+    missing = "the job history is off: the operator's image lacks the history extra (phalanx[history])"
+    return open_history_store(url, without_extra=missing, level=logging.ERROR)
 
 
 class OperatorHistory:

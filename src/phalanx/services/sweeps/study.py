@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Literal, Protocol
 
+from phalanx.adapters.lazy_imports import serially
 from phalanx.model.sweeps import ParamValue, Sweep
 
 Outcome = Literal["complete", "fail", "pruned"]
@@ -110,19 +111,22 @@ def optuna_studies(storage_url: str, who: str) -> StudyStore:
 
     ``who`` names the process that runs the sweeps in that sentence (``the control plane``, ``phalanx-operator``).
     """
-    try:
-        # Imported here: Optuna is an extra (``phalanx[sweeps]``), and a control plane runs without it.
-        from phalanx.adapters.sweeps.optuna_study import StudyStore as OptunaStudies
-        from phalanx.adapters.sweeps.optuna_study import StudyStoreError
-    except ImportError as error:
-        return UnavailableStudies(
-            f"sweeps need Optuna, which {who} cannot import ({error}); install it with "
-            f"`pip install 'phalanx[sweeps]'` and restart {who}"
-        )
-    try:
-        return _Explained(OptunaStudies(storage_url), StudyStoreError)
-    except StudyStoreError as error:  # a storage URL that cannot be used: every sweep waits, saying why
-        return UnavailableStudies(f"{who} cannot use its sweep storage: {error}")
+    # Under the lazy-import lock: Optuna loads SQLAlchemy and Alembic, which other threads may be loading for the
+    # job history or a SQL Dataset (adapters.lazy_imports).
+    with serially():
+        try:
+            # Imported here: Optuna is an extra (``phalanx[sweeps]``), and a control plane runs without it.
+            from phalanx.adapters.sweeps.optuna_study import StudyStore as OptunaStudies
+            from phalanx.adapters.sweeps.optuna_study import StudyStoreError
+        except ImportError as error:
+            return UnavailableStudies(
+                f"sweeps need Optuna, which {who} cannot import ({error}); install it with "
+                f"`pip install 'phalanx[sweeps]'` and restart {who}"
+            )
+        try:
+            return _Explained(OptunaStudies(storage_url), StudyStoreError)
+        except StudyStoreError as error:  # a storage URL that cannot be used: every sweep waits, saying why
+            return UnavailableStudies(f"{who} cannot use its sweep storage: {error}")
 
 
 class _Explained:
