@@ -8,7 +8,7 @@ selects those Services.
 from __future__ import annotations
 
 import pytest
-from test_helm_chart import SYSTEM, Helm, helm
+from test_helm_chart import CHART, RELEASE, SYSTEM, Helm, helm
 
 from phalanx.adapters.kubernetes.manifests import COMPONENTS, InstallParameters, install_manifests
 
@@ -39,5 +39,27 @@ def test_the_metrics_services_and_service_monitor_render_when_asked(helm: Helm) 
     assert monitor["metadata"]["labels"]["release"] == "prom"
     selected = monitor["spec"]["selector"]["matchLabels"]
     assert all(selected.items() <= s["metadata"]["labels"].items() for s in services.values())
-    assert monitor["spec"]["endpoints"] == [{"port": "health", "path": "/metrics", "interval": "30s"}]
+    # metrics.access rbac (the default): Prometheus sends its ServiceAccount's token, which the components review.
+    token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    endpoint = {"port": "health", "path": "/metrics", "interval": "30s"}
+    assert monitor["spec"]["endpoints"] == [{**endpoint, "bearerTokenFile": token_file}]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [SYSTEM]}
+    for workload in (d for d in rendered if d["kind"] in ("Deployment", "DaemonSet")):
+        env = {v["name"]: v.get("value") for v in workload["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["PHALANX_METRICS_ACCESS"] == "rbac", workload["metadata"]["name"]
+
+
+def test_metrics_access_open_reaches_every_component_and_drops_the_monitors_token(helm: Helm) -> None:
+    settings = ["metrics.serviceMonitor.enabled=true", "metrics.access=open"]
+    rendered = helm.template("--namespace", SYSTEM, *(arg for value in settings for arg in ("--set", value)))
+    [monitor] = [d for d in rendered if d["kind"] == "ServiceMonitor"]
+    assert monitor["spec"]["endpoints"] == [{"port": "health", "path": "/metrics", "interval": "30s"}]
+    workloads = [d for d in rendered if d["kind"] in ("Deployment", "DaemonSet")]
+    assert len(workloads) == len(COMPONENTS)
+    for workload in workloads:
+        env = {v["name"]: v.get("value") for v in workload["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["PHALANX_METRICS_ACCESS"] == "open", workload["metadata"]["name"]
+    # A value the components do not know is refused by the chart's schema, naming the key.
+    refused = helm("template", RELEASE, str(CHART), "--set", "metrics.access=public", check=False)
+    assert refused.returncode != 0
+    assert "metrics" in refused.stderr and "access" in refused.stderr, refused.stderr

@@ -64,3 +64,29 @@ def test_two_servers_in_one_process_keep_their_own_metrics() -> None:
             assert server is not None
             server.shutdown()
             server.server_close()
+
+
+def test_a_guarded_metrics_port_answers_the_guards_refusal_and_still_the_probes() -> None:
+    """With a guard (``--metrics-access rbac``), /metrics answers its refusal as text; the probes answer anyone."""
+    port = free_port()
+
+    def guard(authorization: str | None) -> tuple[int, str] | None:
+        return None if authorization == "Bearer good" else (401 if authorization is None else 403, "why not")
+
+    server = serve_health(port, lambda: True, "operator", guard=guard)
+    assert server is not None
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
+            refused = http.get("/metrics")
+            assert (refused.status_code, refused.text) == (401, "why not\n")
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+            forbidden = http.get("/metrics", headers={"Authorization": "Bearer other"})
+            assert (forbidden.status_code, forbidden.text) == (403, "why not\n")
+            served = http.get("/metrics", headers={"Authorization": "Bearer good"})
+            assert served.status_code == 200
+            assert samples(served.text)["phalanx_component_ready"] == [({}, 1.0)]
+            assert http.get("/healthz").status_code == 200
+            assert http.get("/readyz").status_code == 200
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -59,7 +59,8 @@ def sweeps():
     studies = optuna_studies(f"sqlite:///{work / 'sweeps.db'}", "the test")
     return f"unavailable: {studies.why}" if isinstance(studies, UnavailableStudies) else "ok"
 
-threads = [threading.Thread(target=attempt, args=(n, f)) for n, f in [("history", history), ("dataset", dataset), ("sweeps", sweeps)]]
+openings = {"history": history, "dataset": dataset, "sweeps": sweeps}
+threads = [threading.Thread(target=attempt, args=item) for item in openings.items()]
 for thread in threads:
     thread.start()
 for thread in threads:

@@ -10,6 +10,8 @@ import yaml
 
 from phalanx.adapters.kubernetes.manifests import (
     COMPONENTS,
+    METRICS_ACCESS_ENV,
+    METRICS_READER_ROLE,
     InstallParameters,
     cluster_rules,
     install_manifests,
@@ -121,6 +123,10 @@ def test_the_operator_runs_jobs_but_does_not_bind_pods() -> None:
     assert ("phalanx.dev", "jobtypes", "create") in rules  # the built-in JobTypes, at start
 
 
+#: The reviews each component creates to check who scrapes its /metrics (``metrics_access``).
+REVIEWS = {("tokenreviews", "create"), ("subjectaccessreviews", "create")}
+
+
 def test_the_scheduler_binds_and_explains_but_never_creates_pods() -> None:
     rules = granted("phalanx-scheduler")
     assert ("", "pods/binding", "create") in rules
@@ -133,6 +139,7 @@ def test_the_scheduler_binds_and_explains_but_never_creates_pods() -> None:
         ("events", "create"),
         ("trainingjobs/status", "update"),
         ("queues/status", "update"),
+        *REVIEWS,
     }
     assert not {(r, v) for _, r, v in rules if r == "trainingjobs" and v not in ("get", "list", "watch")}
 
@@ -165,6 +172,9 @@ def test_the_node_agent_writes_only_nodes_and_events_and_reads_pods_and_what_it_
         ("", "pods", "list"),
         ("", "pods", "watch"),
         *(("phalanx.dev", r, v) for r in ("trainingjobs", "datasets", "jobtypes") for v in ("get", "list", "watch")),
+        # Who scrapes its /metrics (metrics_access): create-only reviews, which read and change nothing.
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
     }
 
 
@@ -230,3 +240,18 @@ def test_the_scheduler_reads_its_configuration_from_a_config_map_that_holds_a_va
     assert container["args"] == ["--config", "/etc/phalanx/scheduler-config.yaml"]
     assert container["volumeMounts"] == [{"name": "config", "mountPath": "/etc/phalanx", "readOnly": True}]
     assert spec["volumes"] == [{"name": "config", "configMap": {"name": "phalanx-scheduler-config"}}]
+
+
+def test_each_component_may_review_who_scrapes_it_and_the_metrics_reader_role_grants_only_metrics() -> None:
+    """Components check a scrape's token and RBAC (``metrics_access``); the reader role is the install's, unbound."""
+    for account in cluster_rules():
+        rules = granted(account)
+        assert ("authentication.k8s.io", "tokenreviews", "create") in rules, account
+        assert ("authorization.k8s.io", "subjectaccessreviews", "create") in rules, account
+    reader = named("ClusterRole", METRICS_READER_ROLE)
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    bound = {b["roleRef"]["name"] for b in of_kind("ClusterRoleBinding") + of_kind("RoleBinding")}
+    assert METRICS_READER_ROLE not in bound  # the user binds it to their Prometheus, nobody else gets it
+    for workload in of_kind("Deployment") + of_kind("DaemonSet"):
+        [container] = workload["spec"]["template"]["spec"]["containers"]
+        assert {"name": METRICS_ACCESS_ENV, "value": "rbac"} in container["env"], workload["metadata"]["name"]

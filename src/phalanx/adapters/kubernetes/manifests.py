@@ -62,6 +62,11 @@ SCHEDULER_CONFIG_FILE = "scheduler-config.yaml"
 SCHEDULER_CONFIG_HASH = "phalanx.dev/scheduler-config-sha256"
 HEALTH_PORT = 8081
 HEALTH_PORT_ENV = "PHALANX_HEALTH_PORT"  # the port each component serves /healthz, /readyz, /metrics on (--health-port)
+#: Who may read each component's /metrics (``--metrics-access``): ``rbac`` (the default: a bearer token that
+#: TokenReview knows, of an account RBAC lets ``get /metrics``) or ``open`` (anyone who reaches the Pod).
+METRICS_ACCESS_ENV = "PHALANX_METRICS_ACCESS"
+#: The ClusterRole that lets its subjects read the components' /metrics; the install creates it, unbound.
+METRICS_READER_ROLE = "phalanx-metrics-reader"
 #: Pod annotations by which a Prometheus with the common kubernetes-pods scrape config finds each component's
 #: /metrics (on the health port).
 SCRAPE_PORT_ANNOTATION = "prometheus.io/port"
@@ -262,6 +267,11 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
     plurals = [kind.plural for kind in KINDS]
     with_status = [f"{kind.plural}/status" for kind in KINDS if kind.has_status]
     events = _rule([""], ["events"], ["create", "patch"])
+    # Each component checks who scrapes its /metrics: the token (TokenReview), then RBAC (SubjectAccessReview).
+    reviews = [
+        _rule(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+        _rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+    ]
     return {
         OPERATOR.account: [
             _rule([API_GROUP], plurals, [*READ, "patch", "update"]),
@@ -288,6 +298,7 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             events,
             # The job history (--history-url): an ended job is recorded with its Events.
             _rule([""], ["events"], ["list"]),
+            *reviews,
         ],
         SCHEDULER.account: [
             _rule([""], ["pods"], READ),
@@ -303,6 +314,7 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             # Each Queue's admitted and pending jobs and usage, for `kubectl get queues`.
             _rule([API_GROUP], ["queues/status"], ["update"]),
             events,
+            *reviews,
         ],
         NODE_AGENT.account: [
             # Its Node (RBAC cannot say which: it asks with a field selector): written, and watched for
@@ -314,6 +326,7 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([API_GROUP], ["trainingjobs", "datasets", "jobtypes"], READ),
             # Warning/Normal Events on its Node when a GPU turns unhealthy or recovers; Staged on a job.
             _rule([""], ["events"], ["create"]),
+            *reviews,
         ],
     }
 
@@ -331,6 +344,7 @@ def rbac(namespace: str) -> list[dict[str, Any]]:
             }
         )
         documents.append(_binding("ClusterRoleBinding", "ClusterRole", account, namespace))
+    documents.append(metrics_reader_role())
     lease_role = f"{SCHEDULER.account}-leader-election"
     documents.append(
         {
@@ -350,6 +364,19 @@ def rbac(namespace: str) -> list[dict[str, Any]]:
     )
     documents.append(_binding("RoleBinding", "Role", lease_role, namespace, account=SCHEDULER.account))
     return documents
+
+
+def metrics_reader_role() -> dict[str, Any]:
+    """The ClusterRole that lets its subjects ``get`` the components' ``/metrics``: bound to no one by the install.
+
+    Bind it to the ServiceAccount of the Prometheus that scrapes the components (docs/install.md#metrics).
+    """
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": METRICS_READER_ROLE, "labels": {"app.kubernetes.io/part-of": "phalanx"}},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }
 
 
 def _binding(kind: str, role_kind: str, role: str, namespace: str, *, account: str | None = None) -> dict[str, Any]:
@@ -382,6 +409,7 @@ def _pod_spec(component: _Component, image: str, extra_env: list[dict[str, Any]]
             _field_env("POD_NAMESPACE", "metadata.namespace"),
             # Set, though it is the default, so that a chart's healthPort moves the process and the probes together.
             {"name": HEALTH_PORT_ENV, "value": str(HEALTH_PORT)},
+            {"name": METRICS_ACCESS_ENV, "value": "rbac"},
             *extra_env,
         ],
         "ports": [{"name": "health", "containerPort": HEALTH_PORT, "protocol": "TCP"}],

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.adapters.kubernetes.api import KubeApi, KubeApiError
-from phalanx.core.auth.rbac import ResourceAttributes
+from phalanx.core.auth.rbac import NonResourceAttributes, ResourceAttributes
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -121,7 +121,7 @@ class KubeReviewer:
         self._identities.put(key, identity)
         return identity
 
-    def allowed(self, identity: Identity, attributes: ResourceAttributes) -> Verdict:
+    def allowed(self, identity: Identity, attributes: ResourceAttributes | NonResourceAttributes) -> Verdict:
         """Whether RBAC (the API server's authorizers) lets ``identity`` do what ``attributes`` say.
 
         Raises:
@@ -134,7 +134,7 @@ class KubeReviewer:
         spec: dict[str, Any] = {
             "user": identity.username,
             "groups": list(identity.groups),
-            "resourceAttributes": attributes.to_dict(),
+            attributes.SPEC_KEY: attributes.to_dict(),
         }
         if identity.uid:
             spec["uid"] = identity.uid
@@ -152,7 +152,9 @@ class KubeReviewer:
         except KubeApiError as error:
             hint = ""
             if error.status == 403:
-                hint = "; the server's account needs create on tokenreviews and subjectaccessreviews (its ClusterRole)"
+                hint = (
+                    "; this process's account needs create on tokenreviews and subjectaccessreviews (its ClusterRole)"
+                )
             raise ReviewError(f"the API server could not answer a {what}: {error}{hint}") from None
         status = (answer or {}).get("status")
         return status if isinstance(status, dict) else {}

@@ -49,6 +49,9 @@ class ResourceAttributes:
     subresource: str = ""
     name: str = ""
 
+    #: The key of the review's ``spec`` these attributes go in.
+    SPEC_KEY = "resourceAttributes"
+
     def to_dict(self) -> dict[str, str]:
         """The JSON form the API server reads (empty fields left out)."""
         out = {
@@ -67,6 +70,28 @@ class ResourceAttributes:
         resource += f".{self.group}" if self.group else ""
         where = f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
         return f"{self.verb} {resource} {where}"
+
+
+@dataclass(frozen=True)
+class NonResourceAttributes:
+    """A SubjectAccessReview's ``nonResourceAttributes``: may the caller ``verb`` the URL ``path``?
+
+    What a component's ``/metrics`` asks (``get /metrics``), as the API server asks for its own ``/metrics``; a
+    ClusterRole's ``nonResourceURLs`` grants it.
+    """
+
+    path: str
+    verb: str = "get"
+
+    SPEC_KEY = "nonResourceAttributes"
+
+    def to_dict(self) -> dict[str, str]:
+        """The JSON form the API server reads."""
+        return {"path": self.path, "verb": self.verb}
+
+    def describe(self) -> str:
+        """``get /metrics``, as a sentence names the permission."""
+        return f"{self.verb} {self.path}"
 
 
 def review_attributes(

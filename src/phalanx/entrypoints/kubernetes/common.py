@@ -4,7 +4,8 @@ Options come from flags first, then from the environment the manifests in ``depl
 ``POD_NAMESPACE``, ``PHALANX_HEALTH_PORT``, ``KUBECONFIG``), then defaults; outside a cluster, ``--kubeconfig``
 (or ``$KUBECONFIG``) selects the API server. ``/healthz`` and ``/readyz`` answer on ``--health-port`` for the
 kubelet's probes, and ``/metrics`` for Prometheus: the process's own metrics (CPU, memory, open files, Python's
-garbage collector), which component and version it is, and whether it is ready (docs/install.md#metrics).
+garbage collector), which component and version it is, and whether it is ready (docs/install.md#metrics). Who may
+read ``/metrics`` is ``--metrics-access``'s (``metrics_access``: RBAC by default); the probes answer anyone.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING
 
 from phalanx import __version__
 from phalanx.adapters.kubernetes.api import KubeApi
-from phalanx.adapters.kubernetes.manifests import HEALTH_PORT, HEALTH_PORT_ENV, JOB_SCHEDULER_ENV
+from phalanx.adapters.kubernetes.manifests import HEALTH_PORT, HEALTH_PORT_ENV, JOB_SCHEDULER_ENV, METRICS_ACCESS_ENV
+from phalanx.entrypoints.kubernetes.metrics_access import ACCESS_CHOICES, OPEN, RBAC, MetricsGuard, reviewed_by
 from phalanx.entrypoints.masked_logging import mask_log_handlers
 from phalanx.model.names import check_dns_subdomain
 
@@ -42,6 +44,7 @@ class ComponentOptions:
     identity: str
     health_port: int
     log_level: str
+    metrics_access: str = RBAC
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +70,14 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         type=int,  # argparse converts a string default too, so a bad $PHALANX_HEALTH_PORT is a usage error
         default=os.environ.get(HEALTH_PORT_ENV, str(HEALTH_PORT)),
         help=f"port for /healthz and /readyz (0: none; default: ${HEALTH_PORT_ENV}, else {HEALTH_PORT})",
+    )
+    parser.add_argument(
+        "--metrics-access",
+        choices=ACCESS_CHOICES,
+        default=os.environ.get(METRICS_ACCESS_ENV) or RBAC,
+        help=f"who may read /metrics: {RBAC} (a Kubernetes token whose account RBAC lets get /metrics, e.g. bound "
+        f"to the ClusterRole phalanx-metrics-reader) or {OPEN} (anyone who reaches the port; default: "
+        f"${METRICS_ACCESS_ENV}, else {RBAC})",
     )
     parser.add_argument(
         "--log-level",
@@ -116,6 +127,7 @@ def common_options(args: argparse.Namespace) -> ComponentOptions:
         identity=args.identity,
         health_port=args.health_port,
         log_level=args.log_level,
+        metrics_access=args.metrics_access,
     )
 
 
@@ -158,12 +170,27 @@ def component_metrics(
     return registry
 
 
-def serve_health(
-    port: int, ready: Callable[[], bool], component: str = "phalanx", registry: CollectorRegistry | None = None
-) -> ThreadingHTTPServer | None:
-    """Answer in a daemon thread: /healthz while the process lives, /readyz when ``ready()``, /metrics always.
+def metrics_guard(options: ComponentOptions, api: KubeApi) -> MetricsGuard | None:
+    """Who may read the component's /metrics, as ``--metrics-access`` says: None serves everyone (``open``)."""
+    if options.metrics_access == OPEN:
+        return None
+    from phalanx.adapters.kubernetes.reviews import KubeReviewer
 
-    /metrics serves ``registry`` (the component's own metrics) with the process's added (``component_metrics``).
+    return reviewed_by(KubeReviewer(api))
+
+
+def serve_health(
+    port: int,
+    ready: Callable[[], bool],
+    component: str = "phalanx",
+    registry: CollectorRegistry | None = None,
+    *,
+    guard: MetricsGuard | None = None,
+) -> ThreadingHTTPServer | None:
+    """Answer in a daemon thread: /healthz while the process lives, /readyz when ``ready()``, and /metrics.
+
+    /metrics serves ``registry`` (the component's own metrics) with the process's added (``component_metrics``),
+    to the callers ``guard`` lets in (None: everyone); a refusal answers its status and sentence as plain text.
     """
     if not port:
         return None
@@ -174,6 +201,16 @@ def serve_health(
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
+                refused = guard(self.headers.get("Authorization")) if guard is not None else None
+                if refused is not None:
+                    status, message = refused
+                    self.send_response(status)
+                    self.send_header("Content-Type", "text/plain; charset=utf-8")
+                    if status == 401:
+                        self.send_header("WWW-Authenticate", 'Bearer realm="phalanx"')
+                    self.end_headers()
+                    self.wfile.write(f"{message}\n".encode())
+                    return
                 body = generate_latest(served)
                 self.send_response(200)
                 self.send_header("Content-Type", CONTENT_TYPE_LATEST)

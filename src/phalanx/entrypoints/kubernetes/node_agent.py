@@ -33,6 +33,7 @@ from phalanx.entrypoints.kubernetes.common import (
     add_common_options,
     add_dataset_store_option,
     common_options,
+    metrics_guard,
     parse,
     serve_health,
     setup,
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: _stop(stop, keeper))
         ready = agent.ready.is_set if keeper is None else lambda: agent.ready.is_set() and keeper.ready.is_set()
-        serve_health(options.health_port, ready, "node-agent")
+        serve_health(options.health_port, ready, "node-agent", guard=metrics_guard(options, api))
         log.info(
             "node agent %s for node %s: every %.1fs%s",
             options.identity,

@@ -38,6 +38,7 @@ from phalanx.entrypoints.kubernetes.common import (
     add_dataset_store_option,
     add_job_scheduler_option,
     common_options,
+    metrics_guard,
     parse,
     serve_health,
     setup,
@@ -182,7 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     # The jobs, GPUs and node caches as the cluster's objects say, read when Prometheus scrapes (services.metrics).
     registry = state_registry(KubeBackend(api))
-    server = serve_health(options.health_port, operator.ready.is_set, "operator", registry)
+    server = serve_health(
+        options.health_port, operator.ready.is_set, "operator", registry, guard=metrics_guard(options, api)
+    )
     try:
         operator.start(stop=stop)
         log.info("operator %s running (scheduler %s)", options.identity, args.scheduler_name)

@@ -22,6 +22,7 @@ from phalanx.entrypoints.kubernetes.common import (
     add_common_options,
     add_job_scheduler_option,
     common_options,
+    metrics_guard,
     parse,
     serve_health,
     setup,
@@ -101,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    serve_health(options.health_port, scheduler.ready.is_set, "scheduler", registry)
+    serve_health(options.health_port, scheduler.ready.is_set, "scheduler", registry, guard=metrics_guard(options, api))
     try:
         scheduler.start()
     except KubeApiError as error:

@@ -34,6 +34,7 @@ from phalanx.adapters.kubernetes.manifests import (
     HEALTH_PORT,
     HEALTH_PORT_ENV,
     KUBEFLOW_KINDS_ENV,
+    METRICS_ACCESS_ENV,
     NODE_AGENT,
     OPERATOR,
     OPERATOR_STORAGE_SECRET,
@@ -162,6 +163,8 @@ def _template_workload(workload: dict[str, Any], key: str, tokens: _Tokens) -> N
     for variable in container["env"]:
         if variable["name"] == HEALTH_PORT_ENV:
             variable["value"] = tokens.scalar('"{{ .Values.healthPort }}"')
+        if variable["name"] == METRICS_ACCESS_ENV:
+            variable["value"] = tokens.scalar("{{ .Values.metrics.access | quote }}")
         if variable["name"] == KUBEFLOW_KINDS_ENV:
             variable["value"] = tokens.scalar("{{ .Values.kubeflowKinds.enabled | quote }}")
     annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
@@ -270,6 +273,10 @@ def _metrics_template() -> str:
         "  - port: health\n"
         "    path: /metrics\n"
         "    interval: {{ .Values.metrics.serviceMonitor.interval | quote }}\n"
+        # With access rbac, Prometheus sends its ServiceAccount's token, which must be bound to the reader role.
+        '    {{- if eq .Values.metrics.access "rbac" }}\n'
+        "    bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n"
+        "    {{- end }}\n"
     )
     return f"# {CHART_NOTE}\n{{{{- if .Values.metrics.serviceMonitor.enabled }}}}\n{body}{monitor}{{{{- end }}}}\n"
 
@@ -455,7 +462,7 @@ def default_values() -> dict[str, Any]:
         "storageClass": "",
         "accessModes": ["ReadWriteMany"],
     }
-    values["metrics"] = {"serviceMonitor": {"enabled": False, "interval": "30s", "labels": {}}}
+    values["metrics"] = {"access": "rbac", "serviceMonitor": {"enabled": False, "interval": "30s", "labels": {}}}
     return values
 
 
@@ -492,9 +499,13 @@ _COMMENTS = {
     "artifact-store key is then not read). Empty persistentVolumeClaim: steps with file inputs or outputs fail.\n"
     "create: the chart creates the claim (size, storageClass: empty for the cluster's default, accessModes:\n"
     "ReadWriteMany, as steps run on any node) and keeps it on uninstall; false: it exists already.",
-    "metrics": "serviceMonitor.enabled: a headless Service per component on its health port and a ServiceMonitor\n"
-    "(the Prometheus Operator's CRD must exist) scraping their /metrics every interval; labels: added to the\n"
-    "ServiceMonitor, for a Prometheus that selects monitors by label (docs/server.md#metrics).",
+    "metrics": "access: who may read the components' /metrics. rbac: a Kubernetes token whose account RBAC lets\n"
+    "get /metrics: bind the ClusterRole phalanx-metrics-reader to your Prometheus's ServiceAccount and have it send\n"
+    "its token (the metrics name every namespace and queue with jobs); open: anyone who reaches the Pods.\n"
+    "serviceMonitor.enabled: a headless Service per component on its health port and a ServiceMonitor\n"
+    "(the Prometheus Operator's CRD must exist) scraping their /metrics every interval, with Prometheus's token\n"
+    "when access is rbac; labels: added to the ServiceMonitor, for a Prometheus that selects monitors by label\n"
+    "(docs/install.md#metrics).",
 }
 
 
@@ -578,13 +589,14 @@ def values_schema() -> dict[str, Any]:
             ),
             "metrics": closed(
                 {
+                    "access": {"enum": ["rbac", "open"]},
                     "serviceMonitor": closed(
                         {
                             "enabled": {"type": "boolean"},
                             "interval": {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"},
                             "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                         }
-                    )
+                    ),
                 }
             ),
             # A Secret's name: a DNS-1123 subdomain.
