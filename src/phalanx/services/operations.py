@@ -20,7 +20,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from phalanx.adapters.sweeps.algorithms import algorithm_available, check_settings
 from phalanx.core.delegation import conflicts, placing_scheduler
@@ -121,8 +121,18 @@ class Submitted:
     name: str
     replaced: bool = False
     configured: bool = False  # an existing object (a Queue, a JobType) whose spec was replaced, as kubectl apply
+    unchanged: bool = False  # an existing object the submission left as it was (``configured`` is True too)
     # The object as stored, in its wire form, where the backend's create returned it (``port.create``).
     stored: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def verb(self) -> str:
+        """What became of it, in kubectl's words: created, replaced, configured or unchanged."""
+        if self.replaced:
+            return "replaced"
+        if self.unchanged:
+            return "unchanged"
+        return "configured" if self.configured else "created"
 
 
 @dataclass(frozen=True)
@@ -966,10 +976,12 @@ class Operations:
                 created.append(Submitted(kind, obj.metadata.namespace, obj.metadata.name, stored=stored))
                 continue
             if not isinstance(obj, TrainingJob):
-                configured = self.apply(obj)
+                applied = self.apply(obj)
                 # A JobType is reported created either way, as it always was.
+                configured = applied != "created" and kind != "JobType"
+                unchanged = configured and applied == "unchanged"
                 created.append(
-                    Submitted(kind, namespace_shown, obj.metadata.name, configured=configured and kind != "JobType")
+                    Submitted(kind, namespace_shown, obj.metadata.name, configured=configured, unchanged=unchanged)
                 )
                 continue
             try:
@@ -1034,8 +1046,10 @@ class Operations:
         if errors:
             raise SpecError(errors)
 
-    def apply(self, obj: Queue | JobType | Dataset | Pipeline) -> bool:
-        """Create the object, or give the existing one the submitted spec (``kubectl apply``); True when it existed.
+    def apply(self, obj: Queue | JobType | Dataset | Pipeline) -> Literal["created", "configured", "unchanged"]:
+        """Create the object, or give the existing one the submitted spec (``kubectl apply``); which it was.
+
+        ``unchanged``: it existed with that spec, labels and annotations already, and nothing was written.
 
         Labels and annotations are replaced when the submission has some; the status stays (a changed Dataset
         is materialised again).
@@ -1046,7 +1060,7 @@ class Operations:
             if existing is None:
                 try:
                     self.backend.create(obj)
-                    return False
+                    return "created"
                 except AlreadyExistsError:
                     continue
             metadata = validated_copy(
@@ -1056,10 +1070,10 @@ class Operations:
             )
             updated = validated_copy(existing, metadata=metadata, spec=obj.spec)
             if updated == existing:
-                return True
+                return "unchanged"
             try:
                 self.backend.replace(updated)
-                return True
+                return "configured"
             except (ConflictError, NotFoundError):
                 continue
         namespaced = kind.__name__ in self.backend.namespaced_kinds

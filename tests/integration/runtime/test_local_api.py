@@ -52,6 +52,7 @@ def test_submit_then_follow_by_long_poll_until_succeeded(runtime: Runtime, api: 
     )
     assert created == [
         {"kind": "TrainingJob", "namespace": "default", "name": "polled", "replaced": False, "configured": False}
+        | {"unchanged": False}
     ]
     job = api.job("default", "polled")
     phases = [job["status"]["phase"]]

@@ -1,6 +1,7 @@
 """Queues through the CLI on the embedded backend, with a real control plane process: `phalanx submit -f` of a
-Queue (created, then configured), an invalid one rejected with nothing created, `get queues`, `describe queue`
-with usage and waiting reasons computed from the jobs, and `delete queue` warning about the jobs that keep running.
+Queue (created, then configured, then unchanged), an invalid one rejected with nothing created, `get queues`,
+`describe queue` with usage and waiting reasons computed from the jobs, and `delete queue` warning about the jobs
+that keep running.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ def test_submit_creates_then_configures_and_rejects_an_invalid_queue(runtime: Ru
     configured = runtime.cli("submit", "-f", str(path), check=True)
     assert configured.stdout.splitlines()[0] == "queue/team-a configured"
     assert stored_queues(runtime)["team-a"].spec.weight == 3
+    version = stored_queues(runtime)["team-a"].metadata.resource_version
+    again = runtime.cli("submit", "-f", str(path), check=True)
+    assert again.stdout.splitlines()[0] == "queue/team-a unchanged"  # as kubectl apply says: nothing written
+    assert stored_queues(runtime)["team-a"].metadata.resource_version == version
 
     # One bad document among good ones: nothing is created, and the error names the document, field and fix.
     bad = write_all(

@@ -102,13 +102,14 @@ def test_an_existing_queue_is_configured_and_an_unchanged_one_is_not_written(
 ) -> None:
     ops.submit([queue(gpu=4, labels={"team": "a"})])
     (again,) = ops.submit([queue(gpu=8)])
-    assert again.configured
+    assert (again.configured, again.unchanged, again.verb) == (True, False, "configured")
     stored = backend.get(Queue, "", "team-a")
     assert stored is not None
     assert stored.spec.quota.gpu == 8
     assert stored.metadata.labels == {"team": "a"}  # a submission without labels keeps the stored ones
     writes = len(backend.calls)
-    assert ops.submit([queue(gpu=8)])[0].configured
+    (same,) = ops.submit([queue(gpu=8)])
+    assert (same.configured, same.unchanged, same.verb) == (True, True, "unchanged")  # kubectl apply's word
     assert backend.calls[writes:] == []
 
 

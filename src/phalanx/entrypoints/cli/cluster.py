@@ -148,8 +148,7 @@ def run_on_cluster(
     submitted = client.submit(file, replace_finished=True, stand_ins=stand_ins)
     jobs = [s for s in submitted if s.kind == "TrainingJob"]
     for item in submitted:
-        verb = "replaced" if item.replaced else "configured" if item.configured else "created"
-        console.print(f"{item.kind.lower()}/{item.name} {verb}")
+        console.print(f"{item.kind.lower()}/{item.name} {item.verb}")
     if detach:
         return 0
     if not jobs:

@@ -81,7 +81,7 @@ def dataset_create(
     with backend_session(choice, state_dir, namespace) as client:
         submitted = client.submit(filename)
         for item in submitted:
-            console.print(f"dataset/{item.name} {'configured' if item.configured else 'created'}")
+            console.print(f"dataset/{item.name} {item.verb}")
         if not wait:
             return
         failed = False

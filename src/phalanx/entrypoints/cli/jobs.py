@@ -132,7 +132,7 @@ def submit(
 
     The control plane picks them up (`phalanx up` starts one; `phalanx run FILE` submits and follows). Every
     document is validated first: if any is invalid, nothing is created. An existing Queue, JobType or Pipeline
-    gets the new spec (`configured`), as `kubectl apply` does.
+    gets the new spec (`configured`; `unchanged` if it had it), as `kubectl apply` does.
     """
     from phalanx.model.loading import read_documents
 
@@ -151,7 +151,7 @@ def submit(
                 )
                 return
             for item in remote.submit(file, stand_ins=stand_ins):
-                console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
+                console.print(f"{item.kind.lower()}/{item.name} {item.verb}")
         return
     if choice.kubernetes:
         from phalanx.entrypoints.cli.cluster import cluster_session
@@ -165,7 +165,7 @@ def submit(
                 print_objects(objects, Output.YAML)
                 return
             for item in cluster.submit(file, stand_ins=stand_ins):
-                console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
+                console.print(f"{item.kind.lower()}/{item.name} {item.verb}")
         return
     from phalanx.services.embedded.daemon import current_leader
 
@@ -177,7 +177,7 @@ def submit(
             return
         submitted = client.submit(file, stand_ins=stand_ins)
         for item in submitted:
-            console.print(f"{item.kind.lower()}/{item.name} {'configured' if item.configured else 'created'}")
+            console.print(f"{item.kind.lower()}/{item.name} {item.verb}")
         if current_leader(client.store) is None:
             console.print("[yellow]note:[/] no control plane is running; start one with `phalanx up`")
 

@@ -102,8 +102,7 @@ def run_on_server(client: RemoteClient, file: Path, *, detach: bool, logs: bool)
     console.print(f"[dim]{escape(f'server {client.server}; namespace {client.namespace}')}[/]")
     submitted = client.submit(file, replace_finished=True)
     for item in submitted:
-        verb = "replaced" if item.replaced else "configured" if item.configured else "created"
-        console.print(f"{item.kind.lower()}/{item.name} {verb}")
+        console.print(f"{item.kind.lower()}/{item.name} {item.verb}")
     jobs = [s for s in submitted if s.kind == "TrainingJob"]
     if detach:
         return 0

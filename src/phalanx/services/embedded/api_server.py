@@ -130,7 +130,7 @@ class _Routes:
             self.on_write()  # even a failed submit may have written some of its documents
         items = [
             {"kind": c.kind, "namespace": c.namespace, "name": c.name}
-            | {"replaced": c.replaced, "configured": c.configured}
+            | {"replaced": c.replaced, "configured": c.configured, "unchanged": c.unchanged}
             for c in created
         ]
         return Response(200, {"created": items})
