@@ -40,7 +40,9 @@ from typing import Any, Protocol
 import yaml
 
 from phalanx.core.pipelines.references import render
+from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.kfp_component import parse_component
+from phalanx.model.loading import parse_documents
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,23 @@ class Submitter(Protocol):
 _NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
+def _component_file(path: Path, step: str) -> Any:
+    """The one document of the component file at ``path``; a ``SpecError`` naming the step when it cannot be read."""
+    where = f"the component of step {step!r}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        shown = path if path.is_absolute() else f"{path} (relative to the current directory, {Path.cwd()})"
+        problem = f"{where}: cannot read {shown}: {why}; give the path of a KFP component.yaml"
+        raise SpecError([FieldError("", problem)], source=str(path)) from None
+    documents = parse_documents(text, source=str(path))  # YAML errors by line and column, within the limits
+    if len(documents) != 1:
+        problem = f"{where}: {path} holds {len(documents)} documents; a component file holds one component"
+        raise SpecError([FieldError("", problem)], source=str(path))
+    return documents[0]
+
+
 @dataclass
 class Pipeline:
     """A Pipeline document being written: ``param``, the step verbs, then ``to_yaml``/``to_dict``/``submit``."""
@@ -182,11 +201,9 @@ class Pipeline:
 
         ``options``: ``parallel_for``, ``when``, ``retries``, ``cache``, ``after`` (see ``command``).
         """
-        if isinstance(component, str | Path):
-            document = yaml.safe_load(Path(component).read_text(encoding="utf-8"))
-        else:
-            document = dict(component)
-        parsed = parse_component(document, source=str(component) if isinstance(component, str | Path) else None)
+        source = str(component) if isinstance(component, str | Path) else None
+        document = _component_file(Path(component), name) if isinstance(component, str | Path) else dict(component)
+        parsed = parse_component(document, source=source)
         outputs = [item.name for item in parsed.outputs]
         step = {"name": name, "component": {"inline": document}}
         return self._add(step, arguments, outputs, options)

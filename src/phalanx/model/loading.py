@@ -77,6 +77,13 @@ def parse_documents(text: str, *, source: str = "<input>") -> list[dict[str, Any
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err)
+        # PyYAML's context says what it was reading and where that began: often where the mistake is (a quote
+        # or bracket opened lines earlier, a mapping whose indentation the problem line breaks).
+        context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
+        if context and context_mark is not None and context_mark is not mark:
+            problem += f" ({context} that starts at line {context_mark.line + 1}, column {context_mark.column + 1})"
+        elif context:
+            problem += f" ({context})"
         raise SpecError([FieldError("", f"not valid YAML{where}: {problem}")], source=source) from None
     except UnicodeEncodeError as err:
         # Text from JSON may hold a lone surrogate, which no YAML reader accepts.

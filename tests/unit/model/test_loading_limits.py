@@ -157,6 +157,19 @@ def test_an_impossible_date_is_a_yaml_error_not_a_traceback() -> None:
     assert refusal("a: 2020-13-45\n").startswith("not valid YAML at line 1, column 4: cannot read '2020-13-45'")
 
 
+def test_a_yaml_error_says_where_what_it_was_reading_began() -> None:
+    """A new user's trial: an unclosed quote was reported at the end of the file, with no word of where it opened."""
+    assert refusal('kind: Queue\nmetadata: {name: "x}\n') == (
+        "not valid YAML at line 3, column 1: found unexpected end of stream "
+        "(while scanning a quoted scalar that starts at line 2, column 18)"
+    )
+    misindented = "kind: Queue\nmetadata:\n    name: q\n  labels: {}\n"
+    assert refusal(misindented) == (
+        "not valid YAML at line 4, column 3: did not find expected key "
+        "(while parsing a block mapping that starts at line 1, column 1)"
+    )
+
+
 def shared_bomb(levels: int, width: int = 10) -> list[Any]:
     value: list[Any] = ["lol"] * width
     for _ in range(levels):

@@ -120,6 +120,29 @@ def test_mistakes_are_refused_when_made(tmp_path: Path) -> None:
         p.component("c", bad)
 
 
+def test_a_component_file_that_cannot_be_read_is_a_spec_error_naming_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new user's trial: a mistyped component path raised a bare FileNotFoundError from deep in the DSL."""
+    monkeypatch.chdir(tmp_path)
+    p = dsl.Pipeline("files")
+    with pytest.raises(SpecError) as missing:
+        p.component("prepare", "components/prepare.yml")
+    [error] = missing.value.errors
+    assert error.message.startswith("the component of step 'prepare': cannot read components/prepare.yml")
+    assert f"(relative to the current directory, {tmp_path})" in error.message
+    assert "No such file or directory; give the path of a KFP component.yaml" in error.message
+    broken = tmp_path / "broken.yaml"
+    broken.write_text('name: x\nimplementation: {container: {image: "i}}\n')
+    with pytest.raises(SpecError, match="not valid YAML at line 3, column 1"):
+        p.component("broken", broken)
+    two = tmp_path / "two.yaml"
+    two.write_text("name: a\n---\nname: b\n")
+    with pytest.raises(SpecError, match="holds 2 documents; a component file holds one component"):
+        p.component("two", two)
+    assert p.to_dict()["spec"]["steps"] == []  # nothing was added by the refused steps
+
+
 def test_run_and_submit_send_the_pipeline_and_a_run_in_one_submission() -> None:
     p = dsl.Pipeline("sent")
     n = p.param("n", "Integer", default=1)
