@@ -327,6 +327,9 @@ def test_a_failing_replica_restarts_with_backoff_then_fails_at_the_backoff_limit
     assert failed["reason"] == "BackoffLimitExceeded"
     assert "flaky-worker-0 failed with exit code 1" in failed["message"], failed["message"]
     assert "2 restarts reached backoffLimit 2" in failed["message"], failed["message"]
+    # The Pod's termination message (kwok writes one as a kubelet does from the log's end under the container's
+    # FallbackToLogsOnError) ends the job's failure message, as a replica's last output does on the embedded runtime.
+    assert failed["message"].endswith("; its last output: simulated exit code 1"), failed["message"]
     assert failed["restarts"] == 2
     assert "Restarting" in {condition["type"] for condition in failed["conditions"]}
     # Only the failed replica restarts (no gangRestart): the worker ran three attempts, the master one.

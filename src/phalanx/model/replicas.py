@@ -61,6 +61,18 @@ class ReplicaObjectSpec(ApiModel):
 LAST_OUTPUT_CHARS = 300
 
 
+def last_output_of(text: str) -> str:
+    """The last non-blank line of ``text`` (a log's end, a Pod's termination message), cut to ``LAST_OUTPUT_CHARS``.
+
+    Control characters become spaces: one would garble a terminal's line, a NUL the store's text. "" for none.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = "".join(c if c.isprintable() else " " for c in lines[-1])
+    return line if len(line) <= LAST_OUTPUT_CHARS else line[: LAST_OUTPUT_CHARS - 1] + "…"
+
+
 class ReplicaObjectStatus(ApiModel):
     """What the executor saw."""
 

@@ -11,12 +11,13 @@ from phalanx.adapters.kubernetes.objects import (
     job_from_object,
     node_from_object,
     observe_pod,
+    replica_from_pod,
     status_body,
 )
 from phalanx.model.errors import SpecError
 from phalanx.model.jobs import Phase, TrainingJobStatus
 from phalanx.model.loading import builtin_jobtypes
-from phalanx.model.replicas import ReplicaPhase
+from phalanx.model.replicas import LAST_OUTPUT_CHARS, ReplicaPhase
 
 
 def _job(spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -87,6 +88,22 @@ def test_a_failed_pod_is_a_failed_replica_with_its_container_exit_code() -> None
     assert (replica.role, replica.index, replica.attempt) == ("worker", 1, 2)
     assert replica.phase == ReplicaPhase.FAILED and replica.exit_code == 3
     assert replica.finish_time is not None and replica.finish_time.year == 2026
+
+
+def test_a_failed_containers_termination_message_gives_the_replicas_last_output() -> None:
+    """As the embedded runtime reads a failed replica's log end: the last non-blank line, made printable."""
+    message = "Traceback (most recent call last):\n  ...\nValueError: bad\tlearning rate\n\n"
+    terminated = {"exitCode": 1, "reason": "Error", "message": message}
+    pod = _pod("Failed", containerStatuses=[{"name": "replica", "state": {"terminated": terminated}}])
+    replica = observe_pod(pod)
+    assert replica is not None and replica.last_output == "ValueError: bad learning rate"
+    assert replica_from_pod(pod, job_from_object(_job(), builtin_jobtypes())).status.last_output == replica.last_output
+    succeeded = {"exitCode": 0, "reason": "Completed", "message": "done"}
+    ok = observe_pod(_pod("Succeeded", containerStatuses=[{"name": "replica", "state": {"terminated": succeeded}}]))
+    assert ok is not None and ok.last_output == ""  # only a failure's output is kept
+    long = {"exitCode": 2, "message": "x" * 1000}
+    cut = observe_pod(_pod("Failed", containerStatuses=[{"name": "replica", "state": {"terminated": long}}]))
+    assert cut is not None and len(cut.last_output) == LAST_OUTPUT_CHARS and cut.last_output.endswith("…")
 
 
 def test_a_pod_without_the_operator_labels_is_not_a_replica() -> None:

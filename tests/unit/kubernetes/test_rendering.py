@@ -105,6 +105,8 @@ def test_pod_identity_labels_scheduling_and_stable_dns(pytorch: tuple[TrainingJo
     assert spec["schedulerName"] == "phalanx-scheduler"
     assert spec["restartPolicy"] == "Never"
     assert (spec["hostname"], spec["subdomain"]) == ("train-worker-1", "train")
+    # A program that fails without a termination message leaves its log's end there (objects.pod_last_output).
+    assert spec["containers"][0]["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert render_pod(job, jobtype, "worker", 1, 0, scheduler_name="default-scheduler")["spec"]["schedulerName"] == (
         "default-scheduler"
     )

@@ -40,7 +40,7 @@ from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import CpuInfo, GpuInfo, Node, NodeSpec, NodeStatus, NodeTaint
 from phalanx.model.pipelines import Pipeline, PipelineRun, PipelineRunStatus, parse_pipeline, parse_pipeline_run
 from phalanx.model.queues import Queue, QueueStatus
-from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase
+from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase, last_output_of
 from phalanx.model.resources import QuantityError, parse_cpu, parse_memory
 from phalanx.model.sweeps import Sweep, SweepStatus, parse_sweep
 from phalanx.model.validation import validate_job
@@ -287,6 +287,19 @@ def pod_exit(pod: Mapping[str, Any]) -> tuple[int | None, datetime | None, str]:
     return None, None, ""
 
 
+def pod_last_output(pod: Mapping[str, Any]) -> str:
+    """A failed container's last line of output: its termination message's last line; "" when it did not fail.
+
+    The replica container's ``terminationMessagePolicy: FallbackToLogsOnError`` (``rendering``) makes the kubelet
+    put the end of the log there when the program wrote no message, as the embedded runtime reads the log's end.
+    """
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated and int(terminated.get("exitCode", 0)) != 0:
+            return last_output_of(str(terminated.get("message") or ""))
+    return ""
+
+
 def observe_pod(pod: Mapping[str, Any]) -> ObservedReplica | None:
     """The planner's view of a job's Pod; None for a Pod without the labels the operator renders."""
     meta = pod.get("metadata") or {}
@@ -314,6 +327,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedReplica | None:
         start_time=_timestamp(status.get("startTime")),
         finish_time=finished,
         message=message,
+        last_output=pod_last_output(pod),
     )
 
 
@@ -357,6 +371,7 @@ def replica_from_pod(pod: Mapping[str, Any], job: TrainingJob) -> Replica:
             start_time=_timestamp(status.get("startTime")),
             finish_time=finished,
             message=str(status.get("message") or reason or ""),
+            last_output=pod_last_output(pod),
         ),
     )
 

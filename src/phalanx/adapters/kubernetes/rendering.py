@@ -334,6 +334,9 @@ def render_pod(
         "ports": [{"name": PORT_NAME, "containerPort": jobtype.spec.port, "protocol": "TCP"}],
         "resources": _resources(job, role),
         "volumeMounts": mounts + [_wire(mount) for mount in template.volume_mounts],
+        # A program that fails without writing /dev/termination-log leaves the end of its log there instead:
+        # the operator reads its last line into the job's failure message (``objects.pod_last_output``).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if template.env_from:
         container["envFrom"] = [_wire(source) for source in template.env_from]

@@ -41,7 +41,7 @@ from phalanx.adapters.executor import (
 from phalanx.adapters.store import SqliteStore
 from phalanx.model.jobs import TrainingJob
 from phalanx.model.nodes import Node
-from phalanx.model.replicas import LAST_OUTPUT_CHARS, Replica, ReplicaPhase
+from phalanx.model.replicas import Replica, ReplicaPhase, last_output_of
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION
 from phalanx.services.embedded.quarantine import NODE_RUNTIME_ERROR, Quarantine, guarded_step
@@ -462,12 +462,7 @@ def last_output_line(log: Path) -> str:
             tail = handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    lines = [line.strip() for line in tail.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    # A control character would garble a terminal's line; a NUL, the store's text.
-    line = "".join(c if c.isprintable() else " " for c in lines[-1])
-    return line if len(line) <= LAST_OUTPUT_CHARS else line[: LAST_OUTPUT_CHARS - 1] + "…"
+    return last_output_of(tail)
 
 
 def _describe_exit(code: int) -> str:
