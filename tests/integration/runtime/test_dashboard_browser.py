@@ -50,6 +50,17 @@ def metrics_job(name: str) -> dict[str, Any]:
     return document
 
 
+def talking_job(name: str, cue: Path) -> dict[str, Any]:
+    """A job whose replica prints one line, waits until ``cue`` exists, then prints a second and exits."""
+    speak = (
+        "import pathlib, sys, time; print('step 1 of 2', flush=True); "
+        f"cue = pathlib.Path({str(cue)!r})\nwhile not cue.exists(): time.sleep(0.05)\nprint('step 2 of 2', flush=True)"
+    )
+    document = generic_job(name)
+    document["spec"]["replicas"]["worker"]["template"]["command"] = [sys.executable, "-c", speak]
+    return document
+
+
 def phases(http: httpx.Client) -> dict[str, str]:
     """namespace/name -> phase of every job, as the API lists them."""
     items = http.get(f"{API}/trainingjobs").json()["items"]
@@ -215,6 +226,21 @@ def test_the_dashboard_shows_what_the_api_answers_page_by_page(runtime: Runtime,
         finished = page.locator("tr[data-job='default/train-resnet'] [data-phase]")
         expect(finished).to_have_text("Succeeded", timeout=90_000)
         expect(page.locator("tr[data-job='default/train-vit'] [data-phase]")).not_to_have_text("Queued", timeout=90_000)
+
+        # -- live log: a running job's page shows each line as the replica writes it, without a reload ----------
+        assert http.post(jobs, json=talking_job("talker", tmp_path / "speak")).status_code == 201
+        page.goto(f"{base}/ui/#/jobs/default/talker")
+        expect(page.locator("#log")).to_contain_text("step 1 of 2", timeout=60_000)
+        expect(page.locator("#log")).to_have_attribute("data-follow", "stream")  # followed, not read again
+        expect(page.locator("#log")).not_to_contain_text("step 2 of 2")
+        (tmp_path / "speak").write_text("go")
+        expect(page.locator("#log")).to_contain_text("step 2 of 2", timeout=60_000)
+        expect(page.locator("h1 [data-phase]")).to_have_text("Succeeded", timeout=60_000)
+        expect(page.locator("#log")).to_have_attribute("data-follow", "ended")  # the server ends it with the job
+        assert http.get(f"{jobs}/talker/log", params={"replica": "worker-0"}).text.splitlines() == [
+            "step 1 of 2",
+            "step 2 of 2",
+        ]
 
         # -- history: the records the API keeps (read first: the page, read later, may show more) ----------------
         history = http.get(f"{API}/history", params={"limit": 1000})

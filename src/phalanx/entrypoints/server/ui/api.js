@@ -43,10 +43,23 @@ export async function getJson(path) {
   return response.json();
 }
 
-export async function getText(path) {
-  const response = await fetch(PREFIX + path, { headers: headers() });
+// Streams a text route (a followed log): onText(text) with each piece as it arrives, until the server ends the
+// response or `signal` aborts it. A refusal is thrown as an ApiError before any text.
+export async function streamText(path, onText, signal) {
+  const response = await fetch(PREFIX + path, { headers: headers(), signal });
   if (!response.ok) throw await refusal(response);
-  return response.text();
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) {
+      const rest = decoder.decode();
+      if (rest) onText(rest);
+      return;
+    }
+    const text = decoder.decode(value, { stream: true });
+    if (text) onText(text);
+  }
 }
 
 // Calls onList(list) now and whenever the list changes, onError(error) when a read fails; returns a function

@@ -1,6 +1,7 @@
 // One job: its phase and why it waits, the phase timeline, where each replica runs (node, GPUs, CPUs), its
-// metrics as a chart and the tail of a replica's log, redrawn every time the job is read again.
-import { ApiError, getJson, getText, watchObject } from "../api.js";
+// metrics as a chart, redrawn every time the job is read again, and the tail of a replica's log, followed live
+// (the log route's follow=true streams what the replica writes until the job stops).
+import { ApiError, getJson, streamText, watchObject } from "../api.js";
 import { barChart, timeline } from "../charts.js";
 import { h, queueOf, errorBox, phaseBadge, table } from "../dom.js";
 
@@ -98,28 +99,55 @@ export function jobPage(view, namespace, name, onRefused) {
   let job = null;
   let stopped = false;
   let logTimer = null;
+  let logAborter = null;
 
-  async function readLog() {
+  // Follows the chosen replica's log: what it has written, then each line as it is written, the last LOG_LINES
+  // kept. The server ends the stream once the job stops; a stream that ends or fails while the job may still
+  // write (a replica not started yet, a dropped connection) is followed again 2 s later.
+  async function followLog() {
     if (stopped || !replicaSelect.value) return;
+    if (logAborter) logAborter.abort();
+    const aborter = new AbortController();
+    logAborter = aborter;
+    let lines = [""];
+    let cut = false;
+    log.textContent = "";
+    logNote.textContent = "";
+    log.dataset.follow = "stream";
     try {
-      const text = await getText(`${path}/log?replica=${encodeURIComponent(replicaSelect.value)}`);
-      const lines = text.split("\n");
-      log.textContent = lines.slice(-LOG_LINES).join("\n");
-      logNote.textContent = lines.length > LOG_LINES ? `the last ${LOG_LINES} lines` : "";
+      const route = `${path}/log?replica=${encodeURIComponent(replicaSelect.value)}&follow=true`;
       log.hidden = false;
-      log.scrollTop = log.scrollHeight;
+      await streamText(
+        route,
+        (text) => {
+          const pieces = text.split("\n");
+          lines[lines.length - 1] += pieces[0]; // the rest of a line the last piece began
+          lines.push(...pieces.slice(1));
+          if (lines.length > LOG_LINES + 1) {
+            lines = lines.slice(-(LOG_LINES + 1));
+            cut = true;
+          }
+          log.textContent = lines.join("\n");
+          logNote.textContent = cut ? `the last ${LOG_LINES} lines` : "";
+          log.scrollTop = log.scrollHeight;
+        },
+        aborter.signal,
+      );
+      log.dataset.follow = "ended";
     } catch (error) {
+      if (aborter.signal.aborted) return;
       log.textContent = "";
       log.hidden = true;
       logNote.textContent = error.message;
     }
-    // A live tail: read again while the job may still write.
     const phase = job && job.status.phase;
-    if (!stopped && phase !== "Succeeded" && phase !== "Failed") logTimer = setTimeout(readLog, 2000);
+    if (!stopped && logAborter === aborter && phase !== "Succeeded" && phase !== "Failed") {
+      logTimer = setTimeout(followLog, 2000);
+    }
   }
   replicaSelect.addEventListener("change", () => {
     clearTimeout(logTimer);
-    readLog();
+    followLog();
   });
 
   async function draw(current) {
@@ -154,7 +182,7 @@ export function jobPage(view, namespace, name, onRefused) {
     }
     if (first) {
       replicaSelect.replaceChildren(...replicaNames(job).map((r) => h("option", { value: r }, r)));
-      readLog();
+      followLog();
     }
   }
 
@@ -175,6 +203,7 @@ export function jobPage(view, namespace, name, onRefused) {
   return () => {
     stopped = true;
     clearTimeout(logTimer);
+    if (logAborter) logAborter.abort();
     stopWatch();
   };
 }
