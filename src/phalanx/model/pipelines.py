@@ -356,6 +356,13 @@ class StepStatus(ApiModel):
     message: str | None = None
 
 
+def sweep_steps(spec: PipelineSpec | None) -> frozenset[str]:
+    """The names of the steps whose object is a Sweep (``sweep`` steps); none without a spec."""
+    return (
+        frozenset(step.name for step in spec.steps if step.kind == StepKind.SWEEP) if spec is not None else frozenset()
+    )
+
+
 class PipelineRunStatus(ApiModel):
     """What was observed of a run: its phase, each step instance, the recorded fan-outs and fan-ins."""
 

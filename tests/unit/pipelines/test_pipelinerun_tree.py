@@ -6,10 +6,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
-from tests.unit.pipelines.test_pipeline_controller import World, fan_pipeline, play_fan, run_document
+from tests.unit.pipelines.test_pipeline_controller import SWEEP_SPEC, World, fan_pipeline, play_fan, run_document
 
+from phalanx.entrypoints.cli.follow_flows import run_lines
 from phalanx.entrypoints.cli.render_pipelines import duration, outputs_line, pipelinerun_tree
-from phalanx.model.pipelines import Pipeline, StepPhase, StepStatus
+from phalanx.model.pipelines import Pipeline, StepPhase, StepStatus, sweep_steps
 
 
 def text_of(world: World, run: str) -> str:
@@ -74,3 +75,22 @@ def test_a_long_output_value_is_cut_to_one_line() -> None:
     entry = StepStatus(step="a", phase=StepPhase.SUCCEEDED, outputs={"text": "x" * 500, "n": "7"})
     line = outputs_line(entry)
     assert "n=7" in line and len(line) < 200 and "…" in line
+
+
+def test_a_sweep_step_is_named_a_sweep_while_it_runs_in_run_and_describe(tmp_path: Path) -> None:
+    """A new user's trial: `run` of a pipeline with a tuning step called its Sweep a "job"."""
+    world = World(tmp_path)
+    tuned = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "Pipeline",
+        "metadata": {"name": "fan"},  # the name text_of reads
+        "spec": {"steps": [{"name": "tune", "sweep": {"spec": SWEEP_SPEC}}]},
+    }
+    world.submit(tuned, run_document("r1", pipeline="fan"))
+    world.settle()
+    pipeline = world.backend.get(Pipeline, "default", "fan")
+    assert pipeline is not None and sweep_steps(pipeline.spec) == {"tune"}
+    [tune] = [line for line in text_of(world, "r1").splitlines() if "tune" in line and "Running" in line]
+    assert "sweep r1-tune-1" in tune and "job " not in tune
+    shown = run_lines(world.run("r1"), sweeps=sweep_steps(pipeline.spec))["tune"]
+    assert "sweep r1-tune-1 (attempt 1)" in shown, shown

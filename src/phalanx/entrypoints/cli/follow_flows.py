@@ -15,14 +15,14 @@ parameters) and the exit code: 0 succeeded, 1 failed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from phalanx.entrypoints.cli.output import Writer, escape
 from phalanx.entrypoints.cli.styles import styled_phase
 
 if TYPE_CHECKING:
-    from phalanx.model.pipelines import PipelineRun
+    from phalanx.model.pipelines import PipelineRun, PipelineSpec
     from phalanx.model.sweeps import Sweep
     from phalanx.services.operations import Operations
 
@@ -55,8 +55,13 @@ def sweep_lines(sweep: Sweep, waiting: Callable[[str], str] = no_reason) -> dict
     return lines
 
 
-def run_lines(run: PipelineRun, waiting: Callable[[str], str] = no_reason) -> dict[str, str]:
-    """Each step instance -> what is shown of it: phase, cache hit, its job while it runs, outputs, why it failed."""
+def run_lines(
+    run: PipelineRun, waiting: Callable[[str], str] = no_reason, sweeps: Collection[str] = ()
+) -> dict[str, str]:
+    """Each step instance -> what is shown of it: phase, cache hit, its job while it runs, outputs, why it failed.
+
+    ``sweeps``: the steps whose object is a Sweep (``model.pipelines.sweep_steps``), named as such.
+    """
     from phalanx.entrypoints.cli.render_pipelines import outputs_line
 
     lines = {}
@@ -65,6 +70,8 @@ def run_lines(run: PipelineRun, waiting: Callable[[str], str] = no_reason) -> di
         text = f"{escape(name)}  {styled_phase(entry.phase)}"
         if entry.cache_hit:
             text += "  [cyan]cached[/]"
+        elif entry.job and entry.phase == "Running" and entry.step in sweeps:
+            text += f"  sweep {escape(entry.job)} (attempt {entry.attempts})"
         elif entry.job and entry.phase == "Running":
             text += f"  job {escape(entry.job)} (attempt {entry.attempts})"
             if why := waiting(entry.job):
@@ -126,6 +133,7 @@ def follow_flow(
     ``alive``: whether a control plane runs the controllers now (checked each poll). ``started``: the
     ``time.monotonic()`` the lines' elapsed times count from (when it was submitted; default: now).
     """
+    from phalanx.model.pipelines import sweep_steps
     from phalanx.services.operations import OperationError
 
     def waiting(job_name: str) -> str:
@@ -137,6 +145,7 @@ def follow_flow(
         return (job.status.message or "") if str(job.status.phase) in NOT_STARTED else ""
 
     start = time.monotonic() if started is None else started
+    sweeps: frozenset[str] | None = None  # a run's sweep steps, read with its pipeline once
     shown: dict[str, str] = {}
     was_alive = True
     while True:
@@ -154,7 +163,10 @@ def follow_flow(
                 phase, message, lines = str(sweep.status.phase), sweep.status.message, sweep_lines(sweep, waiting)
             else:
                 run = ops.get_pipelinerun(namespace, name)
-                phase, message, lines = str(run.status.phase), run.status.message or "", run_lines(run, waiting)
+                if sweeps is None:
+                    sweeps = sweep_steps(_run_spec(ops, run))
+                phase, message = str(run.status.phase), run.status.message or ""
+                lines = run_lines(run, waiting, sweeps)
         except OperationError as err:  # deleted while followed: say so rather than wait forever
             console.print(f"[bold red]error:[/] {escape(str(err))}")
             return 1
@@ -169,6 +181,20 @@ def follow_flow(
                 _best(sweep, console)
             return 0 if phase == "Succeeded" else 1
         time.sleep(POLL_SECONDS)
+
+
+def _run_spec(ops: Operations, run: PipelineRun) -> PipelineSpec | None:
+    """The steps ``run`` runs: inline, or its stored Pipeline's (None when that cannot be read)."""
+    from phalanx.services.operations import OperationError
+
+    if run.spec.pipeline_spec is not None:
+        return run.spec.pipeline_spec
+    if run.spec.pipeline_ref is None:
+        return None
+    try:
+        return ops.get_pipeline(run.metadata.namespace, run.spec.pipeline_ref.name).spec
+    except OperationError:
+        return None
 
 
 def _best(sweep: Sweep, console: Writer) -> None:

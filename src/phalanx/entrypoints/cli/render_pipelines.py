@@ -20,7 +20,7 @@ from phalanx.core.pipelines.dag import check_pipeline, topological_order
 from phalanx.core.pipelines.references import render
 from phalanx.core.pipelines.validation import interfaces_of
 from phalanx.entrypoints.cli.styles import styled_phase
-from phalanx.model.pipelines import PipelineRun, PipelineSpec, Step, StepStatus
+from phalanx.model.pipelines import PipelineRun, PipelineSpec, Step, StepKind, StepStatus
 
 
 def _phase(phase: str) -> str:
@@ -54,7 +54,7 @@ def _order(spec: PipelineSpec) -> tuple[list[Step], dict[str, list[str]]]:
     return [by_name[name] for name in order if name in by_name], upstream
 
 
-def _label(entry: StepStatus, retries: int, now: datetime, name: str) -> str:
+def _label(entry: StepStatus, retries: int, now: datetime, name: str, noun: str = "job") -> str:
     parts = [f"[bold]{escape(name)}[/]", _phase(str(entry.phase))]
     if entry.cache_hit:
         parts.append("[cyan]cached[/]")
@@ -63,7 +63,7 @@ def _label(entry: StepStatus, retries: int, now: datetime, name: str) -> str:
         if entry.attempts:
             parts.append(f"attempt {entry.attempts}/{retries + 1}")
     if entry.job:
-        parts.append(f"job {escape(entry.job)}")
+        parts.append(f"{noun} {escape(entry.job)}")
     return "  ".join(parts)
 
 
@@ -80,11 +80,12 @@ def pipelinerun_tree(run: PipelineRun, spec: PipelineSpec | None, now: datetime 
         return tree
     steps, upstream = _order(spec)
     for step in steps:
+        noun = "sweep" if step.kind == StepKind.SWEEP else "job"
         waits = f"  [dim]after {', '.join(upstream[step.name])}[/]" if upstream.get(step.name) else ""
         whole = entries.get((step.name, None))
         items = run.status.fanouts.get(step.name)
         if whole is not None:
-            tree.add(_with_message(_label(whole, step.retries, now, step.name) + waits, whole))
+            tree.add(_with_message(_label(whole, step.retries, now, step.name, noun) + waits, whole))
         elif items is not None:
             done = [e for (name, item), e in entries.items() if name == step.name and item is not None]
             phases = _summary([str(e.phase) for e in done], len(items))
@@ -96,7 +97,8 @@ def pipelinerun_tree(run: PipelineRun, spec: PipelineSpec | None, now: datetime 
                 if entry is None:
                     branch.add(f"{escape(label)}  [dim]Waiting[/]  item {shown}")
                 else:
-                    branch.add(_with_message(f"{_label(entry, step.retries, now, label)}  item {shown}", entry))
+                    label_text = _label(entry, step.retries, now, label, noun)
+                    branch.add(_with_message(f"{label_text}  item {shown}", entry))
         else:
             tree.add(f"[bold]{escape(step.name)}[/]  [dim]Waiting[/]{waits}")
     return tree
