@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if api is not None:
             api.stop()
-    return 0
+    return 1 if plane.abandoned else 0
 
 
 def _listen(parser: argparse.ArgumentParser, text: str | None) -> tuple[str, int] | None:

@@ -567,3 +567,12 @@ def test_an_exit_code_that_cannot_be_written_is_kept_in_a_marker_and_read_back(
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exit_code=0"]
     assert read_exit_code(tmp_path) == 0
+
+
+def test_an_exit_code_whose_run_directory_is_gone_is_given_up_at_once(tmp_path: Path) -> None:
+    """Its state directory was removed: no one will read the code, so the shim does not retry for ever."""
+    from phalanx.adapters.executor import shim
+
+    notes: list[str] = []
+    shim.record_exit_code(str(tmp_path / "removed"), 0, notes.append)  # returns: an endless retry would hang here
+    assert notes == [] and not (tmp_path / "removed").exists()

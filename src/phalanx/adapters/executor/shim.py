@@ -23,7 +23,8 @@ Files are written to a temporary name, flushed to disk and renamed, so a reader 
 write that fails removes its temporary file. The exit code must not be lost to a full disk: when ``exit_code``
 cannot be written, the shim records it in the *name* of an empty file, ``exit_code=<N>``, which needs no data
 block; when even that fails (no inodes left), it keeps the code and tries both again with backoff for as long as
-it lives, so the replica reads as running rather than as ended with some code it did not have. If the shim
+it lives, so the replica reads as running rather than as ended with some code it did not have; unless the run
+directory itself is gone (its state directory was removed), when there is no one left to read it. If the shim
 itself is SIGKILLed there is no record at all, and the executor reports the exit status as unknown.
 
 The shim records itself (``shim.pid``) before anything else, and starts the command only after that. If it
@@ -146,11 +147,12 @@ def record_exit_code(run_dir: str, code: int, note: Callable[[str], None] | None
     """Record the command's exit code so that a reader never mistakes it for another (see the module docstring).
 
     Tries ``exit_code`` (written atomically), then the empty ``exit_code=<N>`` marker, and repeats both with
-    backoff until one is written: returning without a record would make the replica read as lost.
+    backoff until one is written: returning without a record would make the replica read as lost. Except when the
+    run directory itself is gone (its state directory was removed): no reader will ever look, so it gives up.
     """
     delay = RECORD_RETRY_FIRST_SECONDS
     told = False
-    while True:
+    while os.path.isdir(run_dir):
         try:
             write_atomically(os.path.join(run_dir, EXIT_CODE_FILE), f"{code}\n")
             return

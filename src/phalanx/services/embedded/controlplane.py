@@ -58,6 +58,7 @@ from phalanx.services.embedded.leadership import LEASE_NAME, Leadership
 from phalanx.services.embedded.node_runtime import NodeRuntime
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteBackend, seed_builtin_jobtypes
 from phalanx.services.embedded.scheduler import SchedulerService
+from phalanx.services.embedded.state_watch import StateDirWatch
 from phalanx.services.embedded.store_faults import StoreFaults
 from phalanx.services.history import HistoryRecorder, HistorySink, OpeningSink, open_history_store
 from phalanx.services.metrics import SchedulerMetrics
@@ -161,9 +162,12 @@ class ControlPlane:
         self.layout = StateLayout(self.config.state_dir)
         self.layout.ensure()
         self.store = SqliteStore(self.layout.database)
+        self.state_watch = StateDirWatch(self.layout.root, self.layout.database)
         self.leadership = Leadership(self.store, ttl_seconds=self.config.lease_ttl_seconds)
         self.is_leader = False
         self.faults = StoreFaults()
+        #: Why it stopped by itself (its state directory was removed or replaced); None when it was told to stop.
+        self.abandoned: str | None = None
 
     def register_nodes(self) -> dict[str, Node]:
         """Discover this machine (or load the simulated inventory) and record the nodes in the store."""
@@ -369,6 +373,9 @@ class ControlPlane:
                 # Inside the try: a store that cannot be renewed in is waited for like any other fault, and no
                 # pass acts until the lease is renewed again.
                 if now - last_renew >= renew_every:
+                    if (gone := self.state_watch.problem()) is not None:
+                        self._abandon(gone, runtime, stop)
+                        return
                     if not self.leadership.renew():
                         self._step_down()
                         return
@@ -435,6 +442,18 @@ class ControlPlane:
         backend = SqliteBackend(self.store, self.layout, clock=self.clock)
         # The store's faults end the pass: the loop backs off on them, as for every step.
         return PipelineController(backend, artifacts, self.clock, passthrough=(StoreError,))
+
+    def _abandon(self, why: str, runtime: NodeRuntime, stop: threading.Event) -> None:
+        """Stop leading for good: the state directory is gone, and with it every job its replicas ran for."""
+        stopped = runtime.abandon()
+        log.error(
+            "%s; stopping this control plane and the %d replica(s) it ran, which nothing can see or adopt now. "
+            "Start again with `phalanx up` (a fresh state directory) and submit the jobs again",
+            why,
+            stopped,
+        )
+        self.abandoned = why
+        stop.set()
 
     def _step_down(self) -> None:
         """Another control plane holds the lease now: stop acting at once and go back to standing by."""

@@ -162,6 +162,22 @@ class NodeRuntime:
                 watch.fired = True
                 self.polling = True  # until the next pass has seen the replica finish
 
+    def abandon(self) -> int:
+        """SIGTERM every replica process this node runs, without recording anything; how many were signalled.
+
+        For a control plane whose state directory is gone: the replicas' jobs are gone with it, and their shims
+        SIGKILL what is left after their grace period (``LocalExecutor.terminate``).
+        """
+        signalled = 0
+        for replica in self.store.list(Replica):
+            if replica.status.phase != ReplicaPhase.RUNNING:
+                continue
+            handle = self._handle(replica)
+            if handle is not None and not self.executor.is_gone(handle):
+                self.executor.terminate(handle, self.grace_seconds)
+                signalled += 1
+        return signalled
+
     def close(self) -> None:
         """Close every exit descriptor (the processes are not touched)."""
         for watch in self._exit_watches.values():

@@ -1,0 +1,35 @@
+"""A control plane whose state directory is removed under it stops, and stops the replicas it ran.
+
+Found by a new user's trial: after ``rm -rf`` of the state directory the control plane went on leading a store
+no one could reach, with its replicas running unseen, while the next CLI verb made a fresh directory at the same
+path. Here a real control plane runs a job whose replica holds; the directory is removed; the control plane must
+exit 1 saying why, and the replica's process must be gone.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from conftest import Runtime, generic_job, wait_until
+from phalanx.model.jobs import Phase
+from phalanx.model.replicas import Replica
+from phalanx.services.embedded.leadership import process_start_ticks
+
+
+def test_removing_the_state_directory_stops_the_control_plane_and_its_replicas(runtime: Runtime) -> None:
+    plane = runtime.start_control_plane()
+    hold = runtime.work_dir / "never"
+    runtime.submit(generic_job("holder", args=["--hold", str(hold)]))
+    runtime.wait_phase("holder", {Phase.RUNNING})
+    with runtime.client() as client:
+        [replica] = client.store.list(Replica)
+    shim, started = replica.status.pid, replica.status.process_start_ticks
+    assert shim is not None and started is not None and process_start_ticks(shim) == started
+    with open(plane.log_path, "rb") as log:  # kept open: the file goes with the directory
+        shutil.rmtree(runtime.state_dir)
+        code = plane.process.wait(timeout=60)
+        said = log.read().decode(errors="replace")
+    assert code == 1, said[-3000:]
+    assert f"the state directory {runtime.state_dir} was removed" in said, said[-3000:]
+    assert "stopping this control plane and the 1 replica(s) it ran" in said, said[-3000:]
+    wait_until(lambda: process_start_ticks(shim) != started, 30, "the replica's process to stop")
