@@ -233,6 +233,9 @@ class _Converter:
     errors: list[FieldError] = field(default_factory=list)
     paths: dict[str, str] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
+    #: Every trial parameter listed, its reference usable or not: one refused at its reference is not refused
+    #: again where the trialSpec uses it (that second error said "list it", though it was listed).
+    listed_trial_parameters: set[str] = field(default_factory=set)
 
     def refuse(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
@@ -692,6 +695,7 @@ class _Converter:
                         f"{item}.{key}", "unknown field of a trial parameter; it has name, description, reference"
                     )
             name, reference = entry["name"], entry.get("reference")
+            self.listed_trial_parameters.add(name)
             if name in found:
                 self.refuse(f"{item}.name", f"{name!r} is listed twice; names must be unique")
             elif not isinstance(reference, str):
@@ -709,8 +713,8 @@ class _Converter:
         """``tree`` with ``${trialParameters.X}`` replaced in every string; an unknown X is refused at its path."""
         if isinstance(tree, str):
             for match in _TRIAL_PARAMETER.finditer(tree):
-                if match.group(1) not in references:
-                    listed = ", ".join(references) or "none are listed"
+                if match.group(1) not in references and match.group(1) not in self.listed_trial_parameters:
+                    listed = ", ".join(sorted(self.listed_trial_parameters)) or "none are listed"
                     self.refuse(path, f"${{trialParameters.{match.group(1)}}} is not a trial parameter ({listed}); "
                                 "list it under trialTemplate.trialParameters")  # fmt: skip
             return _TRIAL_PARAMETER.sub(lambda m: references.get(m.group(1), m.group(0)), tree)

@@ -461,6 +461,16 @@ def test_conversion_refuses_everything_at_once() -> None:
     }
 
 
+def test_a_trial_parameter_with_a_wrong_reference_is_refused_once_at_its_reference() -> None:
+    """A new user's trial: the trialSpec's use of it was refused too, saying "list it", though it was listed."""
+    problems_found = problems(
+        edit("random", lambda d: spec_of(d)["trialTemplate"]["trialParameters"][1].update(reference="depth"))
+    )
+    assert [path for path in problems_found if "trialParameters" in path or "trialSpec" in path] == [
+        "spec.trialTemplate.trialParameters[1].reference"
+    ], problems_found
+
+
 def test_a_stdout_filter_is_kept_for_the_collector() -> None:
     formats = ["([\\w-]+)=([+-]?\\d+(?:\\.\\d+)?)"]
     document = edit(
