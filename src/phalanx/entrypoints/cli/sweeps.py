@@ -109,12 +109,16 @@ def by_objective(sweep: Sweep) -> list[TrialResult]:
 
 
 def trials_table(sweep: Sweep) -> Table:
-    """TRIAL PHASE OBJECTIVE STEP PARAMETERS, best first."""
+    """TRIAL PHASE OBJECTIVE LAST-STEP PARAMETERS, best first.
+
+    LAST-STEP is the last step that reported the objective (an intermediate metric's ``step=``): "STEP" alone
+    read as a pipeline's step to a new user.
+    """
     from phalanx.entrypoints.cli.styles import styled_phase
 
     table = Table(title="Trials (best first)", box=None, title_justify="left", header_style="bold")
     metric = sweep.spec.objective.metric
-    for column in ("TRIAL", "PHASE", metric.upper(), "STEP", "PARAMETERS"):
+    for column in ("TRIAL", "PHASE", metric.upper(), "LAST-STEP", "PARAMETERS"):
         table.add_column(column, overflow="fold")
     for result in by_objective(sweep):
         step = "-" if result.step is None else str(result.step)
