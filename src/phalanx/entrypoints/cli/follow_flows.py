@@ -163,10 +163,10 @@ def follow_flow(
                 phase, message, lines = str(sweep.status.phase), sweep.status.message, sweep_lines(sweep, waiting)
             else:
                 run = ops.get_pipelinerun(namespace, name)
-                if sweeps is None:
-                    sweeps = sweep_steps(_run_spec(ops, run))
+                if sweeps is None and any(e.job and e.phase == "Running" for e in run.status.instances):
+                    sweeps = sweep_steps(_run_spec(ops, run))  # read once, when a step's object is first shown
                 phase, message = str(run.status.phase), run.status.message or ""
-                lines = run_lines(run, waiting, sweeps)
+                lines = run_lines(run, waiting, sweeps or ())
         except OperationError as err:  # deleted while followed: say so rather than wait forever
             console.print(f"[bold red]error:[/] {escape(str(err))}")
             return 1
