@@ -58,6 +58,22 @@ def write_trace(directory: Path) -> tuple[Path, Path]:
     return pods, nodes
 
 
+def test_a_pod_list_of_only_the_protocols_columns_gives_a_result(tmp_path: Path) -> None:
+    """Issue 19: a pod list cut to name,cpu_milli,memory_mib,num_gpu,gpu_milli was refused; it is enough."""
+    full, nodes = write_trace(tmp_path)
+    with full.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    trimmed = tmp_path / "trimmed.csv"
+    columns = ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"]
+    with trimmed.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        writer.writerows([row[column] for column in columns] for row in rows)
+    done = phalanx("--pods", str(trimmed), "--nodes", str(nodes), "--seeds", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert set(results(done.stdout)) == {"auto"}
+
+
 def test_any_openb_format_trace_gives_a_result_line_and_a_report(tmp_path: Path) -> None:
     pods, nodes = write_trace(tmp_path)
     out = tmp_path / "report"

@@ -4,7 +4,10 @@ Each loader reads one CSV file into a tuple of frozen records, in file order, an
 a missing column, a cell that is not a number, a negative duration or GPU count, a GPU share outside 1..1000.
 A bad file raises ``TraceError``, whose message names the file, the line (1 is the header), the column and
 what to do about it. Extra columns are ignored, so a file with more columns than the published ones loads, and
-the loaders work on any file of these formats, not only the copies that ship with Phalanx.
+the loaders work on any file of these formats, not only the copies that ship with Phalanx. An openb pod list
+needs only the columns a placement reads (``OPENB_POD_REQUIRED``: name, CPU, memory, GPU count and share);
+``gpu_spec``, ``qos``, ``pod_phase`` and the three times are read when present (absent: any model, empty, 0.0,
+None), so a list cut down to the protocol's columns loads.
 
 Numbers are read as the traces write them: integers where the format has integers (``8``; ``8.0`` is
 accepted too, ``8.5`` is not), floats for times and durations. Times are seconds.
@@ -34,6 +37,8 @@ OPENB_POD_COLUMNS = (
     "deletion_time",
     "scheduled_time",
 )
+#: The columns an openb pod list must have: what placing a pod reads. The others are read when present.
+OPENB_POD_REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 OPENB_NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 ITP_COLUMNS = ("job_id", "submission_time", "duration", "num_gpu")
 
@@ -150,8 +155,12 @@ class _Row:
         return whole
 
 
-def _rows(path: Path, columns: Sequence[str], fmt: str) -> Iterator[_Row]:
-    """Yield the data rows of a CSV file after checking that its header has every column of ``columns``."""
+def _rows(path: Path, columns: Sequence[str], fmt: str, required: Sequence[str] | None = None) -> Iterator[_Row]:
+    """Yield the data rows of a CSV file after checking that its header has every column of ``required``.
+
+    ``required`` defaults to all of ``columns``; a column of ``columns`` the header lacks is left out of the rows.
+    """
+    required = columns if required is None else required
     try:
         handle = path.open(newline="", encoding="utf-8")
     except FileNotFoundError:
@@ -165,13 +174,15 @@ def _rows(path: Path, columns: Sequence[str], fmt: str) -> Iterator[_Row]:
             if header is None:
                 raise TraceError(f"{path}: the file is empty; a {fmt} trace starts with the header {','.join(columns)}")
             names = [name.strip() for name in header]
-            missing = [column for column in columns if column not in names]
+            missing = [column for column in required if column not in names]
             if missing:
+                optional = [column for column in columns if column not in required]
+                also = f" (and may have {','.join(optional)})" if optional else ""
                 raise TraceError(
                     f"{path}:1: the header lacks column(s) {', '.join(repr(c) for c in missing)}; a {fmt} trace has "
-                    f"the columns {','.join(columns)} (found {','.join(names)})"
+                    f"the columns {','.join(required)}{also} (found {','.join(names)})"
                 )
-            position = {name: names.index(name) for name in columns}
+            position = {name: names.index(name) for name in columns if name in names}
             for cells in reader:
                 if not cells or all(not cell.strip() for cell in cells):
                     continue
@@ -187,9 +198,15 @@ def _rows(path: Path, columns: Sequence[str], fmt: str) -> Iterator[_Row]:
             raise TraceError(f"{path}:{reader.line_num}: not valid CSV ({err})") from None
 
 
-def _load(path: Path | str, columns: Sequence[str], fmt: str, parse: Callable[[_Row], T]) -> tuple[tuple[int, T], ...]:
+def _load(
+    path: Path | str,
+    columns: Sequence[str],
+    fmt: str,
+    parse: Callable[[_Row], T],
+    required: Sequence[str] | None = None,
+) -> tuple[tuple[int, T], ...]:
     """Each data row's line number and parsed record."""
-    return tuple((row.line, parse(row)) for row in _rows(Path(path), columns, fmt))
+    return tuple((row.line, parse(row)) for row in _rows(Path(path), columns, fmt, required))
 
 
 def _pod(row: _Row) -> OpenbPod:
@@ -199,7 +216,7 @@ def _pod(row: _Row) -> OpenbPod:
         raise row.error("gpu_milli", "is 0 but the pod asks for GPUs; write 1000 for whole GPUs")
     if num_gpu > 1 and gpu_milli != 1000:
         raise row.error("gpu_milli", f"is {gpu_milli} for a {num_gpu}-GPU pod; only one-GPU pods may share a GPU")
-    spec = row.text("gpu_spec", required=False)
+    spec = row.text("gpu_spec", required=False) if "gpu_spec" in row.cells else ""
     return OpenbPod(
         name=row.text("name"),
         cpu_milli=row.integer("cpu_milli"),
@@ -207,11 +224,11 @@ def _pod(row: _Row) -> OpenbPod:
         num_gpu=num_gpu,
         gpu_milli=gpu_milli if num_gpu else 0,
         gpu_spec=tuple(model.strip() for model in spec.split("|") if model.strip()),
-        qos=row.text("qos", required=False),
-        pod_phase=row.text("pod_phase", required=False),
-        creation_time=row.number("creation_time"),
-        deletion_time=row.optional_number("deletion_time"),
-        scheduled_time=row.optional_number("scheduled_time"),
+        qos=row.text("qos", required=False) if "qos" in row.cells else "",
+        pod_phase=row.text("pod_phase", required=False) if "pod_phase" in row.cells else "",
+        creation_time=row.number("creation_time") if "creation_time" in row.cells else 0.0,
+        deletion_time=row.optional_number("deletion_time") if "deletion_time" in row.cells else None,
+        scheduled_time=row.optional_number("scheduled_time") if "scheduled_time" in row.cells else None,
     )
 
 
@@ -241,7 +258,7 @@ def load_openb_pods(path: Path | str) -> tuple[OpenbPod, ...]:
     Raises:
         TraceError: the file is missing or unreadable, lacks a column, or has a bad value.
     """
-    return tuple(pod for _, pod in _load(path, OPENB_POD_COLUMNS, "openb pod", _pod))
+    return tuple(pod for _, pod in _load(path, OPENB_POD_COLUMNS, "openb pod", _pod, OPENB_POD_REQUIRED))
 
 
 def load_openb_nodes(path: Path | str) -> tuple[OpenbNode, ...]:

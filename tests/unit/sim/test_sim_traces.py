@@ -142,3 +142,25 @@ def test_a_missing_or_binary_file_is_a_trace_error(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00\x01" * 10)
     with pytest.raises(TraceError, match="not UTF-8 text"):
         load_itp_jobs(binary)
+
+
+def test_an_openb_pod_list_with_only_the_columns_placement_reads_loads(tmp_path: Path) -> None:
+    """Issue 19: `phalanx sim fgd` refused a pod list cut down to name,cpu_milli,memory_mib,num_gpu,gpu_milli."""
+    path = write(tmp_path, "name,cpu_milli,memory_mib,num_gpu,gpu_milli", "a,2000,4096,1,300", "b,500,512,0,0")
+    a, b = load_openb_pods(path)
+    assert (a.name, a.cpu_milli, a.memory_mib, a.num_gpu, a.gpu_milli) == ("a", 2000, 4096, 1, 300)
+    assert (a.gpu_spec, a.qos, a.pod_phase, a.creation_time, a.deletion_time, a.scheduled_time) == (
+        (),
+        "",
+        "",
+        0.0,
+        None,
+        None,
+    )
+    assert (b.num_gpu, b.gpu_milli) == (0, 0)
+    trimmed = write(tmp_path, "name,cpu_milli,memory_mib,num_gpu", "a,2000,4096,1")
+    with pytest.raises(TraceError) as refused:
+        load_openb_pods(trimmed)
+    message = str(refused.value)
+    assert "the header lacks column(s) 'gpu_milli'" in message
+    assert "has the columns name,cpu_milli,memory_mib,num_gpu,gpu_milli (and may have gpu_spec," in message
