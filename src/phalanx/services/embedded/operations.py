@@ -27,6 +27,7 @@ from phalanx.core.lifecycle.quarantine import quarantine_condition
 from phalanx.core.pipelines.step_files import SAME_FILESYSTEM
 from phalanx.model.base import validated_copy
 from phalanx.model.datasets import Dataset
+from phalanx.model.errors import FieldError, SpecError
 from phalanx.model.events import Event
 from phalanx.model.jobs import Phase, SchedulingPolicy, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
@@ -393,17 +394,35 @@ class EmbeddedOperations(Operations):
         """``Operations.submit``, with ``submit_dir`` (relative paths of jobs and Datasets start there).
 
         A Pipeline's component paths start at the directory of ``source`` (relative to ``submit_dir``), or at
-        ``submit_dir`` for documents that came from no file.
+        ``submit_dir`` for documents that came from no file. A job whose ``outputs.storeTo`` is in the state
+        directory is refused (``storing.refused_destination``).
         """
-        return super().submit(
-            documents,
-            namespace=namespace,
-            replace_finished=replace_finished,
-            source=source,
-            annotations={SUBMIT_DIR_ANNOTATION: str(submit_dir.resolve())},
-            stand_ins=stand_ins,
-            component_dir=(submit_dir / source).resolve().parent if source else submit_dir.resolve(),
+        component_dir = (submit_dir / source).resolve().parent if source else submit_dir.resolve()
+        objects = self.validate(
+            documents, source=source, namespace=namespace, stand_ins=stand_ins, component_dir=component_dir
         )
+        self._refuse_store_destinations(objects, submit_dir.resolve(), source)
+        return self.submit_validated(
+            objects,
+            replace_finished=replace_finished,
+            annotations={SUBMIT_DIR_ANNOTATION: str(submit_dir.resolve())},
+        )
+
+    def _refuse_store_destinations(self, objects: Sequence[Any], submit_dir: Path, source: str | None) -> None:
+        from phalanx.services.embedded.storing import refused_destination
+
+        errors = []
+        for position, obj in enumerate(objects):
+            store_to = obj.spec.outputs.store_to if isinstance(obj, TrainingJob) else None
+            if not store_to:
+                continue
+            target = Path(store_to).expanduser()
+            refused = refused_destination(target if target.is_absolute() else submit_dir / target, self.layout)
+            if refused is not None:
+                where = f"document {position + 1}: " if len(objects) > 1 else ""
+                errors.append(FieldError("spec.outputs.storeTo", f"{where}{refused}"))
+        if errors:
+            raise SpecError(errors, source=source)
 
     def log_files(self, namespace: str, name: str, replica: str | None = None) -> builtins.list[tuple[str, Path]]:
         """(replica, log path) of the latest attempt of each replica (or of one), in name order."""

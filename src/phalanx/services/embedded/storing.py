@@ -3,6 +3,12 @@
 Replicas write to ``PHALANX_OUTPUT_DIR``; a ``metrics.json`` there (a mapping of names to numbers) becomes the
 job's ``status.metrics``. The result is recorded in a marker file next to the outputs, so a control plane that
 restarts mid-way sees whether storing is done (level-triggered, like everything else).
+
+Where outputs may go (docs/security.md): ``outputs.storeTo`` is any folder its owner can write, absolute or
+relative to where the job was submitted, except the state directory and what is in it, bar its ``artifacts``
+folder: a storeTo resolving there (symlinks followed) could overwrite the store, the tokens or another job's
+files, and is refused at the door (``refused_destination``) and again when storing. Symbolic links among the
+outputs are copied as links, never followed: the control plane copies what the job wrote, not what a link names.
 """
 
 from __future__ import annotations
@@ -30,6 +36,20 @@ def destination(job: TrainingJob, layout: StateLayout) -> Path:
     return path
 
 
+def refused_destination(target: Path, layout: StateLayout) -> str | None:
+    """Why outputs may not be stored at ``target``: it resolves into the state directory, outside its artifacts."""
+    resolved, root = target.resolve(), layout.root.resolve()
+    if resolved != root and not resolved.is_relative_to(root):
+        return None
+    if resolved.is_relative_to(layout.artifacts.resolve()):
+        return None
+    return (
+        f"{target} is in the state directory {layout.root}, which holds the store, the tokens and every job's "
+        "files; store the outputs outside it, or leave storeTo out (they go to the state directory's artifacts "
+        "folder)"
+    )
+
+
 def observe_outputs(job: TrainingJob, layout: StateLayout) -> OutputsObservation:
     """What an earlier ``store_outputs`` recorded for this job, if anything."""
     assert job.metadata.uid is not None
@@ -55,14 +75,17 @@ def store_outputs(job: TrainingJob, layout: StateLayout) -> OutputsObservation:
     source = layout.job_outputs(job.metadata.namespace, job.metadata.name, job.metadata.uid, job.spec.outputs.path)
     target = destination(job, layout)
     record: dict[str, object]
-    try:
-        metrics = _read_metrics(source / "metrics.json")
-        if source.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(source, target, dirs_exist_ok=True)
-        record = {"stored": True, "location": str(target), "metrics": metrics}
-    except (OSError, ValueError) as err:
-        record = {"stored": False, "error": f"could not store outputs to {target}: {err}"}
+    if (refused := refused_destination(target, layout)) is not None:
+        record = {"stored": False, "error": f"outputs.storeTo: {refused}"}
+    else:
+        try:
+            metrics = _read_metrics(source / "metrics.json")
+            if source.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+            record = {"stored": True, "location": str(target), "metrics": metrics}
+        except (OSError, ValueError) as err:
+            record = {"stored": False, "error": f"could not store outputs to {target}: {err}"}
     marker = layout.job_dir(job.metadata.namespace, job.metadata.name, job.metadata.uid) / MARKER
     marker.parent.mkdir(parents=True, exist_ok=True)
     tmp = marker.with_suffix(".tmp")
