@@ -221,7 +221,7 @@ class SampleCache:
             if data is not None:
                 self.hits += 1
                 if self.policy == CachePolicy.LRU:
-                    db.execute(f"UPDATE samples SET used = {_TICK} WHERE name = ?", (name,))
+                    db.execute(f"UPDATE samples SET used = {_TICK} WHERE name = ?", (name,))  # nosec B608  # only ? marks and constants are formatted in; values are parameters
                 return data
         self.misses += 1
         data = loader(key)
@@ -268,7 +268,7 @@ class SampleCache:
             for victim, _ in victims:
                 db.execute("DELETE FROM samples WHERE name = ?", (victim,))
             freed = sum(victim_size for _, victim_size in victims)
-            db.execute(f"INSERT INTO samples (name, size, used) VALUES (?, ?, {_TICK})", (name, size))
+            db.execute(f"INSERT INTO samples (name, size, used) VALUES (?, ?, {_TICK})", (name, size))  # nosec B608  # only ? marks and constants are formatted in; values are parameters
             db.execute("UPDATE meta SET value = value + ? WHERE key = 'used_bytes'", (size - freed,))
             db.execute("COMMIT")
             committed = True
@@ -339,7 +339,7 @@ class CachedDataset:
     def shuffled(self, seed: int) -> Iterator[bytes]:
         """Every sample once, in a random order fixed by ``seed`` (a fresh order per epoch: seed=epoch)."""
         order = list(range(len(self)))
-        random.Random(seed).shuffle(order)
+        random.Random(seed).shuffle(order)  # nosec B311  # eviction order, not security
         return (self[index] for index in order)
 
 

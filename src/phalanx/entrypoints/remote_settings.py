@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SERVER_ENV = "PHALANX_SERVER"
-TOKEN_ENV = "PHALANX_TOKEN"
+TOKEN_ENV = "PHALANX_TOKEN"  # nosec B105  # a name or message, not a secret
 CONFIG_ENV = "PHALANX_CONFIG"
 MAX_CONFIG_BYTES = 64 * 1024
 

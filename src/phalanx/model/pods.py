@@ -749,7 +749,7 @@ def _on_the_host(volume: Volume, mount: VolumeMount) -> str | None:
         if posixpath.normpath(volume.host_path.path) != target:
             return f"hostPath {volume.host_path.path} cannot appear at {mount.mount_path} (mount it at its own path)"
         return None
-    if volume.empty_dir is not None and volume.empty_dir.medium == "Memory" and target == "/dev/shm":
+    if volume.empty_dir is not None and volume.empty_dir.medium == "Memory" and target == "/dev/shm":  # nosec B108  # a mount path compared, not a file written
         return "sizeLimit cannot be enforced" if volume.empty_dir.size_limit else None
     return f"a {volume.source} volume cannot appear at {mount.mount_path}"
 

@@ -34,7 +34,7 @@ from phalanx.core.auth import Grant, Role, check_namespaces, check_role
 from phalanx.core.auth.lifetimes import MAX_LIFETIME
 from phalanx.model.names import check_dns_label
 
-TOKEN_PREFIX = "phx_"
+TOKEN_PREFIX = "phx_"  # nosec B105  # a name or message, not a secret
 _SECRET_BYTES = 32
 # token_urlsafe(32) is 43 characters of [A-Za-z0-9_-]; anything else cannot be one of ours.
 _TOKEN_LENGTH = len(TOKEN_PREFIX) + 43

@@ -16,7 +16,7 @@ import os
 import shlex
 import shutil
 import signal
-import subprocess
+import subprocess  # nosec B404  # runs a known program without a shell
 import tempfile
 from pathlib import Path
 from typing import IO
@@ -73,7 +73,7 @@ def run_script(
     env["PHALANX_DATASET_SOURCE_DIR"] = str(base_dir if base_dir is not None else Path.cwd())
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
-            proc = subprocess.Popen(  # the user's own command, without a shell
+            proc = subprocess.Popen(  # the user's own command, without a shell  # nosec B603  # a list of arguments, no shell
                 argv, cwd=staging, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
             )
         except OSError as exc:

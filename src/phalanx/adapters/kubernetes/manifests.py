@@ -52,7 +52,7 @@ OPERATOR_STATE_PATH = "/var/lib/phalanx/state"  # the operator's emptyDir: defau
 #: Where the artifact store's claim is mounted in the operator, and so in every pipeline step job (the same path).
 ARTIFACT_STORE_PATH = "/var/lib/phalanx/artifacts"
 ARTIFACT_CLAIM_ENV = "PHALANX_ARTIFACT_VOLUME_CLAIM"  # the operator's --artifact-volume-claim
-OPERATOR_STORAGE_SECRET = "phalanx-operator-storage"  # optional: sweep-storage and artifact-store URLs
+OPERATOR_STORAGE_SECRET = "phalanx-operator-storage"  # optional: sweep-storage and artifact-store URLs  # nosec B105  # a name or message, not a secret
 SCHEDULER_NAME = "phalanx-scheduler"
 SCHEDULER_LEASE = "phalanx-scheduler"
 SCHEDULER_CONFIG_MAP = "phalanx-scheduler-config"

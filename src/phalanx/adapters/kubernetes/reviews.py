@@ -24,7 +24,7 @@ from typing import Any
 from phalanx.adapters.kubernetes.api import KubeApi, KubeApiError
 from phalanx.core.auth.rbac import NonResourceAttributes, ResourceAttributes
 
-TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"  # nosec B105  # a name or message, not a secret
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 DEFAULT_TTL_S = 10.0
 DEFAULT_SIZE = 10_000

@@ -123,7 +123,7 @@ class ThreadConnection:
                 self.conn.close()
             else:
                 _INHERITED_CONNECTIONS.append(self.conn)
-        except Exception:
+        except Exception:  # nosec B110  # closing a connection at exit: nothing to report
             pass
 
 

@@ -256,7 +256,7 @@ class SqliteStore(QuarantineVerbs):
             where += " AND CASE WHEN json_valid(body) THEN "
             where += f"coalesce(json_extract(body, '$.status.phase') IN ({', '.join('?' * len(chosen))}), 1) END"
             params += chosen
-        sql = f"SELECT namespace, name, resource_version, body FROM objects WHERE {where} ORDER BY namespace, name"
+        sql = f"SELECT namespace, name, resource_version, body FROM objects WHERE {where} ORDER BY namespace, name"  # nosec B608  # only ? marks and constants are formatted in; values are parameters
         with self._translated(f"list {kind}"):
             rows = self._connection().execute(sql, params).fetchall()
         return in_phases(self._parsed(cls, kind, rows, unusual), phases)
@@ -269,7 +269,7 @@ class SqliteStore(QuarantineVerbs):
         """
         kind = self._kind_of(cls)
         values = ", ".join("json_extract(body, ?)" for _ in fields)
-        sql = f"SELECT {values}, COUNT(*) FROM objects WHERE kind = ? AND json_valid(body) GROUP BY {values}"
+        sql = f"SELECT {values}, COUNT(*) FROM objects WHERE kind = ? AND json_valid(body) GROUP BY {values}"  # nosec B608  # only ? marks and constants are formatted in; values are parameters
         paths = [f"$.{field}" for field in fields]
         with self._translated(f"count {kind}"):
             rows = self._connection().execute(sql, [*paths, kind, *paths]).fetchall()
@@ -299,7 +299,7 @@ class SqliteStore(QuarantineVerbs):
         if after is not None:
             where += " AND (namespace, name) > (?, ?)"
             params += list(after)
-        sql = f"SELECT namespace, name, resource_version, body FROM objects WHERE {where} ORDER BY namespace, name"
+        sql = f"SELECT namespace, name, resource_version, body FROM objects WHERE {where} ORDER BY namespace, name"  # nosec B608  # only ? marks and constants are formatted in; values are parameters
         with self._translated(f"list {kind}"):
             connection = self._connection()
             if limit <= 0:
@@ -310,7 +310,7 @@ class SqliteStore(QuarantineVerbs):
                 return self._parsed(cls, kind, rows, unusual), None, 0
             rows = rows[:limit]
             last = (str(rows[-1][0]), str(rows[-1][1]))
-            count_sql = f"SELECT COUNT(*) FROM objects WHERE {where} AND (namespace, name) > (?, ?)"
+            count_sql = f"SELECT COUNT(*) FROM objects WHERE {where} AND (namespace, name) > (?, ?)"  # nosec B608  # only ? marks and constants are formatted in; values are parameters
             remaining = int(connection.execute(count_sql, [*params, *last]).fetchone()[0])
         return self._parsed(cls, kind, rows, unusual), last, remaining
 

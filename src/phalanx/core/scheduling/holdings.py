@@ -99,7 +99,7 @@ def holding_of(job: RunningJob, reservations: Sequence[Reservation] | None = Non
     requests = {request.name: request for request in job.replicas}
     assigned: list[ReplicaRequest] = []
     for assignment in job.assignments:
-        request = requests.get(assignment.replica)
+        request = requests.get(assignment.replica)  # nosec B113  # a dict named requests, not the library
         if request is None:
             raise ValueError(f"running job {job.key}: assignment of unknown replica {assignment.replica!r}")
         assigned.append(request)

@@ -225,7 +225,7 @@ def serve_health(
         def log_message(self, format: str, *args: object) -> None:
             return
 
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)  # nosec B104  # in a Pod: the kubelet probes its IP
     threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
     return server
 

@@ -35,7 +35,7 @@ NO_TOKEN = (
     f"ClusterRole {METRICS_READER_ROLE} (a Prometheus: its ServiceAccount's token file)"
 )
 UNKNOWN_TOKEN = (
-    "the API server does not know this token (invalid, expired, or its account was deleted); send a current one"
+    "the API server does not know this token (invalid, expired, or its account was deleted); send a current one"  # nosec B105  # a name or message, not a secret
 )
 
 

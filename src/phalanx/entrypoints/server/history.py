@@ -99,7 +99,7 @@ def add_history_routes(app: FastAPI, history: HistoryReader | None, authorize: A
         )
         return JSONResponse(_read(history, query))
 
-    def namespaced_history(
+    def namespaced_history(  # nosec B107  # an empty default, not a secret
         request: Request,
         namespace: str,
         queue: QueueFilter = "",
@@ -110,7 +110,7 @@ def add_history_routes(app: FastAPI, history: HistoryReader | None, authorize: A
     ) -> JSONResponse:
         return answer(request, namespace, queue, phase, since, limit, token)
 
-    def every_namespace_history(
+    def every_namespace_history(  # nosec B107  # an empty default, not a secret
         request: Request,
         queue: QueueFilter = "",
         phase: PhaseFilter = "",

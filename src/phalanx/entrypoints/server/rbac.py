@@ -17,7 +17,7 @@ from phalanx.entrypoints.server.access import Access, Authorize, Refusal
 
 #: What a request without a token (or with one the API server does not know) is told.
 NO_TOKEN = (
-    "this server needs a Kubernetes token: send 'Authorization: Bearer <token>', e.g. of a ServiceAccount "
+    "this server needs a Kubernetes token: send 'Authorization: Bearer <token>', e.g. of a ServiceAccount "  # nosec B105  # a name or message, not a secret
     "(kubectl create token NAME -n NAMESPACE); Kubernetes RBAC decides what it may do"
 )
 UNKNOWN_TOKEN = "the API server does not know this token (invalid, expired, or its account was deleted); " + (

@@ -16,7 +16,7 @@ from phalanx.entrypoints.server.access import Access, Authorize, Refusal, Scope
 
 #: What a request without a token is told: how to send one, and how to make one.
 NO_TOKEN = (
-    "this server needs a token: send 'Authorization: Bearer <token>'; its owner makes one with "
+    "this server needs a token: send 'Authorization: Bearer <token>'; its owner makes one with "  # nosec B105  # a name or message, not a secret
     "phalanx token create NAME --role viewer|editor|admin --namespace NS"
 )
 

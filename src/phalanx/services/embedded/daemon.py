@@ -15,7 +15,7 @@ import fcntl
 import os
 import signal
 import socket
-import subprocess
+import subprocess  # nosec B404  # runs a known program without a shell
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -155,7 +155,7 @@ def _reuse_or_start(
     # The log names jobs, datasets and errors: the owner's alone (0600), like the rest of the state.
     tighten(layout.control_plane_log)  # written 0644 by older versions
     with os.fdopen(open_private(layout.control_plane_log, os.O_WRONLY | os.O_APPEND), "ab") as log_file:
-        process = subprocess.Popen(
+        process = subprocess.Popen(  # nosec B603  # a list of arguments, no shell
             command,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
