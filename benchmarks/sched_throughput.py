@@ -5,16 +5,16 @@ simulator all call) on N simulated 8-GPU servers (2 sockets x 16 cores x 2 threa
 GPUs, four per socket) with 10,000 pending pods in gangs of 1-16 (sizes drawn uniformly, seeded). Every pod
 asks for one GPU, 4 exclusive CPUs (so NUMA-aligned core choice runs for every pod) and 64 GiB; the
 scheduler picks exact GPU indices and CPU ids for each. With 1,000 nodes the 10,000 pods ask for more GPUs
-than exist (8,000), so the cycle also explains the gangs left waiting, as a real cycle must; with 5,000 nodes
-everything fits.
+than exist (8,000), so the cycle also explains the gangs left waiting, as a real cycle must; with 5,000, 20,000
+and 50,000 nodes everything fits, and the question is what a cluster's size costs each decision.
 
 Each size runs in a fresh subprocess, so the peak resident memory it reports is that run's own. Throughput is
 pods placed per second of cycle wall time: the whole ``schedule`` call, which builds its working copy and node
 table from the snapshot (the snapshot stands for the informer cache and is built beforehand). For reference,
 kube-scheduler's published CI floor is 680 pods/s at 5,000 nodes (scheduler_perf, no gangs, no device choice).
 
-Run:  python benchmarks/sched_throughput.py [--pods 10000] [--sizes 1000,5000] [--placements auto]
-Ends with: RESULT pods_per_s_1k=… pods_per_s_5k=… peak_mb=…
+Run:  python benchmarks/sched_throughput.py [--pods 10000] [--sizes 1000,5000,20000,50000] [--placements auto]
+Ends with: RESULT pods_per_s_1k=… pods_per_s_5k=… pods_per_s_20k=… pods_per_s_50k=… peak_mb=…
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def run_one(nodes: int, pods: int, seed: int, placement: str) -> dict[str, float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=10_000)
-    parser.add_argument("--sizes", default="1000,5000", help="node counts, comma-separated")
+    parser.add_argument("--sizes", default="1000,5000,20000,50000", help="node counts, comma-separated")
     parser.add_argument("--placements", default="auto", help="placement policies, comma-separated")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: nodes:placement, run in a subprocess
