@@ -431,6 +431,25 @@ class SqliteStore(QuarantineVerbs):
             _rows.write_object(conn, kind, namespace, name, seq, generation, merged)
         return cls.model_validate(merged)
 
+    def kind_mark(self, cls: type[BaseModel]) -> tuple[int, int]:
+        """How many objects of a kind are stored, and the newest resourceVersion among them; one indexed read.
+
+        It moves with every change of the kind, from any process: each create or write gives its object a new
+        revision, above every earlier one, and a delete (the only write that does not) lowers the count. A
+        cache of a kind's objects read after this mark stays true while the mark does.
+        """
+        kind = self._kind_of(cls)
+        with self._translated(f"read the revision of the {kind} objects"):
+            count, newest = (
+                self._connection()
+                .execute(
+                    "SELECT count(*), coalesce(max(resource_version), 0) FROM objects WHERE kind = ?",
+                    (kind,),
+                )
+                .fetchone()
+            )
+        return int(count), int(newest)
+
     # -------------------------------------------------------------------------------------- change feed
 
     def latest_seq(self) -> int:

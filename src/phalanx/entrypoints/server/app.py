@@ -23,13 +23,18 @@ A posted object has no directory of the caller's: on the embedded runtime its re
 
 Routes are plain functions run in the server's thread pool: the port is synchronous (SQLite, the API server's
 client), and a slow call holds one worker, not the event loop. The request body is read on the loop, then
-parsed and submitted in the pool.
+parsed and submitted in the pool, or in threads of the creates' own (``create_threads``: one over a local store,
+whose writes take one lock anyway).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Query, Request
@@ -120,6 +125,7 @@ def create_app(
     authorize: Authorize | None = None,
     registry: CollectorRegistry | None = None,
     history: HistoryReader | None = None,
+    create_threads: int | None = None,
 ) -> FastAPI:
     """The REST API over ``backend``; ``authorize`` decides each request (None: every request is served).
 
@@ -129,6 +135,11 @@ def create_app(
         registry: the metrics ``/metrics`` serves besides the state's and the API's (the control plane's
             scheduler counts, with ``phalanx up --listen``); None: only those (``metrics``).
         history: the job history the history routes read (None: they say the server keeps none).
+        create_threads: how many threads of their own run the creates (POSTs); None: the server's shared thread
+            pool, for a backend whose calls wait on a network (a cluster's API server). A local SQLite store
+            wants 1: its writes take the file's one write lock anyway, and a POST's validation holds the GIL, so
+            the pool's dozens of threads only took the GIL from each other (futex waits and context switches:
+            half of a POST's CPU under 200 concurrent clients).
     """
     app = FastAPI(
         title="Phalanx API",
@@ -139,7 +150,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    routes = _Routes(Operations(backend), authorize)
+    routes = _Routes(Operations(backend), authorize, create_threads=create_threads)
     for resource in RESOURCES:
         routes.add(app, resource)
     add_view_routes(app, routes.ops, authorize)
@@ -163,9 +174,20 @@ def create_app(
 class _Routes:
     """The handlers of every kind, over one ``Operations``."""
 
-    def __init__(self, ops: Operations, authorize: Authorize | None) -> None:
+    def __init__(self, ops: Operations, authorize: Authorize | None, *, create_threads: int | None = None) -> None:
         self.ops = ops
         self.authorize = authorize
+        # Started on the first create; its idle threads end when the app is collected (ThreadPoolExecutor's own).
+        self._creating = (
+            ThreadPoolExecutor(create_threads, thread_name_prefix="rest-create") if create_threads is not None else None
+        )
+
+    async def _in_create_thread(self, resource: Resource, namespace: str | None, raw: bytes) -> bytes:
+        """``_create`` in a create thread (or the shared pool), with the request's context variables, as anyio's."""
+        if self._creating is None:
+            return await run_in_threadpool(self._create, resource, namespace, raw)
+        call = functools.partial(contextvars.copy_context().run, self._create, resource, namespace, raw)
+        return await asyncio.get_running_loop().run_in_executor(self._creating, call)
 
     def add(self, app: FastAPI, resource: Resource) -> None:
         """Register the routes of one kind."""
@@ -303,7 +325,7 @@ class _Routes:
                 _check_segment(namespace, "namespace")
             self._authorize(request, "create", resource, namespace, None)
             raw = await request.body()
-            created = await run_in_threadpool(self._create, resource, namespace, raw)
+            created = await self._in_create_thread(resource, namespace, raw)
             return Response(created, status_code=201, media_type="application/json")
 
         if resource.namespaced:

@@ -191,7 +191,8 @@ def _app(layout: StateLayout, *, tokens: bool, history_url: str | None) -> Any:
 
     backend = SqliteBackend(SqliteStore(layout.database), layout)
     authorize = token_authorizer(TokenStore(layout.tokens_database)) if tokens else None
-    return create_app(backend, authorize=authorize, history=served_history(layout, history_url))
+    # One create thread: the store's writes take one lock, and more threads only contend for the GIL (create_app).
+    return create_app(backend, authorize=authorize, history=served_history(layout, history_url), create_threads=1)
 
 
 def served_history(layout: StateLayout, url: str | None) -> Any:
