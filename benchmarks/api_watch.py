@@ -111,7 +111,9 @@ async def _fanout(
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200"):
-            raise SystemExit(f"the watch answered {head.decode(errors='replace')}")
+            length = re.search(rb"content-length: *([0-9]+)", head, re.IGNORECASE)
+            body = await reader.readexactly(int(length.group(1))) if length else b""
+            raise SystemExit(f"the watch answered {head.decode(errors='replace')}{body.decode(errors='replace')}")
         connected += 1
         if connected == watchers:
             all_connected.set()

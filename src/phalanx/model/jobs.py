@@ -507,10 +507,18 @@ def _scheduler_name(value: str) -> str:
 SchedulerName = Annotated[str, AfterValidator(_scheduler_name)]
 
 
+def _queue_name(value: str) -> str:
+    return check_dns_label(value, "queue name")
+
+
+#: The name of a Queue (whose ``metadata.name`` is a DNS-1123 label): a job naming another could never run.
+QueueName = Annotated[str, AfterValidator(_queue_name)]
+
+
 class SchedulingPolicy(ApiModel):
     """Queue, priority and placement wishes."""
 
-    queue: str = "default"
+    queue: QueueName = "default"
     priority_class: str | None = None
     priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
     min_available: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)

@@ -126,7 +126,14 @@ def validate_job(raw: Any, jobtypes: Mapping[str, JobType], *, source: str | Non
     Raises:
         SpecError: every problem found, each with its field path and a fix.
     """
-    job = parse_job(raw, source=source)
+    try:
+        job = parse_job(raw, source=source)
+    except SpecError as err:
+        # An unknown job type is said in the same round as the shape's problems, not only once they are fixed.
+        unknown = _unknown_type(raw, jobtypes)
+        if unknown is None or any(error.path == unknown.path for error in err.errors):
+            raise
+        raise SpecError([*err.errors, unknown], source=source) from None
     errors = check_against_jobtype(job, jobtypes)
     if errors:
         raise SpecError(errors, source=source)
@@ -155,15 +162,28 @@ def with_namespace(document: Mapping[str, Any], namespace: str) -> dict[str, Any
     return {**document, "metadata": {**(metadata or {}), "namespace": namespace}}
 
 
+def _unknown_type_error(name: str, jobtypes: Mapping[str, JobType]) -> FieldError:
+    close = difflib.get_close_matches(name, list(jobtypes), n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known types: {', '.join(sorted(jobtypes))}"
+    return FieldError("spec.type", f"unknown job type {name!r}; {hint}")
+
+
+def _unknown_type(raw: Any, jobtypes: Mapping[str, JobType]) -> FieldError | None:
+    """The error of a raw document's ``spec.type`` naming no JobType; None when it names one or is no string."""
+    spec = raw.get("spec") if isinstance(raw, Mapping) else None
+    name = spec.get("type") if isinstance(spec, Mapping) else None
+    if not isinstance(name, str) or name in jobtypes:
+        return None
+    return _unknown_type_error(name, jobtypes)
+
+
 def check_against_jobtype(job: TrainingJob, jobtypes: Mapping[str, JobType]) -> list[FieldError]:
     """What the shape alone cannot tell: the JobType, its roles and counts, commands, names, paths."""
     spec = job.spec
     errors: list[FieldError] = []
     jobtype = jobtypes.get(spec.type)
     if jobtype is None:
-        close = difflib.get_close_matches(spec.type, list(jobtypes), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"known types: {', '.join(sorted(jobtypes))}"
-        return [FieldError("spec.type", f"unknown job type {spec.type!r}; {hint}")]
+        return [_unknown_type_error(spec.type, jobtypes)]
     roles = jobtype.spec.roles
     for role_name, replica in spec.replicas.items():
         path = f"spec.replicas.{role_name}"

@@ -84,6 +84,26 @@ def test_all_problems_are_reported_at_once() -> None:
     assert any(e.startswith("spec.runPolicy.restartPolicy:") for e in found)
 
 
+def test_an_unknown_job_type_is_reported_with_the_shapes_problems_not_after_them() -> None:
+    """A new user's trial fixed a file's errors in rounds: the unknown type came only once the shape was right."""
+    document = job(type="pytorchh", runPolicy={"backoffLimit": -1})
+    document["metadata"]["name"] = "Bad_Name"
+    found = errors_of(document)
+    assert [e.split(":")[0] for e in found] == ["metadata.name", "spec.runPolicy.backoffLimit", "spec.type"]
+    assert found[-1] == "spec.type: unknown job type 'pytorchh'; did you mean 'pytorch'?"
+    # A type that is no string is the shape's to report, once.
+    assert [e.split(":")[0] for e in errors_of(job(type=["pytorch"]))] == ["spec.type"]
+
+
+def test_a_queue_name_a_queue_could_not_have_is_refused() -> None:
+    """A queue named 'Team_A' could never exist (a Queue's name is a DNS label): the job would wait for ever."""
+    assert errors_of(job(scheduling={"queue": "Team_A"})) == [
+        "spec.scheduling.queue: queue name 'Team_A' is not a DNS-1123 label: use lowercase letters, digits and '-', "
+        "starting and ending with a letter or digit, e.g. 'team-a'"
+    ]
+    assert validate_job(job(scheduling={"queue": "team-a"}), JOBTYPES).spec.scheduling.queue == "team-a"
+
+
 def test_a_name_longer_than_a_dns_label_is_refused() -> None:
     document = job()
     document["metadata"]["name"] = "a" * 64
