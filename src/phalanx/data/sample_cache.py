@@ -52,12 +52,12 @@ import os
 import random
 import sqlite3
 import tempfile
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from phalanx.adapters.sqlite_wal import switch_to_wal
 from phalanx.core.data.cache import CachePolicy
 from phalanx.core.data.sharding import env_name
 
@@ -156,7 +156,7 @@ class SampleCache:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.directory / INDEX_NAME, timeout=_BUSY_SECONDS, isolation_level=None)
-            _switch_to_wal(db)
+            switch_to_wal(db, timeout_s=_BUSY_SECONDS)
             db.execute("PRAGMA synchronous=NORMAL")  # see the module's docstring: no fsync per sample
             db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as error:
@@ -339,28 +339,9 @@ class CachedDataset:
     def shuffled(self, seed: int) -> Iterator[bytes]:
         """Every sample once, in a random order fixed by ``seed`` (a fresh order per epoch: seed=epoch)."""
         order = list(range(len(self)))
-        random.Random(seed).shuffle(order)  # nosec B311  # eviction order, not security
+        random.Random(seed).shuffle(order)  # nosec B311  # a sample order, not security
         return (self[index] for index in order)
 
 
 #: How long opening the index waits for other processes' locks.
 _BUSY_SECONDS = 60
-
-
-def _switch_to_wal(db: sqlite3.Connection) -> None:
-    """``PRAGMA journal_mode=WAL``, retried while another process switches the same new index.
-
-    Two connections switching a new file at the same moment could each wait for the other's lock, so SQLite
-    answers one of them "database is locked" at once instead of calling its busy handler: that one tries again.
-    """
-    deadline = time.monotonic() + _BUSY_SECONDS
-    pause = 0.001
-    while True:
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) or time.monotonic() > deadline:
-                raise
-        time.sleep(pause)  # a lock SQLite would not wait for: back off, then ask again
-        pause = min(pause * 2, 0.05)

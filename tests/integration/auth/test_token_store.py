@@ -17,6 +17,7 @@ from phalanx.adapters.auth.token_store import (
     TokenExistsError,
     TokenNotFoundError,
     TokenStore,
+    TokenStoreError,
     digest_of,
 )
 from phalanx.core.auth import Grant, Role
@@ -222,3 +223,34 @@ def test_a_forked_child_uses_a_connection_of_its_own(db: Path) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert store.authenticate(token) is None  # the parent's connection still works, and sees the child's revoke
+
+
+class _FailingOnce:
+    """A connection whose first statement fails as SQLite does on an I/O error, then works as the real one."""
+
+    def __init__(self, real: sqlite3.Connection, name: str) -> None:
+        self.real, self.name, self.failed = real, name, False
+
+    def execute(self, *args: object) -> object:
+        if not self.failed:
+            self.failed = True
+            error = sqlite3.OperationalError("disk I/O error")
+            error.sqlite_errorname = self.name  # type: ignore[attr-defined]
+            raise error
+        return self.real.execute(*args)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_a_read_that_meets_an_io_error_is_tried_once_more_on_a_fresh_connection(db: Path) -> None:
+    """api_load saw one 503 'disk I/O error' in eight runs; authenticating changes nothing, so it retries once."""
+    store = TokenStore(db)
+    token = store.create("ci", "viewer", ["ml"])
+    assert store.authenticate(token) is not None  # this thread's connection is open now
+    store._local.conn = _FailingOnce(store._local.conn, "SQLITE_IOERR_SHORT_READ")
+    assert store.authenticate(token) == Grant(Role.VIEWER, frozenset({"ml"}), name="ci")
+    # Another kind of failure is not retried, and says SQLite's own name for it.
+    store._local.conn = _FailingOnce(store._local.conn, "SQLITE_BUSY")
+    with pytest.raises(TokenStoreError, match=r"disk I/O error, SQLITE_BUSY\); try again"):
+        store.authenticate(token)

@@ -24,6 +24,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from phalanx.adapters.sqlite_wal import switch_to_wal
 from phalanx.adapters.store.errors import StoreError
 
 SCHEMA_VERSION = 2
@@ -143,6 +144,10 @@ def open_connection(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     return conn
 
 
+#: How long opening a new store waits while another process switches the same file to WAL.
+WAL_SWITCH_TIMEOUT_S = 30.0
+
+
 def prepare_database(conn: sqlite3.Connection, path: Path) -> None:
     """Switch the file to WAL and create or migrate the schema; safe to run from many processes at once.
 
@@ -150,8 +155,8 @@ def prepare_database(conn: sqlite3.Connection, path: Path) -> None:
         StoreError: the file cannot use WAL (e.g. a network file system) or has a newer schema.
 
     """
-    (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-    if str(mode).lower() != "wal":
+    mode = switch_to_wal(conn, timeout_s=WAL_SWITCH_TIMEOUT_S)
+    if mode != "wal":
         raise StoreError(
             f"state store {path}: SQLite refused WAL journal mode (got {mode!r}); "
             "put the state directory on a local file system"

@@ -39,6 +39,7 @@ import sqlalchemy
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
+from phalanx.adapters.sqlite_wal import switch_to_wal
 from phalanx.adapters.sweeps import optuna_space
 from phalanx.adapters.sweeps.algorithms import algorithm_available
 from phalanx.adapters.sweeps.optuna_samplers import PerTrialSeeded, make_sampler
@@ -109,7 +110,7 @@ def _write_ahead_log(path: Path) -> None:
     """Put the SQLite file in WAL mode (it stays so): readers (the CLI) then never block the controller's writes."""
     try:
         with contextlib.closing(sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S)) as connection:
-            connection.execute("PRAGMA journal_mode=WAL")
+            switch_to_wal(connection, timeout_s=SQLITE_BUSY_TIMEOUT_S)
     except sqlite3.Error as error:
         raise StudyStoreError(f"sqlite:///{path}: cannot open the sweep study database: {error}") from error
 
