@@ -126,9 +126,16 @@ def test_architecture_md_draws_paths_that_exist_and_the_contracts_the_project_ke
     assert f"Contracts: {len(configured)} kept, 0 broken." in text
 
 
-def test_every_test_security_md_cites_exists() -> None:
-    """docs/security.md backs each promise with a test: a renamed or deleted test must not leave it unbacked."""
-    text = (DOCS / "security.md").read_text(encoding="utf-8")
-    cited = re.findall(r"`(tests/[\w/.]+)`", text)
+@pytest.mark.parametrize("page", ["security.md", "reliability.md"])
+def test_every_test_a_promise_cites_exists(page: str) -> None:
+    """security.md and reliability.md back each promise with a test: a renamed or deleted test must not leave it
+    unbacked. A bare file name in a cell continues the path of the cell's first test."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    cited = re.findall(r"`((?:tests|benchmarks)/[\w/.]+\.py)`", text)
     assert len(cited) >= 6
     assert [path for path in cited if not (DOCS.parent / path).exists()] == []
+    for row in (line for line in text.splitlines() if line.startswith("|") and "`tests/" in line):
+        first = re.search(r"`(tests/[\w/]+/)[\w.]+\.py`", row)
+        assert first is not None
+        for name in re.findall(r"`(test_[\w]+\.py)`", row):
+            assert (DOCS.parent / first.group(1) / name).exists(), (page, name)
