@@ -88,3 +88,43 @@ def test_phalanx_backend_kubernetes_in_the_environment_leaves_run_to_typer(monke
         launcher.parse_run(["run", "job.yaml"])
     monkeypatch.setenv("PHALANX_BACKEND", "embedded")
     assert launcher.parse_run(["run", "job.yaml"]).file.name == "job.yaml"
+
+
+def typer_submit_options() -> set[str]:
+    command = typer.main.get_command(app)
+    submit = command.commands["submit"]  # type: ignore[attr-defined]
+    names: set[str] = set()
+    for param in submit.params:
+        names.update(o for o in (*param.opts, *param.secondary_opts) if o.startswith("-"))
+    return names
+
+
+def test_both_parsers_know_the_same_submit_options() -> None:
+    kept = set(KUBERNETES_OPTIONS) | set(launcher.TYPER_SUBMIT_OPTIONS)
+    assert typer_submit_options() - kept == set(launcher.SUBMIT_OPTIONS)
+
+
+def test_a_submit_is_parsed_like_typer_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PHALANX_HOME", raising=False)
+    args = launcher.parse_submit(["submit", "-f", "jobs.yaml", "-n", "team-a", "--state-dir", "s"])
+    assert (args.file, args.namespace, Path(args.state_dir)) == (Path("jobs.yaml"), "team-a", Path("s"))
+    plain = launcher.parse_submit(["submit", "jobs.yaml"])
+    assert (plain.file, plain.namespace, plain.state_dir) == (Path("jobs.yaml"), None, None)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["submit", "jobs.yaml", "--dry-run"],
+        ["submit", "jobs.yaml", "--stand-in", "img=./play.py"],
+        ["submit", "jobs.yaml", "--context=prod"],
+        ["submit", "--help"],
+        ["submit"],
+        ["submit", "-f", "a.yaml", "b.yaml"],
+        ["submit", "a.yaml", "--bogus"],
+    ],
+    ids=["dry-run", "stand-in", "backend", "help", "no-file", "file-twice", "unknown-option"],
+)
+def test_a_submit_typer_must_see_is_left_to_it(argv: list[str]) -> None:
+    with pytest.raises(launcher._DeclinedError):
+        launcher.parse_submit(argv)

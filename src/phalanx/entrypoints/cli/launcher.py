@@ -1,4 +1,4 @@
-"""The ``phalanx`` console script: `phalanx run FILE` on a fast path, every other command through typer.
+"""The ``phalanx`` console script: `phalanx run FILE` and `submit FILE` on a fast path, the rest through typer.
 
 The fast path is for the embedded runtime only; a run on a cluster (``--backend kubernetes``,
 ``PHALANX_BACKEND=kubernetes``, ``--context``/``--kubeconfig``) goes to the typer command.
@@ -7,7 +7,8 @@ The fast path is for the embedded runtime only; a run on a cluster (``--backend 
 120 ms to start here (it imports pydantic to coerce parameters). The launcher parses `run`'s few options
 with argparse and calls ``running.run_job``, the very function the typer command calls. Anything it does not
 recognise (``--help``, a typo, another command) goes to the typer app, which owns the documentation and the
-error messages. ``tests/unit/cli/test_launcher.py`` checks that both accept the same options.
+error messages. ``tests/unit/cli/test_launcher.py`` checks that both accept the same options. `submit` takes
+the same way when a control plane runs (``fast_submit``); without one, typer's command stores the objects.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ RUN_OPTIONS = (
 )
 #: `run` options the launcher leaves to typer (an unknown option declines): ``--stand-in`` is checked with the model.
 TYPER_RUN_OPTIONS = ("--stand-in",)
+SUBMIT_OPTIONS = ("--state-dir", "--namespace", "-n", "--filename", "-f")
+#: `submit` options the launcher leaves to typer: a dry run prints the defaulted objects, which needs the model.
+TYPER_SUBMIT_OPTIONS = ("--dry-run", "--stand-in")
 
 
 class _DeclinedError(Exception):
@@ -73,6 +77,35 @@ def parse_run(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv[1:])
 
 
+def parse_submit(argv: list[str]) -> argparse.Namespace:
+    """Parse `submit FILE` or `submit -f FILE` [options] as the typer command does, or raise _DeclinedError.
+
+    Raises:
+        _DeclinedError: help was asked for, a backend or server may be named, an option typer keeps, or the
+            arguments are not a valid `submit` invocation (typer then says what is wrong).
+    """
+    if not argv or argv[0] != "submit" or any(a in ("--help", "-h") for a in argv):
+        raise _DeclinedError("not a plain submit")
+    from phalanx.entrypoints.cli.backends import wants_kubernetes
+
+    if wants_kubernetes(argv[1:], os.environ):
+        raise _DeclinedError("a submit to a cluster: the typer command handles the kubernetes backend")
+    from phalanx.entrypoints.remote_settings import SERVER_ENV, config_path
+
+    if os.environ.get(SERVER_ENV, "").strip() or config_path(os.environ).exists():
+        raise _DeclinedError("a server may be named: the typer command reads --server, its env and config file")
+    parser = _Parser(prog="phalanx submit", add_help=False)
+    parser.add_argument("file", type=Path, nargs="?")
+    parser.add_argument("--filename", "-f", type=Path, default=None)
+    parser.add_argument("--state-dir", type=Path, default=os.environ.get("PHALANX_HOME") or None)
+    parser.add_argument("--namespace", "-n", default=None)
+    args = parser.parse_args(argv[1:])
+    if (args.file is None) == (args.filename is None):
+        raise _DeclinedError("the file given twice or not at all: the typer command says so")
+    args.file = args.file or args.filename
+    return args
+
+
 def main() -> None:
     """Dispatch, then exit without interpreter finalisation once output is flushed."""
     code: int
@@ -80,10 +113,7 @@ def main() -> None:
         try:
             args = parse_run(sys.argv[1:])
         except _DeclinedError:
-            from phalanx.entrypoints.cli.main import app
-
-            app()
-            code = 0
+            code = _submit_or_typer(sys.argv[1:])
         else:
             from phalanx.entrypoints.cli.running import run_job
 
@@ -113,3 +143,22 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _submit_or_typer(argv: list[str]) -> int:
+    """A plain `submit` through the running control plane; anything else, or no control plane, through typer."""
+    try:
+        args = parse_submit(argv)
+    except _DeclinedError:
+        pass
+    else:
+        from phalanx.entrypoints.cli.fast_submit import submit_file
+
+        state_dir = Path(args.state_dir) if args.state_dir else None
+        done = submit_file(args.file, state_dir=state_dir, namespace=args.namespace)
+        if done is not None:
+            return done
+    from phalanx.entrypoints.cli.main import app
+
+    app()
+    return 0

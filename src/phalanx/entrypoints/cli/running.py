@@ -132,9 +132,10 @@ def run_job(
     except OSError as err:  # the control plane stopped, or a socket timeout: one sentence, no traceback
         fail(f"the control plane's local API did not answer ({err or type(err).__name__}); see `phalanx status`")
     jobs = [s for s in submitted if s["kind"] == "TrainingJob"]
+    from phalanx.entrypoints.cli.fast_submit import submitted_verb
+
     for item in submitted:
-        verb = "replaced" if item["replaced"] else "configured" if item.get("configured") else "created"
-        console.print(f"{item['kind'].lower()}/{item['name']} {verb}")
+        console.print(f"{item['kind'].lower()}/{item['name']} {submitted_verb(item)}")
     if detach:
         return 0
     if not jobs:
