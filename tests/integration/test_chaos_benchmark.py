@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import chaos
+from support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,6 +40,9 @@ def test_a_live_process_naming_the_ledger_is_an_orphan(tmp_path: Path) -> None:
     run = chaos.Run(tmp_path, seed=1)
     stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(run.ledger)])
     try:
+        # Until the child has exec'd, its command line is still this test's (a gate's run scanned that early).
+        cmdline = Path(f"/proc/{stray.pid}/cmdline")
+        wait_until(lambda: str(run.ledger).encode() in cmdline.read_bytes(), 30, "the stray process to start")
         assert chaos.orphans(run) == 1
         assert stray.wait(timeout=10) == -9  # killed once counted
     finally:

@@ -92,4 +92,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Leave without the interpreter's finalisation: gloo's threads may still be winding down then, and one left
+    # joinable aborts the process ("terminate called without an active exception", exit 134) after a run that
+    # succeeded. Everything this program writes is closed by now.
+    os._exit(code)
