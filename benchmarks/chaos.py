@@ -9,7 +9,8 @@ exclusive lock on its own name while it runs.
 
 Meanwhile, at seeded random moments, ``--kills`` times: SIGKILL the control plane (its node runtime runs inside
 it) and start a new one, or SIGKILL the shim of a running replica (the process that watches the replica's
-command and records its exit). When the kills are done and every object has ended, the control plane is
+command and records its exit). When every job has ended before the kills are done, a new wave of jobs is
+submitted, so that every kill falls on work. When the kills are done and every object has ended, the control plane is
 stopped (SIGTERM) and the run is checked:
 
 - **lost**: jobs, trials and steps that did not end Succeeded, the Sweep and PipelineRun if they did not, and
@@ -56,6 +57,8 @@ HERE = Path(__file__).resolve().parent
 REPLICA = HERE / "_chaos_replica.py"
 INVENTORY = HERE.parent / "examples" / "inventories" / "two-nodes-4gpu.yaml"
 TERMINAL = {Phase.SUCCEEDED, Phase.FAILED}
+#: Jobs added when every job has ended before the kills asked for are done.
+WAVE = 5
 
 
 @dataclass
@@ -272,10 +275,14 @@ def main(argv: list[str] | None = None) -> int:
             client.submit(flow_documents(run))
             for number in range(args.jobs):
                 client.submit(job_document(run, f"chaos-{number:03d}", rng))
+            submitted = args.jobs
             while sum(run.kills.values()) < args.kills and time.monotonic() - started < args.timeout:
                 time.sleep(rng.uniform(0.3, 1.5))
                 if all_ended(client):
-                    break  # nothing left to disturb: fewer kills than asked, which the result says
+                    # Everything ended before the kills were done (a fast machine): a new wave of jobs to disturb.
+                    for number in range(submitted, submitted + WAVE):
+                        client.submit(job_document(run, f"chaos-{number:03d}", rng))
+                    submitted += WAVE
                 if rng.random() < 0.5 and kill_shim(run, client, rng):
                     run.kills["shim"] += 1
                 else:
