@@ -12,11 +12,11 @@ from phalanx.entrypoints.cli.backends import KUBERNETES_OPTIONS
 from phalanx.entrypoints.cli.main import app
 
 
-def typer_run_options() -> set[str]:
+def typer_options(verb: str) -> set[str]:
+    """Every option name the typer command ``verb`` takes."""
     command = typer.main.get_command(app)
-    run = command.commands["run"]  # type: ignore[attr-defined]
     names: set[str] = set()
-    for param in run.params:
+    for param in command.commands[verb].params:  # type: ignore[attr-defined]
         names.update(o for o in (*param.opts, *param.secondary_opts) if o.startswith("-"))
     return names
 
@@ -24,7 +24,7 @@ def typer_run_options() -> set[str]:
 def test_both_parsers_know_the_same_run_options() -> None:
     # The backend options are typer's alone: with any of them the launcher declines (an unknown option), and
     # typer's `run` takes the kubernetes path.
-    assert typer_run_options() - set(KUBERNETES_OPTIONS) - set(launcher.TYPER_RUN_OPTIONS) == set(launcher.RUN_OPTIONS)
+    assert typer_options("run") - set(KUBERNETES_OPTIONS) - set(launcher.TYPER_RUN_OPTIONS) == set(launcher.RUN_OPTIONS)
 
 
 @pytest.mark.parametrize("argv", [["--stand-in", "img=./play.py"], ["--stand-in=img=./play.py"]])
@@ -90,18 +90,9 @@ def test_phalanx_backend_kubernetes_in_the_environment_leaves_run_to_typer(monke
     assert launcher.parse_run(["run", "job.yaml"]).file.name == "job.yaml"
 
 
-def typer_submit_options() -> set[str]:
-    command = typer.main.get_command(app)
-    submit = command.commands["submit"]  # type: ignore[attr-defined]
-    names: set[str] = set()
-    for param in submit.params:
-        names.update(o for o in (*param.opts, *param.secondary_opts) if o.startswith("-"))
-    return names
-
-
 def test_both_parsers_know_the_same_submit_options() -> None:
     kept = set(KUBERNETES_OPTIONS) | set(launcher.TYPER_SUBMIT_OPTIONS)
-    assert typer_submit_options() - kept == set(launcher.SUBMIT_OPTIONS)
+    assert typer_options("submit") - kept == set(launcher.SUBMIT_OPTIONS)
 
 
 def test_a_submit_is_parsed_like_typer_would(monkeypatch: pytest.MonkeyPatch) -> None:
