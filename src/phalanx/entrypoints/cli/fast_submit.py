@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from phalanx.entrypoints.cli.local_api import ApiError, LocalApi
 from phalanx.entrypoints.cli.output import STORE_UNAVAILABLE_EXIT, escape, fail, spec_errors, writer
@@ -26,6 +27,37 @@ def submitted_verb(item: dict[str, object]) -> str:
     if item.get("unchanged"):
         return "unchanged"
     return "configured" if item.get("configured") else "created"
+
+
+def submit_through(
+    api: LocalApi,
+    documents: list[dict[str, Any]] | str,
+    *,
+    namespace: str | None,
+    replace_finished: bool,
+    source: str,
+    stand_ins: dict[str, list[str]] | None = None,
+) -> list[dict[str, Any]]:
+    """The local API's submit from the current directory; a refusal is printed as the typer command prints it.
+
+    A spec's errors at their paths (exit 2); any other refusal in one sentence (exit 1, or the store's code when
+    it cannot be written); a control plane that did not answer, one sentence.
+    """
+    try:
+        return api.submit(
+            documents,
+            submit_dir=Path(os.getcwd()),
+            namespace=None if namespace in (None, "default") else namespace,
+            replace_finished=replace_finished,
+            source=source,
+            stand_ins=stand_ins,
+        )
+    except ApiError as err:
+        if err.status == 422:
+            spec_errors(err.body.get("source"), [(e["path"], e["message"]) for e in err.body["errors"]])
+        fail(str(err), STORE_UNAVAILABLE_EXIT if err.body.get("reason") == "StoreUnavailable" else 1)
+    except OSError as err:  # the control plane stopped, or a socket timeout: one sentence, no traceback
+        fail(f"the control plane's local API did not answer ({err or type(err).__name__}); see `phalanx status`")
 
 
 def submit_file(file: Path, *, state_dir: Path | None, namespace: str | None) -> int | None:
@@ -43,20 +75,7 @@ def submit_file(file: Path, *, state_dir: Path | None, namespace: str | None) ->
     try:
         if not text or not api.available():
             return None
-        try:
-            created = api.submit(
-                text,
-                submit_dir=Path(os.getcwd()),
-                namespace=None if namespace in (None, "default") else namespace,
-                replace_finished=False,
-                source=str(file),
-            )
-        except ApiError as err:
-            if err.status == 422:
-                spec_errors(err.body.get("source"), [(e["path"], e["message"]) for e in err.body["errors"]])
-            fail(str(err), STORE_UNAVAILABLE_EXIT if err.body.get("reason") == "StoreUnavailable" else 1)
-        except OSError as err:
-            fail(f"the control plane's local API did not answer ({err or type(err).__name__}); see `phalanx status`")
+        created = submit_through(api, text, namespace=namespace, replace_finished=False, source=str(file))
     finally:
         api.close()
     console = writer()

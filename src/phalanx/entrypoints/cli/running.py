@@ -10,7 +10,6 @@ same path.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -116,24 +115,12 @@ def run_job(
         console.print(f"[dim]control plane running; state in {escape(str(layout.root))}[/]")
     submitted_at = time.time()
     submitted_clock = time.monotonic()  # the elapsed times `run` shows count from here
-    try:
-        submitted = api.submit(
-            documents,
-            submit_dir=Path(os.getcwd()),
-            namespace=None if namespace == "default" else namespace,
-            replace_finished=True,
-            source=str(file),
-            stand_ins=stand_ins,
-        )
-    except ApiError as err:
-        if err.status == 422:
-            spec_errors(err.body.get("source"), [(e["path"], e["message"]) for e in err.body["errors"]])
-        fail(str(err), STORE_UNAVAILABLE_EXIT if err.body.get("reason") == "StoreUnavailable" else 1)
-    except OSError as err:  # the control plane stopped, or a socket timeout: one sentence, no traceback
-        fail(f"the control plane's local API did not answer ({err or type(err).__name__}); see `phalanx status`")
-    jobs = [s for s in submitted if s["kind"] == "TrainingJob"]
-    from phalanx.entrypoints.cli.fast_submit import submitted_verb
+    from phalanx.entrypoints.cli.fast_submit import submit_through, submitted_verb
 
+    submitted = submit_through(
+        api, documents, namespace=namespace, replace_finished=True, source=str(file), stand_ins=stand_ins
+    )
+    jobs = [s for s in submitted if s["kind"] == "TrainingJob"]
     for item in submitted:
         console.print(f"{item['kind'].lower()}/{item['name']} {submitted_verb(item)}")
     if detach:
