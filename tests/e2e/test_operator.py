@@ -237,9 +237,14 @@ def test_a_pytorch_job_gets_owned_pods_with_the_rendezvous_env_and_succeeds(
     assert {pod["metadata"]["name"] for pod in kept} <= {"ddp-master-0", "ddp-worker-0", "ddp-worker-1"}
     master = [pod for pod in kept if pod["metadata"]["name"] == "ddp-master-0"]
     assert [pod["status"]["phase"] for pod in master] == ["Succeeded"], [pod["status"] for pod in kept]
-    reasons = {event["reason"] for event in events_of(kube, namespace, "ddp")}
-    assert {"Accepted", "Scheduled", "Started", "SuccessPolicyMet", "Succeeded"} <= reasons, reasons
-    assert all(e["involvedObject"]["uid"] == uid for e in events_of(kube, namespace, "ddp"))
+    # Events go out on the status writer's thread after the status they describe is written: await them.
+    wanted = {"Accepted", "Scheduled", "Started", "SuccessPolicyMet", "Succeeded"}
+    events = wait_until(
+        lambda: (e := events_of(kube, namespace, "ddp")) and wanted <= {x["reason"] for x in e} and e,
+        30,
+        f"the events {sorted(wanted)}",
+    )
+    assert all(e["involvedObject"]["uid"] == uid for e in events)
 
 
 def test_an_mpi_job_gets_a_headless_service_and_a_hostfile(running: tuple[Components, str], namespace: str) -> None:
