@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from phalanx.core.scheduling.config import from_configuration
+from phalanx.entrypoints.cli.preload import start_preload, stop_preload
 from phalanx.entrypoints.masked_logging import mask_log_handlers
 from phalanx.model.errors import SpecError
 from phalanx.model.resources import parse_memory
@@ -158,11 +159,13 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger(__name__).error("%s", exc)
             return 1
         logging.getLogger(__name__).info("serving the REST API on %s", args.listen)
+    preload = start_preload(layout)
     try:
         plane.run(stop)
     finally:
         if api is not None:
             api.stop()
+        stop_preload(preload)
     return 1 if plane.abandoned else 0
 
 

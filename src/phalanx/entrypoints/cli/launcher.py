@@ -3,6 +3,10 @@
 The fast path is for the embedded runtime only; a run on a cluster (``--backend kubernetes``,
 ``PHALANX_BACKEND=kubernetes``, ``--context``/``--kubeconfig``) goes to the typer command.
 
+When the state directory's control plane runs, it keeps a preloaded process with every module of the commands
+imported (``preload``): the launcher hands most verbs to it (``preload_client``) and only waits for the exit
+status, so a verb costs a fork there instead of imports here. Without it, everything below applies.
+
 `run` is the command people time against running their script directly, and typer alone costs about
 120 ms to start here (it imports pydantic to coerce parameters). The launcher parses `run`'s few options
 with argparse and calls ``running.run_job``, the very function the typer command calls. Anything it does not
@@ -107,13 +111,29 @@ def parse_submit(argv: list[str]) -> argparse.Namespace:
 
 
 def main() -> None:
-    """Dispatch, then exit without interpreter finalisation once output is flushed."""
+    """Run the command in the state directory's preloaded process, else here; exit without finalisation."""
+    from phalanx.entrypoints.cli.preload_client import forward
+
+    argv = sys.argv[1:]
+    code = forward(argv)
+    if code is None:
+        code = dispatch(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def dispatch(argv: list[str]) -> int:
+    """Run one command in this process (a fast path, else typer) and return its exit code; output is not flushed.
+
+    ``sys.argv`` must hold the same arguments: typer reads them from there.
+    """
     code: int
     try:
         try:
-            args = parse_run(sys.argv[1:])
+            args = parse_run(argv)
         except _DeclinedError:
-            code = _submit_or_typer(sys.argv[1:])
+            code = _submit_or_typer(argv)
         else:
             from phalanx.entrypoints.cli.running import run_job
 
@@ -140,9 +160,7 @@ def main() -> None:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except KeyboardInterrupt:
         code = 130
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    return code
 
 
 def _submit_or_typer(argv: list[str]) -> int:
@@ -158,7 +176,7 @@ def _submit_or_typer(argv: list[str]) -> int:
         done = submit_file(args.file, state_dir=state_dir, namespace=args.namespace)
         if done is not None:
             return done
-    from phalanx.entrypoints.cli.main import app
+    from phalanx.entrypoints.cli.main import run_app
 
-    app()
+    run_app()
     return 0

@@ -1,7 +1,8 @@
 """Where the embedded runtime keeps things under its state directory, in one place.
 
 ``<state>/phalanx.db`` (SQLite store), ``<state>/sweeps.db`` (the sweeps' studies), ``<state>/tokens.db`` (API
-tokens, ``adapters.auth.token_store``), ``<state>/history.db`` (the job history), ``<state>/controlplane.log``,
+tokens, ``adapters.auth.token_store``), ``<state>/history.db`` (the job history), ``<state>/api.sock`` (the local
+API), ``<state>/cli.sock`` and ``cli.lock`` (the preloaded command process), ``<state>/controlplane.log``,
 ``<state>/scheduler-config.yaml`` (``phalanx up --scheduler-config``), ``<state>/runs/<ns>/<job>/<uid8>/``
 (per job: ``<outputs.path>/`` shared by its replicas, ``replicas/<replica>-a<attempt>/`` per launched replica
 with its log), ``<state>/artifacts/<ns>/<job>/`` (default destination of stored outputs),
@@ -63,6 +64,16 @@ class StateLayout:
     def api_socket(self) -> Path:
         """The control plane's local API (a Unix socket)."""
         return self.root / "api.sock"
+
+    @property
+    def cli_socket(self) -> Path:
+        """The preloaded command process's socket (``entrypoints.cli.preload``), while a control plane runs."""
+        return self.root / "cli.sock"
+
+    @property
+    def cli_lock(self) -> Path:
+        """Held by the one preloaded command process that serves ``cli_socket``."""
+        return self.root / "cli.lock"
 
     @property
     def scheduler_config(self) -> Path:
