@@ -124,6 +124,8 @@ _COLLECTIONS = {
     "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
+    "ValidatingAdmissionPolicy": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
 }
 
 
@@ -156,11 +158,21 @@ def apply_install(kube: Any) -> None:
             )
 
 
-def service_account_kubeconfig(kube: Any, account: str, path: Path, namespace: str = NAMESPACE) -> Path:
-    """A kubeconfig that authenticates as ``account`` with a fresh token (valid for an hour)."""
+def service_account_kubeconfig(
+    kube: Any, account: str, path: Path, namespace: str = NAMESPACE, *, node: str | None = None
+) -> Path:
+    """A kubeconfig that authenticates as ``account`` with a fresh token (valid for an hour).
+
+    ``node``: the token is bound to that Node, so the API server names the node in the user's extra, as it does
+    for the projected token of a DaemonSet's Pod on it: what lets a node agent write its own Node and no other.
+    """
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    if node is not None:
+        uid = kube.get(f"/api/v1/nodes/{node}")["metadata"]["uid"]
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
     response = kube.http.post(
         f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-        json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+        json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
     )
     response.raise_for_status()
     token = response.json()["status"]["token"]
@@ -238,8 +250,10 @@ class Components:
     directory: Path
     started: list[Component] = field(default_factory=list)
 
-    def _start(self, name: str, account: str, extra: list[str]) -> Component:
-        kubeconfig = service_account_kubeconfig(self.kube, account, self.directory / f"{name}.kubeconfig")
+    def _start(self, name: str, account: str, extra: list[str], *, node: str | None = None) -> Component:
+        kubeconfig = service_account_kubeconfig(
+            self.kube, account, self.directory / f"{name}-{len(self.started)}.kubeconfig", node=node
+        )
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env["PHALANX_LOG_LEVEL"] = "DEBUG"
         argv = [
@@ -267,7 +281,7 @@ class Components:
         return self._start("scheduler", "phalanx-scheduler", list(extra))
 
     def node_agent(self, node: str, *extra: str) -> Component:
-        return self._start("node-agent", "phalanx-node-agent", ["--node-name", node, *extra])
+        return self._start("node-agent", "phalanx-node-agent", ["--node-name", node, *extra], node=node)
 
     def stop_all(self) -> None:
         for component in self.started:

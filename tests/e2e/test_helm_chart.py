@@ -237,6 +237,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
         yield kube
 
 
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 #: Where each kind of the chart is read back, to check it is there (or gone).
 PATHS = {
     "Namespace": "/api/v1/namespaces/{name}",
@@ -249,6 +250,8 @@ PATHS = {
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/{name}",
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments/{name}",
     "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets/{name}",
+    "ValidatingAdmissionPolicy": f"{ADMISSION}/validatingadmissionpolicies/{{name}}",
+    "ValidatingAdmissionPolicyBinding": f"{ADMISSION}/validatingadmissionpolicybindings/{{name}}",
 }
 
 

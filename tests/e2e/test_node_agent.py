@@ -229,7 +229,7 @@ def test_a_pod_on_a_gpu_that_fails_is_replaced_on_a_healthy_one(
 
 def test_once_through_the_console_script(phalanx_installed: Any, node_name: str, tmp_path: Path) -> None:
     kube = phalanx_installed
-    kubeconfig = service_account_kubeconfig(kube, "phalanx-node-agent", tmp_path / "agent.kubeconfig")
+    kubeconfig = service_account_kubeconfig(kube, "phalanx-node-agent", tmp_path / "agent.kubeconfig", node=node_name)
     script = shutil.which("phalanx-node-agent")
     assert script, "the phalanx-node-agent console script is not installed (pip install -e .)"
     env = {key: value for key, value in os.environ.items() if key not in ("KUBECONFIG", "PHALANX_FAULT_FILE")}

@@ -13,6 +13,7 @@ from phalanx.adapters.kubernetes.manifests import (
     METRICS_ACCESS_ENV,
     METRICS_READER_ROLE,
     InstallParameters,
+    admission_policies,
     cluster_rules,
     install_manifests,
     render_yaml,
@@ -255,3 +256,19 @@ def test_each_component_may_review_who_scrapes_it_and_the_metrics_reader_role_gr
     for workload in of_kind("Deployment") + of_kind("DaemonSet"):
         [container] = workload["spec"]["template"]["spec"]["containers"]
         assert {"name": METRICS_ACCESS_ENV, "value": "rbac"} in container["env"], workload["metadata"]["name"]
+
+
+def test_the_admission_policies_name_the_install_namespaces_accounts_and_are_bound_to_deny() -> None:
+    documents = admission_policies("ml-system")
+    policies = {d["metadata"]["name"]: d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = {d["metadata"]["name"]: d for d in documents if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert set(policies) == set(bindings) == {"phalanx-node-agent-own-node", "phalanx-operator-job-children"}
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings.values())
+    agent, operator = policies["phalanx-node-agent-own-node"], policies["phalanx-operator-job-children"]
+    assert "'system:serviceaccount:ml-system:phalanx-node-agent'" in agent["spec"]["matchConditions"][0]["expression"]
+    assert "'system:serviceaccount:ml-system:phalanx-operator'" in operator["spec"]["matchConditions"][0]["expression"]
+    # Policies that fail closed: a policy the API server cannot evaluate refuses rather than lets through.
+    assert {p["spec"]["failurePolicy"] for p in policies.values()} == {"Fail"}
+    assert all(v["reason"] == "Forbidden" for p in policies.values() for v in p["spec"]["validations"])
+    created = {r for rule in operator["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+    assert created == {"pods", "services", "configmaps", "secrets", "podgroups"}

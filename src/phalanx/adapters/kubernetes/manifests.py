@@ -151,6 +151,7 @@ def install_manifests(parameters: InstallParameters) -> list[dict[str, Any]]:
         *(kubeflow_custom_resource_definitions() if parameters.kubeflow_kinds else []),
         *(service_account(component, parameters.namespace) for component in COMPONENTS),
         *rbac(parameters.namespace),
+        *admission_policies(parameters.namespace),
         *(kubeflow_rbac(parameters.namespace) if parameters.kubeflow_kinds else []),
         scheduler_config_map(parameters),
         operator_deployment(parameters),
@@ -363,6 +364,104 @@ def rbac(namespace: str) -> list[dict[str, Any]]:
         }
     )
     documents.append(_binding("RoleBinding", "Role", lease_role, namespace, account=SCHEDULER.account))
+    return documents
+
+
+#: ValidatingAdmissionPolicies (and their bindings) that narrow what RBAC grants by resource alone.
+NODE_AGENT_POLICY = "phalanx-node-agent-own-node"
+OPERATOR_POLICY = "phalanx-operator-job-children"
+#: The node a ServiceAccount token was issued on, in the user's extra: the API server sets it for the projected
+#: token of a Pod bound to a node (a DaemonSet's), and for a token bound to a Node object.
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+#: What the operator creates for a job, each controlled by that TrainingJob (``rendering.job_owner_reference``).
+OPERATOR_CHILDREN = (("", ("pods", "services", "configmaps", "secrets")), ("scheduling.k8s.io", ("podgroups",)))
+
+
+def admission_policies(namespace: str) -> list[dict[str, Any]]:
+    """What RBAC cannot say, checked by the API server itself (no webhook to run; GA in Kubernetes 1.30).
+
+    RBAC grants by resource, never by which object: a node agent needs ``patch`` on nodes to write its own Node,
+    which would let it write any; the operator needs ``create`` on pods in every namespace, which would let it
+    create any Pod. Two ValidatingAdmissionPolicies narrow them:
+
+    - a node agent may change only the Node its token was issued on (``NODE_NAME_EXTRA``), and nothing when its
+      token names no node;
+    - the operator may create Pods, Services, ConfigMaps, Secrets and PodGroups only when a TrainingJob controls
+      them (so they are gone with it, and a stolen operator token cannot start a bare Pod).
+    """
+    agent = f"system:serviceaccount:{namespace}:{NODE_AGENT.account}"
+    operator = f"system:serviceaccount:{namespace}:{OPERATOR.account}"
+    node_name = f"request.userInfo.extra[{NODE_NAME_EXTRA!r}]"
+    agent_policy = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["*"],
+                    "operations": ["UPDATE"],
+                    "resources": ["nodes", "nodes/status"],
+                }
+            ]
+        },
+        "matchConditions": [{"name": "node-agent", "expression": f"request.userInfo.username == {agent!r}"}],
+        "variables": [
+            {"name": "tokenNode", "expression": f"{NODE_NAME_EXTRA!r} in request.userInfo.extra ? {node_name}[0] : ''"}
+        ],
+        "validations": [
+            {
+                "expression": "variables.tokenNode != ''",
+                "reason": "Forbidden",
+                "message": "a phalanx node agent's token must name its node, as the projected token of the "
+                "DaemonSet's Pod does (docs/security.md)",
+            },
+            {
+                "expression": "variables.tokenNode == '' || variables.tokenNode == object.metadata.name",
+                "reason": "Forbidden",
+                "messageExpression": "'a phalanx node agent may change only its own Node, ' + variables.tokenNode "
+                "+ ', not ' + object.metadata.name",
+            },
+        ],
+    }
+    operator_policy = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE"], "resources": list(resources)}
+                for group, resources in OPERATOR_CHILDREN
+            ]
+        },
+        "matchConditions": [{"name": "operator", "expression": f"request.userInfo.username == {operator!r}"}],
+        "validations": [
+            {
+                "expression": "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, "
+                f"r.apiVersion.startsWith('{API_GROUP}/') && r.kind == 'TrainingJob' && "
+                "has(r.controller) && r.controller)",
+                "reason": "Forbidden",
+                "messageExpression": "'the phalanx-operator creates only what a TrainingJob controls; this ' + "
+                "request.kind.kind + ' names no TrainingJob as its controller'",
+            }
+        ],
+    }
+    documents = []
+    for name, spec in ((NODE_AGENT_POLICY, agent_policy), (OPERATOR_POLICY, operator_policy)):
+        labels = {"app.kubernetes.io/part-of": "phalanx"}
+        documents.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": name, "labels": labels},
+                "spec": spec,
+            }
+        )
+        documents.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"policyName": name, "validationActions": ["Deny"]},
+            }
+        )
     return documents
 
 

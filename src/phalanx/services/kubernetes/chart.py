@@ -183,6 +183,7 @@ def _template_files() -> dict[str, str]:
         "namespace.yaml": lambda obj: obj["kind"] == "Namespace",
         "serviceaccounts.yaml": lambda obj: obj["kind"] == "ServiceAccount",
         "rbac.yaml": lambda obj: obj["apiVersion"].startswith("rbac."),
+        "admission-policies.yaml": lambda obj: obj["apiVersion"].startswith("admissionregistration."),
         "scheduler-config.yaml": lambda obj: obj["kind"] == "ConfigMap",
         "operator.yaml": lambda obj: obj["metadata"]["name"] == OPERATOR.account and obj["kind"] == "Deployment",
         "scheduler.yaml": lambda obj: obj["metadata"]["name"] == SCHEDULER.account and obj["kind"] == "Deployment",
