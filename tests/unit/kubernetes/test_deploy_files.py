@@ -33,3 +33,12 @@ def test_the_crd_files_hold_the_crds_of_the_install() -> None:
     install = [d for d in yaml.safe_load_all(deploy_files()["install.yaml"]) if d["kind"] == "CustomResourceDefinition"]
     singles = [yaml.safe_load(text) for name, text in sorted(deploy_files().items()) if name.startswith("crds/")]
     assert sorted(install, key=lambda d: d["metadata"]["name"]) == sorted(singles, key=lambda d: d["metadata"]["name"])
+
+
+def test_no_workloads_leaves_out_the_components_and_keeps_everything_they_need() -> None:
+    full = [d for d in yaml.safe_load_all(render_install(InstallRequest())) if d]
+    bare_text = render_install(InstallRequest(workloads=False))
+    bare = [d for d in yaml.safe_load_all(bare_text) if d]
+    assert {d["kind"] for d in full} - {d["kind"] for d in bare} == {"Deployment", "DaemonSet"}
+    assert [d for d in full if d["kind"] not in ("Deployment", "DaemonSet")] == bare
+    assert "phalanx install --print --no-workloads | kubectl apply -f -" in bare_text

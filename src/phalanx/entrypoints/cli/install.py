@@ -39,6 +39,14 @@ def install(
             "Not on a cluster where Kubeflow's operators run.",
         ),
     ] = False,
+    no_workloads: Annotated[
+        bool,
+        typer.Option(
+            "--no-workloads",
+            help="Leave out the components' Deployments and DaemonSet, to run the operator, scheduler and node "
+            "agents as processes (docs/kubernetes.md, running the components as processes).",
+        ),
+    ] = False,
 ) -> None:
     """Install Phalanx on Kubernetes: CRDs, RBAC, operator, scheduler and node agent."""
     if not print_yaml:
@@ -54,6 +62,7 @@ def install(
         crds_only=crds_only,
         default_job_scheduler=default_job_scheduler,
         kubeflow_kinds=kubeflow_kinds,
+        workloads=not no_workloads,
     )
     if namespace is not None:
         request = dataclasses.replace(request, namespace=namespace)

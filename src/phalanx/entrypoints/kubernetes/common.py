@@ -11,9 +11,11 @@ read ``/metrics`` is ``--metrics-access``'s (``metrics_access``: RBAC by default
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import socket
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +34,14 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 DEFAULT_NAMESPACE = "phalanx-system"
+#: Each component's health port when neither ``--health-port`` nor ``$PHALANX_HEALTH_PORT`` names one: distinct,
+#: so that the three run side by side as processes on one host. In a Pod the manifests set the variable (one port,
+#: ``manifests.HEALTH_PORT``, as each Pod has its own network).
+DEFAULT_HEALTH_PORTS = {"operator": HEALTH_PORT, "scheduler": HEALTH_PORT + 1, "node-agent": HEALTH_PORT + 2}
+
+
+class StartError(Exception):
+    """The component cannot start for a reason its user can fix; the message is one sentence that says how."""
 
 
 @dataclass(frozen=True)
@@ -47,8 +57,9 @@ class ComponentOptions:
     metrics_access: str = RBAC
 
 
-def add_common_options(parser: argparse.ArgumentParser) -> None:
-    """Add the shared flags to a component's parser."""
+def add_common_options(parser: argparse.ArgumentParser, component: str) -> None:
+    """Add the shared flags to the parser of ``component`` (``operator``, ``scheduler`` or ``node-agent``)."""
+    health_port = DEFAULT_HEALTH_PORTS[component]
     parser.add_argument(
         "--kubeconfig",
         default=os.environ.get("KUBECONFIG"),
@@ -68,8 +79,9 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--health-port",
         type=int,  # argparse converts a string default too, so a bad $PHALANX_HEALTH_PORT is a usage error
-        default=os.environ.get(HEALTH_PORT_ENV, str(HEALTH_PORT)),
-        help=f"port for /healthz and /readyz (0: none; default: ${HEALTH_PORT_ENV}, else {HEALTH_PORT})",
+        default=os.environ.get(HEALTH_PORT_ENV, str(health_port)),
+        help=f"port for /healthz, /readyz and /metrics (0: none; default: ${HEALTH_PORT_ENV}, else {health_port}; "
+        f"the operator, scheduler and node agent default to {', '.join(map(str, DEFAULT_HEALTH_PORTS.values()))})",
     )
     parser.add_argument(
         "--metrics-access",
@@ -191,6 +203,9 @@ def serve_health(
 
     /metrics serves ``registry`` (the component's own metrics) with the process's added (``component_metrics``),
     to the callers ``guard`` lets in (None: everyone); a refusal answers its status and sentence as plain text.
+
+    Raises:
+        StartError: the port cannot be listened on (taken by another process, or not ours to take).
     """
     if not port:
         return None
@@ -225,9 +240,24 @@ def serve_health(
         def log_message(self, format: str, *args: object) -> None:
             return
 
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)  # nosec B104  # in a Pod: the kubelet probes its IP
+    try:
+        server = ThreadingHTTPServer(("0.0.0.0", port), Handler)  # nosec B104  # in a Pod: the kubelet probes its IP
+    except OSError as error:
+        taken = error.errno == errno.EADDRINUSE
+        raise StartError(
+            f"cannot serve /healthz on port {port}: "
+            + ("another process listens there (another Phalanx component?)" if taken else str(error.strerror or error))
+            + "; pass --health-port with a free port, or --health-port 0 for none"
+        ) from None
     threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
     return server
+
+
+def refuse_start(error: StartError) -> int:
+    """Say why the component cannot start, in one ``error:`` line on stderr; the exit code (1)."""
+    sys.stderr.write(f"error: {error}\n")
+    sys.stderr.flush()
+    return 1
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

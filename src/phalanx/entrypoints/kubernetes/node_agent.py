@@ -30,11 +30,13 @@ from phalanx.adapters.kubernetes.api import KubeApiError
 from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
 from phalanx.adapters.kubernetes.rendering import SAMPLE_MOUNT_PATH
 from phalanx.entrypoints.kubernetes.common import (
+    StartError,
     add_common_options,
     add_dataset_store_option,
     common_options,
     metrics_guard,
     parse,
+    refuse_start,
     serve_health,
     setup,
 )
@@ -76,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="phalanx-node-agent",
         description="Report this node's GPUs, their health and its CPU/NUMA topology on its Kubernetes Node.",
     )
-    add_common_options(parser)
+    add_common_options(parser, "node-agent")
     parser.add_argument(
         "--node-name",
         default=os.environ.get("NODE_NAME"),
@@ -214,7 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: _stop(stop, keeper))
         ready = agent.ready.is_set if keeper is None else lambda: agent.ready.is_set() and keeper.ready.is_set()
-        serve_health(options.health_port, ready, "node-agent", guard=metrics_guard(options, api))
+        try:
+            serve_health(options.health_port, ready, "node-agent", guard=metrics_guard(options, api))
+        except StartError as error:
+            return refuse_start(error)
         log.info(
             "node agent %s for node %s: every %.1fs%s",
             options.identity,

@@ -34,12 +34,14 @@ from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
 from phalanx.adapters.kubernetes.manifests import KUBEFLOW_KINDS_ENV
 from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME
 from phalanx.entrypoints.kubernetes.common import (
+    StartError,
     add_common_options,
     add_dataset_store_option,
     add_job_scheduler_option,
     common_options,
     metrics_guard,
     parse,
+    refuse_start,
     serve_health,
     setup,
 )
@@ -59,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="phalanx-operator",
         description="Reconcile Phalanx TrainingJobs into Pods, a headless Service and a hostfile ConfigMap.",
     )
-    add_common_options(parser)
+    add_common_options(parser, "operator")
     parser.add_argument(
         "--scheduler-name",
         default=os.environ.get("PHALANX_SCHEDULER_NAME") or DEFAULT_SCHEDULER_NAME,
@@ -183,9 +185,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     # The jobs, GPUs and node caches as the cluster's objects say, read when Prometheus scrapes (services.metrics).
     registry = state_registry(KubeBackend(api))
-    server = serve_health(
-        options.health_port, operator.ready.is_set, "operator", registry, guard=metrics_guard(options, api)
-    )
+    try:
+        server = serve_health(
+            options.health_port, operator.ready.is_set, "operator", registry, guard=metrics_guard(options, api)
+        )
+    except StartError as error:
+        api.close()
+        return refuse_start(error)
     try:
         operator.start(stop=stop)
         log.info("operator %s running (scheduler %s)", options.identity, args.scheduler_name)

@@ -19,11 +19,13 @@ from pathlib import Path
 from phalanx.adapters.kubernetes.api import KubeApiError
 from phalanx.core.scheduling.config import DEFAULT_POLICY, from_configuration
 from phalanx.entrypoints.kubernetes.common import (
+    StartError,
     add_common_options,
     add_job_scheduler_option,
     common_options,
     metrics_guard,
     parse,
+    refuse_start,
     serve_health,
     setup,
 )
@@ -37,7 +39,7 @@ log = logging.getLogger("phalanx.scheduler")
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     parser = argparse.ArgumentParser(prog="phalanx-scheduler", description="Gang-schedule Phalanx jobs on Kubernetes.")
-    add_common_options(parser)
+    add_common_options(parser, "scheduler")
     parser.add_argument(
         "--scheduler-name",
         default=os.environ.get("PHALANX_SCHEDULER_NAME", "phalanx-scheduler"),
@@ -102,7 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    serve_health(options.health_port, scheduler.ready.is_set, "scheduler", registry, guard=metrics_guard(options, api))
+    try:
+        serve_health(
+            options.health_port, scheduler.ready.is_set, "scheduler", registry, guard=metrics_guard(options, api)
+        )
+    except StartError as error:
+        api.close()
+        return refuse_start(error)
     try:
         scheduler.start()
     except KubeApiError as error:

@@ -46,6 +46,8 @@ class InstallRequest:
         default_job_scheduler: the cluster's scheduler for jobs naming none (empty: phalanx-scheduler).
         kubeflow_kinds: also the CRDs of the Kubeflow kinds and the operator's rights on them, so that
             ``kubectl apply`` of a PyTorchJob, MPIJob, TrainJob... runs it (docs/kubeflow.md).
+        workloads: the operator's and scheduler's Deployments and the node agents' DaemonSet; without them, the
+            components run as processes elsewhere (docs/kubernetes.md, running the components as processes).
     """
 
     namespace: str = DEFAULT_NAMESPACE
@@ -53,6 +55,11 @@ class InstallRequest:
     crds_only: bool = False
     default_job_scheduler: str = ""
     kubeflow_kinds: bool = False
+    workloads: bool = True
+
+
+#: What ``--no-workloads`` leaves out: the components' Deployments and DaemonSet.
+WORKLOAD_KINDS = frozenset({"Deployment", "DaemonSet"})
 
 
 def render_install(request: InstallRequest) -> str:
@@ -79,7 +86,10 @@ def render_install(request: InstallRequest) -> str:
         default_job_scheduler=request.default_job_scheduler,
         kubeflow_kinds=request.kubeflow_kinds,
     )
-    return render_yaml(install_manifests(parameters), header=_install_header())
+    documents = install_manifests(parameters)
+    if not request.workloads:
+        documents = [document for document in documents if document["kind"] not in WORKLOAD_KINDS]
+    return render_yaml(documents, header=_install_header(request.workloads))
 
 
 def deploy_files() -> dict[str, str]:
@@ -125,7 +135,14 @@ def _crds_header(kubeflow: bool = False) -> str:
     return f"Phalanx CustomResourceDefinitions ({', '.join(kinds)}).\n{GENERATED_NOTE}"
 
 
-def _install_header() -> str:
+def _install_header(workloads: bool = True) -> str:
+    if not workloads:
+        return (
+            f"Phalanx {phalanx_version()} on Kubernetes, without its workloads: namespace, CRDs, RBAC, admission "
+            "policies, scheduler configuration; the components run as processes.\n"
+            f"{GENERATED_NOTE}\n"
+            "Apply with: phalanx install --print --no-workloads | kubectl apply -f -   (docs/kubernetes.md)"
+        )
     return (
         f"Phalanx {phalanx_version()} on Kubernetes: namespace, CRDs, RBAC, operator, scheduler, node agent.\n"
         f"{GENERATED_NOTE}\n"
