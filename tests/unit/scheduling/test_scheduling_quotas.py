@@ -309,3 +309,14 @@ def test_priority_preempts_within_a_queue_but_not_across_quota() -> None:
     assert victims(decisions) == ["a-low"]
     other = schedule(snap, [job("c-high", "c", 8, priority=10)], T0, config(*queues, preemption=True))
     assert other.preempted == ()
+
+
+def test_the_wait_sentence_counts_only_what_other_queues_can_lend() -> None:
+    # Queue a's own 4 idle GPUs are in the cohort's pool too; a 6-GPU job counts on them already, so what it must
+    # borrow (2) is compared with what b can lend (0), not with the pool's 4 (once read "has 4 GPUs to lend").
+    queues = (quota("a", gpus=4, cohort="research"), quota("b", gpus=0, cohort="research"))
+    decisions = schedule(cluster(two_nodes()), [job("six", "a", 6)], T0, config(*queues))
+    assert decisions.waiting["default/six"] == (
+        "needs 6 GPUs; queue a has 0/4 of its GPU quota in use, so it must borrow 2 GPUs; cohort research has "
+        "0 GPUs to lend"
+    )

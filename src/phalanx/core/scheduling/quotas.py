@@ -59,8 +59,10 @@ class QuotaShortfall:
         nominal: the queue's nominal quota of it.
         need: what the job asks for of it.
         cohort: the queue's cohort, if any.
-        cohort_free: what the cohort's pool has idle for the queue to borrow.
+        cohort_free: what the cohort's pool has idle, the queue's own unused share included.
         borrowing_limit: the queue's borrowing limit of the resource, if any.
+        lendable: what the other queues of the cohort have idle to lend: ``cohort_free`` less the queue's own
+            unused share, which the job counts on already (within its nominal quota).
     """
 
     queue: str
@@ -72,6 +74,7 @@ class QuotaShortfall:
     cohort: str | None = None
     cohort_free: int = 0
     borrowing_limit: int | None = None
+    lendable: int = 0
 
 
 class QuotaLedger:
@@ -167,6 +170,8 @@ class QuotaLedger:
             after = used[resource] + amount
             kind = self._kind(queue, resource, after, cohort)
             if kind is not None:
+                free = self.cohort_free(queue, resource)
+                own_idle = max(0, limit - max(used[resource], self._guaranteed[queue][resource]))
                 return QuotaShortfall(
                     queue=queue,
                     resource=resource,
@@ -175,8 +180,9 @@ class QuotaLedger:
                     nominal=limit,
                     need=amount,
                     cohort=cohort,
-                    cohort_free=self.cohort_free(queue, resource),
+                    cohort_free=free,
                     borrowing_limit=self._borrow[queue][resource],
+                    lendable=max(0, free - own_idle) if cohort is not None else 0,
                 )
         return None
 

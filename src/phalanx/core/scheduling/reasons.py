@@ -332,7 +332,13 @@ def explain_quota(shortfall: QuotaShortfall) -> str:
         return f"{need}; {state} and may borrow at most {limit} beyond it (borrowing limit)"
     if shortfall.kind == LENT:
         return f"{need}; {state}, but other queues of cohort {shortfall.cohort} borrowed the rest ({free} idle)"
-    return f"{need}; {state}; cohort {shortfall.cohort} has {free} to lend"
+    lendable = _amount(resource, shortfall.lendable)
+    if used < nominal:
+        # Part of the job fits the queue's own quota: say how much it must borrow, and what the others can lend
+        # (the cohort's idle pool holds the queue's own unused share too, which the job already counts on).
+        borrow = _amount(resource, used + shortfall.need - nominal)
+        return f"{need}; {state}, so it must borrow {borrow}; cohort {shortfall.cohort} has {lendable} to lend"
+    return f"{need}; {state}; cohort {shortfall.cohort} has {lendable} to lend"
 
 
 def _amount(resource: int, value: int, *, unit: bool = True) -> str:
