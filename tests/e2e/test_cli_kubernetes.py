@@ -258,6 +258,25 @@ def test_a_spec_error_exits_2_names_the_fields_and_creates_nothing(cli: Cli) -> 
     assert not cli.kube.exists(f"/apis/phalanx.dev/v1alpha1/jobtypes/never-{cli.namespace}")
 
 
+def test_submit_warns_at_once_about_a_role_with_no_image_and_still_creates_the_job(cli: Cli) -> None:
+    # Once, the job was accepted silently and only failed later by the operator (InvalidSpec).
+    imageless = job_spec("imageless")
+    worker = imageless["spec"]["replicas"]["worker"]
+    worker["template"] = {key: value for key, value in worker["template"].items() if key != "image"}
+    path = cli.directory / "imageless.yaml"
+    path.write_text(yaml.safe_dump(imageless))
+    result = cli.ok("submit", str(path))
+    assert result.stdout == "trainingjob/imageless created\n"
+    assert result.stderr.splitlines() == [
+        f"warning: trainingjob {cli.namespace}/imageless: role worker names no image "
+        "(spec.replicas.worker.template.image, nor does JobType pytorch); on a cluster every replica runs in a "
+        "container, so the operator fails the job unless it has a default image (phalanx-operator --image)"
+    ]
+    assert [job["metadata"]["name"] for job in cli.jobs()] == ["imageless"]
+    # A role with its image (the master here) is not named.
+    assert "role master" not in result.stderr
+
+
 def test_the_sdk_has_the_same_verbs_on_a_cluster(cli: Cli, running: str) -> None:
     from phalanx import Client
     from phalanx.model.jobs import Phase

@@ -124,6 +124,8 @@ class Submitted:
     unchanged: bool = False  # an existing object the submission left as it was (``configured`` is True too)
     # The object as stored, in its wire form, where the backend's create returned it (``port.create``).
     stored: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    # What the submission may not do as meant, said at once (a role with no image on a cluster).
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def verb(self) -> str:
@@ -989,8 +991,35 @@ class Operations:
             except AlreadyExistsError:
                 raise self._exists_error(obj, None) from None
             meta = obj.metadata
-            created.append(Submitted(kind, meta.namespace, meta.name, replaced=obj.key in replaced, stored=stored))
+            warnings = self.image_warnings(obj)
+            created.append(
+                Submitted(
+                    kind, meta.namespace, meta.name, replaced=obj.key in replaced, stored=stored, warnings=warnings
+                )
+            )
         return created
+
+    def image_warnings(self, job: TrainingJob) -> tuple[str, ...]:
+        """Where replicas run images (a cluster), a sentence for each role that names none, nor does its JobType.
+
+        The operator may still have a default image (its ``--image``), which this side cannot know: so a warning
+        at once rather than a refusal, instead of the job failing later with ``InvalidSpec``.
+        """
+        if not self.backend.runs_images:
+            return ()
+        jobtype = self.jobtypes().get(job.spec.type)
+        found = []
+        for role, replicas in job.spec.replicas.items():
+            typed = jobtype.spec.roles.get(role) if jobtype is not None else None
+            if replicas.template.image or (typed is not None and typed.template.image):
+                continue
+            found.append(
+                f"{self.backend.job_noun} {job.key}: role {role} names no image (spec.replicas.{role}.template.image"
+                f"{f', nor does JobType {job.spec.type}' if jobtype is not None else ''}); on a cluster every "
+                "replica runs in a container, so the operator fails the job unless it has a default image "
+                "(phalanx-operator --image)"
+            )
+        return tuple(found)
 
     def _check_names_free(self, objects: Sequence[Any]) -> None:
         """Refuse Sweeps and PipelineRuns whose name is taken (nothing is created)."""

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.entrypoints.cli.backends import BackendChoice
 from phalanx.entrypoints.cli.follow import follow
-from phalanx.entrypoints.cli.output import escape, fail, operation_errors, print_replica_logs, writer
+from phalanx.entrypoints.cli.output import (
+    escape,
+    fail,
+    operation_errors,
+    print_replica_logs,
+    print_submitted,
+    writer,
+)
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING
 
 if TYPE_CHECKING:
@@ -147,8 +154,7 @@ def run_on_cluster(
     console.print(f"[dim]{where}[/]")
     submitted = client.submit(file, replace_finished=True, stand_ins=stand_ins)
     jobs = [s for s in submitted if s.kind == "TrainingJob"]
-    for item in submitted:
-        console.print(f"{item.kind.lower()}/{item.name} {item.verb}")
+    print_submitted(submitted)
     if detach:
         return 0
     if not jobs:

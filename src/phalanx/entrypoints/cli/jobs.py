@@ -38,7 +38,7 @@ from phalanx.entrypoints.cli.options import (
     require_named_resource,
     stand_in_map,
 )
-from phalanx.entrypoints.cli.output import console, fail, print_replica_logs, warn
+from phalanx.entrypoints.cli.output import console, fail, print_replica_logs, print_submitted, warn
 from phalanx.entrypoints.cli.running import refuse_bad_namespace, run_job, session
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING, styled_phase
 
@@ -164,8 +164,7 @@ def submit(
                 )
                 print_objects(objects, Output.YAML)
                 return
-            for item in cluster.submit(file, stand_ins=stand_ins):
-                console.print(f"{item.kind.lower()}/{item.name} {item.verb}")
+            print_submitted(cluster.submit(file, stand_ins=stand_ins))
         return
     from phalanx.services.embedded.daemon import current_leader
 

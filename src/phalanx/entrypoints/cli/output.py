@@ -182,6 +182,15 @@ def warn(message: str) -> None:
     writer(stderr=True).print(f"[bold yellow]warning:[/] {escape(one_line(mask_url(message)))}")
 
 
+def print_submitted(items: Sequence[Any]) -> None:
+    """One line per submitted object (``trainingjob/NAME created``), then its warnings (``operations.Submitted``)."""
+    out = writer()
+    for item in items:
+        out.print(f"{escape(str(item.kind).lower())}/{escape(str(item.name))} {item.verb}")
+        for warning in getattr(item, "warnings", ()):
+            warn(warning)
+
+
 def print_replica_logs(
     logs: Sequence[tuple[str, str, bool]], *, prefix: bool | None = None, job: str = "", phase: str = ""
 ) -> None:
