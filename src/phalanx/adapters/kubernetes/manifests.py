@@ -346,6 +346,7 @@ def rbac(namespace: str) -> list[dict[str, Any]]:
         )
         documents.append(_binding("ClusterRoleBinding", "ClusterRole", account, namespace))
     documents.append(metrics_reader_role())
+    documents.extend(user_roles())
     lease_role = f"{SCHEDULER.account}-leader-election"
     documents.append(
         {
@@ -463,6 +464,50 @@ def admission_policies(namespace: str) -> list[dict[str, Any]]:
             }
         )
     return documents
+
+
+#: The ClusterRoles for people (bound to nobody by the install): see ``user_roles``.
+USER_EDIT_ROLE, USER_VIEW_ROLE, USER_CLUSTER_ROLE = "phalanx-edit", "phalanx-view", "phalanx-cluster-view"
+#: What users create in their namespaces; each kind's ``/status`` is the components' to write.
+USER_KINDS = ("trainingjobs", "sweeps", "pipelines", "pipelineruns", "datasets")
+
+
+def user_roles() -> list[dict[str, Any]]:
+    """ClusterRoles for the people who use Phalanx, as Kubernetes' own roles are for its kinds.
+
+    - ``phalanx-edit`` is aggregated into Kubernetes' ``edit`` and ``admin``, ``phalanx-view`` into ``view``:
+      whoever a RoleBinding gives ``edit`` in a namespace may submit, halt and delete jobs, sweeps, pipelines and
+      Datasets there (``view``: read them), with no binding of Phalanx's own;
+    - ``phalanx-cluster-view`` reads what is cluster-scoped (Queues, JobTypes, Nodes), which a namespace's
+      RoleBinding cannot grant: bind it cluster-wide to the users (``get queues``, the JobTypes validation reads,
+      ``get nodes``).
+    """
+    part_of = {"app.kubernetes.io/part-of": "phalanx"}
+    status = [f"{kind}/status" for kind in USER_KINDS if kind != "pipelines"]
+    write = ["create", "update", "patch", "delete", "deletecollection"]
+
+    def role(name: str, aggregate: tuple[str, ...], rules: list[dict[str, Any]]) -> dict[str, Any]:
+        labels = {**part_of, **{f"rbac.authorization.k8s.io/aggregate-to-{to}": "true" for to in aggregate}}
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels},
+            "rules": rules,
+        }
+
+    return [
+        role(
+            USER_EDIT_ROLE,
+            ("edit", "admin"),
+            [_rule([API_GROUP], list(USER_KINDS), [*READ, *write]), _rule([API_GROUP], status, READ)],
+        ),
+        role(USER_VIEW_ROLE, ("view",), [_rule([API_GROUP], [*USER_KINDS, *status], READ)]),
+        role(
+            USER_CLUSTER_ROLE,
+            (),
+            [_rule([API_GROUP], ["queues", "queues/status", "jobtypes"], READ), _rule([""], ["nodes"], READ)],
+        ),
+    ]
 
 
 def metrics_reader_role() -> dict[str, Any]:

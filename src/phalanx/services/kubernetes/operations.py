@@ -55,6 +55,7 @@ from phalanx.adapters.kubernetes.api import (
 )
 from phalanx.adapters.kubernetes.cache_report import EVICT_ANNOTATION, CacheReport, cache_report, eviction_request
 from phalanx.adapters.kubernetes.informer import Informer
+from phalanx.adapters.kubernetes.manifests import USER_CLUSTER_ROLE, USER_EDIT_ROLE
 from phalanx.adapters.kubernetes.objects import (
     LABEL_ATTEMPT,
     LABEL_JOB,
@@ -75,7 +76,7 @@ from phalanx.adapters.kubernetes.objects import (
 )
 from phalanx.adapters.kubernetes.rendering import ANNOTATION_JOB_UID, CONTAINER_NAME, DEFAULT_SCHEDULER_NAME
 from phalanx.core.pipelines.step_files import StepFiles
-from phalanx.model.base import in_phases
+from phalanx.model.base import API_GROUP, in_phases
 from phalanx.model.datasets import Dataset
 from phalanx.model.errors import SpecError
 from phalanx.model.events import Event
@@ -189,6 +190,10 @@ def _identity(obj: WithStatus) -> dict[str, Any]:
     return {"apiVersion": obj.api_version, "kind": obj.kind, "metadata": meta}
 
 
+#: The cluster-scoped resources users read, which the ClusterRole ``phalanx-cluster-view`` grants.
+_CLUSTER_VIEWED = frozenset({f"queues.{API_GROUP}", f"jobtypes.{API_GROUP}", "nodes"})
+
+
 def resource_name(resource: Resource) -> str:
     """``trainingjobs.phalanx.dev``, ``pods``: how kubectl and RBAC name a resource."""
     return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
@@ -289,9 +294,16 @@ class KubeBackend:
                 "(e.g. log in again) or pick another --context"
             )
         if error.status == 403:
+            # The install's ClusterRoles for people grant what users need (manifests.user_roles): name the one.
+            role = (
+                f"the ClusterRole {USER_EDIT_ROLE} (in Kubernetes' edit) in your namespace"
+                if resource.namespaced and resource.group == API_GROUP
+                else f"the ClusterRole {USER_CLUSTER_ROLE}, bound cluster-wide"
+                if what in _CLUSTER_VIEWED
+                else "that permission"
+            )
             return OperationError(
-                f"forbidden: you may not {verb} {what}{where} ({error.message}); ask a cluster administrator for "
-                "that permission"
+                f"forbidden: you may not {verb} {what}{where} ({error.message}); ask a cluster administrator for {role}"
             )
         missing = self.not_installed(resource) if error.status == 404 else None
         if missing is not None:
