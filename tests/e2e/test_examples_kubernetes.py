@@ -317,3 +317,24 @@ def test_failing_replica_applied_with_kubectl_restarts_then_fails_at_the_backoff
     assert (row["TYPE"], row["PHASE"], row["REASON"]) == ("pytorch", "Failed", "BackoffLimitExceeded")
     wide = printed_job(kubectl, namespace, FLAKY_NAME, "-o", "wide")
     assert (wide["RESTARTS"], wide["MESSAGE"]) == ("2", status["message"])
+
+
+def test_a_job_applied_with_kubectl_without_scheduling_or_run_policy_gets_their_defaults(
+    phalanx_installed: Any, namespace: str, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    # Once, the API server filled no default below an absent spec.scheduling or spec.runPolicy: the QUEUE column
+    # was blank and the stored job had none of the defaults the docs promise.
+    bare = {
+        "apiVersion": "phalanx.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "bare"},
+        "spec": {"replicas": {"worker": {"count": 1, "template": {"image": "example.org/trainer:1"}}}},
+    }
+    path = tmp_path / "bare.yaml"
+    path.write_text(yaml.safe_dump(bare))
+    kubectl("apply", "-n", namespace, "-f", str(path))
+    stored = phalanx_installed.get(f"{JOBS.format(ns=namespace)}/bare")["spec"]
+    assert stored["scheduling"]["queue"] == "default"
+    assert stored["runPolicy"]["restartPolicy"] == "Never" and stored["runPolicy"]["backoffLimit"] == 3
+    assert stored["type"] == "generic"
+    assert printed_job(kubectl, namespace, "bare", "-o", "wide")["QUEUE"] == "default"

@@ -574,9 +574,11 @@ class TrainingJobSpec(ApiModel):
     type: str = "generic"
     size: TShirtSize | None = None
     replicas: dict[RoleName, ReplicaSpec]
-    run_policy: RunPolicy = Field(default_factory=RunPolicy)
-    scheduling: SchedulingPolicy = Field(default_factory=SchedulingPolicy)
-    outputs: Outputs = Field(default_factory=Outputs)
+    # ``default: {}`` in the schema: a job applied with kubectl without these gets them, and so the defaults
+    # inside them (queue, restartPolicy, backoffLimit...), from the API server, as the models give them here.
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, json_schema_extra={"default": {}})
+    scheduling: SchedulingPolicy = Field(default_factory=SchedulingPolicy, json_schema_extra={"default": {}})
+    outputs: Outputs = Field(default_factory=Outputs, json_schema_extra={"default": {}})
     datasets: list[DatasetMount] = Field(
         default_factory=list, description="datasets the replicas read (docs/datasets.md); none by default"
     )
