@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from components import Components, service_account_kubeconfig, wait_alive
+from components import Components, phalanx_cli, service_account_kubeconfig, wait_alive
 from phalanx.adapters.kubernetes.objects import node_from_object
 from phalanx.model.nodes import Node
 from support.sim_jobs import gpu_job
@@ -171,6 +171,11 @@ def test_the_agent_restores_gpu_allocatable_that_someone_else_overwrote(
     assert annotation(node, "phalanx.dev/unhealthy-gpus") == "1,6"
     assert unhealthy(node) == [1, 6]
     assert len(events(kube, node_name, "GPUUnhealthy")) == 2  # one per GPU; the repair is no new failure
+    # `phalanx get nodes` on the cluster says which GPUs are unhealthy, as it does locally.
+    shown = phalanx_cli(kube, "default", tmp_path, "get", "nodes")
+    assert shown.returncode == 0, shown.stderr
+    [row] = [line for line in shown.stdout.splitlines() if line.startswith(f"{node_name} ")]
+    assert "UNHEALTHY" in shown.stdout.splitlines()[0] and "GPU 1,6" in row
 
 
 JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
