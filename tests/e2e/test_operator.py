@@ -274,6 +274,16 @@ def test_an_mpi_job_gets_a_headless_service_and_a_hostfile(running: tuple[Compon
     assert {"name": "hostfile", "configMap": {"name": "allreduce-hostfile", "defaultMode": 420}} in launcher["spec"][
         "volumes"
     ]
+    # The job names no sshKeys: the mpi JobType's give every Pod the job's key pair, for mpirun's ssh logins.
+    uid = pods[0]["metadata"]["annotations"]["phalanx.dev/job-uid"]
+    secret = kube.get(f"/api/v1/namespaces/{namespace}/secrets/allreduce-ssh-{uid[:8]}")
+    assert secret["type"] == "kubernetes.io/ssh-auth"
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [uid]
+    for pod in pods:
+        [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "ssh-auth"]
+        assert volume["secret"]["secretName"] == f"allreduce-ssh-{uid[:8]}"
+        mounts = pod["spec"]["containers"][0]["volumeMounts"]
+        assert {"name": "ssh-auth", "mountPath": "/root/.ssh", "readOnly": True} in mounts
     wait_phase(kube, namespace, "allreduce", "Succeeded")
     left = wait_until(
         lambda: (

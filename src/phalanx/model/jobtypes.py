@@ -18,7 +18,7 @@ from pydantic.alias_generators import to_camel
 
 from phalanx.model.base import ApiModel, every_problem
 from phalanx.model.bounds import MAX_REPLICAS, MAX_SLOTS_PER_HOST, few_roles
-from phalanx.model.jobs import EnvMap, ReplicaTemplate, Resources, RoleName
+from phalanx.model.jobs import EnvMap, ReplicaTemplate, Resources, RoleName, SshKeys, TrainingJob
 from phalanx.model.meta import ObjectMeta
 
 TEMPLATE_VARIABLES: dict[str, str] = {
@@ -91,6 +91,11 @@ class JobTypeSpec(ApiModel):
     )
     port: int = Field(default=29500, ge=1, le=65535)
     env: EnvMap = Field(default_factory=dict)
+    ssh_keys: SshKeys | None = Field(
+        default=None,
+        description="a key pair for every job of this type that names none (spec.sshKeys): on Kubernetes a Secret "
+        "mounted in every replica, so that the launcher's mpirun logs in to the workers' SSH servers",
+    )
 
     @field_validator("roles", mode="before")
     @classmethod
@@ -160,3 +165,10 @@ class JobType(ApiModel):
     kind: Literal["JobType"] = "JobType"
     metadata: ObjectMeta
     spec: JobTypeSpec
+
+
+def job_ssh_keys(job: TrainingJob, jobtype: JobType | None) -> SshKeys | None:
+    """The key pair a job's replicas get: its own ``spec.sshKeys``, else its JobType's (``mpi``'s, built in)."""
+    if job.spec.ssh_keys is not None:
+        return job.spec.ssh_keys
+    return jobtype.spec.ssh_keys if jobtype is not None else None

@@ -68,11 +68,27 @@ def test_a_secret_the_operator_may_not_create_fails_the_job_before_any_pod() -> 
     assert "give phalanx-operator the right to create secrets" in status["message"]
 
 
-def test_a_job_without_ssh_keys_creates_no_secret() -> None:
+def test_an_mpi_job_naming_no_keys_gets_the_secret_of_its_jobtype() -> None:
+    api = MemoryKubeApi()
+    harness = Harness(api)
+    spec = mpi_spec()
+    del spec["sshKeys"]  # the mpi JobType's sshKeys: {} stands in
+    created = harness.submit("pi", spec)
+    harness.sync()
+    [secret] = api.of(SECRETS, "team-a")
+    assert secret["metadata"]["name"] == f"pi-ssh-{created['metadata']['uid'][:8]}"
+    for pod in api.of(PODS, "team-a"):
+        assert {"name": "ssh-auth", "mountPath": "/root/.ssh", "readOnly": True} in pod["spec"]["containers"][0][
+            "volumeMounts"
+        ]
+
+
+def test_a_job_of_a_type_without_ssh_keys_creates_no_secret() -> None:
     api = MemoryKubeApi()
     harness = Harness(api)
     spec = mpi_spec()
     del spec["sshKeys"]
+    spec["type"] = "generic"  # no sshKeys in the generic JobType
     harness.submit("pi", spec)
     harness.sync()
     assert len(api.of(PODS, "team-a")) == 3

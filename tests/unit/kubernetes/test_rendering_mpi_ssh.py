@@ -70,8 +70,23 @@ def test_every_pod_mounts_the_jobs_ssh_secret_at_its_path(path: str, mode: int |
         assert files == {"id_rsa": "ssh-privatekey", "id_rsa.pub": "ssh-publickey", "authorized_keys": "ssh-publickey"}
 
 
-def test_a_job_without_ssh_keys_mounts_none() -> None:
+def test_an_mpi_job_that_names_no_keys_gets_the_jobtypes() -> None:
+    # Once, a native mpi job's mpirun had no key to log in to the workers with: only Kubeflow MPIJobs had one.
     job, jobtype = mpi_job()
+    assert job.spec.ssh_keys is None and jobtype.spec.ssh_keys is not None
+    for role, index in (("launcher", 0), ("worker", 1)):
+        pod = render_pod(job, jobtype, role, index, 0)
+        [container] = pod["spec"]["containers"]
+        assert {"name": "ssh-auth", "mountPath": "/root/.ssh", "readOnly": True} in container["volumeMounts"]
+        [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "ssh-auth"]
+        assert volume["secret"]["secretName"] == "pi-ssh-0b5e6f3c"
+
+
+def test_a_job_of_a_type_without_ssh_keys_mounts_none() -> None:
+    document = builtin_jobtypes()["mpi"].model_dump(mode="json", by_alias=True, exclude_none=True)
+    document["metadata"] = {"name": "mpi-no-ssh"}
+    del document["spec"]["sshKeys"]
+    job, jobtype = mpi_job(JobType.model_validate(document))
     pod = render_pod(job, jobtype, "worker", 0, 0)
     assert "ssh-auth" not in [v["name"] for v in pod["spec"]["volumes"]]
     assert "dnsConfig" not in pod["spec"]

@@ -75,8 +75,8 @@ from phalanx.adapters.kubernetes.crds import VERSION
 from phalanx.core.delegation import CLUSTER_PLACED, gang_min_count
 from phalanx.core.rendezvous import Endpoint, RendezvousError, render_hostfile, render_replica_env, replica_names
 from phalanx.model.base import API_GROUP, ApiModel
-from phalanx.model.jobs import DEFAULT_SSH_MOUNT_PATH, ReplicaPlacement, ReplicaTemplate, TrainingJob
-from phalanx.model.jobtypes import JobType
+from phalanx.model.jobs import DEFAULT_SSH_MOUNT_PATH, ReplicaPlacement, ReplicaTemplate, SshKeys, TrainingJob
+from phalanx.model.jobtypes import JobType, job_ssh_keys
 from phalanx.model.meta import check_dns_label
 from phalanx.model.pods import Container
 from phalanx.model.replicas import replica_name
@@ -313,9 +313,10 @@ def render_pod(
     if jobtype.spec.hostfile_roles:
         mounts.append({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": True})
         volumes.append({"name": HOSTFILE_VOLUME, "configMap": {"name": hostfile_configmap_name(job)}})
-    if job.spec.ssh_keys is not None:
-        mounts.append({"name": SSH_VOLUME, "mountPath": job.spec.ssh_keys.mount_path, "readOnly": True})
-        volumes.append({"name": SSH_VOLUME, "secret": _ssh_volume(job)})
+    ssh_keys = job_ssh_keys(job, jobtype)
+    if ssh_keys is not None:
+        mounts.append({"name": SSH_VOLUME, "mountPath": ssh_keys.mount_path, "readOnly": True})
+        volumes.append({"name": SSH_VOLUME, "secret": _ssh_volume(job, ssh_keys)})
     for position, (host_path, mount_path) in enumerate(datasets.mounts if datasets is not None else ()):
         volume = f"{DATASET_VOLUME}-{position}"
         mounts.append({"name": volume, "mountPath": mount_path, "readOnly": True})
@@ -399,18 +400,17 @@ def render_pod(
     }
 
 
-def _ssh_volume(job: TrainingJob) -> dict[str, Any]:
+def _ssh_volume(job: TrainingJob, ssh_keys: SshKeys) -> dict[str, Any]:
     """The Secret volume of the job's SSH keys: ``id_rsa``, ``id_rsa.pub`` and ``authorized_keys``.
 
     Under ``/root/.ssh`` the files are 0600, as ssh wants a private key; elsewhere (a user's home, for an image
     that runs as that user) they keep the default mode, which that user can read, as mpi-operator does.
     """
-    assert job.spec.ssh_keys is not None
     volume: dict[str, Any] = {
         "secretName": ssh_secret_name(job),
         "items": [{"key": key, "path": path} for key, path in SSH_FILES],
     }
-    if job.spec.ssh_keys.mount_path.rstrip("/") == DEFAULT_SSH_MOUNT_PATH:
+    if ssh_keys.mount_path.rstrip("/") == DEFAULT_SSH_MOUNT_PATH:
         volume["defaultMode"] = 0o600
     return volume
 

@@ -66,7 +66,7 @@ from phalanx.core.reconcile import (
     plan,
 )
 from phalanx.model.jobs import TERMINAL_PHASES, Phase, TrainingJob, TrainingJobStatus
-from phalanx.model.jobtypes import JobType
+from phalanx.model.jobtypes import JobType, job_ssh_keys
 from phalanx.model.meta import ObjectMeta
 from phalanx.services.dataset_store import STAGING_PHASES, chosen_versions
 from phalanx.services.kubernetes.apply import (
@@ -280,7 +280,7 @@ class JobReconciler:
             refused = self._ensure_pod_group(obj, job)
             if refused is not None:
                 return self._fail(obj, "PodGroupUnavailable", refused, pods)
-        if creates and job.spec.ssh_keys is not None:
+        if creates and job_ssh_keys(job, jobtype) is not None:
             # Before the Pods, which mount it: a Pod whose Secret is missing waits in ContainerCreating.
             refused = self._ensure_ssh_keys(job)
             if refused is not None:
