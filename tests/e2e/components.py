@@ -348,3 +348,32 @@ def phalanx_cli(kube: Any, namespace: str, directory: Path, *args: str) -> subpr
         env=environment,
         cwd=directory,
     )
+
+
+def plain_kwok_node(name: str) -> dict[str, Any]:
+    """A fake node as a fresh kubelet would register it: CPUs, memory and pods, nothing about GPUs."""
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
+        },
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+    }
+
+
+def ready(node: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions") or [])
+
+
+@pytest.fixture
+def node_name(kube: Any) -> Iterator[str]:
+    """A fresh kwok node, Ready; deleted afterwards so that no other test schedules onto its GPUs."""
+    name = kube.unique("agent-node")
+    kube.create("/api/v1/nodes", plain_kwok_node(name))
+    kube.wait_for(f"/api/v1/nodes/{name}", ready, 60, f"node {name} Ready")
+    yield name
+    kube.request("DELETE", f"/api/v1/nodes/{name}")

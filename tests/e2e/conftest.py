@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 import k8s_testenv
-from components import STAGES, Kube, component_logs, components, phalanx_installed  # noqa: F401 - fixtures
+from components import STAGES, Kube, component_logs, components, node_name, phalanx_installed  # noqa: F401 - fixtures
 
 _BUILD_ERROR = pytest.StashKey[str]()
 _ENV = pytest.StashKey[k8s_testenv.TestEnv]()

@@ -15,7 +15,6 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,19 +39,8 @@ def recipe() -> tuple[str, list[str]]:
     return setup, [line for line in start.splitlines() if line.strip()]
 
 
-@pytest.fixture
-def kwok_node(kube: Any) -> Iterator[str]:
-    from test_node_agent import plain_kwok_node, ready
-
-    name = kube.unique("process-node")
-    kube.create("/api/v1/nodes", plain_kwok_node(name))
-    kube.wait_for(f"/api/v1/nodes/{name}", ready, 60, f"node {name} Ready")
-    yield name
-    kube.request("DELETE", f"/api/v1/nodes/{name}")
-
-
 def test_the_documented_recipe_runs_the_three_components_side_by_side(
-    kube: Any, kwok_node: str, namespace: str, tmp_path: Path
+    kube: Any, node_name: str, namespace: str, tmp_path: Path
 ) -> None:
     setup, start = recipe()
     venv_bin = str(Path(sys.executable).parent)
@@ -61,7 +49,7 @@ def test_the_documented_recipe_runs_the_three_components_side_by_side(
         "PATH": os.pathsep.join([venv_bin, str(kube.env.kubectl_path.parent), os.environ.get("PATH", "")]),
         "KUBECONFIG": str(kube.env.kubeconfig),
         "HOME": str(tmp_path),  # kubectl's discovery cache, not the user's
-        "NODE": kwok_node,
+        "NODE": node_name,
         "PHALANX_LOG_LEVEL": "DEBUG",
     }
     env.pop("PHALANX_HEALTH_PORT", None)
@@ -69,14 +57,14 @@ def test_the_documented_recipe_runs_the_three_components_side_by_side(
         ["bash", "-euo", "pipefail", "-c", setup], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    for name in ("operator.kubeconfig", "scheduler.kubeconfig", f"agent-{kwok_node}.kubeconfig"):
+    for name in ("operator.kubeconfig", "scheduler.kubeconfig", f"agent-{node_name}.kubeconfig"):
         assert "client-certificate" not in (tmp_path / name).read_text(), f"{name} carries more than its token"
 
     processes: list[tuple[str, subprocess.Popen[bytes]]] = []
     try:
         for index, line in enumerate(start):
             log = (tmp_path / f"component-{index}.log").open("wb")
-            command = shlex.split(line.replace("$NODE", kwok_node))  # as the shell would expand it
+            command = shlex.split(line.replace("$NODE", node_name))  # as the shell would expand it
             processes.append(
                 (line, subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT))
             )
@@ -97,12 +85,12 @@ def test_the_documented_recipe_runs_the_three_components_side_by_side(
         wait_until(all_ready, 90, "the three components ready on ports 8081, 8082 and 8083")
         assert all(process.poll() is None for _, process in processes), logs()
         node = kube.wait_for(
-            f"/api/v1/nodes/{kwok_node}",
+            f"/api/v1/nodes/{node_name}",
             lambda obj: "phalanx.dev/node-agent-heartbeat" in (obj["metadata"].get("annotations") or {}),
             60,
             "the node agent to write its Node",
         )
-        assert node["metadata"]["name"] == kwok_node
+        assert node["metadata"]["name"] == node_name
 
         job = {
             "apiVersion": "phalanx.dev/v1alpha1",

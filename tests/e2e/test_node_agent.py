@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,25 +34,6 @@ PRODUCT = "NVIDIA-A100-SXM4-80GB"
 NVLINK_PAIRS = {(a, b) for q in (range(4), range(4, 8)) for a in q for b in q if a < b} | {(g, g + 4) for g in range(4)}
 
 
-def plain_kwok_node(name: str) -> dict[str, Any]:
-    """A fake node as a fresh kubelet would register it: CPUs, memory and pods, nothing about GPUs."""
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
-        },
-        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
-    }
-
-
-def ready(node: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions") or [])
-
-
 def gpus(node: dict[str, Any], field: str) -> str | None:
     value = node.get("status", {}).get(field, {}).get("nvidia.com/gpu")
     return None if value is None else str(value)
@@ -71,16 +51,6 @@ def unhealthy(node: dict[str, Any]) -> list[int]:
 def events(kube: Any, node: str, reason: str) -> list[dict[str, Any]]:
     selector = f"involvedObject.kind=Node,involvedObject.name={node},reason={reason}"
     return list(kube.get(f"/api/v1/namespaces/default/events?fieldSelector={selector}")["items"])
-
-
-@pytest.fixture
-def node_name(kube: Any) -> Iterator[str]:
-    """A fresh kwok node, Ready; deleted afterwards so that no other test schedules onto its GPUs."""
-    name = kube.unique("agent-node")
-    kube.create("/api/v1/nodes", plain_kwok_node(name))
-    kube.wait_for(f"/api/v1/nodes/{name}", ready, 60, f"node {name} Ready")
-    yield name
-    kube.request("DELETE", f"/api/v1/nodes/{name}")
 
 
 def inject(faults: Path, text: str) -> None:
