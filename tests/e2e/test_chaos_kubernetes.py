@@ -25,7 +25,7 @@ NotReady node, nor to the unhealthy GPU, while it was so (from ``SETTLE_S`` afte
 decision made from the view before may still land); the Pods that ran on the NotReady node all Succeeded; and the
 job on the unhealthy GPU was restarted (a second attempt).
 
-About 90 s on a 2-core machine, 30 s of it with kube-apiserver down.
+73 to 85 s on a 2-core machine (six runs), 30 s of it with kube-apiserver down.
 """
 
 from __future__ import annotations
