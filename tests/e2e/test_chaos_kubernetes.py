@@ -16,8 +16,13 @@ in a seeded order (``random.Random(SEED)``), each at a seeded moment after one m
   design: nothing is placed on it, and the job running on it is restarted per its ``runPolicy`` (the jobs have
   ``restartPolicy: OnFailure``, ``backoffLimit: 3``) and placed again on healthy GPUs.
 
-The node and the GPU struck are those of a running Pod of a job submitted for the purpose (``TARGET_MS`` long,
-so that it still runs when the fault is seen), so each fault hits a running job. A watch of the namespace's Pods,
+Half-way through each held fault one more SIGKILL strikes (seeded; during the unhealthy GPU, that node's agent,
+which must keep the GPU unhealthy when it starts again; during the API server's absence, components that then
+start with no API server to talk to).
+
+The node and the GPU struck are those of a running Pod of a job submitted for the purpose, whose Pods run until
+the test releases them (``phalanx.dev/sim-hang``, removed from its Pods once the fault is lifted and its gang runs),
+so each fault hits a running job however long the fault takes to be seen. A watch of the namespace's Pods,
 resumed across the API server's restart, records every Pod created, every binding and the GPUs of each. Checked
 when every job has ended: every job Succeeded; no replica attempt was created twice; no Pod was bound twice or
 moved; no gang was bound in part (for each job and attempt, every Pod created was bound); no Pod was bound to the
@@ -62,7 +67,7 @@ FIRST_JOBS = 8
 API_DOWN_S = 30.0
 NOT_READY_S = 8.0
 GPU_FAULT_S = 8.0
-TARGET_MS = 6000  # how long the job each node or GPU fault strikes runs: longer than the fault takes to be seen
+HANG = "phalanx.dev/sim-hang"  # tests/e2e/stages/pods.yaml: a Pod so annotated runs until the annotation goes
 SETTLE_S = 2.0  # after a fault is visible: a decision made from the view before it may still be written
 
 
@@ -226,10 +231,14 @@ def test_gangs_converge_through_kills_an_api_server_restart_a_notready_node_and_
     agents = list(cluster.agents.values())
     ledger = PodLedger(kube, namespace)
     names: list[str] = []
+    sizes: dict[str, int] = {}  # job -> replicas
 
-    def submit(duration_ms: int | None = None) -> str:
+    def submit(hang: bool = False) -> str:
         name = f"chaos-{len(names):02d}"
         workers, gpus, duration = shapes.randint(2, 4), shapes.randint(1, 3), shapes.randint(1000, 3000)
+        annotations = {"phalanx.dev/sim-duration-ms": str(duration)}
+        if hang:
+            annotations[HANG] = "true"
         document = gpu_job(
             name,
             model,
@@ -238,20 +247,40 @@ def test_gangs_converge_through_kills_an_api_server_restart_a_notready_node_and_
             jobtype="pytorch",
             cpu="2",
             memory="4Gi",
-            annotations={"phalanx.dev/sim-duration-ms": str(duration_ms or duration)},
+            annotations=annotations,
             # An unhealthy GPU restarts the jobs on it: that restart counts against backoffLimit.
             runPolicy={"restartPolicy": "OnFailure", "backoffLimit": 3},
         )
         kube.create(JOBS.format(ns=namespace), document)
         names.append(name)
+        sizes[name] = workers
         return name
 
     def target() -> tuple[str, str, int]:
-        """A job that runs long enough to be hit, and the node and GPU of one of its running Pods (seeded)."""
-        job = submit(TARGET_MS)
+        """A job whose Pods run until released, and the node and GPU of one of its running Pods (seeded)."""
+        job = submit(hang=True)
         running = wait_until(lambda: ledger.running(job), 90, f"{job} running")
         node, gpus = running[aim.choice(sorted(running, key=lambda uid: ledger.created[uid][1]))]
         return job, node, aim.choice(sorted(gpus))
+
+    def release(job: str, after: str | None = None) -> None:
+        """Let ``job``'s Pods finish once its whole gang runs (one of an attempt after ``after``, if given)."""
+
+        def gang() -> list[str]:
+            running = ledger.running(job)
+            with ledger.lock:
+                pods = [ledger.created[uid] for uid in running]
+            if after is not None:
+                pods = [pod for pod in pods if pod[2] != after]
+            return [name for _, name, _ in pods] if len(pods) == sizes[job] else []
+
+        for pod in wait_until(gang, 90, f"the gang of {job} running"):
+            response = kube.http.patch(
+                f"/api/v1/namespaces/{namespace}/pods/{pod}",
+                content=json.dumps({"metadata": {"annotations": {HANG: None}}}),
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            response.raise_for_status()
 
     def patch_node(name: str, labels: dict[str, str | None]) -> None:
         response = kube.http.patch(
@@ -261,9 +290,31 @@ def test_gangs_converge_through_kills_an_api_server_restart_a_notready_node_and_
         )
         response.raise_for_status()
 
+    kills = {
+        "operator": [operator],
+        "scheduler": [scheduler],
+        "both": [operator, scheduler],
+        **{f"agent of {name}": [agent] for name, agent in cluster.agents.items()},
+    }
+
+    held: list[str] = []  # the kills made while a fault was held
+
+    def kill(victims: str) -> None:
+        for component in kills[victims]:
+            component.kill()
+        for component in kills[victims]:
+            component.start()
+
+    def hold(seconds: float, victims: str) -> None:
+        """Hold a fault for ``seconds``, with one more SIGKILL (and restart) of ``victims`` half-way through it."""
+        time.sleep(seconds / 2)
+        kill(victims)
+        held.append(victims)
+        time.sleep(seconds / 2)
+
     def restart_api_server() -> None:
         k8s_testenv.stop_component(kube.env, "kube-apiserver", grace=0)
-        time.sleep(API_DOWN_S)  # holding the fault
+        hold(API_DOWN_S, rng.choice(sorted(kills)))  # started again while there is no API server to talk to
         k8s_testenv.start_component(kube.env, "kube-apiserver", die_with_parent=True, timeout=120)
         dead = [component.name for component in (operator, scheduler, *agents) if not component.alive]
         assert not dead, f"died while kube-apiserver was down: {dead}"
@@ -274,29 +325,27 @@ def test_gangs_converge_through_kills_an_api_server_restart_a_notready_node_and_
         kube.wait_for(f"/api/v1/nodes/{name}", lambda n: not ready(n), 30, f"{name} NotReady")
         visible = time.monotonic()
         running = tuple(uid for uid, (node, _) in ledger.running().items() if node == name)
-        time.sleep(NOT_READY_S)  # holding the fault
+        hold(NOT_READY_S, rng.choice(sorted(kills)))
         lifted = time.monotonic()
         patch_node(name, {NOT_READY_LABEL: None})
         kube.wait_for(f"/api/v1/nodes/{name}", ready, 30, f"{name} Ready again")
+        release(job)
         return Window("NotReady", job, name, visible, lifted, running=running)
 
     def sick_gpu() -> Window:
         job, name, gpu = target()
+        with ledger.lock:
+            attempt = next(attempt for j, _, attempt in ledger.created.values() if j == job)
         inject(cluster.faults[name], f"{gpu}\n")
         kube.wait_for(f"/api/v1/nodes/{name}", lambda n: unhealthy(n) == str(gpu), 30, f"GPU {gpu} of {name} unhealthy")
         visible = time.monotonic()
-        time.sleep(GPU_FAULT_S)  # holding the fault
+        hold(GPU_FAULT_S, f"agent of {name}")  # a restarted agent must keep the GPU unhealthy
         lifted = time.monotonic()
         inject(cluster.faults[name], "")
         kube.wait_for(f"/api/v1/nodes/{name}", lambda n: unhealthy(n) == "", 30, f"GPU {gpu} of {name} healthy again")
+        release(job, after=attempt)  # the attempt placed again on healthy GPUs
         return Window("unhealthy GPU", job, name, visible, lifted, gpu=gpu)
 
-    kills = {
-        "operator": [operator],
-        "scheduler": [scheduler],
-        "both": [operator, scheduler],
-        **{f"agent of {name}": [agent] for name, agent in cluster.agents.items()},
-    }
     steps = [rng.choice(sorted(kills)) for _ in range(KILLS)] + ["kube-apiserver", "NotReady", "unhealthy GPU"]
     rng.shuffle(steps)
     windows: list[Window] = []
@@ -314,10 +363,7 @@ def test_gangs_converge_through_kills_an_api_server_restart_a_notready_node_and_
         elif step == "unhealthy GPU":
             windows.append(sick_gpu())
         else:
-            for component in kills[step]:
-                component.kill()
-            for component in kills[step]:
-                component.start()
+            kill(step)
     faulted = time.monotonic() - started
     for name in names:
         kube.wait_for(
@@ -330,7 +376,7 @@ def test_gangs_converge_through_kills_an_api_server_restart_a_notready_node_and_
     assert set(phases.values()) == {"Succeeded"}, phases
     ledger.stop.set()
     struck = "; ".join(f"{w.what} on {w.node} (GPU {w.gpu}) under {w.job}" for w in windows)
-    print(f"{len(names)} jobs; faults for {faulted:.0f}s: {', '.join(steps)}; {struck}; relists {ledger.relists}")
+    print(f"{len(names)} jobs; {faulted:.0f}s of faults: {', '.join(steps)}; {struck}; during them: {', '.join(held)}")
 
     with ledger.lock:
         replicas = list(ledger.created.values())
