@@ -7,7 +7,8 @@ in a seeded order (``random.Random(SEED)``), each at a seeded moment after one m
 - ten SIGKILLs, each of the operator, phalanx-scheduler, both, or one of the two node agents, started again at once;
 - kube-apiserver SIGKILLed (etcd keeps the cluster), left down ``API_DOWN_S`` = 30 s, and started again on the same
   port with the same certificates, flags and data (``k8s_testenv.stop_component``/``start_component``). Every
-  Phalanx component must still be alive when it is back, and carry on by itself (watches resumed or listed again);
+  Phalanx component must still be alive when it is back, and carry on by itself: both node agents write their
+  heartbeats again, and a job submitted then is admitted and bound;
 - a node made NotReady for ``NOT_READY_S`` seconds (kwok's label ``node-not-ready.stage.kwok.x-k8s.io=true``, which
   our stage turns into Ready=False; the node's Pods carry on, as containers do under a kubelet that cannot report),
   then Ready again. The design (docs/kubernetes.md, the scheduler): nothing new is placed there, what runs there is
@@ -42,6 +43,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +108,9 @@ def cluster(components: Components, tmp_path: Path) -> Iterator[Cluster]:
     faults = {name: tmp_path / f"faults-{name}" for name in names}
     agents = {
         name: components.node_agent(
-            name, "--inventory", str(simulated), "--fault-file", str(faults[name]), "--interval", "0.3"
+            name,
+            *("--inventory", str(simulated), "--fault-file", str(faults[name])),
+            *("--interval", "0.3", "--heartbeat-interval", "2"),  # a heartbeat soon after the API server is back
         )
         for name in names
     }
@@ -195,6 +199,11 @@ class PodLedger:
                 and self.phase.get(uid) in ("Pending", "Running")
                 and job in (None, self.created[uid][0])
             }
+
+    def bound(self, job: str) -> int:
+        """How many Pods of ``job`` were bound, all attempts together."""
+        with self.lock:
+            return sum(1 for uid, (name, _, _) in self.created.items() if name == job and self.nodes.get(uid))
 
     def bound_between(self, node: str, start: float, end: float) -> dict[str, tuple[str, set[int]]]:
         """Pod name -> (attempt, GPUs) of the Pods first seen bound to ``node`` between ``start`` and ``end``."""
@@ -316,8 +325,14 @@ def test_gangs_converge_through_kills_an_api_server_restart_a_notready_node_and_
         k8s_testenv.stop_component(kube.env, "kube-apiserver", grace=0)
         hold(API_DOWN_S, rng.choice(sorted(kills)))  # started again while there is no API server to talk to
         k8s_testenv.start_component(kube.env, "kube-apiserver", die_with_parent=True, timeout=120)
+        back = datetime.now(UTC).replace(microsecond=0)
         dead = [component.name for component in (operator, scheduler, *agents) if not component.alive]
         assert not dead, f"died while kube-apiserver was down: {dead}"
+        # Each component is back at work: the agents write their heartbeats, and a new job is admitted and bound.
+        for name in cluster.nodes:
+            kube.wait_for(f"/api/v1/nodes/{name}", lambda n: heartbeat(n) > back, 60, f"the agent of {name} back")
+        job = submit()
+        wait_until(lambda: ledger.bound(job) == sizes[job], 90, f"{job} admitted and bound after the restart")
 
     def not_ready() -> Window:
         job, name, _ = target()
@@ -414,6 +429,12 @@ def test_gangs_converge_through_kills_an_api_server_restart_a_notready_node_and_
 def ready(node: dict[str, Any]) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def heartbeat(node: dict[str, Any]) -> datetime:
+    """When the node agent last wrote the node (the epoch if never)."""
+    value = (node["metadata"].get("annotations") or {}).get("phalanx.dev/node-agent-heartbeat")
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else datetime.fromtimestamp(0, UTC)
 
 
 def unhealthy(node: dict[str, Any]) -> str | None:
