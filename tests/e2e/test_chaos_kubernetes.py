@@ -1,6 +1,7 @@
 """Chaos on a real control plane: gangs run while every part of it fails at seeded moments, and all converge.
 
-Gangs of 2 to 4 replicas (one to three GPUs each, 1 to 3 s of simulated work) run on two kwok nodes of a GPU model
+Gangs of 2 to 4 replicas (one to three GPUs each, 1 to 3 s of simulated work) run on a control plane of this
+module's own (the session's must not see its kube-apiserver restart: ``plane``), on two kwok nodes of a GPU model
 of this test's own, each reported by its own phalanx-node-agent, while thirteen faults strike one after the other
 in a seeded order (``random.Random(SEED)``), each at a seeded moment after one more job was submitted:
 
@@ -52,7 +53,7 @@ import pytest
 import yaml
 
 import k8s_testenv
-from components import Component, Components, wait_alive
+from components import Component, Components, Kube, apply_install, own_control_plane, report_logs_of, wait_alive
 from support.sim_jobs import gpu_job
 from support.waiting import wait_until
 
@@ -96,6 +97,36 @@ def inject(faults: Path, text: str) -> None:
     partial = faults.with_suffix(".partial")
     partial.write_text(text)
     partial.replace(faults)
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    """A control plane of this module's own, Phalanx installed: the session's must not see its kube-apiserver restart.
+
+    After a 30 s outage kube-controller-manager, kube-scheduler and kwok reconnect with client-go's backoff, tens of
+    seconds later (kube-scheduler bound a new Pod 50 s after the restart): later tests would wait that out.
+    """
+    with own_control_plane(tmp_path_factory.mktemp("chaos-k8s"), "the chaos test's control plane") as kube:
+        apply_install(kube)
+        yield kube
+
+
+@pytest.fixture
+def components(plane: Kube, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Components]:
+    """Phalanx's components on this module's control plane (not the session's), killed afterwards."""
+    started = Components(plane, tmp_path)
+    report_logs_of(request.node, started)
+    try:
+        yield started
+    finally:
+        started.stop_all()
+
+
+@pytest.fixture
+def namespace(plane: Kube) -> str:
+    name = plane.unique("chaos")
+    plane.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return name
 
 
 @pytest.fixture
