@@ -32,7 +32,8 @@ NotReady node, nor to the unhealthy GPU, while it was so (from ``SETTLE_S`` afte
 decision made from the view before may still land); the Pods that ran on the NotReady node all Succeeded; and the
 job on the unhealthy GPU was restarted (a second attempt).
 
-79 to 91 s on a 2-core machine shared with other work (four runs), 30 s of it with kube-apiserver down.
+79 to 91 s on a 2-core machine shared with other work (eight runs), 30 s of it with kube-apiserver down;
+the module's control plane takes about 20 s more to start and stop.
 """
 
 from __future__ import annotations
