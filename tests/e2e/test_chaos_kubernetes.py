@@ -204,6 +204,10 @@ class PodLedger:
         self.relists += 1
         for pod in listed["items"]:
             self._record("MODIFIED", pod)
+        present = {pod["metadata"]["uid"] for pod in listed["items"]}
+        with self.lock:
+            for uid in self.phase.keys() - present:
+                self.phase[uid] = "Deleted"  # gone while the watch was away
         self.version = listed["metadata"]["resourceVersion"]
 
     def _record(self, kind: str, pod: dict[str, Any]) -> None:
@@ -424,6 +428,7 @@ def test_gangs_converge_through_kills_an_api_server_restart_a_notready_node_and_
     ledger.stop.set()
     struck = "; ".join(f"{w.what} on {w.node} (GPU {w.gpu}) under {w.job}" for w in windows)
     print(f"{len(names)} jobs; {faulted:.0f}s of faults: {', '.join(steps)}; {struck}; during them: {', '.join(held)}")
+    print(f"the Pod watch listed again {ledger.relists} time(s) (too old a version to resume after the restart)")
 
     with ledger.lock:
         replicas = list(ledger.created.values())
