@@ -91,8 +91,10 @@ from testenv_processes import (
     probe,
     stage_files,
     start,
+    start_component,
     status,
     stop,
+    stop_component,
     tail,
 )
 
@@ -151,8 +153,10 @@ __all__ = [
     "staging_modules",
     "stale_binaries",
     "start",
+    "start_component",
     "status",
     "stop",
+    "stop_component",
     "tail",
     "tls_context",
     "upstream_gomod",

@@ -3,6 +3,8 @@
 ``start`` runs etcd, kube-apiserver, kube-controller-manager, kwok (and optionally kube-scheduler) with a
 throw-away PKI (``testenv_pki``), records each process in ``DIR/env.json`` with its start time (so a reused pid
 is never taken for it), and waits for each to be healthy; ``TestEnv.kubectl`` runs the pinned kubectl against it.
+``stop_component`` and ``start_component`` take one component down and bring it back as it was (a chaos test
+restarting kube-apiserver while etcd keeps the cluster's state).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -260,10 +263,18 @@ class _Starter:
         print(f"{time.monotonic() - self.t0:6.1f}s  {message}", file=self.out, flush=True)
 
     def spawn(
-        self, name: str, command: list[str], port: int, health: str, extra_env: dict[str, str] | None = None
+        self,
+        name: str,
+        command: list[str],
+        port: int,
+        health: str,
+        extra_env: dict[str, str] | None = None,
+        *,
+        replace: bool = False,
     ) -> Component:
+        """Run one component; with ``replace`` it takes the place of the record of that name (a restart)."""
         log = self.env.directory / f"{name}.log"
-        with log.open("wb") as handle:
+        with log.open("ab" if replace else "wb") as handle:  # a restart keeps the log of the run before it
             process = subprocess.Popen(
                 command,
                 stdout=handle,
@@ -276,7 +287,12 @@ class _Starter:
             )
         _CHILDREN[process.pid] = process  # kept, so it is reaped (no zombie) and never garbage-collected running
         component = Component(name, process.pid, port, health, command, str(log), _process_start_ticks(process.pid))
-        self.env.components.append(component)
+        index = next((i for i, c in enumerate(self.env.components) if c.name == name), None) if replace else None
+        if index is None:
+            self.env.components.append(component)
+        else:
+            # The same place in the list: ``stop`` ends components in reverse start order.
+            self.env.components[index] = component
         self.env.save()
         return component
 
@@ -297,6 +313,11 @@ class _Starter:
             f"{component.name} not healthy after {timeout:.0f}s ({component.health}: {last}); "
             f"its log ends with:\n{tail(Path(component.log))}"
         )
+
+
+def _own_env(directory: Path, name: str) -> dict[str, str] | None:
+    """What a component's environment needs besides ours: kwok works in DIR, so no ``~/.kwok/kwok.yaml`` is read."""
+    return {"KWOK_WORKDIR": str(directory / "kwok")} if name == "kwok" else None
 
 
 def _flag_map(values: Mapping[str, bool] | Mapping[str, str] | None) -> str:
@@ -464,7 +485,7 @@ def start(
             ],
             kwok_port,
             f"http://127.0.0.1:{kwok_port}/healthz",
-            extra_env={"KWOK_WORKDIR": str(directory / "kwok")},  # ignore any ~/.kwok/kwok.yaml
+            extra_env=_own_env(directory, "kwok"),
         )
         started = [kcm, kwok]
         if scheduler:
@@ -519,38 +540,82 @@ def stop(env: TestEnv, *, grace: float = 15, out: TextIO | None = sys.stdout) ->
     """
     stopped = []
     for component in reversed(env.components):
-        if not is_running(component):
-            _reap(component.pid)
-            continue
-        started = time.monotonic()
-        _signal(component, signal.SIGTERM)
-        while is_running(component) and time.monotonic() - started < grace:
-            _reap(component.pid)
-            if is_running(component):
-                time.sleep(0.02)
-        if is_running(component):
-            if out:
-                print(f"{component.name} (pid {component.pid}) ignored SIGTERM for {grace:.0f}s: SIGKILL", file=out)
-            _signal(component, signal.SIGKILL)
-            for _ in range(250):
-                _reap(component.pid)
-                if not is_running(component):
-                    break
-                time.sleep(0.02)
-        stopped.append(f"{component.name} ({time.monotonic() - started:.1f}s)")
+        took = _stop_one(component, grace, out)
+        if took is not None:
+            stopped.append(f"{component.name} ({took:.1f}s)")
     if out:
         print(f"stopped {', '.join(stopped) or 'nothing (no recorded process was running)'}", file=out)
 
 
+def _stop_one(component: Component, grace: float, out: TextIO | None) -> float | None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; the seconds it took, or None if it was not running."""
+    if not is_running(component):
+        _reap(component.pid)
+        return None
+    started = time.monotonic()
+    if grace > 0:
+        _signal(component, signal.SIGTERM)
+    while is_running(component) and time.monotonic() - started < grace:
+        _reap(component.pid)
+        if is_running(component):
+            time.sleep(0.02)
+    if is_running(component):
+        if out and grace > 0:
+            print(f"{component.name} (pid {component.pid}) ignored SIGTERM for {grace:.0f}s: SIGKILL", file=out)
+        _signal(component, signal.SIGKILL)
+        for _ in range(250):
+            _reap(component.pid)
+            if not is_running(component):
+                break
+            time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def stop_component(env: TestEnv, name: str, *, grace: float = 15, out: TextIO | None = None) -> None:
+    """Stop one component of a running control plane, the others left running; ``start_component`` brings it back.
+
+    SIGTERM, then SIGKILL after ``grace`` seconds; ``grace=0`` sends SIGKILL at once (a crash). Its data stays
+    (etcd's directory, the certificates), so the component started again serves the same cluster.
+    """
+    component = env.component(name)
+    if component is None:
+        raise TestEnvError(f"no component {name!r} in {env.directory}; it has {[c.name for c in env.components]}")
+    _stop_one(component, grace, out)
+
+
+def start_component(
+    env: TestEnv, name: str, *, timeout: float = 180, die_with_parent: bool = False, out: TextIO | None = None
+) -> Component:
+    """Start a stopped component again with the command line it was recorded with, and wait until it is healthy.
+
+    The same binary, flags, port, certificates and data as before (so clients reconnect to the same address and
+    trust it as before); its log goes on in the same file, and ``env.json`` records the new process in the old
+    one's place. ``die_with_parent`` as for ``start`` (the process is tied to the thread that calls this).
+    """
+    component = env.component(name)
+    if component is None:
+        raise TestEnvError(f"no component {name!r} in {env.directory}; it has {[c.name for c in env.components]}")
+    if is_running(component):
+        raise TestEnvError(f"{name} is still running (pid {component.pid}): stop it first")
+    starter = _Starter(env, out or io.StringIO(), die_with_parent)
+    own_env = _own_env(env.directory, name)
+    started = starter.spawn(name, component.command, component.port, component.health, own_env, replace=True)
+    starter.wait_healthy(started, _health_context(env, name), timeout)
+    return started
+
+
+def _health_context(env: TestEnv, name: str) -> ssl.SSLContext:
+    """How to ask a component's health endpoint: kube-apiserver wants the admin's certificate, the rest the CA."""
+    return env.tls() if name == "kube-apiserver" else ssl.create_default_context(cafile=str(env.directory / "ca.crt"))
+
+
 def status(env: TestEnv) -> list[tuple[str, bool, str]]:
     """Per component: (name, healthy, detail)."""
-    local_tls = ssl.create_default_context(cafile=str(env.directory / "ca.crt"))
     rows = []
     for component in env.components:
         if not is_running(component):
             rows.append((component.name, False, f"not running (pid {component.pid})"))
             continue
-        context = env.tls() if component.name == "kube-apiserver" else local_tls
-        healthy, detail = probe(component.health, context)
+        healthy, detail = probe(component.health, _health_context(env, component.name))
         rows.append((component.name, healthy, f"pid {component.pid}, {component.health}: {detail[:80]}"))
     return rows

@@ -1,9 +1,10 @@
 """Smoke tests of the Kubernetes test environment, through the real control plane.
 
 They prove what later e2e tests rely on: the pinned binaries serve a real API, kube-controller-manager and
-kube-scheduler run, fake GPU nodes become Ready with their GPUs, and our kwok stages play pods the way a kubelet
-would (Running, then Succeeded or Failed with the annotated exit code, or hung; deleted when deleted); the
-pinned kubectl drives the cluster, from Python and through ``hack/k8s-testenv env`` and ``kubectl``.
+kube-scheduler run, fake GPU nodes become Ready with their GPUs (and NotReady while they carry kwok's node-not-ready
+label), and our kwok stages play pods the way a kubelet would (Running, then Succeeded or Failed with the annotated
+exit code, or hung; deleted when deleted); the pinned kubectl drives the cluster, from Python and through
+``hack/k8s-testenv env`` and ``kubectl``.
 """
 
 from __future__ import annotations
@@ -176,6 +177,28 @@ def test_fake_gpu_nodes_become_ready_with_their_gpus(kube: Kube, gpu_nodes: list
         assert {a["type"] for a in node["status"]["addresses"]} == {"InternalIP", "Hostname"}
         # kwok renews the node's Lease: that is what keeps the node lifecycle controller from tainting it.
         kube.wait_for(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}", bool, 30, "lease")
+
+
+def test_a_node_labelled_not_ready_is_not_ready_until_the_label_goes(kube: Kube) -> None:
+    name = kube.unique("not-ready")
+    path = f"/api/v1/nodes/{name}"
+    k8s_testenv.create_fake_gpu_nodes(kube.env, [name])
+
+    def label(value: str | None) -> None:
+        body = json.dumps({"metadata": {"labels": {"node-not-ready.stage.kwok.x-k8s.io": value}}})
+        response = kube.http.patch(path, content=body, headers={"Content-Type": "application/merge-patch+json"})
+        response.raise_for_status()
+
+    try:
+        kube.wait_for(path, lambda n: condition(n, "Ready") == "True", 60, f"{name} Ready")
+        label("true")
+        node = kube.wait_for(path, lambda n: condition(n, "Ready") == "False", 30, f"{name} NotReady")
+        assert next(c for c in node["status"]["conditions"] if c["type"] == "Ready")["reason"] == "KubeletNotReady"
+        assert condition(node, "MemoryPressure") == "False"  # only Ready changed
+        label(None)
+        kube.wait_for(path, lambda n: condition(n, "Ready") == "True", 30, f"{name} Ready again")
+    finally:
+        kube.request("DELETE", path)
 
 
 def test_job_pod_runs_then_succeeds_after_its_duration(kube: Kube, gpu_nodes: Any, namespace: str) -> None:
