@@ -25,6 +25,7 @@ from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
+QUEUES = "/apis/phalanx.dev/v1alpha1/queues"
 JOBS = "/apis/phalanx.dev/v1alpha1/namespaces/{ns}/trainingjobs"
 Series = dict[tuple[tuple[str, str], ...], float]
 
@@ -88,6 +89,12 @@ def test_the_scheduler_counts_admissions_and_the_operator_serves_jobs_and_gpus(
     operator_port, scheduler_port = free_port(), free_port()
     components.operator("--health-port", str(operator_port))
     components.scheduler("--health-port", str(scheduler_port))
+    # A queue of this test's own: other tests leave jobs Pending for whichever scheduler starts next (their
+    # namespaces go without waiting), and this scheduler may admit them too; they are counted under theirs.
+    queue = kube.unique("metrics-queue")
+    kube.create(
+        QUEUES, {"apiVersion": "phalanx.dev/v1alpha1", "kind": "Queue", "metadata": {"name": queue}, "spec": {}}
+    )
     for name in ("first", "second"):
         document: dict[str, Any] = gpu_job(
             name,
@@ -98,6 +105,7 @@ def test_the_scheduler_counts_admissions_and_the_operator_serves_jobs_and_gpus(
             cpu="1",
             memory="1Gi",
             annotations={"phalanx.dev/sim-duration-ms": "200"},
+            scheduling={"queue": queue},
         )
         kube.create(JOBS.format(ns=namespace), document)
     for name in ("first", "second"):
@@ -109,18 +117,18 @@ def test_the_scheduler_counts_admissions_and_the_operator_serves_jobs_and_gpus(
         )
 
     scheduler = wait_until(lambda: scrape(scheduler_port, reader), 30, "the scheduler's /metrics to answer")
-    # Other tests' jobs may share the session's scheduler queue name; these two were admitted by this process.
-    assert sum(scheduler["phalanx_admissions_total"].values()) == 2
+    # Other tests' jobs may be admitted by this process too, under their own queue; these two are this queue's.
+    assert scheduler["phalanx_admissions_total"][(("queue", queue),)] == 2
     assert scheduler["phalanx_admission_latency_seconds_count"] == scheduler["phalanx_admissions_total"]
     assert sum(scheduler["phalanx_scheduling_cycle_seconds_count"].values()) >= 1
 
     def operator_state() -> dict[str, Series] | None:
         found = scrape(operator_port, reader)
         jobs = (found or {}).get("phalanx_jobs", {})
-        return found if jobs.get((("namespace", namespace), ("phase", "Succeeded"), ("queue", "default"))) else None
+        return found if jobs.get((("namespace", namespace), ("phase", "Succeeded"), ("queue", queue))) else None
 
     operator = wait_until(operator_state, 30, "the operator's /metrics to show this test's jobs")
-    assert operator["phalanx_jobs"][(("namespace", namespace), ("phase", "Succeeded"), ("queue", "default"))] == 2
+    assert operator["phalanx_jobs"][(("namespace", namespace), ("phase", "Succeeded"), ("queue", queue))] == 2
     assert operator["phalanx_gpus"][(("model", model), ("node", node))] == 8
     assert operator["phalanx_gpus_allocated"][(("model", model), ("node", node))] == 0
     assert "phalanx_metrics_read_errors" not in operator  # the operator's account may read all it reports
@@ -137,6 +145,7 @@ def test_the_scheduler_counts_admissions_and_the_operator_serves_jobs_and_gpus(
         forged = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": "Bearer not-a-token"})
         assert forged.status_code == 401, forged.text
         assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200  # the kubelet's probe
+    kube.request("DELETE", f"{QUEUES}/{queue}")
 
 
 def test_metrics_access_open_serves_anyone(components: Components) -> None:
