@@ -116,6 +116,9 @@ def test_ctrl_c_reaches_the_command_and_a_killed_launcher_takes_its_command_with
 
     follower = runtime.cli_background("logs", "-f", "held", output=tmp_path / "follow.out")
     wait_until(lambda: live_children(preloaded), message="the preloaded process to run the follower")
+    # Once the command prints the replica's first line it is under way (a Ctrl-C during the hand-over itself is
+    # answered 130 too, without starting the command: checked by hand, racy to arrange here).
+    wait_until(lambda: "started" in (tmp_path / "follow.out").read_text(), message="the follower to print the log")
     follower.send_signal(signal.SIGINT)
     assert follower.wait(30) == 130  # what `phalanx logs -f` answers to Ctrl-C in a process of its own
     wait_until(lambda: not live_children(preloaded), message="the command to end with its Ctrl-C")

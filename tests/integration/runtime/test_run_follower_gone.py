@@ -1,7 +1,7 @@
 """`phalanx run` when the job disappears under the follower, through the real CLI and a real control plane.
 
 A job with ``runPolicy.ttlSecondsAfterFinished: 0`` is deleted the moment it finishes, possibly before the
-follower read its final state. The race is arranged deterministically: the CLI is stopped (SIGSTOP) while it
+follower read its final state. The race is arranged deterministically: the CLI is stopped (SIGTSTP) while it
 follows, the job is released, finishes and is deleted, then the CLI continues. It must report the result from
 the job's events, print the replica's last log line (the file is gone by then), and exit with the job's code.
 """
@@ -43,7 +43,8 @@ def test_run_reports_a_job_deleted_by_ttl_before_it_saw_the_end(
     cli = runtime.cli_background("run", str(runtime.write_job("ephemeral", job)), output=output)
     wait_until(lambda: "worker-0 started" in output.read_text(), timeout=60, message="the follower to show the log")
 
-    cli.send_signal(signal.SIGSTOP)
+    # Ctrl-Z: it stops the command wherever it runs (the launcher passes it on to the preloaded process's child).
+    cli.send_signal(signal.SIGTSTP)
     try:
         # The follower has at most one request in flight, which the API answers within its 0.1 s poll: once
         # the replica has written 20 more progress lines (1 s), it has been answered and no request waits to

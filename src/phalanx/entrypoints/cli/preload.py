@@ -291,16 +291,18 @@ def run_command(connection: socket.socket, fds: list[int], request: dict[str, An
     _adopt_streams(request.get("encoding") or {})
     logging.root.handlers.clear()  # as in a process of its own: warnings through logging's last resort
     logging.root.setLevel(logging.WARNING)
-    _send(connection, {"ready": True})
+    _send(connection, {"ready": True, "pid": os.getpid()})
     reader = connection.makefile("rb")
     if reader.readline() != b"go\n":
         return 0  # the launcher runs the command itself
     connection.settimeout(None)
-    threading.Thread(target=_follow_launcher, args=(reader,), daemon=True).start()
-    from phalanx.entrypoints.cli.launcher import dispatch
-
     try:
+        threading.Thread(target=_follow_launcher, args=(reader,), daemon=True).start()
+        from phalanx.entrypoints.cli.launcher import dispatch
+
         code = dispatch(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the command's own handling began: what it answers to Ctrl-C
+        code = 130
     except Exception:  # what Python does with an exception nothing caught: its traceback, status 1
         traceback.print_exc()
         code = 1
@@ -343,7 +345,9 @@ def _follow_launcher(reader: Any) -> None:
             return
         word, _, number = line.decode("ascii", "replace").strip().partition(" ")
         if word == "signal" and number.isdigit():
-            os.kill(os.getpid(), int(number))
+            # To the main thread, which runs the command: a signal sent to the process from this thread would
+            # land on this thread, and the main one would not see it until its blocking call returned.
+            signal.pthread_kill(threading.main_thread().ident or 0, int(number))
 
 
 def start_preload(layout: StateLayout) -> subprocess.Popen[bytes] | None:

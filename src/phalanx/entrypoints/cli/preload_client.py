@@ -140,7 +140,8 @@ def forward(argv: list[str]) -> int | None:
             socket.send_fds(connection, [f"{len(payload):0{HEADER_DIGITS}d}\n".encode()], [0, 1, 2])
             connection.sendall(payload)
             answers = connection.makefile("rb")
-            if json.loads(answers.readline() or b"{}").get("ready") is not True:
+            ready = json.loads(answers.readline() or b"{}")
+            if ready.get("ready") is not True:
                 return None
             connection.sendall(b"go\n")
         except (OSError, ValueError):
@@ -148,11 +149,28 @@ def forward(argv: list[str]) -> int | None:
         except KeyboardInterrupt:
             return 130  # Ctrl-C before the command began: it never will (the forked process sees us go)
         connection.settimeout(None)
-        return _wait_for_exit(connection, answers)
+        return _wait_for_exit(connection, answers, int(ready.get("pid") or 0))
 
 
-def _wait_for_exit(connection: socket.socket, answers: Any) -> int:
-    """Forward signals until the command's exit status arrives."""
+def _wait_for_exit(connection: socket.socket, answers: Any, pid: int) -> int:
+    """Forward signals until the command's exit status arrives.
+
+    Ctrl-Z (SIGTSTP) stops the command's process too, and ``fg`` (SIGCONT) continues it: they go to its pid,
+    since a stopped process reads no message.
+    """
+
+    def suspend(signum: int, _: FrameType | None) -> None:
+        if pid > 0:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stop here as the shell expects; SIGCONT resumes below
+        signal.signal(signal.SIGTSTP, suspend)
+
+    def resume(signum: int, _: FrameType | None) -> None:
+        if pid > 0:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
 
     def forward_signal(signum: int, _: FrameType | None) -> None:
         with contextlib.suppress(OSError):  # the command has ended: its status is on the way
@@ -162,6 +180,9 @@ def _wait_for_exit(connection: socket.socket, answers: Any) -> int:
     for signum in FORWARDED_SIGNALS:
         if signal.getsignal(signum) != signal.SIG_IGN:
             previous[signum] = signal.signal(signum, forward_signal)
+    if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN:
+        previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, suspend)
+    previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, resume)
     try:
         while True:
             try:
