@@ -150,8 +150,7 @@ def submit(
                     remote.ops.validate(read_documents(file), source=str(file), namespace=target), Output.YAML
                 )
                 return
-            for item in remote.submit(file, stand_ins=stand_ins):
-                console.print(f"{item.kind.lower()}/{item.name} {item.verb}")
+            print_submitted(remote.submit(file, stand_ins=stand_ins))
         return
     if choice.kubernetes:
         from phalanx.entrypoints.cli.cluster import cluster_session
@@ -174,9 +173,7 @@ def submit(
             objects = client.ops.validate(documents, source=str(file), namespace=namespace, stand_ins=stand_ins)
             print_objects(objects, Output.YAML)
             return
-        submitted = client.submit(file, stand_ins=stand_ins)
-        for item in submitted:
-            console.print(f"{item.kind.lower()}/{item.name} {item.verb}")
+        print_submitted(client.submit(file, stand_ins=stand_ins))
         if current_leader(client.store) is None:
             console.print("[yellow]note:[/] no control plane is running; start one with `phalanx up`")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.entrypoints.cli.follow import follow
-from phalanx.entrypoints.cli.output import escape, fail, operation_errors, print_replica_logs, writer
+from phalanx.entrypoints.cli.output import escape, fail, operation_errors, print_replica_logs, print_submitted, writer
 from phalanx.entrypoints.cli.styles import STOP_FOLLOWING
 
 if TYPE_CHECKING:
@@ -101,8 +101,7 @@ def run_on_server(client: RemoteClient, file: Path, *, detach: bool, logs: bool)
     console = writer()
     console.print(f"[dim]{escape(f'server {client.server}; namespace {client.namespace}')}[/]")
     submitted = client.submit(file, replace_finished=True)
-    for item in submitted:
-        console.print(f"{item.kind.lower()}/{item.name} {item.verb}")
+    print_submitted(submitted)
     jobs = [s for s in submitted if s.kind == "TrainingJob"]
     if detach:
         return 0
