@@ -8,6 +8,7 @@ exit 1 saying why, and the replica's process must be gone.
 
 from __future__ import annotations
 
+import re
 import shutil
 
 from conftest import Runtime, generic_job, wait_until
@@ -31,5 +32,7 @@ def test_removing_the_state_directory_stops_the_control_plane_and_its_replicas(r
         said = log.read().decode(errors="replace")
     assert code == 1, said[-3000:]
     assert f"the state directory {runtime.state_dir} was removed" in said, said[-3000:]
-    assert "stopping this control plane and the 1 replica(s) it ran" in said, said[-3000:]
+    # The replica's shim may see its directory go and end first (the store then counts 0 replicas left to
+    # stop); either way the control plane must say how many it stopped and the process must be gone.
+    assert re.search(r"stopping this control plane and the [01] replica\(s\) it ran", said), said[-3000:]
     wait_until(lambda: process_start_ticks(shim) != started, 30, "the replica's process to stop")
