@@ -38,6 +38,7 @@ ALLOWED: dict[str, dict[tuple[str, str], set[str]]] = {
         **{(kind, ""): READ | {"create", "delete"} for kind in ("pods", "services", "configmaps")},
         ("pods/log", ""): {"get"},
         ("secrets", ""): {"create"},  # a job's SSH key pair; never read
+        ("persistentvolumeclaims", ""): READ,  # which namespaces have the artifact store's claim
         ("podgroups.scheduling.k8s.io", ""): {"create", "get", "delete"},
         ("nodes", ""): READ,
         ("events", ""): {"create", "patch", "list"},

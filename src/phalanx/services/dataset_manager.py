@@ -28,7 +28,8 @@ from typing import Any, Protocol
 
 from phalanx.adapters.datasources import Materialized, SourceError, SourceRequest
 from phalanx.core.clock import Clock
-from phalanx.model.datasets import Dataset, DatasetPhase
+from phalanx.model.datasets import Dataset, DatasetPhase, JobOutputSource
+from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.masking import mask_url
 from phalanx.services.dataset_store import (
     DatasetStore,
@@ -51,6 +52,40 @@ class SourceChoice:
     base_dir: Path = Path(".")
     waiting: str | None = None
     refusal: str | None = None
+
+
+def from_job_choice(from_job: JobOutputSource, job: TrainingJob | None) -> SourceChoice:
+    """How a Dataset ``fromJob`` reads its job's outputs, on either backend.
+
+    From where the job's Succeeded status says they were stored (``status.artifacts``); else why it waits for the
+    job, or why it cannot.
+    """
+    if job is None:
+        return SourceChoice(waiting=f"waiting for job {from_job.job} (spec.source.fromJob.job) to exist and succeed")
+    phase = Phase(job.status.phase)
+    if phase == Phase.FAILED:
+        return SourceChoice(
+            refusal=(
+                f"spec.source.fromJob.job: job {from_job.job} failed ({job.status.message}); rerun it, or point "
+                "fromJob at a job that succeeded"
+            )
+        )
+    if phase != Phase.SUCCEEDED:
+        return SourceChoice(waiting=f"waiting for job {from_job.job} to succeed (it is {phase.value})")
+    stored = job.status.artifacts
+    if not stored:
+        return SourceChoice(
+            refusal=(
+                f"spec.source.fromJob.job: job {from_job.job} succeeded but its outputs were not stored "
+                f"({job.status.message}); store them (docs/kubernetes.md#outputs) and rerun the job, or read the "
+                "data with spec.source.path or spec.source.url"
+            )
+        )
+    field = "spec.source.fromJob.output"
+    if "://" in stored:
+        url = stored.rstrip("/") if from_job.output in (".", "") else f"{stored.rstrip('/')}/{from_job.output}"
+        return SourceChoice(SourceRequest("url", url=url, field=field), Path("."))
+    return SourceChoice(SourceRequest("path", path=str(Path(stored) / from_job.output), field=field), Path("."))
 
 
 class DatasetSources(Protocol):

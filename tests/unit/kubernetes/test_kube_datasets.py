@@ -38,7 +38,7 @@ from phalanx.core.data import DatasetCounters, entry_key
 from phalanx.entrypoints.kubernetes import node_agent as agent_entrypoint
 from phalanx.entrypoints.kubernetes import operator as operator_entrypoint
 from phalanx.model.datasets import version_label
-from phalanx.model.jobs import TrainingJobStatus
+from phalanx.model.jobs import TrainingJob, TrainingJobStatus
 from phalanx.model.loading import builtin_jobtypes, parse_dataset
 from phalanx.services.dataset_store import DATASET_VERSIONS_ANNOTATION, materialize_version
 from phalanx.services.kubernetes.apply import may_hold
@@ -386,7 +386,6 @@ def test_a_dataset_is_materialised_once_into_the_store_with_its_status(tmp_path:
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ({"fromJob": {"job": "train"}}, "spec.source.fromJob: a Dataset made from a job's outputs is not supported"),
         ({"path": "/etc"}, "spec.source.path: /etc is not under a directory phalanx-operator may read"),
         ({"url": "http://127.0.0.1:9/none.csv"}, "spec.source.url: cannot connect"),
     ],
@@ -406,6 +405,51 @@ def test_a_dataset_that_cannot_be_read_fails_with_the_field_and_the_fix(
     status = stored(api, "d")["status"]
     assert status["message"].startswith(expected) and status["observedGeneration"] == 1
     assert [e["reason"] for e in api.of(EVENTS)][-1] == "MaterializeFailed"
+
+
+def _job_with(phase: str, artifacts: str | None, message: str = "") -> TrainingJob:
+    job = TrainingJob.model_validate(
+        {"metadata": {"name": "train", "namespace": NS}, "spec": {"replicas": {"worker": {"template": template()}}}}
+    )
+    status = TrainingJobStatus(phase=phase, artifacts=artifacts, message=message)
+    return job.model_copy(update={"status": status})
+
+
+def test_a_dataset_from_a_job_waits_for_it_then_reads_where_its_outputs_were_stored(tmp_path: Path) -> None:
+    api = MemoryKubeApi()
+    jobs: dict[str, TrainingJob] = {}
+    manager = manager_for(tmp_path, api, jobs=lambda namespace, name: jobs.get(name) if namespace == NS else None)
+    create_dataset(api, manager, "model", {"fromJob": {"job": "train", "output": "weights"}})
+    manager.sync()
+    assert stored(api, "model").get("status", {}).get("phase") != "Failed"
+    assert "waiting for job train" in stored(api, "model")["status"]["message"]
+
+    outputs = write_source(tmp_path / "store-of-outputs" / NS / "train" / "weights").parent
+    jobs["train"] = _job_with("Succeeded", str(outputs), "outputs stored")
+
+    def ready() -> bool:
+        manager.sync()
+        return stored(api, "model").get("status", {}).get("phase") == "Ready"
+
+    until(ready)
+    status = stored(api, "model")["status"]
+    assert status["files"] == len(FILES) and status["bytes"] == sum(FILES.values())
+
+
+def test_a_dataset_from_a_job_whose_outputs_were_not_stored_fails_saying_so(tmp_path: Path) -> None:
+    api = MemoryKubeApi()
+    job = _job_with("Succeeded", None, "outputs not stored: the operator has no artifact store")
+    manager = manager_for(tmp_path, api, jobs=lambda namespace, name: job)
+    create_dataset(api, manager, "model", {"fromJob": {"job": "train"}})
+
+    def failed() -> bool:
+        manager.sync()
+        return stored(api, "model").get("status", {}).get("phase") == "Failed"
+
+    until(failed)
+    message = stored(api, "model")["status"]["message"]
+    assert message.startswith("spec.source.fromJob.job: job train succeeded but its outputs were not stored"), message
+    assert "no artifact store" in message
 
 
 # -- the node agent's cache -------------------------------------------------------------------------------------

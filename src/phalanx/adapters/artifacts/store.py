@@ -333,3 +333,21 @@ def _filesystem_of(url: str) -> tuple[Any, str]:
     except (ImportError, ValueError) as err:
         raise ArtifactStoreError(f"the artifact store {url.split('://')[0]}:// cannot be used: {err}") from err
     return fs, str(path)
+
+
+def upload_folder(source: Path, url: str) -> None:
+    """Copy the files of a local folder under an fsspec URL, keeping their relative paths.
+
+    Symbolic links are left out: an object store has no links, and a link's target is not the folder's to copy.
+
+    Raises:
+        ArtifactStoreError: fsspec (or the scheme's package) is missing, or the URL cannot be used.
+        OSError: a file cannot be read or written.
+    """
+    filesystem, root = _filesystem_of(url)
+    for path in sorted(source.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        destination = f"{root.rstrip('/')}/{path.relative_to(source).as_posix()}"
+        filesystem.makedirs(destination.rsplit("/", 1)[0], exist_ok=True)  # a no-op on object stores
+        filesystem.put_file(str(path), destination)

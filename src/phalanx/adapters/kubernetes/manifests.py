@@ -290,6 +290,9 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             # The SSH key pair of a job with sshKeys (an MPIJob): created with its Pods, named with the job's uid,
             # and gone with the job (owner reference), so never read, listed or deleted.
             _rule([""], ["secrets"], ["create"]),
+            # Which namespaces have the artifact store's claim (--artifact-volume-claim), whose jobs' Pods write
+            # their outputs to it: read, never written.
+            _rule([""], ["persistentvolumeclaims"], READ),
             # The PodGroup of a job left to the cluster's scheduler (kube-scheduler's gang scheduling): created
             # before its Pods; one of an earlier job of the same name is read and deleted.
             _rule(["scheduling.k8s.io"], ["podgroups"], ["create", "get", "delete"]),

@@ -47,8 +47,11 @@ Decisions:
       exist and fit at once. Their placement has no node yet, so they carry no placement annotations and are
       never created bound.
     - **Files.** The MPI hostfile is a ConfigMap (``<job>-hostfile``) mounted read-only at ``/etc/phalanx``
-      when the JobType has ``hostfileRoles``; outputs go to an ``emptyDir`` at ``/phalanx/<outputs.path>``
-      (``PHALANX_OUTPUT_DIR``), one per Pod: collecting them (``outputs.storeTo``) is the operator's.
+      when the JobType has ``hostfileRoles``. Outputs go to ``/phalanx/<outputs.path>`` (``PHALANX_OUTPUT_DIR``):
+      with the operator's artifact store on a PersistentVolumeClaim (``outputs_claim``), a ``subPath`` of that
+      claim, ``_outputs/<namespace>/<job>/<job uid>`` (``outputs_sub_path``), one folder every replica and attempt
+      of the job shares, as on the embedded runtime, which the operator stores from once the job succeeded
+      (``services.kubernetes.outputs``); without one an ``emptyDir`` per Pod, whose files go with the Pod.
     - **SSH keys** (``spec.sshKeys``, an MPIJob's ``sshAuthMountPath``): a key pair in a Secret of type
       ``kubernetes.io/ssh-auth`` (``<job>-ssh-<uid prefix>``, owned by the job, made by the operator with the
       Pods: ``adapters.kubernetes.sshkeys``), mounted read-only in every Pod at ``sshKeys.mountPath`` as
@@ -219,6 +222,20 @@ def output_dir(job: TrainingJob) -> str:
     return f"{OUTPUTS_ROOT}/{job.spec.outputs.path.strip('/')}"
 
 
+def outputs_sub_path(job: TrainingJob) -> str:
+    """The folder of the artifact store's claim the job's replicas write their outputs to (a ``subPath``).
+
+    Under ``_outputs`` (the store's own folders start with ``_``; a namespace never does), per job uid, so a job
+    created again under the same name starts with an empty folder.
+
+    Raises:
+        RenderError: the job has no uid.
+
+    """
+    uid = job_owner_reference(job)["uid"]
+    return f"_outputs/{job.metadata.namespace}/{job.metadata.name}/{uid}"
+
+
 def render_pod(
     job: TrainingJob,
     jobtype: JobType,
@@ -232,6 +249,7 @@ def render_pod(
     bind: bool = False,
     datasets: DatasetVolumes | None = None,
     pod_group: str | None = None,
+    outputs_claim: str | None = None,
 ) -> dict[str, Any]:
     """Render the Pod of one replica, for one attempt.
 
@@ -249,6 +267,8 @@ def render_pod(
         datasets: the replica's staged datasets: their environment and read-only hostPath volumes.
         pod_group: the PodGroup the Pod belongs to (``spec.schedulingGroup``), for a job placed by the cluster's
             scheduler (``scheduler_name``) as one gang; None: Phalanx's scheduler places it.
+        outputs_claim: the PersistentVolumeClaim of the operator's artifact store, whose ``outputs_sub_path``
+            the replica writes its outputs to; None: an ``emptyDir``, not collected.
 
     Raises:
         RenderError: no image, no uid, a name that is not a DNS label, or a template that cannot be rendered.
@@ -310,6 +330,9 @@ def render_pod(
 
     mounts: list[dict[str, Any]] = [{"name": OUTPUTS_VOLUME, "mountPath": output_dir(job)}]
     volumes: list[dict[str, Any]] = [{"name": OUTPUTS_VOLUME, "emptyDir": {}}]
+    if outputs_claim is not None:
+        mounts[0]["subPath"] = outputs_sub_path(job)
+        volumes[0] = {"name": OUTPUTS_VOLUME, "persistentVolumeClaim": {"claimName": outputs_claim}}
     if jobtype.spec.hostfile_roles:
         mounts.append({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": True})
         volumes.append({"name": HOSTFILE_VOLUME, "configMap": {"name": hostfile_configmap_name(job)}})

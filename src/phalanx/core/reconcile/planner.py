@@ -336,10 +336,11 @@ def _step_storing(d: _Draft) -> None:
     if not keeping and any(replica.phase in _UNFINISHED for replica in d.world.values()):
         return
     where = f" at {outputs.location}" if outputs.location else ""
+    said = f"outputs not stored: {outputs.not_collected}" if outputs.not_collected else f"outputs stored{where}"
     d.move(
         P.SUCCEEDED,
         "Succeeded",
-        f"outputs stored{where}",
+        said,
         artifacts=outputs.location,
         metrics=dict(outputs.metrics),
     )

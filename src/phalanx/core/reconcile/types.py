@@ -36,12 +36,17 @@ class ObservedReplica:
 
 @dataclass(frozen=True, slots=True)
 class OutputsObservation:
-    """Whether the job's outputs have been stored (the Storing phase), and what was found."""
+    """Whether the job's outputs have been stored (the Storing phase), and what was found.
+
+    ``not_collected``: the backend does not collect outputs here, and why (with the fix); the job then succeeds
+    saying its outputs were not stored, never that they were.
+    """
 
     stored: bool = False
     location: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    not_collected: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,6 @@ from pathlib import Path
 
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.datacache import NodeDataCache, StageOutcome
-from phalanx.adapters.datasources import SourceRequest
 from phalanx.adapters.store import (
     ConflictError,
     NotFoundError,
@@ -49,7 +48,7 @@ from phalanx.model.jobtypes import JobType
 from phalanx.model.masking import mask_url
 from phalanx.model.meta import ObjectMeta
 from phalanx.model.nodes import Node
-from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice
+from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice, from_job_choice
 from phalanx.services.dataset_store import (
     DATASET_VERSIONS_ANNOTATION,
     STAGING_PHASES,
@@ -63,7 +62,6 @@ from phalanx.services.dataset_store import (
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION, SqliteStatus
 from phalanx.services.embedded.quarantine import DATASET_MANAGER_ERROR, Held, Quarantine, guarded_step
-from phalanx.services.embedded.storing import destination
 from phalanx.services.port import Written
 
 log = logging.getLogger(__name__)
@@ -225,22 +223,7 @@ class DatasetManager:
             job = self.store.try_get(TrainingJob, dataset.metadata.namespace, from_job.job)
         except UnreadableError:
             job = None  # quarantined by the store: as if it did not exist
-        if job is None:
-            return SourceChoice(
-                waiting=f"waiting for job {from_job.job} (spec.source.fromJob.job) to exist and succeed"
-            )
-        phase = Phase(job.status.phase)
-        if phase == Phase.FAILED:
-            return SourceChoice(
-                refusal=(
-                    f"spec.source.fromJob.job: job {from_job.job} failed ({job.status.message}); rerun it, or point "
-                    "fromJob at a job that succeeded"
-                )
-            )
-        if phase != Phase.SUCCEEDED:
-            return SourceChoice(waiting=f"waiting for job {from_job.job} to succeed (it is {phase.value})")
-        outputs = destination(job, self.layout) / from_job.output
-        return SourceChoice(SourceRequest("path", path=str(outputs), field="spec.source.fromJob.output"), Path("."))
+        return from_job_choice(from_job, job)
 
     def _collect(self) -> bool:
         """Take up finished stagings."""

@@ -2,7 +2,8 @@
 
 Replicas write to ``PHALANX_OUTPUT_DIR``; a ``metrics.json`` there (a mapping of names to numbers) becomes the
 job's ``status.metrics``. The result is recorded in a marker file next to the outputs, so a control plane that
-restarts mid-way sees whether storing is done (level-triggered, like everything else).
+restarts mid-way sees whether storing is done (level-triggered, like everything else); the copy, the metrics and
+the record are ``services.outputs_storing``'s, which the Kubernetes operator uses too.
 
 Where outputs may go (docs/security.md): ``outputs.storeTo`` is any folder its owner can write, absolute or
 relative to where the job was submitted, except the state directory and what is in it, bar its ``artifacts``
@@ -13,14 +14,13 @@ outputs are copied as links, never followed: the control plane copies what the j
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 from phalanx.core.reconcile.types import OutputsObservation
 from phalanx.model.jobs import TrainingJob
 from phalanx.services.embedded.layout import StateLayout
 from phalanx.services.embedded.operations import SUBMIT_DIR_ANNOTATION
+from phalanx.services.outputs_storing import observe_marker, store_once
 
 MARKER = "stored.json"
 
@@ -50,54 +50,26 @@ def refused_destination(target: Path, layout: StateLayout) -> str | None:
     )
 
 
+def marker_path(job: TrainingJob, layout: StateLayout) -> Path:
+    """Where the result of storing the job's outputs is recorded: next to its outputs."""
+    assert job.metadata.uid is not None
+    return layout.job_dir(job.metadata.namespace, job.metadata.name, job.metadata.uid) / MARKER
+
+
 def observe_outputs(job: TrainingJob, layout: StateLayout) -> OutputsObservation:
     """What an earlier ``store_outputs`` recorded for this job, if anything."""
-    assert job.metadata.uid is not None
-    marker = layout.job_dir(job.metadata.namespace, job.metadata.name, job.metadata.uid) / MARKER
-    try:
-        record = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        return OutputsObservation()
-    return OutputsObservation(
-        stored=bool(record.get("stored")),
-        location=record.get("location"),
-        metrics={k: float(v) for k, v in record.get("metrics", {}).items()},
-        error=record.get("error"),
-    )
+    return observe_marker(marker_path(job, layout))
 
 
 def store_outputs(job: TrainingJob, layout: StateLayout) -> OutputsObservation:
-    """Copy outputs and collect metrics once; later calls return the recorded result."""
-    done = observe_outputs(job, layout)
-    if done.stored or done.error:
-        return done
+    """Copy outputs and collect metrics once (``services.outputs_storing``); later calls return the record."""
     assert job.metadata.uid is not None
     source = layout.job_outputs(job.metadata.namespace, job.metadata.name, job.metadata.uid, job.spec.outputs.path)
     target = destination(job, layout)
-    record: dict[str, object]
-    if (refused := refused_destination(target, layout)) is not None:
-        record = {"stored": False, "error": f"outputs.storeTo: {refused}"}
-    else:
-        try:
-            metrics = _read_metrics(source / "metrics.json")
-            if source.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
-            record = {"stored": True, "location": str(target), "metrics": metrics}
-        except (OSError, ValueError) as err:
-            record = {"stored": False, "error": f"could not store outputs to {target}: {err}"}
-    marker = layout.job_dir(job.metadata.namespace, job.metadata.name, job.metadata.uid) / MARKER
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record))
-    tmp.replace(marker)
-    return observe_outputs(job, layout)
-
-
-def _read_metrics(path: Path) -> dict[str, float]:
-    if not path.exists():
-        return {}
-    data = json.loads(path.read_text())
-    if not isinstance(data, dict):
-        raise ValueError(f"{path.name} must hold a mapping of metric names to numbers")
-    return {str(k): float(v) for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    refused = refused_destination(target, layout)
+    return store_once(
+        source,
+        str(target),
+        marker_path(job, layout),
+        refused=f"outputs.storeTo: {refused}" if refused is not None else None,
+    )

@@ -65,6 +65,7 @@ class PodSettings:
     image: str | None = None
     dataset_mount_path: str = DATASET_MOUNT_PATH  # where replicas see their datasets' cache entries
     job_scheduler: str | None = None  # the cluster's scheduler for jobs that name none (None: scheduler_name)
+    outputs_claim: str | None = None  # the artifact store's claim replicas write outputs to; None: an emptyDir
 
     def placing_scheduler(self, job: TrainingJob) -> str | None:
         """The cluster's scheduler that places the job's Pods, or None when phalanx-scheduler does."""
@@ -139,6 +140,7 @@ def render_creates(
                 bind=alone,
                 datasets=(datasets or {}).get(replica_name(job.metadata.name, action.role, action.index)),
                 pod_group=pod_group_name(job) if cluster is not None else None,
+                outputs_claim=settings.outputs_claim,
             )
         )
     return pods

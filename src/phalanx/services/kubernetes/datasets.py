@@ -11,7 +11,8 @@ and each Node's **cache report**, the annotation ``phalanx.dev/dataset-cache`` i
   never holds up the operator's reconcile loop) with the shared ``services.dataset_manager.DatasetMaterializer``
   into ``<store>/<ns>/<name>/<version label>/``: statuses and events go through the port (``KubeBackend``: the
   status subresource on the resourceVersion read, core/v1 Events), the Datasets are read from an informer. ``fromJob``
-  fails with a sentence: outputs are not collected on Kubernetes yet.
+  reads where the job's outputs were stored (``dataset_manager.from_job_choice``, as on the embedded runtime):
+  the artifact store on its claim (``services.kubernetes.outputs``), or the URL ``outputs.storeTo`` named.
   The operator reads sources with its own identity, on behalf of whoever may create Datasets, so what it
   reads is limited (``SourcePolicy``): local files (``path``, ``file://`` URLs, SQLite files) only under the
   directories it is started with (``--allow-path-under``), and scripts only when allowed
@@ -55,7 +56,7 @@ from phalanx.core.data import env_name
 from phalanx.model.datasets import Dataset, DatasetPhase, version_label
 from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
-from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice
+from phalanx.services.dataset_manager import DatasetMaterializer, SourceChoice, from_job_choice
 from phalanx.services.dataset_store import (
     STAGING_PHASES,
     DatasetStore,
@@ -70,11 +71,6 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "phalanx-operator"
 _PROGRESS_EVERY_S = 2.0
-_FROM_JOB_UNSUPPORTED = (
-    "spec.source.fromJob: a Dataset made from a job's outputs is not supported on Kubernetes yet: outputs are "
-    "not collected there (outputs.storeTo is not implemented; they stay in each Pod's volume); copy the outputs "
-    "to storage the operator can read and use spec.source.path or spec.source.url"
-)
 
 
 # -- what the operator may read ------------------------------------------------------------------------------
@@ -250,8 +246,10 @@ class KubeDatasetManager:
         workers: int = 2,
         base_dir: Path | None = None,
         policy: SourcePolicy | None = None,
+        jobs: Callable[[str, str], TrainingJob | None] | None = None,
     ) -> None:
         self.api = api
+        self._jobs = jobs or (lambda namespace, name: None)
         self.store = DatasetStore(Path(store))
         self.mount_path = mount_path
         self.clock = clock or SystemClock()
@@ -336,8 +334,9 @@ class KubeDatasetManager:
 
     def source(self, dataset: Dataset) -> SourceChoice:
         """Its source, relative to the operator's directory, unless the operator may not read it."""
-        if dataset.spec.source.from_job is not None:
-            return SourceChoice(refusal=_FROM_JOB_UNSUPPORTED)
+        from_job = dataset.spec.source.from_job
+        if from_job is not None:
+            return from_job_choice(from_job, self._jobs(dataset.metadata.namespace, from_job.job))
         refusal = self.policy.refusal(dataset, self._base_dir)
         if refusal is not None:
             return SourceChoice(refusal=refusal)

@@ -29,6 +29,7 @@ from phalanx.adapters.kubernetes.api import (
     CONFIGMAPS,
     JOBTYPES,
     NODES,
+    PERSISTENTVOLUMECLAIMS,
     PHALANX_VERSION,
     PODS,
     SERVICES,
@@ -38,9 +39,11 @@ from phalanx.adapters.kubernetes.api import (
     KubeApiError,
 )
 from phalanx.adapters.kubernetes.informer import Informer, Signal, object_key, start_synced
-from phalanx.adapters.kubernetes.objects import LABEL_JOB, node_from_object
+from phalanx.adapters.kubernetes.objects import LABEL_JOB, job_from_object, node_from_object
 from phalanx.core.gpu_health import sick_gpus
 from phalanx.model.base import API_GROUP
+from phalanx.model.errors import SpecError
+from phalanx.model.jobs import Phase, TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import BUILTIN_LABEL, builtin_jobtypes
 from phalanx.services.kubernetes.apply import OperatorCounters, Wiring, job_uid_of
@@ -50,6 +53,7 @@ from phalanx.services.kubernetes.gc import PodDeletions, collect_orphans
 from phalanx.services.kubernetes.history import OperatorHistory, open_history
 from phalanx.services.kubernetes.kubeflow import KubeflowBridge
 from phalanx.services.kubernetes.operations import KubeBackend
+from phalanx.services.kubernetes.outputs import KubeOutputs
 from phalanx.services.kubernetes.reconcile import Caches, JobReconciler, OperatorSettings, Outcome
 from phalanx.services.kubernetes.specs import SpecCache
 from phalanx.services.kubernetes.status_writer import StatusWriter
@@ -102,6 +106,7 @@ class KubeOperator:
                 on_change=self._data_changed,
                 clock=self.clock,
                 policy=settings.dataset_sources,
+                jobs=self._job_named,
             )
         self.kubeflow: KubeflowBridge | None = None
         if settings.kubeflow_kinds:
@@ -139,8 +144,21 @@ class KubeOperator:
                 api, self.jobs, self.specs.current_jobtypes, lambda: open_history(url), clock=self.clock
             )
         caches = Caches(jobs=self.jobs, pods=self.pods, services=self.services, configmaps=self.configmaps)
+        store, claim = settings.outputs_store, settings.flows.artifact_volume_claim if settings.flows else None
+        self.outputs: KubeOutputs | None = None
+        if store is not None and claim is not None:
+            claims = Informer(api, PERSISTENTVOLUMECLAIMS, field_selector=f"metadata.name={claim}", signal=self.signal)
+            self.outputs = KubeOutputs(store, claim, claims)
         self.reconciler = JobReconciler(
-            wiring, settings, caches, self.specs, self.data, self.writer, self.deletions, self._unhealthy_gpus
+            wiring,
+            settings,
+            caches,
+            self.specs,
+            self.data,
+            self.writer,
+            self.deletions,
+            self._unhealthy_gpus,
+            self.outputs,
         )
 
     @property
@@ -148,7 +166,9 @@ class KubeOperator:
         """Every cache the operator reads."""
         data = self.data.informers if self.data is not None else []
         flows = self.flows.informers if self.flows is not None else []
-        return [self.jobs, self.pods, self.jobtypes, self.services, self.configmaps, self.nodes, *data, *flows]
+        claims = [self.outputs.claims] if self.outputs is not None and self.outputs.claims is not None else []
+        own = [self.jobs, self.pods, self.jobtypes, self.services, self.configmaps, self.nodes]
+        return [*own, *data, *flows, *claims]
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -244,8 +264,20 @@ class KubeOperator:
 
     # -- what changed -------------------------------------------------------------------------------------------
 
+    def _job_named(self, namespace: str, name: str) -> TrainingJob | None:
+        """The job as cached, parsed (None: no such job, or one whose spec does not parse)."""
+        obj = self.jobs.get(namespace, name)
+        if obj is None:
+            return None
+        try:
+            return job_from_object(obj, self.specs.current_jobtypes())
+        except SpecError:
+            return None
+
     def _job_changed(self, kind: str, obj: dict[str, Any]) -> None:
         self.queue.mark({object_key(obj)})
+        if self.data is not None and (obj.get("status") or {}).get("phase") == Phase.SUCCEEDED.value:
+            self.data.signal.set()  # a Dataset fromJob may be waiting for it
         if self.history is not None:
             self.history.job_changed(kind, obj)
         if self.kubeflow is not None:

@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Mapping
@@ -82,12 +83,15 @@ from phalanx.services.kubernetes.apply import (
 from phalanx.services.kubernetes.datasets import KubeDatasetManager, KubeStaging, SourcePolicy
 from phalanx.services.kubernetes.flows import FlowSettings
 from phalanx.services.kubernetes.gc import PodDeletions
+from phalanx.services.kubernetes.outputs import NOT_COLLECTED, KubeOutputs, mounts_outputs_claim
 from phalanx.services.kubernetes.specs import SpecCache
 from phalanx.services.kubernetes.status_writer import StatusWriter, resource_version
+from phalanx.services.outputs_storing import is_url
 
 log = logging.getLogger(__name__)
 # On Kubernetes v1 outputs stay in the Pods' volumes: there is nothing to store, so Storing ends at once.
-_OUTPUTS_STAY = OutputsObservation(stored=True)
+# Phases from which a pass may plan the Storing phase: where the record of stored outputs is worth reading.
+_STORING_SOON = frozenset({Phase.RUNNING, Phase.STORING})
 # Phases in which a job's Pods run or are about to, so the Service and hostfile they use must exist.
 _CHILDREN_PHASES = frozenset({Phase.DOWNLOADING, Phase.RUNNING, Phase.RESTARTING})
 
@@ -123,7 +127,16 @@ class OperatorSettings:
             image=self.image,
             dataset_mount_path=self.dataset_mount_path,
             job_scheduler=self.job_scheduler,
+            outputs_claim=self.flows.artifact_volume_claim if self.outputs_store is not None and self.flows else None,
         )
+
+    @property
+    def outputs_store(self) -> Path | None:
+        """The artifact store's directory on its claim, where jobs' outputs are collected; None: not collected."""
+        flows = self.flows
+        if flows is None or flows.artifact_volume_claim is None or is_url(flows.artifacts_url):
+            return None
+        return Path(flows.artifacts_url)
 
 
 @dataclass
@@ -155,6 +168,7 @@ class JobReconciler:
     writer: StatusWriter
     deletions: PodDeletions
     unhealthy_gpus: Callable[[], dict[str, dict[int, str]]]  # node -> unhealthy GPU index -> why (node agents')
+    outputs: KubeOutputs | None = None  # the jobs' outputs on the artifact store's claim; None: not collected
 
     def reconcile(self, obj: dict[str, Any], jobtypes: dict[str, JobType], pods: list[dict[str, Any]]) -> Outcome:
         """Plan the job (as cached, with its cached ``pods``) and apply the plan; when to look at it again."""
@@ -182,7 +196,7 @@ class JobReconciler:
                 jobtype=jobtype,
                 replicas=observe_job_pods(pods, deleting),
                 now=self.wiring.clock.now(),
-                outputs=_OUTPUTS_STAY,
+                outputs=self._outputs(job, stored, pods),
                 staged=staging.staged,
                 staging_error=staging.error,
                 unhealthy_gpus=self.unhealthy_gpus(),
@@ -193,6 +207,28 @@ class JobReconciler:
         if waits and self.writer.first_time(obj, f"StagingWaits:{staging.waiting}"):
             self.writer.event(obj, "StagingWaits", str(staging.waiting))
         return self._apply(obj, job, jobtype, decided, pods, stored=stored, held=held, staging=staging)
+
+    def _outputs(self, job: TrainingJob, stored: TrainingJobStatus, pods: list[dict[str, Any]]) -> OutputsObservation:
+        """What storing the job's outputs recorded: read only where the plan may enter or be in Storing.
+
+        Outputs are collected where the job's Pods write them to the claim: its Pods as created say so (the claim
+        may have come or gone since); a job without Pods left, as its namespace has the claim now.
+        """
+        if self.outputs is None:
+            return NOT_COLLECTED
+        if Phase(stored.phase) not in _STORING_SOON:
+            return OutputsObservation()
+        mounted = [mounts_outputs_claim(pod, self.outputs.claim) for pod in pods]
+        if not (all(mounted) if mounted else self.outputs.claim_in(job.metadata.namespace)):
+            return self.outputs.no_claim_in(job.metadata.namespace)
+        return self.outputs.observe(job)
+
+    def _pod_settings(self, job: TrainingJob) -> PodSettings:
+        """How the job's Pods are rendered: writing outputs to the claim only where its namespace has one."""
+        pods = self.settings.pods
+        if self.outputs is not None and not self.outputs.claim_in(job.metadata.namespace):
+            return dataclasses.replace(pods, outputs_claim=None)
+        return pods
 
     def _staging(
         self, obj: dict[str, Any], job: TrainingJob, jobtype: JobType | None, stored: TrainingJobStatus
@@ -237,7 +273,7 @@ class JobReconciler:
         creates: list[dict[str, Any]] = []
         if jobtype is not None and any(isinstance(action, CreateReplica) for action in decided.actions):
             try:
-                creates = render_creates(job, jobtype, decided, self.settings.pods, staging.pods)
+                creates = render_creates(job, jobtype, decided, self._pod_settings(job), staging.pods)
             except RenderError as error:
                 return self._fail(obj, "InvalidSpec", str(error), pods)
         outcome = Outcome(requeue_after=decided.requeue_after)
@@ -266,7 +302,12 @@ class JobReconciler:
             log.info("job %s: %s: %s", job.key, event.reason, event.message)
         before, after = Phase(stored.phase), Phase(decided.status.phase)
         entered_storing = after in (Phase.STORING, Phase.SUCCEEDED) and before not in (Phase.STORING, Phase.SUCCEEDED)
-        if entered_storing or any(isinstance(action, StoreOutputs) for action in decided.actions):
+        if any(isinstance(action, StoreOutputs) for action in decided.actions) and self.outputs is not None:
+            # A copy to an object store may take a while; the next pass reads the record it left.
+            stored_outputs = self.outputs.store_outputs(job)
+            log.info("job %s: outputs %s", job.key, stored_outputs.location or stored_outputs.error)
+            outcome.requeue_after = 0.0
+        elif entered_storing or any(isinstance(action, StoreOutputs) for action in decided.actions):
             self._warn_outputs_not_collected(obj, job)
         tasks: list[Callable[[], bool]] = []
         if jobtype is not None and after in _CHILDREN_PHASES:
@@ -280,6 +321,13 @@ class JobReconciler:
             refused = self._ensure_pod_group(obj, job)
             if refused is not None:
                 return self._fail(obj, "PodGroupUnavailable", refused, pods)
+        if creates and self.outputs is not None and self.outputs.claim_in(job.metadata.namespace):
+            # Before the Pods, which mount it: a folder the kubelet made for them would be root's alone.
+            try:
+                self.outputs.prepare(job)
+            except OSError as error:
+                log.warning("job %s: cannot make its outputs folder, trying again: %s", job.key, error)
+                return Outcome(requeue_after=self.settings.retry_s * 5)
         if creates and job_ssh_keys(job, jobtype) is not None:
             # Before the Pods, which mount it: a Pod whose Secret is missing waits in ContainerCreating.
             refused = self._ensure_ssh_keys(job)
@@ -450,8 +498,7 @@ class JobReconciler:
             self.writer.event(
                 obj,
                 "OutputsNotCollected",
-                f"outputs.storeTo ({store_to}) is not supported on Kubernetes yet: outputs stay in each pod's "
-                f"{job.spec.outputs.path} volume and go away with the pod",
+                f"outputs.storeTo ({store_to}) is not stored: {NOT_COLLECTED.not_collected}",
                 warning=True,
             )
 
