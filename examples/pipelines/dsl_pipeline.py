@@ -51,7 +51,6 @@ if __name__ == "__main__":
             except OperationError as err:  # a run of that name exists: a run's name is taken once
                 sys.exit(f"error: {err}; to run it again pass --run NAME (unchanged, it completes from the cache)")
             for submitted in submitted_all:
-                verb = "configured" if submitted.configured else "created"
-                print(f"{submitted.kind.lower()}/{submitted.name} {verb}")
+                print(f"{submitted.kind.lower()}/{submitted.name} {submitted.verb}")
     else:
         print(pipeline.to_yaml(), end="")

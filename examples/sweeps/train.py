@@ -17,11 +17,10 @@ import json
 import math
 import os
 import random
+import time
 from pathlib import Path
 
 FEATURES = 6
-# Enough that an epoch takes about a tenth of a second: the sweep reads a trial's log every quarter second, so
-# with fewer samples a trial ended before early stopping could act on it (stopped at its last step, saving nothing).
 SAMPLES = 9600
 
 
@@ -56,6 +55,10 @@ def main() -> None:
     parser.add_argument("--momentum", type=lambda text: float(text) if text else 0.0, default=0.0)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=8)
+    # An epoch of this small model takes a few hundredths of a second on a fast machine. The sweep reads a trial's
+    # log every quarter second, so a trial that ended that fast ended before early stopping could act on it: each
+    # epoch lasts at least this long, as a real model's would (0: as fast as the machine goes).
+    parser.add_argument("--epoch-seconds", type=float, default=0.15)
     # Katib's metrics collector reads `name=value` lines; Phalanx reads its own format, and Katib's in a Sweep
     # converted from a Katib Experiment.
     parser.add_argument("--metrics-format", choices=["phalanx", "katib"], default="phalanx")
@@ -69,6 +72,7 @@ def main() -> None:
     rng = random.Random(0)
     val_loss, accuracy = loss_and_accuracy(weights, val)
     for epoch in range(1, args.epochs + 1):
+        began = time.monotonic()
         rng.shuffle(train)
         for start in range(0, len(train), args.batch):
             grad = [0.0] * (FEATURES + 1)
@@ -83,6 +87,7 @@ def main() -> None:
                 velocity[i] = beta * velocity[i] + g
                 weights[i] -= args.lr * velocity[i]
         val_loss, accuracy = loss_and_accuracy(weights, val)
+        time.sleep(max(0.0, args.epoch_seconds - (time.monotonic() - began)))
         if args.metrics_format == "katib":
             print(f"epoch {epoch}: val_loss={val_loss:.6f} accuracy={accuracy:.4f}", flush=True)
         else:

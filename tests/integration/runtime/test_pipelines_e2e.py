@@ -181,6 +181,19 @@ def test_a_pipeline_of_component_steps_runs_then_reruns_from_the_cache_starting_
     assert "fan-out over 3 items" in described and "StepCached" in described
     assert "outputs: best=0.7" in described, described  # each step's outputs, as docs/pipelines.md says
 
+    # Another namespace never gets this one's outputs from the cache: its run starts every step itself.
+    runtime.cli("submit", "-n", "team-b", "-f", str(write_pipeline(runtime, flaky=False)), check=True)
+    runtime.cli("submit", "-n", "team-b", "-f", str(runtime.work_dir / "again.yaml"), check=True)
+    with runtime.client() as client:
+        other = wait_until(
+            lambda: (r := client.ops.get_pipelinerun("team-b", "again")).status.phase in ("Succeeded", "Failed") and r,
+            timeout=120,
+            message="pipelinerun team-b/again to finish",
+        )
+    assert other.status.phase == "Succeeded", other.status.message
+    assert not any(e.cache_hit for e in other.status.instances)
+    assert len(started(runtime)) == len(before) + len(ALL_ONCE), started(runtime)
+
 
 def test_a_steps_output_is_usable_as_a_dataset_from_its_job(runtime: Runtime) -> None:
     runtime.start_control_plane()

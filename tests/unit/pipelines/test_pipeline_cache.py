@@ -51,16 +51,24 @@ def test_component_values_and_artifacts_each_count_and_do_not_collide() -> None:
 
 def test_the_key_is_pinned() -> None:
     # A change of the canonical form must be a deliberate version bump (old entries stop matching).
-    key = cache_key(component_digest="abc", values={"lr": "0.1"}, artifact_digests={"data": "d" * 64})
+    key = cache_key(component_digest="abc", values={"lr": "0.1"}, artifact_digests={"data": "d" * 64}, namespace="ml")
     assert key == document_digest(
         {
-            "version": "phalanx.dev/step-cache/v1",
+            "version": "phalanx.dev/step-cache/v2",
+            "namespace": "ml",
             "component": "abc",
             "values": {"lr": "0.1"},
             "artifacts": {"data": "d" * 64},
         }
     )
     assert canonical_json({"b": 1, "a": [1.5, "é"]}) == '{"a":[1.5,"é"],"b":1}'
+
+
+def test_two_namespaces_never_share_a_key() -> None:
+    """A tenant must not get another's outputs from the cache by running a step with the same inputs."""
+    same = {"component_digest": "abc", "values": {"lr": "0.1"}, "artifact_digests": {}}
+    assert cache_key(**same, namespace="team-a") != cache_key(**same, namespace="team-b")  # type: ignore[arg-type]
+    assert cache_key(**same, namespace="team-a") == cache_key(**same, namespace="team-a")  # type: ignore[arg-type]
 
 
 def test_nan_is_refused_rather_than_hashed() -> None:

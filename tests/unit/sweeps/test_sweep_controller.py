@@ -712,3 +712,23 @@ def test_a_katib_sweep_numbers_its_reports_on_across_reads(backend: MemoryBacken
     settle(ctl)
     result = sweep_now(backend).status.result(0)
     assert result is not None and (result.step, result.value) == (3, 0.3)
+
+
+def test_last_step_stays_when_the_final_value_comes_from_metrics_json(
+    backend: MemoryBackend, studies: FakeStudies
+) -> None:
+    """LAST-STEP is the last step that reported the objective, also when metrics.json gave the final value."""
+    submit(backend)
+    clock = VirtualClock()
+    ctl = SweepController(backend, studies, clock, log_every_s=0.25)
+    settle(ctl)
+    set_phase(backend, "lr-0", "Running")
+    uid = jobs(backend)["lr-0"].metadata.uid or ""
+    backend.logs[uid] = {"worker-0": "phalanx-metric step=1 val_loss=0.5\nphalanx-metric step=3 val_loss=0.4\n"}
+    clock.advance(0.25)
+    settle(ctl)
+    set_phase(backend, "lr-0", "Succeeded", val_loss=0.35)
+    settle(ctl)
+    result = sweep_now(backend).status.result(0)
+    assert result is not None
+    assert (result.value, result.step) == (0.35, 3)

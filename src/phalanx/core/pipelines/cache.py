@@ -1,6 +1,9 @@
 """Step cache keys: the same component, input values and input artifact contents give the same key.
 
-A key is the sha256 of a canonical JSON of ``{version, component, values, artifacts}``:
+A key is the sha256 of a canonical JSON of ``{version, namespace, component, values, artifacts}``:
+
+- ``namespace``: the run's: the cache is shared by every run of a namespace and by no other namespace, whose
+  tenant could otherwise receive copies of this one's artifacts by running a step with the same inputs;
 
 - ``component``: the digest of what the step runs — a KFP component's canonical form (through the
   ``ComponentDigester`` protocol, which ``model.kfp_component`` implements) or, for a trainingJob/sweep step,
@@ -25,7 +28,7 @@ from pydantic import JsonValue
 
 from phalanx.model.pipelines import Step, StepKind
 
-CACHE_KEY_VERSION = "phalanx.dev/step-cache/v1"
+CACHE_KEY_VERSION = "phalanx.dev/step-cache/v2"  # v2: the namespace is part of the key
 
 
 class ComponentDigester(Protocol):
@@ -86,16 +89,21 @@ def tree_digest(files: Iterable[tuple[str, str]]) -> str:
     return document_digest([[path, digest] for path, digest in listing])
 
 
-def cache_key(*, component_digest: str, values: Mapping[str, str], artifact_digests: Mapping[str, str]) -> str:
+def cache_key(
+    *, component_digest: str, values: Mapping[str, str], artifact_digests: Mapping[str, str], namespace: str = ""
+) -> str:
     """The cache key of one step instance.
 
     Args:
         component_digest: what runs (``ComponentDigester`` or ``step_definition_digest``).
         values: input name -> resolved value, for inputs passed by value.
         artifact_digests: input name -> content digest, for inputs fed by an artifact.
+        namespace: the run's namespace: a tenant never gets another's outputs (copies of its artifacts) from the
+            cache, whatever it knows of their inputs.
     """
     body: JsonValue = {
         "version": CACHE_KEY_VERSION,
+        "namespace": namespace,
         "component": component_digest,
         "values": dict(values),
         "artifacts": dict(artifact_digests),

@@ -236,6 +236,7 @@ def plan_run(
     *,
     component_digests: Mapping[str, str],
     cache: Mapping[str, CachedResult],
+    namespace: str = "",
 ) -> RunPlan:
     """Decide the run's next actions.
 
@@ -245,10 +246,11 @@ def plan_run(
         observed: what was observed of the run.
         component_digests: step name -> the digest of what it runs (``cache``); a step without one is not cached.
         cache: cache key -> stored result (a read-only view; only the keys of ready instances are looked up).
+        namespace: the run's namespace, part of every cache key: one namespace never reuses another's outputs.
     """
     if observed.finished is not None:
         return RunPlan(())
-    return _Planner(graph, parameters, observed, component_digests, cache).run()
+    return _Planner(graph, parameters, observed, component_digests, cache, namespace).run()
 
 
 class _Planner:
@@ -259,7 +261,9 @@ class _Planner:
         observed: RunObservation,
         component_digests: Mapping[str, str],
         cache: Mapping[str, CachedResult],
+        namespace: str,
     ) -> None:
+        self.namespace = namespace
         self.graph = graph
         self.parameters = parameters
         self.observed = observed
@@ -405,7 +409,9 @@ class _Planner:
         digest = self.digests.get(step.name)
         if digest is not None:
             values = {name: value for name, value in arguments.items() if name not in artifacts}
-            key = cache_key(component_digest=digest, values=values, artifact_digests=artifacts)
+            key = cache_key(
+                component_digest=digest, values=values, artifact_digests=artifacts, namespace=self.namespace
+            )
         if state is not None:
             attempt = state.attempts + 1
             self.actions.append(

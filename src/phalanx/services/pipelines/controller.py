@@ -200,6 +200,7 @@ class PipelineController:
             observation(status),
             component_digests=pipeline.digests,
             cache=self.artifacts.cache_view(),
+            namespace=run.metadata.namespace,
         )
         for action in plan.actions:
             self._act(work, pipeline, action)

@@ -438,7 +438,7 @@ class SweepController:
             job = mine.get(number)
             previous = sweep.status.result(number)
             value = objective_value(metric, trial.final, trial.intermediate)
-            step = max(trial.intermediate) if trial.intermediate and metric not in trial.final else None
+            step = max(trial.intermediate) if trial.intermediate else None  # also when metrics.json has the value
             reason = previous.reason if previous is not None and job is None else ""
             if job is not None and trial.phase == TrialPhase.STOPPED:
                 reason = stop_reason(job) or ""
