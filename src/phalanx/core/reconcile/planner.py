@@ -250,7 +250,8 @@ def _step_queued(d: _Draft) -> None:
 def _step_admitted(d: _Draft) -> None:
     if _stopped(d):
         return
-    d.move(P.DOWNLOADING, "Staging", "staging the job's data on its nodes")
+    said = "staging the job's data on its nodes" if d.job.spec.datasets else "starting its replicas (no data to stage)"
+    d.move(P.DOWNLOADING, "Staging", said)
 
 
 def _step_downloading(d: _Draft) -> None:

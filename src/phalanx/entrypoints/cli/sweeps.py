@@ -232,4 +232,6 @@ def delete_sweep(client: Client | KubernetesClient | RemoteClient, name: str) ->
     trials = client.ops.delete_sweep(client.namespace, name)
     console.print(f"sweep/{name} deleted")
     if trials:
-        console.print(f"with its trial jobs: {', '.join(trials)}")
+        # In trial order (lr-9 before lr-10), not as text.
+        ordered = sorted(trials, key=lambda trial: (len(trial), trial))
+        console.print(f"with its trial jobs: {', '.join(ordered)}")
