@@ -88,6 +88,21 @@ class NodeSpec(ApiModel):
     )
 
 
+class CpuPolicy(ApiModel):
+    """Whether the node itself enforces exclusive, NUMA-aligned cores, and what says so (``core.cpu_policy``).
+
+    The embedded runtime pins each replica's cores itself (its default: enforced); on Kubernetes the kubelet
+    does, only with its static CPU manager and a topology manager that aligns (its node agent reports them).
+    """
+
+    enforced: bool = True
+    cpu_manager: str = Field(default="", max_length=63, description="the kubelet's cpuManagerPolicy; '' unknown")
+    topology_manager: str = Field(
+        default="", max_length=63, description="the kubelet's topologyManagerPolicy; '' unknown"
+    )
+    reason: str = Field(default="", max_length=1000, description="why alignment is not enforced; empty when it is")
+
+
 class NodeStatus(ApiModel):
     """Inventory and health of the node."""
 
@@ -96,6 +111,7 @@ class NodeStatus(ApiModel):
     gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
     source: Literal["sysfs", "nvml", "simulated", "kubernetes"] = "sysfs"
     heartbeat_time: datetime | None = None
+    cpu_policy: CpuPolicy = Field(default_factory=CpuPolicy)
 
 
 class Node(ApiModel):

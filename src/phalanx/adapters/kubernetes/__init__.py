@@ -8,7 +8,9 @@
   ``rendering``: a job into the Pods, headless Service, hostfile ConfigMap and SSH key Secret that run it;
   ``sshkeys``: the SSH key pair of such a Secret; ``node_report``: a
   discovered node into the labels, annotations and GPU quantities its node agent writes on the Node;
-  ``cache_report``: the dataset cache report a node agent writes on its Node, and eviction requests.
+  ``cache_report``: the dataset cache report a node agent writes on its Node, and eviction requests;
+  ``kubelet_config``: the kubelet's CPU and topology manager policies, read from its configuration file and
+  written on the Node.
 - ``crds``: the CustomResourceDefinitions of TrainingJob, JobType, Queue, Dataset, Sweep, Pipeline and
   PipelineRun, generated from the models
   (``schemas``) and checked structural (``structural``); ``kubeflow_crds``: the opt-in CRDs of the Kubeflow kinds

@@ -16,6 +16,7 @@ from typing import Any
 
 from phalanx.adapters.devices.inventory import GPU_DISCOVERY_ANNOTATION, label_value
 from phalanx.adapters.devices.sysfs import format_cpu_list
+from phalanx.adapters.kubernetes.kubelet_config import CPU_POLICY_ANNOTATION, cpu_policy_annotation
 from phalanx.adapters.kubernetes.objects import (
     GPU_PROBLEMS_ANNOTATION,
     GPU_PRODUCT_LABEL,
@@ -105,6 +106,7 @@ def node_report(
     faults: AbstractSet[int] = frozenset(),
     note: str | None = None,
     gpus_unknown: bool = False,
+    cpu_policy: Mapping[str, str] | None = None,
 ) -> NodeReport:
     """What the Node should say about a discovered node.
 
@@ -119,14 +121,17 @@ def node_report(
         gpus_unknown: discovery could not look for GPUs (``note`` says why) on a node that advertises some: the
             report then leaves every GPU label, annotation and resource as it is, and says only the NUMA count
             and the note. A broken driver or a container without the NVIDIA runtime must not erase a GPU node.
+        cpu_policy: the kubelet's CPU and topology manager policies (``kubelet_config.read_kubelet_policy``),
+            kept in ``phalanx.dev/cpu-policy``; None: not read, the annotation is left as it is.
     """
+    policy = {CPU_POLICY_ANNOTATION: cpu_policy_annotation(cpu_policy)} if cpu_policy is not None else {}
     gpus = sorted(node.status.gpus, key=lambda gpu: gpu.index)
     reasons = unhealthy_reasons(node, problems, faults)
     numa_count = len({cpu.numa for cpu in node.status.cpus} | {gpu.numa for gpu in gpus}) or 1
     if gpus_unknown:
         return NodeReport(
             labels={NUMA_NODES_LABEL: str(numa_count)},
-            annotations={GPU_DISCOVERY_ANNOTATION: note},
+            annotations={GPU_DISCOVERY_ANNOTATION: note, **policy},
             gpus=0,
             healthy_gpus=0,
             problems={},
@@ -144,6 +149,7 @@ def node_report(
             {str(index): "; ".join(reasons[index]) for index in sorted(reasons)}, separators=(",", ":")
         ),
         GPU_DISCOVERY_ANNOTATION: note if not gpus else None,
+        **policy,
     }
     return NodeReport(
         labels=labels, annotations=annotations, gpus=len(gpus), healthy_gpus=len(gpus) - len(reasons), problems=reasons

@@ -28,7 +28,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from phalanx.adapters.kubernetes.kubelet_config import CPU_POLICY_ANNOTATION, parse_cpu_policy_annotation
 from phalanx.adapters.kubernetes.rendering import CONTAINER_NAME
+from phalanx.core.cpu_policy import kubelet_alignment
 from phalanx.core.reconcile.types import ObservedReplica
 from phalanx.model.base import ApiModel
 from phalanx.model.datasets import Dataset, DatasetStatus
@@ -37,7 +39,7 @@ from phalanx.model.jobs import ReplicaPlacement, TrainingJob, TrainingJobStatus
 from phalanx.model.jobtypes import JobType
 from phalanx.model.loading import parse_dataset, parse_jobtype, parse_queue
 from phalanx.model.meta import ObjectMeta
-from phalanx.model.nodes import CpuInfo, GpuInfo, Node, NodeSpec, NodeStatus, NodeTaint
+from phalanx.model.nodes import CpuInfo, CpuPolicy, GpuInfo, Node, NodeSpec, NodeStatus, NodeTaint
 from phalanx.model.pipelines import Pipeline, PipelineRun, PipelineRunStatus, parse_pipeline, parse_pipeline_run
 from phalanx.model.queues import Queue, QueueStatus
 from phalanx.model.replicas import Replica, ReplicaObjectSpec, ReplicaObjectStatus, ReplicaPhase, last_output_of
@@ -522,8 +524,20 @@ def node_from_object(obj: Mapping[str, Any]) -> Node:
             unschedulable=bool((obj.get("spec") or {}).get("unschedulable")) or not node_ready(obj),
             taints=_taints(obj),
         ),
-        status=NodeStatus(cpus=cpus, memory=memory, gpus=gpus, source="kubernetes"),
+        status=NodeStatus(
+            cpus=cpus,
+            memory=memory,
+            gpus=gpus,
+            source="kubernetes",
+            cpu_policy=_cpu_policy(meta),
+        ),
     )
+
+
+def _cpu_policy(meta: Mapping[str, Any]) -> CpuPolicy:
+    """What the node's kubelet enforces, as its node agent reported it (not enforced when it reported nothing)."""
+    cpu, topology, unknown = parse_cpu_policy_annotation((meta.get("annotations") or {}).get(CPU_POLICY_ANNOTATION))
+    return kubelet_alignment(cpu, topology, unknown=unknown)
 
 
 def _taints(obj: Mapping[str, Any]) -> list[NodeTaint]:

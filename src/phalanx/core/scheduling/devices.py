@@ -62,6 +62,10 @@ def choose_devices(
     of the least-room rule.
     """
     aware = topology != TOPOLOGY_NONE
+    if topology == TOPOLOGY_REQUIRED and demand.exclusive_cpus and not node.snapshot.aligns_cpus:
+        # Alignment the node does not enforce (a kubelet without the static CPU manager and an aligning
+        # topology manager) would be bookkeeping only: ``core.cpu_policy``.
+        return Shortage.CPU_POLICY
     gpus: tuple[int, ...] = ()
     if demand.gpus:
         chosen = choose_gpus(node, demand, topology=topology)

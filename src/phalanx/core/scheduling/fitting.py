@@ -36,6 +36,7 @@ class Shortage(StrEnum):
     MEMORY = "memory"
     GPU_TOPOLOGY = "gpu-topology"
     CPU_TOPOLOGY = "cpu-topology"
+    CPU_POLICY = "cpu-policy"
 
 
 SHORTAGES: tuple[Shortage, ...] = tuple(Shortage)

@@ -250,6 +250,17 @@ def _detail(shortage: Shortage | None, need: Demand, failing: Demand, nodes: _Ro
             f"node {node.name} has {free} CPUs free but at most {per_numa} on one NUMA node, "
             f"fewer than {failing.exclusive_cpus} (topology required)"
         )
+    if shortage is Shortage.CPU_POLICY:
+        unaligned = [
+            nodes.cluster.nodes[int(row)] for row in rows if not nodes.cluster.nodes[int(row)].snapshot.aligns_cpus
+        ]
+        if unaligned:
+            node = unaligned[0]
+            return (
+                f"it requires NUMA-aligned exclusive cores (topology required), which node {node.name} does not "
+                f"enforce: {node.snapshot.cpu_policy_reason or 'its kubelet does not'}"
+            )
+        return "it requires NUMA-aligned exclusive cores (topology required), which no node with room enforces"
     return "no node has room"
 
 

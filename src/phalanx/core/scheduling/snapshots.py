@@ -113,4 +113,6 @@ def _node_snapshot(node: Node, used: _Usage) -> NodeSnapshot:
         schedulable=not node.spec.unschedulable,
         labels=dict(node.metadata.labels),
         taints=taints_of(node.spec.taints),
+        aligns_cpus=node.status.cpu_policy.enforced,
+        cpu_policy_reason=node.status.cpu_policy.reason,
     )

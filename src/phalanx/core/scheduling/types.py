@@ -58,6 +58,9 @@ class NodeSnapshot:
         schedulable: False when cordoned.
         labels: node labels (GPU model, cached datasets...).
         taints: the node's taints (``node_fit``): a replica goes only where it tolerates the blocking ones.
+        aligns_cpus: whether the node enforces exclusive, NUMA-aligned cores (``core.cpu_policy``); a replica of a
+            job with ``topology: required`` that asks for exclusive cores goes only where it does.
+        cpu_policy_reason: why it does not, for the sentence a waiting job shows.
     """
 
     name: str
@@ -71,6 +74,8 @@ class NodeSnapshot:
     schedulable: bool = True
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
+    aligns_cpus: bool = True
+    cpu_policy_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

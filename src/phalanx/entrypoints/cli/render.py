@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from phalanx.core.lifecycle.quarantine import quarantine_condition, shown_phase
@@ -92,6 +93,7 @@ def print_node_description(console: Console, node: Node, events: list[Event] | N
     console.print(f"[bold]Source:[/]      {status.source}")
     console.print(f"[bold]CPUs:[/]        {len(status.cpus)} on {len({c.numa for c in status.cpus}) or 1} NUMA node(s)")
     console.print(f"[bold]Memory:[/]      {human_memory(status.memory)}")
+    console.print(f"[bold]CPU pinning:[/] {escape(cpu_pinning(node))}", highlight=False)
     if node.spec.unschedulable:
         console.print("[bold]Schedulable:[/] no")
     for key, value in sorted(node.metadata.annotations.items()):
@@ -110,6 +112,19 @@ def print_node_description(console: Console, node: Node, events: list[Event] | N
         console.print(gpus)
     if events is not None:
         console.print(events_table(events, None))
+
+
+def cpu_pinning(node: Node) -> str:
+    """Whether exclusive, NUMA-aligned cores are enforced on the node, and by what (docs/kubernetes.md)."""
+    policy = node.status.cpu_policy
+    if policy.enforced and not policy.cpu_manager:
+        return "enforced (Phalanx pins each replica's cores itself)"
+    if policy.enforced:
+        return (
+            f"NUMA alignment enforced (kubelet cpuManagerPolicy {policy.cpu_manager}, topologyManagerPolicy "
+            f"{policy.topology_manager}); the kubelet picks the cores"
+        )
+    return f"not enforced: {policy.reason}; jobs with topology: required that ask for whole CPUs are not placed here"
 
 
 def jobtypes_table(jobtypes: list[JobType]) -> Table:

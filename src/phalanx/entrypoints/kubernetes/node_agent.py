@@ -3,7 +3,9 @@
 Options beyond the common ones: ``--node-name`` (``$NODE_NAME``, from the downward API in the DaemonSet),
 ``--inventory`` (a simulated inventory file instead of NVML and ``/sys``), ``--fault-file``
 (``$PHALANX_FAULT_FILE``: GPU indices to treat as unhealthy), ``--interval``, ``--heartbeat-interval``,
-``--no-gpu-resource`` (leave ``nvidia.com/gpu`` to the NVIDIA device plugin), ``--ignored-xids`` and ``--once``.
+``--no-gpu-resource`` (leave ``nvidia.com/gpu`` to the NVIDIA device plugin), ``--ignored-xids``,
+``--kubelet-config`` (``$PHALANX_KUBELET_CONFIG``: the kubelet's configuration file, whose CPU and topology manager
+policies are reported on the Node) and ``--once``.
 
 With ``--dataset-store`` (``$PHALANX_DATASET_STORE``: the volume the operator materialises Datasets into) the
 agent also keeps the node's dataset cache (``services.kubernetes.node_cache``): ``--cache-dir`` (default
@@ -115,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=APPLICATION_XIDS,
         help=f"XID errors that leave a GPU healthy (default: {','.join(map(str, sorted(APPLICATION_XIDS)))})",
     )
+    parser.add_argument(
+        "--kubelet-config",
+        type=Path,
+        default=Path(os.environ["PHALANX_KUBELET_CONFIG"]) if os.environ.get("PHALANX_KUBELET_CONFIG") else None,
+        help="the kubelet's configuration file (e.g. /var/lib/kubelet/config.yaml, a read-only hostPath): its "
+        "cpuManagerPolicy and topologyManagerPolicy are reported on the Node, and jobs with topology: required go "
+        "only where they align cores (default: $PHALANX_KUBELET_CONFIG; none: not reported, not aligned)",
+    )
     parser.add_argument("--once", action="store_true", help="run one check, write the Node and exit")
     add_dataset_store_option(parser, "without it the agent keeps no dataset cache")
     parser.add_argument(
@@ -183,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         heartbeat_interval_s=args.heartbeat_interval,
         fault_file=args.fault_file,
         manage_gpu_resource=args.gpu_resource,
+        kubelet_config=args.kubelet_config,
     )
     agent = NodeAgent(api, settings, discover)
     keeper: NodeCacheKeeper | None = None

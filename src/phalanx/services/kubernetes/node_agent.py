@@ -17,7 +17,10 @@ Every ``interval`` seconds the agent:
      writes) and ``phalanx.dev/numa-nodes``;
    - annotations ``phalanx.dev/gpu-topology`` (JSON: per NUMA node its GPUs and CPUs, and the NVLink pairs),
      ``phalanx.dev/unhealthy-gpus`` (``"1,3"``; ``""`` when none), ``phalanx.dev/gpu-problems`` (why, per
-     GPU) and ``phalanx.dev/node-agent-heartbeat`` (refreshed at least every ``heartbeat_interval``);
+     GPU), ``phalanx.dev/cpu-policy`` (the kubelet's CPU and topology manager policies, read from its
+     configuration file with ``kubelet_config``: whether exclusive, NUMA-aligned cores are enforced there,
+     ``core.cpu_policy``) and ``phalanx.dev/node-agent-heartbeat`` (refreshed at least every
+     ``heartbeat_interval``);
    - through ``nodes/status``: ``nvidia.com/gpu`` in capacity (every GPU) and allocatable (healthy GPUs),
      unless ``manage_gpu_resource`` is off (where the NVIDIA device plugin owns that resource: kubelet
      recomputes allocatable from capacity at each of its status updates).
@@ -51,6 +54,7 @@ from typing import Any
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices.discovery import Discover, read_fault_file
 from phalanx.adapters.kubernetes.api import EVENTS, NODES, KubeApi, KubeApiError
+from phalanx.adapters.kubernetes.kubelet_config import read_kubelet_policy
 from phalanx.adapters.kubernetes.node_report import (
     NUMA_NODES_LABEL,
     NodeReport,
@@ -84,6 +88,7 @@ class AgentSettings:
     heartbeat_interval_s: float = 60.0
     fault_file: Path | None = None
     manage_gpu_resource: bool = True
+    kubelet_config: Path | None = None  # the kubelet's configuration file, for its CPU/topology manager policy
 
 
 @dataclass
@@ -133,6 +138,7 @@ class NodeAgent:
             faults=read_fault_file(self.settings.fault_file),
             note=discovered.note,
             gpus_unknown=gpus_unknown,
+            cpu_policy=read_kubelet_policy(self.settings.kubelet_config) if self.settings.kubelet_config else None,
         )
         if self._unhealthy is None:
             self._unhealthy = unhealthy_gpus(observed)
