@@ -65,6 +65,7 @@ from testenv_build import (
     stale_binaries,
     upstream_gomod,
 )
+from testenv_logs import cri_line, logs_crd, set_pod_logs, write_log
 from testenv_nodes import (
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
@@ -127,6 +128,7 @@ __all__ = [
     "cache_root",
     "check_go_version",
     "create_fake_gpu_nodes",
+    "cri_line",
     "expected_version_text",
     "fake_gpu_node",
     "free_ports",
@@ -137,6 +139,7 @@ __all__ = [
     "helm_path",
     "is_running",
     "kubernetes_ldflags",
+    "logs_crd",
     "main",
     "make_pki",
     "module_release_time",
@@ -148,6 +151,7 @@ __all__ = [
     "require_binaries",
     "required_version",
     "run_go",
+    "set_pod_logs",
     "shell_exports",
     "stage_files",
     "staging_modules",
@@ -161,6 +165,7 @@ __all__ = [
     "tls_context",
     "upstream_gomod",
     "write_kubeconfig",
+    "write_log",
 ]
 
 # --------------------------------------------------------------------------------------------------------------

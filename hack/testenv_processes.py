@@ -30,13 +30,16 @@ from typing import Any, TextIO
 
 from testenv_base import DEFAULT_STAGES, TestEnvError
 from testenv_build import Versions, bin_dir, binary_env, pinned_versions, require_binaries
+from testenv_logs import logs_crd
 from testenv_pki import make_pki, tls_context, write_kubeconfig
 
 #: The annotation kwok selects the nodes it manages by (``--manage-nodes-with-annotation-selector``).
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.244.0.0/16"
-NODE_IP = "10.240.0.1"
+#: The fake nodes' InternalIP: loopback, where kube-apiserver reaches kwok's kubelet-like server for Pod logs
+#: (``testenv_logs``); the node stage writes kwok's port as the kubelet endpoint.
+NODE_IP = "127.0.0.1"
 
 
 def free_ports(count: int) -> list[int]:
@@ -315,6 +318,22 @@ class _Starter:
         )
 
 
+def _establish_crd(env: TestEnv, crd: dict[str, Any], timeout: float) -> None:
+    """Create a CustomResourceDefinition (409 counts as done) and wait until the API server serves its kind."""
+    code, body = env.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    if code not in (201, 409):
+        raise TestEnvError(f"creating {crd['metadata']['name']} failed: HTTP {code}: {body}")
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code, body = env.request("GET", path)
+        conditions = (body.get("status") or {}).get("conditions") or [] if isinstance(body, dict) else []
+        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            return
+        time.sleep(0.1)
+    raise TestEnvError(f"{crd['metadata']['name']} not established after {timeout:.0f}s")
+
+
 def _own_env(directory: Path, name: str) -> dict[str, str] | None:
     """What a component's environment needs besides ours: kwok works in DIR, so no ``~/.kwok/kwok.yaml`` is read."""
     return {"KWOK_WORKDIR": str(directory / "kwok")} if name == "kwok" else None
@@ -439,6 +458,8 @@ def start(
                 "--disable-admission-plugins=ServiceAccount",  # pods need no default ServiceAccount to exist first
                 "--allow-privileged=true",
                 "--profiling=false",
+                # A fake node's Hostname address is its name, which nothing resolves: kwok is at its InternalIP.
+                "--kubelet-preferred-address-types=InternalIP",
                 *gates,
                 *([f"--runtime-config={_flag_map(runtime_config)}"] if runtime_config else []),
                 *apiserver_args,
@@ -470,6 +491,8 @@ def start(
             kcm_port,
             f"https://127.0.0.1:{kcm_port}/healthz",
         )
+        # kwok watches Logs objects (--enable-crds) only once their kind is served: declare it before kwok starts.
+        _establish_crd(env, logs_crd(), timeout)
         kwok = starter.spawn(
             "kwok",
             [
@@ -482,6 +505,8 @@ def start(
                 f"--node-ip={NODE_IP}",
                 "--node-lease-duration-seconds=40",
                 f"--server-address=127.0.0.1:{kwok_port}",
+                f"--node-port={kwok_port}",  # the node stage's NodePort: the kubelet endpoint the API server dials
+                "--enable-crds=Logs",  # Pod logs from files named by Logs objects (testenv_logs)
             ],
             kwok_port,
             f"http://127.0.0.1:{kwok_port}/healthz",
