@@ -75,6 +75,8 @@ def test_a_job_requiring_alignment_goes_where_the_kubelet_enforces_it_and_waits_
 
     assert wait_until(bound_node, 60, "pinned's Pod bound") == aligned
 
+    described = phalanx_cli(kube, namespace, tmp_path, "describe", "job", "pinned").stdout
+    assert "Placement" in described and "which GPUs and cores is advisory" in " ".join(described.split()), described
     described = phalanx_cli(kube, namespace, tmp_path, "describe", "node", shared).stdout
     assert "CPU pinning: not enforced: the kubelet's cpuManagerPolicy is none, not static" in described, described
     described = phalanx_cli(kube, namespace, tmp_path, "describe", "node", aligned).stdout

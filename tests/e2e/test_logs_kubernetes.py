@@ -9,6 +9,7 @@ way a kubelet would have written the container's stdout.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -102,3 +103,40 @@ def test_logs_of_every_replica_one_replica_and_followed_until_the_job_ends(
     assert follow.returncode == 0, err
     assert "epoch 2: written while followed" in out, out
     assert "hello from rank 1" in out, out
+
+
+def test_run_streams_the_replicas_logs_while_it_follows_the_job(
+    components: Components, namespace: str, cluster: str, tmp_path: Path
+) -> None:
+    kube = components.kube
+    spec = tmp_path / "job.yaml"
+    spec.write_text(json.dumps(gpu_job("stream", cluster, workers=1, gpus=1)))
+    environment = {k: v for k, v in os.environ.items() if k not in ("PHALANX_BACKEND", "KUBECONFIG", "PHALANX_HOME")}
+    environment.update(PHALANX_HOME=str(tmp_path / "embedded-state"), COLUMNS="200")
+    cluster_args = ["-n", namespace, "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig)]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "phalanx.entrypoints.cli", "run", str(spec), *cluster_args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+    )
+    try:
+        [pod] = running_pods(kube, namespace, "stream", 1)
+        name = pod["metadata"]["name"]
+        log = k8s_testenv.write_log(tmp_path / f"{name}.log", ["step 1: loss 0.7", "step 2: loss 0.4"])
+        k8s_testenv.set_pod_logs(kube.env, namespace, name, {pod["spec"]["containers"][0]["name"]: log})
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/log"
+        wait_until(lambda: "loss 0.4" in kube.http.get(path).text, 30, "the Pod's log served")
+        kube.http.patch(
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            content='{"metadata": {"annotations": {"' + HANG + '": null}}}',
+            headers={"Content-Type": "application/merge-patch+json"},
+        ).raise_for_status()
+        out, err = run.communicate(timeout=90)
+    finally:
+        run.kill()
+    assert run.returncode == 0, (out, err)
+    assert "step 1: loss 0.7" in out and "step 2: loss 0.4" in out, out
+    assert "Succeeded" in out, out

@@ -76,7 +76,7 @@ def test_a_finished_pods_log_is_read_once_more_then_no_longer(ops: FakeOps, tmp_
     assert [(short, path.read_text()) for short, path in files] == [("master-0", "done\n")]
 
 
-def test_an_unreadable_log_is_said_once_and_not_asked_again(
+def test_an_unreadable_log_is_said_once_and_asked_again_only_after_a_while(
     ops: FakeOps, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = ClusterJobSource(ops, "ns", "j", tmp_path, uid="u1")  # type: ignore[arg-type]
@@ -86,6 +86,29 @@ def test_an_unreadable_log_is_said_once_and_not_asked_again(
         assert LogTailer().read(source.log_files()) == []
     assert ops.fetched == ["j-master-0", "j-worker-0"]
     assert capsys.readouterr().err.count("no kubelet") == 1
+
+
+def test_a_running_pods_log_that_could_not_be_read_is_read_once_the_kubelet_answers(
+    ops: FakeOps, tmp_path: Path
+) -> None:
+    """Found by `phalanx run` on a cluster: one failed read of a running Pod lost its log for good."""
+    source = ClusterJobSource(ops, "ns", "j", tmp_path, uid="u1", log_every=0)  # type: ignore[arg-type]
+    tailer = LogTailer()
+    ops.pods = [pod("j-worker-0")]
+    ops.errors = {"j-worker-0": "the kubelet did not answer"}
+    assert tailer.read(source.log_files()) == []
+    del ops.errors["j-worker-0"]
+    ops.texts["j-worker-0"] = "step 1\n"
+    assert tailer.read(source.log_files()) == [("worker-0", "step 1")]
+
+
+def test_a_finished_pods_log_that_cannot_be_read_is_not_asked_again(ops: FakeOps, tmp_path: Path) -> None:
+    source = ClusterJobSource(ops, "ns", "j", tmp_path, uid="u1", log_every=0)  # type: ignore[arg-type]
+    ops.pods = [pod("j-worker-0", "Failed")]
+    ops.errors = {"j-worker-0": "gone with its node"}
+    for _ in range(3):
+        source.log_files()
+    assert ops.fetched == ["j-worker-0"]
 
 
 def test_a_running_pods_log_is_fetched_again_only_after_a_while(ops: FakeOps, tmp_path: Path) -> None:

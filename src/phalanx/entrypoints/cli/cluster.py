@@ -63,6 +63,10 @@ def cluster_session(choice: BackendChoice, namespace: str | None) -> Iterator[Ku
         yield client
 
 
+#: How many fetch periods a Pod whose log could not be read waits before it is asked again.
+_RETRY_FACTOR = 3
+
+
 @dataclass
 class ClusterJobSource:
     """A job followed through the API server (``follow.JobSource``); Pod logs mirrored into ``directory``."""
@@ -116,8 +120,13 @@ class ClusterJobSource:
                 if log.error:
                     if not self._warned:  # once: on a cluster that serves no logs, every Pod would say the same
                         self._warned = True
-                        writer(stderr=True).print(f"[dim]note: {escape(log.error)}; following without it[/]")
-                    self._complete.add(key)  # not asked again: a log that cannot be read usually stays so
+                        writer(stderr=True).print(f"[dim]note: {escape(log.error)}; will try again[/]")
+                    if phase in FINISHED_POD_PHASES:
+                        self._complete.add(key)  # its last chance: a finished Pod's log is asked for once more
+                    else:
+                        # A kubelet that did not answer may answer later (a restart, a log not written yet):
+                        # asked again, less often, so the lines are not lost for good.
+                        self._fetched[key] = now + self.log_every * _RETRY_FACTOR
                     continue
                 data = log.text.encode()
                 if len(data) != self._sizes.get(path, -1):

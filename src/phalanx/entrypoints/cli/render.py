@@ -142,6 +142,14 @@ def jobtypes_table(jobtypes: list[JobType]) -> Table:
     return table
 
 
+#: What `describe job` says under a placement on Kubernetes, where the node's own agents pick the devices.
+DEVICES_ADVISORY = (
+    "On Kubernetes the node, the gang and the counts are enforced; which GPUs and cores is advisory: the device "
+    "plugin and the kubelet pick them (exclusive, NUMA-aligned cores only where the kubelet enforces them: "
+    "docs/kubernetes.md#what-is-enforced-on-the-node)."
+)
+
+
 def print_description(console: Console, described: JobDescription, *, pods: bool = False) -> None:
     """`phalanx describe job NAME`.
 
@@ -208,6 +216,8 @@ def print_description(console: Console, described: JobDescription, *, pods: bool
                 ",".join(map(str, placement.gpus)) or ("-" if not placement.gpu_milli else f"{placement.gpu_milli}m"),
             )
         console.print(placed)
+        if pods:
+            console.print(DEVICES_ADVISORY, highlight=False)
     if described.replicas:
         replica_table = Table(title="Replicas", box=None, title_justify="left", header_style="bold")
         for column in ("NAME", "PHASE", "ATTEMPT", "NODE" if pods else "PID", "EXIT", "STARTED"):
