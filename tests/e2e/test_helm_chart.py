@@ -122,16 +122,24 @@ def test_the_values_a_user_sets_render_as_the_install_with_the_same_options(helm
     store = helm.template("--namespace", SYSTEM, "--set", "datasets.storeClaim=phalanx-datasets")
     parameters = InstallParameters(image=default_image(), dataset_store_claim="phalanx-datasets")
     assert keyed(store) == keyed(parse(render_yaml(install_manifests(parameters))))
-    # So does the artifact store's claim, alone and with the dataset store (four renders merged in one template).
+    # So do the artifact store's claim and the kubelet's configuration file, in every combination with the dataset
+    # store (eight renders merged in one template each).
     for datasets in (None, "phalanx-datasets"):
-        chosen = ["--set", "artifacts.persistentVolumeClaim=phalanx-artifacts"]
-        if datasets is not None:
-            chosen += ["--set", f"datasets.storeClaim={datasets}"]
-        both = helm.template("--namespace", SYSTEM, *chosen)
-        parameters = InstallParameters(
-            image=default_image(), dataset_store_claim=datasets, artifact_claim="phalanx-artifacts"
-        )
-        assert keyed(both) == keyed(parse(render_yaml(install_manifests(parameters))))
+        for artifacts in (None, "phalanx-artifacts"):
+            for kubelet in (None, "/var/lib/kubelet/config.yaml"):
+                chosen = ["--set", f"datasets.storeClaim={datasets}"] if datasets is not None else []
+                if artifacts is not None:
+                    chosen += ["--set", f"artifacts.persistentVolumeClaim={artifacts}"]
+                if kubelet is not None:
+                    chosen += ["--set", f"nodeAgent.kubeletConfig={kubelet}"]
+                rendered = helm.template("--namespace", SYSTEM, *chosen)
+                parameters = InstallParameters(
+                    image=default_image(),
+                    dataset_store_claim=datasets,
+                    artifact_claim=artifacts,
+                    kubelet_config=kubelet,
+                )
+                assert keyed(rendered) == keyed(parse(render_yaml(install_manifests(parameters)))), chosen
 
 
 def test_the_chart_creates_the_artifact_stores_claim_when_asked(helm: Helm) -> None:

@@ -176,10 +176,10 @@ def test_the_operator_template_renders_each_combination_of_the_dataset_and_artif
     for datasets in (True, False):
         for artifacts in (True, False):
             tokens = chart._Tokens()
-            objects = chart._templated(tokens, datasets=datasets, artifacts=artifacts)
+            objects = chart._templated(tokens, datasets=datasets, artifacts=artifacts, kubelet=False)
             operator = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "phalanx-operator"]
             expected = tokens.substitute(render_yaml(operator))
-            values = {chart.DATASETS_CLAIM: datasets, chart.ARTIFACTS_CLAIM: artifacts}
+            values = {chart.DATASETS_CLAIM: datasets, chart.ARTIFACTS_CLAIM: artifacts, chart.KUBELET_CONFIG: False}
             rendered = _render_all(files["templates/operator.yaml"], values)
             assert "".join(f"{line}\n" for line in rendered.splitlines() if not line.startswith("#")) == expected
             assert ("/var/lib/phalanx/artifacts" in rendered) == artifacts
@@ -199,3 +199,25 @@ def test_merging_four_renders_gives_each_back_with_flat_blocks(
     for (p, q), text in renders.items():
         assert _render_all(merged, {"p": p, "q": q}) == text
     assert merged.count("{{- if") <= tests
+
+
+def test_the_node_agent_template_renders_each_combination_with_the_kubelet_configuration() -> None:
+    files = chart_files()
+    for datasets in (True, False):
+        for kubelet in (True, False):
+            tokens = chart._Tokens()
+            objects = chart._templated(tokens, datasets=datasets, artifacts=False, kubelet=kubelet)
+            agents = [o for o in objects if o["kind"] == "DaemonSet"]
+            expected = tokens.substitute(render_yaml(agents))
+            values = {chart.DATASETS_CLAIM: datasets, chart.ARTIFACTS_CLAIM: False, chart.KUBELET_CONFIG: kubelet}
+            rendered = _render_all(files["templates/node-agent.yaml"], values)
+            assert "".join(f"{line}\n" for line in rendered.splitlines() if not line.startswith("#")) == expected
+            assert ("--kubelet-config" in rendered) == kubelet
+
+
+def test_a_condition_only_one_value_decides_is_tested_on_that_value_alone() -> None:
+    combos = frozenset((a, b, c) for a in (True, False) for b in (True, False) for c in (True, False))
+    held = frozenset(combo for combo in combos if combo[2])
+    assert chart._condition(("p", "q", "r"), held, combos) == "r"
+    either = frozenset(combo for combo in combos if combo[0] or combo[2])
+    assert chart._condition(("p", "q", "r"), either, combos) == "or (and p r) (and p (not r)) (and (not p) r)"

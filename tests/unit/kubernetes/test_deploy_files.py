@@ -42,3 +42,24 @@ def test_no_workloads_leaves_out_the_components_and_keeps_everything_they_need()
     assert {d["kind"] for d in full} - {d["kind"] for d in bare} == {"Deployment", "DaemonSet"}
     assert [d for d in full if d["kind"] not in ("Deployment", "DaemonSet")] == bare
     assert "phalanx install --print --no-workloads | kubectl apply -f -" in bare_text
+
+
+def test_the_kubelet_configuration_is_mounted_into_the_node_agents_and_the_namespace_admits_it() -> None:
+    documents = list(yaml.safe_load_all(render_install(InstallRequest(kubelet_config="/var/lib/kubelet/config.yaml"))))
+    [agents] = [d for d in documents if d and d["kind"] == "DaemonSet"]
+    spec = agents["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert container["args"][-2:] == ["--kubelet-config", "/etc/phalanx/kubelet/config.yaml"]
+    assert {"name": "kubelet-config", "mountPath": "/etc/phalanx/kubelet/config.yaml", "readOnly": True} in (
+        container["volumeMounts"]
+    )
+    assert {"name": "kubelet-config", "hostPath": {"path": "/var/lib/kubelet/config.yaml", "type": "File"}} in (
+        spec["volumes"]
+    )
+    [namespace] = [d for d in documents if d and d["kind"] == "Namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_a_relative_kubelet_configuration_path_is_refused_naming_the_option() -> None:
+    with pytest.raises(ValueError, match=r"--kubelet-config 'config\.yaml' must be the file's absolute path"):
+        render_install(InstallRequest(kubelet_config="config.yaml"))

@@ -47,6 +47,8 @@ from phalanx.model.scheduler_config import SchedulerConfiguration
 
 DEFAULT_NAMESPACE = "phalanx-system"
 DEFAULT_CACHE_DIR = DATASET_MOUNT_PATH  # the node agents' hostPath
+#: Where a node agent sees its kubelet's configuration file (``InstallParameters.kubelet_config``).
+KUBELET_CONFIG_MOUNT = "/etc/phalanx/kubelet/config.yaml"
 DATASET_STORE_PATH = "/var/lib/phalanx/datasets"  # where the dataset store's claim is mounted in the containers
 OPERATOR_STATE_PATH = "/var/lib/phalanx/state"  # the operator's emptyDir: default study database, artifact store
 #: Where the artifact store's claim is mounted in the operator, and so in every pipeline step job (the same path).
@@ -100,6 +102,9 @@ class InstallParameters:
         artifact_claim: a PersistentVolumeClaim in ``namespace`` holding the pipelines' artifact store: the
             operator mounts it at ``ARTIFACT_STORE_PATH`` (its store) and every pipeline step job mounts it there
             too; None keeps the store in the operator's state directory, where steps with files cannot run.
+        kubelet_config: the kubelet's configuration file on every node (e.g. ``/var/lib/kubelet/config.yaml``):
+            mounted read-only into the node agents (a hostPath), which report its CPU and topology manager
+            policies (docs/kubernetes.md#cpu-pinning-and-numa-alignment); None: not reported.
     """
 
     image: str
@@ -110,6 +115,7 @@ class InstallParameters:
     kubeflow_kinds: bool = False
     storage_secret: str = OPERATOR_STORAGE_SECRET
     artifact_claim: str | None = None
+    kubelet_config: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +152,7 @@ def install_manifests(parameters: InstallParameters) -> list[dict[str, Any]]:
     The namespace and CRDs come first, then ServiceAccounts and RBAC, then the workloads.
     """
     return [
-        namespace(parameters.namespace, privileged=parameters.dataset_store_claim is not None),
+        namespace(parameters.namespace, privileged=needs_host_paths(parameters)),
         *custom_resource_definitions(),
         *(kubeflow_custom_resource_definitions() if parameters.kubeflow_kinds else []),
         *(service_account(component, parameters.namespace) for component in COMPONENTS),
@@ -228,6 +234,11 @@ def _file_text(dumper: yaml.SafeDumper, data: _FileText) -> yaml.ScalarNode:
 
 
 _Dumper.add_representer(_FileText, _file_text)
+
+
+def needs_host_paths(parameters: InstallParameters) -> bool:
+    """Whether the node agents mount host directories (the dataset cache, the kubelet's configuration file)."""
+    return parameters.dataset_store_claim is not None or parameters.kubelet_config is not None
 
 
 def namespace(name: str, *, privileged: bool = False) -> dict[str, Any]:
@@ -759,6 +770,15 @@ def node_agent_daemonset(parameters: InstallParameters) -> dict[str, Any]:
             {"name": "dataset-cache", "hostPath": {"path": parameters.cache_dir, "type": "DirectoryOrCreate"}},
             {"name": "sample-cache", "hostPath": {"path": SAMPLE_MOUNT_PATH, "type": "DirectoryOrCreate"}},
         ]
+    if parameters.kubelet_config is not None:
+        container = spec["containers"][0]
+        container["args"] += ["--kubelet-config", KUBELET_CONFIG_MOUNT]
+        container["volumeMounts"] = [
+            *container.get("volumeMounts", []),
+            {"name": "kubelet-config", "mountPath": KUBELET_CONFIG_MOUNT, "readOnly": True},
+        ]
+        kubelet_file = {"path": parameters.kubelet_config, "type": "File"}
+        spec["volumes"] = [*spec.get("volumes", []), {"name": "kubelet-config", "hostPath": kubelet_file}]
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",

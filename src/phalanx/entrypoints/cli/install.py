@@ -39,6 +39,15 @@ def install(
             "Not on a cluster where Kubeflow's operators run.",
         ),
     ] = False,
+    kubelet_config: Annotated[
+        str,
+        typer.Option(
+            "--kubelet-config",
+            help="The kubelet's configuration file on every node, e.g. /var/lib/kubelet/config.yaml: mounted into "
+            "the node agents, which report whether NUMA alignment is enforced there (docs/kubernetes.md, CPU "
+            "pinning). The install namespace then enforces the privileged Pod Security level (a hostPath).",
+        ),
+    ] = "",
     no_workloads: Annotated[
         bool,
         typer.Option(
@@ -63,6 +72,7 @@ def install(
         default_job_scheduler=default_job_scheduler,
         kubeflow_kinds=kubeflow_kinds,
         workloads=not no_workloads,
+        kubelet_config=kubelet_config,
     )
     if namespace is not None:
         request = dataclasses.replace(request, namespace=namespace)

@@ -60,6 +60,7 @@ CHART_NOTE = "Generated from the Phalanx models by scripts/generate-deploy (serv
 #: The values that change the shape of the install's objects (``_merge_all``).
 DATASETS_CLAIM = ".Values.datasets.storeClaim"
 ARTIFACTS_CLAIM = ".Values.artifacts.persistentVolumeClaim"
+KUBELET_CONFIG = ".Values.nodeAgent.kubeletConfig"
 
 #: The values key of each component's workload, by its name in the manifests.
 COMPONENT_VALUES = {OPERATOR.account: "operator", SCHEDULER.account: "scheduler", NODE_AGENT.account: "nodeAgent"}
@@ -132,7 +133,7 @@ def _block_substitution(replacement: _Replacement) -> Callable[[re.Match[str]], 
     return substitute
 
 
-def _templated(tokens: _Tokens, *, datasets: bool, artifacts: bool) -> list[dict[str, Any]]:
+def _templated(tokens: _Tokens, *, datasets: bool, artifacts: bool, kubelet: bool) -> list[dict[str, Any]]:
     """The install's objects (no CRDs: the chart's ``crds/`` holds them), with tokens where values go."""
     parameters = InstallParameters(
         image=tokens.scalar('"{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"'),
@@ -142,6 +143,7 @@ def _templated(tokens: _Tokens, *, datasets: bool, artifacts: bool) -> list[dict
         default_job_scheduler=tokens.scalar("{{ .Values.defaultJobScheduler | quote }}"),
         storage_secret=tokens.scalar("{{ .Values.storage.secret | quote }}"),
         artifact_claim=tokens.scalar(f"{{{{ {ARTIFACTS_CLAIM} | quote }}}}") if artifacts else None,
+        kubelet_config=tokens.scalar(f"{{{{ {KUBELET_CONFIG} | quote }}}}") if kubelet else None,
     )
     objects = [obj for obj in install_manifests(parameters) if obj["kind"] != "CustomResourceDefinition"]
     for obj in objects:
@@ -191,11 +193,12 @@ def _template_files() -> dict[str, str]:
     }
     tokens = _Tokens()
     renders = {
-        (datasets, artifacts): _templated(tokens, datasets=datasets, artifacts=artifacts)
+        (datasets, artifacts, kubelet): _templated(tokens, datasets=datasets, artifacts=artifacts, kubelet=kubelet)
         for datasets in (True, False)
         for artifacts in (True, False)
+        for kubelet in (True, False)
     }
-    plain = renders[False, False]
+    plain = renders[False, False, False]
     assert all(len(objects) == len(plain) for objects in renders.values()), "an option adds or removes no object"
     placed = [name for obj in plain for name, belongs in groups.items() if belongs(obj)]
     assert len(placed) == len(plain), "every object of the install has exactly one template file"
@@ -205,7 +208,7 @@ def _template_files() -> dict[str, str]:
             key: tokens.substitute(render_yaml([obj for obj in objects if belongs(obj)]))
             for key, objects in renders.items()
         }
-        body = _merge_all((DATASETS_CLAIM, ARTIFACTS_CLAIM), text)
+        body = _merge_all((DATASETS_CLAIM, ARTIFACTS_CLAIM, KUBELET_CONFIG), text)
         if name == "namespace.yaml":
             body = f"{{{{- if .Values.namespace.create }}}}\n{body}{{{{- end }}}}\n"
         files[f"templates/{name}"] = f"# {CHART_NOTE}\n{body}"
@@ -400,17 +403,30 @@ def _merge_all(conditions: tuple[str, ...], renders: Mapping[tuple[bool, ...], s
 def _condition(
     conditions: tuple[str, ...], held: frozenset[tuple[bool, ...]], combos: frozenset[tuple[bool, ...]]
 ) -> str:
-    """The template test that holds for exactly the combinations ``held`` of ``conditions``' values."""
-    for index, condition in enumerate(conditions):
-        for value in (True, False):
-            if held == {combo for combo in combos if combo[index] == value}:
-                return condition if value else f"not {condition}"
+    """The template test that holds for exactly the combinations ``held`` of ``conditions``' values.
 
-    def conjunction(combo: tuple[bool, ...]) -> str:
-        terms = [name if value else f"(not {name})" for name, value in zip(conditions, combo, strict=True)]
-        return f"and {' '.join(terms)}" if len(terms) > 1 else terms[0]
+    Conditions ``held`` does not depend on (flipping one never leaves ``held``) are left out, so a line that
+    only one value decides is tested on that value alone.
+    """
 
-    alternatives = [conjunction(combo) for combo in sorted(held, reverse=True)]
+    def flipped(combo: tuple[bool, ...], index: int) -> tuple[bool, ...]:
+        return (*combo[:index], not combo[index], *combo[index + 1 :])
+
+    relevant = [
+        index
+        for index in range(len(conditions))
+        if any(flipped(combo, index) in combos and flipped(combo, index) not in held for combo in held)
+    ]
+    names = [conditions[index] for index in relevant]
+    projected = sorted({tuple(combo[index] for index in relevant) for combo in held}, reverse=True)
+
+    def conjunction(values: tuple[bool, ...]) -> str:
+        terms = [name if value else f"(not {name})" for name, value in zip(names, values, strict=True)]
+        if len(terms) == 1:
+            return names[0] if values[0] else f"not {names[0]}"
+        return f"and {' '.join(terms)}"
+
+    alternatives = [conjunction(values) for values in projected]
     if len(alternatives) == 1:
         return alternatives[0]
     return "or " + " ".join(f"({alternative})" for alternative in alternatives)
@@ -444,6 +460,7 @@ def default_values() -> dict[str, Any]:
             "affinity": spec.get("affinity", {}),
         }
     values["scheduler"]["config"] = scheduler_config_text()
+    values["nodeAgent"]["kubeletConfig"] = ""
     values["datasets"] = {"storeClaim": "", "cacheDir": DEFAULT_CACHE_DIR}
     values["defaultJobScheduler"] = ""
     values["kubeflowKinds"] = {"enabled": False}
@@ -479,7 +496,9 @@ _COMMENTS = {
     "scheduler": "phalanx-scheduler: binds whole gangs. `config` is its SchedulerConfiguration (docs/scheduling.md),\n"
     "read at start: e.g. --set-file scheduler.config=my-config.yaml.",
     "nodeAgent": "phalanx-node-agent, a DaemonSet: GPUs, health and topology of each node. nodeSelector picks its\n"
-    "nodes; by default it runs on every node, tainted ones included.",
+    "nodes; by default it runs on every node, tainted ones included. kubeletConfig: the kubelet's configuration\n"
+    "file on every node (e.g. /var/lib/kubelet/config.yaml), mounted read-only (a hostPath: the namespace then\n"
+    "enforces privileged) so the agent reports whether NUMA alignment is enforced there; empty: not reported.",
     "datasets": "Dataset staging (docs/datasets.md): a ReadWriteMany PersistentVolumeClaim in the release namespace\n"
     "as the dataset store, and the hostPath each node caches datasets in. Empty storeClaim: no staging.",
     "defaultJobScheduler": "The cluster's scheduler for jobs naming none in spec.scheduling.schedulerName, e.g.\n"
@@ -560,7 +579,8 @@ def values_schema() -> dict[str, Any]:
             "healthPort": {"type": "integer", "minimum": 1, "maximum": 65535},
             "operator": closed(placement),
             "scheduler": closed({**placement, "config": text}),
-            "nodeAgent": closed(placement),
+            # Empty, or the kubelet's configuration file on every node: an absolute path.
+            "nodeAgent": closed({**placement, "kubeletConfig": {"type": "string", "pattern": "^(/.*)?$"}}),
             "datasets": closed({"storeClaim": text, "cacheDir": {"type": "string", "pattern": "^/"}}),
             # Empty, or a DNS-1123 subdomain (what a Pod's schedulerName must be).
             "defaultJobScheduler": {

@@ -48,6 +48,7 @@ class InstallRequest:
             ``kubectl apply`` of a PyTorchJob, MPIJob, TrainJob... runs it (docs/kubeflow.md).
         workloads: the operator's and scheduler's Deployments and the node agents' DaemonSet; without them, the
             components run as processes elsewhere (docs/kubernetes.md, running the components as processes).
+        kubelet_config: the kubelet's configuration file on every node, mounted into the node agents ('': not).
     """
 
     namespace: str = DEFAULT_NAMESPACE
@@ -56,6 +57,7 @@ class InstallRequest:
     default_job_scheduler: str = ""
     kubeflow_kinds: bool = False
     workloads: bool = True
+    kubelet_config: str = ""
 
 
 #: What ``--no-workloads`` leaves out: the components' Deployments and DaemonSet.
@@ -80,11 +82,17 @@ def render_install(request: InstallRequest) -> str:
         )
     if request.default_job_scheduler:
         check_dns_subdomain(request.default_job_scheduler, "--default-job-scheduler")
+    if request.kubelet_config and not request.kubelet_config.startswith("/"):
+        raise ValueError(
+            f"--kubelet-config {request.kubelet_config!r} must be the file's absolute path on the nodes, e.g. "
+            "/var/lib/kubelet/config.yaml"
+        )
     parameters = InstallParameters(
         image=image,
         namespace=request.namespace,
         default_job_scheduler=request.default_job_scheduler,
         kubeflow_kinds=request.kubeflow_kinds,
+        kubelet_config=request.kubelet_config or None,
     )
     documents = install_manifests(parameters)
     if not request.workloads:
