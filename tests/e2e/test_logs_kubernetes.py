@@ -42,6 +42,30 @@ def cluster(components: Components) -> Iterator[str]:
     kube.request("DELETE", f"/api/v1/nodes/{node}")
 
 
+def cli_process(kube: Any, namespace: str, directory: Path, *args: str) -> subprocess.Popen[str]:
+    """``phalanx ARGS`` on the cluster, started in the background as a user would run it (``phalanx_cli``'s way)."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("PHALANX_BACKEND", "KUBECONFIG", "PHALANX_HOME")}
+    environment.update(PHALANX_HOME=str(directory / "embedded-state"), COLUMNS="200")
+    cluster = ["-n", namespace, "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "phalanx.entrypoints.cli", *args, *cluster],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+        cwd=directory,
+    )
+
+
+def release(kube: Any, namespace: str, pod: str) -> None:
+    """Let kwok end the Pod (its containers exit 0): the hang annotation goes."""
+    kube.http.patch(
+        f"/api/v1/namespaces/{namespace}/pods/{pod}",
+        content=json.dumps({"metadata": {"annotations": {HANG: None}}}),
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()
+
+
 def running_pods(kube: Any, namespace: str, job: str, count: int) -> list[dict[str, Any]]:
     def running() -> list[dict[str, Any]]:
         pods = kube.get(f"/api/v1/namespaces/{namespace}/pods?labelSelector=phalanx.dev/job={job}")["items"]
@@ -78,25 +102,11 @@ def test_logs_of_every_replica_one_replica_and_followed_until_the_job_ends(
     assert one.returncode == 0, one.stderr
     assert "hello from rank 1" in one.stdout and "rank 0" not in one.stdout, one.stdout
 
-    environment = {k: v for k, v in os.environ.items() if k not in ("PHALANX_BACKEND", "KUBECONFIG", "PHALANX_HOME")}
-    environment.update(PHALANX_HOME=str(tmp_path / "embedded-state"), COLUMNS="200")
-    cluster_args = ["-n", namespace, "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig)]
-    follow = subprocess.Popen(
-        [sys.executable, "-m", "phalanx.entrypoints.cli", "logs", "talk", "-f", *cluster_args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=environment,
-        cwd=tmp_path,
-    )
+    follow = cli_process(kube, namespace, tmp_path, "logs", "talk", "-f")
     try:
         k8s_testenv.write_log(files["talk-worker-0"], ["epoch 2: written while followed"])
         for pod in files:
-            kube.http.patch(
-                f"/api/v1/namespaces/{namespace}/pods/{pod}",
-                content='{"metadata": {"annotations": {"' + HANG + '": null}}}',
-                headers={"Content-Type": "application/merge-patch+json"},
-            ).raise_for_status()
+            release(kube, namespace, pod)
         out, err = follow.communicate(timeout=90)
     finally:
         follow.kill()
@@ -111,17 +121,7 @@ def test_run_streams_the_replicas_logs_while_it_follows_the_job(
     kube = components.kube
     spec = tmp_path / "job.yaml"
     spec.write_text(json.dumps(gpu_job("stream", cluster, workers=1, gpus=1)))
-    environment = {k: v for k, v in os.environ.items() if k not in ("PHALANX_BACKEND", "KUBECONFIG", "PHALANX_HOME")}
-    environment.update(PHALANX_HOME=str(tmp_path / "embedded-state"), COLUMNS="200")
-    cluster_args = ["-n", namespace, "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig)]
-    run = subprocess.Popen(
-        [sys.executable, "-m", "phalanx.entrypoints.cli", "run", str(spec), *cluster_args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=environment,
-        cwd=tmp_path,
-    )
+    run = cli_process(kube, namespace, tmp_path, "run", str(spec))
     try:
         [pod] = running_pods(kube, namespace, "stream", 1)
         name = pod["metadata"]["name"]
@@ -129,11 +129,7 @@ def test_run_streams_the_replicas_logs_while_it_follows_the_job(
         k8s_testenv.set_pod_logs(kube.env, namespace, name, {pod["spec"]["containers"][0]["name"]: log})
         path = f"/api/v1/namespaces/{namespace}/pods/{name}/log"
         wait_until(lambda: "loss 0.4" in kube.http.get(path).text, 30, "the Pod's log served")
-        kube.http.patch(
-            f"/api/v1/namespaces/{namespace}/pods/{name}",
-            content='{"metadata": {"annotations": {"' + HANG + '": null}}}',
-            headers={"Content-Type": "application/merge-patch+json"},
-        ).raise_for_status()
+        release(kube, namespace, name)
         out, err = run.communicate(timeout=90)
     finally:
         run.kill()

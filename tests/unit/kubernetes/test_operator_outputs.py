@@ -142,8 +142,8 @@ def test_a_restarted_operator_reads_the_record_and_copies_nothing_again(tmp_path
     assert stored.read_text() == "changed after storing", "storing is done once: its record says so"
 
 
-def test_without_a_claim_the_job_succeeds_saying_its_outputs_were_not_stored() -> None:
-    harness = Harness()
+def run_with_an_empty_dir(harness: Harness) -> dict[str, Any]:
+    """Run a one-replica job whose Pod writes its outputs to an emptyDir (not a claim it would wait for)."""
     harness.submit("solo", pytorch(workers=1))
     harness.sync()
     harness.admit("solo")
@@ -154,7 +154,12 @@ def test_without_a_claim_the_job_succeeds_saying_its_outputs_were_not_stored() -
     harness.sync()
     harness.set_pod_phase("solo-worker-0", "Succeeded", exit_code=0)
     harness.sync()
-    status = harness.job("solo")["status"]
+    return dict(harness.job("solo")["status"])
+
+
+def test_without_a_claim_the_job_succeeds_saying_its_outputs_were_not_stored() -> None:
+    harness = Harness()
+    status = run_with_an_empty_dir(harness)
     assert status["phase"] == "Succeeded"
     assert status["message"].startswith("outputs not stored: the operator has no artifact store on a")
     assert "--artifact-volume-claim" in status["message"]
@@ -163,17 +168,7 @@ def test_without_a_claim_the_job_succeeds_saying_its_outputs_were_not_stored() -
 
 def test_a_namespace_without_the_claim_gets_an_empty_dir_and_is_told_how_to_bind_one(tmp_path: Path) -> None:
     harness = with_store(tmp_path, claim_in_namespace=False)
-    harness.submit("solo", pytorch(workers=1))
-    harness.sync()
-    harness.admit("solo")
-    harness.sync()
-    [pod] = harness.api.of(PODS)
-    assert {"name": "outputs", "emptyDir": {}} in pod["spec"]["volumes"], "a Pod would wait for a missing claim"
-    harness.set_pod_phase("solo-worker-0", "Running")
-    harness.sync()
-    harness.set_pod_phase("solo-worker-0", "Succeeded", exit_code=0)
-    harness.sync()
-    status = harness.job("solo")["status"]
+    status = run_with_an_empty_dir(harness)
     assert status["phase"] == "Succeeded"
     assert status["message"].startswith(f"outputs not stored: namespace {NS} has no PersistentVolumeClaim {CLAIM}")
     assert not (tmp_path / "store" / "_outputs").exists()
