@@ -39,6 +39,7 @@ from phalanx.services.dataset_store import (
     remove_unknown_datasets,
     sweep_leftovers,
 )
+from phalanx.services.outputs_storing import is_url
 from phalanx.services.port import StatusWriter, Written
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def from_job_choice(from_job: JobOutputSource, job: TrainingJob | None) -> Sourc
             )
         )
     field = "spec.source.fromJob.output"
-    if "://" in stored:
+    if is_url(stored):
         url = stored.rstrip("/") if from_job.output in (".", "") else f"{stored.rstrip('/')}/{from_job.output}"
         return SourceChoice(SourceRequest("url", url=url, field=field), Path("."))
     return SourceChoice(SourceRequest("path", path=str(Path(stored) / from_job.output), field=field), Path("."))

@@ -142,9 +142,9 @@ def test_a_restarted_operator_reads_the_record_and_copies_nothing_again(tmp_path
     assert stored.read_text() == "changed after storing", "storing is done once: its record says so"
 
 
-def run_with_an_empty_dir(harness: Harness) -> dict[str, Any]:
+def run_with_an_empty_dir(harness: Harness, **spec: Any) -> dict[str, Any]:
     """Run a one-replica job whose Pod writes its outputs to an emptyDir (not a claim it would wait for)."""
-    harness.submit("solo", pytorch(workers=1))
+    harness.submit("solo", {**pytorch(workers=1), **spec})
     harness.sync()
     harness.admit("solo")
     harness.sync()
@@ -172,3 +172,12 @@ def test_a_namespace_without_the_claim_gets_an_empty_dir_and_is_told_how_to_bind
     assert status["phase"] == "Succeeded"
     assert status["message"].startswith(f"outputs not stored: namespace {NS} has no PersistentVolumeClaim {CLAIM}")
     assert not (tmp_path / "store" / "_outputs").exists()
+
+
+def test_a_store_to_not_stored_for_want_of_a_claim_in_its_namespace_says_that_reason(tmp_path: Path) -> None:
+    harness = with_store(tmp_path, claim_in_namespace=False)
+    run_with_an_empty_dir(harness, outputs={"storeTo": "s3://bucket/run"})
+    [said] = [message for reason, message in harness.events() if reason == "OutputsNotCollected"]
+    assert said.startswith(
+        f"outputs.storeTo (s3://bucket/run) is not stored: namespace {NS} has no PersistentVolumeClaim"
+    )

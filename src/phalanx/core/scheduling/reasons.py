@@ -251,14 +251,12 @@ def _detail(shortage: Shortage | None, need: Demand, failing: Demand, nodes: _Ro
             f"fewer than {failing.exclusive_cpus} (topology required)"
         )
     if shortage is Shortage.CPU_POLICY:
-        unaligned = [
-            nodes.cluster.nodes[int(row)] for row in rows if not nodes.cluster.nodes[int(row)].snapshot.aligns_cpus
-        ]
-        if unaligned:
-            node = unaligned[0]
+        refusing = (nodes.cluster.nodes[int(row)] for row in rows)
+        unaligned = next((node for node in refusing if not node.snapshot.aligns_cpus), None)
+        if unaligned is not None:
             return (
-                f"it requires NUMA-aligned exclusive cores (topology required), which node {node.name} does not "
-                f"enforce: {node.snapshot.cpu_policy_reason or 'its kubelet does not'}"
+                f"it requires NUMA-aligned exclusive cores (topology required), which node {unaligned.name} does not "
+                f"enforce: {unaligned.snapshot.cpu_policy_reason or 'its kubelet does not'}"
             )
         return "it requires NUMA-aligned exclusive cores (topology required), which no node with room enforces"
     return "no node has room"

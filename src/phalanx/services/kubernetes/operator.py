@@ -144,7 +144,7 @@ class KubeOperator:
                 api, self.jobs, self.specs.current_jobtypes, lambda: open_history(url), clock=self.clock
             )
         caches = Caches(jobs=self.jobs, pods=self.pods, services=self.services, configmaps=self.configmaps)
-        store, claim = settings.outputs_store, settings.flows.artifact_volume_claim if settings.flows else None
+        store, claim = settings.outputs_store, settings.outputs_claim
         self.outputs: KubeOutputs | None = None
         if store is not None and claim is not None:
             claims = Informer(api, PERSISTENTVOLUMECLAIMS, field_selector=f"metadata.name={claim}", signal=self.signal)

@@ -95,10 +95,9 @@ class KubeOutputs:
         if folder.is_dir():
             return
         folder.mkdir(parents=True, exist_ok=True)
-        for made in (folder, *folder.relative_to(self.store).parents):
-            path = self.store / made
-            if path != self.store:
-                os.chmod(path, _FOLDER_MODE)
+        relative = folder.relative_to(self.store)
+        for made in (relative, *relative.parents[:-1]):  # the last parent is the store itself: left alone
+            os.chmod(self.store / made, _FOLDER_MODE)
 
     def observe(self, job: TrainingJob) -> OutputsObservation:
         """What storing the job's outputs recorded, if it ran."""

@@ -89,7 +89,6 @@ from phalanx.services.kubernetes.status_writer import StatusWriter, resource_ver
 from phalanx.services.outputs_storing import is_url
 
 log = logging.getLogger(__name__)
-# On Kubernetes v1 outputs stay in the Pods' volumes: there is nothing to store, so Storing ends at once.
 # Phases from which a pass may plan the Storing phase: where the record of stored outputs is worth reading.
 _STORING_SOON = frozenset({Phase.RUNNING, Phase.STORING})
 # Phases in which a job's Pods run or are about to, so the Service and hostfile they use must exist.
@@ -127,8 +126,13 @@ class OperatorSettings:
             image=self.image,
             dataset_mount_path=self.dataset_mount_path,
             job_scheduler=self.job_scheduler,
-            outputs_claim=self.flows.artifact_volume_claim if self.outputs_store is not None and self.flows else None,
+            outputs_claim=self.outputs_claim,
         )
+
+    @property
+    def outputs_claim(self) -> str | None:
+        """The claim of the artifact store jobs' outputs are collected to (``outputs_store``); None: not collected."""
+        return self.flows.artifact_volume_claim if self.flows is not None and self.outputs_store is not None else None
 
     @property
     def outputs_store(self) -> Path | None:
@@ -190,13 +194,14 @@ class JobReconciler:
         )
         jobtype = jobtypes.get(job.spec.type)
         deleting = self.deletions.snapshot()
+        outputs = self._outputs(job, stored, pods)
         decided = plan(
             ReconcileInput(
                 job=job,
                 jobtype=jobtype,
                 replicas=observe_job_pods(pods, deleting),
                 now=self.wiring.clock.now(),
-                outputs=self._outputs(job, stored, pods),
+                outputs=outputs,
                 staged=staging.staged,
                 staging_error=staging.error,
                 unhealthy_gpus=self.unhealthy_gpus(),
@@ -206,7 +211,7 @@ class JobReconciler:
         waits = Phase(decided.status.phase) == Phase.DOWNLOADING and staging.waiting
         if waits and self.writer.first_time(obj, f"StagingWaits:{staging.waiting}"):
             self.writer.event(obj, "StagingWaits", str(staging.waiting))
-        return self._apply(obj, job, jobtype, decided, pods, stored=stored, held=held, staging=staging)
+        return self._apply(obj, job, jobtype, decided, pods, stored=stored, held=held, staging=staging, outputs=outputs)
 
     def _outputs(self, job: TrainingJob, stored: TrainingJobStatus, pods: list[dict[str, Any]]) -> OutputsObservation:
         """What storing the job's outputs recorded: read only where the plan may enter or be in Storing.
@@ -268,6 +273,7 @@ class JobReconciler:
         stored: TrainingJobStatus,
         held: HeldStatus | None,
         staging: KubeStaging | None = None,
+        outputs: OutputsObservation | None = None,
     ) -> Outcome:
         staging = staging or KubeStaging()
         creates: list[dict[str, Any]] = []
@@ -308,7 +314,7 @@ class JobReconciler:
             log.info("job %s: outputs %s", job.key, stored_outputs.location or stored_outputs.error)
             outcome.requeue_after = 0.0
         elif entered_storing or any(isinstance(action, StoreOutputs) for action in decided.actions):
-            self._warn_outputs_not_collected(obj, job)
+            self._warn_outputs_not_collected(obj, job, outputs.not_collected if outputs else None)
         tasks: list[Callable[[], bool]] = []
         if jobtype is not None and after in _CHILDREN_PHASES:
             # The Service and hostfile are created alongside the Pods, not before: a Pod only needs them once
@@ -321,7 +327,7 @@ class JobReconciler:
             refused = self._ensure_pod_group(obj, job)
             if refused is not None:
                 return self._fail(obj, "PodGroupUnavailable", refused, pods)
-        if creates and self.outputs is not None and self.outputs.claim_in(job.metadata.namespace):
+        if self.outputs is not None and any(mounts_outputs_claim(body, self.outputs.claim) for body in creates):
             # Before the Pods, which mount it: a folder the kubelet made for them would be root's alone.
             try:
                 self.outputs.prepare(job)
@@ -492,13 +498,13 @@ class JobReconciler:
         self.caches.jobs.forget(namespace, name)
         log.info("deleted job %s/%s: %s", namespace, name, reason)
 
-    def _warn_outputs_not_collected(self, obj: dict[str, Any], job: TrainingJob) -> None:
+    def _warn_outputs_not_collected(self, obj: dict[str, Any], job: TrainingJob, why: str | None) -> None:
         store_to = job.spec.outputs.store_to
         if store_to and self.writer.first_time(obj, "OutputsNotCollected"):
             self.writer.event(
                 obj,
                 "OutputsNotCollected",
-                f"outputs.storeTo ({store_to}) is not stored: {NOT_COLLECTED.not_collected}",
+                f"outputs.storeTo ({store_to}) is not stored: {why or NOT_COLLECTED.not_collected}",
                 warning=True,
             )
 
