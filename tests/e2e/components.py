@@ -327,6 +327,19 @@ def component_logs(item: pytest.Item) -> str | None:
     return started.logs() if started is not None and started.started else None
 
 
+def create_claim(kube: Any, namespace: str, name: str) -> None:
+    """A ReadWriteMany PersistentVolumeClaim, as an artifact store's would be; no provisioner binds it (kwok's
+    Pods do not need it bound), so it stays Pending.
+    """
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    kube.create(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", claim)
+
+
 def wait_alive(component: Component, timeout: float = 10) -> None:
     """Fail fast with the component's log if it exits."""
     wait_until(lambda: component.alive, timeout, f"{component.name} running")

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import k8s_testenv
-from components import Components, wait_alive
+from components import Components, create_claim, wait_alive
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -66,13 +66,7 @@ def cluster(components: Components, namespace: str, tmp_path: Path) -> Iterator[
     kube = components.kube
     nodes = [kube.unique("outputs")]
     k8s_testenv.create_fake_gpu_nodes(kube.env, nodes, product=kube.unique("OUT-GPU"))
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": CLAIM, "namespace": namespace},
-        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
-    }
-    kube.create(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", claim)
+    create_claim(kube, namespace, CLAIM)
     state = tmp_path / "operator-state"
     datasets = tmp_path / "dataset-store"
     datasets.mkdir()

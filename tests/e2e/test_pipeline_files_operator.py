@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 import k8s_testenv
-from components import Components, wait_alive
+from components import Components, create_claim, wait_alive
 from phalanx.adapters.kubernetes.api import PODS, TRAININGJOBS, KubeApi
 from phalanx.adapters.kubernetes.informer import Informer
 from phalanx.core.pipelines.step_files import STORE_VOLUME_NAME
@@ -112,13 +112,7 @@ def cluster(components: Components, namespace: str, tmp_path: Path) -> Iterator[
     kube = components.kube
     nodes = [kube.unique("files")]
     k8s_testenv.create_fake_gpu_nodes(kube.env, nodes, product=kube.unique("FILES-GPU"))
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": CLAIM, "namespace": namespace},
-        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
-    }
-    kube.create(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", claim)
+    create_claim(kube, namespace, CLAIM)
     state = tmp_path / "operator-state"
     operator = components.operator("--state-dir", str(state), "--artifact-volume-claim", CLAIM)
     scheduler = components.scheduler("--lease-duration", "3")

@@ -138,18 +138,21 @@ def started(runtime: Runtime) -> list[str]:
     return sorted(line.rsplit(" ", 1)[0] for line in lines)
 
 
-def get_run(runtime: Runtime, name: str) -> PipelineRun:
+def get_run(runtime: Runtime, name: str, namespace: str = "default") -> PipelineRun:
     with runtime.client() as client:
-        return client.ops.get_pipelinerun("default", name)
+        return client.ops.get_pipelinerun(namespace, name)
 
 
-def wait_finished(runtime: Runtime, name: str, timeout: float = 120.0) -> PipelineRun:
+def wait_finished(runtime: Runtime, name: str, timeout: float = 120.0, namespace: str = "default") -> PipelineRun:
     def finished() -> PipelineRun | None:
-        run = get_run(runtime, name)
+        run = get_run(runtime, name, namespace)
         return run if run.status.phase in ("Succeeded", "Failed") else None
 
     run = wait_until(finished, timeout=timeout, message=f"pipelinerun {name} to finish")
-    assert run.status.phase == "Succeeded", (run.status.message, runtime.cli("describe", "plr", name).stdout)
+    assert run.status.phase == "Succeeded", (
+        run.status.message,
+        runtime.cli("describe", "plr", name, "-n", namespace).stdout,
+    )
     return run
 
 
@@ -184,13 +187,7 @@ def test_a_pipeline_of_component_steps_runs_then_reruns_from_the_cache_starting_
     # Another namespace never gets this one's outputs from the cache: its run starts every step itself.
     runtime.cli("submit", "-n", "team-b", "-f", str(write_pipeline(runtime, flaky=False)), check=True)
     runtime.cli("submit", "-n", "team-b", "-f", str(runtime.work_dir / "again.yaml"), check=True)
-    with runtime.client() as client:
-        other = wait_until(
-            lambda: (r := client.ops.get_pipelinerun("team-b", "again")).status.phase in ("Succeeded", "Failed") and r,
-            timeout=120,
-            message="pipelinerun team-b/again to finish",
-        )
-    assert other.status.phase == "Succeeded", other.status.message
+    other = wait_finished(runtime, "again", namespace="team-b")
     assert not any(e.cache_hit for e in other.status.instances)
     assert len(started(runtime)) == len(before) + len(ALL_ONCE), started(runtime)
 
