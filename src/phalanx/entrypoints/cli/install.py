@@ -64,7 +64,14 @@ def install(
             "phalanx install --print | kubectl apply -f -",
             2,
         )
-    from phalanx.services.kubernetes.install import InstallRequest, render_install
+    try:
+        from phalanx.services.kubernetes.install import InstallRequest, render_install
+    except ModuleNotFoundError as err:  # the manifests are made with the Kubernetes adapter's types
+        fail(
+            f"phalanx install needs the kubernetes extra ({err.name} is not installed): pip install "
+            "'phalanx[kubernetes]' (in a clone: pip install -e '.[kubernetes]')",
+            2,
+        )
 
     request = InstallRequest(
         image=image,
