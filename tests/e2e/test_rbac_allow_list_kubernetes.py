@@ -40,6 +40,7 @@ ALLOWED: dict[str, dict[tuple[str, str], set[str]]] = {
         ("secrets", ""): {"create"},  # a job's SSH key pair; never read
         ("persistentvolumeclaims", ""): READ,  # which namespaces have the artifact store's claim
         ("podgroups.scheduling.k8s.io", ""): {"create", "get", "delete"},
+        ("resourceclaimtemplates.resource.k8s.io", ""): {"create"},  # --gpu-allocation dra; never read
         ("nodes", ""): READ,
         ("events", ""): {"create", "patch", "list"},
         **{(resource, ""): verbs for resource, verbs in REVIEWS.items()},
@@ -52,12 +53,18 @@ ALLOWED: dict[str, dict[tuple[str, str], set[str]]] = {
         **{(f"{kind}.{PHALANX}", ""): READ for kind in ("trainingjobs", "queues", "jobtypes", "datasets")},
         (f"trainingjobs.{PHALANX}/status", ""): {"update"},
         (f"queues.{PHALANX}/status", ""): {"update"},
+        # DRA: GPU claims allocated the placement's devices, from the nodes' ResourceSlices
+        ("resourceslices.resource.k8s.io", ""): {"list", "watch"},
+        ("resourceclaims.resource.k8s.io", ""): {"get", "patch"},
+        ("resourceclaims.resource.k8s.io/status", ""): {"patch"},
+        ("resourceclaims.resource.k8s.io/binding", ""): {"patch"},
         ("events", ""): {"create", "patch"},
         **{(resource, ""): verbs for resource, verbs in REVIEWS.items()},
     },
     "phalanx-node-agent": {
         ("nodes", ""): READ | {"patch"},
         ("nodes/status", ""): {"patch"},
+        ("resourceslices.resource.k8s.io", ""): {"get", "create", "update", "delete"},  # --resource-slices
         ("pods", ""): READ,
         **{(f"{kind}.{PHALANX}", ""): READ for kind in ("trainingjobs", "datasets", "jobtypes")},
         ("events", ""): {"create"},

@@ -92,6 +92,11 @@ class ReplicaObjectStatus(ApiModel):
         description="a failed replica's last line of output (its error, most often), as a Pod's termination "
         "message falls back to its log",
     )
+    gpu_claim: str = Field(
+        default="",
+        max_length=253,
+        description="on Kubernetes with DRA: the ResourceClaim allocated exactly its placement's GPUs; empty: none",
+    )
 
 
 class Replica(ApiModel):

@@ -168,6 +168,7 @@ def test_the_node_agent_writes_only_nodes_and_events_and_reads_pods_and_what_it_
         ("", "nodes", "watch"),
         ("", "nodes", "patch"),
         ("", "nodes/status", "patch"),
+        *(("resource.k8s.io", "resourceslices", v) for v in ("get", "create", "update", "delete")),
         ("", "events", "create"),
         ("", "pods", "get"),
         ("", "pods", "list"),
@@ -271,4 +272,4 @@ def test_the_admission_policies_name_the_install_namespaces_accounts_and_are_bou
     assert {p["spec"]["failurePolicy"] for p in policies.values()} == {"Fail"}
     assert all(v["reason"] == "Forbidden" for p in policies.values() for v in p["spec"]["validations"])
     created = {r for rule in operator["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
-    assert created == {"pods", "services", "configmaps", "secrets", "podgroups"}
+    assert created == {"pods", "services", "configmaps", "secrets", "podgroups", "resourceclaimtemplates"}

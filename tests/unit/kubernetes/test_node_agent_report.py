@@ -240,3 +240,16 @@ def test_no_fault_file_means_no_faults(tmp_path: Path) -> None:
     assert read_fault_file(tmp_path / "missing") == set()
     (tmp_path / "empty").write_text("")
     assert read_fault_file(tmp_path / "empty") == set()
+
+
+def test_gpu_uuids_reach_the_scheduler_through_the_node_so_a_dra_drivers_devices_can_be_matched() -> None:
+    discovered = dgx()
+    gpus = [gpu.model_copy(update={"uuid": f"GPU-{gpu.index:04d}"}) for gpu in discovered.status.gpus]
+    discovered = discovered.model_copy(update={"status": discovered.status.model_copy(update={"gpus": gpus})})
+    node = kube_node()
+    report = node_report(discovered, {})
+    node = applied(node, {"metadata": metadata_patch(node, report)}, status_patch(node, report))
+    assert [gpu.uuid for gpu in node_from_object(node).status.gpus] == [f"GPU-{i:04d}" for i in range(8)]
+    nameless = [gpu.model_copy(update={"uuid": ""}) for gpu in gpus]
+    without = discovered.model_copy(update={"status": discovered.status.model_copy(update={"gpus": nameless})})
+    assert "uuids" not in gpu_topology(without), "GPUs without UUIDs add nothing"

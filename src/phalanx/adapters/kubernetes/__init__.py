@@ -10,7 +10,8 @@
   discovered node into the labels, annotations and GPU quantities its node agent writes on the Node;
   ``cache_report``: the dataset cache report a node agent writes on its Node, and eviction requests;
   ``kubelet_config``: the kubelet's CPU and topology manager policies, read from its configuration file and
-  written on the Node.
+  written on the Node; ``dra``: Dynamic Resource Allocation's ResourceSlices, claim templates and claim
+  allocations, so that a Pod gets exactly the GPUs Phalanx chose.
 - ``crds``: the CustomResourceDefinitions of TrainingJob, JobType, Queue, Dataset, Sweep, Pipeline and
   PipelineRun, generated from the models
   (``schemas``) and checked structural (``structural``); ``kubeflow_crds``: the opt-in CRDs of the Kubeflow kinds

@@ -91,6 +91,11 @@ PIPELINERUNS = Resource("PipelineRun", "pipelineruns", group=API_GROUP, version=
 #: kube-scheduler's alpha gang scheduling (Kubernetes 1.36: feature gates GenericWorkload and GangScheduling, the
 #: API version served with ``--runtime-config=scheduling.k8s.io/v1alpha2=true``); docs/kubernetes.md.
 PODGROUPS = Resource("PodGroup", "podgroups", group="scheduling.k8s.io", version="v1alpha2")
+#: Dynamic Resource Allocation (GA in the pinned Kubernetes): GPUs as named devices (``adapters.kubernetes.dra``).
+RESOURCESLICES = Resource("ResourceSlice", "resourceslices", group="resource.k8s.io", namespaced=False)
+RESOURCECLAIMS = Resource("ResourceClaim", "resourceclaims", group="resource.k8s.io")
+RESOURCECLAIMTEMPLATES = Resource("ResourceClaimTemplate", "resourceclaimtemplates", group="resource.k8s.io")
+DEVICECLASSES = Resource("DeviceClass", "deviceclasses", group="resource.k8s.io", namespaced=False)
 CRDS = Resource("CustomResourceDefinition", "customresourcedefinitions", group="apiextensions.k8s.io", namespaced=False)
 
 

@@ -307,6 +307,9 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             # The PodGroup of a job left to the cluster's scheduler (kube-scheduler's gang scheduling): created
             # before its Pods; one of an earlier job of the same name is read and deleted.
             _rule(["scheduling.k8s.io"], ["podgroups"], ["create", "get", "delete"]),
+            # --gpu-allocation dra: a ResourceClaimTemplate per role with GPUs, created with the job's Pods, named
+            # with the job's uid and gone with the job (owner reference), so never read or deleted.
+            _rule(["resource.k8s.io"], ["resourceclaimtemplates"], ["create"]),
             # Each node agent's dataset cache report (an annotation): when a job's data is staged there; and
             # its unhealthy GPUs, whose replicas are stopped and whose jobs are placed again.
             _rule([""], ["nodes"], READ),
@@ -328,6 +331,13 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             _rule([API_GROUP], ["trainingjobs/status"], ["update"]),
             # Each Queue's admitted and pending jobs and usage, for `kubectl get queues`.
             _rule([API_GROUP], ["queues/status"], ["update"]),
+            # DRA: a Pod's GPU claim is allocated the devices of its placement and reserved for it before the Pod
+            # is bound, as kube-scheduler does: the devices from the nodes' ResourceSlices, the finalizer on the
+            # claim, and its allocation and reservation, which Kubernetes 1.36 also authorizes as
+            # resourceclaims/binding.
+            _rule(["resource.k8s.io"], ["resourceslices"], ["list", "watch"]),
+            _rule(["resource.k8s.io"], ["resourceclaims"], ["get", "patch"]),
+            _rule(["resource.k8s.io"], ["resourceclaims/status", "resourceclaims/binding"], ["patch"]),
             events,
             *reviews,
         ],
@@ -336,6 +346,8 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             # `phalanx cache evict` requests.
             _rule([""], ["nodes"], [*READ, "patch"]),
             _rule([""], ["nodes/status"], ["patch"]),
+            # --resource-slices: its node's GPUs as a ResourceSlice, where no DRA driver publishes them.
+            _rule(["resource.k8s.io"], ["resourceslices"], ["get", "create", "update", "delete"]),
             _rule([""], ["pods"], READ),
             # The dataset cache: which jobs are placed on its node, what they read, and their ranked roles.
             _rule([API_GROUP], ["trainingjobs", "datasets", "jobtypes"], READ),
@@ -389,7 +401,11 @@ OPERATOR_POLICY = "phalanx-operator-job-children"
 #: token of a Pod bound to a node (a DaemonSet's), and for a token bound to a Node object.
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 #: What the operator creates for a job, each controlled by that TrainingJob (``rendering.job_owner_reference``).
-OPERATOR_CHILDREN = (("", ("pods", "services", "configmaps", "secrets")), ("scheduling.k8s.io", ("podgroups",)))
+OPERATOR_CHILDREN = (
+    ("", ("pods", "services", "configmaps", "secrets")),
+    ("scheduling.k8s.io", ("podgroups",)),
+    ("resource.k8s.io", ("resourceclaimtemplates",)),
+)
 
 
 def admission_policies(namespace: str) -> list[dict[str, Any]]:
@@ -401,8 +417,8 @@ def admission_policies(namespace: str) -> list[dict[str, Any]]:
 
     - a node agent may change only the Node its token was issued on (``NODE_NAME_EXTRA``), and nothing when its
       token names no node;
-    - the operator may create Pods, Services, ConfigMaps, Secrets and PodGroups only when a TrainingJob controls
-      them (so they are gone with it, and a stolen operator token cannot start a bare Pod).
+    - the operator may create Pods, Services, ConfigMaps, Secrets, PodGroups and ResourceClaimTemplates only when a
+      TrainingJob controls them (so they are gone with it, and a stolen operator token cannot start a bare Pod).
     """
     agent = f"system:serviceaccount:{namespace}:{NODE_AGENT.account}"
     operator = f"system:serviceaccount:{namespace}:{OPERATOR.account}"

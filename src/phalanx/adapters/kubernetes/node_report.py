@@ -64,7 +64,8 @@ def gpu_topology(node: Node) -> dict[str, Any]:
     "pairs": [[0, 1], ...], "links": [12, ...]}, "source": "nvml"}``: NUMA nodes with their GPUs and CPUs (the
     kernel's list format), and every GPU pair joined by NVLink with its link count (``links``, parallel to
     ``pairs``); ``type`` is ``NV<n>`` when every pair has ``n`` links, as ``nvidia-smi topo -m`` prints it,
-    else ``NV``. ``source`` says where it was found (``simulated`` for an inventory).
+    else ``NV``. ``source`` says where it was found (``simulated`` for an inventory). ``uuids``, by index, when
+    the GPUs have them: how phalanx-scheduler finds a GPU among a DRA driver's devices (``dra.devices_for``).
     """
     gpus = sorted(node.status.gpus, key=lambda gpu: gpu.index)
     cpus = node.status.cpus
@@ -88,7 +89,10 @@ def gpu_topology(node: Node) -> dict[str, Any]:
     nvlink: dict[str, Any] = {"pairs": pairs}
     if pairs:
         nvlink = {"type": f"NV{links[0]}" if len(set(links)) == 1 else "NV", "pairs": pairs, "links": links}
-    return {"numaNodes": numa_nodes, "nvlink": nvlink, "source": node.status.source}
+    topology = {"numaNodes": numa_nodes, "nvlink": nvlink, "source": node.status.source}
+    if any(gpu.uuid for gpu in gpus) and [gpu.index for gpu in gpus] == list(range(len(gpus))):
+        topology["uuids"] = [gpu.uuid for gpu in gpus]  # how a DRA driver's devices are matched to indices
+    return topology
 
 
 def gpu_product(node: Node) -> str | None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from phalanx.adapters.kubernetes import dra
 from phalanx.adapters.kubernetes.kubelet_config import CPU_POLICY_ANNOTATION, parse_cpu_policy_annotation
 from phalanx.adapters.kubernetes.rendering import CONTAINER_NAME
 from phalanx.core.cpu_policy import kubelet_alignment
@@ -374,6 +375,7 @@ def replica_from_pod(pod: Mapping[str, Any], job: TrainingJob) -> Replica:
             finish_time=finished,
             message=str(status.get("message") or reason or ""),
             last_output=pod_last_output(pod),
+            gpu_claim=dra.pod_claim_name(pod) or "",
         ),
     )
 
@@ -507,9 +509,12 @@ def node_from_object(obj: Mapping[str, Any]) -> Node:
             links[a][b] = links[b][a] = 1
     model = str((meta.get("labels") or {}).get(GPU_PRODUCT_LABEL, "unknown"))
     why = gpu_problems(obj)
+    listed = topology.get("uuids")
+    uuids = [uuid if isinstance(uuid, str) else "" for uuid in listed] if isinstance(listed, list) else []
     gpus = [
         GpuInfo(
             index=index,
+            uuid=uuids[index] if index < len(uuids) else "",
             model=model,
             numa=numa_of_gpu.get(index, 0),
             healthy=index not in sick,

@@ -74,6 +74,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from phalanx.adapters.kubernetes import dra
 from phalanx.adapters.kubernetes.crds import VERSION
 from phalanx.core.delegation import CLUSTER_PLACED, gang_min_count
 from phalanx.core.rendezvous import Endpoint, RendezvousError, render_hostfile, render_replica_env, replica_names
@@ -197,6 +198,32 @@ def ssh_secret_name(job: TrainingJob) -> str:
     return f"{job.metadata.name}-ssh-{uid[:8]}"
 
 
+def gpu_claim_template(job: TrainingJob, role: str) -> str:
+    """The ResourceClaimTemplate of a role's GPUs (``dra.claim_template_name``).
+
+    Raises:
+        RenderError: the job has no uid.
+
+    """
+    return dra.claim_template_name(job.metadata.name, role, job_owner_reference(job)["uid"])
+
+
+def render_gpu_claim_templates(job: TrainingJob, device_class: str) -> list[dict[str, Any]]:
+    """One ResourceClaimTemplate per role with whole GPUs, each asking for that role's GPUs; owned by the job.
+
+    Raises:
+        RenderError: the job has no uid.
+
+    """
+    return [
+        dra.render_claim_template(
+            owned_metadata(job, gpu_claim_template(job, role)), spec.template.resources.vector().gpu, device_class
+        )
+        for role, spec in job.spec.replicas.items()
+        if spec.template.resources.vector().gpu > 0
+    ]
+
+
 def needs_service(job: TrainingJob) -> bool:
     """Whether the job's Pods need the headless Service: only to find each other, so not for a single replica."""
     return sum(replica.count for replica in job.spec.replicas.values()) > 1
@@ -250,6 +277,7 @@ def render_pod(
     datasets: DatasetVolumes | None = None,
     pod_group: str | None = None,
     outputs_claim: str | None = None,
+    dra_driver: str | None = None,
 ) -> dict[str, Any]:
     """Render the Pod of one replica, for one attempt.
 
@@ -269,6 +297,9 @@ def render_pod(
             scheduler (``scheduler_name``) as one gang; None: Phalanx's scheduler places it.
         outputs_claim: the PersistentVolumeClaim of the operator's artifact store, whose ``outputs_sub_path``
             the replica writes its outputs to; None: an ``emptyDir``, not collected.
+        dra_driver: GPUs through Dynamic Resource Allocation: a replica with whole GPUs gets a claim from its
+            role's ResourceClaimTemplate (``gpu_claim_template``) instead of ``nvidia.com/gpu``, whose devices
+            phalanx-scheduler allocates from this driver's slices; None: the device plugin's counted GPUs.
 
     Raises:
         RenderError: no image, no uid, a name that is not a DNS label, or a template that cannot be rendered.
@@ -327,6 +358,9 @@ def render_pod(
         annotations[ANNOTATION_NODE] = placement.node
         annotations[ANNOTATION_GPUS] = ",".join(str(gpu) for gpu in placement.gpus)
         annotations[ANNOTATION_CPUS] = ",".join(str(cpu) for cpu in placement.cpus)
+    claims_gpus = dra_driver is not None and resources.vector().gpu > 0
+    if claims_gpus:
+        annotations[dra.ANNOTATION_DRIVER] = str(dra_driver)
 
     mounts: list[dict[str, Any]] = [{"name": OUTPUTS_VOLUME, "mountPath": output_dir(job)}]
     volumes: list[dict[str, Any]] = [{"name": OUTPUTS_VOLUME, "emptyDir": {}}]
@@ -356,7 +390,7 @@ def render_pod(
         "env": [{"name": key, "value": value} for key, value in env.items() if key not in template.env_value_from]
         + sourced,
         "ports": [{"name": PORT_NAME, "containerPort": jobtype.spec.port, "protocol": "TCP"}],
-        "resources": _resources(job, role),
+        "resources": _resources(job, role, claims_gpus=claims_gpus),
         "volumeMounts": mounts + [_wire(mount) for mount in template.volume_mounts],
         # A program that fails without writing /dev/termination-log leaves the end of its log there instead:
         # the operator reads its last line into the job's failure message (``objects.pod_last_output``).
@@ -384,7 +418,12 @@ def render_pod(
         container["workingDir"] = template.working_dir
 
     spec: dict[str, Any] = {"schedulerName": scheduler_name, "restartPolicy": "Never"}
+    if claims_gpus:
+        spec["resourceClaims"] = [dra.pod_claim_source(gpu_claim_template(job, role))]
+        container["resources"]["claims"] = [{"name": dra.CLAIM_NAME}]
     if bind:
+        if claims_gpus:
+            raise RenderError(f"the pod {name!r} cannot be created bound: its GPU claim is allocated when it is bound")
         if placement is None or placement.node == CLUSTER_PLACED:
             raise RenderError(f"the pod {name!r} cannot be bound: it has no placement on a node")
         spec["nodeName"] = placement.node
@@ -504,26 +543,27 @@ def _without_empty_lists(value: Any) -> Any:
     return value
 
 
-def _quantities(amounts: ResourceVector) -> dict[str, str]:
+def _quantities(amounts: ResourceVector, *, gpus: bool = True) -> dict[str, str]:
     quantities: dict[str, str] = {}
     if amounts.cpu_milli:
         quantities["cpu"] = format_cpu(amounts.cpu_milli)
     if amounts.memory:
         quantities["memory"] = str(amounts.memory)
-    if amounts.gpu:
+    if amounts.gpu and gpus:
         quantities[GPU_RESOURCE] = str(amounts.gpu)
     return quantities
 
 
-def _resources(job: TrainingJob, role: str) -> dict[str, Any]:
+def _resources(job: TrainingJob, role: str, *, claims_gpus: bool = False) -> dict[str, Any]:
     # Requests are what the scheduler reserved; limits the ceiling the kubelet enforces (the reserved amount
     # unless the template lifts it with resources.limits). Equal ones make the Pod Guaranteed, as the scheduler
     # assumed when it gave it exclusive CPUs (core.scheduling.demands.pins_cpus).
     resources = job.spec.replicas[role].template.resources
-    requests = _quantities(resources.vector())
+    # GPUs claimed through DRA are devices of the Pod's claim, not a counted resource.
+    requests = _quantities(resources.vector(), gpus=not claims_gpus)
     if not requests:
         return {}
-    return {"requests": requests, "limits": _quantities(resources.ceiling())}
+    return {"requests": requests, "limits": _quantities(resources.ceiling(), gpus=not claims_gpus)}
 
 
 def render_headless_service(job: TrainingJob, jobtype: JobType) -> dict[str, Any]:

@@ -150,6 +150,15 @@ DEVICES_ADVISORY = (
 )
 
 
+#: ... and where every GPU replica claims its GPUs through Dynamic Resource Allocation (``--gpu-allocation dra``).
+DEVICES_CLAIMED = (
+    "On Kubernetes with DRA the node, the gang, the counts and which GPUs are enforced: each replica's "
+    "ResourceClaim is allocated exactly these GPUs, which the node's DRA driver prepares; cores are "
+    "exclusive and NUMA-aligned only where the kubelet enforces them "
+    "(docs/kubernetes.md#what-is-enforced-on-the-node)."
+)
+
+
 def print_description(console: Console, described: JobDescription, *, pods: bool = False) -> None:
     """`phalanx describe job NAME`.
 
@@ -217,7 +226,9 @@ def print_description(console: Console, described: JobDescription, *, pods: bool
             )
         console.print(placed)
         if pods:
-            console.print(DEVICES_ADVISORY, highlight=False)
+            gpu_replicas = [r for r in described.replicas if r.spec.placement.gpus]
+            claimed = bool(gpu_replicas) and all(r.status.gpu_claim for r in gpu_replicas)
+            console.print(DEVICES_CLAIMED if claimed else DEVICES_ADVISORY, highlight=False)
     if described.replicas:
         replica_table = Table(title="Replicas", box=None, title_justify="left", header_style="bold")
         for column in ("NAME", "PHASE", "ATTEMPT", "NODE" if pods else "PID", "EXIT", "STARTED"):

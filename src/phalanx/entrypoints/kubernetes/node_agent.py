@@ -5,7 +5,8 @@ Options beyond the common ones: ``--node-name`` (``$NODE_NAME``, from the downwa
 (``$PHALANX_FAULT_FILE``: GPU indices to treat as unhealthy), ``--interval``, ``--heartbeat-interval``,
 ``--no-gpu-resource`` (leave ``nvidia.com/gpu`` to the NVIDIA device plugin), ``--ignored-xids``,
 ``--kubelet-config`` (``$PHALANX_KUBELET_CONFIG``: the kubelet's configuration file, whose CPU and topology manager
-policies are reported on the Node) and ``--once``.
+policies are reported on the Node), ``--resource-slices`` (``$PHALANX_RESOURCE_SLICES``: publish the GPUs as a
+ResourceSlice of ``--dra-driver`` for ``--gpu-allocation dra``, where no DRA driver does) and ``--once``.
 
 With ``--dataset-store`` (``$PHALANX_DATASET_STORE``: the volume the operator materialises Datasets into) the
 agent also keeps the node's dataset cache (``services.kubernetes.node_cache``): ``--cache-dir`` (default
@@ -28,6 +29,7 @@ from pathlib import Path
 from phalanx.adapters.datacache import CacheError
 from phalanx.adapters.devices.discovery import HostDiscovery, InventoryDiscovery
 from phalanx.adapters.devices.nvml import APPLICATION_XIDS
+from phalanx.adapters.kubernetes import dra
 from phalanx.adapters.kubernetes.api import KubeApiError
 from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
 from phalanx.adapters.kubernetes.rendering import SAMPLE_MOUNT_PATH
@@ -125,6 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
         "cpuManagerPolicy and topologyManagerPolicy are reported on the Node, and jobs with topology: required go "
         "only where they align cores (default: $PHALANX_KUBELET_CONFIG; none: not reported, not aligned)",
     )
+    parser.add_argument(
+        "--resource-slices",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("PHALANX_RESOURCE_SLICES", "").lower() == "true",
+        help="publish the node's GPUs as a ResourceSlice of --dra-driver, for phalanx-operator --gpu-allocation dra "
+        "where no DRA driver publishes them (default: $PHALANX_RESOURCE_SLICES == true)",
+    )
+    parser.add_argument(
+        "--dra-driver",
+        default=os.environ.get("PHALANX_DRA_DRIVER") or dra.DEFAULT_DRIVER,
+        help=f"the driver its ResourceSlice names (default: $PHALANX_DRA_DRIVER, else {dra.DEFAULT_DRIVER})",
+    )
     parser.add_argument("--once", action="store_true", help="run one check, write the Node and exit")
     add_dataset_store_option(parser, "without it the agent keeps no dataset cache")
     parser.add_argument(
@@ -194,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fault_file=args.fault_file,
         manage_gpu_resource=args.gpu_resource,
         kubelet_config=args.kubelet_config,
+        resource_slices=args.resource_slices,
+        dra_driver=args.dra_driver,
     )
     agent = NodeAgent(api, settings, discover)
     keeper: NodeCacheKeeper | None = None

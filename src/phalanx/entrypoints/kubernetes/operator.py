@@ -12,6 +12,8 @@ the Optuna storage URL of the studies, and ``--artifact-store`` (``$PHALANX_ARTI
 artifact store and step cache, default to a SQLite file and a directory in ``--state-dir`` (``$PHALANX_STATE_DIR``);
 ``--artifact-volume-claim`` (``$PHALANX_ARTIFACT_VOLUME_CLAIM``) names the PersistentVolumeClaim that directory is
 on, which every pipeline step job then mounts at the same path (docs/pipelines.md, "On Kubernetes").
+``--gpu-allocation dra`` (``$PHALANX_GPU_ALLOCATION``): replicas claim their GPUs through Dynamic Resource
+Allocation (``--dra-driver``, ``--dra-device-class``), so the node prepares exactly the GPUs Phalanx chose.
 ``--history-url`` (``$PHALANX_HISTORY_URL``): keep every job that ends or is deleted in this job history
 (``postgresql://…`` or ``sqlite:///file``; docs/server.md, "History over the API"); none: no history is kept.
 Exits 0 after a signal, 1 when it cannot reach the API server or fill its caches (the Deployment restarts it).
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from phalanx.adapters.kubernetes import dra
 from phalanx.adapters.kubernetes.api import KubeApiError
 from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
 from phalanx.adapters.kubernetes.manifests import KUBEFLOW_KINDS_ENV
@@ -136,6 +139,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep every job that ends or is deleted in this job history: postgresql://user@host/db or "
         "sqlite:///file.db (default: $PHALANX_HISTORY_URL; none: no history is kept)",
     )
+    parser.add_argument(
+        "--gpu-allocation",
+        choices=("device-plugin", "dra"),
+        default=os.environ.get("PHALANX_GPU_ALLOCATION") or "device-plugin",
+        help="how replicas get their GPUs: dra: a ResourceClaim whose devices phalanx-scheduler allocates, so the "
+        "node prepares exactly the GPUs Phalanx chose; device-plugin: nvidia.com/gpu, the node's device plugin "
+        "picks them (default: $PHALANX_GPU_ALLOCATION, else device-plugin)",
+    )
+    parser.add_argument(
+        "--dra-driver",
+        default=os.environ.get("PHALANX_DRA_DRIVER") or dra.DEFAULT_DRIVER,
+        help=f"with --gpu-allocation dra: the DRA driver whose devices the claims get (default: $PHALANX_DRA_DRIVER, "
+        f"else {dra.DEFAULT_DRIVER})",
+    )
+    parser.add_argument(
+        "--dra-device-class",
+        default=os.environ.get("PHALANX_DRA_DEVICE_CLASS") or dra.DEFAULT_DEVICE_CLASS,
+        help="with --gpu-allocation dra: the DeviceClass the claims ask for (default: $PHALANX_DRA_DEVICE_CLASS, "
+        f"else {dra.DEFAULT_DEVICE_CLASS})",
+    )
     parser.add_argument("--workers", type=int, default=8, help="concurrent API writes within one job's reconcile")
     parser.add_argument("--job-workers", type=int, default=8, help="jobs reconciled at once")
     return parser
@@ -173,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 artifact_volume_claim=args.artifact_volume_claim,
             ),
             history_url=args.history_url,
+            dra_driver=args.dra_driver if args.gpu_allocation == "dra" else None,
+            dra_device_class=args.dra_device_class,
         ),
     )
     stop = threading.Event()

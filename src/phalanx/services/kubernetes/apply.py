@@ -66,6 +66,7 @@ class PodSettings:
     dataset_mount_path: str = DATASET_MOUNT_PATH  # where replicas see their datasets' cache entries
     job_scheduler: str | None = None  # the cluster's scheduler for jobs that name none (None: scheduler_name)
     outputs_claim: str | None = None  # the artifact store's claim replicas write outputs to; None: an emptyDir
+    dra_driver: str | None = None  # GPUs claimed through DRA from this driver's devices; None: nvidia.com/gpu
 
     def placing_scheduler(self, job: TrainingJob) -> str | None:
         """The cluster's scheduler that places the job's Pods, or None when phalanx-scheduler does."""
@@ -114,7 +115,8 @@ def render_creates(
     Each Pod carries the action's attempt, its placement in annotations, and its staged datasets (``datasets``,
     by replica name: environment and hostPath volumes). The Pods of a gang are left for
     the phalanx-scheduler to bind once they all exist; a job with a single placed replica is a gang of one, with
-    nothing to wait for, so its Pod is created on its placement's node and needs no binding. The Pods of a job
+    nothing to wait for, so its Pod is created on its placement's node and needs no binding, unless it claims
+    GPUs through DRA (``PodSettings.dra_driver``): its claim is allocated when it is bound. The Pods of a job
     the cluster's scheduler places (``PodSettings.placing_scheduler``) name it and the job's PodGroup instead.
 
     Raises:
@@ -127,6 +129,7 @@ def render_creates(
     for action in decided.actions:
         if not isinstance(action, CreateReplica):
             continue
+        claims = settings.dra_driver is not None and job.spec.replicas[action.role].template.resources.vector().gpu > 0
         pods.append(
             render_pod(
                 job,
@@ -137,10 +140,11 @@ def render_creates(
                 scheduler_name=cluster or settings.scheduler_name,
                 image=settings.image,
                 placement=action.placement,
-                bind=alone,
+                bind=alone and not claims,
                 datasets=(datasets or {}).get(replica_name(job.metadata.name, action.role, action.index)),
                 pod_group=pod_group_name(job) if cluster is not None else None,
                 outputs_claim=settings.outputs_claim,
+                dra_driver=settings.dra_driver,
             )
         )
     return pods

@@ -25,6 +25,10 @@ Every ``interval`` seconds the agent:
      unless ``manage_gpu_resource`` is off (where the NVIDIA device plugin owns that resource: kubelet
      recomputes allocatable from capacity at each of its status updates).
 
+   With ``resource_slices`` (where no DRA driver publishes the node's GPUs: a kwok node, or a cluster without
+   NVIDIA's DRA driver) it also publishes them as a ResourceSlice (``adapters.kubernetes.dra``), the devices
+   phalanx-scheduler allocates the Pods' GPU claims from.
+
    When a GPU turns unhealthy it records a Warning Event on the Node, and a Normal one when it recovers.
 
 The annotations and allocatable are two writes (the status is a subresource), ordered so that a reader of the
@@ -45,6 +49,7 @@ writes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -53,7 +58,16 @@ from typing import Any
 
 from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.devices.discovery import Discover, read_fault_file
-from phalanx.adapters.kubernetes.api import EVENTS, NODES, KubeApi, KubeApiError
+from phalanx.adapters.kubernetes import dra
+from phalanx.adapters.kubernetes.api import (
+    EVENTS,
+    NODES,
+    RESOURCESLICES,
+    ConflictError,
+    KubeApi,
+    KubeApiError,
+    NotFoundError,
+)
 from phalanx.adapters.kubernetes.kubelet_config import read_kubelet_policy
 from phalanx.adapters.kubernetes.node_report import (
     NUMA_NODES_LABEL,
@@ -67,6 +81,7 @@ from phalanx.adapters.kubernetes.node_report import (
 from phalanx.adapters.kubernetes.objects import GPU_PRODUCT_LABEL, GPU_RESOURCE, unhealthy_gpus
 from phalanx.core.gpu_health import health_events
 from phalanx.model.errors import SpecError
+from phalanx.model.nodes import GpuInfo
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +104,8 @@ class AgentSettings:
     fault_file: Path | None = None
     manage_gpu_resource: bool = True
     kubelet_config: Path | None = None  # the kubelet's configuration file, for its CPU/topology manager policy
+    resource_slices: bool = False  # publish the GPUs as a ResourceSlice of ``dra_driver`` (where no DRA driver does)
+    dra_driver: str = dra.DEFAULT_DRIVER
 
 
 @dataclass
@@ -114,6 +131,7 @@ class NodeAgent:
         self._unhealthy: set[int] | None = None  # as last written (or found on the Node at start)
         self._note: tuple[str | None, bool] = (None, False)  # the discovery note last logged
         self._summary = ""
+        self._slice: dict[str, Any] | None = None  # the ResourceSlice as last read or written
 
     def cycle(self) -> CycleResult:
         """Discover, check health and faults, and write what changed.
@@ -158,11 +176,51 @@ class NodeAgent:
         if status and not status_first:
             observed = self.api.patch(NODES, name, status, subresource="status")
         self._observed = observed
+        if self.settings.resource_slices and report.gpus_known:
+            self._publish_slice(discovered.node.status.gpus, report.unhealthy, reread=heartbeat_due)
         if report.gpus_known:
             self._record_transitions(report, result)
         self._log_summary(report, len(discovered.node.status.cpus))
         self.ready.set()
         return result
+
+    def _publish_slice(self, gpus: list[GpuInfo], unhealthy: set[int], *, reread: bool) -> None:
+        """Make the node's ResourceSlice list its GPUs as they are now (no GPUs: no slice).
+
+        Its pool's generation goes up on every change, as a DRA driver's does. It is read again on every
+        heartbeat, so a change made by someone else is repaired.
+        """
+        node, driver = self.settings.node_name, self.settings.dra_driver
+        name = dra.slice_name(node, driver)
+        current = self._slice
+        if current is None or reread:
+            try:
+                current = self.api.get(RESOURCESLICES, name)
+            except NotFoundError:
+                current = None
+        if not gpus:
+            if current is not None:
+                with contextlib.suppress(NotFoundError):
+                    self.api.delete(RESOURCESLICES, name)
+                log.info("node %s: ResourceSlice %s deleted (no GPUs)", node, name)
+            self._slice = None
+            return
+        generation = int(((current or {}).get("spec") or {}).get("pool", {}).get("generation") or 0)
+        wanted = dra.render_resource_slice(node, gpus, unhealthy, driver=driver, generation=max(generation, 1))
+        if current is not None and dra.slice_devices(current) == wanted["spec"]["devices"]:
+            self._slice = current
+            return
+        if current is None:
+            self._slice = self.api.create(RESOURCESLICES, wanted)
+        else:
+            wanted["spec"]["pool"]["generation"] = generation + 1
+            wanted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                self._slice = self.api.replace(RESOURCESLICES, wanted)
+            except ConflictError:
+                self._slice = None  # changed meanwhile: read it again next cycle
+                raise
+        log.info("node %s: ResourceSlice %s lists %d GPU(s) of %s", node, name, len(gpus), driver)
 
     def _log_note(self, note: str | None, gpus_unknown: bool) -> None:
         if (note, gpus_unknown) == self._note:

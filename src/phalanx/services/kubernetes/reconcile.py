@@ -34,10 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from phalanx.adapters.kubernetes import dra
 from phalanx.adapters.kubernetes.api import (
     CONFIGMAPS,
     PODGROUPS,
     PODS,
+    RESOURCECLAIMTEMPLATES,
     SECRETS,
     SERVICES,
     TRAININGJOBS,
@@ -51,6 +53,7 @@ from phalanx.adapters.kubernetes.objects import LABEL_ATTEMPT, job_status, model
 from phalanx.adapters.kubernetes.rendering import (
     DEFAULT_SCHEDULER_NAME,
     RenderError,
+    render_gpu_claim_templates,
     render_pod_group,
     render_ssh_secret,
 )
@@ -117,6 +120,10 @@ class OperatorSettings:
     kubeflow_kinds: bool = False  # run the Kubeflow kinds (PyTorchJob... TrainJob) too: services/kubernetes/kubeflow.py
     flows: FlowSettings | None = None  # run Sweeps and PipelineRuns (services/kubernetes/flows.py); None: not
     history_url: str | None = None  # keep ended jobs in this job history (services/kubernetes/history.py); None: not
+    # GPUs through Dynamic Resource Allocation: claims of this DeviceClass, allocated from this driver's slices;
+    # None: the device plugin's counted nvidia.com/gpu, where the node picks the devices.
+    dra_driver: str | None = None
+    dra_device_class: str = dra.DEFAULT_DEVICE_CLASS
 
     @property
     def pods(self) -> PodSettings:
@@ -127,6 +134,7 @@ class OperatorSettings:
             dataset_mount_path=self.dataset_mount_path,
             job_scheduler=self.job_scheduler,
             outputs_claim=self.outputs_claim,
+            dra_driver=self.dra_driver,
         )
 
     @property
@@ -173,6 +181,8 @@ class JobReconciler:
     deletions: PodDeletions
     unhealthy_gpus: Callable[[], dict[str, dict[int, str]]]  # node -> unhealthy GPU index -> why (node agents')
     outputs: KubeOutputs | None = None  # the jobs' outputs on the artifact store's claim; None: not collected
+    # (job uid, template) of the ResourceClaimTemplates made (a set's add and lookup are atomic under the GIL)
+    _claim_templates: set[tuple[str, str]] = field(default_factory=set)
 
     def reconcile(self, obj: dict[str, Any], jobtypes: dict[str, JobType], pods: list[dict[str, Any]]) -> Outcome:
         """Plan the job (as cached, with its cached ``pods``) and apply the plan; when to look at it again."""
@@ -339,6 +349,11 @@ class JobReconciler:
             refused = self._ensure_ssh_keys(job)
             if refused is not None:
                 return self._fail(obj, "SSHKeysUnavailable", refused, pods)
+        if any(dra.pod_gets_claim(body) for body in creates):
+            # Before the Pods: kube-controller-manager makes each Pod's claim from its role's template.
+            refused = self._ensure_claim_templates(job)
+            if refused is not None:
+                return self._fail(obj, "ResourceClaimsUnavailable", refused, pods)
         tasks.extend(functools.partial(self._create_pod, obj, body) for body in creates)
         for action in decided.actions:
             if isinstance(action, DeleteReplica) and action.name in by_name:
@@ -455,6 +470,34 @@ class JobReconciler:
                 f"spec.sshKeys: cannot create the Secret {body['metadata']['name']} with the job's SSH keys: {error}; "
                 "give phalanx-operator the right to create secrets (phalanx install --print has it) or remove sshKeys"
             )
+        return None
+
+    def _ensure_claim_templates(self, job: TrainingJob) -> str | None:
+        """Create the job's ResourceClaimTemplates (409: made before); why they cannot be, None when made.
+
+        Their names carry the job's uid (``rendering.gpu_claim_template``), so one that exists is this job's; the
+        ones made are remembered, so a restart of the job's Pods does not ask again.
+        """
+        for body in render_gpu_claim_templates(job, self.settings.dra_device_class):
+            key = (str(job.metadata.uid), str(body["metadata"]["name"]))
+            if key in self._claim_templates:
+                continue
+            try:
+                self.wiring.api.create(RESOURCECLAIMTEMPLATES, body)
+                self.wiring.counters.add("children_created")
+            except ConflictError as error:
+                if not error.already_exists:
+                    raise
+            except KubeApiError as error:
+                if error.status in (0, 500, 503, 504, 429):
+                    raise
+                return (
+                    f"cannot create the ResourceClaimTemplate {body['metadata']['name']} for the job's GPUs: {error}; "
+                    "the cluster must serve resource.k8s.io/v1 (Kubernetes 1.34 or later) and phalanx-operator needs "
+                    "the right to create resourceclaimtemplates (phalanx install --print has it), or run the "
+                    "operator without --gpu-allocation dra"
+                )
+            self._claim_templates.add(key)
         return None
 
     def _ensure_pod_group(self, obj: dict[str, Any], job: TrainingJob) -> str | None:

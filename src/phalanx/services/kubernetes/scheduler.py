@@ -17,7 +17,11 @@ decisions through the API:
    copied into annotations); this scheduler binds each to its placement's node through ``pods/binding``, and
    only once every placed Pod of the gang exists, so a gang's Pods are bound together or not at all. (The Pod
    of a gang of one, a job with a single placed replica, is created on its node by the operator: there is
-   nothing to wait for, and a Pod that has its node is never bound again.)
+   nothing to wait for, and a Pod that has its node is never bound again.) A Pod that claims its GPUs through
+   Dynamic Resource Allocation (the operator's ``--gpu-allocation dra``) is always bound here: first its claim
+   is allocated exactly the devices of its placement and reserved for it (``_allocate_claim``,
+   ``adapters.kubernetes.dra``), as kube-scheduler does before it binds, so the DRA driver on the node prepares
+   the GPUs Phalanx chose.
 
 3. **Quotas and preemption**, decided by the scheduling pass the embedded runtime and the simulator run
    (``core.scheduling.passes``): the cycle gives it one ``QueueQuota`` per Queue object (cluster-scoped; quota,
@@ -52,12 +56,15 @@ from datetime import datetime
 from typing import Any
 
 from phalanx.adapters.clock import Clock, SystemClock
+from phalanx.adapters.kubernetes import dra
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
     JOBTYPES,
     NODES,
     PODS,
     QUEUES,
+    RESOURCECLAIMS,
+    RESOURCESLICES,
     TRAININGJOBS,
     ConflictError,
     KubeApi,
@@ -222,6 +229,8 @@ class KubeScheduler:
         self._attained = AttainedService()  # GPU-seconds of earlier runs and the time-slicing bands, across cycles
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
+        self._slices: Informer | None = None  # ResourceSlices, cached once a Pod claims GPUs (``_resource_slices``)
+        self._claim_problems: dict[str, str] = {}  # pod uid -> why its claim cannot be allocated, as last logged
         self._lock = threading.Lock()
         self.events = EventBudget(clock=self.clock.monotonic)
         self.ready = threading.Event()
@@ -649,7 +658,7 @@ class KubeScheduler:
             return 0
         with self._lock:
             binding = set(self._binding)
-        to_bind: list[tuple[dict[str, Any], str]] = []
+        to_bind: list[tuple[dict[str, Any], ReplicaPlacement]] = []
         for _, job in jobs:
             if job.metadata.uid not in waiting:
                 continue
@@ -667,6 +676,8 @@ class KubeScheduler:
                 gang.append((pod, placement))
             if not complete:
                 continue  # bind a gang only once every placed Pod exists
+            if any(dra.pod_gets_claim(pod) and dra.pod_claim_name(pod) is None for pod, _ in gang):
+                continue  # kube-controller-manager has not made every GPU claim yet: its Pod update wakes a cycle
             for pod, placement in gang:
                 meta, spec = pod["metadata"], pod.get("spec") or {}
                 if (
@@ -676,18 +687,22 @@ class KubeScheduler:
                     or str(meta.get("uid")) in binding
                 ):
                     continue
-                to_bind.append((pod, placement.node))
+                to_bind.append((pod, placement))
         if not to_bind:
             return 0
         with self._lock:
-            for pod, node in to_bind:
-                self._binding[str(pod["metadata"]["uid"])] = node
+            for pod, placement in to_bind:
+                self._binding[str(pod["metadata"]["uid"])] = placement.node
         results = list(self._pool.map(lambda item: self._bind(*item), to_bind))
         return sum(results)
 
-    def _bind(self, pod: dict[str, Any], node: str) -> bool:
-        meta = pod["metadata"]
+    def _bind(self, pod: dict[str, Any], placement: ReplicaPlacement) -> bool:
+        meta, node = pod["metadata"], placement.node
         try:
+            if dra.pod_gets_claim(pod) and not self._allocate_claim(pod, placement):
+                with self._lock:
+                    self._binding.pop(str(meta.get("uid")), None)
+                return False
             self.api.bind(meta["namespace"], meta["name"], node, uid=meta.get("uid"))
         except KubeApiError as error:
             with self._lock:
@@ -697,6 +712,59 @@ class KubeScheduler:
             return False
         log.debug("bound %s/%s to %s", meta["namespace"], meta["name"], node)
         return True
+
+    def _allocate_claim(self, pod: dict[str, Any], placement: ReplicaPlacement) -> bool:
+        """Allocate the Pod's GPU claim the devices of its placement and reserve it for the Pod; False if it cannot.
+
+        As kube-scheduler does before it binds: the delete-protection finalizer, then the allocation and the
+        reservation in one status write. False (and a warning, once per Pod and reason) when the node's slices
+        lack a device.
+
+        A claim already allocated for this Pod (a bind that failed after it, or a scheduler killed in between) is
+        left as it is.
+
+        Raises:
+            KubeApiError: a read or write failed.
+
+        """
+        meta = pod["metadata"]
+        namespace, uid = str(meta["namespace"]), str(meta.get("uid"))
+        claim_name = dra.pod_claim_name(pod)
+        driver = str((meta.get("annotations") or {}).get(dra.ANNOTATION_DRIVER) or dra.DEFAULT_DRIVER)
+        claim = self.api.get(RESOURCECLAIMS, str(claim_name), namespace)
+        if dra.allocated_devices(claim) and dra.reserved_for(claim, uid):
+            return True
+        node = next((n for n in self._parsed_nodes.current() if n.metadata.name == placement.node), None)
+        gpus = {gpu.index: gpu for gpu in node.status.gpus} if node is not None else {}
+        try:
+            devices = dra.devices_for(self._resource_slices(), placement.node, driver, gpus, placement.gpus)
+        except dra.AllocationError as error:
+            if self._claim_problems.get(uid) != str(error):
+                self._claim_problems[uid] = str(error)
+                log.warning("pod %s/%s not bound: %s", namespace, meta["name"], error)
+            return False
+        self._claim_problems.pop(uid, None)
+        protect = dra.finalizer_patch(claim)
+        if protect is not None:
+            self.api.patch(RESOURCECLAIMS, str(claim_name), protect, namespace)
+        body = dra.allocation_patch(devices, placement.node, str(meta["name"]), uid)
+        self.api.patch(RESOURCECLAIMS, str(claim_name), body, namespace, subresource="status")
+        log.debug("claim %s/%s allocated %s", namespace, claim_name, [ref.device for ref in devices])
+        return True
+
+    def _resource_slices(self) -> list[dict[str, Any]]:
+        """Every ResourceSlice, from a cache started the first time a Pod claims GPUs (none without DRA)."""
+        with self._lock:
+            informer = self._slices
+            if informer is None:
+                informer = self._slices = Informer(self.api, RESOURCESLICES, signal=self.signal)
+                self._informers.append(informer)
+                starting = True
+            else:
+                starting = False
+        if starting:
+            start_synced([informer], 30.0)
+        return informer.items()
 
     def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
         if not self.events.allow(warning=warning):
