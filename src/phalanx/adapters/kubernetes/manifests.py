@@ -47,6 +47,11 @@ from phalanx.model.scheduler_config import SchedulerConfiguration
 
 DEFAULT_NAMESPACE = "phalanx-system"
 DEFAULT_CACHE_DIR = DATASET_MOUNT_PATH  # the node agents' hostPath
+#: How replicas get their GPUs (the operator's ``--gpu-allocation``), and whether node agents publish them as
+#: ResourceSlices (``--resource-slices``): set from the install, or the chart's ``gpuAllocation`` values.
+GPU_ALLOCATION_ENV = "PHALANX_GPU_ALLOCATION"
+RESOURCE_SLICES_ENV = "PHALANX_RESOURCE_SLICES"
+GPU_ALLOCATIONS = ("device-plugin", "dra")
 #: Where a node agent sees its kubelet's configuration file (``InstallParameters.kubelet_config``).
 KUBELET_CONFIG_MOUNT = "/etc/phalanx/kubelet/config.yaml"
 DATASET_STORE_PATH = "/var/lib/phalanx/datasets"  # where the dataset store's claim is mounted in the containers
@@ -105,6 +110,11 @@ class InstallParameters:
         kubelet_config: the kubelet's configuration file on every node (e.g. ``/var/lib/kubelet/config.yaml``):
             mounted read-only into the node agents (a hostPath), which report its CPU and topology manager
             policies (docs/kubernetes.md#cpu-pinning-and-numa-alignment); None: not reported.
+        gpu_allocation: how replicas get GPUs (the operator's ``$PHALANX_GPU_ALLOCATION``): ``dra``, claims
+            phalanx-scheduler allocates exactly; ``device-plugin``, ``nvidia.com/gpu`` (docs/kubernetes.md#gpus-
+            through-dynamic-resource-allocation).
+        resource_slices: the node agents publish their GPUs as ResourceSlices (``$PHALANX_RESOURCE_SLICES``),
+            for ``dra`` on nodes where no DRA driver does.
     """
 
     image: str
@@ -116,6 +126,8 @@ class InstallParameters:
     storage_secret: str = OPERATOR_STORAGE_SECRET
     artifact_claim: str | None = None
     kubelet_config: str | None = None
+    gpu_allocation: str = "device-plugin"
+    resource_slices: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -655,6 +667,7 @@ def operator_deployment(parameters: InstallParameters) -> dict[str, Any]:
         {"name": "PHALANX_SCHEDULER_NAME", "value": SCHEDULER_NAME},
         {"name": JOB_SCHEDULER_ENV, "value": parameters.default_job_scheduler},
         {"name": KUBEFLOW_KINDS_ENV, "value": "true" if parameters.kubeflow_kinds else "false"},
+        {"name": GPU_ALLOCATION_ENV, "value": parameters.gpu_allocation},
         {"name": "PHALANX_STATE_DIR", "value": OPERATOR_STATE_PATH},
         _secret_env("PHALANX_SWEEP_STORAGE", parameters.storage_secret, "sweep-storage"),
         _secret_env("PHALANX_ARTIFACT_STORE", parameters.storage_secret, "artifact-store"),
@@ -757,6 +770,7 @@ def node_agent_daemonset(parameters: InstallParameters) -> dict[str, Any]:
         _field_env("NODE_NAME", "spec.nodeName"),
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
         {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+        {"name": RESOURCE_SLICES_ENV, "value": "true" if parameters.resource_slices else "false"},
     ]
     spec = _pod_spec(NODE_AGENT, parameters.image, env)
     # On a real node the kubelet resets allocatable to capacity at every status update and the NVIDIA device

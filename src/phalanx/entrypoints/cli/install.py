@@ -48,6 +48,23 @@ def install(
             "pinning). The install namespace then enforces the privileged Pod Security level (a hostPath).",
         ),
     ] = "",
+    gpu_allocation: Annotated[
+        str,
+        typer.Option(
+            "--gpu-allocation",
+            help="How replicas get their GPUs: dra (a ResourceClaim phalanx-scheduler allocates exactly the GPUs it "
+            "chose, which the node's DRA driver prepares) or device-plugin (nvidia.com/gpu: the node picks them). "
+            "docs/kubernetes.md, GPUs through Dynamic Resource Allocation.",
+        ),
+    ] = "device-plugin",
+    resource_slices: Annotated[
+        bool,
+        typer.Option(
+            "--resource-slices",
+            help="The node agents publish their node's GPUs as ResourceSlices, for --gpu-allocation dra on nodes "
+            "where no DRA driver (NVIDIA's) does.",
+        ),
+    ] = False,
     no_workloads: Annotated[
         bool,
         typer.Option(
@@ -80,6 +97,8 @@ def install(
         kubeflow_kinds=kubeflow_kinds,
         workloads=not no_workloads,
         kubelet_config=kubelet_config,
+        gpu_allocation=gpu_allocation,
+        resource_slices=resource_slices,
     )
     if namespace is not None:
         request = dataclasses.replace(request, namespace=namespace)

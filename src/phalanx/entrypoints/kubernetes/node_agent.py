@@ -32,6 +32,7 @@ from phalanx.adapters.devices.nvml import APPLICATION_XIDS
 from phalanx.adapters.kubernetes import dra
 from phalanx.adapters.kubernetes.api import KubeApiError
 from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
+from phalanx.adapters.kubernetes.manifests import RESOURCE_SLICES_ENV
 from phalanx.adapters.kubernetes.rendering import SAMPLE_MOUNT_PATH
 from phalanx.entrypoints.kubernetes.common import (
     StartError,
@@ -130,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--resource-slices",
         action=argparse.BooleanOptionalAction,
-        default=os.environ.get("PHALANX_RESOURCE_SLICES", "").lower() == "true",
+        default=os.environ.get(RESOURCE_SLICES_ENV, "").lower() == "true",
         help="publish the node's GPUs as a ResourceSlice of --dra-driver, for phalanx-operator --gpu-allocation dra "
         "where no DRA driver publishes them (default: $PHALANX_RESOURCE_SLICES == true)",
     )

@@ -34,7 +34,7 @@ from types import FrameType
 from phalanx.adapters.kubernetes import dra
 from phalanx.adapters.kubernetes.api import KubeApiError
 from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
-from phalanx.adapters.kubernetes.manifests import KUBEFLOW_KINDS_ENV
+from phalanx.adapters.kubernetes.manifests import GPU_ALLOCATION_ENV, GPU_ALLOCATIONS, KUBEFLOW_KINDS_ENV
 from phalanx.adapters.kubernetes.rendering import DEFAULT_SCHEDULER_NAME
 from phalanx.entrypoints.kubernetes.common import (
     StartError,
@@ -141,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--gpu-allocation",
-        choices=("device-plugin", "dra"),
-        default=os.environ.get("PHALANX_GPU_ALLOCATION") or "device-plugin",
+        choices=GPU_ALLOCATIONS,
+        default=os.environ.get(GPU_ALLOCATION_ENV) or "device-plugin",
         help="how replicas get their GPUs: dra: a ResourceClaim whose devices phalanx-scheduler allocates, so the "
         "node prepares exactly the GPUs Phalanx chose; device-plugin: nvidia.com/gpu, the node's device plugin "
         "picks them (default: $PHALANX_GPU_ALLOCATION, else device-plugin)",

@@ -31,6 +31,8 @@ from phalanx.adapters.kubernetes.crds import KINDS
 from phalanx.adapters.kubernetes.kubeflow_crds import KUBEFLOW_CRDS, kubeflow_custom_resource_definitions
 from phalanx.adapters.kubernetes.manifests import (
     DEFAULT_CACHE_DIR,
+    GPU_ALLOCATION_ENV,
+    GPU_ALLOCATIONS,
     HEALTH_PORT,
     HEALTH_PORT_ENV,
     KUBEFLOW_KINDS_ENV,
@@ -38,6 +40,7 @@ from phalanx.adapters.kubernetes.manifests import (
     NODE_AGENT,
     OPERATOR,
     OPERATOR_STORAGE_SECRET,
+    RESOURCE_SLICES_ENV,
     SCHEDULER,
     SCHEDULER_CONFIG_FILE,
     SCHEDULER_CONFIG_HASH,
@@ -169,6 +172,10 @@ def _template_workload(workload: dict[str, Any], key: str, tokens: _Tokens) -> N
             variable["value"] = tokens.scalar("{{ .Values.metrics.access | quote }}")
         if variable["name"] == KUBEFLOW_KINDS_ENV:
             variable["value"] = tokens.scalar("{{ .Values.kubeflowKinds.enabled | quote }}")
+        if variable["name"] == GPU_ALLOCATION_ENV:
+            variable["value"] = tokens.scalar("{{ .Values.gpuAllocation.mode | quote }}")
+        if variable["name"] == RESOURCE_SLICES_ENV:
+            variable["value"] = tokens.scalar("{{ .Values.gpuAllocation.resourceSlices | quote }}")
     annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
     if SCRAPE_PORT_ANNOTATION in annotations:
         annotations[SCRAPE_PORT_ANNOTATION] = tokens.scalar('"{{ .Values.healthPort }}"')
@@ -464,6 +471,7 @@ def default_values() -> dict[str, Any]:
     values["datasets"] = {"storeClaim": "", "cacheDir": DEFAULT_CACHE_DIR}
     values["defaultJobScheduler"] = ""
     values["kubeflowKinds"] = {"enabled": False}
+    values["gpuAllocation"] = {"mode": "device-plugin", "resourceSlices": False}
     values["storage"] = {"secret": OPERATOR_STORAGE_SECRET}
     server = server_deployment("unused", "unused")["spec"]["template"]["spec"]
     values["server"] = {
@@ -506,6 +514,10 @@ _COMMENTS = {
     "kubeflowKinds": "Serve the Kubeflow kinds (PyTorchJob, TFJob, XGBoostJob, JAXJob, PaddleJob, MPIJob, TrainJob\n"
     "and its runtimes) and let the operator run them, so `kubectl apply -f` of one works (docs/kubeflow.md).\n"
     "Not on a cluster where Kubeflow's own operators serve those kinds: the install is then refused.",
+    "gpuAllocation": "How replicas get their GPUs (docs/kubernetes.md#gpus-through-dynamic-resource-allocation):\n"
+    "mode dra gives each GPU replica a ResourceClaim that phalanx-scheduler allocates exactly the GPUs it chose,\n"
+    "which the node's DRA driver (NVIDIA's) prepares; device-plugin asks for nvidia.com/gpu and the node picks.\n"
+    "resourceSlices: the node agents publish their GPUs as ResourceSlices, where no DRA driver does.",
     "storage": "Where the operator keeps the sweeps' studies, the pipelines' artifacts and the job history: the\n"
     "Secret (in the release namespace, optional) whose keys sweep-storage (an Optuna storage URL, e.g. PostgreSQL),\n"
     "artifact-store (a directory or s3:// / gs:// URL) and history-url (the job history's PostgreSQL URL) name\n"
@@ -589,6 +601,9 @@ def values_schema() -> dict[str, Any]:
                 "pattern": "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
             },
             "kubeflowKinds": closed({"enabled": {"type": "boolean"}}),
+            "gpuAllocation": closed(
+                {"mode": {"type": "string", "enum": list(GPU_ALLOCATIONS)}, "resourceSlices": {"type": "boolean"}}
+            ),
             "server": closed({"enabled": {"type": "boolean"}, **placement}),
             "artifacts": closed(
                 {

@@ -14,6 +14,7 @@ from phalanx.adapters.kubernetes.crds import KINDS, custom_resource_definition, 
 from phalanx.adapters.kubernetes.kubeflow_crds import KUBEFLOW_CRDS, kubeflow_custom_resource_definitions
 from phalanx.adapters.kubernetes.manifests import (
     DEFAULT_NAMESPACE,
+    GPU_ALLOCATIONS,
     InstallParameters,
     install_manifests,
     render_yaml,
@@ -49,6 +50,8 @@ class InstallRequest:
         workloads: the operator's and scheduler's Deployments and the node agents' DaemonSet; without them, the
             components run as processes elsewhere (docs/kubernetes.md, running the components as processes).
         kubelet_config: the kubelet's configuration file on every node, mounted into the node agents ('': not).
+        gpu_allocation: ``dra`` (ResourceClaims phalanx-scheduler allocates) or ``device-plugin``.
+        resource_slices: the node agents publish their node's GPUs as ResourceSlices (no DRA driver there).
     """
 
     namespace: str = DEFAULT_NAMESPACE
@@ -58,6 +61,8 @@ class InstallRequest:
     kubeflow_kinds: bool = False
     workloads: bool = True
     kubelet_config: str = ""
+    gpu_allocation: str = "device-plugin"
+    resource_slices: bool = False
 
 
 #: What ``--no-workloads`` leaves out: the components' Deployments and DaemonSet.
@@ -87,12 +92,19 @@ def render_install(request: InstallRequest) -> str:
             f"--kubelet-config {request.kubelet_config!r} must be the file's absolute path on the nodes, e.g. "
             "/var/lib/kubelet/config.yaml"
         )
+    if request.gpu_allocation not in GPU_ALLOCATIONS:
+        raise ValueError(
+            f"--gpu-allocation {request.gpu_allocation!r}: choose one of {', '.join(GPU_ALLOCATIONS)} "
+            "(docs/kubernetes.md#gpus-through-dynamic-resource-allocation)"
+        )
     parameters = InstallParameters(
         image=image,
         namespace=request.namespace,
         default_job_scheduler=request.default_job_scheduler,
         kubeflow_kinds=request.kubeflow_kinds,
         kubelet_config=request.kubelet_config or None,
+        gpu_allocation=request.gpu_allocation,
+        resource_slices=request.resource_slices,
     )
     documents = install_manifests(parameters)
     if not request.workloads:
