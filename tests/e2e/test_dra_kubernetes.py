@@ -18,6 +18,8 @@ The two nodes are alike: 8 GPUs, 0-3 on NUMA node 0 and 4-7 on NUMA node 1, NVLi
   node; kube-scheduler's first-fit allocator, which knows no topology, hands out pairs without NVLink.
 - A deleted job's claims are deallocated and deleted by kube-controller-manager (the finalizer does not strand
   them).
+- A GPU kube-scheduler's claim holds on Phalanx's node is held for phalanx-scheduler too: a job that would need
+  it waits until that Pod is gone, then gets it.
 """
 
 from __future__ import annotations
@@ -244,6 +246,29 @@ def test_claims_get_the_placements_gpus_and_phalanx_keeps_nvlink_pairs_where_kub
 
     # A deleted job's claim is deallocated and deleted once its Pod is gone.
     (pod,) = kube.get(f"{pods_path}?labelSelector=phalanx.dev/job=one")["items"]
+    freed = allocated(claim_of(kube, pod))
     claim_path = f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{claim_of(kube, pod)['metadata']['name']}"
     kube.request("DELETE", f"{jobs_path}/one")
     wait_until(lambda: not kube.exists(claim_path), 90, "the deleted job's claim gone")
+
+    # kube-scheduler takes the freed GPU on Phalanx's node: phalanx-scheduler sees that claim's device as held
+    # and gives it to nobody else; a 1-GPU job waits, saying why, instead of sharing it.
+    kube.create(pods_path, plain_pod("peer-on-a", node_a, "gpus-1"))
+    taken = wait_until(
+        lambda: (p := kube.get(f"{pods_path}/peer-on-a"))["spec"].get("nodeName") and allocated(claim_of(kube, p)),
+        90,
+        "kube-scheduler allocating the freed GPU",
+    )
+    assert taken == freed
+    kube.create(jobs_path, pinned(gpu_job("late", model, gpus=1), node_a))
+    late = kube.wait_for(
+        f"{jobs_path}/late",
+        lambda j: "GPU" in str((j.get("status") or {}).get("message") or ""),
+        60,
+        "the late job waiting, saying why",
+    )
+    assert late["status"]["phase"] == "Queued", late["status"]
+    assert kube.get(f"{pods_path}?labelSelector=phalanx.dev/job=late")["items"] == []
+    kube.request("DELETE", f"{pods_path}/peer-on-a")
+    (bound,) = bound_pods(kube, namespace, "phalanx.dev/job=late", 1)
+    assert allocated(claim_of(kube, bound)) == freed, "the GPU went to the waiting job once kube-scheduler's Pod left"

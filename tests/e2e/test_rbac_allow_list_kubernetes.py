@@ -55,7 +55,7 @@ ALLOWED: dict[str, dict[tuple[str, str], set[str]]] = {
         (f"queues.{PHALANX}/status", ""): {"update"},
         # DRA: GPU claims allocated the placement's devices, from the nodes' ResourceSlices
         ("resourceslices.resource.k8s.io", ""): {"list", "watch"},
-        ("resourceclaims.resource.k8s.io", ""): {"get", "patch"},
+        ("resourceclaims.resource.k8s.io", ""): READ | {"patch"},
         ("resourceclaims.resource.k8s.io/status", ""): {"patch"},
         ("resourceclaims.resource.k8s.io/binding", ""): {"patch"},
         ("events", ""): {"create", "patch"},

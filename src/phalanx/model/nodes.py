@@ -56,6 +56,7 @@ class GpuInfo(ApiModel):
 
     index: int = Field(ge=0, le=MAX_GPU_INDEX)
     uuid: str = ""
+    pci_bus_id: str = Field(default="", max_length=32, description="its PCI address, e.g. 0000:07:00.0; empty: unknown")
     model: str = "unknown"
     memory: int = Field(default=0, ge=0, le=MAX_NODE_MEMORY, description="bytes of device memory")
     numa: int = Field(default=0, ge=0, le=MAX_CPU_ID)

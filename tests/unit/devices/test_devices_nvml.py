@@ -175,6 +175,8 @@ def test_nvlink_pairs_numa_and_names(monkeypatch: pytest.MonkeyPatch, fake_sys: 
     assert [gpu.numa for gpu in found] == [0, 0, 1, 0]  # numa_node -1 maps to 0
     assert [gpu.nvlinks for gpu in found] == [{1: 2}, {0: 2}, {3: 4}, {2: 4}]
     assert all(gpu.memory == 80 * GIB and gpu.healthy for gpu in found)
+    # The PCI address a DRA slice publishes (resource.kubernetes.io/pciBusID), in sysfs's form.
+    assert [gpu.pci_bus_id for gpu in found] == ["0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0"]
     assert module.state["initialised"] == 0  # every nvmlInit was paired with nvmlShutdown
 
 

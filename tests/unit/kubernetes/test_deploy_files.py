@@ -63,3 +63,20 @@ def test_the_kubelet_configuration_is_mounted_into_the_node_agents_and_the_names
 def test_a_relative_kubelet_configuration_path_is_refused_naming_the_option() -> None:
     with pytest.raises(ValueError, match=r"--kubelet-config 'config\.yaml' must be the file's absolute path"):
         render_install(InstallRequest(kubelet_config="config.yaml"))
+
+
+def test_dra_is_chosen_for_the_operator_and_slices_for_the_agents_by_the_install() -> None:
+    def env_of(request: InstallRequest, kind: str) -> dict[str, str]:
+        documents = [d for d in yaml.safe_load_all(render_install(request)) if d]
+        [workload] = [d for d in documents if d["kind"] == kind and "agent" in d["metadata"]["name"]] or [
+            d for d in documents if d["kind"] == kind and d["metadata"]["name"] == "phalanx-operator"
+        ]
+        return {v["name"]: v.get("value", "") for v in workload["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    assert env_of(InstallRequest(), "Deployment")["PHALANX_GPU_ALLOCATION"] == "device-plugin"
+    assert env_of(InstallRequest(), "DaemonSet")["PHALANX_RESOURCE_SLICES"] == "false"
+    chosen = InstallRequest(gpu_allocation="dra", resource_slices=True)
+    assert env_of(chosen, "Deployment")["PHALANX_GPU_ALLOCATION"] == "dra"
+    assert env_of(chosen, "DaemonSet")["PHALANX_RESOURCE_SLICES"] == "true"
+    with pytest.raises(ValueError, match="--gpu-allocation 'claims': choose one of device-plugin, dra"):
+        render_install(InstallRequest(gpu_allocation="claims"))

@@ -34,6 +34,7 @@ def paired(count: int = 4, *, uuids: bool = False) -> list[GpuInfo]:
         GpuInfo(
             index=i,
             uuid=f"GPU-{i}" if uuids else "",
+            pci_bus_id=f"0000:{i + 7:02x}:00.0" if uuids else "",
             model="L40S",
             memory=48 * 2**30,
             numa=i // (count // 2),
@@ -58,6 +59,7 @@ def test_a_slice_lists_every_gpu_with_numa_nvlink_health_and_memory_in_nvidias_s
     assert gpu2 == {
         "index": 2,
         "uuid": "GPU-2",
+        "resource.kubernetes.io/pciBusID": "0000:09:00.0",
         "productName": "L40S",
         "phalanx.dev/numaNode": 1,
         "phalanx.dev/nvlinkPeers": "3",
@@ -313,3 +315,22 @@ def test_the_agent_publishes_its_slice_once_and_a_new_generation_only_when_a_gpu
     published = api.get(RESOURCESLICES, "n1-gpu.nvidia.com")
     assert published["spec"]["pool"]["generation"] == 2
     assert values(published["spec"]["devices"][1])["phalanx.dev/healthy"] is False
+
+
+def test_the_gpus_another_schedulers_claim_holds_are_found_by_uuid_index_or_name() -> None:
+    by_uuid = dra.render_resource_slice("n1", paired(uuids=True))
+    for device in by_uuid["spec"]["devices"]:
+        device["name"] = f"dev-{values(device)['uuid']}"
+        del device["attributes"]["index"]
+    gpus = {gpu.index: gpu for gpu in paired(uuids=True)}
+    refs = [dra.DeviceRef("gpu.nvidia.com", "n1", "dev-GPU-3"), dra.DeviceRef("gpu.nvidia.com", "n1", "dev-GPU-0")]
+    assert dra.gpu_indices([by_uuid], "n1", gpus, refs) == [0, 3]
+    # Without a slice naming it: a device gpu-<n> of the node's pool is GPU n; anything else is not a GPU we know.
+    named = [dra.DeviceRef("gpu.nvidia.com", "n1", "gpu-2"), dra.DeviceRef("other.example.com", "n1", "nic-0")]
+    assert dra.gpu_indices([], "n1", {}, named) == [2]
+    assert dra.gpu_indices([], "n2", {}, named[:1]) == []
+    pod = {
+        "spec": {"resourceClaims": [{"name": "a", "resourceClaimName": "shared"}, {"name": "b"}]},
+        "status": {"resourceClaimStatuses": [{"name": "b", "resourceClaimName": "pod-b-x"}]},
+    }
+    assert dra.pod_claim_names(pod) == ["shared", "pod-b-x"]

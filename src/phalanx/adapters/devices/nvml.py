@@ -233,6 +233,7 @@ def _discover(pynvml: ModuleType, sys_root: Path) -> list[GpuInfo]:
         gpus[index] = GpuInfo(
             index=index,
             uuid=uuid,
+            pci_bus_id=normalize_bus_id(bus_ids[index]),
             model="-".join(name.split()) or "unknown",
             memory=memory,
             numa=pci_numa_node(bus_ids[index], sys_root),

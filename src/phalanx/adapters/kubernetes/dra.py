@@ -8,10 +8,10 @@ how Phalanx's choice of GPUs (NVLink, NUMA, health) is enforced on a node. Three
 - **The node agent** publishes its node's GPUs as one ResourceSlice (``render_resource_slice``) where no DRA
   driver publishes them (a kwok node, or a node whose GPUs NVIDIA's driver does not serve), in the shape of
   NVIDIA's driver (driver ``gpu.nvidia.com``, pool = the node's name, devices ``gpu-<index>``, attributes
-  ``index``, ``uuid``, ``productName``) plus what Phalanx schedules on and NVIDIA's driver does not publish:
-  ``phalanx.dev/numaNode``, ``phalanx.dev/nvlinkPeers`` (``"1,3"``), ``phalanx.dev/nvlinkIsland`` (the
-  lowest index of the GPUs reachable over NVLink, equal for GPUs that can talk over NVLink) and
-  ``phalanx.dev/healthy``; capacity ``memory``.
+  ``index``, ``uuid``, ``productName``, ``resource.kubernetes.io/pciBusID``) plus what Phalanx schedules on
+  and NVIDIA's driver does not publish: ``phalanx.dev/numaNode``, ``phalanx.dev/nvlinkPeers`` (``"1,3"``),
+  ``phalanx.dev/nvlinkIsland`` (the lowest index of the GPUs reachable over NVLink, equal for GPUs that can
+  talk over NVLink) and ``phalanx.dev/healthy``; capacity ``memory``.
 - **The operator** gives every Pod of a role with whole GPUs a claim from a ResourceClaimTemplate of the job
   (``render_claim_template``: one request ``gpus``, ``count`` devices of the configured DeviceClass, owned by
   the job) instead of ``nvidia.com/gpu``; kube-controller-manager makes each Pod's claim from it and names it
@@ -48,6 +48,8 @@ DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 ANNOTATION_DRIVER = "phalanx.dev/dra-driver"
 ATTRIBUTE_DOMAIN = "phalanx.dev"
 MAX_DEVICES_PER_SLICE = 128  # the API server's limit
+#: Kubernetes' standard attribute of a device's PCI address (``0000:07:00.0``), as NVIDIA's driver publishes it.
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 
 
 class AllocationError(ValueError):
@@ -108,6 +110,8 @@ def _device(gpu: GpuInfo, island: int, healthy: bool) -> dict[str, Any]:
     }
     if gpu.uuid:
         attributes["uuid"] = {"string": gpu.uuid}
+    if gpu.pci_bus_id:
+        attributes[PCI_BUS_ID] = {"string": gpu.pci_bus_id}
     device: dict[str, Any] = {"name": device_name(gpu.index), "attributes": attributes}
     if gpu.memory:
         device["capacity"] = {"memory": {"value": str(gpu.memory)}}
@@ -271,6 +275,49 @@ def devices_for(
             raise AllocationError(f"node {node}'s ResourceSlices of {driver} have no device for GPU {index}")
         chosen.append(match)
     return chosen
+
+
+def gpu_indices(
+    slices: Iterable[Mapping[str, Any]], node: str, gpus: Mapping[int, GpuInfo], devices: Iterable[DeviceRef]
+) -> list[int]:
+    """The GPU indices of ``node`` that allocated ``devices`` are, the inverse of ``devices_for``.
+
+    A device of another node's pool, or of no GPU Phalanx knows, is left out.
+    """
+    index_of_uuid = {gpu.uuid: index for index, gpu in gpus.items() if gpu.uuid}
+    known: dict[tuple[str, str, str], int] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        if spec.get("nodeName") != node:
+            continue
+        pool = str((spec.get("pool") or {}).get("name"))
+        for device in slice_devices(item):
+            uuid, index = _attribute(device, "uuid"), _attribute(device, "index")
+            if isinstance(uuid, str) and uuid in index_of_uuid:
+                index = index_of_uuid[uuid]
+            if isinstance(index, int) and not isinstance(index, bool):
+                known[(str(spec.get("driver")), pool, str(device.get("name")))] = index
+    found = []
+    for ref in devices:
+        index = known.get((ref.driver, ref.pool, ref.device))
+        if index is None and ref.pool == node and ref.device.startswith("gpu-") and ref.device[4:].isdigit():
+            index = int(ref.device[4:])
+        if index is not None and index not in found:
+            found.append(index)
+    return sorted(found)
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """Every ResourceClaim a Pod uses, whatever their names in the Pod (made from templates once made)."""
+    names = [
+        str(c["resourceClaimName"])
+        for c in (pod.get("spec") or {}).get("resourceClaims") or []
+        if c.get("resourceClaimName")
+    ]
+    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if status.get("resourceClaimName"):
+            names.append(str(status["resourceClaimName"]))
+    return names
 
 
 def finalizer_patch(claim: Mapping[str, Any]) -> dict[str, Any] | None:

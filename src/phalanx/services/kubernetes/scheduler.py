@@ -70,8 +70,9 @@ from phalanx.adapters.kubernetes.api import (
     KubeApi,
     KubeApiError,
     NotFoundError,
+    Resource,
 )
-from phalanx.adapters.kubernetes.informer import Informer, Signal, start_synced
+from phalanx.adapters.kubernetes.informer import Informer, Signal, start_synced, wait_all_synced
 from phalanx.adapters.kubernetes.objects import (
     LABEL_JOB,
     dataset_from_object,
@@ -229,7 +230,7 @@ class KubeScheduler:
         self._attained = AttainedService()  # GPU-seconds of earlier runs and the time-slicing bands, across cycles
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
-        self._slices: Informer | None = None  # ResourceSlices, cached once a Pod claims GPUs (``_resource_slices``)
+        self._dra: dict[str, Informer] = {}  # ResourceSlices and ResourceClaims, once a Pod claims (``_dra_cache``)
         self._claim_problems: dict[str, str] = {}  # pod uid -> why its claim cannot be allocated, as last logged
         self._lock = threading.Lock()
         self.events = EventBudget(clock=self.clock.monotonic)
@@ -522,9 +523,11 @@ class KubeScheduler:
     ) -> list[tuple[ReplicaPlacement, ResourceVector]]:
         """``holdings_of`` over the Pods on nodes or being bound.
 
-        A job's Pod on its placement holds the placement; any other Pod holds its requests without named devices.
+        A job's Pod on its placement holds the placement; any other Pod holds its requests without named devices,
+        and the GPUs its DRA claims were allocated, by name (``_foreign_occupant``).
         """
         by_uid = {job.metadata.uid: job for _, job in jobs}
+        by_name = {node.metadata.name: node for node in nodes}
         with self._lock:
             binding = dict(self._binding)
         occupants = []
@@ -543,8 +546,29 @@ class KubeScheduler:
                 held = self._requests(job).get(name, ResourceVector())
                 occupants.append(Occupant(node, held, placement, (job.metadata.uid or "", name)))
             else:
-                occupants.append(Occupant(node, pod_requests(pod)))
+                occupants.append(self._foreign_occupant(pod, node, by_name.get(node)))
         return holdings_of((job for _, job in jobs), occupants, nodes, self._requests)
+
+    def _foreign_occupant(self, pod: dict[str, Any], node: str, known: Node | None) -> Occupant:
+        """What a Pod Phalanx did not place holds: its requests, and the GPUs its DRA claims were allocated.
+
+        A claim allocated by kube-scheduler (or any other) names its devices; they are held by index, so no
+        placement is given one of them. The claims and slices are cached from the first such Pod on.
+        """
+        requested = pod_requests(pod)
+        if not (pod.get("spec") or {}).get("resourceClaims"):
+            return Occupant(node, requested)
+        names = dra.pod_claim_names(pod)
+        claims = self._dra_cache(RESOURCECLAIMS)
+        namespace = str(pod["metadata"].get("namespace"))
+        refs = [ref for name in names for ref in dra.allocated_devices(claims.get(namespace, name) or {})]
+        gpus = {gpu.index: gpu for gpu in known.status.gpus} if known is not None else {}
+        indices = dra.gpu_indices(self._dra_cache(RESOURCESLICES).items(), node, gpus, refs) if refs else []
+        if not indices:
+            return Occupant(node, requested)
+        held = replace(requested, gpu=max(requested.gpu, len(indices)))
+        placement = ReplicaPlacement(node=node, gpus=indices)
+        return Occupant(node, held, placement, ("", str(pod["metadata"].get("uid"))))
 
     def _requests(self, job: TrainingJob) -> dict[str, ResourceVector]:
         """The job's replicas' requests by name, kept across cycles per (job uid, generation)."""
@@ -753,18 +777,28 @@ class KubeScheduler:
         return True
 
     def _resource_slices(self) -> list[dict[str, Any]]:
-        """Every ResourceSlice, from a cache started the first time a Pod claims GPUs (none without DRA)."""
+        """Every ResourceSlice (``_dra_cache``)."""
+        return self._dra_cache(RESOURCESLICES).items()
+
+    def _dra_cache(self, resource: Resource) -> Informer:
+        """The cache of ResourceSlices or ResourceClaims, started the first time a Pod claims devices.
+
+        A cluster without DRA never needs them. A slice or claim that changes wakes a cycle.
+
+        Raises:
+            KubeApiError: the cache did not fill in 30 s (the API server does not serve ``resource.k8s.io/v1``,
+                or a permission is missing).
+
+        """
         with self._lock:
-            informer = self._slices
+            informer = self._dra.get(resource.plural)
             if informer is None:
-                informer = self._slices = Informer(self.api, RESOURCESLICES, signal=self.signal)
+                informer = self._dra[resource.plural] = Informer(self.api, resource, signal=self.signal)
                 self._informers.append(informer)
-                starting = True
-            else:
-                starting = False
-        if starting:
-            start_synced([informer], 30.0)
-        return informer.items()
+                informer.start()
+        if not wait_all_synced([informer], 30.0):
+            raise KubeApiError(0, "NotSynced", f"the cache of {resource.plural} did not fill in 30s")
+        return informer
 
     def _event(self, job: TrainingJob, reason: str, message: str, *, warning: bool = False) -> None:
         if not self.events.allow(warning=warning):
