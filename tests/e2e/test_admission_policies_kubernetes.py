@@ -98,6 +98,45 @@ def test_a_node_agent_may_change_its_own_node_and_no_other(
     assert phalanx_installed.request("PATCH", f"/api/v1/nodes/{other}", LABEL_PATCH, headers=MERGE).is_success
 
 
+def slice_of(node: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}],
+        },
+    }
+
+
+def test_a_node_agent_may_publish_only_its_own_nodes_resource_slice(
+    phalanx_installed: Any, two_nodes: list[str], tmp_path: Path
+) -> None:
+    kube = phalanx_installed
+    own, other = two_nodes
+    slices = "/apis/resource.k8s.io/v1/resourceslices"
+    with client_as(kube, "phalanx-node-agent", tmp_path, node=own) as agent:
+        enforced(agent, "POST", slices, slice_of(other, f"{other}-probe"))
+        created = agent.post(slices, json=slice_of(own, f"{own}-gpu.nvidia.com"))
+        assert created.status_code == 201, created.text
+        body = created.json()
+        body["spec"]["pool"]["generation"] = 2
+        assert agent.put(f"{slices}/{own}-gpu.nvidia.com", json=body).status_code == 200
+        refused = agent.post(slices, json=slice_of(other, f"{other}-gpu.nvidia.com"))
+        assert refused.status_code == 403, refused.text
+        assert f"may change only its own Node, {own}, not a ResourceSlice of node {other}" in refused.json()["message"]
+        # A slice someone else published for the other node: the agent can neither rewrite nor delete it.
+        theirs = kube.create(slices, slice_of(other, f"{other}-gpu.nvidia.com"))
+        theirs["spec"]["devices"] = []
+        assert agent.put(f"{slices}/{other}-gpu.nvidia.com", json=theirs).status_code == 403
+        assert agent.delete(f"{slices}/{other}-gpu.nvidia.com").status_code == 403
+        assert agent.delete(f"{slices}/{own}-gpu.nvidia.com").status_code == 200
+    kube.request("DELETE", f"{slices}/{other}-gpu.nvidia.com")
+
+
 def test_the_operator_creates_only_what_a_training_job_controls(
     phalanx_installed: Any, namespace: str, tmp_path: Path
 ) -> None:

@@ -427,14 +427,22 @@ def admission_policies(namespace: str) -> list[dict[str, Any]]:
     which would let it write any; the operator needs ``create`` on pods in every namespace, which would let it
     create any Pod. Two ValidatingAdmissionPolicies narrow them:
 
-    - a node agent may change only the Node its token was issued on (``NODE_NAME_EXTRA``), and nothing when its
-      token names no node;
+    - a node agent may change only the Node its token was issued on (``NODE_NAME_EXTRA``) and that node's
+      ResourceSlices (``--resource-slices``), and nothing when its token names no node;
     - the operator may create Pods, Services, ConfigMaps, Secrets, PodGroups and ResourceClaimTemplates only when a
       TrainingJob controls them (so they are gone with it, and a stolen operator token cannot start a bare Pod).
     """
     agent = f"system:serviceaccount:{namespace}:{NODE_AGENT.account}"
     operator = f"system:serviceaccount:{namespace}:{OPERATOR.account}"
     node_name = f"request.userInfo.extra[{NODE_NAME_EXTRA!r}]"
+    # What the agent's request is about: a Node by its name; a ResourceSlice by the node it lists devices of (its
+    # old object for a delete; a slice of no node is no agent's to write).
+    target = (
+        "request.resource.resource == 'resourceslices' ? "
+        "(request.operation == 'DELETE' ? "
+        "(has(oldObject.spec.nodeName) ? oldObject.spec.nodeName : '') : "
+        "(has(object.spec.nodeName) ? object.spec.nodeName : '')) : object.metadata.name"
+    )
     agent_policy = {
         "failurePolicy": "Fail",
         "matchConstraints": {
@@ -444,12 +452,19 @@ def admission_policies(namespace: str) -> list[dict[str, Any]]:
                     "apiVersions": ["*"],
                     "operations": ["UPDATE"],
                     "resources": ["nodes", "nodes/status"],
-                }
+                },
+                {
+                    "apiGroups": ["resource.k8s.io"],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE", "DELETE"],
+                    "resources": ["resourceslices"],
+                },
             ]
         },
         "matchConditions": [{"name": "node-agent", "expression": f"request.userInfo.username == {agent!r}"}],
         "variables": [
-            {"name": "tokenNode", "expression": f"{NODE_NAME_EXTRA!r} in request.userInfo.extra ? {node_name}[0] : ''"}
+            {"name": "tokenNode", "expression": f"{NODE_NAME_EXTRA!r} in request.userInfo.extra ? {node_name}[0] : ''"},
+            {"name": "target", "expression": target},
         ],
         "validations": [
             {
@@ -459,10 +474,11 @@ def admission_policies(namespace: str) -> list[dict[str, Any]]:
                 "DaemonSet's Pod does (docs/security.md)",
             },
             {
-                "expression": "variables.tokenNode == '' || variables.tokenNode == object.metadata.name",
+                "expression": "variables.tokenNode == '' || variables.tokenNode == variables.target",
                 "reason": "Forbidden",
                 "messageExpression": "'a phalanx node agent may change only its own Node, ' + variables.tokenNode "
-                "+ ', not ' + object.metadata.name",
+                "+ ', not ' + (request.resource.resource == 'resourceslices' ? 'a ResourceSlice of node ' : '') "
+                "+ (variables.target == '' ? 'no node' : variables.target)",
             },
         ],
     }
