@@ -91,12 +91,24 @@ def test_any_openb_format_trace_gives_a_result_line_and_a_report(tmp_path: Path)
     assert "RESULT policy=auto" in (out / "report.md").read_text()
 
 
+def test_a_mix_drawn_from_the_trace_is_replayed(tmp_path: Path) -> None:
+    pods, nodes = write_trace(tmp_path)
+    done = phalanx("--pods", str(pods), "--nodes", str(nodes), "--seeds", "1-2", "--mix", "gpushare=80", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "mix gpushare80 (seed 1): 40 pods" in done.stderr
+    (auto,) = results(done.stdout).values()
+    plain = phalanx("--pods", str(pods), "--nodes", str(nodes), "--seeds", "1-2", cwd=tmp_path)
+    assert results(plain.stdout)["auto"] != auto, "the mix is another workload than the trace"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--seeds", "5-1"], "--seeds"),
         (["--policy", "tetris"], "--policy 'tetris'"),
         (["--nodes", "missing.csv"], "missing.csv"),
+        (["--mix", "sharing=40"], "--mix: mix 'sharing=40': write a kind and a percentage"),
+        (["--mix", "cpu=150"], "percent must be within 0..100"),
     ],
 )
 def test_bad_input_exits_2_and_names_the_fix(tmp_path: Path, args: list[str], message: str) -> None:

@@ -140,7 +140,8 @@ def _replica(pod: OpenbPod, position: int) -> ReplicaRequest:
         name=f"p{position}",
         role="pod",
         resources=ResourceVector(cpu_milli=pod.cpu_milli, memory=pod.memory_mib * MIB, gpu=whole, gpu_milli=share),
-        gpu_model=pod.gpu_spec[0] if len(pod.gpu_spec) == 1 else None,
+        # Alternatives (``V100M16|V100M32``) are one constraint: any of them, none else.
+        gpu_model="|".join(pod.gpu_spec) if pod.gpu_spec else None,
         pin_cpus=False,
     )
 

@@ -81,3 +81,13 @@ def test_an_empty_trace_or_a_cluster_without_gpus_is_refused() -> None:
     cpu_only = openb_cluster((OpenbNode("c0", 32000, 131072, 0, ""),))
     with pytest.raises(ValueError, match="no GPU"):
         run_fgd(cpu_only, PODS, policy="auto", seeds=[1])
+
+
+def test_a_pod_that_names_several_models_runs_only_on_those() -> None:
+    # 'P100|T4': no P100 here, so only the three T4 nodes' 6 GPUs of 18 can take these pods.
+    constrained = tuple(
+        OpenbPod(f"c{i}", 1000, 1024, 1, 1000, ("P100", "T4"), "LS", "Running", 0.0, None, 0.0) for i in range(4)
+    )
+    run = run_seed(openb_cluster(NODES), constrained, policy="auto", seed=3, shapes=trace_shapes(constrained))
+    assert max(run.allocation.values()) == pytest.approx(100 * 6 / 18)
+    assert run.failed == run.pods - 6

@@ -2,7 +2,8 @@
 
 Prints a table per policy and ends with one ``RESULT policy=… allocation_at_100=… allocation_at_130=…
 frag_at_80=…`` line per policy (means over the seeds); ``--out`` also writes a report directory (markdown, CSV
-and plots). Without ``--policy`` the placement Phalanx uses by default (``auto``) runs.
+and plots). Without ``--policy`` the placement Phalanx uses by default (``auto``) runs. ``--mix`` replays a mix
+drawn from the pod list instead (``phalanx.sim.mixes``: GPU-sharing-, multi-GPU-, CPU-heavy or model-constrained).
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ def fgd(
         float, typer.Option("--inflation", min=0.01, help="Stop when arrived GPU demand reaches this x capacity.")
     ] = 1.3,
     out: Annotated[Path | None, typer.Option("--out", help="Also write report.md, curves.csv and plots here.")] = None,
+    mix: Annotated[
+        str | None,
+        typer.Option(
+            "--mix",
+            help="Replay a mix drawn from --pods instead: gpushare=P (P % of the GPU demand shares GPUs), "
+            "multigpu=P (P % from multi-GPU pods), cpu=P (CPU-only pods ask P % of the cluster's CPU), "
+            "gpuspec=P (P % of GPU pods constrained to GPU models), as the FGD paper's trace variants.",
+        ),
+    ] = None,
+    mix_seed: Annotated[int, typer.Option("--mix-seed", help="The seed the mix is drawn with.")] = 1,
 ) -> None:
     """Replay the FGD inflation protocol (Weng et al., ATC'23) through Phalanx's scheduler and print RESULT lines."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -62,6 +73,7 @@ def fgd(
     from phalanx.entrypoints.cli.output import rich_console
     from phalanx.sim.clusters import openb_cluster
     from phalanx.sim.fgd import MAX_PERCENT, FgdResult, result_line, run_fgd, write_fgd_report
+    from phalanx.sim.mixes import Mix, make_mix
     from phalanx.sim.traces import TraceError, load_openb_nodes, load_openb_pods
 
     policies = policy or [DEFAULT_POLICY]
@@ -70,8 +82,16 @@ def fgd(
         fail(f"--policy {unknown[0]!r} is not a placement policy; use one of {', '.join(sorted(PLACEMENTS))}", 2)
     chosen_seeds = parse_seeds(seeds)
     try:
+        chosen_mix = Mix.parse(mix) if mix is not None else None
+    except ValueError as error:
+        fail(f"--mix: {error}", 2)
+    try:
         trace = load_openb_pods(pods)
-        cluster = openb_cluster(load_openb_nodes(nodes))
+        node_list = load_openb_nodes(nodes)
+        cluster = openb_cluster(node_list)
+        if chosen_mix is not None:
+            trace = tuple(make_mix(trace, chosen_mix, mix_seed, node_list))
+            rich_console(stderr=True).print(f"mix {chosen_mix.label} (seed {mix_seed}): {len(trace)} pods")
     except (TraceError, OSError, ValueError) as error:
         fail(str(error), 2)
     results: list[FgdResult] = []
