@@ -55,6 +55,7 @@ ALLOWED: dict[str, dict[tuple[str, str], set[str]]] = {
         (f"queues.{PHALANX}/status", ""): {"update"},
         # DRA: GPU claims allocated the placement's devices, from the nodes' ResourceSlices
         ("resourceslices.resource.k8s.io", ""): {"list", "watch"},
+        ("deviceclasses.resource.k8s.io", ""): {"list", "watch"},  # a claim of a class that does not exist waits
         ("resourceclaims.resource.k8s.io", ""): READ | {"patch"},
         ("resourceclaims.resource.k8s.io/status", ""): {"patch"},
         ("resourceclaims.resource.k8s.io/binding", ""): {"patch"},

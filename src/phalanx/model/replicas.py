@@ -95,7 +95,10 @@ class ReplicaObjectStatus(ApiModel):
     gpu_claim: str = Field(
         default="",
         max_length=253,
-        description="on Kubernetes with DRA: the ResourceClaim allocated exactly its placement's GPUs; empty: none",
+        description="on Kubernetes with DRA: the ResourceClaim that holds its GPUs; empty: none",
+    )
+    gpu_claim_allocated: bool = Field(
+        default=False, description="its ResourceClaim is allocated its placement's GPUs (its Pod is bound)"
     )
 
 

@@ -80,3 +80,10 @@ def test_dra_is_chosen_for_the_operator_and_slices_for_the_agents_by_the_install
     assert env_of(chosen, "DaemonSet")["PHALANX_RESOURCE_SLICES"] == "true"
     with pytest.raises(ValueError, match="--gpu-allocation 'claims': choose one of device-plugin, dra"):
         render_install(InstallRequest(gpu_allocation="claims"))
+
+
+def test_workload_options_without_the_workloads_are_refused_naming_where_they_go() -> None:
+    request = InstallRequest(workloads=False, gpu_allocation="dra", resource_slices=True)
+    with pytest.raises(ValueError, match="--gpu-allocation, --resource-slices configure the components'") as caught:
+        render_install(request)
+    assert "phalanx-operator --gpu-allocation dra" in str(caught.value)

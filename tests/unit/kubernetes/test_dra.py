@@ -9,7 +9,15 @@ import pytest
 
 from phalanx.adapters.devices.discovery import Discovered
 from phalanx.adapters.kubernetes import dra
-from phalanx.adapters.kubernetes.api import NODES, PODS, RESOURCECLAIMS, RESOURCESLICES, TRAININGJOBS
+from phalanx.adapters.kubernetes.api import (
+    DEVICECLASSES,
+    EVENTS,
+    NODES,
+    PODS,
+    RESOURCECLAIMS,
+    RESOURCESLICES,
+    TRAININGJOBS,
+)
 from phalanx.adapters.kubernetes.rendering import (
     RenderError,
     gpu_claim_template,
@@ -157,6 +165,7 @@ def test_a_replica_with_gpus_claims_them_from_its_roles_template_instead_of_coun
     assert template == "ddp-worker-gpus-01234567"
     assert pod["spec"]["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": template}]
     assert pod["metadata"]["annotations"][dra.ANNOTATION_DRIVER] == "gpu.nvidia.com"
+    assert pod["metadata"]["annotations"][dra.ANNOTATION_DEVICE_CLASS] == "gpu.nvidia.com"
     assert dra.pod_gets_claim(pod) and dra.pod_claim_name(pod) is None
     # A role without GPUs claims nothing; without DRA GPUs are counted as before.
     master = render_pod(trainingjob, jobtype, "master", 0, 0, dra_driver="gpu.nvidia.com")
@@ -217,7 +226,11 @@ def claiming_pod(name: str, claim: str | None) -> dict[str, Any]:
             "name": name,
             "namespace": "team-a",
             "labels": {"phalanx.dev/job": "ddp"},
-            "annotations": {"phalanx.dev/job-uid": "job-uid", dra.ANNOTATION_DRIVER: "gpu.nvidia.com"},
+            "annotations": {
+                "phalanx.dev/job-uid": "job-uid",
+                dra.ANNOTATION_DRIVER: "gpu.nvidia.com",
+                dra.ANNOTATION_DEVICE_CLASS: "gpu.nvidia.com",
+            },
         },
         "spec": {
             "schedulerName": "phalanx-scheduler",
@@ -245,6 +258,7 @@ def scheduler() -> Any:
     for device in published["spec"]["devices"]:
         device["name"] = f"dev-{values(device)['index']}"
     api.put(RESOURCESLICES, published)
+    api.put(DEVICECLASSES, {"metadata": {"name": "gpu.nvidia.com"}, "spec": {}})
     yield scheduler, api
     for informer in scheduler._informers:
         informer.stop()
@@ -277,7 +291,9 @@ def test_a_gang_waits_for_its_claims_then_each_claim_gets_exactly_its_placement_
         assert claim["metadata"]["finalizers"] == [dra.DELETE_PROTECTION]
 
 
-def test_a_claim_whose_devices_the_node_does_not_publish_keeps_its_pod_unbound(scheduler: Any) -> None:
+def test_a_gang_whose_one_claim_cannot_get_its_devices_is_not_bound_at_all_and_the_job_is_told(
+    scheduler: Any,
+) -> None:
     kube, api = scheduler
     job = admitted_job()
     job["status"]["placements"]["ddp-worker-0"]["gpus"] = [6, 7]  # beyond the four the slice lists
@@ -285,10 +301,30 @@ def test_a_claim_whose_devices_the_node_does_not_publish_keeps_its_pod_unbound(s
     for pod in ("ddp-worker-0", "ddp-worker-1"):
         api.put(RESOURCECLAIMS, {"metadata": {"name": f"{pod}-gpus-x", "namespace": "team-a"}, "spec": {}})
         kube.pods.observe(api.put(PODS, claiming_pod(pod, f"{pod}-gpus-x")))
-    assert kube.cycle().bound == 1
-    assert api.get(PODS, "ddp-worker-1", "team-a")["spec"].get("nodeName") == "n1"
-    assert not api.get(PODS, "ddp-worker-0", "team-a")["spec"].get("nodeName")
-    assert not dra.allocated_devices(api.get(RESOURCECLAIMS, "ddp-worker-0-gpus-x", "team-a"))
+    assert kube.cycle().bound == 0
+    kube.cycle()
+    kube.flush()
+    for pod in ("ddp-worker-0", "ddp-worker-1"):
+        assert not api.get(PODS, pod, "team-a")["spec"].get("nodeName"), "no half-bound gang"
+        assert not dra.allocated_devices(api.get(RESOURCECLAIMS, f"{pod}-gpus-x", "team-a"))
+    (event,) = [e for e in api.of(EVENTS) if e["reason"] == "GPUClaimsNotAllocated"]  # once, not every cycle
+    assert event["type"] == "Warning"
+    assert (
+        "no replica is bound: node n1's ResourceSlices of gpu.nvidia.com have no device for GPU 6" in event["message"]
+    )
+
+
+def test_a_claim_of_a_device_class_that_does_not_exist_is_not_allocated(scheduler: Any) -> None:
+    kube, api = scheduler
+    for pod in ("ddp-worker-0", "ddp-worker-1"):
+        api.put(RESOURCECLAIMS, {"metadata": {"name": f"{pod}-gpus-x", "namespace": "team-a"}, "spec": {}})
+        body = claiming_pod(pod, f"{pod}-gpus-x")
+        body["metadata"]["annotations"][dra.ANNOTATION_DEVICE_CLASS] = "gpu.example.com"
+        kube.pods.observe(api.put(PODS, body))
+    assert kube.cycle().bound == 0
+    kube.flush()
+    (event,) = [e for e in api.of(EVENTS) if e["reason"] == "GPUClaimsNotAllocated"]
+    assert "the DeviceClass gpu.example.com the GPU claims ask for does not exist" in event["message"]
 
 
 # -- the node agent's slice ------------------------------------------------------------------------------------
@@ -334,3 +370,19 @@ def test_the_gpus_another_schedulers_claim_holds_are_found_by_uuid_index_or_name
         "status": {"resourceClaimStatuses": [{"name": "b", "resourceClaimName": "pod-b-x"}]},
     }
     assert dra.pod_claim_names(pod) == ["shared", "pod-b-x"]
+
+
+def test_describe_says_gpus_are_enforced_only_when_every_claim_is_allocated() -> None:
+    from phalanx.adapters.kubernetes.objects import replica_from_pod
+    from phalanx.entrypoints.cli.render import DEVICES_ADVISORY, DEVICES_CLAIMED, devices_sentence
+
+    trainingjob = job(workers=2)
+    bound = claiming_pod("ddp-worker-0", "ddp-worker-0-gpus-x")
+    bound["spec"]["nodeName"] = "n1"
+    waiting = claiming_pod("ddp-worker-1", "ddp-worker-1-gpus-x")
+    replicas = [replica_from_pod(bound, trainingjob), replica_from_pod(waiting, trainingjob)]
+    sentence = devices_sentence(replicas)
+    assert "1 of 2 are not yet (ddp-worker-1)" in sentence and "GPUClaimsNotAllocated" in sentence
+    assert devices_sentence(replicas[:1]) == DEVICES_CLAIMED
+    counted = {"metadata": {"name": "ddp-worker-0", "labels": {}}, "spec": {"nodeName": "n1"}}
+    assert devices_sentence([replica_from_pod(counted, trainingjob)]) == DEVICES_ADVISORY

@@ -159,11 +159,16 @@ def test_xids_are_described() -> None:
 # -- inventories ------------------------------------------------------------------------------------------------------
 
 
-def test_the_inventory_node_of_our_name_or_the_only_one(tmp_path: Path) -> None:
+def test_the_inventory_node_of_our_name_or_the_only_one(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     dgx = ROOT / "examples" / "inventories" / "dgx-2socket-8gpu.yaml"
     two = ROOT / "examples" / "inventories" / "two-nodes-4gpu.yaml"
 
-    assert len(InventoryDiscovery(dgx, "any-name")().node.status.gpus) == 8
+    fallback = InventoryDiscovery(dgx, "any-name")
+    assert len(fallback().node.status.gpus) == 8
+    fallback()
+    # Said once: another agent reading the file reports the same GPUs, UUIDs included.
+    told = [r.getMessage() for r in caplog.records if "no node 'any-name' in the inventory" in r.getMessage()]
+    assert len(told) == 1 and "reporting its only node, 'dgx-0'" in told[0]
     with pytest.raises(SpecError, match="no node 'gpu-9' in the inventory"):
         InventoryDiscovery(two, "gpu-9")()
 

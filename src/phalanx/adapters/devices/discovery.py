@@ -67,6 +67,7 @@ class InventoryDiscovery:
     def __init__(self, path: Path, node_name: str) -> None:
         self.path = path
         self.node_name = node_name
+        self._told = False  # whether the fallback to the file's only node was logged
 
     def __call__(self) -> Discovered:
         """The inventory's node of our name, or its only node.
@@ -78,6 +79,15 @@ class InventoryDiscovery:
         chosen = next((node for node in nodes if node.metadata.name == self.node_name), None)
         if chosen is None and len(nodes) == 1:
             chosen = nodes[0]
+            if not self._told:
+                self._told = True
+                # Two agents reading one such file report the same GPUs (UUIDs included) for two nodes.
+                log.warning(
+                    "no node %r in the inventory %s: reporting its only node, %r",
+                    self.node_name,
+                    self.path,
+                    chosen.metadata.name,
+                )
         if chosen is None:
             names = ", ".join(node.metadata.name for node in nodes) or "none"
             message = f"no node {self.node_name!r} in the inventory (it has {names}); name one so, or keep one node"

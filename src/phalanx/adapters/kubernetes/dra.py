@@ -46,6 +46,8 @@ REQUEST_NAME = "gpus"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 #: The Pod annotation naming the DRA driver whose devices its claim must get (set by the operator).
 ANNOTATION_DRIVER = "phalanx.dev/dra-driver"
+#: ... and the DeviceClass its claim asks for, so the scheduler can tell a missing class before it allocates.
+ANNOTATION_DEVICE_CLASS = "phalanx.dev/dra-device-class"
 ATTRIBUTE_DOMAIN = "phalanx.dev"
 MAX_DEVICES_PER_SLICE = 128  # the API server's limit
 #: Kubernetes' standard attribute of a device's PCI address (``0000:07:00.0``), as NVIDIA's driver publishes it.
@@ -305,6 +307,12 @@ def gpu_indices(
         if index is not None and index not in found:
             found.append(index)
     return sorted(found)
+
+
+def pod_device_classes(pod: Mapping[str, Any]) -> list[str]:
+    """The DeviceClass the operator's GPU claim of the Pod asks for (from its annotation; [] when unknown)."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_DEVICE_CLASS)
+    return [str(value)] if value else []
 
 
 def pod_claim_names(pod: Mapping[str, Any]) -> list[str]:

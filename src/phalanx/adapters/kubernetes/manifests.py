@@ -347,7 +347,7 @@ def cluster_rules() -> dict[str, list[dict[str, Any]]]:
             # is bound, as kube-scheduler does: the devices from the nodes' ResourceSlices, the finalizer on the
             # claim, and its allocation and reservation, which Kubernetes 1.36 also authorizes as
             # resourceclaims/binding. Other schedulers' claims are watched: the GPUs they hold are not free.
-            _rule(["resource.k8s.io"], ["resourceslices"], ["list", "watch"]),
+            _rule(["resource.k8s.io"], ["resourceslices", "deviceclasses"], ["list", "watch"]),
             _rule(["resource.k8s.io"], ["resourceclaims"], [*READ, "patch"]),
             _rule(["resource.k8s.io"], ["resourceclaims/status", "resourceclaims/binding"], ["patch"]),
             events,

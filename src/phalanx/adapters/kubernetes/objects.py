@@ -376,6 +376,8 @@ def replica_from_pod(pod: Mapping[str, Any], job: TrainingJob) -> Replica:
             message=str(status.get("message") or reason or ""),
             last_output=pod_last_output(pod),
             gpu_claim=dra.pod_claim_name(pod) or "",
+            # phalanx-scheduler binds a Pod that claims GPUs only once its claim holds its placement's devices.
+            gpu_claim_allocated=bool(node and dra.pod_claim_name(pod)),
         ),
     )
 

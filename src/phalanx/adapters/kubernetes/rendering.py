@@ -278,6 +278,7 @@ def render_pod(
     pod_group: str | None = None,
     outputs_claim: str | None = None,
     dra_driver: str | None = None,
+    dra_device_class: str = dra.DEFAULT_DEVICE_CLASS,
 ) -> dict[str, Any]:
     """Render the Pod of one replica, for one attempt.
 
@@ -300,6 +301,7 @@ def render_pod(
         dra_driver: GPUs through Dynamic Resource Allocation: a replica with whole GPUs gets a claim from its
             role's ResourceClaimTemplate (``gpu_claim_template``) instead of ``nvidia.com/gpu``, whose devices
             phalanx-scheduler allocates from this driver's slices; None: the device plugin's counted GPUs.
+        dra_device_class: the DeviceClass the role's claim template asks for (annotated for the scheduler).
 
     Raises:
         RenderError: no image, no uid, a name that is not a DNS label, or a template that cannot be rendered.
@@ -361,6 +363,7 @@ def render_pod(
     claims_gpus = dra_driver is not None and resources.vector().gpu > 0
     if claims_gpus:
         annotations[dra.ANNOTATION_DRIVER] = str(dra_driver)
+        annotations[dra.ANNOTATION_DEVICE_CLASS] = dra_device_class
 
     mounts: list[dict[str, Any]] = [{"name": OUTPUTS_VOLUME, "mountPath": output_dir(job)}]
     volumes: list[dict[str, Any]] = [{"name": OUTPUTS_VOLUME, "emptyDir": {}}]

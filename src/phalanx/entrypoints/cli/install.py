@@ -17,7 +17,11 @@ def install(
     ] = False,
     crds_only: Annotated[
         bool,
-        typer.Option("--crds-only", help="Only the CustomResourceDefinitions (TrainingJob, JobType, Queue, Dataset)."),
+        typer.Option(
+            "--crds-only",
+            help="Only the CustomResourceDefinitions (TrainingJob, JobType, Queue, Dataset, Sweep, Pipeline, "
+            "PipelineRun).",
+        ),
     ] = False,
     namespace: Annotated[
         str | None, typer.Option("--namespace", "-n", help="Namespace of the components (default: phalanx-system).")

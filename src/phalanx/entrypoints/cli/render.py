@@ -16,6 +16,7 @@ from phalanx.model.jobs import TrainingJob
 from phalanx.model.jobtypes import JobType
 from phalanx.model.masking import mask_url, mask_urls_in
 from phalanx.model.nodes import Node
+from phalanx.model.replicas import Replica
 from phalanx.model.resources import format_cpu, format_memory, human_memory
 from phalanx.services.operations import JobDescription
 from phalanx.services.queue_views import QueueDescription, QueueView, job_usage
@@ -159,6 +160,21 @@ DEVICES_CLAIMED = (
 )
 
 
+def devices_sentence(replicas: list[Replica]) -> str:
+    """What is enforced of a cluster job's placement: by DRA claims (allocated or not yet), or advisory."""
+    claiming = [r for r in replicas if r.status.gpu_claim]
+    if not claiming:
+        return DEVICES_ADVISORY
+    waiting = [r.metadata.name for r in claiming if not r.status.gpu_claim_allocated]
+    if not waiting:
+        return DEVICES_CLAIMED
+    return (
+        f"On Kubernetes with DRA the GPUs are enforced once each replica's ResourceClaim is allocated; "
+        f"{len(waiting)} of {len(claiming)} are not yet ({', '.join(sorted(waiting))}): the job's "
+        "GPUClaimsNotAllocated Event says why."
+    )
+
+
 def print_description(console: Console, described: JobDescription, *, pods: bool = False) -> None:
     """`phalanx describe job NAME`.
 
@@ -226,9 +242,7 @@ def print_description(console: Console, described: JobDescription, *, pods: bool
             )
         console.print(placed)
         if pods:
-            gpu_replicas = [r for r in described.replicas if r.spec.placement.gpus]
-            claimed = bool(gpu_replicas) and all(r.status.gpu_claim for r in gpu_replicas)
-            console.print(DEVICES_CLAIMED if claimed else DEVICES_ADVISORY, highlight=False)
+            console.print(devices_sentence(described.replicas), highlight=False)
     if described.replicas:
         replica_table = Table(title="Replicas", box=None, title_justify="left", header_style="bold")
         for column in ("NAME", "PHASE", "ATTEMPT", "NODE" if pods else "PID", "EXIT", "STARTED"):

@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar
 
 from phalanx.adapters.clock import Clock
 from phalanx.adapters.kubernetes.api import KubeApi
+from phalanx.adapters.kubernetes.dra import DEFAULT_DEVICE_CLASS
 from phalanx.adapters.kubernetes.objects import LABEL_JOB, observe_pod
 from phalanx.adapters.kubernetes.rendering import (
     ANNOTATION_JOB_UID,
@@ -67,6 +68,7 @@ class PodSettings:
     job_scheduler: str | None = None  # the cluster's scheduler for jobs that name none (None: scheduler_name)
     outputs_claim: str | None = None  # the artifact store's claim replicas write outputs to; None: an emptyDir
     dra_driver: str | None = None  # GPUs claimed through DRA from this driver's devices; None: nvidia.com/gpu
+    dra_device_class: str = DEFAULT_DEVICE_CLASS  # ... in claims of this DeviceClass
 
     def placing_scheduler(self, job: TrainingJob) -> str | None:
         """The cluster's scheduler that places the job's Pods, or None when phalanx-scheduler does."""
@@ -145,6 +147,7 @@ def render_creates(
                 pod_group=pod_group_name(job) if cluster is not None else None,
                 outputs_claim=settings.outputs_claim,
                 dra_driver=settings.dra_driver,
+                dra_device_class=settings.dra_device_class,
             )
         )
     return pods

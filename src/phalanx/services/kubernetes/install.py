@@ -97,6 +97,21 @@ def render_install(request: InstallRequest) -> str:
             f"--gpu-allocation {request.gpu_allocation!r}: choose one of {', '.join(GPU_ALLOCATIONS)} "
             "(docs/kubernetes.md#gpus-through-dynamic-resource-allocation)"
         )
+    ignored = [
+        flag
+        for flag, given in (
+            ("--gpu-allocation", request.gpu_allocation != "device-plugin"),
+            ("--resource-slices", request.resource_slices),
+            ("--kubelet-config", bool(request.kubelet_config)),
+        )
+        if given
+    ]
+    if ignored and not request.workloads:
+        raise ValueError(
+            f"{', '.join(ignored)} configure the components' Deployments and DaemonSet, which --no-workloads leaves "
+            "out: give them to the processes instead (phalanx-operator --gpu-allocation dra; phalanx-node-agent "
+            "--resource-slices --kubelet-config FILE; docs/kubernetes.md#running-the-components-as-processes)"
+        )
     parameters = InstallParameters(
         image=image,
         namespace=request.namespace,

@@ -135,6 +135,7 @@ class OperatorSettings:
             job_scheduler=self.job_scheduler,
             outputs_claim=self.outputs_claim,
             dra_driver=self.dra_driver,
+            dra_device_class=self.dra_device_class,
         )
 
     @property

@@ -59,6 +59,7 @@ from phalanx.adapters.clock import Clock, SystemClock
 from phalanx.adapters.kubernetes import dra
 from phalanx.adapters.kubernetes.api import (
     DATASETS,
+    DEVICECLASSES,
     JOBTYPES,
     NODES,
     PODS,
@@ -231,7 +232,7 @@ class KubeScheduler:
         self._explained: dict[str, tuple[str, str, str]] = {}  # job key -> (uid, version, reason) written
         self._binding: dict[str, str] = {}  # pod uid -> node, requested and not yet seen in the cache
         self._dra: dict[str, Informer] = {}  # ResourceSlices and ResourceClaims, once a Pod claims (``_dra_cache``)
-        self._claim_problems: dict[str, str] = {}  # pod uid -> why its claim cannot be allocated, as last logged
+        self._claim_problems: dict[str, str] = {}  # job uid -> why its gang's claims cannot be allocated, as told
         self._lock = threading.Lock()
         self.events = EventBudget(clock=self.clock.monotonic)
         self.ready = threading.Event()
@@ -702,6 +703,7 @@ class KubeScheduler:
                 continue  # bind a gang only once every placed Pod exists
             if any(dra.pod_gets_claim(pod) and dra.pod_claim_name(pod) is None for pod, _ in gang):
                 continue  # kube-controller-manager has not made every GPU claim yet: its Pod update wakes a cycle
+            todo = []
             for pod, placement in gang:
                 meta, spec = pod["metadata"], pod.get("spec") or {}
                 if (
@@ -711,7 +713,10 @@ class KubeScheduler:
                     or str(meta.get("uid")) in binding
                 ):
                     continue
-                to_bind.append((pod, placement))
+                todo.append((pod, placement))
+            if any(dra.pod_gets_claim(pod) for pod, _ in todo) and not self._claims_resolve(job, todo):
+                continue  # a claim that cannot get its devices holds the whole gang back, not just its own Pod
+            to_bind.extend(todo)
         if not to_bind:
             return 0
         with self._lock:
@@ -719,6 +724,46 @@ class KubeScheduler:
                 self._binding[str(pod["metadata"]["uid"])] = placement.node
         results = list(self._pool.map(lambda item: self._bind(*item), to_bind))
         return sum(results)
+
+    def _claims_resolve(self, job: TrainingJob, todo: list[tuple[dict[str, Any], ReplicaPlacement]]) -> bool:
+        """Whether every GPU claim of the gang's Pods to bind can get its placement's devices (``_claim_devices``).
+
+        When one cannot, none of the gang is bound, and the job gets a Warning Event saying why (once per
+        reason), as a job that waits gets its reason.
+        """
+        problems = [self._claim_devices(pod, placement) for pod, placement in todo if dra.pod_gets_claim(pod)]
+        problem = next((item for item in problems if isinstance(item, str)), None)
+        uid = str(job.metadata.uid)
+        if problem is None:
+            self._claim_problems.pop(uid, None)
+            return True
+        if self._claim_problems.get(uid) != problem:
+            self._claim_problems[uid] = problem
+            log.warning("job %s not bound: %s", job.key, problem)
+            self._event(job, "GPUClaimsNotAllocated", f"no replica is bound: {problem}", warning=True)
+        return False
+
+    def _claim_devices(self, pod: dict[str, Any], placement: ReplicaPlacement) -> list[dra.DeviceRef] | str:
+        """The devices the Pod's GPU claim gets on its placement's node, or why it cannot get them.
+
+        It cannot when the DeviceClass the claim asks for does not exist (kube-scheduler would not allocate it
+        either), or the node's slices of the Pod's driver lack one of the placement's GPUs.
+        """
+        annotations = pod["metadata"].get("annotations") or {}
+        driver = str(annotations.get(dra.ANNOTATION_DRIVER) or dra.DEFAULT_DRIVER)
+        classes = self._dra_cache(DEVICECLASSES)
+        for device_class in dra.pod_device_classes(pod):
+            if classes.get(None, device_class) is None:
+                return (
+                    f"the DeviceClass {device_class} the GPU claims ask for does not exist: install the DRA driver "
+                    "(NVIDIA's creates it) or create it (docs/kubernetes.md#gpus-through-dynamic-resource-allocation)"
+                )
+        node = next((n for n in self._parsed_nodes.current() if n.metadata.name == placement.node), None)
+        gpus = {gpu.index: gpu for gpu in node.status.gpus} if node is not None else {}
+        try:
+            return dra.devices_for(self._resource_slices(), placement.node, driver, gpus, placement.gpus)
+        except dra.AllocationError as error:
+            return str(error)
 
     def _bind(self, pod: dict[str, Any], placement: ReplicaPlacement) -> bool:
         meta, node = pod["metadata"], placement.node
@@ -741,8 +786,8 @@ class KubeScheduler:
         """Allocate the Pod's GPU claim the devices of its placement and reserve it for the Pod; False if it cannot.
 
         As kube-scheduler does before it binds: the delete-protection finalizer, then the allocation and the
-        reservation in one status write. False (and a warning, once per Pod and reason) when the node's slices
-        lack a device.
+        reservation in one status write. False when the devices cannot be had (``_claim_devices``: checked for
+        the whole gang before any of it is bound, so only a change since then gets here).
 
         A claim already allocated for this Pod (a bind that failed after it, or a scheduler killed in between) is
         left as it is.
@@ -754,20 +799,13 @@ class KubeScheduler:
         meta = pod["metadata"]
         namespace, uid = str(meta["namespace"]), str(meta.get("uid"))
         claim_name = dra.pod_claim_name(pod)
-        driver = str((meta.get("annotations") or {}).get(dra.ANNOTATION_DRIVER) or dra.DEFAULT_DRIVER)
         claim = self.api.get(RESOURCECLAIMS, str(claim_name), namespace)
         if dra.allocated_devices(claim) and dra.reserved_for(claim, uid):
             return True
-        node = next((n for n in self._parsed_nodes.current() if n.metadata.name == placement.node), None)
-        gpus = {gpu.index: gpu for gpu in node.status.gpus} if node is not None else {}
-        try:
-            devices = dra.devices_for(self._resource_slices(), placement.node, driver, gpus, placement.gpus)
-        except dra.AllocationError as error:
-            if self._claim_problems.get(uid) != str(error):
-                self._claim_problems[uid] = str(error)
-                log.warning("pod %s/%s not bound: %s", namespace, meta["name"], error)
+        devices = self._claim_devices(pod, placement)
+        if isinstance(devices, str):
+            log.warning("pod %s/%s not bound: %s", namespace, meta["name"], devices)
             return False
-        self._claim_problems.pop(uid, None)
         protect = dra.finalizer_patch(claim)
         if protect is not None:
             self.api.patch(RESOURCECLAIMS, str(claim_name), protect, namespace)
