@@ -46,6 +46,7 @@ from phalanx.adapters.kubernetes.api import (
     ConflictError,
     KubeApiError,
     NotFoundError,
+    Resource,
 )
 from phalanx.adapters.kubernetes.cache_report import DEFAULT_CACHE_DIR
 from phalanx.adapters.kubernetes.informer import Informer, object_key
@@ -458,8 +459,24 @@ class JobReconciler:
         """
         keys = generate_ssh_key_pair()
         body = render_ssh_secret(job, keys.private_pem, keys.public_line)
+        refused = self._create_owned(SECRETS, body)
+        if refused is not None:
+            return (
+                f"spec.sshKeys: cannot create the Secret {body['metadata']['name']} with the job's SSH keys: "
+                f"{refused}; "
+                "give phalanx-operator the right to create secrets (phalanx install --print has it) or remove sshKeys"
+            )
+        return None
+
+    def _create_owned(self, resource: Resource, body: dict[str, Any]) -> KubeApiError | None:
+        """Create an object named for its job only (409 is success); the refusal for good, None when it exists.
+
+        Raises:
+            KubeApiError: a refusal worth retrying (the API server unreachable, overloaded or failing).
+
+        """
         try:
-            self.wiring.api.create(SECRETS, body)
+            self.wiring.api.create(resource, body)
             self.wiring.counters.add("children_created")
         except ConflictError as error:
             if not error.already_exists:
@@ -467,10 +484,7 @@ class JobReconciler:
         except KubeApiError as error:
             if error.status in (0, 500, 503, 504, 429):
                 raise
-            return (
-                f"spec.sshKeys: cannot create the Secret {body['metadata']['name']} with the job's SSH keys: {error}; "
-                "give phalanx-operator the right to create secrets (phalanx install --print has it) or remove sshKeys"
-            )
+            return error
         return None
 
     def _ensure_claim_templates(self, job: TrainingJob) -> str | None:
@@ -483,17 +497,11 @@ class JobReconciler:
             key = (str(job.metadata.uid), str(body["metadata"]["name"]))
             if key in self._claim_templates:
                 continue
-            try:
-                self.wiring.api.create(RESOURCECLAIMTEMPLATES, body)
-                self.wiring.counters.add("children_created")
-            except ConflictError as error:
-                if not error.already_exists:
-                    raise
-            except KubeApiError as error:
-                if error.status in (0, 500, 503, 504, 429):
-                    raise
+            refused = self._create_owned(RESOURCECLAIMTEMPLATES, body)
+            if refused is not None:
                 return (
-                    f"cannot create the ResourceClaimTemplate {body['metadata']['name']} for the job's GPUs: {error}; "
+                    f"cannot create the ResourceClaimTemplate {body['metadata']['name']} for the job's GPUs: "
+                    f"{refused}; "
                     "the cluster must serve resource.k8s.io/v1 (Kubernetes 1.34 or later) and phalanx-operator needs "
                     "the right to create resourceclaimtemplates (phalanx install --print has it), or run the "
                     "operator without --gpu-allocation dra"
