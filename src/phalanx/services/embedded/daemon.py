@@ -29,7 +29,7 @@ from phalanx.model.loading import dump_yaml, read_scheduler_configuration
 from phalanx.model.nodes import Node
 from phalanx.model.scheduler_config import SchedulerConfiguration
 from phalanx.services.embedded.layout import StateLayout
-from phalanx.services.embedded.leadership import LEASE_NAME, holder_is_dead
+from phalanx.services.embedded.leadership import LEASE_NAME, holder_is_dead, process_start_ticks
 
 
 class DaemonError(RuntimeError):
@@ -191,7 +191,7 @@ def _stop_started(process: subprocess.Popen[bytes]) -> None:
 
 
 def stop_control_plane(layout: StateLayout, *, timeout: float = 20.0) -> LeaderInfo | None:
-    """Ask the leader to stop (SIGTERM) and wait until it has released the lease.
+    """Ask the leader to stop (SIGTERM) and wait until it has released the lease and its process has ended.
 
     A holder whose lease lapsed without being released (a pass that overran the TTL) still runs: it is stopped
     too, and waited for until its process is gone.
@@ -215,15 +215,17 @@ def stop_control_plane(layout: StateLayout, *, timeout: float = 20.0) -> LeaderI
             return None
         if leader.pid is None or leader.host != socket.gethostname():
             raise DaemonError(f"the control plane is led by {leader.holder} on another host; stop it there")
+        ticks = process_start_ticks(leader.pid)
         try:
             os.kill(leader.pid, signal.SIGTERM)
         except ProcessLookupError:
             return leader
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            # A lapsed lease says nothing of the process: then its end is the process's.
-            ended = holder_is_dead(lease) if lapsed and lease is not None else current_leader(store) is None
-            if ended:
+            # A lapsed lease says nothing of the process: then its end is the process's. A released one says the
+            # process is on its way out, not out: a caller that removes the state directory next must not race it.
+            released = lapsed or current_leader(store) is None
+            if released and process_start_ticks(leader.pid) != ticks:
                 return leader
             store.wait_for_change(store.latest_seq(), 0.05)
         raise DaemonError(f"the control plane (pid {leader.pid}) did not stop within {timeout:.0f}s")
