@@ -80,6 +80,23 @@ def test_fragmentation_picks_the_gpu_of_a_share_by_the_same_measure() -> None:
     assert admission(schedule(snap, [job], T0, config), "share").assignments[0].gpus == (1,)
 
 
+def test_fragmentation_growth_beyond_the_cap_ties_and_the_node_order_decides(monkeypatch: Any) -> None:
+    from phalanx.core.scheduling import scoring
+
+    # Typical work: 8-GPU and 6-GPU tasks, equally often. One GPU on "a" (8 free) leaves 7: the 8-GPU task no
+    # longer fits, fragmentation grows by 3.5 GPUs; on "b" (6 free) it grows by 2 (from 3 to 5). Both are at
+    # or past the 2-GPU cap, so they tie and the node order takes "a"; the exact growth would take "b".
+    a = make_node("a").cpus(cores=16).gpus(8).obj()
+    b = make_node("b").cpus(cores=16).gpus(8).obj()
+    snap = snapshot([a, b], [hold("b", cpu_milli=100, gpus=[0, 1])])
+    shapes = (TaskShape(cpu_milli=0, gpus=8, gpu_milli=1000, weight=1.0), TaskShape(0, 6, 1000, 1.0))
+    config = SchedulerConfig(workload=shapes)
+    job = make_job("one").replicas(1, cpu=100, gpu=1).placement("fragmentation").obj()
+    assert node_of(schedule(snap, [job], T0, config), "one") == "a"
+    monkeypatch.setattr(scoring, "FRAGMENTATION_CAP", 10**12)
+    assert node_of(schedule(snap, [job], T0, config), "one") == "b"
+
+
 def test_random_is_seeded_and_spreads_identical_choices() -> None:
     nodes = [make_node(f"n{i}").cpus(cores=8).gpus(8).obj() for i in range(8)]
     jobs = [make_job(f"j{i}").replicas(1, cpu=500, gpu=1).placement("random").obj() for i in range(16)]
