@@ -776,7 +776,16 @@ class Operations:
         if phase == Phase.QUEUED:
             return f"Queued: {job.status.message or job.status.reason or 'waiting for the next scheduling cycle'}"
         detail = job.status.message or job.status.reason
-        return f"{phase}: {detail}" if detail else str(phase)
+        said = f"{phase}: {detail}" if detail else str(phase)
+        if phase in (Phase.ADMITTED, Phase.DOWNLOADING) and job.status.admitted_time is not None:
+            # Placed but not started: what holds it back may be told only by an Event (on a cluster, a gang
+            # whose GPU claims cannot be allocated), since its placement was written.
+            since = job.status.admitted_time.replace(microsecond=0)  # Events are stamped to the second
+            warnings = [e for e in self.backend.events_of(job) if e.type == "Warning" and e.time >= since]
+            if warnings:
+                latest = warnings[-1]
+                said += f"; not started yet: {latest.reason}: {latest.message}"
+        return said
 
     # -- queues --------------------------------------------------------------------------------------------
 

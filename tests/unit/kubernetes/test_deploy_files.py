@@ -86,4 +86,8 @@ def test_workload_options_without_the_workloads_are_refused_naming_where_they_go
     request = InstallRequest(workloads=False, gpu_allocation="dra", resource_slices=True)
     with pytest.raises(ValueError, match="--gpu-allocation, --resource-slices configure the components'") as caught:
         render_install(request)
-    assert "phalanx-operator --gpu-allocation dra" in str(caught.value)
+    assert "give the processes phalanx-operator --gpu-allocation dra; phalanx-node-agent --resource-slices" in str(
+        caught.value
+    )
+    with pytest.raises(ValueError, match="--gpu-allocation configures the components'"):
+        render_install(InstallRequest(workloads=False, gpu_allocation="dra"))

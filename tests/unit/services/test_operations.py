@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -183,6 +184,30 @@ def test_explain_says_why_a_job_waits(ops: Operations, backend: MemoryBackend) -
     assert ops.explain("default", "train") == "Queued: needs 16 GPUs; the largest node has 8"
     set_phase(backend, "train", "Queued")
     assert ops.explain("default", "train") == "Queued: waiting for the next scheduling cycle"
+
+
+def test_explain_of_a_placed_job_that_does_not_start_names_the_warning_since_its_placement(
+    ops: Operations, backend: MemoryBackend
+) -> None:
+    # On a cluster a gang whose GPU claims cannot be allocated is Downloading ("starting its replicas") while no
+    # Pod is bound: only phalanx-scheduler's Warning Event says why.
+    ops.submit([job()])
+    before = set_phase(backend, "train", "Queued")
+    backend.record(before, "Waiting", "an older warning, before the placement", warning=True)
+    placed = backend.events[before.metadata.uid or ""][-1].time + timedelta(seconds=1)
+    stored = set_phase(
+        backend, "train", "Downloading", message="starting its replicas", admittedTime=placed.isoformat()
+    )
+    assert ops.explain("default", "train") == "Downloading: starting its replicas"
+    backend.record(
+        stored, "GPUClaimsNotAllocated", "no replica is bound: node n1 publishes no ResourceSlice", warning=True
+    )
+    assert ops.explain("default", "train") == (
+        "Downloading: starting its replicas; not started yet: GPUClaimsNotAllocated: no replica is bound: "
+        "node n1 publishes no ResourceSlice"
+    )
+    set_phase(backend, "train", "Running", message="all replicas running", admittedTime=placed.isoformat())
+    assert ops.explain("default", "train") == "Running: all replicas running"
 
 
 def test_halt_writes_suspend_on_the_version_read_and_retries_a_conflict(

@@ -97,6 +97,11 @@ def render_install(request: InstallRequest) -> str:
             f"--gpu-allocation {request.gpu_allocation!r}: choose one of {', '.join(GPU_ALLOCATIONS)} "
             "(docs/kubernetes.md#gpus-through-dynamic-resource-allocation)"
         )
+    where = {
+        "--gpu-allocation": "phalanx-operator --gpu-allocation dra",
+        "--resource-slices": "phalanx-node-agent --resource-slices",
+        "--kubelet-config": "phalanx-node-agent --kubelet-config FILE",
+    }
     ignored = [
         flag
         for flag, given in (
@@ -107,10 +112,11 @@ def render_install(request: InstallRequest) -> str:
         if given
     ]
     if ignored and not request.workloads:
+        verb = "configures" if len(ignored) == 1 else "configure"
         raise ValueError(
-            f"{', '.join(ignored)} configure the components' Deployments and DaemonSet, which --no-workloads leaves "
-            "out: give them to the processes instead (phalanx-operator --gpu-allocation dra; phalanx-node-agent "
-            "--resource-slices --kubelet-config FILE; docs/kubernetes.md#running-the-components-as-processes)"
+            f"{', '.join(ignored)} {verb} the components' Deployments and DaemonSet, which --no-workloads leaves "
+            f"out: give the processes {'; '.join(where[flag] for flag in ignored)} instead "
+            "(docs/kubernetes.md#running-the-components-as-processes)"
         )
     parameters = InstallParameters(
         image=image,
