@@ -315,19 +315,25 @@ class ControlPlane:
         missing = "the job history is off: install it with pip install 'phalanx[history]'"
         return open_history_store(url, without_extra=missing)
 
-    def _retain_history(self, recorder: HistoryRecorder) -> None:
-        """Apply the history's retention (``history_keep_days``, ``history_keep``); a failure is only logged."""
+    def _retain_history(self, recorder: HistoryRecorder, *, tell: bool = True) -> bool:
+        """Apply the history's retention (``history_keep_days``, ``history_keep``); False when it failed.
+
+        A failure is logged (at warning when ``tell``, the first of an episode) and left to the caller to retry.
+        """
         days, keep = self.config.history_keep_days, self.config.history_keep
         if days is None and keep is None:
-            return
+            return True
         older_than = None if days is None else self.clock.now() - timedelta(days=days)
         try:
             dropped = recorder.sink.prune(older_than=older_than, keep=keep)
         except Exception as err:
-            log.warning("job history: retention failed (%s); tried again when the next job is recorded", err)
-            return
+            (log.warning if tell else log.debug)(
+                "job history: retention failed (%s); tried again at the next wake", err
+            )
+            return False
         if dropped:
             log.info("job history: dropped %d records past its retention", dropped)
+        return True
 
     def _run_passes(
         self,
@@ -361,6 +367,7 @@ class ControlPlane:
             policy=self.config.scheduler_policy,
             metrics=self.config.metrics,
         )
+        retention = "done"  # the history's retention: done, due (a job was recorded) or failed (retried)
         renew_every = self.config.lease_ttl_seconds / 3
         last_renew = last_maintenance = self.clock.monotonic()
         seq = self._retrying(stop, self.store.latest_seq)
@@ -397,7 +404,11 @@ class ControlPlane:
                 if not history.is_off() and (recorder.behind or seq != history_seq):
                     history_seq = seq
                     if recorder.sync():
-                        self._retain_history(recorder)
+                        retention = "due"
+                if retention != "done":
+                    # A retention that failed (the database briefly locked by a reader) is tried again at every
+                    # wake, not only when the next job is recorded: after the last job there may be none.
+                    retention = "done" if self._retain_history(recorder, tell=retention == "due") else "failed"
                 if now - last_maintenance >= self.config.maintenance_seconds:
                     self._maintain()
                     last_maintenance = now
