@@ -29,7 +29,7 @@ gone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,44 +222,59 @@ def _attribute(device: Mapping[str, Any], name: str) -> Any:
     return None
 
 
+def _newest_devices(
+    slices: Iterable[Mapping[str, Any]], node: str, driver: str | None = None
+) -> Iterator[tuple[DeviceRef, Any, Any]]:
+    """Each device of ``node``'s slices (of ``driver``; None: any) with its ``uuid`` and ``index`` attributes.
+
+    Of a pool published more than once, only the newest generation counts, as for kube-scheduler.
+    """
+    own = [
+        item
+        for item in slices
+        if (item.get("spec") or {}).get("nodeName") == node
+        and (driver is None or (item.get("spec") or {}).get("driver") == driver)
+    ]
+    newest: dict[tuple[str, str], int] = {}
+    for item in own:
+        key = (str(item["spec"].get("driver")), str((item["spec"].get("pool") or {}).get("name")))
+        newest[key] = max(newest.get(key, 0), int((item["spec"].get("pool") or {}).get("generation") or 0))
+    for item in own:
+        spec = item["spec"]
+        pool = spec.get("pool") or {}
+        if int(pool.get("generation") or 0) != newest[(str(spec.get("driver")), str(pool.get("name")))]:
+            continue
+        for device in slice_devices(item):
+            ref = DeviceRef(str(spec.get("driver")), str(pool.get("name")), str(device.get("name")))
+            yield ref, _attribute(device, "uuid"), _attribute(device, "index")
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def devices_for(
     slices: Iterable[Mapping[str, Any]], node: str, driver: str, gpus: Mapping[int, GpuInfo], indices: Sequence[int]
 ) -> list[DeviceRef]:
     """The devices of ``node``'s slices of ``driver`` that are its GPUs ``indices``, in that order.
 
     A GPU is matched by its UUID when the node reports one and a device has it, else by the ``index``
-    attribute, else by the device name ``gpu-<index>``. Of a pool published more than once, only the newest
-    generation counts, as for kube-scheduler.
+    attribute, else by the device name ``gpu-<index>`` (``_newest_devices``: the newest generation of a pool).
 
     Raises:
         AllocationError: a GPU has no device: the message names the node, the driver and the GPU.
 
     """
-    own = [
-        item
-        for item in slices
-        if (item.get("spec") or {}).get("nodeName") == node and (item.get("spec") or {}).get("driver") == driver
-    ]
-    newest: dict[str, int] = {}
-    for item in own:
-        pool = (item["spec"].get("pool")) or {}
-        newest[str(pool.get("name"))] = max(newest.get(str(pool.get("name")), 0), int(pool.get("generation") or 0))
     by_uuid: dict[str, DeviceRef] = {}
     by_index: dict[int, DeviceRef] = {}
     by_name: dict[str, DeviceRef] = {}
-    for item in own:
-        pool = (item["spec"].get("pool")) or {}
-        if int(pool.get("generation") or 0) != newest[str(pool.get("name"))]:
-            continue
-        for device in slice_devices(item):
-            ref = DeviceRef(driver, str(pool.get("name")), str(device.get("name")))
-            uuid, index = _attribute(device, "uuid"), _attribute(device, "index")
-            if isinstance(uuid, str) and uuid:
-                by_uuid[uuid] = ref
-            if isinstance(index, int) and not isinstance(index, bool):
-                by_index[index] = ref
-            by_name[ref.device] = ref
-    if not own:
+    for ref, uuid, index in _newest_devices(slices, node, driver):
+        if isinstance(uuid, str) and uuid:
+            by_uuid[uuid] = ref
+        if _is_index(index):
+            by_index[index] = ref
+        by_name[ref.device] = ref
+    if not by_name:
         raise AllocationError(
             f"node {node} publishes no ResourceSlice of the driver {driver}: run its DRA driver, or "
             "phalanx-node-agent --resource-slices where none runs"
@@ -287,21 +302,15 @@ def gpu_indices(
     A device of another node's pool, or of no GPU Phalanx knows, is left out.
     """
     index_of_uuid = {gpu.uuid: index for index, gpu in gpus.items() if gpu.uuid}
-    known: dict[tuple[str, str, str], int] = {}
-    for item in slices:
-        spec = item.get("spec") or {}
-        if spec.get("nodeName") != node:
-            continue
-        pool = str((spec.get("pool") or {}).get("name"))
-        for device in slice_devices(item):
-            uuid, index = _attribute(device, "uuid"), _attribute(device, "index")
-            if isinstance(uuid, str) and uuid in index_of_uuid:
-                index = index_of_uuid[uuid]
-            if isinstance(index, int) and not isinstance(index, bool):
-                known[(str(spec.get("driver")), pool, str(device.get("name")))] = index
+    known: dict[DeviceRef, int] = {}
+    for ref, uuid, index in _newest_devices(slices, node):
+        if isinstance(uuid, str) and uuid in index_of_uuid:
+            index = index_of_uuid[uuid]
+        if _is_index(index):
+            known[ref] = index
     found = []
     for ref in devices:
-        index = known.get((ref.driver, ref.pool, ref.device))
+        index = known.get(ref)
         if index is None and ref.pool == node and ref.device.startswith("gpu-") and ref.device[4:].isdigit():
             index = int(ref.device[4:])
         if index is not None and index not in found:
@@ -309,10 +318,10 @@ def gpu_indices(
     return sorted(found)
 
 
-def pod_device_classes(pod: Mapping[str, Any]) -> list[str]:
-    """The DeviceClass the operator's GPU claim of the Pod asks for (from its annotation; [] when unknown)."""
+def pod_device_class(pod: Mapping[str, Any]) -> str | None:
+    """The DeviceClass the operator's GPU claim of the Pod asks for (from its annotation; None when unknown)."""
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_DEVICE_CLASS)
-    return [str(value)] if value else []
+    return str(value) if value else None
 
 
 def pod_claim_names(pod: Mapping[str, Any]) -> list[str]:

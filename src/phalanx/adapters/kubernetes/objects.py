@@ -351,6 +351,7 @@ def replica_from_pod(pod: Mapping[str, Any], job: TrainingJob) -> Replica:
         else ReplicaPlacement(node=node or "-")
     )
     exit_code, finished, reason = pod_exit(pod)
+    claim = dra.pod_claim_name(pod) or ""
     return Replica(
         metadata=ObjectMeta(
             name=name,
@@ -375,9 +376,9 @@ def replica_from_pod(pod: Mapping[str, Any], job: TrainingJob) -> Replica:
             finish_time=finished,
             message=str(status.get("message") or reason or ""),
             last_output=pod_last_output(pod),
-            gpu_claim=dra.pod_claim_name(pod) or "",
+            gpu_claim=claim,
             # phalanx-scheduler binds a Pod that claims GPUs only once its claim holds its placement's devices.
-            gpu_claim_allocated=bool(node and dra.pod_claim_name(pod)),
+            gpu_claim_allocated=bool(node and claim),
         ),
     )
 

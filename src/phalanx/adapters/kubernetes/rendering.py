@@ -208,6 +208,11 @@ def gpu_claim_template(job: TrainingJob, role: str) -> str:
     return dra.claim_template_name(job.metadata.name, role, job_owner_reference(job)["uid"])
 
 
+def claims_gpus(job: TrainingJob, role: str, dra_driver: str | None) -> bool:
+    """Whether the role's Pods claim their GPUs through DRA: with a driver, and whole GPUs to claim."""
+    return dra_driver is not None and job.spec.replicas[role].template.resources.vector().gpu > 0
+
+
 def render_gpu_claim_templates(job: TrainingJob, device_class: str) -> list[dict[str, Any]]:
     """One ResourceClaimTemplate per role with whole GPUs, each asking for that role's GPUs; owned by the job.
 
@@ -360,8 +365,8 @@ def render_pod(
         annotations[ANNOTATION_NODE] = placement.node
         annotations[ANNOTATION_GPUS] = ",".join(str(gpu) for gpu in placement.gpus)
         annotations[ANNOTATION_CPUS] = ",".join(str(cpu) for cpu in placement.cpus)
-    claims_gpus = dra_driver is not None and resources.vector().gpu > 0
-    if claims_gpus:
+    claiming = claims_gpus(job, role, dra_driver)
+    if claiming:
         annotations[dra.ANNOTATION_DRIVER] = str(dra_driver)
         annotations[dra.ANNOTATION_DEVICE_CLASS] = dra_device_class
 
@@ -393,7 +398,7 @@ def render_pod(
         "env": [{"name": key, "value": value} for key, value in env.items() if key not in template.env_value_from]
         + sourced,
         "ports": [{"name": PORT_NAME, "containerPort": jobtype.spec.port, "protocol": "TCP"}],
-        "resources": _resources(job, role, claims_gpus=claims_gpus),
+        "resources": _resources(job, role, claims_gpus=claiming),
         "volumeMounts": mounts + [_wire(mount) for mount in template.volume_mounts],
         # A program that fails without writing /dev/termination-log leaves the end of its log there instead:
         # the operator reads its last line into the job's failure message (``objects.pod_last_output``).
@@ -421,11 +426,11 @@ def render_pod(
         container["workingDir"] = template.working_dir
 
     spec: dict[str, Any] = {"schedulerName": scheduler_name, "restartPolicy": "Never"}
-    if claims_gpus:
+    if claiming:
         spec["resourceClaims"] = [dra.pod_claim_source(gpu_claim_template(job, role))]
         container["resources"]["claims"] = [{"name": dra.CLAIM_NAME}]
     if bind:
-        if claims_gpus:
+        if claiming:
             raise RenderError(f"the pod {name!r} cannot be created bound: its GPU claim is allocated when it is bound")
         if placement is None or placement.node == CLUSTER_PLACED:
             raise RenderError(f"the pod {name!r} cannot be bound: it has no placement on a node")

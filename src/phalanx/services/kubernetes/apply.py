@@ -40,6 +40,7 @@ from phalanx.adapters.kubernetes.rendering import (
     DEFAULT_SCHEDULER_NAME,
     DatasetVolumes,
     RenderError,
+    claims_gpus,
     needs_service,
     pod_group_name,
     render_headless_service,
@@ -131,7 +132,6 @@ def render_creates(
     for action in decided.actions:
         if not isinstance(action, CreateReplica):
             continue
-        claims = settings.dra_driver is not None and job.spec.replicas[action.role].template.resources.vector().gpu > 0
         pods.append(
             render_pod(
                 job,
@@ -142,7 +142,7 @@ def render_creates(
                 scheduler_name=cluster or settings.scheduler_name,
                 image=settings.image,
                 placement=action.placement,
-                bind=alone and not claims,
+                bind=alone and not claims_gpus(job, action.role, settings.dra_driver),
                 datasets=(datasets or {}).get(replica_name(job.metadata.name, action.role, action.index)),
                 pod_group=pod_group_name(job) if cluster is not None else None,
                 outputs_claim=settings.outputs_claim,

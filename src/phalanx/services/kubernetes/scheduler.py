@@ -19,7 +19,8 @@ decisions through the API:
    of a gang of one, a job with a single placed replica, is created on its node by the operator: there is
    nothing to wait for, and a Pod that has its node is never bound again.) A Pod that claims its GPUs through
    Dynamic Resource Allocation (the operator's ``--gpu-allocation dra``) is always bound here: first its claim
-   is allocated exactly the devices of its placement and reserved for it (``_allocate_claim``,
+   is allocated exactly the devices of its placement and reserved for it (``_claims_resolve`` for the whole
+   gang, then ``_allocate_claim``,
    ``adapters.kubernetes.dra``), as kube-scheduler does before it binds, so the DRA driver on the node prepares
    the GPUs Phalanx chose.
 
@@ -683,7 +684,7 @@ class KubeScheduler:
             return 0
         with self._lock:
             binding = set(self._binding)
-        to_bind: list[tuple[dict[str, Any], ReplicaPlacement]] = []
+        to_bind: list[tuple[dict[str, Any], ReplicaPlacement, list[dra.DeviceRef] | None]] = []
         for _, job in jobs:
             if job.metadata.uid not in waiting:
                 continue
@@ -714,64 +715,73 @@ class KubeScheduler:
                 ):
                     continue
                 todo.append((pod, placement))
-            if any(dra.pod_gets_claim(pod) for pod, _ in todo) and not self._claims_resolve(job, todo):
+            devices = self._claims_resolve(job, todo)
+            if devices is None:
                 continue  # a claim that cannot get its devices holds the whole gang back, not just its own Pod
-            to_bind.extend(todo)
+            to_bind.extend((pod, placement, devices.get(str(pod["metadata"].get("uid")))) for pod, placement in todo)
         if not to_bind:
             return 0
         with self._lock:
-            for pod, placement in to_bind:
+            for pod, placement, _ in to_bind:
                 self._binding[str(pod["metadata"]["uid"])] = placement.node
         results = list(self._pool.map(lambda item: self._bind(*item), to_bind))
         return sum(results)
 
-    def _claims_resolve(self, job: TrainingJob, todo: list[tuple[dict[str, Any], ReplicaPlacement]]) -> bool:
-        """Whether every GPU claim of the gang's Pods to bind can get its placement's devices (``_claim_devices``).
+    def _claims_resolve(
+        self, job: TrainingJob, todo: list[tuple[dict[str, Any], ReplicaPlacement]]
+    ) -> dict[str, list[dra.DeviceRef]] | None:
+        """The devices each GPU claim of the gang's Pods to bind gets, by Pod uid; None when one cannot get them.
 
-        When one cannot, none of the gang is bound, and the job gets a Warning Event saying why (once per
-        reason), as a job that waits gets its reason.
+        It cannot when the DeviceClass the claim asks for does not exist (kube-scheduler would not allocate it
+        either), or the node's slices of the Pod's driver lack one of the placement's GPUs. Then none of the
+        gang is bound, and the job gets a Warning Event saying why (once per reason), as a job that waits gets
+        its reason.
         """
-        problems = [self._claim_devices(pod, placement) for pod, placement in todo if dra.pod_gets_claim(pod)]
-        problem = next((item for item in problems if isinstance(item, str)), None)
+        claiming = [(pod, placement) for pod, placement in todo if dra.pod_gets_claim(pod)]
+        if not claiming:
+            return {}
+        nodes = {node.metadata.name: node for node in self._parsed_nodes.current()}
+        devices: dict[str, list[dra.DeviceRef]] = {}
+        problem = None
+        for pod, placement in claiming:
+            found = self._claim_devices(pod, placement, nodes.get(placement.node))
+            if isinstance(found, str):
+                problem = found
+                break
+            devices[str(pod["metadata"].get("uid"))] = found
         uid = str(job.metadata.uid)
         if problem is None:
             self._claim_problems.pop(uid, None)
-            return True
+            return devices
         if self._claim_problems.get(uid) != problem:
             self._claim_problems[uid] = problem
             log.warning("job %s not bound: %s", job.key, problem)
             self._event(job, "GPUClaimsNotAllocated", f"no replica is bound: {problem}", warning=True)
-        return False
+        return None
 
-    def _claim_devices(self, pod: dict[str, Any], placement: ReplicaPlacement) -> list[dra.DeviceRef] | str:
-        """The devices the Pod's GPU claim gets on its placement's node, or why it cannot get them.
-
-        It cannot when the DeviceClass the claim asks for does not exist (kube-scheduler would not allocate it
-        either), or the node's slices of the Pod's driver lack one of the placement's GPUs.
-        """
+    def _claim_devices(
+        self, pod: dict[str, Any], placement: ReplicaPlacement, node: Node | None
+    ) -> list[dra.DeviceRef] | str:
+        """The devices the Pod's GPU claim gets on its placement's ``node``, or why it cannot get them."""
         annotations = pod["metadata"].get("annotations") or {}
         driver = str(annotations.get(dra.ANNOTATION_DRIVER) or dra.DEFAULT_DRIVER)
-        classes = self._dra_cache(DEVICECLASSES)
-        for device_class in dra.pod_device_classes(pod):
-            if classes.get(None, device_class) is None:
-                return (
-                    f"the DeviceClass {device_class} the GPU claims ask for does not exist: install the DRA driver "
-                    "(NVIDIA's creates it) or create it (docs/kubernetes.md#gpus-through-dynamic-resource-allocation)"
-                )
-        node = next((n for n in self._parsed_nodes.current() if n.metadata.name == placement.node), None)
+        device_class = dra.pod_device_class(pod)
+        if device_class is not None and self._dra_cache(DEVICECLASSES).get(None, device_class) is None:
+            return (
+                f"the DeviceClass {device_class} the GPU claims ask for does not exist: install the DRA driver "
+                "(NVIDIA's creates it) or create it (docs/kubernetes.md#gpus-through-dynamic-resource-allocation)"
+            )
         gpus = {gpu.index: gpu for gpu in node.status.gpus} if node is not None else {}
         try:
             return dra.devices_for(self._resource_slices(), placement.node, driver, gpus, placement.gpus)
         except dra.AllocationError as error:
             return str(error)
 
-    def _bind(self, pod: dict[str, Any], placement: ReplicaPlacement) -> bool:
+    def _bind(self, pod: dict[str, Any], placement: ReplicaPlacement, devices: list[dra.DeviceRef] | None) -> bool:
         meta, node = pod["metadata"], placement.node
         try:
-            if dra.pod_gets_claim(pod) and not self._allocate_claim(pod, placement):
-                with self._lock:
-                    self._binding.pop(str(meta.get("uid")), None)
-                return False
+            if devices is not None:
+                self._allocate_claim(pod, placement, devices)
             self.api.bind(meta["namespace"], meta["name"], node, uid=meta.get("uid"))
         except KubeApiError as error:
             with self._lock:
@@ -782,12 +792,11 @@ class KubeScheduler:
         log.debug("bound %s/%s to %s", meta["namespace"], meta["name"], node)
         return True
 
-    def _allocate_claim(self, pod: dict[str, Any], placement: ReplicaPlacement) -> bool:
-        """Allocate the Pod's GPU claim the devices of its placement and reserve it for the Pod; False if it cannot.
+    def _allocate_claim(self, pod: dict[str, Any], placement: ReplicaPlacement, devices: list[dra.DeviceRef]) -> None:
+        """Allocate the Pod's GPU claim ``devices`` (its placement's, ``_claims_resolve``) and reserve it for the Pod.
 
         As kube-scheduler does before it binds: the delete-protection finalizer, then the allocation and the
-        reservation in one status write. False when the devices cannot be had (``_claim_devices``: checked for
-        the whole gang before any of it is bound, so only a change since then gets here).
+        reservation in one status write.
 
         A claim already allocated for this Pod (a bind that failed after it, or a scheduler killed in between) is
         left as it is.
@@ -801,25 +810,20 @@ class KubeScheduler:
         claim_name = dra.pod_claim_name(pod)
         claim = self.api.get(RESOURCECLAIMS, str(claim_name), namespace)
         if dra.allocated_devices(claim) and dra.reserved_for(claim, uid):
-            return True
-        devices = self._claim_devices(pod, placement)
-        if isinstance(devices, str):
-            log.warning("pod %s/%s not bound: %s", namespace, meta["name"], devices)
-            return False
+            return
         protect = dra.finalizer_patch(claim)
         if protect is not None:
             self.api.patch(RESOURCECLAIMS, str(claim_name), protect, namespace)
         body = dra.allocation_patch(devices, placement.node, str(meta["name"]), uid)
         self.api.patch(RESOURCECLAIMS, str(claim_name), body, namespace, subresource="status")
         log.debug("claim %s/%s allocated %s", namespace, claim_name, [ref.device for ref in devices])
-        return True
 
     def _resource_slices(self) -> list[dict[str, Any]]:
         """Every ResourceSlice (``_dra_cache``)."""
         return self._dra_cache(RESOURCESLICES).items()
 
     def _dra_cache(self, resource: Resource) -> Informer:
-        """The cache of ResourceSlices or ResourceClaims, started the first time a Pod claims devices.
+        """The cache of ResourceSlices, ResourceClaims or DeviceClasses, started the first time a Pod claims devices.
 
         A cluster without DRA never needs them. A slice or claim that changes wakes a cycle.
 
