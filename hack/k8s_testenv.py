@@ -195,7 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     build_cmd = commands.add_parser("build", help="build the pinned binaries into the cache, or reuse them")
     build_cmd.add_argument("--force", action="store_true", help="rebuild even if the cached binaries are current")
     start_cmd = commands.add_parser("start", help="start a control plane with its state and logs in DIR")
-    start_cmd.add_argument("--dir", type=Path, required=True)
+    start_cmd.add_argument(
+        "--dir", type=Path, required=True, help="where the control plane keeps its state, logs and kubeconfig"
+    )
     start_cmd.add_argument("--scheduler", action="store_true", help="also run the stock kube-scheduler")
     start_cmd.add_argument("--stages", type=Path, default=DEFAULT_STAGES, help="kwok Stage YAML file or directory")
     start_cmd.add_argument("--timeout", type=float, default=180, help="seconds each component may take to be ready")
@@ -211,12 +213,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, text in (("stop", "stop the control plane recorded in DIR"), ("status", "report its components")):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--dir", type=Path, required=True)
-    nodes_cmd = commands.add_parser("add-nodes", help="create fake GPU nodes in the control plane in DIR")
-    nodes_cmd.add_argument("--dir", type=Path, required=True)
-    nodes_cmd.add_argument("--count", type=int, default=2)
-    nodes_cmd.add_argument("--prefix", default="gpu-node-")
-    nodes_cmd.add_argument("--gpus", type=int, default=8)
-    nodes_cmd.add_argument("--product", default="NVIDIA-H100-80GB-HBM3")
+    nodes_cmd = commands.add_parser(
+        "add-nodes",
+        help="create fake GPU nodes in the control plane in DIR",
+        description="Create kwok nodes that advertise nvidia.com/gpu (128 CPUs, 2 TiB, 110 pods each) in the "
+        "control plane in DIR, and print their names.",
+    )
+    nodes_cmd.add_argument("--dir", type=Path, required=True, help="the directory given to `start`")
+    nodes_cmd.add_argument("--count", type=int, default=2, help="how many nodes (default: %(default)s)")
+    nodes_cmd.add_argument(
+        "--prefix", default="gpu-node-", help="node names are PREFIX0, PREFIX1, ... (default: %(default)s)"
+    )
+    nodes_cmd.add_argument("--gpus", type=int, default=8, help="GPUs each node advertises (default: %(default)s)")
+    nodes_cmd.add_argument(
+        "--product",
+        default="NVIDIA-H100-80GB-HBM3",
+        help="the nvidia.com/gpu.product label, as NVIDIA's GPU feature discovery writes it (default: %(default)s)",
+    )
     env_cmd = commands.add_parser(
         "env",
         help='print shell exports for the control plane in DIR: eval "$(hack/k8s-testenv env --dir DIR)"',

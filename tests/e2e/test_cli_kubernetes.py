@@ -184,7 +184,7 @@ def test_run_follows_a_job_to_succeeded_and_get_describe_delete_show_it(cli: Cli
     assert f"trainingjob {cli.namespace}/small already exists" in again.stderr, again.stderr
     assert "phalanx delete job small" in again.stderr
 
-    assert "job/small deleted" in cli.ok("delete", "job", "small").stdout
+    assert "trainingjob/small deleted" in cli.ok("delete", "job", "small").stdout
     wait_until(lambda: not cli.jobs(), 30, "the job to be gone")
     assert f"No jobs in {cli.namespace}." in cli.ok("get", "jobs").stdout
     missing = cli("describe", "job", "small")
@@ -209,7 +209,7 @@ def test_explain_says_why_a_job_does_not_fit_with_the_backend_from_the_environme
     table = cli.ok("get", "jobs", env=from_env, flags=False).stdout
     assert "huge" in table and "Queued" in table and "16 GPUs" in table
     # Gone before the next test's scheduler sees it waiting.
-    assert "job/huge deleted" in cli.ok("delete", "job", "huge", env=from_env, flags=False).stdout
+    assert "trainingjob/huge deleted" in cli.ok("delete", "job", "huge", env=from_env, flags=False).stdout
 
 
 def test_halt_stops_the_replicas_and_resume_queues_the_job_again(cli: Cli, running: str) -> None:
@@ -222,16 +222,16 @@ def test_halt_stops_the_replicas_and_resume_queues_the_job_again(cli: Cli, runni
     assert "Traceback" not in logs.stderr
 
     halted = cli.ok("halt", "hang")
-    assert "job/hang Halted" in halted.stdout, halted.stdout
+    assert "trainingjob/hang Halted" in halted.stdout, halted.stdout
     assert cli.job("hang")["spec"]["runPolicy"]["suspend"] is True
     wait_until(lambda: not cli.pods("hang"), 30, "the halted job's pods to be gone", interval=0.2)
     assert cli.ok("explain", "hang").stdout.startswith("Halted")
 
-    assert "job/hang resumed" in cli.ok("resume", "hang").stdout
+    assert "trainingjob/hang resumed" in cli.ok("resume", "hang").stdout
     assert cli.job("hang")["spec"]["runPolicy"]["suspend"] is False
     wait_until(lambda: cli.phase("hang") == "Running", 60, "the resumed job to run again", interval=0.2)
 
-    assert "job/hang deleted" in cli.ok("delete", "job", "hang").stdout
+    assert "trainingjob/hang deleted" in cli.ok("delete", "job", "hang").stdout
     wait_until(lambda: not cli.jobs(), 30, "the job to be gone")
 
 

@@ -100,6 +100,11 @@ class ReplicaObjectStatus(ApiModel):
     gpu_claim_allocated: bool = Field(
         default=False, description="its ResourceClaim is allocated its placement's GPUs (its Pod is bound)"
     )
+    bound: bool = Field(
+        default=True,
+        description="it is on its node; false on Kubernetes for a Pod the scheduler has not bound yet, whose node "
+        "in the placement is only the planned one",
+    )
 
 
 class Replica(ApiModel):

@@ -1241,9 +1241,9 @@ class Operations:
         for sweep in self.backend.list(Sweep, namespace):  # its sweep steps, before their trials are listed
             if sweep.metadata.labels.get(PIPELINERUN_LABEL) == name:
                 with contextlib.suppress(OperationError):  # deleted meanwhile
-                    deleted += [f"job/{trial}" for trial in self.delete_sweep(namespace, sweep.metadata.name)]
+                    deleted += [f"trainingjob/{trial}" for trial in self.delete_sweep(namespace, sweep.metadata.name)]
                     deleted.append(f"sweep/{sweep.metadata.name}")
-        deleted += [f"job/{job}" for job in self._delete_labelled_jobs(namespace, PIPELINERUN_LABEL, name)]
+        deleted += [f"trainingjob/{job}" for job in self._delete_labelled_jobs(namespace, PIPELINERUN_LABEL, name)]
         return sorted(set(deleted))
 
     def _get(self, kind: type[Readable], namespace: str, name: str) -> Readable:

@@ -128,16 +128,16 @@ def test_a_new_user_runs_follows_halts_resumes_and_deletes_a_job_through_the_ser
             follower.kill()
     assert "Traceback" not in followed_out.read_text()
     assert halted.returncode == 0, halted.stderr
-    assert "job/long Halted" in halted.stdout
+    assert "trainingjob/long Halted" in halted.stdout
     resumed = user.cli("resume", "long", "-n", "ml")
     assert resumed.returncode == 0, resumed.stderr
-    assert "job/long resumed" in resumed.stdout
+    assert "trainingjob/long resumed" in resumed.stdout
     with runtime.client() as local:
         stored = local.store.try_get(TrainingJob, "ml", "long")
         assert stored is not None and stored.spec.run_policy.suspend is False
     deleted = user.cli("delete", "job", "long", "-n", "ml")
     assert deleted.returncode == 0, deleted.stderr
-    assert "job/long deleted" in deleted.stdout
+    assert "trainingjob/long deleted" in deleted.stdout
     with runtime.client() as local:
         wait_until(lambda: local.store.try_get(TrainingJob, "ml", "long") is None, timeout=60, message="long removed")
 

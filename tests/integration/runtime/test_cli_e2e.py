@@ -325,7 +325,7 @@ def test_delete_of_a_running_job_stops_its_processes_and_removes_it(runtime: Run
     assert len(processes_mentioning(str(hold))) == 2
 
     result = runtime.cli("delete", "job", "doomed", check=True)
-    assert "job/doomed deleted" in result.stdout
+    assert "trainingjob/doomed deleted" in result.stdout
     with runtime.client() as client:
         wait_until(lambda: client.store.try_get(TrainingJob, "default", "doomed") is None, message="the job to go")
         assert [r for r in client.store.list(Replica) if r.spec.job_name == "doomed"] == []
@@ -391,7 +391,7 @@ def test_run_of_a_job_halted_from_another_shell_exits_3(runtime: Runtime, tmp_pa
     submitted(runtime, "paused")
     runtime.wait_phase("paused", {Phase.RUNNING})
     halted = runtime.cli("halt", "paused", check=True)
-    assert "job/paused Halted" in halted.stdout
+    assert "trainingjob/paused Halted" in halted.stdout
     assert running.wait(30) == 3, out.read_text()
     assert "job paused Halted" in flat(out.read_text())
     assert processes_mentioning(str(hold)) == []

@@ -19,7 +19,7 @@ def test_delete_removes_the_run_directory_and_keeps_stored_outputs_and_events(ru
     assert artifacts.is_dir()
 
     result = runtime.cli("delete", "job", "finished", check=True)
-    assert "job/finished deleted" in result.stdout
+    assert "trainingjob/finished deleted" in result.stdout
     assert not run_dir.exists()
     assert artifacts.is_dir()
     with runtime.client() as client:

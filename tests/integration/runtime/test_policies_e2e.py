@@ -127,7 +127,7 @@ def test_a_job_submitted_suspended_waits_halted_until_resumed(runtime: Runtime, 
     assert lines_of(record) == []
 
     result = runtime.cli("resume", "later", check=True)
-    assert "job/later resumed" in result.stdout
+    assert "trainingjob/later resumed" in result.stdout
     final = runtime.wait_phase("later", {Phase.SUCCEEDED, Phase.FAILED})
     assert final.status.phase == Phase.SUCCEEDED, final.status.message
     assert len(lines_of(record)) == 1

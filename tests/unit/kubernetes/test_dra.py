@@ -386,3 +386,28 @@ def test_describe_says_gpus_are_enforced_only_when_every_claim_is_allocated() ->
     assert devices_sentence(replicas[:1]) == DEVICES_CLAIMED
     counted = {"metadata": {"name": "ddp-worker-0", "labels": {}}, "spec": {"nodeName": "n1"}}
     assert devices_sentence([replica_from_pod(counted, trainingjob)]) == DEVICES_ADVISORY
+
+
+def test_describe_shows_a_pod_not_yet_bound_on_its_planned_node_as_planned() -> None:
+    import io
+
+    from rich.console import Console
+
+    from phalanx.adapters.kubernetes.objects import replica_from_pod
+    from phalanx.entrypoints.cli.render import print_description
+    from phalanx.model.jobs import TrainingJobStatus
+    from phalanx.services.operations import JobDescription
+
+    planned = {f"ddp-worker-{i}": ReplicaPlacement(node="n1", gpus=[2 * i, 2 * i + 1]) for i in range(2)}
+    trainingjob = job(workers=2)
+    trainingjob = trainingjob.model_copy(update={"status": TrainingJobStatus(phase="Downloading", placements=planned)})
+    bound = claiming_pod("ddp-worker-0", "ddp-worker-0-gpus-x")
+    bound["spec"]["nodeName"] = "n1"
+    waiting = claiming_pod("ddp-worker-1", "ddp-worker-1-gpus-x")
+    replicas = [replica_from_pod(bound, trainingjob), replica_from_pod(waiting, trainingjob)]
+    assert [replica.status.bound for replica in replicas] == [True, False]
+    out = io.StringIO()
+    print_description(Console(file=out, width=200), JobDescription(trainingjob, replicas, []), pods=True)
+    replica_rows = [line for line in out.getvalue().split("Replicas", 1)[1].splitlines() if "ddp-worker-" in line]
+    assert any("ddp-worker-1" in line and "n1 (planned)" in line for line in replica_rows), replica_rows
+    assert any("ddp-worker-0" in line and "n1" in line and "planned" not in line for line in replica_rows)

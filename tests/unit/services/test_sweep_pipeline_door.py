@@ -393,7 +393,7 @@ def test_deleting_a_run_deletes_its_step_jobs_and_sweeps(ops: Operations, backen
     trial["metadata"] = {"name": "run-1-tune-0", "labels": {"phalanx.dev/sweep": "run-1-tune"}}
     ops.submit([step, tuning, trial])
     deleted = ops.delete_pipelinerun("default", "run-1")
-    assert deleted == ["job/run-1-prep-0", "job/run-1-tune-0", "sweep/run-1-tune"]
+    assert deleted == ["sweep/run-1-tune", "trainingjob/run-1-prep-0", "trainingjob/run-1-tune-0"]
     assert ops.list_jobs() == [] and ops.list_sweeps() == [] and ops.list_pipelineruns() == []
 
 

@@ -379,6 +379,7 @@ def replica_from_pod(pod: Mapping[str, Any], job: TrainingJob) -> Replica:
             gpu_claim=claim,
             # phalanx-scheduler binds a Pod that claims GPUs only once its claim holds its placement's devices.
             gpu_claim_allocated=bool(node and claim),
+            bound=bool(node),
         ),
     )
 

@@ -395,9 +395,9 @@ def halt(
         remote = choice.kubernetes or choice.remote
         if wait and (remote or current_leader(client.store) is not None):  # type: ignore[union-attr]
             final = client.wait(job, until=set(STOPPED_PHASES), timeout=120)
-            console.print(f"job/{job} {styled_phase(final.status.phase)}")
+            console.print(f"trainingjob/{job} {styled_phase(final.status.phase)}")
         else:
-            console.print(f"job/{job} halting")
+            console.print(f"trainingjob/{job} halting")
 
 
 def resume(
@@ -412,7 +412,7 @@ def resume(
     choice = choose(backend, kubeconfig, context)
     with backend_session(choice, state_dir, namespace) as client:
         client.resume(job)
-        console.print(f"job/{job} resumed")
+        console.print(f"trainingjob/{job} resumed")
 
 
 def delete(
@@ -487,7 +487,7 @@ def delete(
             delete_pipelinerun(client, name)
             return
         client.delete(name)
-        console.print(f"job/{name} deleted")
+        console.print(f"trainingjob/{name} deleted")
 
 
 def explain(

@@ -254,7 +254,7 @@ def print_description(console: Console, described: JobDescription, *, pods: bool
                 observed.metadata.name,
                 f"{rs.phase}{deleting}",
                 str(observed.spec.attempt),
-                (observed.spec.placement.node or "-") if pods else str(rs.pid or "-"),
+                _replica_node(observed) if pods else str(rs.pid or "-"),
                 "-" if rs.exit_code is None else str(rs.exit_code),
                 age(rs.start_time) + " ago" if rs.start_time else "-",
             )
@@ -273,6 +273,12 @@ def print_description(console: Console, described: JobDescription, *, pods: bool
             )
         console.print(conditions)
     console.print(events_table(described.events, meta.creation_timestamp))
+
+
+def _replica_node(replica: Replica) -> str:
+    """The node a Pod runs on; one the scheduler has not bound yet shows the node its job's placement plans."""
+    node = replica.spec.placement.node or "-"
+    return node if replica.status.bound or node == "-" else f"{node} (planned)"
 
 
 def events_table(events: list[Event], created: datetime | None) -> Table:
