@@ -72,6 +72,7 @@ class Outcome:
     pods: int
     allocation: tuple[float, ...]  # per seed, at 130 %
     seconds: float
+    idle: tuple[float, float, float] = (0.0, 0.0, 0.0)  # % of GPUs idle at the end: CPU-bound, whole, shares
 
     @property
     def mean(self) -> float:
@@ -96,7 +97,10 @@ def run_case(case: Case, seeds: Sequence[int], mix_seed: int, policy: str) -> Ou
         pods = tuple(make_mix(pods, Mix.parse(case.mix), mix_seed, nodes))
     result = run_fgd(openb_cluster(nodes), pods, policy=policy, seeds=seeds)
     allocation = tuple(run.allocation[MAX_PERCENT] for run in result.runs)
-    return Outcome(case, len(pods), allocation, time.perf_counter() - started)
+    idle = result.idle_at_end()
+    return Outcome(
+        case, len(pods), allocation, time.perf_counter() - started, (idle.cpu_bound, idle.whole, idle.shares)
+    )
 
 
 def report(outcomes: Sequence[Outcome], seeds: Sequence[int], mix_seed: int, policy: str) -> str:
@@ -109,14 +113,18 @@ def report(outcomes: Sequence[Outcome], seeds: Sequence[int], mix_seed: int, pol
         f"Policy `{policy}`; GPU allocation at 130 % arrived demand, % of the 6,212 GPUs, mean of seeds "
         f"{seeds[0]}-{seeds[-1]}. FGD: its published figure for the variant of the same statistic.",
         "",
-        "| mix | FGD variant | pods | FGD @130 | Phalanx @130 | margin | min seed | max seed |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "Idle at the end, % of GPUs (`phalanx sim fgd` explains the split): on nodes without the CPU any typical",
+        "GPU shape asks, in whole GPUs elsewhere, and what is left of shared GPUs elsewhere.",
+        "",
+        "| mix | FGD variant | pods | FGD @130 | Phalanx @130 | margin | min seed | max seed | idle: CPU-bound | "
+        "whole | shares |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for outcome in outcomes:
         lines.append(
             f"| {outcome.case.mix or 'default trace'} | {outcome.case.variant} | {outcome.pods} | "
             f"{outcome.case.fgd:.2f} | {outcome.mean:.2f} | {outcome.margin:+.2f} | {min(outcome.allocation):.2f} | "
-            f"{max(outcome.allocation):.2f} |"
+            f"{max(outcome.allocation):.2f} | {outcome.idle[0]:.2f} | {outcome.idle[1]:.2f} | {outcome.idle[2]:.2f} |"
         )
     lines += ["", result_line(outcomes), ""]
     return "\n".join(lines)

@@ -88,7 +88,17 @@ def test_any_openb_format_trace_gives_a_result_line_and_a_report(tmp_path: Path)
     with (out / "curves.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert {row["seed"] for row in rows} == {"1", "2", "3"}
-    assert "RESULT policy=auto" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "RESULT policy=auto" in report
+    # Where the idle GPUs are: three parts that add up to what was not allocated at 130 %.
+    assert "Where the idle GPU capacity is" in done.stdout
+    idle_rows = [line.split("|")[1:-1] for line in report.splitlines() if line.startswith(("| auto ", "| spread "))]
+    idle = {cells[0].strip(): [float(cell) for cell in cells[1:]] for cells in idle_rows if len(cells) == 5}
+    assert set(idle) == {"auto", "spread"}
+    for policy, (total, cpu_bound, whole, shares) in idle.items():
+        assert total == pytest.approx(cpu_bound + whole + shares, abs=0.02)
+        # Allocation never drops, so what is idle at the end is at most what was idle at 130 % on the curve.
+        assert 0 <= total <= 100 - found[policy][1] + 0.01
 
 
 def test_a_mix_drawn_from_the_trace_is_replayed(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from phalanx.core.scheduling import (
 )
 from phalanx.core.scheduling.demands import demand_of
 from phalanx.core.scheduling.fragmentation import WorkloadProfile, node_fragmentation, shape_of, typical_shapes
+from phalanx.core.scheduling.table import NodeTable
 from phalanx.model.resources import ResourceVector
 from phalanx.sim.traces import OpenbPod
 
@@ -54,6 +55,34 @@ Event = tuple[float, float, float, float]
 
 
 @dataclass(frozen=True, slots=True)
+class Unallocated:
+    """Where the GPU capacity left idle at the end of a run is, in milli-GPU; the three parts are disjoint.
+
+    Attributes:
+        cpu_bound: on nodes whose free CPU is less than every typical GPU shape asks, whatever their GPUs hold.
+        whole: elsewhere, in GPUs nothing uses.
+        shares: elsewhere, what is left of GPUs a share of which is used.
+    """
+
+    cpu_bound: int = 0
+    whole: int = 0
+    shares: int = 0
+
+
+def unallocated(table: NodeTable, shapes: Sequence[TaskShape]) -> Unallocated:
+    """Split the idle GPU capacity of ``table`` by why the typical work cannot use it (``Unallocated``)."""
+    free = np.where(table.gpu_present, table.gpu_free, 0)
+    asks = [shape.cpu_milli for shape in shapes if shape.gpus]
+    bound = table.cpu_free < min(asks) if asks else np.zeros(len(table.cpu_free), dtype=np.bool_)
+    rest = free[~bound]
+    return Unallocated(
+        cpu_bound=int(free[bound].sum()),
+        whole=int(np.where(rest == MILLI, rest, 0).sum()),
+        shares=int(np.where(rest < MILLI, rest, 0).sum()),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class SeedRun:
     """One seed's run: the curves at each whole percentage of arrived GPU demand.
 
@@ -64,6 +93,7 @@ class SeedRun:
         allocation: percent -> GPU allocation ratio (% of capacity).
         fragmentation_ratio: percent -> fragmented share of the idle GPU capacity (%).
         fragmentation_amount: percent -> fragmented GPU capacity (% of capacity).
+        unallocated: where the idle GPU capacity is at the end of the run.
     """
 
     seed: int
@@ -72,6 +102,7 @@ class SeedRun:
     allocation: dict[int, float]
     fragmentation_ratio: dict[int, float]
     fragmentation_amount: dict[int, float]
+    unallocated: Unallocated = field(default=Unallocated())
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +122,25 @@ class FgdResult:
         values = [getattr(run, curve).get(percent) for run in self.runs]
         present = [value for value in values if value is not None]
         return float(np.mean(present)) if present else float("nan")
+
+    def idle_at_end(self) -> IdleAtEnd:
+        """Each part of ``Unallocated``, the mean over seeds, in % of the GPU capacity."""
+        if not self.runs or not self.capacity_milli:
+            return IdleAtEnd(0.0, 0.0, 0.0)
+        parts = (
+            float(np.mean([getattr(run.unallocated, part) for run in self.runs])) * 100 / self.capacity_milli
+            for part in ("cpu_bound", "whole", "shares")
+        )
+        return IdleAtEnd(*parts)
+
+
+@dataclass(frozen=True, slots=True)
+class IdleAtEnd:
+    """``Unallocated`` in % of the GPU capacity, the mean over seeds."""
+
+    cpu_bound: float
+    whole: float
+    shares: float
 
 
 def pod_demand_milli(pod: OpenbPod) -> int:
@@ -198,7 +248,7 @@ def run_seed(
         record()
         if progress is not None:
             progress(position + 1, len(workload))
-    return _curves(seed, len(workload), failed, events, capacity)
+    return replace(_curves(seed, len(workload), failed, events, capacity), unallocated=unallocated(table, shapes))
 
 
 def _curves(
@@ -301,6 +351,21 @@ def write_fgd_report(results: Sequence[FgdResult], directory: Path, command: str
             f"| {result.policy} | {len(result.runs)} | {pods:.0f} | {failed:.0f} | "
             f"{result.mean('allocation', 100):.2f} | {result.mean('allocation', MAX_PERCENT):.2f} | "
             f"{result.mean('fragmentation_ratio', 80):.1f} | {result.mean('fragmentation_amount', 80):.1f} |"
+        )
+    lines += [
+        "",
+        "Where the GPU capacity left idle at the end of the run is (% of GPU capacity, mean over the seeds): on",
+        "nodes whose free CPU is less than every typical GPU shape asks; elsewhere in GPUs nothing uses; elsewhere",
+        "in what is left of GPUs a share of which is used.",
+        "",
+        "| policy | idle | on CPU-bound nodes | whole GPUs | left of shared GPUs |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for result in results:
+        idle = result.idle_at_end()
+        lines.append(
+            f"| {result.policy} | {idle.cpu_bound + idle.whole + idle.shares:.2f} | {idle.cpu_bound:.2f} | "
+            f"{idle.whole:.2f} | {idle.shares:.2f} |"
         )
     lines += ["", "Per seed, allocation at 130 %:", ""]
     for result in results:

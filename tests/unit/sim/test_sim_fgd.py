@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from phalanx.core.scheduling import SchedulerConfig, SchedulingSession
+from phalanx.core.scheduling.types import TaskShape
 from phalanx.sim.clusters import openb_cluster
 from phalanx.sim.fgd import (
+    Unallocated,
     inflated_workload,
     pod_demand_milli,
     run_fgd,
     run_seed,
     seeded_node_order,
     trace_shapes,
+    unallocated,
 )
 from phalanx.sim.traces import OpenbNode, OpenbPod
 
@@ -91,3 +95,30 @@ def test_a_pod_that_names_several_models_runs_only_on_those() -> None:
     run = run_seed(openb_cluster(NODES), constrained, policy="auto", seed=3, shapes=trace_shapes(constrained))
     assert max(run.allocation.values()) == pytest.approx(100 * 6 / 18)
     assert run.failed == run.pods - 6
+
+
+def test_idle_gpus_are_split_by_why_the_typical_work_cannot_use_them() -> None:
+    nodes = (
+        OpenbNode("starved", 32000, 131072, 2, "T4"),
+        OpenbNode("whole", 32000, 131072, 2, "T4"),
+        OpenbNode("shared", 32000, 131072, 2, "T4"),
+    )
+    table = SchedulingSession(openb_cluster(nodes), SchedulerConfig()).cluster.table
+    rows = {name: row for name, row in table.row_of.items()}
+    table.cpu_free[rows["starved"]] = 1500  # less than any GPU shape below asks: its 2 idle GPUs are CPU-bound
+    table.gpu_free[rows["whole"], 0] = 0  # one GPU taken, one whole GPU idle
+    table.gpu_free[rows["shared"]] = (300, 0)  # 0.7 of one GPU used: 0.3 left of it
+    shapes = (TaskShape(2000, 1, 1000, 1.0), TaskShape(4000, 1, 500, 1.0), TaskShape(500, 0, 0, 1.0))
+    assert unallocated(table, shapes) == Unallocated(cpu_bound=2000, whole=1000, shares=300)
+    # The CPU-only shape does not count: nodes are CPU-bound for GPU work only.
+    assert unallocated(table, shapes[2:]) == Unallocated(cpu_bound=0, whole=3000, shares=300)
+
+
+def test_what_stays_idle_adds_up_to_what_is_not_allocated() -> None:
+    result = run_fgd(openb_cluster(NODES), PODS, policy="auto", seeds=[1, 2])
+    idle = result.idle_at_end()
+    total = idle.cpu_bound + idle.whole + idle.shares
+    assert total == pytest.approx(100 - result.mean("allocation", 130), abs=1e-6)
+    for run in result.runs:
+        parts = run.unallocated
+        assert parts.cpu_bound + parts.whole + parts.shares == pytest.approx(CAPACITY * (1 - run.allocation[130] / 100))

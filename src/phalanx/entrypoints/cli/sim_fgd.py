@@ -128,6 +128,24 @@ def fgd(
             f"{result.mean('fragmentation_amount', 80):.1f}",
         )
     rich_console().print(table)
+    idle = Table(
+        "policy",
+        "idle at the end %",
+        "on CPU-bound nodes",
+        "whole GPUs",
+        "left of shared GPUs",
+        title="Where the idle GPU capacity is at the end of the run (% of GPUs)",
+    )
+    for result in results:
+        parts = result.idle_at_end()
+        idle.add_row(
+            result.policy,
+            f"{parts.cpu_bound + parts.whole + parts.shares:.2f}",
+            f"{parts.cpu_bound:.2f}",
+            f"{parts.whole:.2f}",
+            f"{parts.shares:.2f}",
+        )
+    rich_console().print(idle)
     if out is not None:
         command = "phalanx " + " ".join(shlex.quote(arg) for arg in sys.argv[1:])
         for path in write_fgd_report(results, out, command):
