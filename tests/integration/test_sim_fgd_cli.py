@@ -135,7 +135,7 @@ def test_seed_42_of_the_openb_default_trace_lands_on_the_published_baselines(tmp
     pods, nodes = TRACES / "openb_pod_list_default.csv", TRACES / "openb_node_list_gpu_node.csv"
     if not pods.is_file() or not nodes.is_file():
         pytest.fail(f"the shipped openb traces are missing from {TRACES}")
-    policies = ["auto", "binpack", "pack", "random"]
+    policies = ["auto", "fragmentation", "binpack", "pack", "random"]
     done = phalanx("--pods", str(pods), "--nodes", str(nodes), "--seeds", "42",
                    *[arg for policy in policies for arg in ("--policy", policy)], cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -144,5 +144,6 @@ def test_seed_42_of_the_openb_default_trace_lands_on_the_published_baselines(tmp
     assert abs(at_130["binpack"] - 93.08) <= 1.0, at_130
     assert abs(at_130["pack"] - 92.00) <= 1.0, at_130
     assert abs(at_130["random"] - 87.47) <= 1.0, at_130
-    assert at_130["auto"] >= 95.4, at_130
-    assert at_130["auto"] > at_130["binpack"] > at_130["pack"] > at_130["random"]
+    # The default's packed measure against FGD's own (95.50 on this seed; FGD published 95.39 over ten).
+    assert at_130["auto"] >= 95.65 and at_130["fragmentation"] >= 95.4, at_130
+    assert at_130["auto"] > at_130["fragmentation"] > at_130["binpack"] > at_130["pack"] > at_130["random"]

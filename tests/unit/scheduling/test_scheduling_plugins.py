@@ -199,3 +199,52 @@ def test_data_locality_yields_to_keeping_a_gang_together() -> None:
     single = make_job("one").replicas(1, cpu=1000, gpu=3)
     alone = schedule(cluster, [reading(single, DatasetNeed("data", "v1", 10 * GI))], T0)
     assert node_of(alone, "one") == "node-b", "the test cannot tell: node-b must suit one replica"
+
+
+def test_auto_counts_the_share_room_the_cpu_cannot_feed() -> None:
+    # The typical task takes 250 milli-GPU and 2 CPUs. "a" has a free GPU and 20 CPUs, "b" a free GPU and 6 CPUs:
+    # a 500 share with 1 CPU leaves a typical task room on both, so FGD's measure ties them and the node order
+    # takes "a". Packed, "b" goes from 4 shares of room its CPU feeds 3 of (250 unfed) to 2 it feeds both of
+    # (none unfed), and "a" stays at none: auto takes "b", keeping "a"'s CPU for GPUs that need it.
+    a = make_node("a").cpus(cores=10).gpus(1).obj()
+    b = make_node("b").cpus(cores=3).gpus(1).obj()
+    config = SchedulerConfig(workload=(TaskShape(cpu_milli=2000, gpus=1, gpu_milli=250, weight=1.0),))
+    job = make_job("share").replicas(1, cpu=1000, gpu_milli=500)
+    assert node_of(schedule(snapshot([a, b]), [job.placement("fragmentation").obj()], T0, config), "share") == "a"
+    assert node_of(schedule(snapshot([a, b]), [job.placement("auto").obj()], T0, config), "share") == "b"
+
+
+def test_the_packed_measure_counts_what_as_many_shares_as_fit_leave_unused() -> None:
+    import numpy as np
+
+    from phalanx.core.scheduling.fragmentation import WorkloadProfile, node_fragmentation
+    from phalanx.core.scheduling.working import WorkingCluster
+
+    # One free GPU and 1.5 free CPUs. FGD: a 470 share fits, so nothing is fragmented for it. Packed: the GPU has
+    # room for two such shares, the CPU feeds one: 530 unused. With 4 CPUs both are fed and the 60 no such share
+    # fills is what is unused. Whole-GPU shapes are measured as FGD does.
+    node = make_node("n").cpus(cores=1, threads=2).gpus(1).obj()
+    table = WorkingCluster(snapshot([node], [hold("n", cpu_milli=500)])).table
+    rows = np.arange(1)
+    share = WorkloadProfile.build((TaskShape(cpu_milli=1000, gpus=1, gpu_milli=470, weight=1.0),), table)
+    assert node_fragmentation(table, share, rows).tolist() == [0.0]
+    assert node_fragmentation(table, share, rows, packed=True).tolist() == [530.0]
+    roomy = WorkingCluster(snapshot([make_node("n").cpus(cores=4).gpus(1).obj()])).table
+    assert node_fragmentation(roomy, WorkloadProfile.build(share.shapes, roomy), rows, packed=True).tolist() == [60.0]
+    whole = WorkloadProfile.build((TaskShape(cpu_milli=1000, gpus=1, gpu_milli=1000, weight=1.0),), table)
+    assert node_fragmentation(table, whole, rows, packed=True).tolist() == [0.0]
+    assert node_fragmentation(table, whole, rows).tolist() == [0.0]
+
+
+def test_auto_counts_what_of_a_gpu_no_typical_share_would_fill() -> None:
+    # The typical task takes 400 milli-GPU. "a" has a whole GPU free, "b" 700 of one. A 300 share leaves a
+    # typical task room on both, so FGD's measure ties them and the node order takes "a". Packed, "a" goes from
+    # 1000 free (two tasks, 200 unused) to 700 (one task, 300 unused) and "b" from 700 to 400 (one task, none
+    # unused): auto takes "b", where the share fills what no typical task would.
+    a = make_node("a").cpus(cores=4).gpus(1).obj()
+    b = make_node("b").cpus(cores=4).gpus(1).obj()
+    snap = snapshot([a, b], [hold("b", cpu_milli=100, gpus=[0], gpu_milli=300)])
+    config = SchedulerConfig(workload=(TaskShape(cpu_milli=0, gpus=1, gpu_milli=400, weight=1.0),))
+    job = make_job("share").replicas(1, cpu=100, gpu_milli=300)
+    assert node_of(schedule(snap, [job.placement("fragmentation").obj()], T0, config), "share") == "a"
+    assert node_of(schedule(snap, [job.placement("auto").obj()], T0, config), "share") == "b"

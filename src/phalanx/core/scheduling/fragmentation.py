@@ -10,8 +10,18 @@ from its description. For a node and one typical task shape ``m``:
 
 A node's fragmentation is the popularity-weighted sum over the shapes of the workload profile (weights
 normalised to one), in milli-GPU; the cluster's is the sum over nodes. Placing a replica where the
-fragmentation grows least (or drops most) is fragmentation gradient descent; ``delta_column`` gives that
-change for every row at once, and ``best_share_column`` picks the GPU of a shared request the same way.
+fragmentation grows least (or drops most) is fragmentation gradient descent; ``fragmentation_after`` gives the
+state after for every row at once, and ``best_share_column`` picks the GPU of a shared request the same way.
+
+The **packed** measure (``packed=True``, what the default placement descends) differs for shapes that share a
+GPU: the idle capacity such a shape can use is what as many of it as the node could still hold would use,
+counted in whole shares (two 0.47 shares of a free GPU use 0.94 of it) and no more than the node's free CPU
+feeds at the shape's CPU ask; the rest is fragmented for it. FGD's measure calls a node where one share fits
+free of fragmentation for that shape, however many GPUs its CPU leaves stranded, and GPUs on nodes without
+the CPU to feed them are most of what the FGD protocol leaves idle at the end (``sim/fgd.py``,
+``unallocated``). Whole-GPU shapes are measured as FGD does. Variants that counted the CPU for whole-GPU shapes
+too, or the CPU at the lightest sharing shape's ask, or only the share left on a GPU, lost more on some workload
+mixes than they gained on others (docs/experiments, section a2).
 
 A ``WorkloadProfile`` comes from ``SchedulerConfig.workload`` when the run states one (the simulator passes
 the trace's shapes) or is learned from the requests the scheduler sees (``ShapeTally``): the most frequent
@@ -109,7 +119,8 @@ class WorkloadProfile:
     """Typical shapes as columns, weights normalised to one, models resolved against one table.
 
     Compared and hashed by identity: caches key their columns on the profile object they were computed for.
-    ``eligible`` [shape, row, column] says which GPU columns of the table hold a GPU of the shape's model.
+    ``eligible`` [shape, row, column] says which GPU columns of the table hold a GPU of the shape's model;
+    ``shares`` which shapes ask for a share of one GPU.
     """
 
     shapes: tuple[TaskShape, ...]
@@ -118,6 +129,7 @@ class WorkloadProfile:
     gpu_milli: IntArray
     weight: FloatArray
     eligible: BoolArray
+    shares: BoolArray
 
     @classmethod
     def build(cls, shapes: Sequence[TaskShape], table: NodeTable) -> WorkloadProfile:
@@ -125,6 +137,7 @@ class WorkloadProfile:
         total = sum(max(0.0, shape.weight) for shape in shapes)
         weights = [max(0.0, shape.weight) / total if total > 0 else 0.0 for shape in shapes]
 
+        sharing = [bool(shape.gpus) and shape.gpu_milli < MILLI for shape in shapes]
         everything = slice(None)
         eligible = (
             np.stack([table.model_mask(model_key(shape.gpu_model), everything) for shape in shapes])
@@ -138,6 +151,7 @@ class WorkloadProfile:
             gpu_milli=np.array([shape.gpu_milli for shape in shapes], dtype=np.int64),
             weight=np.array(weights, dtype=np.float64),
             eligible=eligible,
+            shares=np.array(sharing, dtype=np.bool_),
         )
 
     def __bool__(self) -> bool:
@@ -150,7 +164,9 @@ def _eligible(profile: WorkloadProfile, rows: IntArray | slice) -> BoolArray:
     return result
 
 
-def _fragmentation(free: IntArray, cpu_free: IntArray, eligible: BoolArray, profile: WorkloadProfile) -> FloatArray:
+def _fragmentation(
+    free: IntArray, cpu_free: IntArray, eligible: BoolArray, profile: WorkloadProfile, *, packed: bool = False
+) -> FloatArray:
     """Weighted fragmentation per row of ``free`` [row, column] (milli-GPU), shapes broadcast in front."""
     total = free.sum(axis=-1)
     need = profile.gpu_milli[:, None, None]
@@ -159,19 +175,41 @@ def _fragmentation(free: IntArray, cpu_free: IntArray, eligible: BoolArray, prof
     small = np.where(usable, 0, free[None]).sum(axis=-1)
     fits = (profile.gpus[:, None] > 0) & (cpu_free[None, :] >= profile.cpu[:, None]) & (count >= profile.gpus[:, None])
     per_shape = np.where(fits, small, total[None, :])
+    if packed:
+        per_shape = np.where(profile.shares[:, None], _unpacked(free, cpu_free, eligible, profile, total), per_shape)
     result: FloatArray = (profile.weight[:, None] * per_shape).sum(axis=0)
     return result
 
 
-def node_fragmentation(table: NodeTable, profile: WorkloadProfile, rows: IntArray | slice) -> FloatArray:
-    """Fragmentation of each row now, in milli-GPU."""
+def _unpacked(
+    free: IntArray, cpu_free: IntArray, eligible: BoolArray, profile: WorkloadProfile, total: IntArray
+) -> IntArray:
+    """[shape, row]: for shapes sharing a GPU, the idle capacity as many of the shape as still fit leave unused.
+
+    As many as fit: the shares the node's GPUs of the shape's model have room for (``slots``), and no more than
+    its free CPU feeds at the shape's own CPU ask.
+    """
+    milli = np.maximum(profile.gpu_milli, 1)
+    slots = (np.where(eligible, free[None], 0) // milli[:, None, None]).sum(axis=-1)
+    cpu = profile.cpu[:, None]
+    fed = np.where(cpu > 0, np.maximum(cpu_free[None, :], 0) // np.maximum(cpu, 1), slots)
+    unused: IntArray = total[None, :] - np.minimum(slots, fed) * profile.gpu_milli[:, None]
+    return unused
+
+
+def node_fragmentation(
+    table: NodeTable, profile: WorkloadProfile, rows: IntArray | slice, *, packed: bool = False
+) -> FloatArray:
+    """Fragmentation of each row now, in milli-GPU (FGD's measure, or the packed one)."""
     if not profile:
         return np.zeros(len(table.names) if isinstance(rows, slice) else len(rows), dtype=np.float64)
     free = np.where(table.gpu_present[rows], table.gpu_free[rows], 0)
-    return _fragmentation(free, table.cpu_free[rows], _eligible(profile, rows), profile)
+    return _fragmentation(free, table.cpu_free[rows], _eligible(profile, rows), profile, packed=packed)
 
 
-def share_fragmentation(table: NodeTable, profile: WorkloadProfile, demand: Demand, rows: IntArray) -> FloatArray:
+def share_fragmentation(
+    table: NodeTable, profile: WorkloadProfile, demand: Demand, rows: IntArray, *, packed: bool = False
+) -> FloatArray:
     """[row, column]: each row's fragmentation with ``demand``'s GPU share on that column (inf: cannot hold)."""
     free = np.where(table.gpu_present[rows], table.gpu_free[rows], 0)
     can_hold = table.model_mask(demand.gpu_model, rows) & (free >= demand.gpu_milli)
@@ -183,17 +221,19 @@ def share_fragmentation(table: NodeTable, profile: WorkloadProfile, demand: Dema
     after[:, np.arange(width), np.arange(width)] -= demand.gpu_milli
     cpu_after = np.repeat(table.cpu_free[rows] - demand.cpu_milli, width)
     eligible = np.repeat(_eligible(profile, rows), width, axis=1)
-    fragmented = _fragmentation(after.reshape(count * width, width), cpu_after, eligible, profile)
+    fragmented = _fragmentation(after.reshape(count * width, width), cpu_after, eligible, profile, packed=packed)
     result: FloatArray = np.where(can_hold, fragmented.reshape(count, width), np.inf)
     return result
 
 
-def fragmentation_after(table: NodeTable, profile: WorkloadProfile, demand: Demand, rows: IntArray) -> FloatArray:
+def fragmentation_after(
+    table: NodeTable, profile: WorkloadProfile, demand: Demand, rows: IntArray, *, packed: bool = False
+) -> FloatArray:
     """Each row's fragmentation once ``demand`` is placed on it (GPU shares on their best column)."""
     free = np.where(table.gpu_present[rows], table.gpu_free[rows], 0)
     cpu_after = table.cpu_free[rows] - demand.cpu_milli
     if demand.gpu_milli:
-        after = share_fragmentation(table, profile, demand, rows)
+        after = share_fragmentation(table, profile, demand, rows, packed=packed)
         best: FloatArray = after.min(axis=1) if after.shape[1] else np.full(len(rows), np.inf)
         return best
     if not profile:
@@ -202,29 +242,35 @@ def fragmentation_after(table: NodeTable, profile: WorkloadProfile, demand: Dema
         full = table.model_mask(demand.gpu_model, rows) & (free == MILLI)
         taken = full & (np.cumsum(full, axis=1) <= demand.gpus)
         free = np.where(taken, 0, free)
-    return _fragmentation(free, cpu_after, _eligible(profile, rows), profile)
+    return _fragmentation(free, cpu_after, _eligible(profile, rows), profile, packed=packed)
 
 
-def scaled_fragmentation(table: NodeTable, profile: WorkloadProfile, rows: IntArray) -> IntArray:
+def scaled_fragmentation(
+    table: NodeTable, profile: WorkloadProfile, rows: IntArray, *, packed: bool = False
+) -> IntArray:
     """``node_fragmentation`` in micro-GPU, as integers (cached score columns are integers)."""
-    scaled: IntArray = np.rint(node_fragmentation(table, profile, rows) * SCALE).astype(np.int64)
+    scaled: IntArray = np.rint(node_fragmentation(table, profile, rows, packed=packed) * SCALE).astype(np.int64)
     return scaled
 
 
-def scaled_fragmentation_after(table: NodeTable, profile: WorkloadProfile, demand: Demand, rows: IntArray) -> IntArray:
+def scaled_fragmentation_after(
+    table: NodeTable, profile: WorkloadProfile, demand: Demand, rows: IntArray, *, packed: bool = False
+) -> IntArray:
     """``fragmentation_after`` in micro-GPU, as integers; rows that cannot hold ``demand`` get a huge value."""
-    after = fragmentation_after(table, profile, demand, rows)
+    after = fragmentation_after(table, profile, demand, rows, packed=packed)
     scaled: IntArray = np.where(np.isfinite(after), np.rint(np.where(np.isfinite(after), after, 0) * SCALE), UNFIT)
     return scaled.astype(np.int64)
 
 
-def best_share_column(table: NodeTable, profile: WorkloadProfile, demand: Demand, row: int) -> int | None:
+def best_share_column(
+    table: NodeTable, profile: WorkloadProfile, demand: Demand, row: int, *, packed: bool = False
+) -> int | None:
     """The GPU column of row ``row`` where ``demand``'s share leaves the least fragmentation, or None.
 
     Ties go to the column with the least room left after it, then to the lowest column.
     """
     rows = np.array([row], dtype=np.int64)
-    after = share_fragmentation(table, profile, demand, rows)[0]
+    after = share_fragmentation(table, profile, demand, rows, packed=packed)[0]
     if not np.isfinite(after).any():
         return None
     free = table.gpu_free[row]

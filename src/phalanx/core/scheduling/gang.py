@@ -34,7 +34,14 @@ from phalanx.core.scheduling.devices import DeviceChoice, choose_devices
 from phalanx.core.scheduling.fitting import FITS, FitMemo, Shortage, count_shortages
 from phalanx.core.scheduling.fragmentation import WorkloadProfile, best_share_column
 from phalanx.core.scheduling.policies import RANDOM
-from phalanx.core.scheduling.scoring import ScoreInput, choose_row, needs_rest, replica_salt, uses_fragmentation
+from phalanx.core.scheduling.scoring import (
+    ScoreInput,
+    choose_row,
+    needs_rest,
+    packs_shares,
+    replica_salt,
+    uses_fragmentation,
+)
 from phalanx.core.scheduling.types import DeviceAssignment, PendingJob, ReplicaRequest
 from phalanx.core.scheduling.working import Reservation, WorkingCluster
 
@@ -146,7 +153,7 @@ def _place_replica(
         shared_gpu: int | None = None
         if by_fragmentation:
             assert score.profile is not None
-            column = best_share_column(table, score.profile, demand, row)
+            column = best_share_column(table, score.profile, demand, row, packed=packs_shares(job.placement))
             shared_gpu = None if column is None else int(table.gpu_index[row, column])
         choice = choose_devices(node, demand, topology=job.topology, shared_gpu=shared_gpu)
         if isinstance(choice, Shortage):
