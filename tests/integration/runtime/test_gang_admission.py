@@ -44,11 +44,13 @@ def test_three_replica_job_starts_none_until_all_three_fit(runtime: Runtime, tmp
 
 
 def test_two_jobs_competing_for_room_for_one_never_half_start(runtime: Runtime, tmp_path: Path) -> None:
-    hold = tmp_path / "hold"
+    # A hold file per job: each runs until it has been seen Running whole. With one file for both, the second job
+    # ran unheld and could start and finish between two looks (a gate saw only "left" run).
+    holds = {name: tmp_path / f"hold-{name}" for name in ("left", "right")}
     runtime.start_control_plane()
     # Each job needs both CPUs of this machine as exclusive cores: only one can run at a time.
     for name in ("left", "right"):
-        runtime.submit(generic_job(name, replicas=2, cpu=1, args=["--hold", str(hold)]))
+        runtime.submit(generic_job(name, replicas=2, cpu=1, args=["--hold", str(holds[name])]))
     seen_partial: list[str] = []
     observed_running: set[str] = set()
 
@@ -74,10 +76,9 @@ def test_two_jobs_competing_for_room_for_one_never_half_start(runtime: Runtime, 
         running = [n for n, j in jobs.items() if j.status.phase == Phase.RUNNING]
         if len(running) > 1:
             seen_partial.append(f"both running at once: {running}")
-        if running and not hold.exists() and len(observed_running) == 1:
-            hold.write_text("go")  # let the first finish once we saw it run whole
-        if len(observed_running) == 2 and not hold.exists():
-            hold.write_text("go")
+        for name in observed_running:
+            if not holds[name].exists():
+                holds[name].write_text("go")  # let it finish once we saw it run whole
         return all(Phase(j.status.phase) in (Phase.SUCCEEDED, Phase.FAILED) for j in jobs.values())
 
     wait_until(both_done, timeout=90, message="both jobs to finish")

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import base64
 import builtins
+import fcntl
 import math
+import os
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -43,6 +45,30 @@ _FIELDS = [f.name for f in fields(JobRecord)]
 
 class HistoryError(Exception):
     """The history database cannot be opened or used; the message says which and what to do."""
+
+
+# The advisory lock PostgreSQL openers take while migrating (any constant of our own: "phalanxh").
+_MIGRATION_LOCK_KEY = 0x7068616C616E7868
+
+
+@contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    """Let one process at a time migrate a SQLite history file.
+
+    Two processes opening a new file at once (the control plane and a reader) both found no schema and both
+    created it; the second failed with "table job_history already exists", and the control plane ran without a
+    history. ``flock`` on the database file itself does not touch SQLite's own (``fcntl``) locks.
+    """
+    database = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not database or database == ":memory:" or database.startswith("file:"):
+        yield
+        return
+    descriptor = os.open(database, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def database_url(url: str) -> str:
@@ -115,7 +141,7 @@ class HistoryStore:
         self.url = database_url(url)
         try:
             self.engine: Engine = create_engine(self.url)
-            with self.engine.begin() as conn:
+            with _migration_lock(self.engine), self.engine.begin() as conn:
                 self._upgrade(conn)
         except NoSuchModuleError:
             raise HistoryError(
@@ -138,6 +164,9 @@ class HistoryStore:
 
     @staticmethod
     def _upgrade(conn: Connection) -> None:
+        if conn.dialect.name == "postgresql":
+            # Held to the end of the transaction: a second opener waits, then finds the schema at head.
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK_KEY})")
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         config.attributes["connection"] = conn
