@@ -175,25 +175,28 @@ def _fragmentation(
     small = np.where(usable, 0, free[None]).sum(axis=-1)
     fits = (profile.gpus[:, None] > 0) & (cpu_free[None, :] >= profile.cpu[:, None]) & (count >= profile.gpus[:, None])
     per_shape = np.where(fits, small, total[None, :])
-    if packed:
-        per_shape = np.where(profile.shares[:, None], _unpacked(free, cpu_free, eligible, profile, total), per_shape)
+    sharing = profile.shares
+    if packed and sharing.any():
+        # Only the sharing shapes' rows: a profile of whole GPUs (the common case) pays nothing for the flag.
+        per_shape[sharing] = _unpacked(free, cpu_free, eligible[sharing], profile.gpu_milli[sharing],
+                                       profile.cpu[sharing], total)  # fmt: skip
     result: FloatArray = (profile.weight[:, None] * per_shape).sum(axis=0)
     return result
 
 
 def _unpacked(
-    free: IntArray, cpu_free: IntArray, eligible: BoolArray, profile: WorkloadProfile, total: IntArray
+    free: IntArray, cpu_free: IntArray, eligible: BoolArray, gpu_milli: IntArray, cpu: IntArray, total: IntArray
 ) -> IntArray:
     """[shape, row]: for shapes sharing a GPU, the idle capacity as many of the shape as still fit leave unused.
 
     As many as fit: the shares the node's GPUs of the shape's model have room for (``slots``), and no more than
-    its free CPU feeds at the shape's own CPU ask.
+    its free CPU feeds at the shape's own CPU ask. ``eligible``, ``gpu_milli`` and ``cpu`` are the sharing
+    shapes' rows of the profile.
     """
-    milli = np.maximum(profile.gpu_milli, 1)
-    slots = (np.where(eligible, free[None], 0) // milli[:, None, None]).sum(axis=-1)
-    cpu = profile.cpu[:, None]
-    fed = np.where(cpu > 0, np.maximum(cpu_free[None, :], 0) // np.maximum(cpu, 1), slots)
-    unused: IntArray = total[None, :] - np.minimum(slots, fed) * profile.gpu_milli[:, None]
+    slots = (np.where(eligible, free[None], 0) // np.maximum(gpu_milli, 1)[:, None, None]).sum(axis=-1)
+    asks = cpu[:, None]
+    fed = np.where(asks > 0, np.maximum(cpu_free[None, :], 0) // np.maximum(asks, 1), slots)
+    unused: IntArray = total[None, :] - np.minimum(slots, fed) * gpu_milli[:, None]
     return unused
 
 
