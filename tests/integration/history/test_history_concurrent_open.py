@@ -41,3 +41,12 @@ def test_processes_opening_a_new_history_at_once_all_succeed(tmp_path: Path) -> 
         failures = [err for process, (_, err) in zip(opened, results, strict=True) if process.returncode != 0]
         assert failures == [], failures[0][-2000:]
         assert all(out.strip() == "opened" for out, _ in results)
+
+
+def test_a_history_in_a_folder_that_does_not_exist_is_a_clear_error(tmp_path: Path) -> None:
+    import pytest
+
+    from phalanx.adapters.history.store import HistoryError, HistoryStore
+
+    with pytest.raises(HistoryError, match=r"cannot open the job history at .*missing"):
+        HistoryStore.at_path(tmp_path / "missing" / "history.db")

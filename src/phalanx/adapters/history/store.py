@@ -154,7 +154,8 @@ class HistoryStore:
                 f"the job history at {mask_url(url)} has a schema this Phalanx does not know ({err}); a newer "
                 "Phalanx wrote it: upgrade Phalanx, or give another database"
             ) from None
-        except (SQLAlchemyError, ImportError) as err:
+        except (SQLAlchemyError, ImportError, OSError) as err:
+            # OSError: the migration lock opens a SQLite file before SQLite does (a folder that does not exist).
             raise HistoryError(f"cannot open the job history at {mask_url(url)}: {err}") from None
 
     @classmethod
